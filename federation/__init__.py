@@ -1,0 +1,1 @@
+"""federation package."""
