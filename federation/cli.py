@@ -1,0 +1,20 @@
+"""`federation`: federated LoRA tuning of per-device Specialists.
+
+Subcommands arrive with their issues; until then this says so."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="federation", description="federated LoRA tuning of per-device Specialists")
+    parser.parse_args(argv)
+    print("federation: no subcommands in this version yet", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

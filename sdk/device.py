@@ -1,0 +1,218 @@
+"""The device side: the Specialist with the user's private context drafts and recovers.
+
+It never opens a socket: it talks to a `Verifier` (in-process or remote) and hands it only the
+raw public prompt's token IDs, the declared parameters, and token IDs of drafts and commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from sdk.context import Profile, ProfileIndex, render_context
+from sdk.errors import ConfigError, ProtocolError
+from sdk.kv import TokenSequence
+from sdk.models import CausalLM
+from sdk.prompts import render_prompt
+from sdk.session_types import GenerationStats, Method, SessionParams, Verdict
+from sdk.steering import choose, recovery_scores
+from sdk.transport import Verifier, VerifierSession
+
+OnCommit = Callable[[list[int]], None]
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Device-only decoding settings; none of them is sent to the cloud."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max-new-tokens must be at least 1; got {self.max_new_tokens}")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be positive; got {self.temperature}")
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]  # Specialist vocabulary, without the final end-of-sequence token
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+
+class Specialist:
+    """The on-device model plus the user's private history (optional) and its BM25 index."""
+
+    def __init__(
+        self,
+        lm: CausalLM,
+        profile: Profile | None = None,
+        *,
+        context_entries: int = 3,
+        context_chars: int = 1800,
+    ) -> None:
+        self.lm = lm
+        self.profile = profile
+        self._index = ProfileIndex(profile) if profile is not None and profile.entries else None
+        self.context_entries = context_entries
+        self.context_chars = context_chars
+
+    def context_for(self, prompt: str) -> str | None:
+        if self._index is None:
+            return None
+        entries = self._index.retrieve(prompt, self.context_entries)
+        return render_context(entries, max_chars=self.context_chars) if entries else None
+
+    def public_prompt_ids(self, prompt: str) -> list[int]:
+        """The raw public prompt as token IDs: what goes up, with no template and no context."""
+        return list(self.lm.tokenizer.encode(prompt, add_special_tokens=False))
+
+    def private_prompt_ids(self, prompt: str, *, with_context: bool) -> list[int]:
+        return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else None)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.lm.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def generate(
+    specialist: Specialist,
+    prompt: str,
+    params: SessionParams,
+    options: DecodeOptions,
+    verifier: Verifier | None = None,
+    *,
+    on_commit: OnCommit | None = None,
+) -> Generation:
+    """Run one generation with `params.method`; device-only methods need no verifier."""
+    if not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    start = time.perf_counter()
+    ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
+    seq = TokenSequence(specialist.lm.model, ids)
+    rng = torch.Generator().manual_seed(options.seed)
+    state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
+    if params.method.uses_cloud:
+        if verifier is None:
+            raise ConfigError(f"method {params.method.value} needs a verifier")
+        session = verifier.open(specialist.public_prompt_ids(prompt), params)
+        try:
+            _steered_loop(session, seq, params, options, state, rng)
+        finally:
+            session.close()
+            state.stats.uplink_bytes = session.uplink_bytes
+            state.stats.downlink_bytes = session.downlink_bytes
+            state.stats.extra.update(session.verifier_stats)
+    else:
+        _local_loop(seq, params.sampling, options, state, rng)
+    state.stats.seconds = time.perf_counter() - start
+    token_ids = state.generated[:-1] if state.ended else state.generated
+    state.stats.new_tokens = len(token_ids)
+    return Generation(specialist.decode(token_ids), token_ids, state.stats)
+
+
+class _State:
+    def __init__(self, eos_ids: frozenset[int], budget: int, on_commit: OnCommit | None) -> None:
+        self.eos_ids = eos_ids
+        self.budget = budget
+        self.generated: list[int] = []
+        self.stats = GenerationStats()
+        self._on_commit = on_commit
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.generated) and self.generated[-1] in self.eos_ids
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self.ended else self.budget - len(self.generated)
+
+    def commit(self, tokens: Sequence[int]) -> list[int]:
+        """Commit tokens up to the budget and the first end-of-sequence; returns what was kept."""
+        kept: list[int] = []
+        for t in tokens:
+            if self.remaining <= 0:
+                break
+            kept.append(t)
+            self.generated.append(t)
+        if kept and self._on_commit is not None:
+            self._on_commit([t for t in kept if t not in self.eos_ids])
+        return kept
+
+
+def _draw(logprobs: torch.Tensor, sampling: bool, options: DecodeOptions, rng: torch.Generator) -> int:
+    return choose(logprobs, sampling=sampling, temperature=options.temperature, generator=rng)
+
+
+def _local_loop(
+    seq: TokenSequence, sampling: bool, options: DecodeOptions, state: _State, rng: torch.Generator
+) -> None:
+    """The Specialist alone (slm, slm-rag, and finishing locally when the cloud is gone)."""
+    while state.remaining > 0:
+        token = _draw(seq.next_logprobs(), sampling, options, rng)
+        seq.push(state.commit([token]))
+
+
+def _steered_loop(
+    session: VerifierSession,
+    seq: TokenSequence,
+    params: SessionParams,
+    options: DecodeOptions,
+    state: _State,
+    rng: torch.Generator,
+) -> None:
+    """Draft - Verify - Recover until the budget is spent or the text ends."""
+    pending: list[int] = []  # the last recovery, uplinked with the next round
+    stats = state.stats
+    while state.remaining > 0:
+        draft: list[int] = []
+        for _ in range(min(params.draft_len, state.remaining)):
+            token = _draw(seq.next_logprobs(), params.sampling, options, rng)
+            draft.append(token)
+            seq.push([token])
+            if token in state.eos_ids:
+                break
+        verdict = session.round(pending, draft)
+        stats.rounds += 1
+        stats.drafted += len(draft)
+        n = _check_verdict(verdict, len(draft))
+        stats.accepted += n
+        seq.truncate(len(seq) - len(draft) + n)
+        state.commit(draft[:n])
+        pending = []
+        rejected = n < len(draft) or not draft
+        if state.remaining <= 0 or not (rejected or params.bonus or params.method is Method.SD):
+            continue
+        if verdict.steering is None:
+            raise ProtocolError("the verifier sent no steering candidates where a recovery is needed")
+        pending = state.commit(_recover(seq, verdict, params, options, rng))
+        seq.push(pending)
+        if rejected:
+            stats.recoveries += 1
+        else:
+            stats.bonus_tokens += 1
+
+
+def _recover(
+    seq: TokenSequence, verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+) -> tuple[int, ...]:
+    """Pick a candidate by v + alpha * log P_S^c (one batched scoring of all candidates)."""
+    assert verdict.steering is not None
+    candidates = verdict.steering.candidates
+    if len(candidates) == 1:
+        return candidates[0]
+    values = torch.tensor(verdict.steering.values, dtype=torch.float32)
+    logp_sc = seq.score_continuations(candidates) if params.alpha != 0 else values
+    scores = recovery_scores(values, logp_sc, params.alpha)
+    return candidates[_draw(scores, params.sampling, options, rng)]
+
+
+def _check_verdict(verdict: Verdict, drafted: int) -> int:
+    if not 0 <= verdict.accepted <= drafted:
+        raise ProtocolError(f"the verifier accepted {verdict.accepted} of {drafted} drafted tokens")
+    return verdict.accepted

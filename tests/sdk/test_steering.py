@@ -1,0 +1,149 @@
+"""The pure decision rules of algorithm.md, on hand-made distributions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sdk.session_types import CandidatePolicy
+from sdk.steering import (
+    acceptance_probability,
+    align_segments,
+    choose,
+    recovery_scores,
+    steering_candidates,
+    top_indices,
+    verify_exact_greedy,
+    verify_ratios,
+)
+
+
+def logp(*probs: float) -> torch.Tensor:
+    return torch.log(torch.tensor(probs, dtype=torch.float32))
+
+
+def test_greedy_ratio_test_is_strict_and_stops_at_first_rejection() -> None:
+    # P_G / P_S^0 = 1.0, 0.5, 2.0: with gamma 0.5 the second is equal, so rejected (strict >).
+    ratios = [math.log(1.0), math.log(0.5), math.log(2.0)]
+    assert verify_ratios(ratios, 0.5, sampling=False) == 1
+    assert verify_ratios(ratios, 0.49, sampling=False) == 3
+
+
+def test_gamma_zero_accepts_everything_and_infinity_nothing() -> None:
+    ratios = [-30.0, 5.0, -2.0]
+    assert verify_ratios(ratios, 0.0, sampling=False) == 3
+    assert verify_ratios(ratios, math.inf, sampling=False) == 0
+    assert verify_ratios(ratios, 0.0, sampling=True, uniforms=[0.999] * 3) == 3
+    assert verify_ratios(ratios, math.inf, sampling=True, uniforms=[0.0] * 3) == 0
+
+
+def test_sampling_acceptance_uses_the_uniform_draws() -> None:
+    ratio = math.log(0.25)  # accept probability 0.25 / 0.5 = 0.5
+    assert acceptance_probability(ratio, math.log(0.5)) == pytest.approx(0.5)
+    assert verify_ratios([ratio], 0.5, sampling=True, uniforms=[0.49]) == 1
+    assert verify_ratios([ratio], 0.5, sampling=True, uniforms=[0.51]) == 0
+    with pytest.raises(ValueError, match="uniform"):
+        verify_ratios([ratio], 0.5, sampling=True)
+
+
+def test_nan_ratio_is_rejected() -> None:
+    assert verify_ratios([float("nan")], 0.0, sampling=False) == 0
+
+
+def test_exact_greedy_rule_counts_leading_matches() -> None:
+    assert verify_exact_greedy([True, True, False, True]) == 2
+    assert verify_exact_greedy([]) == 0
+
+
+def test_guardrail_policy_takes_generalist_top_k_literal_takes_top_v() -> None:
+    logp_g = logp(0.5, 0.3, 0.15, 0.05)
+    logp_s0 = logp(0.6, 0.2, 0.1999, 0.0001)  # token 3 is implausible to both, tiny P_S^0 inflates v
+    ids, values = steering_candidates(logp_g, logp_s0, alpha=1.0, k=2, policy=CandidatePolicy.GUARDRAIL)
+    assert ids.tolist() == [0, 1]
+    assert values.tolist() == pytest.approx([math.log(0.5 / 0.6), math.log(0.3 / 0.2)], rel=1e-5)
+    ids, _ = steering_candidates(logp_g, logp_s0, alpha=1.0, k=2, policy=CandidatePolicy.LITERAL)
+    assert ids.tolist() == [3, 1]
+
+
+def test_recovery_argmax_of_fused_scores() -> None:
+    # z_rec = log P_G + alpha (log P_S^c - log P_S^0): the private model flips the choice.
+    logp_g, logp_s0, logp_sc = logp(0.6, 0.4), logp(0.5, 0.5), logp(0.1, 0.9)
+    ids, values = steering_candidates(logp_g, logp_s0, alpha=1.0, k=2, policy=CandidatePolicy.GUARDRAIL)
+    scores = recovery_scores(values, logp_sc[ids], alpha=1.0)
+    assert int(ids[choose(scores, sampling=False)]) == 1
+    scores = recovery_scores(values, logp_sc[ids], alpha=0.0)
+    assert int(ids[choose(scores, sampling=False)]) == 0
+
+
+def test_top_indices_break_ties_by_lower_index() -> None:
+    assert top_indices(torch.tensor([1.0, 3.0, 3.0, 0.0]), 3).tolist() == [1, 2, 0]
+
+
+def _law(q: torch.Tensor, p_g: torch.Tensor, p_s0: torch.Tensor, p_sc: torch.Tensor, gamma: float, k: int):
+    """P(y) = q(y) a(y) + (1 - sum q a) rho(y), algorithm.md's exactness check."""
+    a = torch.clamp(p_g / (gamma * p_s0), max=1.0)
+    ids, values = steering_candidates(p_g.log(), p_s0.log(), alpha=1.0, k=k, policy=CandidatePolicy.GUARDRAIL)
+    rho = torch.zeros_like(q)
+    rho[ids] = torch.softmax(recovery_scores(values, p_sc.log()[ids], 1.0), dim=0)
+    return q * a + (1 - (q * a).sum()) * rho
+
+
+def test_one_step_law_holds_statistically_in_sampling_mode() -> None:
+    # Prepare: toy distributions over 6 tokens.
+    p_g = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.07, 0.03])
+    p_s0 = torch.tensor([0.10, 0.35, 0.15, 0.20, 0.15, 0.05])
+    p_sc = torch.tensor([0.05, 0.45, 0.10, 0.10, 0.25, 0.05])
+    gamma, k, n = 0.5, 3, 15_000
+    expected = _law(p_sc, p_g, p_s0, p_sc, gamma, k)
+    rng = torch.Generator().manual_seed(1234)
+    counts = torch.zeros(6)
+    # Execute: draft ~ P_S^c, ratio test with a uniform, recovery ~ softmax(z_rec) over the top-k.
+    for _ in range(n):
+        d = choose(p_sc.log(), sampling=True, generator=rng)
+        u = torch.rand(1, generator=rng).tolist()
+        ratio = float(p_g[d].log() - p_s0[d].log())
+        if verify_ratios([ratio], gamma, sampling=True, uniforms=u) == 1:
+            counts[d] += 1
+            continue
+        ids, values = steering_candidates(p_g.log(), p_s0.log(), alpha=1.0, k=k, policy=CandidatePolicy.GUARDRAIL)
+        pick = choose(recovery_scores(values, p_sc.log()[ids], 1.0), sampling=True, generator=rng)
+        counts[int(ids[pick])] += 1
+    # Assert: Pearson chi-square with 5 degrees of freedom; 20.5 is the 0.999 quantile.
+    chi2 = float((((counts - n * expected) ** 2) / (n * expected)).sum())
+    assert chi2 < 20.5, (counts / n, expected)
+
+
+def test_one_step_law_greedy_is_exact() -> None:
+    p_g = torch.tensor([0.30, 0.25, 0.20, 0.25])
+    p_s0 = torch.tensor([0.10, 0.50, 0.15, 0.25])
+    p_sc = torch.tensor([0.05, 0.70, 0.10, 0.15])
+    d = choose(p_sc.log(), sampling=False)
+    assert d == 1
+    # P_G(1) = 0.25 is not > 0.5 * 0.5: rejected; recovery over top-2 of P_G {0, 1(tie with 3 -> lower index)}.
+    assert verify_ratios([float(p_g[d].log() - p_s0[d].log())], 0.5, sampling=False) == 0
+    ids, values = steering_candidates(p_g.log(), p_s0.log(), alpha=1.0, k=2, policy=CandidatePolicy.GUARDRAIL)
+    assert ids.tolist() == [0, 1]
+    scores = recovery_scores(values, p_sc.log()[ids], 1.0)
+    # z(0) = log .3 - log .1 + log .05 = log .15; z(1) = log .25 - log .5 + log .7 = log .35
+    assert int(ids[choose(scores, sampling=False)]) == 1
+    # With gamma 0.4 the same draft passes (0.25 > 0.2).
+    assert verify_ratios([float(p_g[d].log() - p_s0[d].log())], 0.4, sampling=False) == 1
+
+
+def test_align_segments_cuts_at_shared_boundaries() -> None:
+    # Text "ab cd" committed at 0; Specialist pieces "a","b"," c","d"; Generalist "ab"," cd".
+    segments = align_segments([1, 2, 4, 5], [2, 5], commit_end=0)
+    assert [(s.s_start, s.s_stop, s.g_start, s.g_stop, s.end) for s in segments] == [(0, 2, 0, 1, 2), (2, 4, 1, 2, 5)]
+
+
+def test_align_segments_generalist_token_spanning_the_commit_point_joins_first_segment() -> None:
+    # Committed "xy" (ends at 2); the Generalist re-tokenized "x","yz" from 0; draft "z" ends at 3.
+    segments = align_segments([3], [1, 3], commit_end=2)
+    assert [(s.g_start, s.g_stop) for s in segments] == [(1, 2)]
+
+
+def test_align_segments_never_closes_inside_a_character_or_past_last_shared_boundary() -> None:
+    segments = align_segments([None, 2, 3], [2, 4], commit_end=0)
+    assert [(s.s_start, s.s_stop) for s in segments] == [(0, 2)]  # token 2 ends at 3: not shared
