@@ -1,1 +1,11 @@
-"""audit package."""
+"""The device's tamper-evident egress log and the auditor's tools.
+
+- `audit.merkle`: RFC 9162 Merkle tree hashes, inclusion and consistency proofs.
+- `audit.note`: C2SP signed notes, Ed25519 log keys, tlog-checkpoint bodies.
+- `audit.records`: the record schema (one canonical JSON object per record).
+- `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
+- `audit.egress`: `EgressRecorder`, the one choke point every uplink and downlink passes through.
+- `audit.transcript`: the server's own record of what it received, and its comparison.
+- `audit.verify`: every check an auditor runs, as a `Report`.
+- `audit.cli`: the `audit` command.
+"""

@@ -1,19 +1,278 @@
-"""`audit`: the device's tamper-evident egress log.
+"""`audit`: check a device's egress log, for compliance auditors.
 
-Subcommands arrive with their issues; until then this says so."""
+    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE] [--json]
+    audit show LOG [--json]                         the sessions in a log, one line each
+    audit prove-inclusion LOG INDEX [--size N] [--key PUBKEY] [--json]
+    audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE]
+    audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
+
+Exit status: 0 when everything holds, 1 when a check fails or an input is unusable (one sentence on
+stderr), 2 for a usage error. `verify` exits 0 only if every check passes.
+"""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import json
+import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from audit import merkle, records
+from audit.errors import AuditError, VerificationFailed
+from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
+from audit.note import NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
+from audit.verify import Report, inspect, verify
+from sdk.errors import SpecSteerError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="audit", description="check a SpecSteer device's tamper-evident egress log")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def evidence_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
+        p.add_argument("--checkpoint", type=Path, metavar="PREVIOUS", help="a checkpoint of this log you kept before")
+        p.add_argument(
+            "--server-transcript", type=Path, metavar="FILE", help="the server's record of the uplinks it received"
+        )
+
+    v = sub.add_parser("verify", help="check signatures, history, every uplink and downlink, and session order")
+    v.add_argument("log", type=Path, metavar="LOG", help="the audit log directory")
+    evidence_options(v)
+    v.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+    s = sub.add_parser("show", help="list the sessions in a log")
+    s.add_argument("log", type=Path, metavar="LOG")
+    s.add_argument("--json", action="store_true")
+
+    pi = sub.add_parser("prove-inclusion", help="an RFC 9162 inclusion proof of one record under a signed checkpoint")
+    pi.add_argument("log", type=Path, metavar="LOG")
+    pi.add_argument("index", type=_nonnegative, metavar="INDEX", help="the record's index")
+    pi.add_argument("--size", type=_nonnegative, help="the checkpoint's tree size (default: the latest checkpoint)")
+    pi.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
+    pi.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("export", help="write an evidence bundle: log, checkpoints, public key, report")
+    e.add_argument("log", type=Path, metavar="LOG")
+    e.add_argument("--out", type=Path, required=True, help="a new (or empty) directory for the bundle")
+    evidence_options(e)
+
+    k = sub.add_parser("keygen", help="create a device log key pair")
+    k.add_argument("--name", required=True, help="the key name, also the log's origin (no spaces or '+')")
+    k.add_argument("--out", type=Path, required=True, help="directory for NAME.key (private) and NAME.pub")
+    return parser
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AuditError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _key(path: Path | None) -> VerifierKey | None:
+    return None if path is None else load_verifier_key(path)
+
+
+def _run_checks(args: argparse.Namespace) -> tuple[Report, bool]:
+    kwargs = {
+        "key": _key(args.key),
+        "previous_checkpoint": None if args.checkpoint is None else _read_text(args.checkpoint, "checkpoint"),
+        "server_transcript": args.server_transcript,
+    }
+    try:
+        return verify(args.log, **kwargs), True
+    except VerificationFailed as exc:
+        return exc.report, False
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    report, ok = _run_checks(args)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        sys.stdout.write(report.render())
+    if not ok:
+        failed = ", ".join(c.name for c in report.checks if not c.ok)
+        print(f"audit: verification failed ({failed}); see the report above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    report = inspect(args.log)
+    if args.json:
+        print(
+            json.dumps(
+                {"log": report.log, "records": report.records, "sessions": [s.as_dict() for s in report.sessions]},
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    print(f"audit log {report.log}: {report.records} records, {len(report.sessions)} session(s)")
+    for s in report.sessions:
+        print(
+            f"  session {s.session_id}  records {s.first_record}-{s.last_record}  vocab {s.vocab_size}  k {s.k}  "
+            f"rounds {s.rounds}  up {s.uplinks} msg / {s.uplink_bytes} B  down {s.downlinks} msg / "
+            f"{s.downlink_bytes} B  ended: {s.ended}"
+        )
+    if not report.ok:
+        print("  (this log does not verify; run `audit verify` for the details)")
+    return EXIT_OK
+
+
+def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
+    scan = scan_log(args.log)
+    key = _key(args.key) or verifier_of(args.log)
+    leaves = [r.leaf for r in scan.records]
+    checkpoints = []
+    for stored in scan.checkpoints:
+        try:
+            checkpoints.append(open_checkpoint(stored.note, key))
+        except NoteError:
+            continue  # `audit verify` reports bad checkpoints; a proof needs one good one
+    usable = [cp for cp in checkpoints if cp.size <= len(leaves) and merkle.root(leaves[: cp.size]) == cp.root]
+    if args.size is not None:
+        usable = [cp for cp in usable if cp.size == args.size]
+        if not usable:
+            raise AuditError(f"no valid signed checkpoint of size {args.size} matches this log")
+    usable = [cp for cp in usable if cp.size > args.index]
+    if not usable:
+        raise AuditError(f"no valid signed checkpoint covers record {args.index}")
+    cp = max(usable, key=lambda c: c.size)
+    proof = merkle.inclusion_proof(args.index, leaves[: cp.size])
+    merkle.verify_inclusion(args.index, cp.size, leaves[args.index], proof, cp.root)
+    note = next(s.note for s in scan.checkpoints if _opens_to(s.note, key, cp))
+    try:
+        rec = records.parse(scan.records[args.index].data).describe()
+    except records.RecordError as exc:
+        rec = f"record {args.index} (unreadable: {exc})"
+    out = {
+        "index": args.index,
+        "record": rec,
+        "leaf_hash": base64.b64encode(leaves[args.index]).decode(),
+        "tree_size": cp.size,
+        "root": base64.b64encode(cp.root).decode(),
+        "proof": [base64.b64encode(h).decode() for h in proof],
+        "checkpoint": note,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    print(f"{rec} is included in the log's signed tree of size {cp.size} (proof verified, RFC 9162 §2.1.3)")
+    print(f"leaf hash  {out['leaf_hash']}")
+    print(f"root hash  {out['root']}")
+    for i, h in enumerate(out["proof"]):
+        print(f"proof[{i}]   {h}")
+    print("checkpoint:")
+    sys.stdout.write(note)
+    return EXIT_OK
+
+
+def _opens_to(note: str, key: VerifierKey, cp: object) -> bool:
+    try:
+        return open_checkpoint(note, key) == cp
+    except NoteError:
+        return False
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise AuditError(f"{out} exists and is not an empty directory; the bundle needs a fresh one")
+    scan = scan_log(args.log)  # refuses early if LOG is not a log
+    report, ok = _run_checks(args)
+    out.mkdir(parents=True, exist_ok=True)
+    log_out = out / "log"
+    shutil.copytree(args.log / SEGMENTS_DIR, log_out / SEGMENTS_DIR)
+    for extra in (CHECKPOINTS_FILE, TORN_DIR):
+        src = args.log / extra
+        if src.is_dir():
+            shutil.copytree(src, log_out / extra)
+        elif src.exists():
+            shutil.copy2(src, log_out / extra)
+    cp_dir = out / "checkpoints"
+    cp_dir.mkdir()
+    for stored in scan.checkpoints:
+        (cp_dir / f"{stored.number:06d}.note").write_text(stored.note, encoding="utf-8")
+    if scan.checkpoints:
+        (out / "latest.note").write_text(scan.checkpoints[-1].note, encoding="utf-8")
+    key = _key(args.key)
+    (out / "device.pub").write_text(f"{key or verifier_of(args.log)}\n", encoding="utf-8")
+    (out / "report.txt").write_text(report.render(), encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    manifest = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        manifest.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(out)}")
+    (out / "MANIFEST.sha256").write_text("\n".join(manifest) + "\n", encoding="utf-8")
+    if not ok:
+        print(f"audit: bundle written to {out}, but the log does not verify (see report.txt)", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"evidence bundle written to {out}: the log verifies ({report.records} records)")
+    return EXIT_OK
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    key = SigningKey.generate(args.name)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.name.replace("/", "_")
+    private, public = args.out / f"{stem}.key", args.out / f"{stem}.pub"
+    for path in (private, public):
+        if path.exists():
+            raise AuditError(f"{path} already exists; a log key is never overwritten")
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from the first byte
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(f"{key}\n")
+    public.write_text(f"{key.verifier}\n", encoding="utf-8")
+    print(f"signing key  {private} (keep it on the device)\nverifier key {public} (give it to auditors)")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "verify": _cmd_verify,
+    "show": _cmd_show,
+    "prove-inclusion": _cmd_prove_inclusion,
+    "export": _cmd_export,
+    "keygen": _cmd_keygen,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="audit", description="the device's tamper-evident egress log")
-    parser.parse_args(argv)
-    print("audit: no subcommands in this version yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SpecSteerError as exc:
+        print(f"audit: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"audit: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

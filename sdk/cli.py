@@ -111,7 +111,7 @@ def build_local(
     from server.session import CloudVerifier
 
     # The cloud's generic Specialist copy has the same base weights: in one process, share them.
-    cloud = CloudVerifier(generalist_lm, specialist_lm)
+    cloud = CloudVerifier(generalist_lm, specialist_lm, seed=seed)
     return LocalRun(specialist, InProcessVerifier(cloud.open, vocab_size=specialist_lm.vocab_size))
 
 
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     if params.method.uses_cloud:
         _log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
-    local = build_local(s_lm, g_lm, profile, args.context_entries)
+    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries)
     _log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier)
 

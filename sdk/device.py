@@ -6,6 +6,7 @@ raw public prompt's token IDs, the declared parameters, and token IDs of drafts 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -201,15 +202,39 @@ def _steered_loop(
 def _recover(
     seq: TokenSequence, verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: torch.Generator
 ) -> tuple[int, ...]:
-    """Pick a candidate by v + alpha * log P_S^c (one batched scoring of all candidates)."""
+    """Pick a candidate by v + alpha * log P_S^c."""
     assert verdict.steering is not None
     candidates = verdict.steering.candidates
     if len(candidates) == 1:
         return candidates[0]
     values = torch.tensor(verdict.steering.values, dtype=torch.float32)
-    logp_sc = seq.score_continuations(candidates) if params.alpha != 0 else values
-    scores = recovery_scores(values, logp_sc, params.alpha)
-    return candidates[_draw(scores, params.sampling, options, rng)]
+    if params.alpha == 0:
+        return candidates[_draw(values, params.sampling, options, rng)]
+    if params.sampling:
+        logp_sc = seq.score_continuations(candidates)
+    else:
+        logp_sc = _score_for_argmax(seq, candidates, values, params.alpha)
+    return candidates[_draw(recovery_scores(values, logp_sc, params.alpha), params.sampling, options, rng)]
+
+
+def _score_for_argmax(
+    seq: TokenSequence, candidates: Sequence[tuple[int, ...]], values: torch.Tensor, alpha: float
+) -> torch.Tensor:
+    """log P_S^c of each candidate, exact wherever it can change the argmax.
+
+    A multi-token candidate costs a forward pass, but its log-probability is at most that of its
+    first token. So only multi-token candidates whose first-token bound could beat the best
+    single-token candidate are scored in full; the others keep their bound, which already loses.
+    """
+    first = seq.next_logprobs()[torch.tensor([c[0] for c in candidates])]
+    bound = values + alpha * first
+    single = [len(c) == 1 for c in candidates]
+    best_exact = max((float(bound[i]) for i, s in enumerate(single) if s), default=-math.inf)
+    contenders = [i for i, s in enumerate(single) if not s and float(bound[i]) >= best_exact]
+    logp = first.clone()
+    if contenders:
+        logp[contenders] = seq.score_continuations([candidates[i] for i in contenders])
+    return logp
 
 
 def _check_verdict(verdict: Verdict, drafted: int) -> int:

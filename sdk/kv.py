@@ -26,7 +26,7 @@ class TokenSequence:
             raise ValueError("a token sequence needs at least one prefix token")
         self.model = model
         self.ids: list[int] = list(prefix_ids)
-        self._cache = DynamicCache(config=model.config)
+        self._cache = self._new_cache()
         self._cached = 0
         self._rows: dict[int, torch.Tensor] = {}
         self.forward_passes = 0
@@ -72,19 +72,28 @@ class TokenSequence:
             raise IndexError(f"cannot truncate a sequence of {len(self.ids)} tokens to {n}")
         del self.ids[n:]
         keep = n if n in self._rows else n - 1  # without row n, re-feed the last token
-        if keep < self._cached:
-            self._crop(keep)
+        if keep <= self._cached:
+            self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
         self._rows = {m: row for m, row in self._rows.items() if n <= m <= self._cached}
+
+    def _new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        for layer in cache.layers:
+            # Sliding-window layers otherwise drop states past the window at once, and then
+            # cannot roll back; recording keeps them until the next crop.
+            if hasattr(layer, "activate_past_recording"):
+                layer.activate_past_recording()
+        return cache
 
     def _crop(self, keep: int) -> None:
         try:
-            self._cache.crop(keep)
+            self._cache.crop(keep - self._cached)  # a negative count: tokens to remove
             if self._cache.get_seq_length() != keep:
                 raise ValueError("cache did not crop")
             self._cached = keep
-        except ValueError:
-            # Sliding-window layers past their window cannot crop: rebuild from the start.
-            self._cache = DynamicCache(config=self.model.config)
+        except (ValueError, RuntimeError):
+            # A cache that cannot roll back that far is rebuilt from the start.
+            self._cache = self._new_cache()
             self._cached = 0
 
     def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -14,8 +14,15 @@ CONTEXT_HEADER = "Earlier writing by the same author, for reference:"
 
 
 def task_prompt(subject: str) -> str:
-    """The public prompt of the commit-message task: the subject line only, never the history."""
-    return f"Write the body of a git commit message for this subject line.\n\nSubject: {subject.strip()}"
+    """The public prompt of the commit-message task: the subject line only, never the history.
+
+    Ending on "Body:" gives a base model (the default Generalist) a place to continue from, and
+    the asked-for "plain prose" keeps the small Specialist from answering with Markdown.
+    """
+    return (
+        "Write the body of the git commit message whose subject line is below. Explain what the change does "
+        f"and why, in a few sentences of plain prose.\n\nSubject: {subject.strip()}\n\nBody:"
+    )
 
 
 def render_prompt(lm: CausalLM, prompt: str, context: str | None = None) -> list[int]:

@@ -155,8 +155,10 @@ class CloudSession:
             ids, values = steering_candidates(row_g, row_s0, alpha=alpha, k=params.top_k, policy=params.policy)
             return SteeringVector(tuple((int(i),) for i in ids), tuple(float(v) for v in values))
 
-        pool = 1 if params.method is Method.SD else params.top_k * CANDIDATE_POOL_FACTOR
-        cands = self.g.candidates(row_g, pool)
+        wanted = 1 if params.method is Method.SD else params.top_k
+        cands = self.g.candidates(row_g, wanted * CANDIDATE_POOL_FACTOR)
+        if not cands:  # the top of P_G was all special tokens or partial characters: look further
+            cands = self.g.candidates(row_g, row_g.shape[-1])[:wanted]
         if not cands:
             raise ProtocolError("the Generalist proposed no candidate the Specialist can spell")
         if params.method is Method.SD:

@@ -1,0 +1,158 @@
+"""`EgressRecorder`: the one place every application byte the SDK sends, or receives, passes through.
+
+gRPC interceptors see message objects, not bytes, so the choke point is the channel's own
+serializer: `uplink_serializer(session_id)` serializes an `Uplink`, checks it against the egress
+contract (`audit.contract`), appends the exact bytes to the log, waits for the fsync, and only then
+hands the bytes to gRPC. An uplink that breaks the contract raises `EgressBlocked`: it is neither
+logged nor sent (fail closed). `downlink_deserializer(session_id)` logs the received bytes first
+(evidence, even when malformed), then parses and checks them, raising `ProtocolError` on a breach.
+
+    recorder = EgressRecorder(AuditLog.open(log_dir, signing_key))
+    sid = recorder.begin_session(vocab_size=specialist_vocab_size)
+    call = channel.stream_stream(
+        "/specsteer.v1.Verifier/Session",
+        request_serializer=recorder.uplink_serializer(sid),
+        response_deserializer=recorder.downlink_deserializer(sid),
+    )                                   # one multicallable per session: gRPC gives no per-call hook
+    ...
+    recorder.record_fallback(sid, "verifier-unreachable")   # if the device finishes locally
+
+Keep gRPC compression off on this channel, so the logged bytes are the wire bytes (gRPC adds only
+its 5-byte length prefix). A session ends with its Close uplink or a fallback; a checkpoint is
+signed then. The session ID is random and device-local: it never goes on the wire.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable
+
+from audit import records
+from audit.contract import SessionState, Violation
+from audit.errors import AuditError, EgressBlocked
+from audit.log import AuditLog
+from sdk.errors import ProtocolError
+from sdk.proto import verifier_pb2 as pb
+from sdk.session_types import WIRE_MAX_TOP_K
+
+
+def _describe(violations: list[Violation]) -> str:
+    return "; ".join(v.message for v in violations)
+
+
+class EgressRecorder:
+    """Records uplinks before they are sent and downlinks on receipt, for any number of sessions."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self.log = log
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionState] = {}
+
+    def begin_session(self, *, vocab_size: int, max_top_k: int = WIRE_MAX_TOP_K) -> str:
+        """Start a session: log the Specialist's vocabulary size and the largest k the device accepts."""
+        if not 1 <= vocab_size <= 2**32:
+            raise AuditError(f"vocabulary size must be in [1, 2^32]; got {vocab_size}")
+        if not 1 <= max_top_k <= WIRE_MAX_TOP_K:
+            raise AuditError(f"the session's k cap must be in [1, {WIRE_MAX_TOP_K}]; got {max_top_k}")
+        session_id = secrets.token_hex(16)
+        with self._lock:
+            self.log.append_session(records.KIND_BEGIN, session_id, {"vocab_size": vocab_size, "max_top_k": max_top_k})
+            self._sessions[session_id] = SessionState(session_id, vocab_size, max_top_k)
+        return session_id
+
+    def _state(self, session_id: str) -> SessionState:
+        state = self._sessions.get(session_id)
+        if state is None:
+            raise AuditError(f"session {session_id!r} was not begun by this recorder")
+        return state
+
+    def _after_end(self, state: SessionState, was_ended: bool) -> None:
+        if state.ended and not was_ended:
+            self.log.checkpoint()
+
+    def record_uplink(self, session_id: str, payload: bytes) -> int:
+        """Check and log one serialized `Uplink`; return its record index once it is on disk.
+
+        Raises `EgressBlocked` (and logs nothing) if the bytes break the egress contract: the
+        caller must then not send them.
+        """
+        with self._lock:
+            state = self._state(session_id)
+            violations, commit = state.examine_uplink(payload)
+            if violations:
+                raise EgressBlocked(f"uplink blocked for session {session_id[:8]}…: {_describe(violations)}")
+            was_ended = state.ended
+            index = self.log.append_session(
+                records.KIND_UPLINK, session_id, records.payload_fields("up", payload), payload=payload
+            )
+            commit()
+            self._after_end(state, was_ended)
+            return index
+
+    def record_downlink(self, session_id: str, payload: bytes) -> int:
+        """Log one received `Downlink` as received, then check it; raise `ProtocolError` if it breaks the contract."""
+        with self._lock:
+            state = self._state(session_id)
+            index = self.log.append_session(records.KIND_DOWNLINK, session_id, records.payload_fields("down", payload))
+            violations, commit = state.examine_downlink(payload)
+            if violations:
+                raise ProtocolError(f"downlink rejected (audit record {index}): {_describe(violations)}")
+            commit()
+            return index
+
+    def record_fallback(self, session_id: str, reason: str) -> int:
+        """The device finished this session locally; `reason` is a short identifier, never free text."""
+        if not records.is_identifier(reason):
+            raise AuditError(
+                f"a fallback reason is a short lowercase identifier such as 'verifier-unreachable'; got {reason!r}"
+            )
+        with self._lock:
+            state = self._state(session_id)
+            violations, commit = state.examine_fallback(reason)
+            if violations:
+                raise AuditError(_describe(violations))
+            was_ended = state.ended
+            index = self.log.append_session(records.KIND_FALLBACK, session_id, {"reason": reason})
+            commit()
+            self._after_end(state, was_ended)
+            return index
+
+    def record_guard_decision(self, session_id: str, *, decision: str, count: int, placeholder: str) -> int:
+        """Reserved for the privacy guard: what it decided, how many spans, which placeholder (never the span)."""
+        if not records.is_identifier(decision):
+            raise AuditError(f"a guard decision is a short lowercase identifier such as 'redact'; got {decision!r}")
+        if not records.is_placeholder(placeholder):
+            raise AuditError(f"a placeholder is a short label such as '[EMAIL]'; got {placeholder!r}")
+        if count < 0:
+            raise AuditError(f"a guard decision count is not negative; got {count}")
+        with self._lock:
+            state = self._state(session_id)
+            violations = state.examine_guard()
+            if violations:
+                raise AuditError(_describe(violations))
+            fields = {"decision": decision, "count": count, "placeholder": placeholder}
+            return self.log.append_session(records.KIND_GUARD, session_id, fields)
+
+    # -- gRPC hooks ------------------------------------------------------------------------------
+
+    def uplink_serializer(self, session_id: str) -> Callable[[pb.Uplink], bytes]:
+        """A gRPC `request_serializer`: serialize, check, log (fsync), then return the bytes to send."""
+        self._state(session_id)
+
+        def serialize(message: pb.Uplink) -> bytes:
+            payload = message.SerializeToString(deterministic=True)
+            self.record_uplink(session_id, payload)
+            return payload
+
+        return serialize
+
+    def downlink_deserializer(self, session_id: str) -> Callable[[bytes], pb.Downlink]:
+        """A gRPC `response_deserializer`: log the received bytes, then parse and check them."""
+        self._state(session_id)
+
+        def deserialize(payload: bytes) -> pb.Downlink:
+            self.record_downlink(session_id, payload)
+            return pb.Downlink.FromString(payload)
+
+        return deserialize

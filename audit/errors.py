@@ -1,0 +1,44 @@
+"""The audit package's errors, under the SDK's `SpecSteerError` so one `except` in a CLI catches all.
+
+SpecSteerError
+└── AuditError             anything the audit package refuses, with a one-sentence message
+    ├── KeyFileError       a signing or verifier key that cannot be read or does not match
+    ├── LogCorruptError    a log whose stored bytes are damaged where a crash cannot explain it
+    ├── EgressBlocked      an uplink the recorder refused to log, and so to let leave the device
+    └── VerificationFailed `verify` found at least one failed check (carries the full report)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sdk.errors import SpecSteerError
+
+if TYPE_CHECKING:
+    from audit.verify import Report
+
+
+class AuditError(SpecSteerError):
+    """The audit log, a key or a proof is unusable; the message says which and why."""
+
+
+class KeyFileError(AuditError):
+    """A key file is missing, malformed, or belongs to another log."""
+
+
+class LogCorruptError(AuditError):
+    """Stored log bytes are damaged somewhere other than a torn final write."""
+
+
+class EgressBlocked(AuditError):
+    """An uplink broke the egress contract, so it was neither logged nor sent."""
+
+
+class VerificationFailed(AuditError):
+    """At least one audit check failed; `report` holds every check, passed or not."""
+
+    def __init__(self, report: Report) -> None:
+        failed = [c for c in report.checks if not c.ok]
+        names = ", ".join(c.name for c in failed)
+        super().__init__(f"audit verification failed: {len(failed)} check(s) failed ({names})")
+        self.report = report

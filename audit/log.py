@@ -1,0 +1,554 @@
+"""The append-only audit log: framed records in segments, a Merkle tree over them, signed checkpoints.
+
+Layout of a log directory (created 0700; files 0600):
+
+    segments/seg-<first index, 12 digits>.log   frames, rotated every `segment_records` records
+    checkpoints.jsonl                           one {"note": "<C2SP signed checkpoint>"} per line
+    torn/                                       bytes cut from a torn tail, kept as evidence
+    lock                                        held (flock) by the one process appending
+
+A frame is `length (4 bytes, big-endian) || record || SHA-256(0x00 || record)`: the trailer is the
+record's RFC 9162 leaf hash, so a damaged record names itself and the tree needs no second pass.
+Records are canonical JSON (`audit.records`); record 0 is the log header with the verifier key.
+
+Crash safety: `append` returns only after the frame is written and fsync'ed (and the directory, when
+it made a file), so an acknowledged record survives a crash. A crash mid-append can leave a torn
+final frame; `AuditLog.open` cuts it back to the last complete record, moves the cut bytes to
+`torn/`, and appends a `repair` record saying so, so the cut is never silent. Damage anywhere else
+(a bad frame followed by good ones) is not a crash and is refused (`LogCorruptError`).
+Sessions left unfinished by a dead process are closed with a `fallback` record ("interrupted").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from google.protobuf.message import DecodeError
+
+from audit import merkle, records
+from audit.errors import AuditError, KeyFileError, LogCorruptError
+from audit.note import Checkpoint as CheckpointBody
+from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from sdk.proto import verifier_pb2 as pb
+from sdk.session_types import WIRE_MAX_TOP_K
+
+SEGMENTS_DIR = "segments"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+TORN_DIR = "torn"
+LOCK_FILE = "lock"
+SEGMENT_RE = re.compile(r"seg-(\d{12})\.log")
+HEADER = struct.Struct(">I")
+TRAILER_SIZE = 32
+MAX_RECORD_BYTES = 2 * records.MAX_PAYLOAD_BYTES  # base64 and JSON around the largest payload
+DEFAULT_SEGMENT_RECORDS = 4096
+INTERRUPTED = "interrupted"
+
+
+def segment_name(first_index: int) -> str:
+    return f"seg-{first_index:012d}.log"
+
+
+# -- reading (shared by the writer's recovery and the auditor's read-only verify) ---------------
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    position: int  # where it sits in the log; its `index` field must say the same
+    segment: str
+    offset: int
+    data: bytes
+    leaf: bytes  # leaf_hash(data), recomputed
+    checksum_ok: bool  # the stored trailer matched
+
+    def where(self) -> str:
+        return f"record {self.position} ({self.segment} at byte {self.offset})"
+
+
+@dataclass(frozen=True)
+class TornTail:
+    file: str  # path relative to the log directory
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    number: int  # line number in checkpoints.jsonl, from 0
+    note: str
+
+
+@dataclass
+class LogScan:
+    """Everything read from a log directory, damage included; nothing is repaired here."""
+
+    directory: Path
+    records: list[StoredRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # damage a crash cannot explain
+    torn: list[TornTail] = field(default_factory=list)
+    checkpoints: list[StoredCheckpoint] = field(default_factory=list)
+
+
+def _frame_at(buf: bytes, offset: int) -> tuple[int, bytes, bytes] | None:
+    """(end, record, trailer) of the complete frame at `offset`, or None if it runs past the end."""
+    if offset + HEADER.size > len(buf):
+        return None
+    (length,) = HEADER.unpack_from(buf, offset)
+    end = offset + HEADER.size + length + TRAILER_SIZE
+    if end > len(buf):
+        return None
+    data = buf[offset + HEADER.size : offset + HEADER.size + length]
+    return end, data, buf[end - TRAILER_SIZE : end]
+
+
+def _valid_frame_follows(buf: bytes, offset: int) -> bool:
+    """Whether any intact frame starts at or after `offset` (a crash leaves none behind its tear)."""
+    for start in range(offset, len(buf) - HEADER.size - TRAILER_SIZE + 1):
+        frame = _frame_at(buf, start)
+        if frame is not None:
+            _, data, trailer = frame
+            if len(data) <= MAX_RECORD_BYTES and merkle.leaf_hash(data) == trailer:
+                return True
+    return False
+
+
+def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
+    offset = 0
+    while offset < len(buf):
+        frame = _frame_at(buf, offset)
+        position = len(scan.records)
+        if frame is not None and len(frame[1]) > MAX_RECORD_BYTES:
+            frame = None  # a length no writer produces: the frame header itself is damaged
+        if frame is None or merkle.leaf_hash(frame[1]) != frame[2]:
+            # A crash tears only the final write, so nothing intact may follow a tear.
+            if last and not _valid_frame_follows(buf, offset + 1):
+                reason = "an incomplete frame" if frame is None else "a final frame whose checksum does not match"
+                scan.torn.append(TornTail(f"{SEGMENTS_DIR}/{name}", offset, len(buf) - offset, reason))
+                return
+            if frame is None:
+                scan.problems.append(
+                    f"record {position} ({name} at byte {offset}): the frame is damaged and the rest of the "
+                    f"segment ({len(buf) - offset} bytes) cannot be read"
+                )
+                return
+            end, data, _ = frame
+            scan.records.append(StoredRecord(position, name, offset, data, merkle.leaf_hash(data), False))
+            scan.problems.append(
+                f"record {position} ({name} at byte {offset}): checksum mismatch, its bytes were altered"
+            )
+            offset = end
+            continue
+        end, data, trailer = frame
+        scan.records.append(StoredRecord(position, name, offset, data, trailer, True))
+        offset = end
+
+
+def _read_checkpoints(scan: LogScan) -> None:
+    path = scan.directory / CHECKPOINTS_FILE
+    if not path.exists():
+        return
+    buf = path.read_bytes()
+    offset = 0
+    number = 0
+    while offset < len(buf):
+        nl = buf.find(b"\n", offset)
+        if nl < 0:
+            # The newline is the last byte written, so a line without one is a checkpoint torn by a crash.
+            scan.torn.append(TornTail(CHECKPOINTS_FILE, offset, len(buf) - offset, "an incomplete checkpoint line"))
+            return
+        try:
+            obj = json.loads(buf[offset:nl].decode("utf-8"))
+            if not isinstance(obj, dict) or set(obj) != {"note"} or not isinstance(obj["note"], str):
+                raise ValueError("not a checkpoint entry")
+        except (UnicodeDecodeError, ValueError):
+            scan.problems.append(f"checkpoint {number} ({CHECKPOINTS_FILE} at byte {offset}) is not a valid entry")
+        else:
+            scan.checkpoints.append(StoredCheckpoint(number, obj["note"]))
+        number += 1
+        offset = nl + 1
+
+
+def scan_log(directory: Path) -> LogScan:
+    """Read a log directory without changing it. Raises only if it is not a log at all."""
+    directory = Path(directory)
+    seg_dir = directory / SEGMENTS_DIR
+    if not seg_dir.is_dir():
+        raise AuditError(f"{directory} is not an audit log (no {SEGMENTS_DIR}/ folder)")
+    scan = LogScan(directory)
+    names = sorted(p.name for p in seg_dir.iterdir())
+    segments = [n for n in names if SEGMENT_RE.fullmatch(n)]
+    for stray in sorted(set(names) - set(segments)):
+        scan.problems.append(f"{SEGMENTS_DIR}/{stray} is not a segment of this log")
+    for i, name in enumerate(segments):
+        first = int(SEGMENT_RE.fullmatch(name).group(1))  # type: ignore[union-attr]
+        if first != len(scan.records):
+            missing = (
+                f"records {len(scan.records)} to {first - 1} are missing"
+                if first > len(scan.records)
+                else "it overlaps the previous segment"
+            )
+            scan.problems.append(
+                f"segment {name} starts at record {first} but the log before it holds "
+                f"{len(scan.records)} records: {missing}"
+            )
+        last = i == len(segments) - 1
+        buf = (seg_dir / name).read_bytes()
+        if not buf and not last:
+            scan.problems.append(f"segment {name} is empty but is not the last segment")
+        _scan_segment(scan, name, buf, last=last)
+    _read_checkpoints(scan)
+    return scan
+
+
+def _is_close(payload: bytes) -> bool:
+    try:
+        return pb.Uplink.FromString(payload).WhichOneof("kind") == "close"
+    except DecodeError:
+        return False
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+@dataclass
+class _SessionEntry:
+    next_n: int = 1
+    ended: bool = False
+
+
+class AuditLog:
+    """The device's log. One process appends at a time (a lock file enforces it); appends are thread-safe.
+
+    `open` creates the log on first use (record 0 declares `key`'s verifier key and the protocol's
+    maximum k) and otherwise recovers it: torn tails are cut and recorded, orphaned sessions closed,
+    and a checkpoint signed.
+    """
+
+    def __init__(self, directory: Path, key: SigningKey, *, segment_records: int) -> None:
+        self.directory = directory
+        self.key = key
+        self.segment_records = segment_records
+        self._lock = threading.RLock()
+        self._leaves: list[bytes] = []
+        self._acc = merkle.Accumulator()
+        self._sessions: dict[str, _SessionEntry] = {}
+        self._seg_fd: int | None = None
+        self._seg_first = 0
+        self._lock_fd: int | None = None
+        self._broken: str | None = None
+        self._latest: tuple[int, bytes, str] | None = None  # size, root, note
+        self.repairs: list[TornTail] = []
+        self.interrupted: list[str] = []
+        self._cut_hashes: dict[str, str] = {}
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path | str, key: SigningKey, *, segment_records: int = DEFAULT_SEGMENT_RECORDS) -> Self:
+        if segment_records < 1:
+            raise AuditError("segment_records must be at least 1")
+        directory = Path(directory)
+        log = cls(directory, key, segment_records=segment_records)
+        fresh = not (directory / SEGMENTS_DIR).exists()
+        if fresh and directory.exists() and any(directory.iterdir()):
+            raise AuditError(f"{directory} exists, is not empty, and is not an audit log")
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            log._take_lock()
+            if fresh:
+                log._create()
+            else:
+                log._recover()
+            if log._latest is None or log._latest[0] != log.size:
+                log.checkpoint()
+        except BaseException:
+            log._release()
+            raise
+        return log
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise AuditError(f"the audit log {self.directory} is open in another process") from None
+            raise
+        self._lock_fd = fd
+
+    def _create(self) -> None:
+        (self.directory / SEGMENTS_DIR).mkdir(mode=0o700, exist_ok=True)
+        _fsync_dir(self.directory)
+        _fsync_dir(self.directory.resolve().parent)
+        self._open_segment(0)
+        self.append(
+            records.KIND_HEADER,
+            {
+                "format": records.LOG_FORMAT,
+                "origin": self.key.name,
+                "key": str(self.key.verifier),
+                "max_top_k": WIRE_MAX_TOP_K,
+            },
+        )
+
+    def _recover(self) -> None:
+        scan = scan_log(self.directory)
+        if scan.problems:
+            raise LogCorruptError(f"the audit log {self.directory} is damaged: {scan.problems[0]}")
+        for torn in scan.torn:
+            self._cut(torn)
+        if not scan.records and not scan.checkpoints:
+            # A crash while creating the log, before its header was acknowledged: finish creating it.
+            self._create()
+            self._record_repairs(scan.torn)
+            return
+        parsed: list[records.Record] = []
+        for stored in scan.records:
+            try:
+                rec = records.parse(stored.data)
+            except records.RecordError as exc:
+                raise LogCorruptError(f"{stored.where()} is not a valid record: {exc}") from None
+            if rec.index != stored.position:
+                raise LogCorruptError(f"{stored.where()} says it is record {rec.index}")
+            parsed.append(rec)
+            self._leaves.append(stored.leaf)
+            self._acc.append(stored.leaf)
+        if not parsed or parsed[0].kind != records.KIND_HEADER:
+            raise LogCorruptError(f"the audit log {self.directory} has no header record")
+        declared = parsed[0].fields["key"]
+        if declared != str(self.key.verifier):
+            raise KeyFileError(f"the audit log {self.directory} belongs to key {declared}, not {self.key.verifier}")
+        for rec in parsed:
+            self._track(rec.kind, rec.session, rec.payload)
+        self._load_latest_checkpoint(scan)
+        # The last segment file by name: it may be empty (a crash right after rotating), and then it
+        # already starts at the next index (scan_log checked that).
+        last_segment = max(p.name for p in (self.directory / SEGMENTS_DIR).iterdir())
+        self._open_segment(int(SEGMENT_RE.fullmatch(last_segment).group(1)))  # type: ignore[union-attr]
+        self._record_repairs(scan.torn)
+        for session, entry in list(self._sessions.items()):
+            if not entry.ended:
+                # The process that ran this session is gone (we hold the lock), so it ended here.
+                self.append_session(records.KIND_FALLBACK, session, {"reason": INTERRUPTED})
+                self.interrupted.append(session)
+
+    def _record_repairs(self, torn_tails: Sequence[TornTail]) -> None:
+        for torn in torn_tails:
+            fields = {"file": Path(torn.file).name, "offset": torn.offset, "cut_bytes": torn.length}
+            self.append(records.KIND_REPAIR, {**fields, "cut_sha256": self._cut_hashes[torn.file]})
+            self.repairs.append(torn)
+
+    def _cut(self, torn: TornTail) -> None:
+        """Cut a torn tail back to the last complete record, keeping the cut bytes under torn/."""
+        path = self.directory / torn.file
+        with path.open("r+b") as f:
+            f.seek(torn.offset)
+            cut = f.read()
+            torn_dir = self.directory / TORN_DIR
+            torn_dir.mkdir(mode=0o700, exist_ok=True)
+            keep = torn_dir / f"{path.name}.{torn.offset}.bin"
+            fd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                _write_all(fd, cut)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(torn_dir)
+            f.truncate(torn.offset)
+            f.flush()
+            os.fsync(f.fileno())
+        self._cut_hashes[torn.file] = hashlib.sha256(cut).hexdigest()
+
+    def _load_latest_checkpoint(self, scan: LogScan) -> None:
+        for stored in reversed(scan.checkpoints):
+            try:
+                cp = open_checkpoint(stored.note, self.key.verifier)
+            except NoteError as exc:
+                raise LogCorruptError(f"checkpoint {stored.number} of the audit log does not verify: {exc}") from None
+            if cp.size <= len(self._leaves) and merkle.root(self._leaves[: cp.size]) == cp.root:
+                self._latest = (cp.size, cp.root, stored.note)
+                return
+            raise LogCorruptError(f"checkpoint {stored.number} (size {cp.size}) does not match the stored records")
+
+    def _open_segment(self, first: int) -> None:
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+            self._seg_fd = None
+        seg_dir = self.directory / SEGMENTS_DIR
+        path = seg_dir / segment_name(first)
+        created = not path.exists()
+        self._seg_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._seg_first = first
+        if created:
+            _fsync_dir(seg_dir)
+
+    def _track(self, kind: str, session: str | None, payload: bytes | None) -> None:
+        if session is None:
+            return
+        if kind == records.KIND_BEGIN:
+            self._sessions[session] = _SessionEntry()
+            return
+        entry = self._sessions.setdefault(session, _SessionEntry())
+        entry.next_n += 1
+        if kind == records.KIND_FALLBACK or (
+            kind == records.KIND_UPLINK and payload is not None and _is_close(payload)
+        ):
+            entry.ended = True
+
+    # -- appending -------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return len(self._leaves)
+
+    @property
+    def leaf_hashes(self) -> Sequence[bytes]:
+        return tuple(self._leaves)
+
+    def root(self) -> bytes:
+        return self._acc.root()
+
+    def append(self, kind: str, fields: Mapping[str, Any]) -> int:
+        """Write one record and fsync it; return its index only once it is on disk."""
+        with self._lock:
+            if self._broken is not None:
+                raise AuditError(f"the audit log refuses appends after a failed write ({self._broken}); reopen it")
+            if self._seg_fd is None:
+                raise AuditError("the audit log is closed")
+            index = self.size
+            data = records.build(index, kind, fields)
+            leaf = merkle.leaf_hash(data)
+            if index - self._seg_first >= self.segment_records:
+                self._open_segment(index)
+            try:
+                _write_all(self._seg_fd, HEADER.pack(len(data)) + data + leaf)
+                os.fsync(self._seg_fd)
+            except OSError as exc:
+                # The file may now end in a partial frame; only a reopen may cut it (and record the cut).
+                self._broken = exc.strerror or str(exc)
+                raise AuditError(f"cannot write the audit log: {self._broken}") from None
+            self._leaves.append(leaf)
+            self._acc.append(leaf)
+            return index
+
+    def append_session(
+        self, kind: str, session: str, fields: Mapping[str, Any], *, payload: bytes | None = None
+    ) -> int:
+        """Append a session record, numbering it (`n`) and tracking whether the session has ended."""
+        with self._lock:
+            if kind == records.KIND_BEGIN:
+                if session in self._sessions:
+                    raise AuditError(f"session {session} already exists in this log")
+                n = 0
+            else:
+                entry = self._sessions.get(session)
+                if entry is None:
+                    raise AuditError(f"session {session} was never begun in this log")
+                n = entry.next_n
+            index = self.append(kind, {"session": session, "n": n, **fields})
+            self._track(kind, session, payload)
+            return index
+
+    def session_ended(self, session: str) -> bool:
+        entry = self._sessions.get(session)
+        return entry is not None and entry.ended
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def checkpoint(self) -> str:
+        """Sign and store a checkpoint of the current size (or return the latest if nothing changed)."""
+        with self._lock:
+            if self._latest is not None and self._latest[0] == self.size:
+                return self._latest[2]
+            body = CheckpointBody(self.key.name, self.size, self.root())
+            note = sign_checkpoint(body, self.key)
+            line = json.dumps({"note": note}, ensure_ascii=True).encode() + b"\n"
+            path = self.directory / CHECKPOINTS_FILE
+            created = not path.exists()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                _write_all(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.directory)
+            self._latest = (self.size, body.root, note)
+            return note
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        return None if self._latest is None else self._latest[2]
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._seg_fd is None:
+                return
+            try:
+                if self._broken is None:
+                    self.checkpoint()
+            finally:
+                self._release()
+
+    def _release(self) -> None:
+        if self._seg_fd is not None:
+            os.close(self._seg_fd)
+            self._seg_fd = None
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def verifier_of(directory: Path) -> VerifierKey:
+    """The verifier key a log declares in its header (trust on first use; prefer the auditor's own copy)."""
+    scan = scan_log(directory)
+    if not scan.records:
+        raise AuditError(f"the audit log {directory} has no records")
+    try:
+        header = records.parse(scan.records[0].data)
+    except records.RecordError as exc:
+        raise AuditError(f"the audit log's header record is unreadable: {exc}") from None
+    if header.kind != records.KIND_HEADER:
+        raise AuditError("the audit log's record 0 is not its header")
+    return VerifierKey.parse(header.fields["key"])

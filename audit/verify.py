@@ -1,0 +1,460 @@
+"""`verify`: every check an auditor runs on a device's audit log, as one `Report`.
+
+`verify(...)` returns the report only when every check holds and raises `VerificationFailed`
+(carrying the same report) otherwise, so a caller cannot forget to look at a boolean. Each failure
+message names the record (its position in the log), checkpoint or transcript line at fault.
+
+Checks, in order: log integrity (framing, checksums, segments, record schema, positions); the log
+key; every checkpoint (signature, origin, root over the records, forks, truncation); the auditor's
+previous checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and,
+given one, the server's transcript. The report also says what this proof does not cover.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit import merkle, records
+from audit.contract import Area, SessionState, Violation
+from audit.errors import AuditError, VerificationFailed
+from audit.log import LogScan, StoredRecord, scan_log
+from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
+from audit.transcript import DeviceSession, compare, read_transcript
+from sdk.session_types import WIRE_MAX_TOP_K
+
+NOT_COVERED = (
+    "TLS metadata: the size, timing and number of encrypted records and connections are visible on the network "
+    "and are not in this log.",
+    "The TLS server name (SNI) the device sends in the clear when it connects.",
+    "The client certificate the device presents for mutual TLS, if any.",
+    "DNS lookups the device makes to find the verifier.",
+    "gRPC and HTTP/2 headers (method path, user agent, deadlines, metadata): only message payloads are logged.",
+    "Which text the token IDs encode: the log proves that only token IDs left, not that the prompt was public.",
+    "Egress by code that bypasses the recorder, unless a server transcript is compared (--server-transcript).",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    summary: str
+    failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "summary": self.summary,
+            "failures": list(self.failures),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    first_record: int
+    last_record: int
+    vocab_size: int
+    k: int
+    rounds: int
+    uplinks: int
+    downlinks: int
+    uplink_bytes: int
+    downlink_bytes: int
+    ended: str  # "close", "fallback (<reason>)" or "open"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Report:
+    log: str
+    records: int
+    checks: tuple[Check, ...]
+    sessions: tuple[SessionSummary, ...]
+    not_covered: tuple[str, ...] = NOT_COVERED
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "log": self.log,
+            "ok": self.ok,
+            "records": self.records,
+            "sessions": len(self.sessions),
+            "checks": [c.as_dict() for c in self.checks],
+            "not_covered": list(self.not_covered),
+        }
+
+    def render(self) -> str:
+        failed = sum(not c.ok for c in self.checks)
+        verdict = "VERIFIED" if self.ok else f"FAILED ({failed} of {len(self.checks)} checks failed)"
+        lines = [f"audit log {self.log}: {self.records} records, {len(self.sessions)} sessions: {verdict}", ""]
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.summary}")
+            lines.extend(f"         - {m}" for m in c.failures)
+            lines.extend(f"         note: {m}" for m in c.notes)
+        lines += ["", "This proof does not cover:"]
+        lines.extend(f"  - {m}" for m in self.not_covered)
+        return "\n".join(lines) + "\n"
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Parsed:
+    stored: StoredRecord
+    record: records.Record | None
+
+
+@dataclass
+class _Context:
+    scan: LogScan
+    parsed: list[_Parsed]
+    key: VerifierKey | None = None
+    leaves: list[bytes] = field(default_factory=list)
+
+
+def _integrity(ctx: _Context) -> Check:
+    failures = list(ctx.scan.problems)
+    notes: list[str] = []
+    for torn in ctx.scan.torn:
+        failures.append(
+            f"{torn.file} ends in {torn.reason} ({torn.length} bytes from byte {torn.offset}): a torn write; "
+            "opening the log on the device cuts it back and records the cut"
+        )
+    for p in ctx.parsed:
+        if p.record is None:
+            continue
+        if p.record.index != p.stored.position:
+            detail = (
+                "records before it are missing, or it was moved"
+                if p.record.index > p.stored.position
+                else "it was moved or repeated"
+            )
+            failures.append(f"{p.stored.where()} says it is record {p.record.index}: {detail}")
+        if p.record.kind == records.KIND_HEADER and p.stored.position != 0:
+            failures.append(f"{p.stored.where()} is a second log header")
+        if p.record.kind == records.KIND_REPAIR:
+            f = p.record.fields
+            notes.append(
+                f"record {p.stored.position}: the device cut a torn final write of {f['cut_bytes']} bytes from "
+                f"{f['file']} at byte {f['offset']} (kept under torn/)"
+            )
+    if not ctx.parsed:
+        failures.append("the log holds no records")
+    elif ctx.parsed[0].record is None or ctx.parsed[0].record.kind != records.KIND_HEADER:
+        failures.append("record 0 is not the log header")
+    segments = len({p.stored.segment for p in ctx.parsed})
+    summary = f"{len(ctx.parsed)} records in {segments} segment(s)"
+    summary += ", framing, checksums and record schema intact" if not failures else ""
+    return Check("log integrity", not failures, summary, tuple(failures), tuple(notes))
+
+
+def _parse_records(scan: LogScan) -> tuple[list[_Parsed], list[str]]:
+    parsed: list[_Parsed] = []
+    failures: list[str] = []
+    for stored in scan.records:
+        try:
+            rec: records.Record | None = records.parse(stored.data)
+        except records.RecordError as exc:
+            rec = None
+            failures.append(f"{stored.where()}: {exc}")
+        parsed.append(_Parsed(stored, rec))
+    return parsed, failures
+
+
+def _log_key(ctx: _Context, auditor_key: VerifierKey | None) -> Check:
+    header = ctx.parsed[0].record if ctx.parsed else None
+    declared: VerifierKey | None = None
+    failures: list[str] = []
+    if header is not None and header.kind == records.KIND_HEADER:
+        try:
+            declared = VerifierKey.parse(header.fields["key"])
+        except AuditError as exc:
+            failures.append(f"record 0: the declared log key is unusable: {exc}")
+        else:
+            if header.fields["origin"] != declared.name:
+                failures.append(f"record 0: origin {header.fields['origin']!r} is not the key name {declared.name!r}")
+            if header.fields["max_top_k"] > WIRE_MAX_TOP_K:
+                failures.append(
+                    f"record 0 declares a maximum k of {header.fields['max_top_k']}, above {WIRE_MAX_TOP_K}"
+                )
+    if auditor_key is not None:
+        ctx.key = auditor_key
+        if declared is not None and str(declared) != str(auditor_key):
+            failures.append(f"record 0 declares key {declared}, not the auditor's key {auditor_key}")
+        return Check(
+            "log key", not failures, f"checkpoints are checked against the auditor's key {auditor_key}", tuple(failures)
+        )
+    ctx.key = declared
+    if declared is None:
+        failures.append("no key to check signatures with: the log header is unreadable and no --key was given")
+        return Check("log key", False, "no usable log key", tuple(failures))
+    note = "no --key given: the key declared in the log header was trusted; pass the key you hold to pin it"
+    return Check("log key", not failures, f"the log declares key {declared}", tuple(failures), (note,))
+
+
+def _roots_at(leaves: list[bytes], sizes: set[int]) -> dict[int, bytes]:
+    acc = merkle.Accumulator()
+    out = {0: merkle.EMPTY_ROOT} if 0 in sizes else {}
+    for i, leaf in enumerate(leaves, start=1):
+        acc.append(leaf)
+        if i in sizes:
+            out[i] = acc.root()
+    return out
+
+
+def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
+    failures: list[str] = []
+    notes: list[str] = []
+    valid: list[tuple[int, Checkpoint]] = []
+    if ctx.key is None:
+        return Check("checkpoints", False, "no log key to check them with", ("no usable log key",)), valid
+    for stored in ctx.scan.checkpoints:
+        try:
+            valid.append((stored.number, open_checkpoint(stored.note, ctx.key)))
+        except NoteError as exc:
+            failures.append(f"checkpoint {stored.number}: {exc}")
+    n = len(ctx.leaves)
+    roots = _roots_at(ctx.leaves, {cp.size for _, cp in valid if cp.size <= n})
+    by_size: dict[int, list[tuple[int, Checkpoint]]] = defaultdict(list)
+    for number, cp in valid:
+        by_size[cp.size].append((number, cp))
+    for size, group in sorted(by_size.items()):
+        distinct = {cp.root for _, cp in group}
+        if len(distinct) > 1:
+            numbers = " and ".join(str(num) for num, _ in group)
+            failures.append(f"checkpoints {numbers} both sign size {size} with different roots: a forked history")
+    good_sizes = sorted(cp.size for _, cp in valid if cp.size <= n and roots[cp.size] == cp.root)
+    for number, cp in valid:
+        if cp.size > n:
+            failures.append(
+                f"checkpoint {number} signs {cp.size} records but the log holds only {n}: "
+                f"records {n} to {cp.size - 1} were removed"
+            )
+        elif roots[cp.size] != cp.root:
+            below = max((s for s in good_sizes if s < cp.size), default=0)
+            failures.append(
+                f"checkpoint {number} (size {cp.size}) does not match the records: a record between "
+                f"record {below} and record {cp.size - 1} was changed, removed or moved"
+            )
+    if not ctx.scan.checkpoints:
+        failures.append("the log has no signed checkpoint, so nothing in it is signed")
+    latest = max((cp.size for _, cp in valid), default=0)
+    if valid and latest < n:
+        notes.append(f"records {latest} to {n - 1} are not yet covered by a signed checkpoint")
+    summary = f"{len(ctx.scan.checkpoints)} checkpoint(s)"
+    if not failures:
+        summary += f", all signed by {ctx.key.name}+{ctx.key.id.hex()} and matching the records (latest size {latest})"
+    return Check("checkpoints", not failures, summary, tuple(failures), tuple(notes)), valid
+
+
+def _previous(ctx: _Context, note: str, valid: list[tuple[int, Checkpoint]]) -> Check:
+    name = "previous checkpoint"
+    if ctx.key is None:
+        return Check(name, False, "no log key to check it with", ("no usable log key",))
+    try:
+        prev = open_checkpoint(note, ctx.key)
+    except NoteError as exc:
+        return Check(name, False, "the auditor's checkpoint does not verify", (f"previous checkpoint: {exc}",))
+    n = len(ctx.leaves)
+    failures: list[str] = []
+    if prev.size > n:
+        failures.append(
+            f"your checkpoint signs {prev.size} records but the log holds only {n}: "
+            f"records {n} to {prev.size - 1} were removed (the log was truncated below it)"
+        )
+    else:
+        for number, cp in valid:
+            if cp.size == prev.size and cp.root != prev.root:
+                failures.append(
+                    f"checkpoint {number} and your checkpoint both sign size {cp.size} with different roots: "
+                    "a forked history"
+                )
+        latest = max(((num, cp) for num, cp in valid if cp.size <= n), key=lambda x: x[1].size, default=None)
+        if latest is not None and latest[1].size >= prev.size > 0:
+            num, cp = latest
+            proof = merkle.consistency_proof(prev.size, ctx.leaves[: cp.size]) if prev.size < cp.size else []
+            try:
+                merkle.verify_consistency(prev.size, cp.size, prev.root, cp.root, proof)
+            except merkle.ProofError as exc:
+                failures.append(
+                    f"your checkpoint (size {prev.size}) is not consistent with checkpoint {num} (size {cp.size}): "
+                    f"{exc}; records 0 to {prev.size - 1} were rewritten"
+                )
+        elif merkle.root(ctx.leaves[: prev.size]) != prev.root:
+            failures.append(
+                f"records 0 to {prev.size - 1} do not hash to your checkpoint's root: history was rewritten"
+            )
+    summary = f"your checkpoint of size {prev.size}"
+    summary += " is consistent with the log (RFC 9162 consistency proof verified)" if not failures else ""
+    return Check(name, not failures, summary, tuple(failures))
+
+
+def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[DeviceSession]]:
+    found: dict[Area, list[str]] = {a: [] for a in Area}
+    counts = {Area.UPLINK: 0, Area.DOWNLINK: 0}
+    notes: list[str] = []
+    header_k = WIRE_MAX_TOP_K
+    if ctx.parsed and ctx.parsed[0].record is not None and ctx.parsed[0].record.kind == records.KIND_HEADER:
+        header_k = min(header_k, ctx.parsed[0].record.fields["max_top_k"])
+    states: dict[str, SessionState] = {}
+    next_n: dict[str, int] = {}
+    spans: dict[str, list[int]] = {}
+    uplinks: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    counters: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+
+    def report(rec: records.Record, violations: list[Violation]) -> None:
+        for v in violations:
+            found[v.area].append(f"{rec.describe()}: {v.message}")
+
+    for p in ctx.parsed:
+        rec = p.record
+        if rec is None or rec.session is None:
+            continue
+        sid, n = rec.session, rec.fields["n"]
+        if rec.kind == records.KIND_BEGIN:
+            if sid in states:
+                found[Area.SESSION].append(f"{rec.describe()}: session {sid[:8]}… begins a second time")
+                continue
+            vocab, k = rec.fields["vocab_size"], rec.fields["max_top_k"]
+            report(rec, SessionState.begin_violations(vocab, k))
+            if k > header_k:
+                found[Area.DOWNLINK].append(f"{rec.describe()}: allows k = {k}, above the log's maximum {header_k}")
+            states[sid] = SessionState(sid, vocab, k)
+            next_n[sid] = 1
+            spans[sid] = [rec.index, rec.index]
+            continue
+        state = states.get(sid)
+        if state is None:
+            found[Area.SESSION].append(f"{rec.describe()}: belongs to a session that never began")
+            continue
+        spans[sid][1] = rec.index
+        if n != next_n[sid]:
+            what = "a record of this session is missing" if n > next_n[sid] else "records were reordered or repeated"
+            found[Area.SESSION].append(f"{rec.describe()}: expected n={next_n[sid]}, found n={n}: {what}")
+        next_n[sid] = max(next_n[sid], n) + 1
+        if rec.kind == records.KIND_UPLINK:
+            assert rec.payload is not None
+            counts[Area.UPLINK] += 1
+            counters[sid][0] += 1
+            uplinks[sid].append((rec.index, rec.fields["sha256"]))
+            violations, commit = state.examine_uplink(rec.payload)
+        elif rec.kind == records.KIND_DOWNLINK:
+            assert rec.payload is not None
+            counts[Area.DOWNLINK] += 1
+            counters[sid][1] += 1
+            violations, commit = state.examine_downlink(rec.payload)
+        elif rec.kind == records.KIND_FALLBACK:
+            violations, commit = state.examine_fallback(rec.fields["reason"])
+        else:
+            violations, commit = state.examine_guard(), lambda: None
+        report(rec, violations)
+        commit()  # the verifier always advances, so one bad record does not hide the next
+
+    summaries: list[SessionSummary] = []
+    device: list[DeviceSession] = []
+    for sid, state in states.items():
+        first, last = spans[sid]
+        if not state.ended:
+            found[Area.SESSION].append(
+                f"session {sid[:8]}… (records {first} to {last}) has neither a Close nor a recorded fallback"
+            )
+        ended = {"closed": "close", "fell back": f"fallback ({state.fallback_reason})"}.get(state.phase.value, "open")
+        summaries.append(
+            SessionSummary(
+                sid, first, last, state.vocab_size, state.k if state.top_k else state.max_top_k, state.rounds,
+                counters[sid][0], counters[sid][1], state.uplink_bytes, state.downlink_bytes, ended,
+            )
+        )  # fmt: skip
+        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back"))
+    interrupted = [s for s in summaries if s.ended == "fallback (interrupted)"]
+    if interrupted:
+        notes.append(f"{len(interrupted)} session(s) were interrupted (the device process ended mid-session)")
+    checks = [
+        _area_check(
+            "uplinks",
+            found[Area.UPLINK],
+            f"{counts[Area.UPLINK]} uplink(s): parse with no unknown fields, re-serialize to the same bytes, "
+            "carry only in-vocabulary token IDs and bounded declared parameters",
+        ),
+        _area_check(
+            "downlinks",
+            found[Area.DOWNLINK],
+            f"{counts[Area.DOWNLINK]} downlink(s): at most k candidates (k <= {WIRE_MAX_TOP_K}), finite values, "
+            "in-vocabulary tokens",
+        ),
+        _area_check(
+            "session structure",
+            found[Area.SESSION],
+            f"{len(states)} session(s): Open first, rounds in order without gaps, each ended by Close or a fallback",
+            notes,
+        ),
+    ]
+    return checks, summaries, device
+
+
+def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str] | None = None) -> Check:
+    summary = summary_ok if not failures else f"{len(failures)} violation(s)"
+    return Check(name, not failures, summary, tuple(failures), tuple(notes or ()))
+
+
+def _transcript(device: list[DeviceSession], path: Path) -> Check:
+    result = compare(device, read_transcript(path))
+    summary = f"{result.matched} server stream(s) match device sessions hash for hash"
+    if result.failures:
+        summary = f"{len(result.failures)} mismatch(es) between the server's transcript and the device's log"
+    return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(result.notes))
+
+
+def inspect(
+    log_dir: Path | str,
+    *,
+    key: VerifierKey | None = None,
+    previous_checkpoint: str | None = None,
+    server_transcript: Path | str | None = None,
+) -> Report:
+    """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure."""
+    scan = scan_log(Path(log_dir))
+    parsed, parse_failures = _parse_records(scan)
+    ctx = _Context(scan, parsed, leaves=[s.leaf for s in scan.records])
+    integrity = _integrity(ctx)
+    if parse_failures:
+        integrity = Check(
+            integrity.name, False, integrity.summary, integrity.failures + tuple(parse_failures), integrity.notes
+        )
+    checks = [integrity, _log_key(ctx, key)]
+    cp_check, valid = _checkpoints(ctx)
+    checks.append(cp_check)
+    if previous_checkpoint is not None:
+        checks.append(_previous(ctx, previous_checkpoint, valid))
+    session_checks, summaries, device = _sessions(ctx)
+    checks.extend(session_checks)
+    if server_transcript is not None:
+        checks.append(_transcript(device, Path(server_transcript)))
+    return Report(str(log_dir), len(scan.records), tuple(checks), tuple(summaries))
+
+
+def verify(
+    log_dir: Path | str,
+    *,
+    key: VerifierKey | None = None,
+    previous_checkpoint: str | None = None,
+    server_transcript: Path | str | None = None,
+) -> Report:
+    """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise."""
+    report = inspect(log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript)
+    if not report.ok:
+        raise VerificationFailed(report)
+    return report

@@ -1,0 +1,296 @@
+"""One device's side of a round: eligibility, its state folder, and what it trains and sends.
+
+The device's state folder (node config ``state-dir``) survives restarts::
+
+    ledger.json        the ε ledger (federation.ledger)
+    personal/          the personal adapter — never sent anywhere
+    global/v<N>/       the global adapter versions it received (the newest few)
+    rounds.jsonl       its own log: what it trained and its held-out losses (stays local)
+
+Node config (``flower-supernode --node-config``), all optional except the data:
+
+    data-file          the user's history: a profile file, or a dataset JSONL with one user a line
+    user-id            which user of a multi-user file (or ``partition-id``, as Flower's simulation sets)
+    state-dir          the folder above (default: ~/.specsteer/federation/device-<user>)
+    epsilon-budget     total ε this device will ever spend (default 8)
+    eligibility-file   JSON {"idle": bool, "charging": bool, "unmetered": bool}, re-read every message
+    idle, charging, unmetered   the same flags given directly (used when there is no file)
+    threads            torch threads for training
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
+from federation.ledger import Ledger
+from federation.store import AdapterStore, version_dir
+from federation.task import (
+    GLOBAL,
+    PERSONAL,
+    DPRoundResult,
+    SpecialistWithAdapters,
+    TaskConfig,
+    device_datasets,
+    evaluate_loss,
+    load_user,
+    specialist_for,
+    train_global_dp,
+    train_personal,
+)
+from sdk.errors import ConfigError
+
+__all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "NotEligible", "Policy"]
+
+DEFAULT_EPSILON_BUDGET = 8.0
+KEEP_GLOBAL_VERSIONS = 3
+FLAGS = ("idle", "charging", "unmetered")
+
+
+class NotEligible(ConfigError):
+    """The device's eligibility flags say it must not take part right now."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which eligibility flags a run requires (run config ``require-idle`` etc.)."""
+
+    idle: bool = True
+    charging: bool = True
+    unmetered: bool = True
+
+    @classmethod
+    def from_run_config(cls, config: Mapping[str, Any]) -> Policy:
+        return cls(**{flag: _as_bool(config.get(f"require-{flag}", True)) for flag in FLAGS})
+
+
+@dataclass
+class Device:
+    """A device's configuration and state folder; methods run one round's work on it."""
+
+    data_file: Path
+    state_dir: Path
+    cfg: TaskConfig
+    user_id: str | None = None
+    partition_id: int | None = None
+    epsilon_budget: float = DEFAULT_EPSILON_BUDGET
+    eligibility_file: Path | None = None
+    flags: dict[str, bool] | None = None
+    cache_dir: Path | None = None
+
+    @classmethod
+    def from_configs(cls, node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> Device:
+        if "data-file" not in node_config:
+            raise ConfigError("This SuperNode has no data-file in its node config; a device needs its history.")
+        cfg = TaskConfig.from_run_config(run_config)
+        user_id = node_config.get("user-id")
+        partition = node_config.get("partition-id")
+        default_state = Path.home() / ".specsteer" / "federation" / f"device-{user_id or partition or 'default'}"
+        flags = {f: _as_bool(node_config[f]) for f in FLAGS if f in node_config} or None
+        threads = node_config.get("threads")
+        if threads is not None and int(threads) > 0:
+            torch.set_num_threads(int(threads))
+        return cls(
+            data_file=Path(str(node_config["data-file"])).expanduser(),
+            state_dir=Path(str(node_config.get("state-dir", default_state))).expanduser(),
+            cfg=cfg,
+            user_id=str(user_id) if user_id is not None else None,
+            partition_id=int(partition) if partition is not None else None,
+            epsilon_budget=float(node_config.get("epsilon-budget", DEFAULT_EPSILON_BUDGET)),
+            eligibility_file=Path(str(node_config["eligibility-file"])) if "eligibility-file" in node_config else None,
+            flags=flags,
+            cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,
+        )
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "ledger.json"
+
+    @property
+    def personal_dir(self) -> Path:
+        return self.state_dir / PERSONAL
+
+    @property
+    def global_dir(self) -> Path:
+        return self.state_dir / GLOBAL
+
+    def ledger(self) -> Ledger:
+        return Ledger.load(
+            self.ledger_path, epsilon_budget=self.epsilon_budget, delta=self.cfg.delta, accountant=self.cfg.accountant
+        )
+
+    def current_global_version(self) -> int | None:
+        """The newest global version this device holds (the one to declare as ``adapter_version``)."""
+        return AdapterStore(self.global_dir).latest()
+
+    def check_eligible(self, policy: Policy) -> None:
+        """Raise `NotEligible` unless every flag the run requires is set right now."""
+        flags = self.read_flags()
+        missing = [f for f in FLAGS if getattr(policy, f) and not flags.get(f, False)]
+        if missing:
+            raise NotEligible(f"Device not eligible for this round: not {', not '.join(missing)}.")
+
+    def read_flags(self) -> dict[str, bool]:
+        if self.eligibility_file is not None:
+            try:
+                data = json.loads(self.eligibility_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                # An unreadable status file means the device cannot vouch for its state: sit out.
+                return dict.fromkeys(FLAGS, False)
+            return {f: _as_bool(data.get(f, False)) for f in FLAGS}
+        if self.flags is not None:
+            return {f: self.flags.get(f, False) for f in FLAGS}
+        return dict.fromkeys(FLAGS, True)  # no status source configured: a plugged-in test machine
+
+    # --- rounds --------------------------------------------------------------------------------
+
+    def _prepare(self, arrays: Mapping[str, np.ndarray], version: int) -> tuple[SpecialistWithAdapters, Any, Any]:
+        sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
+        data = load_user(self.data_file, user_id=self.user_id, index=self.partition_id)
+        train_set, eval_set = device_datasets(sw, data, self.cfg)
+        sw.set_adapter_weights(GLOBAL, arrays)
+        self._keep_global(arrays, version, sw)
+        self._load_personal(sw)
+        return sw, train_set, eval_set
+
+    def train_round(
+        self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
+    ) -> DPRoundResult:
+        """Train personal (kept) then global with DP (returned); refuses if ineligible or out of budget."""
+        self.check_eligible(policy)
+        ledger = self.ledger() if self.cfg.dp else None
+        sw, train_set, eval_set = self._prepare(arrays, version)
+        if ledger is not None and len(train_set) and self.cfg.dp_steps:
+            from federation.task import dp_sample_rate
+
+            # Before touching the data: an exhausted device does no work at all.
+            ledger.check(
+                self.cfg.noise_multiplier, dp_sample_rate(len(train_set), self.cfg.batch_size), self.cfg.dp_steps
+            )
+        seed = _device_seed(self, run_id, server_round)
+        personal_loss = train_personal(sw, train_set, self.cfg, seed=seed)
+        self._save_personal(sw, version)
+        result = train_global_dp(
+            sw,
+            train_set,
+            self.cfg,
+            ledger,
+            run_id=run_id,
+            server_round=server_round,
+            adapter_version=version,
+            seed=seed,
+        )
+        self._log(
+            {
+                "event": "train",
+                "run_id": run_id,
+                "server_round": server_round,
+                "adapter_version_in": version,
+                "examples": len(train_set),
+                "personal_loss": personal_loss,
+                "dp_steps": result.steps,
+                "epsilon": result.epsilon,
+                "update_norm": result.update_norm,
+            }
+        )
+        return result
+
+    def evaluate_round(
+        self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
+    ) -> dict[str, float]:
+        """Keep the new global version and measure held-out loss with and without the personal adapter."""
+        self.check_eligible(policy)
+        sw, _, eval_set = self._prepare(arrays, version)
+        metrics = {
+            "loss-global": evaluate_loss(sw, eval_set, [GLOBAL]),
+            "loss-personal": evaluate_loss(sw, eval_set, [GLOBAL, PERSONAL]),
+            "eval-examples": float(len(eval_set)),
+        }
+        self._log(
+            {"event": "evaluate", "run_id": run_id, "server_round": server_round, "adapter_version": version, **metrics}
+        )
+        return metrics
+
+    def status(self) -> dict[str, Any]:
+        ledger = self.ledger()
+        personal = None
+        if (self.personal_dir / "manifest.json").is_file():
+            personal = read_adapter(self.personal_dir, kind=PERSONAL).manifest
+        return {
+            "state_dir": str(self.state_dir),
+            "global_versions": AdapterStore(self.global_dir).versions(),
+            "personal": personal,
+            "epsilon_spent": ledger.epsilon_spent,
+            "epsilon_budget": ledger.epsilon_budget,
+            "delta": ledger.delta,
+            "accountant": ledger.accountant,
+            "dp_rounds": len(ledger.rounds),
+            "refusals": ledger.refusals,
+        }
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _keep_global(self, arrays: Mapping[str, np.ndarray], version: int, sw: SpecialistWithAdapters) -> None:
+        folder = version_dir(self.global_dir, version)
+        if (folder / "manifest.json").is_file():
+            return
+        self.global_dir.mkdir(parents=True, exist_ok=True)
+        write_adapter(folder, arrays, sw.lora_config_dict(), kind=GLOBAL, base=sw.fingerprint, version=version)
+        for old in AdapterStore(self.global_dir).versions()[:-KEEP_GLOBAL_VERSIONS]:
+            shutil.rmtree(version_dir(self.global_dir, old), ignore_errors=True)
+
+    def _load_personal(self, sw: SpecialistWithAdapters) -> None:
+        if (self.personal_dir / "manifest.json").is_file():
+            folder = read_adapter(self.personal_dir, kind=PERSONAL)
+            if folder.base != sw.fingerprint:
+                raise AdapterError(f"The personal adapter in {self.personal_dir} belongs to another base model.")
+            sw.set_adapter_weights(PERSONAL, load_tensors(folder))
+        else:
+            # The shared in-process model may hold another device's personal weights: start fresh.
+            sw.reset_adapter(PERSONAL, seed=_device_seed(self, 0, 0))
+
+    def _save_personal(self, sw: SpecialistWithAdapters, version: int) -> None:
+        write_adapter(
+            self.personal_dir,
+            sw.get_adapter(PERSONAL),
+            sw.lora_config_dict(),
+            kind=PERSONAL,
+            base=sw.fingerprint,
+            extra={"trained_on_global_version": version},
+        )
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with (self.state_dir / "rounds.jsonl").open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"time": time.time(), **clean}) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def _device_seed(device: Device, run_id: int, server_round: int) -> int:
+    import hashlib
+
+    key = f"{device.user_id}|{device.partition_id}|{device.state_dir}|{run_id}|{server_round}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    return str(value).strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,184 @@
+"""In-process simulation: the real ServerApp and ClientApp objects, joined by an in-memory Grid.
+
+Flower's own simulation engine needs Ray, which would start a cluster on a 2-core machine for a
+handful of devices. `LocalGrid` implements Flower's `Grid` interface instead: messages pushed by
+the ServerApp's strategy are delivered to each node's ClientApp (Flower's dispatch, mods and all)
+in this process, one after another, and the replies come back through `pull_messages`. Every
+reply is deflated into the exact objects Flower would push over the network, so tests can
+inspect (and count) what a device sends.
+
+A node can be made to drop out: ``dropout(message) -> True`` makes it vanish for that message
+(no reply, like a phone that loses its connection), and a ClientApp that raises is turned into an
+error reply, as a SuperNode does.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+__all__ = ["LocalGrid", "SimNode", "deflated_bytes", "run_in_process"]
+
+
+def deflated_bytes(message: Message) -> list[bytes]:
+    """The serialized objects Flower pushes for `message` (the message, its records, its arrays)."""
+    return [obj.deflate() for obj in get_all_nested_objects(message).values()]
+
+
+@dataclass
+class SimNode:
+    """One simulated SuperNode: a ClientApp with its node config and its run-long context state."""
+
+    node_id: int
+    node_config: dict[str, Any]
+    app: ClientApp
+    dropout: Callable[[Message], bool] | None = None
+    state: RecordDict = field(default_factory=RecordDict)
+
+
+@dataclass
+class Delivery:
+    """A message as delivered and, unless the node dropped out, its reply and the reply's bytes."""
+
+    message: Message
+    reply: Message | None
+    sent_bytes: list[bytes]
+
+
+class LocalGrid(Grid):
+    """A Flower `Grid` whose SuperNodes are ClientApps in this process."""
+
+    def __init__(self, nodes: Sequence[SimNode], *, run_id: int, run_config: Mapping[str, Any]) -> None:
+        self.nodes = {n.node_id: n for n in nodes}
+        self.run_config = dict(run_config)
+        self._run = Run.create_empty(run_id)
+        self._pending: dict[str, Message] = {}
+        self._replies: dict[str, Message] = {}
+        self.deliveries: list[Delivery] = []
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.nodes)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            if msg.metadata.dst_node_id not in self.nodes:
+                raise ValueError(f"no node {msg.metadata.dst_node_id} in this simulation")
+            message_id = uuid.uuid4().hex
+            # Flower's grids stamp these fields the same way (the Message API has no setters for them).
+            msg.metadata.__dict__["_message_id"] = message_id
+            msg.metadata.__dict__["_run_id"] = self._run.run_id
+            msg.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            self._pending[message_id] = msg
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        out = []
+        for message_id in message_ids:
+            if message_id in self._pending:
+                self._deliver(message_id, self._pending.pop(message_id))
+            if message_id in self._replies:
+                out.append(self._replies.pop(message_id))
+        return out
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        # Delivery is synchronous, so one pull collects every reply there will ever be; a node that
+        # dropped out simply has none, exactly as if the timeout had expired.
+        return list(self.pull_messages(list(self.push_messages(messages))))
+
+    def _deliver(self, message_id: str, msg: Message) -> None:
+        node = self.nodes[msg.metadata.dst_node_id]
+        if node.dropout is not None and node.dropout(msg):
+            self.deliveries.append(Delivery(msg, None, []))
+            return
+        # Each node gets its own copy, as it would after the network: no shared Python objects.
+        delivered = Message(copy.deepcopy(msg.content), metadata=copy.deepcopy(msg.metadata))
+        context = Context(
+            run_id=self._run.run_id,
+            node_id=node.node_id,
+            node_config=dict(node.node_config),
+            state=node.state,
+            run_config=dict(self.run_config),
+        )
+        try:
+            reply = node.app(delivered, context)
+        except Exception as exc:  # a crashing ClientApp becomes an error reply, as on a SuperNode
+            reason = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+            reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=delivered)
+        reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        self._replies[message_id] = reply
+        self.deliveries.append(Delivery(msg, reply, deflated_bytes(reply)))
+
+
+_RUN_IDS = itertools.count(1)
+
+
+def run_in_process(
+    run_config: Mapping[str, Any],
+    node_configs: Sequence[Mapping[str, Any]],
+    *,
+    server_app: ServerApp | None = None,
+    client_app: ClientApp | None = None,
+    run_id: int | None = None,
+    dropouts: Mapping[int, Callable[[Message], bool]] | None = None,
+) -> tuple[dict[str, Any], LocalGrid]:
+    """Run the ServerApp against one ClientApp per node config; returns (run summary, grid).
+
+    `dropouts` maps a node's index to a predicate that makes it vanish for a message.
+    """
+    from federation.client_app import app as default_client
+    from federation.server_app import RUN_LOG
+    from federation.server_app import app as default_server
+
+    client = client_app or default_client
+    server = server_app or default_server
+    rid = run_id if run_id is not None else int(uuid.uuid4().int % 2**62) or next(_RUN_IDS)
+    nodes = [
+        SimNode(node_id=1000 + i, node_config=dict(cfg), app=client, dropout=(dropouts or {}).get(i))
+        for i, cfg in enumerate(node_configs)
+    ]
+    grid = LocalGrid(nodes, run_id=rid, run_config=run_config)
+    context = Context(
+        run_id=rid, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(), run_config=dict(run_config)
+    )
+    # Flower stamps new messages with the identity of the process's task; in a deployment the
+    # runtime sets it, here this process is the ServerApp's task.
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = rid, SUPERLINK_NODE_ID, 0
+    try:
+        server(grid, context)
+    finally:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+    log = Path(str(run_config["server-state-dir"])).expanduser() / RUN_LOG
+    summaries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    mine = [s for s in summaries if s.get("run_id") == rid]
+    return (mine[-1] if mine else {}), grid

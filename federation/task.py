@@ -1,0 +1,592 @@
+"""Everything the Flower apps do to a Specialist: adapters, data, DP training, evaluation.
+
+"Thin apps, fat task": `client_app.py` and `server_app.py` only move records around; the work
+is here so it can be tested without Flower.
+
+The Specialist carries two LoRA adapters (FedPer / FDLoRA pattern):
+
+* ``global`` — federated. Each round the device trains it with DP-SGD (Opacus) on its history,
+  with the personal adapter *disabled*, so the arrays it sends are a DP release of its data
+  whatever the personal adapter holds. Only this adapter's arrays leave the device.
+* ``personal`` — trained on the device on top of the (frozen) global adapter, never sent.
+
+The training task is the product's own: given a subject line, write the body. A training
+sequence is exactly what inference feeds the Specialist in slm-rag mode — the retrieved context
+and `task_prompt(subject)` through `render_prompt` — followed by the body and an end token; the
+loss covers the body only and is averaged per sequence (each sequence is one DP "example").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import secrets
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from federation.adapters import base_fingerprint
+from federation.ledger import Ledger
+from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
+from sdk.errors import ConfigError, ProfileError
+from sdk.models import CausalLM, load_causal_lm
+from sdk.prompts import render_prompt, task_prompt
+
+__all__ = [
+    "ADAPTERS",
+    "DPRoundResult",
+    "DeviceData",
+    "Example",
+    "SpecialistWithAdapters",
+    "TaskConfig",
+    "build_examples",
+    "evaluate_loss",
+    "load_user",
+    "per_sequence_loss",
+    "train_global_dp",
+    "train_personal",
+]
+
+GLOBAL = "global"
+PERSONAL = "personal"
+ADAPTERS = (GLOBAL, PERSONAL)
+_MIN_TARGET_TOKENS = 8
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Training settings shared by the server and every device of a run (Flower's run config).
+
+    In the run config keys are spelled with hyphens (``lora-rank``); `from_run_config` maps them.
+    """
+
+    model: str = "smollm2-135m-instruct"
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_targets: str = ",".join(ALL_LINEAR)
+    max_len: int = 256  # tokens per training sequence, prompt + body
+    context_entries: int = 3  # retrieved profile entries, as in slm-rag inference
+    context_chars: int = 600  # smaller than inference's 1800 to keep CPU training affordable
+    holdout: int = 4  # newest profile entries kept out of training for on-device evaluation
+    batch_size: int = 4  # expected DP batch (Poisson sampling) and the personal batch
+    dp: bool = True
+    dp_steps: int = 4  # DP-SGD steps on the global adapter per round
+    lr: float = 0.02
+    noise_multiplier: float = 1.0
+    max_grad_norm: float = 1.0
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    personal_steps: int = 8
+    personal_lr: float = 0.002
+    seed: int = 0
+
+    @classmethod
+    def from_run_config(cls, config: Mapping[str, Any]) -> TaskConfig:
+        """Read the fields this class knows from a Flower run config; unknown keys belong to others."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = f.name.replace("_", "-")
+            if key not in config:
+                continue
+            raw = config[key]
+            default = getattr(cls, f.name)
+            try:
+                if isinstance(default, bool):
+                    value: Any = raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
+                elif isinstance(default, int):
+                    value = int(raw)
+                elif isinstance(default, float):
+                    value = float(raw)
+                else:
+                    value = str(raw)
+            except (TypeError, ValueError):
+                raise ConfigError(f"Run config {key!r} must be a {type(default).__name__}, not {raw!r}.") from None
+            values[f.name] = value
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        positive = ("lora_rank", "lora_alpha", "max_len", "batch_size", "max_grad_norm", "noise_multiplier")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be positive, not {getattr(self, name)!r}.")
+        for name in ("dp_steps", "personal_steps", "holdout", "context_entries"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)!r}.")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"delta must be strictly between 0 and 1, not {self.delta!r}.")
+        if not self.targets:
+            raise ConfigError("lora-targets names no module.")
+
+    @property
+    def targets(self) -> list[str]:
+        return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
+
+    def as_run_config(self) -> dict[str, bool | int | float | str]:
+        return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    """One user's data as a device holds it: the private history, and (dataset files) queries."""
+
+    user_id: str | None
+    profile: Profile
+    queries: tuple[dict[str, Any], ...] = ()
+
+
+def load_user(path: str | Path, *, user_id: str | None = None, index: int | None = None) -> DeviceData:
+    """One user from a profile file or a dataset file (JSONL, one user object per line).
+
+    A multi-user file needs `user_id` or `index` (Flower's ``partition-id``) to pick the device's user.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ProfileError(f"Cannot read the device data {p}: {exc.strerror or exc}.") from None
+    users: list[dict[str, Any]] = []
+    if p.suffix.lower() in (".jsonl", ".ndjson"):
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise ProfileError(f"Cannot read the device data {p}: line {lineno} is not valid JSON.") from None
+            if isinstance(obj, dict) and "profile" in obj:
+                users.append(obj)
+    if not users:
+        # A plain profile file (one user): the SDK's own reader handles every accepted shape.
+        return DeviceData(None, Profile.from_file(p))
+    if user_id is not None:
+        chosen = [u for u in users if u.get("user_id") == user_id]
+        if not chosen:
+            raise ProfileError(f"User {user_id!r} is not in {p}.")
+        obj = chosen[0]
+    elif index is not None:
+        if not 0 <= index < len(users):
+            raise ProfileError(f"{p} holds {len(users)} users; there is no user number {index}.")
+        obj = users[index]
+    elif len(users) == 1:
+        obj = users[0]
+    else:
+        raise ProfileError(f"{p} holds {len(users)} users; say which one this device is (user-id or partition-id).")
+    profile = Profile.from_obj(obj, source=str(p))
+    queries = tuple(q for q in obj.get("queries", []) if isinstance(q, dict))
+    return DeviceData(obj.get("user_id"), profile, queries)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training sequence: prompt tokens then target tokens (the body and an end token)."""
+
+    input_ids: tuple[int, ...]
+    target_start: int
+
+
+def split_profile(profile: Profile, holdout: int) -> tuple[list[ProfileEntry], list[ProfileEntry]]:
+    """(training entries, evaluation entries): the newest `holdout` entries are never trained on."""
+    entries = [e for e in profile.entries if e.body.strip()]
+    if holdout <= 0 or len(entries) <= holdout:
+        return entries, []
+    return entries[:-holdout], entries[-holdout:]
+
+
+def build_examples(
+    lm: CausalLM,
+    entries: Sequence[ProfileEntry],
+    retrieval: Sequence[ProfileEntry],
+    cfg: TaskConfig,
+) -> list[Example]:
+    """Tokenized (prompt, body) pairs in the inference format.
+
+    The context of an entry is retrieved from `retrieval` exactly as `sdk.device.Specialist`
+    does (BM25 over the task prompt, `render_context`), minus the entry itself: training on a
+    context that contains the answer would teach copying, not style. When a sequence would exceed
+    `max_len`, the body is cut to half the budget and the context shrinks until the prompt fits.
+    """
+    index = ProfileIndex(Profile(None, tuple(retrieval))) if retrieval and cfg.context_entries > 0 else None
+    end = _end_token(lm)
+    examples: list[Example] = []
+    for entry in entries:
+        prompt = task_prompt(entry.subject)
+        room = cfg.max_len - len(render_prompt(lm, prompt, None))
+        if room < _MIN_TARGET_TOKENS:
+            continue  # even the bare prompt leaves no room for a body: max_len is too small
+        body = list(lm.tokenizer.encode(entry.body.strip(), add_special_tokens=False))
+        cap = min(room, cfg.max_len // 2)
+        # A body that fits ends with the end token (the model must learn to stop); a cut one does not.
+        target = [*body, end] if len(body) < cap else body[:cap]
+        budget = cfg.max_len - len(target)
+        context_entries: list[ProfileEntry] = []
+        if index is not None:
+            got = index.retrieve(prompt, cfg.context_entries + 1)
+            context_entries = [e for e in got if e is not entry and e != entry][: cfg.context_entries]
+        chars = cfg.context_chars
+        ids: list[int] | None = None
+        while True:
+            context = render_context(context_entries, max_chars=chars) if context_entries and chars >= 40 else None
+            candidate = render_prompt(lm, prompt, context)
+            if len(candidate) <= budget:
+                ids = candidate
+                break
+            if context is None:
+                break
+            chars //= 2
+        if ids is None:
+            continue
+        examples.append(Example(tuple(ids + target), len(ids)))
+    return examples
+
+
+def to_dataset(examples: Sequence[Example], pad_id: int, max_len: int) -> TensorDataset:
+    """Fixed-width tensors (Opacus's Poisson loader needs a map-style dataset of equal shapes)."""
+    n = len(examples)
+    ids = torch.full((n, max_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, max_len), dtype=torch.long)
+    target = torch.zeros((n, max_len), dtype=torch.float32)
+    for i, ex in enumerate(examples):
+        length = len(ex.input_ids)
+        ids[i, :length] = torch.tensor(ex.input_ids, dtype=torch.long)
+        attention[i, :length] = 1
+        target[i, ex.target_start : length] = 1.0
+    return TensorDataset(ids, attention, target)
+
+
+def _end_token(lm: CausalLM) -> int:
+    eos = lm.tokenizer.eos_token_id
+    if isinstance(eos, int) and eos in lm.eos_ids:
+        return eos
+    if lm.eos_ids:
+        return min(lm.eos_ids)
+    raise ConfigError(f"The model {lm.name} has no end-of-sequence token to end a training target with.")
+
+
+def _pad_id(lm: CausalLM) -> int:
+    pad = lm.tokenizer.pad_token_id
+    return int(pad) if isinstance(pad, int) else _end_token(lm)
+
+
+# --- the model with two adapters ---------------------------------------------------------------
+
+
+class SpecialistWithAdapters:
+    """A base Specialist with the ``global`` and ``personal`` LoRA adapters attached (peft)."""
+
+    def __init__(self, lm: CausalLM, cfg: TaskConfig) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        self.lm = lm
+        self.cfg = cfg
+        self.fingerprint = base_fingerprint(lm.model)
+        self.lora_config = LoraConfig(
+            r=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            target_modules=cfg.targets,
+            lora_dropout=0.0,  # dropout would make Opacus's per-sample gradients noisier for nothing
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        # Opacus snag: the model must sit on its final device before the adapters are created and
+        # before make_private, or the optimizer holds stale parameters and the adapters never move.
+        lm.model.to("cpu")
+        # Opacus snag: gradient checkpointing re-runs forward in backward and breaks its hooks.
+        if getattr(lm.model, "is_gradient_checkpointing", False):
+            lm.model.gradient_checkpointing_disable()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(cfg.seed)  # every party builds the same initial global adapter
+                self.peft = get_peft_model(lm.model, self.lora_config, adapter_name=GLOBAL)
+                self.peft.add_adapter(PERSONAL, self.lora_config)
+        except ValueError as exc:
+            raise ConfigError(f"Cannot put LoRA adapters on {lm.name}: {' '.join(str(exc).split())[:200]}.") from None
+        self.peft.eval()
+
+    def lora_config_dict(self) -> dict[str, Any]:
+        data = self.lora_config.to_dict()
+        return {k: (sorted(v) if isinstance(v, set) else v) for k, v in data.items()}
+
+    def activate(self, adapters: Sequence[str], trainable: str | None = None) -> None:
+        """Make exactly `adapters` take part in forward passes; only `trainable` gets gradients."""
+        self.peft.base_model.set_adapter(list(adapters))
+        for name, param in self.peft.named_parameters():
+            param.requires_grad = trainable is not None and f".{trainable}." in name and "lora_" in name
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.peft.parameters() if p.requires_grad]
+
+    def get_adapter(self, name: str) -> dict[str, np.ndarray]:
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(self.peft, adapter_name=name)
+        return {k: v.detach().to(torch.float32).cpu().numpy().copy() for k, v in state.items()}
+
+    def set_adapter_weights(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
+        """Load `arrays` into adapter `name`; the keys and shapes must be exactly this adapter's."""
+        from peft import set_peft_model_state_dict
+
+        expected = {k: v.shape for k, v in self.get_adapter(name).items()}
+        got = {k: tuple(np.asarray(v).shape) for k, v in arrays.items()}
+        if set(got) != set(expected) or any(tuple(expected[k]) != got[k] for k in got):
+            missing = sorted(set(expected) - set(got))[:2]
+            raise ConfigError(
+                f"The {name} adapter arrays do not fit this Specialist "
+                f"({len(got)} arrays for {len(expected)} expected{', missing ' + ', '.join(missing) if missing else ''})."
+            )
+        state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+        result = set_peft_model_state_dict(self.peft, state, adapter_name=name)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ConfigError(f"The {name} adapter arrays have keys this Specialist lacks: {unexpected[:2]}.")
+
+    def reset_adapter(self, name: str, seed: int) -> None:
+        """Fresh LoRA weights for `name` (random A, zero B), reproducible from `seed`."""
+        from peft.tuners.lora import LoraLayer
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for module in self.peft.modules():
+                if isinstance(module, LoraLayer) and name in module.lora_A:
+                    module.reset_lora_parameters(name, True)
+
+
+# --- training and evaluation ---------------------------------------------------------------------
+
+
+def per_sequence_loss(
+    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Mean token cross-entropy over each sequence's target, one value per sequence.
+
+    Averaging per sequence (not over all tokens of the batch) keeps each sequence's contribution
+    independent of the others, which is what DP-SGD's per-example clipping assumes.
+    """
+    width = int(attention.sum(dim=1).max().item()) if attention.numel() else 1
+    ids, attention, target = ids[:, :width], attention[:, :width], target[:, :width]
+    # Keyword inputs are fine with Opacus's default "hooks" grad sampler (the "ew" one fails on them).
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+    labels = ids[:, 1:]
+    mask = target[:, 1:]
+    ce = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="none"
+    ).view(labels.shape)
+    return (ce * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+@dataclass(frozen=True)
+class DPRoundResult:
+    arrays: dict[str, np.ndarray]
+    steps: int
+    sample_rate: float
+    noise_multiplier: float
+    epsilon: float  # the device's total ε after this round
+    delta: float
+    accountant: str
+    update_norm: float  # L2 norm of (new - old) global adapter: zero means nothing was learned
+
+
+def dp_sample_rate(n: int, batch_size: int) -> float:
+    """Opacus's Poisson sample rate for a loader of `n` examples in batches of `batch_size`."""
+    return 1.0 / max(1, math.ceil(n / batch_size))
+
+
+def train_global_dp(
+    sw: SpecialistWithAdapters,
+    dataset: TensorDataset,
+    cfg: TaskConfig,
+    ledger: Ledger | None,
+    *,
+    run_id: int = 0,
+    server_round: int = 0,
+    adapter_version: int = 0,
+    seed: int = 0,
+) -> DPRoundResult:
+    """Train the global adapter (personal disabled) with DP-SGD and record it in the ledger.
+
+    With ``cfg.dp`` false (``--no-dp``) this is plain SGD and the ledger is untouched. The ledger
+    refuses (`BudgetExhausted`) before any data is read if the round would exceed the budget.
+    """
+    from opacus import PrivacyEngine
+
+    n = len(dataset)
+    if n == 0:
+        raise ConfigError("This device has no usable training sequences (empty history or max-len too small).")
+    before = sw.get_adapter(GLOBAL)
+    sw.activate([GLOBAL], trainable=GLOBAL)
+    params = sw.trainable_parameters()
+    rate = dp_sample_rate(n, cfg.batch_size)
+    if cfg.dp and cfg.dp_steps > 0:
+        if ledger is None:
+            raise ConfigError("DP training needs a privacy ledger.")
+        ledger.check(cfg.noise_multiplier, rate, cfg.dp_steps)
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, generator=generator)
+    optimizer: torch.optim.Optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+    module: Any = sw.peft
+    engine = None
+    sw.peft.train()  # Opacus validates the module in training mode
+    if cfg.dp:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Secure RNG turned off")
+            # secure_mode needs torchcsprng, which has no build for this torch; instead the batch
+            # sampling and the noise use generators freshly seeded from the OS each round. They must
+            # never be seeded from configuration: predictable noise would void the guarantee.
+            engine = PrivacyEngine(accountant=cfg.accountant, secure_mode=False)
+        engine.secure_rng = _os_seeded_generator()  # Opacus samples Poisson batches with this one
+        module, optimizer, loader = engine.make_private(
+            module=sw.peft,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=cfg.noise_multiplier,
+            max_grad_norm=cfg.max_grad_norm,
+            poisson_sampling=True,
+            grad_sample_mode="hooks",
+            noise_generator=_os_seeded_generator(),
+        )
+    module.train()
+    try:
+        for ids, attention, target in _cycle(loader, cfg.dp_steps):
+            optimizer.zero_grad(set_to_none=True)
+            if ids.shape[0] == 0:
+                # Poisson sampling can draw an empty batch. The step must still happen (noise is
+                # added and the accountant counts it), so give Opacus empty per-sample gradients.
+                for p in params:
+                    p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+            else:
+                with warnings.catch_warnings():
+                    # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.
+                    warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                    per_sequence_loss(module, ids, attention, target).mean().backward()
+            optimizer.step()
+    finally:
+        module.eval()
+        if engine is not None:
+            module._close()  # drop Opacus's hooks so personal training and evaluation run plain
+        sw.peft.eval()
+    after = sw.get_adapter(GLOBAL)
+    norm = math.sqrt(sum(float(np.sum((after[k] - before[k]) ** 2)) for k in after))
+    epsilon = 0.0
+    if cfg.dp and engine is not None and ledger is not None:
+        entry = ledger.record(
+            run_id=run_id,
+            server_round=server_round,
+            adapter_version_in=adapter_version,
+            history=list(engine.accountant.history),
+            max_grad_norm=cfg.max_grad_norm,
+        )
+        epsilon = entry.epsilon_after
+    return DPRoundResult(
+        arrays=after,
+        steps=cfg.dp_steps,
+        sample_rate=rate if cfg.dp else 0.0,
+        noise_multiplier=cfg.noise_multiplier if cfg.dp else 0.0,
+        epsilon=epsilon if cfg.dp else math.inf,
+        delta=cfg.delta,
+        accountant=cfg.accountant if cfg.dp else "none",
+        update_norm=norm,
+    )
+
+
+def train_personal(sw: SpecialistWithAdapters, dataset: TensorDataset, cfg: TaskConfig, *, seed: int = 0) -> float:
+    """Train the personal adapter on top of the frozen global one; returns the last batch's loss.
+
+    Not DP: these weights never leave the device (they are as private as the history itself).
+    """
+    n = len(dataset)
+    if n == 0 or cfg.personal_steps == 0:
+        return math.nan
+    sw.activate([GLOBAL, PERSONAL], trainable=PERSONAL)
+    params = sw.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=cfg.personal_lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    order: list[int] = []
+    loss_value = math.nan
+    sw.peft.train()
+    try:
+        for _ in range(cfg.personal_steps):
+            if len(order) < cfg.batch_size:
+                fresh = list(range(n))
+                rng.shuffle(fresh)
+                order.extend(fresh)
+            batch = [order.pop() for _ in range(min(cfg.batch_size, n))]
+            ids, attention, target = dataset[batch]
+            optimizer.zero_grad(set_to_none=True)
+            loss = per_sequence_loss(sw.peft, ids, attention, target).mean()
+            loss.backward()
+            optimizer.step()
+            loss_value = float(loss.item())
+    finally:
+        sw.peft.eval()
+    return loss_value
+
+
+@torch.no_grad()
+def evaluate_loss(
+    sw: SpecialistWithAdapters, dataset: TensorDataset, adapters: Sequence[str], batch_size: int = 4
+) -> float:
+    """Mean per-sequence loss on `dataset` with exactly `adapters` active."""
+    if len(dataset) == 0:
+        return math.nan
+    sw.activate(adapters, trainable=None)
+    sw.peft.eval()
+    total = 0.0
+    for start in range(0, len(dataset), batch_size):
+        ids, attention, target = dataset[start : start + batch_size]
+        total += float(per_sequence_loss(sw.peft, ids, attention, target).sum().item())
+    return total / len(dataset)
+
+
+def _os_seeded_generator() -> torch.Generator:
+    return torch.Generator().manual_seed(secrets.randbits(63))
+
+
+def _cycle(loader: Any, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    done = 0
+    while done < steps:
+        for batch in loader:
+            if done >= steps:
+                return
+            done += 1
+            yield batch[0], batch[1], batch[2]
+
+
+# --- model loading, cached per process ------------------------------------------------------------
+
+_MODELS: dict[tuple[str, str], SpecialistWithAdapters] = {}
+
+
+def specialist_for(cfg: TaskConfig, *, cache_dir: Path | None = None) -> SpecialistWithAdapters:
+    """The Specialist with both adapters, loaded once per process and model.
+
+    In the in-process simulation every device shares it: each message loads that device's
+    adapters into it before use, so no device ever sees another's weights.
+    """
+    key = (cfg.model, json.dumps([cfg.lora_rank, cfg.lora_alpha, cfg.targets, cfg.seed]))
+    if key not in _MODELS:
+        lm = load_causal_lm(cfg.model, cache_dir=cache_dir, progress=False)
+        _MODELS[key] = SpecialistWithAdapters(lm, cfg)
+    return _MODELS[key]
+
+
+def device_datasets(
+    sw: SpecialistWithAdapters, data: DeviceData, cfg: TaskConfig
+) -> tuple[TensorDataset, TensorDataset]:
+    """(training set, held-out evaluation set) of one device, in the inference prompt format."""
+    train_entries, eval_entries = split_profile(data.profile, cfg.holdout)
+    pad = _pad_id(sw.lm)
+    train = build_examples(sw.lm, train_entries, train_entries, cfg)
+    held = build_examples(sw.lm, eval_entries, train_entries, cfg)
+    return to_dataset(train, pad, cfg.max_len), to_dataset(held, pad, cfg.max_len)

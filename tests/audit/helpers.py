@@ -1,0 +1,119 @@
+"""Builders for realistic audit logs and the raw-file surgery the tamper tests perform.
+
+Logs are written through the real recorder with real wire messages (`sdk.wire`), so a log that
+verifies here is the same kind of log a device writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from audit import merkle, records
+from audit.egress import EgressRecorder
+from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
+from audit.note import SigningKey
+from sdk import wire
+from sdk.session_types import SessionParams, SteeringVector, Verdict
+
+VOCAB = 500
+
+
+@dataclass
+class BuiltLog:
+    directory: Path
+    key: SigningKey
+    pub: Path  # the verifier key file an auditor holds
+    sessions: list[str]
+
+
+def run_session(rec: EgressRecorder, *, rounds: int = 2, top_k: int = 3, seed: int = 0, close: bool = True) -> str:
+    """One device session through the real serializer hooks: Open, rounds with downlinks, Close."""
+    sid = rec.begin_session(vocab_size=VOCAB)
+    up, down = rec.uplink_serializer(sid), rec.downlink_deserializer(sid)
+    up(wire.open_to_proto([10 + seed, 11, 12], SessionParams(top_k=top_k, draft_len=4)))
+    commit: list[int] = []
+    for seq in range(1, rounds + 1):
+        draft = [(seed * 7 + seq * 3 + j) % VOCAB for j in range(3)]
+        up(wire.round_to_proto(seq, commit, draft))
+        cands = tuple(((seed + seq + i) % VOCAB,) for i in range(top_k))
+        verdict = Verdict(1, SteeringVector(cands, tuple(-0.5 * i for i in range(top_k))))
+        down(wire.verdict_to_proto(seq, verdict).SerializeToString())
+        commit = list(cands[0])
+    if close:
+        up(wire.close_to_proto(rounds + 1))
+    return sid
+
+
+def build_log(
+    tmp: Path, *, sessions: int = 3, rounds: int = 2, segment_records: int = 4096, name: str = "device.test/log"
+) -> BuiltLog:
+    key = SigningKey.generate(name)
+    pub = tmp / "device.pub"
+    pub.write_text(f"{key.verifier}\n")
+    directory = tmp / "log"
+    with AuditLog.open(directory, key, segment_records=segment_records) as log:
+        rec = EgressRecorder(log)
+        sids = [run_session(rec, rounds=rounds, seed=i) for i in range(sessions)]
+    return BuiltLog(directory, key, pub, sids)
+
+
+def segment_path(directory: Path, position: int) -> tuple[Path, int, int]:
+    """(segment file, byte offset, frame length) of the record at `position`."""
+    stored = scan_log(directory).records[position]
+    frame_len = HEADER.size + len(stored.data) + 32
+    return directory / SEGMENTS_DIR / stored.segment, stored.offset, frame_len
+
+
+def record_data(directory: Path, position: int) -> bytes:
+    return scan_log(directory).records[position].data
+
+
+def frame(data: bytes) -> bytes:
+    return HEADER.pack(len(data)) + data + merkle.leaf_hash(data)
+
+
+def replace_record(directory: Path, position: int, new_data: bytes, *, fix_checksum: bool = True) -> None:
+    """Overwrite one record in place (and, like a careful attacker, its frame checksum)."""
+    path, offset, length = segment_path(directory, position)
+    buf = path.read_bytes()
+    new_frame = (
+        frame(new_data)
+        if fix_checksum
+        else HEADER.pack(len(new_data)) + new_data + buf[offset + length - 32 : offset + length]
+    )
+    path.write_bytes(buf[:offset] + new_frame + buf[offset + length :])
+
+
+def delete_record(directory: Path, position: int) -> None:
+    path, offset, length = segment_path(directory, position)
+    buf = path.read_bytes()
+    path.write_bytes(buf[:offset] + buf[offset + length :])
+
+
+def swap_records(directory: Path, a: int, b: int) -> None:
+    """Swap two adjacent records' frames (a < b, same segment)."""
+    path, off_a, len_a = segment_path(directory, a)
+    _, off_b, len_b = segment_path(directory, b)
+    assert off_a + len_a == off_b
+    buf = path.read_bytes()
+    path.write_bytes(buf[:off_a] + buf[off_b : off_b + len_b] + buf[off_a : off_a + len_a] + buf[off_b + len_b :])
+
+
+def truncate_records(directory: Path, keep: int) -> None:
+    """Cut the log back to its first `keep` records, at a clean frame boundary (no torn tail)."""
+    path, offset, _ = segment_path(directory, keep)
+    path.write_bytes(path.read_bytes()[:offset])
+
+
+def checkpoint_notes(directory: Path) -> list[str]:
+    return [json.loads(line)["note"] for line in (directory / CHECKPOINTS_FILE).read_text().splitlines()]
+
+
+def write_checkpoint_notes(directory: Path, notes: list[str]) -> None:
+    (directory / CHECKPOINTS_FILE).write_text("".join(json.dumps({"note": n}) + "\n" for n in notes))
+
+
+def uplink_positions(directory: Path) -> list[int]:
+    return [r.position for r in scan_log(directory).records if records.parse(r.data).kind == records.KIND_UPLINK]

@@ -1,0 +1,166 @@
+"""The egress choke point: what it logs, and what it refuses to let leave the device."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from audit import records
+from audit.egress import EgressRecorder
+from audit.errors import AuditError, EgressBlocked
+from audit.log import AuditLog, scan_log
+from audit.note import SigningKey
+from audit.verify import verify
+from sdk import wire
+from sdk.errors import ProtocolError
+from sdk.proto import verifier_pb2 as pb
+from sdk.session_types import SessionParams, SteeringVector, Verdict
+
+VOCAB = 100
+
+
+@pytest.fixture
+def rec(tmp_path: Path) -> Iterator[EgressRecorder]:
+    log = AuditLog.open(tmp_path / "log", SigningKey.generate("d"))
+    yield EgressRecorder(log)
+    log.close()
+
+
+def _opened(rec: EgressRecorder, *, top_k: int = 3, draft_len: int = 4) -> str:
+    sid = rec.begin_session(vocab_size=VOCAB)
+    rec.uplink_serializer(sid)(wire.open_to_proto([1, 2, 3], SessionParams(top_k=top_k, draft_len=draft_len)))
+    return sid
+
+
+def _payloads(rec: EgressRecorder, kind: str) -> list[bytes]:
+    out = []
+    for r in scan_log(rec.log.directory).records:
+        parsed = records.parse(r.data)
+        if parsed.kind == kind:
+            out.append(base64.b64decode(parsed.fields["bytes"]))
+    return out
+
+
+def test_the_serializer_logs_exactly_the_bytes_it_returns(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    sent = rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4, 5]))
+    assert _payloads(rec, records.KIND_UPLINK)[-1] == sent
+    assert pb.Uplink.FromString(sent).round.draft_ids == [4, 5]
+    assert sid not in sent.hex() and len(sid) == 32  # the session ID stays on the device
+
+
+def _blocked(rec: EgressRecorder, sid: str, payload: bytes, match: str) -> None:
+    size = rec.log.size
+    with pytest.raises(EgressBlocked, match=match):
+        rec.record_uplink(sid, payload)
+    assert rec.log.size == size  # blocked means not logged, and so not sent
+
+
+def test_an_unknown_field_is_blocked(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    payload = wire.round_to_proto(1, [], [4]).SerializeToString() + bytes([9 << 3 | 2, 3]) + b"hi!"
+    _blocked(rec, sid, payload, r"unknown field.*Uplink field 9")
+
+
+def test_an_unknown_field_inside_a_nested_message_is_blocked(rec: EgressRecorder) -> None:
+    sid = rec.begin_session(vocab_size=VOCAB)
+    params = wire.params_to_proto(SessionParams()).SerializeToString() + bytes([15 << 3, 1])
+    open_ = pb.Open(prompt_ids=[1]).SerializeToString() + bytes([2 << 3 | 2, len(params)]) + params
+    payload = bytes([1 << 3 | 2, len(open_)]) + open_
+    _blocked(rec, sid, payload, r"Uplink\.open\.params field 15")
+
+
+def test_a_non_canonical_encoding_is_blocked(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    # draft_ids [4, 5] unpacked (one tag per element): valid protobuf, but not what we serialize.
+    round_ = bytes([1 << 3, 1, 3 << 3, 4, 3 << 3, 5])
+    _blocked(rec, sid, bytes([2 << 3 | 2, len(round_)]) + round_, "not the deterministic serialization")
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        (wire.round_to_proto(1, [], [VOCAB]), "outside the vocabulary"),
+        (wire.round_to_proto(1, [], [1, 2, 3, 4, 5]), "more than the declared K = 4"),
+        (wire.round_to_proto(2, [], [1]), "a gap"),
+        (wire.round_to_proto(1, [7], [1]), "no steering candidates outstanding"),
+        (wire.close_to_proto(5), "does not follow"),
+        (pb.Uplink(), "carries no Open, Round or Close"),
+        (wire.open_to_proto([1], SessionParams()), "a second Open"),
+    ],
+)
+def test_contract_breaches_are_blocked(rec: EgressRecorder, message: pb.Uplink, match: str) -> None:
+    _blocked(rec, _opened(rec), message.SerializeToString(), match)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        (pb.SessionParams(method=pb.METHOD_UNSPECIFIED, top_k=1, draft_len=1), "unknown method"),
+        (pb.SessionParams(method=pb.METHOD_SD, policy=1, top_k=1, draft_len=1, gamma_ppm=2_000_000_000), "gamma"),
+        (pb.SessionParams(method=pb.METHOD_SD, policy=1, top_k=VOCAB + 1, draft_len=1), "exceeds the vocabulary"),
+    ],
+)
+def test_undeclared_or_unbounded_parameters_are_blocked(
+    rec: EgressRecorder, params: pb.SessionParams, match: str
+) -> None:
+    sid = rec.begin_session(vocab_size=VOCAB)
+    _blocked(rec, sid, pb.Uplink(open=pb.Open(prompt_ids=[1], params=params)).SerializeToString(), match)
+
+
+def test_a_commit_must_be_one_of_the_cloud_candidates(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    up, down = rec.uplink_serializer(sid), rec.downlink_deserializer(sid)
+    up(wire.round_to_proto(1, [], [4]))
+    down(wire.verdict_to_proto(1, Verdict(0, SteeringVector(((8,), (9, 10)), (0.0, -1.0)))).SerializeToString())
+    _blocked(rec, sid, wire.round_to_proto(2, [11], [4]).SerializeToString(), "not one of the last downlink")
+    up(wire.round_to_proto(2, [9, 10], [4]))
+
+
+def test_nothing_leaves_after_close(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    rec.uplink_serializer(sid)(wire.close_to_proto(1))
+    _blocked(rec, sid, wire.round_to_proto(1, [], [1]).SerializeToString(), "after the session closed")
+
+
+def test_a_bad_downlink_is_logged_as_evidence_and_rejected(rec: EgressRecorder) -> None:
+    sid = _opened(rec, top_k=3)
+    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+    msg = pb.Downlink(seq=1, accepted=1)
+    for i in range(4):
+        msg.candidates.add(token_ids=[i], value=0.0)
+    with pytest.raises(ProtocolError, match=r"4 candidates, above the session's k = 3"):
+        rec.downlink_deserializer(sid)(msg.SerializeToString())
+    assert _payloads(rec, records.KIND_DOWNLINK) == [msg.SerializeToString()]
+
+
+def test_a_non_finite_downlink_value_is_rejected(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+    msg = pb.Downlink(seq=1, accepted=0)
+    msg.candidates.add(token_ids=[1], value=float("nan"))
+    with pytest.raises(ProtocolError, match="non-finite"):
+        rec.record_downlink(sid, msg.SerializeToString())
+
+
+def test_device_local_records_hold_labels_never_text(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    with pytest.raises(AuditError, match="identifier"):
+        rec.record_fallback(sid, "the user wrote: my card is 4111 1111")
+    with pytest.raises(AuditError, match="placeholder"):
+        rec.record_guard_decision(sid, decision="redact", count=1, placeholder="jane.doe@example.com")
+    rec.record_guard_decision(sid, decision="redact", count=2, placeholder="[EMAIL]")
+    rec.record_fallback(sid, "verifier-unreachable")
+    rec.log.close()
+    report = verify(rec.log.directory)
+    assert [s.ended for s in report.sessions] == ["fallback (verifier-unreachable)"]
+
+
+def test_a_session_must_be_begun_and_bounded(rec: EgressRecorder) -> None:
+    with pytest.raises(AuditError, match="not begun"):
+        rec.uplink_serializer("0" * 32)
+    with pytest.raises(AuditError, match="k cap"):
+        rec.begin_session(vocab_size=10, max_top_k=65)

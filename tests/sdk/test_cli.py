@@ -1,0 +1,113 @@
+"""`sdk generate` / `sdk demo` in-process: JSON output, and one clear sentence for every bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sdk.cli import main
+from tests.tinymodels import save_tiny
+
+STATS_KEYS = {
+    "rounds",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "recoveries",
+    "uplink_bytes",
+    "downlink_bytes",
+    "new_tokens",
+    "seconds",
+}
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, char_tok) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return save_tiny(root, char_tok, seed=1, name="s"), save_tiny(root, char_tok, seed=2, name="g")
+
+
+@pytest.fixture
+def models_args(model_dirs) -> list[str]:
+    return ["--specialist", str(model_dirs[0]), "--generalist", str(model_dirs[1])]
+
+
+def gen(*args: str) -> list[str]:
+    return ["generate", "--max-new-tokens", "8", *args]
+
+
+@pytest.mark.parametrize("method", ["specsteer", "slm", "slm-rag", "llm", "sd", "fusion"])
+def test_generate_json_for_every_method(capsys, models_args, method) -> None:
+    # Execute
+    code = main(gen("--prompt", "Hello", "--method", method, "--json", *models_args))
+    # Assert
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(out) >= {"text", "token_ids", "stats"}
+    assert set(out["stats"]) >= STATS_KEYS
+    assert out["stats"]["new_tokens"] == len(out["token_ids"]) <= 8
+    assert (out["stats"]["uplink_bytes"] > 0) == (method not in ("slm", "slm-rag"))
+
+
+def test_generate_with_profile_and_sampling(capsys, models_args, tmp_path) -> None:
+    fixtures = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
+    profile = tmp_path / "me.json"
+    profile.write_text(fixtures.read_text().splitlines()[0])
+    args = ["--prompt", "refs: speed up", "--sampling", "--seed", "3", "--temperature", "0.7", "--json"]
+    code = main(gen(*args, *models_args, "--profile", str(profile)))
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["new_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt", "Hi", "--specialist", "/nonexistent/model"], "does not exist"),
+        (["--prompt", "   "], "prompt is empty"),
+        (["--prompt", "Hi", "--gamma", "-1"], "gamma"),
+        (["--prompt", "Hi", "--top-k", "0"], "top-k"),
+        (["--prompt", "Hi", "--draft-len", "99"], "draft length"),
+        (["--prompt", "Hi", "--alpha", "11"], "alpha"),
+        (["--prompt", "Hi", "--temperature", "0"], "temperature"),
+        (["--prompt", "Hi", "--max-new-tokens", "0"], "max-new-tokens"),
+        (["--prompt", "Hi", "--method", "sd", "--sampling"], "greedy mode only"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_1(capsys, models_args, args, message) -> None:
+    extra = [] if "--specialist" in args else models_args
+    code = main(gen(*args, *extra))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert message in err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("sdk: error: ")
+
+
+def test_malformed_profile_is_a_clear_error(capsys, models_args, tmp_path) -> None:
+    bad = tmp_path / "profile.json"
+    bad.write_text('{"profile": [{"subject": 3}]}')
+    code = main(gen("--prompt", "Hi", "--profile", str(bad), *models_args))
+    err = capsys.readouterr().err
+    assert code == 1 and "profile" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("args", "message"), [(["--method", "beam"], "invalid choice"), (["--gamma", "x"], "number")])
+def test_usage_errors_exit_2(capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(gen("--prompt", "Hi", *args))
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_runs_the_shipped_demo_user(capsys, models_args) -> None:
+    code = main(["demo", "--max-new-tokens", "6", *models_args])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Prompt (public)" in out and "acceptance_rate" in out
+
+
+def test_demo_query_out_of_range(capsys, models_args) -> None:
+    assert main(["demo", "--query", "7", *models_args]) == 1
+    assert "queries 0 to 2" in capsys.readouterr().err

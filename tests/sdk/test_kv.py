@@ -1,0 +1,110 @@
+"""KV-cached sequences agree with plain full forward passes, through pushes, rollbacks and scoring."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sdk.kv import TokenSequence
+from sdk.steering import log_softmax
+from tests.tinymodels import tiny_llama
+
+
+def full(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return log_softmax(model(torch.tensor([ids])).logits[0])
+
+
+@pytest.fixture(scope="module")
+def model(char_tok):
+    return tiny_llama(char_tok, seed=3)
+
+
+def test_rows_match_a_full_forward_after_push_and_rollback(model) -> None:
+    # Prepare
+    seq = TokenSequence(model, [5, 6, 7])
+    seq.push([8, 9, 10, 11])
+    # Execute: read every row, roll back into the block, then push something else.
+    rows = [seq.logprobs_at(n) for n in range(3, 8)]
+    seq.truncate(5)
+    seq.push([20, 21])
+    after = seq.next_logprobs()
+    # Assert
+    reference = full(model, [5, 6, 7, 8, 9, 10, 11])
+    for n, row in zip(range(3, 8), rows, strict=True):
+        torch.testing.assert_close(row, reference[n - 1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(after, full(model, [5, 6, 7, 8, 9, 20, 21])[-1], atol=1e-5, rtol=0)
+    assert seq.ids == [5, 6, 7, 8, 9, 20, 21]
+    assert seq.forward_passes == 2  # one block, then the two new tokens: the rollback re-fed nothing
+
+
+def test_truncate_to_a_point_without_a_kept_row_refeeds_one_token(model) -> None:
+    seq = TokenSequence(model, [5, 6, 7, 8])
+    seq.next_logprobs()
+    seq.truncate(4)  # row 4 is kept: no pass
+    passes = seq.forward_passes
+    seq.next_logprobs()
+    assert seq.forward_passes == passes
+    seq.truncate(2)  # row 2 was dropped at the first truncation: the last token is fed again
+    torch.testing.assert_close(seq.next_logprobs(), full(model, [5, 6])[-1], atol=1e-5, rtol=0)
+    assert seq.forward_passes == passes + 1
+
+
+def test_rollback_behind_the_last_truncation_point_is_refused(model) -> None:
+    seq = TokenSequence(model, [5, 6, 7, 8])
+    seq.next_logprobs()
+    seq.truncate(3)
+    with pytest.raises(IndexError, match="no distribution kept"):
+        seq.logprobs_at(2)
+    with pytest.raises(IndexError, match="cannot truncate"):
+        seq.truncate(9)
+
+
+def test_score_continuations_sums_log_probs_of_multi_token_strings(model) -> None:
+    seq = TokenSequence(model, [5, 6, 7])
+    conts = [(9,), (10, 11), (12, 13, 14)]
+    scores = seq.score_continuations(conts)
+    for cont, score in zip(conts, scores, strict=True):
+        ref = full(model, [5, 6, 7, *cont])
+        expected = sum(float(ref[2 + j][t]) for j, t in enumerate(cont))
+        assert float(score) == pytest.approx(expected, abs=1e-4)
+    assert seq.ids == [5, 6, 7]  # scoring leaves the sequence as it was
+    torch.testing.assert_close(seq.next_logprobs(), full(model, [5, 6, 7])[-1], atol=1e-5, rtol=0)
+
+
+def test_empty_prefix_is_refused(model) -> None:
+    with pytest.raises(ValueError, match="at least one prefix token"):
+        TokenSequence(model, [])
+
+
+def test_sliding_window_layers_roll_back_past_the_window(char_tok) -> None:
+    # Prepare: a tiny Gemma 3 (the embedded Generalist's architecture) with a 4-token window.
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=len(char_tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    gemma = Gemma3ForCausalLM(config).eval()
+    ids = list(range(10, 22))
+    seq = TokenSequence(gemma, ids[:6])
+    # Execute: verify-style blocks and rollbacks well past the window.
+    seq.push(ids[6:10])
+    seq.next_logprobs()
+    seq.truncate(8)
+    seq.push([40, 41, 42])
+    got = seq.next_logprobs()
+    seq.truncate(9)
+    got_after_second = seq.next_logprobs()
+    # Assert
+    torch.testing.assert_close(got, full(gemma, [*ids[:8], 40, 41, 42])[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_after_second, full(gemma, [*ids[:8], 40])[-1], atol=1e-5, rtol=0)

@@ -1,0 +1,124 @@
+"""The wire format: serde pairs round-trip, bounds are enforced at parse time, stubs match the .proto."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdk import wire
+from sdk.errors import ConfigError, ProtocolError
+from sdk.proto import verifier_pb2 as pb
+from sdk.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SessionParams(),
+        SessionParams(gamma=math.inf, alpha=1.78, top_k=64, draft_len=8, policy=CandidatePolicy.LITERAL),
+        SessionParams(method=Method.SD, gamma=0.0, bonus=False, draft_len=1, adapter_version=7),
+        SessionParams(method=Method.FUSION, draft_len=0, sampling=True, gamma=0.000001),
+        SessionParams(method=Method.LLM, draft_len=0, alpha=0.0),
+    ],
+)
+def test_params_round_trip(params: SessionParams) -> None:
+    msg = pb.Uplink.FromString(wire.open_to_proto([1, 2, 3], params).SerializeToString())
+    assert wire.params_from_proto(msg.open.params) == params
+    assert list(msg.open.prompt_ids) == [1, 2, 3]
+
+
+def test_device_only_methods_have_no_wire_form() -> None:
+    with pytest.raises(ConfigError, match="device only"):
+        wire.params_to_proto(SessionParams(method=Method.SLM_RAG))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"method": 0}, "unknown method"),
+        ({"method": 1, "policy": 9}, "unknown candidate policy"),
+        ({"method": 1, "policy": 1, "gamma_infinite": True, "gamma_ppm": 5}, "both set"),
+        ({"method": 1, "policy": 1, "alpha_milli": 10_001, "top_k": 1, "draft_len": 1}, "alpha"),
+        ({"method": 1, "policy": 1, "top_k": 0, "draft_len": 1}, "top-k"),
+        ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 33}, "draft length"),
+        ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "sampling": True}, "greedy mode only"),
+    ],
+)
+def test_out_of_range_params_are_protocol_errors(fields: dict, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        wire.params_from_proto(pb.SessionParams(**fields))
+
+
+def test_verdict_round_trip_keeps_values_exactly_in_fp32() -> None:
+    verdict = Verdict(2, SteeringVector(((5,), (6, 7)), (-0.25, 1.5)))
+    down = wire.verdict_to_proto(3, verdict).SerializeToString()
+    assert wire.verdict_from_proto(pb.Downlink.FromString(down), max_top_k=2, vocab_size=10) == verdict
+
+
+def test_verdict_without_candidates_means_the_text_ended() -> None:
+    msg = wire.verdict_to_proto(1, Verdict(3, None))
+    assert wire.verdict_from_proto(msg, max_top_k=10, vocab_size=10) == Verdict(3, None)
+
+
+@pytest.mark.parametrize(
+    ("candidates", "message"),
+    [
+        ([pb.Candidate(token_ids=[1], value=0.0)] * 3, "more than k"),
+        ([pb.Candidate(token_ids=[], value=0.0)], "has 0 tokens"),
+        ([pb.Candidate(token_ids=[1] * 9, value=0.0)], "has 9 tokens"),
+        ([pb.Candidate(token_ids=[10], value=0.0)], "outside the vocabulary"),
+        ([pb.Candidate(token_ids=[1], value=float("nan"))], "non-finite"),
+        ([pb.Candidate(token_ids=[1], value=float("inf"))], "non-finite"),
+    ],
+)
+def test_bad_downlinks_are_refused_on_the_device(candidates: list, message: str) -> None:
+    msg = pb.Downlink(seq=1, accepted=0, candidates=candidates)
+    with pytest.raises(ProtocolError, match=message):
+        wire.verdict_from_proto(msg, max_top_k=2, vocab_size=10)
+
+
+def test_committed_stubs_match_a_fresh_protoc_run(tmp_path: Path) -> None:
+    # The stubs are committed; regenerate them and compare, as `make proto` would.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I.",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            "sdk/proto/verifier.proto",
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    for name in ("verifier_pb2.py", "verifier_pb2.pyi", "verifier_pb2_grpc.py"):
+        fresh = (tmp_path / "sdk" / "proto" / name).read_text()
+        assert fresh == (ROOT / "sdk" / "proto" / name).read_text(), f"{name} is stale: run `make proto`"
+
+
+def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:
+    # Only token IDs and bounded integers/enums/bools may go up.
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    allowed = {F.TYPE_UINT32, F.TYPE_BOOL, F.TYPE_ENUM, F.TYPE_MESSAGE}
+    seen = set()
+
+    def walk(desc) -> None:
+        if desc.full_name in seen:
+            return
+        seen.add(desc.full_name)
+        for field in desc.fields:
+            assert field.type in allowed, f"{desc.full_name}.{field.name} has a forbidden type"
+            if field.type == F.TYPE_MESSAGE:
+                walk(field.message_type)
+
+    walk(pb.Uplink.DESCRIPTOR)
+    assert "specsteer.v1.SessionParams" in seen
