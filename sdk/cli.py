@@ -102,7 +102,7 @@ class LocalRun:
 
 
 def build_local(
-    specialist_lm: CausalLM, generalist_lm: CausalLM | None, profile: Profile | None, context_entries: int
+    specialist_lm: CausalLM, generalist_lm: CausalLM | None, profile: Profile | None, seed: int, context_entries: int
 ) -> LocalRun:
     specialist = Specialist(specialist_lm, profile, context_entries=context_entries)
     if generalist_lm is None:
