@@ -208,3 +208,38 @@ def test_cross_vocabulary_sd_reduces_too(specialist, models) -> None:
     shared = run(specialist, models[1], Method.SD, cross_vocab=False, draft_len=3)
     cross = run(specialist, models[1], Method.SD, cross_vocab=True, draft_len=3)
     assert cross.token_ids == shared.token_ids
+
+
+@pytest.mark.slow
+def test_engine_one_step_law_holds_statistically_in_sampling_mode(specialist, models, ref) -> None:
+    """P(y) = q(y) a(y) + (1 - sum q a) rho(y) for the first token, through device + verifier."""
+    # Prepare: the law from the reference distributions at the empty prefix.
+    gamma, k, n = 0.5, 5, 1500
+    q, p_g, p_s0 = ref.sc([]).exp(), ref.pg([]).exp(), ref.s0([]).exp()
+    a = torch.clamp(p_g / (gamma * p_s0), max=1.0)
+    cands = torch.sort(p_g, descending=True, stable=True).indices[:k]
+    rho = torch.zeros_like(q)
+    rho[cands] = torch.softmax(ref.pg([])[cands] - ref.s0([])[cands] + ref.sc([])[cands], dim=0)
+    law = q * a + (1 - (q * a).sum()) * rho
+    assert float((law - q).abs().sum()) / 2 > 0.2, "the law must differ from drafting alone, or the test sees nothing"
+    counts = torch.zeros_like(law)
+    # Execute: n one-token generations with independent device and verifier seeds.
+    for trial in range(n):
+        cloud = CloudVerifier(models[1], specialist.lm, seed=10_000 + trial)
+        verifier = InProcessVerifier(cloud.open, vocab_size=specialist.lm.vocab_size)
+        params = SessionParams(sampling=True, gamma=gamma, top_k=k, draft_len=1)
+        out = generate(specialist, PROMPT, params, DecodeOptions(max_new_tokens=1, seed=trial), verifier)
+        token = out.token_ids[0] if out.token_ids else next(iter(specialist.lm.eos_ids))
+        counts[token] += 1
+    # Assert: Pearson chi-square over bins with expected count >= 5 (the rest pooled).
+    expected = law * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().unsqueeze(0)])
+    exp = torch.cat([expected[big], expected[~big].sum().unsqueeze(0)])
+    keep = exp > 0
+    chi2 = float((((obs - exp) ** 2)[keep] / exp[keep]).sum())
+    dof = int(keep.sum()) - 1
+    # 0.999 quantile of chi-square via the Wilson-Hilferty approximation.
+    z = 3.09
+    bound = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < bound, (chi2, bound, dof)
