@@ -25,7 +25,7 @@ from pathlib import Path
 from audit import merkle, records
 from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
-from audit.note import NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
+from audit.note import Checkpoint, NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
 from audit.verify import Report, inspect, verify
 from sdk.errors import SpecSteerError
 
@@ -194,7 +194,7 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _opens_to(note: str, key: VerifierKey, cp: object) -> bool:
+def _opens_to(note: str, key: VerifierKey, cp: Checkpoint) -> bool:
     try:
         return open_checkpoint(note, key) == cp
     except NoteError:

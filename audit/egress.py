@@ -17,6 +17,9 @@ logged nor sent (fail closed). `downlink_deserializer(session_id)` logs the rece
     ...
     recorder.record_fallback(sid, "verifier-unreachable")   # if the device finishes locally
 
+A client that serializes itself (`sdk.remote` through `sdk.egress.RecorderTap`) calls
+`record_uplink(sid, payload)` before sending and `record_downlink(sid, payload)` on receipt instead.
+
 Keep gRPC compression off on this channel, so the logged bytes are the wire bytes (gRPC adds only
 its 5-byte length prefix). A session ends with its Close uplink or a fallback; a checkpoint is
 signed then. The session ID is random and device-local: it never goes on the wire.

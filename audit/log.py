@@ -120,7 +120,8 @@ def _valid_frame_follows(buf: bytes, offset: int) -> bool:
         frame = _frame_at(buf, start)
         if frame is not None:
             _, data, trailer = frame
-            if len(data) <= MAX_RECORD_BYTES and merkle.leaf_hash(data) == trailer:
+            # Records are JSON objects: test that byte before paying for a hash at every offset.
+            if data[:1] == b"{" and len(data) <= MAX_RECORD_BYTES and merkle.leaf_hash(data) == trailer:
                 return True
     return False
 
@@ -173,7 +174,7 @@ def _read_checkpoints(scan: LogScan) -> None:
             obj = json.loads(buf[offset:nl].decode("utf-8"))
             if not isinstance(obj, dict) or set(obj) != {"note"} or not isinstance(obj["note"], str):
                 raise ValueError("not a checkpoint entry")
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             scan.problems.append(f"checkpoint {number} ({CHECKPOINTS_FILE} at byte {offset}) is not a valid entry")
         else:
             scan.checkpoints.append(StoredCheckpoint(number, obj["note"]))
@@ -211,6 +212,37 @@ def scan_log(directory: Path) -> LogScan:
         _scan_segment(scan, name, buf, last=last)
     _read_checkpoints(scan)
     return scan
+
+
+_EVIDENCE_RE = re.compile(r"([A-Za-z0-9._-]{1,64})\.(\d{1,19})\.([0-9a-f]{64})\.bin")
+
+
+@dataclass(frozen=True)
+class TornEvidence:
+    """Bytes cut from a torn tail, kept as torn/<file>.<offset>.<sha256>.bin."""
+
+    name: str
+    file: str
+    offset: int
+    sha256: str
+    length: int
+    intact: bool  # the content still hashes to the name
+
+
+def torn_evidence(directory: Path) -> list[TornEvidence]:
+    torn_dir = Path(directory) / TORN_DIR
+    if not torn_dir.is_dir():
+        return []
+    out = []
+    for path in sorted(torn_dir.iterdir()):
+        m = _EVIDENCE_RE.fullmatch(path.name)
+        data = path.read_bytes()
+        if m is None:
+            out.append(TornEvidence(path.name, "", 0, "", len(data), False))
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        out.append(TornEvidence(path.name, m.group(1), int(m.group(2)), m.group(3), len(data), digest == m.group(3)))
+    return out
 
 
 def _is_close(payload: bytes) -> bool:
@@ -267,7 +299,6 @@ class AuditLog:
         self._latest: tuple[int, bytes, str] | None = None  # size, root, note
         self.repairs: list[TornTail] = []
         self.interrupted: list[str] = []
-        self._cut_hashes: dict[str, str] = {}
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -277,12 +308,17 @@ class AuditLog:
             raise AuditError("segment_records must be at least 1")
         directory = Path(directory)
         log = cls(directory, key, segment_records=segment_records)
-        fresh = not (directory / SEGMENTS_DIR).exists()
-        if fresh and directory.exists() and any(directory.iterdir()):
+        if (
+            directory.exists()
+            and not (directory / SEGMENTS_DIR).exists()
+            and any(p.name != LOCK_FILE for p in directory.iterdir())
+        ):
             raise AuditError(f"{directory} exists, is not empty, and is not an audit log")
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             log._take_lock()
+            # Decided under the lock: another process may have created the log since we looked.
+            fresh = not (directory / SEGMENTS_DIR).exists()
             if fresh:
                 log._create()
             else:
@@ -324,12 +360,12 @@ class AuditLog:
         scan = scan_log(self.directory)
         if scan.problems:
             raise LogCorruptError(f"the audit log {self.directory} is damaged: {scan.problems[0]}")
-        for torn in scan.torn:
-            self._cut(torn)
         if not scan.records and not scan.checkpoints:
             # A crash while creating the log, before its header was acknowledged: finish creating it.
+            for torn in scan.torn:
+                self._cut(torn)
             self._create()
-            self._record_repairs(scan.torn)
+            self._record_repairs([])
             return
         parsed: list[records.Record] = []
         for stored in scan.records:
@@ -350,22 +386,33 @@ class AuditLog:
         for rec in parsed:
             self._track(rec.kind, rec.session, rec.payload)
         self._load_latest_checkpoint(scan)
+        # Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
+        for torn in scan.torn:
+            self._cut(torn)
         # The last segment file by name: it may be empty (a crash right after rotating), and then it
         # already starts at the next index (scan_log checked that).
         last_segment = max(p.name for p in (self.directory / SEGMENTS_DIR).iterdir())
         self._open_segment(int(SEGMENT_RE.fullmatch(last_segment).group(1)))  # type: ignore[union-attr]
-        self._record_repairs(scan.torn)
+        self._record_repairs([r for r in parsed if r.kind == records.KIND_REPAIR])
         for session, entry in list(self._sessions.items()):
             if not entry.ended:
                 # The process that ran this session is gone (we hold the lock), so it ended here.
                 self.append_session(records.KIND_FALLBACK, session, {"reason": INTERRUPTED})
                 self.interrupted.append(session)
 
-    def _record_repairs(self, torn_tails: Sequence[TornTail]) -> None:
-        for torn in torn_tails:
-            fields = {"file": Path(torn.file).name, "offset": torn.offset, "cut_bytes": torn.length}
-            self.append(records.KIND_REPAIR, {**fields, "cut_sha256": self._cut_hashes[torn.file]})
-            self.repairs.append(torn)
+    def _record_repairs(self, logged: Sequence[records.Record]) -> None:
+        """Append a repair record for every cut kept under torn/ that the log does not yet mention.
+
+        Driven by the evidence files, not by this run's cuts, so a crash between a cut and its
+        record is caught up on the next open instead of leaving the cut silent.
+        """
+        done = {(r.fields["file"], r.fields["offset"], r.fields["cut_sha256"]) for r in logged}
+        for ev in torn_evidence(self.directory):
+            if not ev.intact:
+                raise LogCorruptError(f"{TORN_DIR}/{ev.name} does not hash to the value in its name")
+            if (ev.file, ev.offset, ev.sha256) not in done:
+                fields = {"file": ev.file, "offset": ev.offset, "cut_bytes": ev.length, "cut_sha256": ev.sha256}
+                self.append(records.KIND_REPAIR, fields)
 
     def _cut(self, torn: TornTail) -> None:
         """Cut a torn tail back to the last complete record, keeping the cut bytes under torn/."""
@@ -375,7 +422,8 @@ class AuditLog:
             cut = f.read()
             torn_dir = self.directory / TORN_DIR
             torn_dir.mkdir(mode=0o700, exist_ok=True)
-            keep = torn_dir / f"{path.name}.{torn.offset}.bin"
+            # The content hash in the name keeps two cuts at one offset (two crashes) apart.
+            keep = torn_dir / f"{path.name}.{torn.offset}.{hashlib.sha256(cut).hexdigest()}.bin"
             fd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 _write_all(fd, cut)
@@ -386,7 +434,7 @@ class AuditLog:
             f.truncate(torn.offset)
             f.flush()
             os.fsync(f.fileno())
-        self._cut_hashes[torn.file] = hashlib.sha256(cut).hexdigest()
+        self.repairs.append(torn)
 
     def _load_latest_checkpoint(self, scan: LogScan) -> None:
         for stored in reversed(scan.checkpoints):

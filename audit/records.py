@@ -147,11 +147,16 @@ class Record:
             return None
         return base64.b64decode(self.fields["bytes"])
 
-    def describe(self) -> str:
-        """A short name for messages: 'record 12 (uplink 3 of session 1a2b3c4d…)'."""
+    def describe(self, position: int | None = None) -> str:
+        """A short name for messages: 'record 12 (uplink, n=3 of session 1a2b3c4d…)'.
+
+        `position` is where the record sits in the log, which is what an auditor can find; it
+        differs from `index` only in a tampered log.
+        """
+        where = self.index if position is None else position
         if self.session is not None:
-            return f"record {self.index} ({self.kind}, n={self.fields['n']} of session {self.session[:8]}…)"
-        return f"record {self.index} ({self.kind})"
+            return f"record {where} ({self.kind}, n={self.fields['n']} of session {self.session[:8]}…)"
+        return f"record {where} ({self.kind})"
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -171,8 +176,10 @@ def parse(data: bytes) -> Record:
     """Parse and check one record's bytes; raise `RecordError` naming what is wrong."""
     try:
         obj = json.loads(data.decode("ascii"), object_pairs_hook=_no_duplicates, parse_float=_reject_float)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RecordError(f"not a JSON record ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # RecursionError: a hostile record nested thousands deep must fail as a record, not crash verify.
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise RecordError(f"not a JSON record ({detail})") from None
     if not isinstance(obj, dict):
         raise RecordError("not a JSON object")
     kind = obj.get("kind")

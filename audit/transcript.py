@@ -114,7 +114,7 @@ def read_transcript(path: Path) -> Transcript:
     for number, raw in enumerate(lines, start=1):
         try:
             obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             out.problems.append(f"server transcript line {number} is not JSON")
             continue
         if number == 1:

@@ -20,7 +20,7 @@ from typing import Any
 from audit import merkle, records
 from audit.contract import Area, SessionState, Violation
 from audit.errors import AuditError, VerificationFailed
-from audit.log import LogScan, StoredRecord, scan_log
+from audit.log import TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
 from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
 from audit.transcript import DeviceSession, compare, read_transcript
 from sdk.session_types import WIRE_MAX_TOP_K
@@ -150,6 +150,18 @@ def _integrity(ctx: _Context) -> Check:
             notes.append(
                 f"record {p.stored.position}: the device cut a torn final write of {f['cut_bytes']} bytes from "
                 f"{f['file']} at byte {f['offset']} (kept under torn/)"
+            )
+    logged = {
+        (p.record.fields["file"], p.record.fields["offset"], p.record.fields["cut_sha256"])
+        for p in ctx.parsed
+        if p.record is not None and p.record.kind == records.KIND_REPAIR
+    }
+    for ev in torn_evidence(ctx.scan.directory):
+        if not ev.intact:
+            failures.append(f"{TORN_DIR}/{ev.name}: kept torn bytes that do not hash to the value in their name")
+        elif (ev.file, ev.offset, ev.sha256) not in logged:
+            failures.append(
+                f"{TORN_DIR}/{ev.name}: {ev.length} bytes were cut from {ev.file} but no repair record says so"
             )
     if not ctx.parsed:
         failures.append("the log holds no records")
@@ -315,36 +327,39 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     uplinks: dict[str, list[tuple[int, str]]] = defaultdict(list)
     counters: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
-    def report(rec: records.Record, violations: list[Violation]) -> None:
+    def report(where: str, violations: list[Violation]) -> None:
         for v in violations:
-            found[v.area].append(f"{rec.describe()}: {v.message}")
+            found[v.area].append(f"{where}: {v.message}")
 
     for p in ctx.parsed:
         rec = p.record
         if rec is None or rec.session is None:
             continue
         sid, n = rec.session, rec.fields["n"]
+        where = rec.describe(p.stored.position)
         if rec.kind == records.KIND_BEGIN:
             if sid in states:
-                found[Area.SESSION].append(f"{rec.describe()}: session {sid[:8]}… begins a second time")
+                found[Area.SESSION].append(f"{where}: session {sid[:8]}… begins a second time")
                 continue
             vocab, k = rec.fields["vocab_size"], rec.fields["max_top_k"]
-            report(rec, SessionState.begin_violations(vocab, k))
+            report(where, SessionState.begin_violations(vocab, k))
             if k > header_k:
-                found[Area.DOWNLINK].append(f"{rec.describe()}: allows k = {k}, above the log's maximum {header_k}")
+                found[Area.DOWNLINK].append(f"{where}: allows k = {k}, above the log's maximum {header_k}")
             states[sid] = SessionState(sid, vocab, k)
             next_n[sid] = 1
             spans[sid] = [rec.index, rec.index]
             continue
         state = states.get(sid)
         if state is None:
-            found[Area.SESSION].append(f"{rec.describe()}: belongs to a session that never began")
+            found[Area.SESSION].append(f"{where}: belongs to a session that never began")
             continue
         spans[sid][1] = rec.index
         if n != next_n[sid]:
             what = "a record of this session is missing" if n > next_n[sid] else "records were reordered or repeated"
-            found[Area.SESSION].append(f"{rec.describe()}: expected n={next_n[sid]}, found n={n}: {what}")
-        next_n[sid] = max(next_n[sid], n) + 1
+            found[Area.SESSION].append(f"{where}: expected n={next_n[sid]}, found n={n}: {what}")
+        if n >= next_n[sid]:
+            next_n[sid] = n + 1  # after a gap, continue from here; a late record does not move the count
+
         if rec.kind == records.KIND_UPLINK:
             assert rec.payload is not None
             counts[Area.UPLINK] += 1
@@ -360,7 +375,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             violations, commit = state.examine_fallback(rec.fields["reason"])
         else:
             violations, commit = state.examine_guard(), lambda: None
-        report(rec, violations)
+        report(where, violations)
         commit()  # the verifier always advances, so one bad record does not hide the next
 
     summaries: list[SessionSummary] = []

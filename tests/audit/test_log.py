@@ -160,3 +160,20 @@ def test_a_crash_while_creating_the_log_is_finished_on_open(tmp_path: Path) -> N
     AuditLog.open(tmp_path / "log", key).close()
     report = verify(tmp_path / "log", key=key.verifier)
     assert report.records == 2  # the header, then the repair of the torn first write
+
+
+def test_a_cut_whose_repair_record_was_lost_is_recorded_on_the_next_open(tmp_path: Path) -> None:
+    """A crash after cutting a torn tail but before logging the cut must not leave the cut silent."""
+    built = build_log(tmp_path, sessions=1)
+    path, _, _ = segment_path(built.directory, 0)
+    size = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(b"\x00\x00\x01")
+    log = AuditLog(built.directory, built.key, segment_records=4096)
+    log._cut(scan_log(built.directory).torn[0])  # the cut happens, then the process dies
+    assert path.stat().st_size == size
+    report = inspect(built.directory, key=built.key.verifier)
+    assert any("no repair record says so" in m for m in report.checks[0].failures)
+    AuditLog.open(built.directory, built.key).close()
+    report = verify(built.directory, key=built.key.verifier)
+    assert sum("cut a torn final write" in n for n in report.checks[0].notes) == 1

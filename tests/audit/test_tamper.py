@@ -227,3 +227,9 @@ def test_a_payload_edited_without_its_hash(built: BuiltLog) -> None:
     )
     _, text = _failures(built)
     assert f"record {target} (seg-000000000000.log" in text and "does not hash to the recorded sha256" in text
+
+
+def test_a_hostile_deeply_nested_record_is_reported_not_crashed_on(built: BuiltLog) -> None:
+    replace_record(built.directory, 3, b"[" * 200_000 + b"]" * 200_000)
+    _, text = _failures(built)
+    assert "record 3 (seg-000000000000.log" in text and "not a JSON record" in text

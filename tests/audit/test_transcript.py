@@ -1,0 +1,80 @@
+"""`--server-transcript`: the server's own record must match the device's log hash for hash."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from audit import records
+from audit.errors import VerificationFailed
+from audit.log import scan_log
+from audit.transcript import ServerTranscript
+from audit.verify import verify
+from sdk import wire
+from tests.audit.helpers import BuiltLog, build_log
+
+
+def _device_uplinks(built: BuiltLog) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for r in scan_log(built.directory).records:
+        rec = records.parse(r.data)
+        if rec.kind == records.KIND_UPLINK:
+            out.setdefault(rec.session or "", []).append(base64.b64decode(rec.fields["bytes"]))
+    return out
+
+
+def _server_saw(path: Path, streams: list[list[bytes]]) -> None:
+    with ServerTranscript.open(path) as t:
+        for payloads in streams:
+            stream = t.begin_stream()
+            for p in payloads:
+                t.record_uplink(stream, p)
+
+
+def _fail_text(built: BuiltLog, transcript: Path) -> str:
+    with pytest.raises(VerificationFailed) as info:
+        verify(built.directory, key=built.key.verifier, server_transcript=transcript)
+    (check,) = [c for c in info.value.report.checks if not c.ok]
+    assert check.name == "server transcript"
+    return "\n".join(check.failures)
+
+
+def test_a_matching_transcript_passes(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=3)
+    streams = list(_device_uplinks(built).values())
+    _server_saw(tmp_path / "server.jsonl", streams[::-1])  # the server's order need not be the device's
+    report = verify(built.directory, key=built.key.verifier, server_transcript=tmp_path / "server.jsonl")
+    assert report.checks[-1].name == "server transcript" and "3 server stream(s) match" in report.checks[-1].summary
+
+
+def test_an_uplink_the_device_never_logged_is_caught(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=2)
+    streams = list(_device_uplinks(built).values())
+    smuggled = wire.round_to_proto(3, [], [1, 2, 3]).SerializeToString()
+    _server_saw(tmp_path / "server.jsonl", [streams[0], [*streams[1][:2], smuggled, *streams[1][2:]]])
+    text = _fail_text(built, tmp_path / "server.jsonl")
+    assert "message 2 (transcript line" in text and "the device logged a different uplink there" in text
+
+
+def test_a_stream_with_no_device_session_is_egress_that_bypassed_the_log(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=1)
+    streams = list(_device_uplinks(built).values())
+    _server_saw(tmp_path / "server.jsonl", [*streams, [b"\x1a\x02\x08\x01"]])
+    assert "bypassed the audit log" in _fail_text(built, tmp_path / "server.jsonl")
+
+
+def test_a_closed_session_the_server_never_received_is_a_mismatch(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=2)
+    streams = list(_device_uplinks(built).values())
+    _server_saw(tmp_path / "server.jsonl", streams[:1])
+    assert "closed normally but the server has no matching record" in _fail_text(built, tmp_path / "server.jsonl")
+
+
+def test_a_malformed_transcript_line_is_named(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=1)
+    _server_saw(tmp_path / "server.jsonl", list(_device_uplinks(built).values()))
+    with (tmp_path / "server.jsonl").open("a") as f:
+        f.write('{"stream": "x", "i": 0, "len": 1}\n')
+    assert "server transcript line" in _fail_text(built, tmp_path / "server.jsonl")
