@@ -1,19 +1,414 @@
-"""`privacy`: privacy guard, leakage measurement and DP budgets.
+"""`privacy`: DP budgets, leakage measurement, and the encrypted profile vault.
 
-Subcommands arrive with their issues; until then this says so."""
+    privacy budget [--state-dir D] [--device NAME|DIR] [--json]
+    privacy leakage-report --data FILE --audit-log DIR [--server-transcript FILE] [--canaries FILE]
+                           [--user ID] [--tokenizer MODEL] [--candidates N] [--ngram N] [--seed S] [--json]
+    privacy seal PROFILE --out VAULT          passphrase from $SPECSTEER_VAULT_PASSPHRASE or a prompt
+
+Exit status: 0 on success, 1 when an input is unusable (one sentence on stderr), 2 for usage errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
+import math
+import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sdk.errors import SpecSteerError
+
+__all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
+LEDGER_FILE = "ledger.json"
+LEDGER_FORMAT = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="privacy", description="DP budgets, uplink leakage measurement, encrypted profile vault")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("budget", help="the federation's ε ledger of each device")
+    b.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE,
+        help=f"federation state, or one device's folder (default {DEFAULT_STATE})",
+    )
+    b.add_argument("--device", help="one device: its folder name under STATE/devices, or its folder")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+
+    r = sub.add_parser("leakage-report", help="what the uplink reveals, measured on what the cloud received")
+    r.add_argument("--data", type=Path, required=True, help="the dataset JSONL the profiles came from (with trailers)")
+    r.add_argument("--audit-log", type=Path, required=True, help="the device's audit log directory")
+    r.add_argument("--server-transcript", type=Path, help="only count uplinks the server logged receiving")
+    r.add_argument("--canaries", type=Path, help="the canary file of the planted canaries")
+    r.add_argument("--user", help="the user whose history and identities to look for (default: every user)")
+    r.add_argument("--tokenizer", default="smollm2-135m-instruct", help="the Specialist (model folder, .gguf or name)")
+    r.add_argument("--candidates", type=_positive_int, default=2000, help="sampled rival canaries per canary")
+    r.add_argument("--ngram", type=_positive_int, default=8, help="verbatim run length in tokens (default 8)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("seal", help="encrypt a profile file into a vault (AES-256-GCM, scrypt passphrase)")
+    s.add_argument("profile", type=Path, metavar="PROFILE")
+    s.add_argument("--out", type=Path, required=True, metavar="VAULT")
+    return parser
+
+
+# --- budget ----------------------------------------------------------------------------------------
+
+
+def read_ledger(path: Path) -> dict[str, Any]:
+    """A device's ε ledger (federation.ledger's JSON), checked field by field; ε is recomputed when possible.
+
+    Shape: {"format": 1, "epsilon_budget": float, "delta": float, "accountant": "rdp"|"prv",
+    "epsilon_spent": float, "history": [[noise, sample_rate, steps], ...], "rounds": [{...}], "refusals": int}.
+    """
+    from privacy.data import PrivacyError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PrivacyError(f"there is no privacy ledger at {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PrivacyError(f"cannot read the privacy ledger {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+    def bad(what: str) -> PrivacyError:
+        return PrivacyError(f"the privacy ledger {path} is damaged: {what}")
+
+    if not isinstance(data, dict):
+        raise bad("it is not a JSON object")
+    if data.get("format") != LEDGER_FORMAT:
+        raise bad(f"format {data.get('format')!r}, expected {LEDGER_FORMAT}")
+
+    def number(name: str, *, lo: float = 0.0) -> float:
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < lo:
+            raise bad(f"{name} is {value!r}")
+        return float(value)
+
+    budget = number("epsilon_budget")
+    delta = number("delta")
+    stored = number("epsilon_spent")
+    accountant = data.get("accountant")
+    if accountant not in ("rdp", "prv"):
+        raise bad(f"unknown accountant {accountant!r}")
+    history = data.get("history")
+    rounds = data.get("rounds")
+    if not isinstance(history, list) or not isinstance(rounds, list):
+        raise bad("history or rounds is not a list")
+    steps: list[tuple[float, float, int]] = []
+    for h in history:
+        if not (isinstance(h, list) and len(h) == 3 and all(isinstance(x, int | float) for x in h)):
+            raise bad("a history entry is not [noise, sample_rate, steps]")
+        steps.append((float(h[0]), float(h[1]), int(h[2])))
+    spent, recomputed = stored, False
+    try:
+        from federation.ledger import epsilon_of
+
+        # The ledger keeps the whole composition history so that ε can be recomputed, not trusted.
+        spent, recomputed = epsilon_of(steps, delta, accountant), True
+    except ImportError:
+        pass
+    last = rounds[-1] if rounds and isinstance(rounds[-1], dict) else {}
+    when = last.get("time")
+    return {
+        "ledger": str(path),
+        "epsilon_spent": spent,
+        "epsilon_stored": stored,
+        "recomputed": recomputed,
+        "consistent": abs(spent - stored) <= 1e-6 * max(1.0, stored),
+        "epsilon_budget": budget,
+        "epsilon_remaining": max(0.0, budget - spent),
+        "delta": delta,
+        "accountant": accountant,
+        "dp_rounds": len(rounds),
+        "dp_steps": sum(s for _, _, s in steps),
+        "refusals": int(data.get("refusals", 0)) if isinstance(data.get("refusals", 0), int) else 0,
+        "last_round": datetime.fromtimestamp(when, UTC).isoformat() if isinstance(when, int | float) else None,
+    }
+
+
+def budget_report(state_dir: Path, device: str | None = None) -> list[dict[str, Any]]:
+    """Ledgers of every device under `state_dir` (federation layout), or of one device."""
+    from privacy.data import PrivacyError
+
+    root = state_dir.expanduser()
+    if device is not None:
+        candidates = [Path(device).expanduser(), root / "devices" / device, root / device]
+        folder = next((c for c in candidates if (c / LEDGER_FILE).is_file()), None)
+        if folder is None:
+            raise PrivacyError(f"no device {device!r} with a privacy ledger under {root}")
+        folders = [folder]
+    elif (root / LEDGER_FILE).is_file():
+        folders = [root]
+    else:
+        # `federation run --simulation` keeps devices under STATE/devices/<name>; a real SuperNode's
+        # default is ~/.specsteer/federation/device-<user>, a direct subfolder.
+        folders = sorted(
+            p
+            for parent in (root / "devices", root)
+            if parent.is_dir()
+            for p in parent.iterdir()
+            if (p / LEDGER_FILE).is_file()
+        )
+        if not folders:
+            raise PrivacyError(
+                f"no device privacy ledgers under {root} (looked for devices/*/{LEDGER_FILE} and */{LEDGER_FILE})"
+            )
+    out = []
+    for folder in folders:
+        entry = read_ledger(folder / LEDGER_FILE)
+        entry["device"] = folder.name
+        out.append(entry)
+    return out
+
+
+def _print_budget(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        note = "" if r["consistent"] else f" (the ledger's stored total says {r['epsilon_stored']:.3f})"
+        print(
+            f"{r['device']}: ε {r['epsilon_spent']:.3f} of {r['epsilon_budget']:g} spent, "
+            f"{r['epsilon_remaining']:.3f} left (δ={r['delta']:g}, {r['accountant']}), "
+            f"{r['dp_rounds']} DP round(s), {r['refusals']} refusal(s){note}"
+        )
+
+
+# --- leakage report --------------------------------------------------------------------------------
+
+
+def _load_tokenizer(spec: str) -> Any:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        from transformers import AutoTokenizer
+
+        from privacy.data import PrivacyError
+
+        try:
+            return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise PrivacyError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0]}") from None
+    from sdk.models import load_causal_lm
+
+    return load_causal_lm(spec, progress=False).tokenizer
+
+
+def leakage_report(
+    *,
+    data: Path,
+    audit_log: Path,
+    tokenizer: Any,
+    server_transcript: Path | None = None,
+    canaries: Path | None = None,
+    user: str | None = None,
+    candidates: int = 2000,
+    ngram: int = 8,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure,
+    verbatim history runs, per-round sizes, and the guard's decisions.
+
+    Paired measurements (counterfactual n-grams, membership AUROC) need two runs and are computed
+    with `privacy.leakage` by the benchmark that produced them.
+    """
+    import numpy as np
+
+    from privacy.data import PrivacyError, read_canaries, read_uplinks, read_users
+    from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
+    from privacy.leakage import canary_scores, exposure, size_channel
+
+    users = read_users(data)
+    if user is not None:
+        users = [u for u in users if u.user_id == user]
+        if not users:
+            raise PrivacyError(f"the data file {data} has no user {user!r}")
+    log = read_uplinks(audit_log, server_transcript=server_transcript)
+
+    def decode(ids: Sequence[int]) -> str:
+        return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    identities: dict[str, str] = {}
+    for u in users:
+        identities.update(u.identities())
+    ident = CanaryDetector(identities)
+    pii = PiiDetector()
+    verbatim = VerbatimNgramDetector.from_texts([t for u in users for t in u.history_texts()], tokenizer, n=ngram)
+
+    texts: list[str] = []
+    identity_hits: Counter[str] = Counter()
+    pattern_hits: Counter[str] = Counter()
+    runs = run_tokens = 0
+    for s in log.sessions:
+        det = verbatim.for_prompt(decode(s.prompt_ids))
+        for view in s.views():
+            text = decode(view)
+            texts.append(text)
+            identity_hits.update(sp.kind for sp in ident.find(text))
+            pattern_hits.update(sp.kind for sp in pii.find(text))
+            found = det.find_ids(view)
+            runs += len(found)
+            run_tokens += sum(b - a for a, b in found)
+    stream = "\n".join(texts)
+
+    exposures: list[dict[str, Any]] = []
+    if canaries is not None:
+        space, planted = read_canaries(canaries)
+        rng = np.random.default_rng(seed)
+        for c in planted:
+            if user is not None and c.user_id not in (None, user):
+                continue
+            rivals = space.sample(rng, min(candidates, space.size - 1), exclude=[c.secret])
+            true = float(canary_scores(space, [c.secret], stream)[0])
+            e = exposure(true, canary_scores(space, rivals, stream), space.size)
+            exposures.append(
+                {
+                    "user_id": c.user_id,
+                    "exposure": e,
+                    "max_exposure": space.bits,
+                    "verbatim": space.render(c.secret) in stream,
+                }
+            )
+
+    sizes = [n for s in log.sessions for n in s.round_sizes]
+    size_counts = Counter(sizes)
+    return {
+        "sessions": len(log.sessions),
+        "rounds": len(sizes),
+        "uplink_tokens": sum(len(t) for s in log.sessions for t in s.device_tokens()),
+        "uplink_bytes": sum(s.uplink_bytes for s in log.sessions),
+        "identity_hits": dict(sorted(identity_hits.items())),
+        "pattern_hits": dict(sorted(pattern_hits.items())),
+        "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
+        "canaries": exposures,
+        "round_sizes": {
+            "distinct": len(size_counts),
+            "histogram": {str(k): v for k, v in sorted(size_counts.items())},
+            # Sizes against the session they belong to: a constant-size uplink gives 0 bits.
+            "bits_about_session": size_channel(
+                sizes, [i for i, s in enumerate(log.sessions) for _ in s.round_sizes]
+            ).mutual_information_bits
+            if sizes
+            else 0.0,
+        },
+        "guard_decisions": {f"{d}/{p}": n for (d, p), n in sorted(log.guard.items())},
+        "problems": log.problems,
+    }
+
+
+def _print_leakage(r: dict[str, Any]) -> None:
+    print(f"{r['sessions']} session(s), {r['rounds']} round(s), {r['uplink_tokens']} device tokens uplinked")
+    hits = ", ".join(f"{k} {v}" for k, v in r["identity_hits"].items()) or "none"
+    print(f"identity hits (trailer names/emails): {hits}")
+    pats = ", ".join(f"{k} {v}" for k, v in r["pattern_hits"].items()) or "none"
+    print(f"personal-data patterns: {pats}")
+    v = r["verbatim_runs"]
+    print(f"verbatim history runs of {v['n']}+ tokens: {v['runs']} ({v['tokens']} tokens)")
+    for c in r["canaries"]:
+        print(f"canary of {c['user_id']}: exposure {c['exposure']:.2f} of {c['max_exposure']:.2f} bits")
+    rs = r["round_sizes"]
+    print(f"round sizes: {rs['distinct']} distinct, {rs['bits_about_session']:.3f} bits about the session")
+    if r["guard_decisions"]:
+        print("guard: " + ", ".join(f"{k} {n}" for k, n in r["guard_decisions"].items()))
+    for p in r["problems"]:
+        print(f"note: {p}")
+
+
+# --- seal ------------------------------------------------------------------------------------------
+
+
+def _passphrase() -> str:
+    from privacy.data import PrivacyError
+    from privacy.vault import ENV_PASSPHRASE
+
+    value = os.environ.get(ENV_PASSPHRASE)
+    if value:
+        return value
+    if not sys.stdin.isatty():
+        raise PrivacyError(f"no passphrase: set {ENV_PASSPHRASE} or run in a terminal to be asked for one")
+    first = getpass.getpass("vault passphrase: ")
+    if first != getpass.getpass("again: "):
+        raise PrivacyError("the two passphrases differ")
+    return first
+
+
+def _seal(profile: Path, out: Path) -> int:
+    from privacy.data import PrivacyError
+    from privacy.vault import PassphraseKeyProvider, ProfileVault
+    from sdk.context import Profile
+
+    # Parse first: sealing a file the SDK cannot read would only fail later, on the device.
+    parsed = Profile.from_file(profile)
+    if out.resolve() == profile.resolve():
+        raise PrivacyError("the vault must not overwrite the profile it seals")
+    ProfileVault.seal(profile.read_bytes(), out, PassphraseKeyProvider(_passphrase))
+    print(f"sealed {len(parsed.entries)} entries into {out}; the plaintext {profile} is still there", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- entry point -----------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="privacy", description="privacy guard, leakage measurement and DP budgets")
-    parser.parse_args(argv)
-    print("privacy: no subcommands in this version yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "budget":
+            rows = budget_report(args.state_dir, args.device)
+            if args.json:
+                print(json.dumps({"devices": rows}, indent=2))
+            else:
+                _print_budget(rows)
+            return EXIT_OK
+        if args.command == "leakage-report":
+            report = leakage_report(
+                data=args.data,
+                audit_log=args.audit_log,
+                tokenizer=_load_tokenizer(args.tokenizer),
+                server_transcript=args.server_transcript,
+                canaries=args.canaries,
+                user=args.user,
+                candidates=args.candidates,
+                ngram=args.ngram,
+                seed=args.seed,
+            )
+            if args.json:
+                print(json.dumps(report, indent=2))
+            else:
+                _print_leakage(report)
+            return EXIT_OK
+        return _seal(args.profile, args.out)
+    except SpecSteerError as exc:
+        print(f"privacy: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("privacy: interrupted", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

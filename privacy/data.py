@@ -1,0 +1,248 @@
+"""Reading what the privacy tools measure: raw dataset users, canary registries, and uplinks.
+
+* `read_users` reads the dataset as it is on disk, *with* the `trailers` that `sdk.context.Profile`
+  drops: they are the real names and emails the leakage report looks for in the uplink.
+* `read_canaries` / `write_canaries` keep the canaries planted for an exposure test.
+* `read_uplinks` reconstructs, per device session, what the cloud received, from the device's
+  audit log (which holds the exact uplink bytes), optionally restricted to the uplinks a server
+  transcript says arrived (the transcript holds only their hashes).
+
+Every user-facing failure is a `PrivacyError` with one sentence naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from audit import records
+from audit.errors import AuditError
+from audit.log import scan_log
+from audit.transcript import read_transcript
+from privacy.detectors import identities_from_trailers
+from privacy.leakage import CanarySpace
+from sdk.errors import SpecSteerError
+from sdk.proto import verifier_pb2 as pb
+
+__all__ = [
+    "CANARY_FORMAT",
+    "Canary",
+    "PrivacyError",
+    "RawUser",
+    "UplinkSession",
+    "read_canaries",
+    "read_uplinks",
+    "read_users",
+    "write_canaries",
+]
+
+CANARY_FORMAT = "specsteer-canaries/1"
+
+
+class PrivacyError(SpecSteerError):
+    """A privacy tool's input cannot be used; the message names the file and the reason."""
+
+
+@dataclass(frozen=True)
+class RawUser:
+    """One dataset user as stored: history entries keep their `trailers`."""
+
+    user_id: str | None
+    profile: tuple[dict[str, Any], ...]
+    queries: tuple[dict[str, Any], ...] = ()
+
+    def history_texts(self) -> list[str]:
+        """Subjects and bodies (no trailers): what the Specialist's private context is made of."""
+        return [t for e in self.profile for t in (e.get("subject", ""), e.get("body", "")) if t]
+
+    def identities(self) -> dict[str, str]:
+        """Names and emails from the history's trailers, as {string: kind}."""
+        out: dict[str, str] = {}
+        for e in self.profile:
+            out.update(identities_from_trailers(e.get("trailers") or ()))
+        return out
+
+
+def read_users(path: str | Path) -> list[RawUser]:
+    """The users of a dataset JSONL file (one user object a line) or of one JSON user object."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PrivacyError(f"the data file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PrivacyError(f"cannot read the data file {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    objects: list[object] = []
+    try:
+        objects = [json.loads(text)]
+    except json.JSONDecodeError:
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                objects.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise PrivacyError(f"the data file {p} has invalid JSON on line {lineno}") from None
+    users: list[RawUser] = []
+    for i, obj in enumerate(objects):
+        if not isinstance(obj, dict) or not isinstance(obj.get("profile"), list):
+            raise PrivacyError(f'the data file {p} holds something other than a user object with a "profile" list')
+        entries = obj["profile"]
+        if not all(isinstance(e, dict) and isinstance(e.get("body", ""), str) for e in entries):
+            raise PrivacyError(f"the data file {p} has a malformed profile entry in user {i}")
+        uid = obj.get("user_id")
+        queries = obj.get("queries") or []
+        users.append(
+            RawUser(
+                uid if isinstance(uid, str) else None, tuple(entries), tuple(q for q in queries if isinstance(q, dict))
+            )
+        )
+    if not users:
+        raise PrivacyError(f"the data file {p} holds no users")
+    return users
+
+
+@dataclass(frozen=True)
+class Canary:
+    user_id: str | None
+    secret: str
+
+
+def write_canaries(path: str | Path, space: CanarySpace, canaries: Sequence[Canary]) -> None:
+    """Keep the planted canaries (the secret is what the test looks for; keep the file private)."""
+    data = {
+        "format": CANARY_FORMAT,
+        "space": space.as_dict(),
+        "canaries": [{"user_id": c.user_id, "secret": c.secret} for c in canaries],
+    }
+    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def read_canaries(path: str | Path) -> tuple[CanarySpace, list[Canary]]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PrivacyError(f"the canary file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PrivacyError(f"cannot read the canary file {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(data, dict) or data.get("format") != CANARY_FORMAT:
+        raise PrivacyError(f'the canary file {p} is not a "{CANARY_FORMAT}" file')
+    try:
+        space = CanarySpace(**data["space"])
+        canaries = [Canary(c.get("user_id"), str(c["secret"])) for c in data["canaries"]]
+        for c in canaries:
+            space.render(c.secret)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PrivacyError(f"the canary file {p} is malformed ({exc})") from None
+    return space, canaries
+
+
+@dataclass
+class UplinkSession:
+    """What the cloud received in one device session, rebuilt from the audit log."""
+
+    session_id: str
+    prompt_ids: list[int] = field(default_factory=list)
+    rounds: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (commit_ids, draft_ids)
+    accepted: list[int | None] = field(default_factory=list)  # per round, from its downlink
+    round_sizes: list[int] = field(default_factory=list)  # bytes of each Round uplink
+    uplink_bytes: int = 0
+
+    def committed_ids(self) -> list[int]:
+        """The text both sides committed: each round's commit plus the accepted part of its draft."""
+        out: list[int] = []
+        for (commit, draft), n in zip(self.rounds, self.accepted, strict=True):
+            out += commit + (draft if n is None else draft[:n])
+        return out
+
+    def views(self, context: int = 32) -> list[list[int]]:
+        """Every token sequence the cloud saw: the committed text, and each rejected draft tail
+        after the `context` committed tokens it continued from."""
+        out: list[list[int]] = []
+        committed: list[int] = []
+        for (commit, draft), n in zip(self.rounds, self.accepted, strict=True):
+            committed = committed + commit
+            k = len(draft) if n is None else n
+            if k < len(draft):
+                out.append(committed[-context:] + draft)
+            committed = committed + draft[:k]
+        return [committed, *out]
+
+    def device_tokens(self) -> list[list[int]]:
+        """Only what the device authored (commits and drafts, no prompt), round by round."""
+        return [commit + draft for commit, draft in self.rounds]
+
+
+@dataclass
+class UplinkLog:
+    sessions: list[UplinkSession]
+    guard: Counter[tuple[str, str]]  # (decision, placeholder) -> spans, from guard-decision records
+    problems: list[str]
+
+
+def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = None) -> UplinkLog:
+    """Sessions rebuilt from an audit log; with a transcript, only uplinks the server logged receiving."""
+    try:
+        scan = scan_log(Path(log_dir))
+    except AuditError as exc:
+        raise PrivacyError(str(exc)) from None
+    except OSError as exc:
+        raise PrivacyError(f"cannot read the audit log {log_dir}: {exc.strerror or exc}") from None
+    received: set[str] | None = None
+    problems = list(scan.problems)
+    if server_transcript is not None:
+        try:
+            transcript = read_transcript(Path(server_transcript))
+        except AuditError as exc:
+            raise PrivacyError(str(exc)) from None
+        received = {e.sha256 for entries in transcript.streams.values() for e in entries}
+        problems += transcript.problems
+    sessions: dict[str, UplinkSession] = {}
+    pending: dict[str, dict[int, int]] = {}  # session -> round seq -> index into rounds
+    guard: Counter[tuple[str, str]] = Counter()
+    for stored in scan.records:
+        try:
+            rec = records.parse(stored.data)
+        except AuditError as exc:
+            problems.append(f"{stored.where()}: {exc}")
+            continue
+        sid = rec.session
+        if sid is None:
+            continue
+        session = sessions.setdefault(sid, UplinkSession(sid))
+        if rec.kind == records.KIND_GUARD:
+            guard[(rec.fields["decision"], rec.fields["placeholder"])] += rec.fields["count"]
+        elif rec.kind == records.KIND_UPLINK:
+            if received is not None and rec.fields["sha256"] not in received:
+                continue
+            payload = rec.payload or b""
+            try:
+                msg = pb.Uplink.FromString(payload)
+            except DecodeError:
+                problems.append(f"{stored.where()}: an uplink that does not parse")
+                continue
+            session.uplink_bytes += len(payload)
+            kind = msg.WhichOneof("kind")
+            if kind == "open":
+                session.prompt_ids = list(msg.open.prompt_ids)
+            elif kind == "round":
+                pending.setdefault(sid, {})[msg.round.seq] = len(session.rounds)
+                session.rounds.append((list(msg.round.commit_ids), list(msg.round.draft_ids)))
+                session.accepted.append(None)
+                session.round_sizes.append(len(payload))
+        elif rec.kind == records.KIND_DOWNLINK:
+            try:
+                down = pb.Downlink.FromString(rec.payload or b"")
+            except DecodeError:
+                continue
+            index = pending.get(sid, {}).pop(down.seq, None)
+            if index is not None:
+                session.accepted[index] = min(down.accepted, len(session.rounds[index][1]))
+    return UplinkLog([s for s in sessions.values() if s.rounds or s.prompt_ids], guard, problems)

@@ -1,0 +1,465 @@
+"""Leakage metrics over what the cloud received: pure functions, numpy only, no I/O.
+
+* Canary exposure (Carlini et al., "The Secret Sharer", 2019): canaries drawn uniformly from a
+  known space R are planted in private histories; an attacker scores every candidate of R by how
+  well the uplink stream supports it, and exposure = log2|R| - log2(rank of the true canary).
+  Exposure near log2|R| means the uplink singles the canary out; near 1 (ties everywhere) means
+  the uplink says nothing about it.
+* Counterfactual n-gram leakage: the same prompts run with the real profile and with a swapped
+  profile; profile-specific n-grams that reach the real run's uplink, and not the swapped run's.
+* Membership of one history document: an attacker's scores on runs with and without the document;
+  AUROC and TPR at a fixed (1 %) false-positive rate.
+* The size channel: per-round uplink sizes against a secret label (mutual information and the best
+  size-based guess), and the constant-size frame that closes it (`encode_padded_round`).
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PAD_ID",
+    "CanarySpace",
+    "FrameShape",
+    "NgramLeakage",
+    "SizeChannel",
+    "auroc",
+    "canary_scores",
+    "counterfactual_ngram_leakage",
+    "decode_padded_round",
+    "encode_padded_round",
+    "exposure",
+    "exposure_from_rank",
+    "membership_score",
+    "ngrams",
+    "padded_round_size",
+    "plant_canary",
+    "roc_curve",
+    "size_channel",
+    "support_score",
+    "tpr_at_fpr",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Canary exposure
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CanarySpace:
+    """R = every `template` with `{secret}` replaced by `length` symbols from `alphabet`.
+
+    The default, "my PIN is {6 digits}", has |R| = 10^6 (log2|R| ~ 19.9 bits).
+    """
+
+    template: str = "my PIN is {secret}"
+    alphabet: str = string.digits
+    length: int = 6
+
+    def __post_init__(self) -> None:
+        if self.template.count("{secret}") != 1:
+            raise ValueError("a canary template holds {secret} exactly once")
+        if self.length < 1 or len(set(self.alphabet)) != len(self.alphabet) or len(self.alphabet) < 2:
+            raise ValueError("a canary space needs length >= 1 and an alphabet of 2+ distinct symbols")
+
+    @property
+    def size(self) -> int:
+        return len(self.alphabet) ** self.length
+
+    @property
+    def bits(self) -> float:
+        return self.length * math.log2(len(self.alphabet))
+
+    def render(self, secret: str) -> str:
+        if len(secret) != self.length or any(c not in self.alphabet for c in secret):
+            raise ValueError(f"{secret!r} is not in this canary space")
+        return self.template.replace("{secret}", secret)
+
+    def sample(self, rng: np.random.Generator, count: int = 1, *, exclude: Iterable[str] = ()) -> list[str]:
+        """`count` distinct secrets drawn uniformly from R, none of them in `exclude`."""
+        banned = set(exclude)
+        if count > self.size - len(banned):
+            raise ValueError(f"cannot draw {count} distinct secrets from a space of {self.size}")
+        out: list[str] = []
+        seen = set(banned)
+        while len(out) < count:
+            secret = "".join(self.alphabet[i] for i in rng.integers(0, len(self.alphabet), self.length))
+            if secret not in seen:
+                seen.add(secret)
+                out.append(secret)
+        return out
+
+    def all_secrets(self) -> list[str]:
+        """Every secret of R (only for small spaces: exact ranks in tests)."""
+        if self.size > 1_000_000:
+            raise ValueError(f"refusing to enumerate {self.size} secrets; sample instead")
+        out = [""]
+        for _ in range(self.length):
+            out = [p + c for p in out for c in self.alphabet]
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"template": self.template, "alphabet": self.alphabet, "length": self.length}
+
+
+def plant_canary(bodies: Sequence[str], canary: str, rng: np.random.Generator) -> tuple[list[str], int]:
+    """`bodies` with `canary` appended as its own line to one entry chosen at random; (bodies, index)."""
+    if not bodies:
+        raise ValueError("cannot plant a canary in an empty history")
+    i = int(rng.integers(0, len(bodies)))
+    out = list(bodies)
+    out[i] = f"{out[i].rstrip()}\n\n{canary}" if out[i].strip() else canary
+    return out, i
+
+
+def _longest_common_substring(a: str, b: str) -> int:
+    """Length of the longest substring of `a` that occurs in `b` (|a| is a short secret)."""
+    best = 0
+    for i in range(len(a)):
+        # Only lengths that beat the best so far are worth testing; each is a substring search.
+        j = i + best + 1
+        while j <= len(a) and a[i:j] in b:
+            best = j - i
+            j += 1
+    return best
+
+
+def support_score(candidate_text: str, secret: str, stream: str) -> float:
+    """How well `stream` (the decoded uplink) supports one rendered candidate.
+
+    Primary: the longest prefix of the rendered candidate that occurs in the stream (the template
+    anchors it, so "my PIN is 12" supports every candidate starting with 12). Tie-break: the
+    longest run of the secret itself found anywhere, scaled below one prefix character.
+    """
+    prefix = 0
+    lo, hi = 0, len(candidate_text)
+    while lo < hi:  # occurrence of prefixes is monotone: binary search the longest
+        mid = (lo + hi + 1) // 2
+        if candidate_text[:mid] in stream:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = lo
+    return prefix + _longest_common_substring(secret, stream) / (len(secret) + 1)
+
+
+def canary_scores(space: CanarySpace, secrets_: Sequence[str], stream: str) -> np.ndarray:
+    """`support_score` of each secret's rendering against `stream`."""
+    return np.array([support_score(space.render(s), s, stream) for s in secrets_], dtype=np.float64)
+
+
+def exposure_from_rank(rank: float, space_size: int) -> float:
+    """log2|R| - log2(rank); rank 1 is the most exposed."""
+    if not 1 <= rank <= space_size:
+        raise ValueError(f"a rank lies in [1, {space_size}]; got {rank}")
+    return math.log2(space_size) - math.log2(rank)
+
+
+def exposure(true_score: float, candidate_scores: Sequence[float] | np.ndarray, space_size: int) -> float:
+    """Exposure of the true canary given the scores of other candidates from R (higher = better supported).
+
+    With all |R| - 1 others scored, the rank is exact; with a uniform sample, the share of candidates
+    that beat the canary estimates its rank among all of R. Ties count half, so a stream that says
+    nothing (every score equal) gives rank ~|R|/2 and exposure ~1 bit, not a spurious maximum.
+    """
+    scores = np.asarray(candidate_scores, dtype=np.float64)
+    if scores.size == 0:
+        raise ValueError("exposure needs at least one other candidate's score")
+    if scores.size > space_size - 1:
+        raise ValueError(f"{scores.size} other candidates cannot come from a space of {space_size}")
+    above = float(np.sum(scores > true_score)) + 0.5 * float(np.sum(scores == true_score))
+    rank = 1.0 + above * (space_size - 1) / scores.size
+    return exposure_from_rank(rank, space_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# n-gram leakage and membership
+# ----------------------------------------------------------------------------------------------
+
+
+def ngrams(sequences: Iterable[Sequence[int]], n: int) -> set[tuple[int, ...]]:
+    """Every n-gram of token IDs within each sequence (none across sequences)."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1; got {n}")
+    out: set[tuple[int, ...]] = set()
+    for seq in sequences:
+        s = tuple(seq)
+        out.update(s[i : i + n] for i in range(len(s) - n + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class NgramLeakage:
+    n: int
+    profile_specific: int  # n-grams of the real profile absent from the swapped profile and the prompts
+    uplink_ngrams: int  # distinct n-grams in the real run's uplink
+    leaked: int  # profile-specific n-grams in the real uplink and not in the swapped run's uplink
+
+    @property
+    def share_of_profile(self) -> float:
+        """Share of the profile-specific n-grams that reached the uplink."""
+        return self.leaked / self.profile_specific if self.profile_specific else 0.0
+
+    @property
+    def share_of_uplink(self) -> float:
+        """Share of the uplink's n-grams that are leaked profile-specific ones."""
+        return self.leaked / self.uplink_ngrams if self.uplink_ngrams else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "n": self.n,
+            "profile_specific": self.profile_specific,
+            "uplink_ngrams": self.uplink_ngrams,
+            "leaked": self.leaked,
+            "share_of_profile": self.share_of_profile,
+            "share_of_uplink": self.share_of_uplink,
+        }
+
+
+def counterfactual_ngram_leakage(
+    uplink_real: Iterable[Sequence[int]],
+    uplink_swapped: Iterable[Sequence[int]],
+    profile_real: Iterable[Sequence[int]],
+    profile_swapped: Iterable[Sequence[int]],
+    prompts: Iterable[Sequence[int]] = (),
+    *,
+    n: int = 4,
+) -> NgramLeakage:
+    """The counterfactual: what the real profile put on the wire that the swapped one did not."""
+    specific = ngrams(profile_real, n) - ngrams(profile_swapped, n) - ngrams(prompts, n)
+    real = ngrams(uplink_real, n)
+    leaked = (real & specific) - ngrams(uplink_swapped, n)
+    return NgramLeakage(n=n, profile_specific=len(specific), uplink_ngrams=len(real), leaked=len(leaked))
+
+
+def membership_score(
+    uplink: Iterable[Sequence[int]], document: Sequence[int], *, n: int = 4, exclude: Iterable[Sequence[int]] = ()
+) -> float:
+    """The attacker's score: the share of the document's n-grams (minus `exclude`, e.g. the prompts) in the uplink."""
+    doc = ngrams([document], n) - ngrams(exclude, n)
+    if not doc:
+        return 0.0
+    return len(doc & ngrams(uplink, n)) / len(doc)
+
+
+def _midranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(values.size, dtype=np.float64)
+    sorted_vals = values[order]
+    i = 0
+    while i < values.size:
+        j = i
+        while j + 1 < values.size and sorted_vals[j + 1] == sorted_vals[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def auroc(positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np.ndarray) -> float:
+    """Area under the ROC curve = P(score of a member > score of a non-member), ties counting half."""
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError("AUROC needs at least one positive and one negative score")
+    ranks = _midranks(np.concatenate([pos, neg]))
+    u = ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2.0
+    return float(u / (pos.size * neg.size))
+
+
+def roc_curve(
+    positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds): predicting "member" when score >= threshold, from +inf down."""
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError("a ROC curve needs at least one positive and one negative score")
+    thresholds = np.concatenate([[np.inf], np.unique(np.concatenate([pos, neg]))[::-1]])
+    tpr = np.array([np.mean(pos >= t) for t in thresholds])
+    fpr = np.array([np.mean(neg >= t) for t in thresholds])
+    return fpr, tpr, thresholds
+
+
+def tpr_at_fpr(
+    positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np.ndarray, fpr: float = 0.01
+) -> float:
+    """The best true-positive rate at a false-positive rate of at most `fpr` (no interpolation).
+
+    With fewer than 1/fpr negatives this means no false positive at all, which is the honest reading.
+    """
+    f, t, _ = roc_curve(positive, negative)
+    return float(t[f <= fpr + 1e-12].max())
+
+
+# ----------------------------------------------------------------------------------------------
+# The size channel and constant-size frames
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeChannel:
+    mutual_information_bits: float  # plug-in I(size; secret) over the observed rounds
+    accuracy: float  # guessing the secret from the size with the best rule on these rounds
+    baseline: float  # guessing the most frequent secret, ignoring the size
+    distinct_sizes: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return dict(self.__dict__)
+
+
+def size_channel(sizes: Sequence[int], secrets_: Sequence[object]) -> SizeChannel:
+    """How much the per-round uplink size says about a secret label (e.g. a profile bit).
+
+    Both numbers are in-sample (the plug-in MI is biased upward on few rounds), which errs toward
+    reporting a channel; a constant size gives exactly 0 bits and the baseline accuracy.
+    """
+    if len(sizes) != len(secrets_) or not sizes:
+        raise ValueError("size_channel needs one secret label per observed size, and at least one")
+    total = len(sizes)
+    joint = Counter(zip(sizes, secrets_, strict=True))
+    by_size = Counter(sizes)
+    by_secret = Counter(secrets_)
+    mi = 0.0
+    for (s, y), c in joint.items():
+        mi += c / total * math.log2(c * total / (by_size[s] * by_secret[y]))
+    best = sum(max(c for (s2, _), c in joint.items() if s2 == s) for s in by_size)
+    return SizeChannel(
+        mutual_information_bits=max(mi, 0.0),
+        accuracy=best / total,
+        baseline=max(by_secret.values()) / total,
+        distinct_sizes=len(by_size),
+    )
+
+
+# A reserved ID outside every vocabulary (the audit schema caps vocabularies at 2^32 entries, and
+# no real one comes near): padding slots carry it, the verifier strips it.
+PAD_ID = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class FrameShape:
+    """Slots of a constant-size round: `commit_slots` >= the longest recovery candidate, `draft_slots` = K."""
+
+    commit_slots: int
+    draft_slots: int
+
+    def __post_init__(self) -> None:
+        if self.commit_slots < 1 or self.draft_slots < 1:
+            raise ValueError("a padded frame needs at least one commit slot and one draft slot")
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _packed_fixed32(field_number: int, values: Sequence[int]) -> bytes:
+    body = b"".join(int(v).to_bytes(4, "little") for v in values)
+    return _varint(field_number << 3 | 2) + _varint(len(body)) + body
+
+
+def encode_padded_round(seq: int, commit: Sequence[int], draft: Sequence[int], shape: FrameShape) -> bytes:
+    """The proposed constant-size uplink round, in protobuf wire format.
+
+    Proposed schema (not in sdk/proto yet)::
+
+        message PaddedRound {
+          fixed32 seq = 1;                  // from 1, so never the omitted default
+          repeated fixed32 commit_ids = 2;  // exactly commit_slots entries, trailing PAD_ID
+          repeated fixed32 draft_ids = 3;   // exactly draft_slots entries, trailing PAD_ID
+        }
+        message Uplink { oneof kind { ...; PaddedRound padded_round = 4; } }
+
+    fixed32 makes every ID 4 bytes whatever its value (a varint's width leaks the ID's magnitude),
+    and a fixed slot count hides how many tokens a round carries, so every round of a session is
+    the same number of bytes. These bytes equal protobuf's deterministic serialization of that message.
+    """
+    if not 1 <= seq < 2**32:
+        raise ValueError(f"a round's seq is in [1, 2^32); got {seq}")
+    if len(commit) > shape.commit_slots or len(draft) > shape.draft_slots:
+        raise ValueError(
+            f"{len(commit)} commit and {len(draft)} draft tokens do not fit "
+            f"{shape.commit_slots} and {shape.draft_slots} slots"
+        )
+    for t in (*commit, *draft):
+        if not 0 <= t < PAD_ID:
+            raise ValueError(f"token ID {t} is outside [0, PAD_ID)")
+    inner = (
+        _varint(1 << 3 | 5)
+        + int(seq).to_bytes(4, "little")
+        + _packed_fixed32(2, [*commit, *[PAD_ID] * (shape.commit_slots - len(commit))])
+        + _packed_fixed32(3, [*draft, *[PAD_ID] * (shape.draft_slots - len(draft))])
+    )
+    return _varint(4 << 3 | 2) + _varint(len(inner)) + inner
+
+
+def padded_round_size(shape: FrameShape) -> int:
+    """The byte size of every padded round with this shape."""
+    return len(encode_padded_round(1, [], [], shape))
+
+
+def decode_padded_round(raw: bytes, shape: FrameShape) -> tuple[int, list[int], list[int]]:
+    """(seq, commit, draft) with the padding stripped; refuses anything but the exact padded layout.
+
+    Padding must be trailing and exactly PAD_ID: any other value in a pad slot would be a covert
+    channel, so it is an error rather than something to ignore.
+    """
+    if len(raw) != padded_round_size(shape):
+        raise ValueError(f"a padded round of this shape is {padded_round_size(shape)} bytes; got {len(raw)}")
+    pos = _expect(raw, 0, 4 << 3 | 2)
+    _, pos = _read_varint(raw, pos)
+    pos = _expect(raw, pos, 1 << 3 | 5)
+    seq = int.from_bytes(raw[pos : pos + 4], "little")
+    pos += 4
+    fields: list[list[int]] = []
+    for number, slots in ((2, shape.commit_slots), (3, shape.draft_slots)):
+        pos = _expect(raw, pos, number << 3 | 2)
+        size, pos = _read_varint(raw, pos)
+        if size != 4 * slots:
+            raise ValueError("a padded round's slot count does not match the frame shape")
+        values = [int.from_bytes(raw[pos + 4 * i : pos + 4 * i + 4], "little") for i in range(slots)]
+        pos += size
+        used = next((i for i, v in enumerate(values) if v == PAD_ID), slots)
+        if any(v != PAD_ID for v in values[used:]):
+            raise ValueError("padding is not trailing PAD_ID slots")
+        fields.append(values[:used])
+    commit, draft = fields
+    # The layout is fixed, so a canonical frame re-encodes to the very same bytes.
+    if seq < 1 or encode_padded_round(seq, commit, draft, shape) != raw:
+        raise ValueError("the bytes are not a canonical padded round")
+    return seq, commit, draft
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < len(raw) and shift < 35:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("a padded round holds a truncated or oversized varint")
+
+
+def _expect(raw: bytes, pos: int, tag: int) -> int:
+    value, end = _read_varint(raw, pos)
+    if value != tag:
+        raise ValueError(f"a padded round has field tag {value} where {tag} belongs")
+    return end

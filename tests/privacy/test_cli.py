@@ -1,0 +1,268 @@
+"""`privacy budget`, `privacy leakage-report` and `privacy seal`, through `main()` and their functions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+from audit.egress import EgressRecorder
+from audit.log import AuditLog
+from audit.note import SigningKey
+from audit.transcript import ServerTranscript
+from privacy.cli import leakage_report, main
+from privacy.data import Canary, read_uplinks, write_canaries
+from privacy.detectors import Policy
+from privacy.leakage import CanarySpace
+from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
+from sdk import wire
+from sdk.session_types import SessionParams, SteeringVector, Verdict
+from tests.privacy import sim
+from tests.privacy.test_protocol import FIXTURES, build_guard, leaky_target
+
+# -- budget ----------------------------------------------------------------------------------------
+
+
+def write_ledger(folder: Path, *, history: list[list[float]], stored: float | None = None) -> float:
+    from federation.ledger import epsilon_of
+
+    folder.mkdir(parents=True, exist_ok=True)
+    eps = epsilon_of([(h[0], h[1], int(h[2])) for h in history], 1e-5, "rdp")
+    data = {
+        "format": 1,
+        "epsilon_budget": 8.0,
+        "delta": 1e-5,
+        "accountant": "rdp",
+        "epsilon_spent": eps if stored is None else stored,
+        "history": history,
+        "rounds": [{"run_id": 1, "server_round": 1, "time": 1_700_000_000.0}] * (1 if history else 0),
+        "refusals": 2,
+    }
+    (folder / "ledger.json").write_text(json.dumps(data))
+    return eps
+
+
+def test_budget_lists_every_device_with_recomputed_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    eps_a = write_ledger(tmp_path / "devices" / "u00", history=[[1.1, 0.05, 40]])
+    write_ledger(tmp_path / "devices" / "u01", history=[])
+    assert main(["budget", "--state-dir", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["devices"]
+    assert [r["device"] for r in rows] == ["u00", "u01"]
+    a = rows[0]
+    assert a["recomputed"] and a["consistent"] and a["epsilon_spent"] == pytest.approx(eps_a)
+    assert 0 < eps_a < 8 and a["epsilon_remaining"] == pytest.approx(8 - eps_a)
+    assert a["dp_rounds"] == 1 and a["dp_steps"] == 40 and a["refusals"] == 2
+    assert rows[1]["epsilon_spent"] == 0.0
+
+    write_ledger(tmp_path / "device-u02", history=[[1.1, 0.05, 10]])  # a SuperNode's default folder
+    assert main(["budget", "--state-dir", str(tmp_path), "--json"]) == 0
+    assert [r["device"] for r in json.loads(capsys.readouterr().out)["devices"]] == ["device-u02", "u00", "u01"]
+
+    assert main(["budget", "--state-dir", str(tmp_path), "--device", "u00"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("u00: ε ") and "of 8 spent" in line and "2 refusal(s)" in line
+
+
+def test_budget_flags_a_stored_total_that_does_not_match_the_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_ledger(tmp_path, history=[[1.1, 0.05, 40]], stored=0.01)  # a device folder given directly
+    assert main(["budget", "--state-dir", str(tmp_path)]) == 0
+    assert "the ledger's stored total says 0.010" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "cannot read the privacy ledger"),
+        ('{"format": 2}', "damaged: format 2"),
+        ('{"format": 1, "epsilon_budget": -1}', "damaged: epsilon_budget"),
+        (
+            '{"format": 1, "epsilon_budget": 8, "delta": 1e-5, "epsilon_spent": 0, "accountant": "rdp",'
+            ' "history": [[1, 2]], "rounds": []}',
+            "history entry",
+        ),
+    ],
+)
+def test_budget_damaged_ledger_is_one_sentence_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    (tmp_path / "ledger.json").write_text(content)
+    assert main(["budget", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_budget_without_ledgers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "--state-dir", str(tmp_path)]) == 1
+    assert "no device privacy ledgers" in capsys.readouterr().err
+    assert main(["budget", "--state-dir", str(tmp_path), "--device", "ghost"]) == 1
+    assert "no device 'ghost'" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["leakage-report"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+
+
+# -- leakage report ----------------------------------------------------------------------------------
+
+
+def record(run: sim.Run, log_dir: Path, prompt_ids: list[int], vocab: int, transcript: Path | None = None) -> None:
+    """Write a simulated session through the real egress recorder (and, optionally, a server transcript)."""
+    key = SigningKey.generate("device.test/privacy")
+    server = ServerTranscript.open(transcript, durable=False) if transcript else None
+    with AuditLog.open(log_dir, key) as log:
+        rec = EgressRecorder(log)
+        sid = rec.begin_session(vocab_size=vocab, max_top_k=4)
+        stream = server.begin_stream() if server else ""
+
+        def up(payload: bytes) -> None:
+            rec.record_uplink(sid, payload)
+            if server:
+                server.record_uplink(stream, payload)
+
+        up(wire.encode_open(prompt_ids, SessionParams(draft_len=16, top_k=4)))
+        decisions = iter(run.decisions)
+        for seq, sent in enumerate(run.sent, start=1):
+            up(wire.encode_round(seq, [], sent))
+            verdict = Verdict(len(sent), SteeringVector(((5,),), (0.0,)))
+            rec.record_downlink(sid, wire.encode_downlink(seq, verdict))
+        for decision, count, placeholder in decisions:
+            rec.record_guard_decision(sid, decision=decision, count=count, placeholder=placeholder)
+        up(wire.encode_close(len(run.sent) + 1))
+    if server:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory, char_tok: PreTrainedTokenizerFast) -> dict[str, Path]:
+    """Two device logs of the same leaky text: guard off (the control) and guard on; plus the canary file."""
+    root = tmp_path_factory.mktemp("leak")
+    space = CanarySpace()
+    secret = space.sample(np.random.default_rng(7))[0]
+    canary = space.render(secret)
+    write_canaries(root / "canaries.json", space, [Canary("u04", secret)])
+    text, _, _ = leaky_target(0, canary)
+    target = char_tok.encode(text, add_special_tokens=False)
+    prompt = char_tok.encode("t4014: support Git version strings", add_special_tokens=False)
+    record(sim.run(target, char_tok, None), root / "off", prompt, len(char_tok))
+    guarded = sim.run(target, char_tok, build_guard(char_tok, 0, canary, Policy.PLACEHOLDER))
+    record(guarded, root / "on", prompt, len(char_tok), transcript=root / "server.jsonl")
+    return {"root": root, "canaries": root / "canaries.json"}
+
+
+def report(which: str, planted: dict[str, Path], tok: PreTrainedTokenizerFast, **kw: object) -> dict:
+    return leakage_report(
+        data=FIXTURES,
+        audit_log=planted["root"] / which,
+        tokenizer=tok,
+        canaries=planted["canaries"],
+        user="u04",
+        candidates=500,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_leaky_control_shows_the_leak(planted: dict[str, Path], char_tok: PreTrainedTokenizerFast) -> None:
+    r = report("off", planted, char_tok)
+    assert r["sessions"] == 1 and r["rounds"] > 50
+    assert r["identity_hits"]["email"] >= 2 and r["identity_hits"]["name"] >= 1
+    assert r["pattern_hits"]["phone"] == 1 and r["pattern_hits"]["email"] >= 2
+    assert r["verbatim_runs"]["runs"] >= 1 and r["verbatim_runs"]["tokens"] >= 50
+    (c,) = r["canaries"]
+    assert c["verbatim"] and c["exposure"] == pytest.approx(c["max_exposure"])
+    assert r["guard_decisions"] == {}
+
+
+def test_guard_on_report_shows_no_leak(planted: dict[str, Path], char_tok: PreTrainedTokenizerFast) -> None:
+    r = report("on", planted, char_tok, server_transcript=planted["root"] / "server.jsonl")
+    assert r["identity_hits"] == {} and r["pattern_hits"] == {}
+    assert r["verbatim_runs"]["runs"] == 0
+    (c,) = r["canaries"]
+    assert not c["verbatim"] and c["exposure"] < 4.0
+    assert r["guard_decisions"]["placeholder/<SECRET>"] == 1
+    assert r["guard_decisions"]["placeholder/<PHONE>"] == 1
+    assert r["problems"] == []
+
+
+def test_uplinks_the_server_never_received_are_not_counted(
+    planted: dict[str, Path], tmp_path: Path, char_tok: PreTrainedTokenizerFast
+) -> None:
+    transcript = tmp_path / "partial.jsonl"
+    full = read_uplinks(planted["root"] / "on")
+    with ServerTranscript.open(transcript, durable=False) as server:
+        server.record_uplink("s1", b"not an uplink of this log")
+    partial = read_uplinks(planted["root"] / "on", server_transcript=transcript)
+    assert full.sessions and not partial.sessions
+
+
+def test_leakage_report_cli(
+    planted: dict[str, Path], tmp_path: Path, char_tok: PreTrainedTokenizerFast, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(planted["root"] / "off")]
+    args += [
+        "--canaries",
+        str(planted["canaries"]),
+        "--user",
+        "u04",
+        "--tokenizer",
+        str(tok_dir),
+        "--candidates",
+        "200",
+    ]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["canaries"][0]["verbatim"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "identity hits" in out and "canary of u04: exposure" in out
+    assert main([*args[:-4], "--user", "nobody", "--tokenizer", str(tok_dir)]) == 1
+    assert "no user 'nobody'" in capsys.readouterr().err
+    assert (
+        main(["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path), "--tokenizer", str(tok_dir)])
+        == 1
+    )
+    assert "not an audit log" in capsys.readouterr().err
+
+
+# -- seal ------------------------------------------------------------------------------------------
+
+
+def test_seal_encrypts_a_profile_with_the_passphrase_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "me.json"
+    profile.write_text(FIXTURES.read_text().splitlines()[0])
+    out = tmp_path / "me.vault"
+    monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
+    monkeypatch.setattr("privacy.vault.SCRYPT_N", 2**14)
+    assert main(["seal", str(profile), "--out", str(out)]) == 0
+    assert "sealed 25 entries" in capsys.readouterr().err
+    assert ProfileVault.open(out, PassphraseKeyProvider("pw for the test")) == profile.read_bytes()
+    assert b"Test User One" not in out.read_bytes()
+
+
+def test_seal_refuses_without_a_passphrase_or_with_a_bad_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(ENV_PASSPHRASE, raising=False)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    profile = tmp_path / "me.json"
+    profile.write_text(FIXTURES.read_text().splitlines()[0])
+    assert main(["seal", str(profile), "--out", str(tmp_path / "v")]) == 1
+    assert "no passphrase" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[1]")
+    monkeypatch.setenv(ENV_PASSPHRASE, "x")
+    assert main(["seal", str(tmp_path / "bad.json"), "--out", str(tmp_path / "v")]) == 1
+    assert "Cannot read profile" in capsys.readouterr().err
+    assert not (tmp_path / "v").exists()
