@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,16 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
+from privacy.vault import (
+    ENV_KEY,
+    ENV_PASSPHRASE,
+    EnvKeyProvider,
+    KeyProvider,
+    PassphraseKeyProvider,
+    ProfileVault,
+    VaultError,
+    is_vault,
+)
 from sdk.errors import ConfigError, ProfileError
 
 __all__ = ["Profile", "ProfileEntry", "ProfileIndex", "render_context"]
@@ -69,10 +80,21 @@ class Profile:
     entries: tuple[ProfileEntry, ...]
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Profile:
-        """Load a profile file; any problem raises `ProfileError` with a one-sentence message."""
+    def from_file(cls, path: str | Path, *, key_provider: KeyProvider | None = None) -> Profile:
+        """Load a profile file; any problem raises `ProfileError` with a one-sentence message.
+
+        A file sealed with `privacy seal` (AES-GCM) is decrypted in memory with `key_provider`, or
+        by default with `$SPECSTEER_VAULT_KEY` / `$SPECSTEER_VAULT_PASSPHRASE`; its plaintext is
+        never written anywhere.
+        """
         p = Path(path)
         source = str(p)
+        if is_vault(p):
+            try:
+                raw = ProfileVault.open(p, key_provider or _default_key_provider())
+            except VaultError as exc:
+                raise ProfileError(f"Cannot read profile {source}: {exc}.") from None
+            return cls._from_text(raw, source, jsonl=None)
         try:
             raw = p.read_bytes()
         except FileNotFoundError:
@@ -82,6 +104,11 @@ class Profile:
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             raise ProfileError(f"Cannot read profile {source}: {reason}.") from None
+        return cls._from_text(raw, source, jsonl=p.suffix.lower() in _JSONL_SUFFIXES)
+
+    @classmethod
+    def _from_text(cls, raw: bytes, source: str, *, jsonl: bool | None) -> Profile:
+        """Parse file bytes; `jsonl=None` (a sealed file has no telling suffix) tries JSON, then JSONL."""
 
         try:
             # utf-8-sig: editors on Windows often prepend a BOM, which is still valid UTF-8 text.
@@ -94,8 +121,14 @@ class Profile:
         if not text.strip():
             raise ProfileError(f"Cannot read profile {source}: the file is empty.")
 
-        if p.suffix.lower() in _JSONL_SUFFIXES:
+        if jsonl:
             return cls._from_jsonl(text, source)
+        if jsonl is None:
+            try:
+                obj = json.loads(text)
+            except (json.JSONDecodeError, RecursionError):
+                return cls._from_jsonl(text, source)
+            return cls.from_obj(obj, source=source)
 
         try:
             obj = json.loads(text)
@@ -165,6 +198,15 @@ class Profile:
                 )
             entries.append(_parse_entry(item, source, f"line {lineno}"))
         return cls(user_id=None, entries=tuple(entries))
+
+
+def _default_key_provider() -> KeyProvider:
+    if os.environ.get(ENV_KEY):
+        return EnvKeyProvider()
+    passphrase = os.environ.get(ENV_PASSPHRASE)
+    if not passphrase:
+        raise ProfileError(f"the profile is encrypted: set {ENV_PASSPHRASE} (or {ENV_KEY}) to open it")
+    return PassphraseKeyProvider(passphrase)
 
 
 class ProfileIndex:

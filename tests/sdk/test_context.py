@@ -359,3 +359,23 @@ def test_shipped_file_sizes_and_shapes() -> None:
     assert demo["user_id"] == "demo" and len(demo["queries"]) == 3
     assert all(q["subject"] and q["target"] for q in demo["queries"])
     assert len(_fixture_users()) == 3
+
+
+def test_sealed_profile_opens_in_memory_with_the_passphrase(tmp_path, monkeypatch) -> None:
+    # Prepare: seal a profile with a cheap scrypt cost (the lowest the vault allows).
+    from privacy.vault import ENV_KEY, ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
+
+    plain = json.dumps({"profile": [{"subject": "fix: a", "body": "Private words here."}]}).encode()
+    vault = tmp_path / "me.vault"
+    ProfileVault.seal(plain, vault, PassphraseKeyProvider("correct horse", n=2**14))
+    assert b"Private words" not in vault.read_bytes()
+    monkeypatch.delenv(ENV_KEY, raising=False)
+    # Execute / Assert: no passphrase, a wrong one, the right one.
+    monkeypatch.delenv(ENV_PASSPHRASE, raising=False)
+    with pytest.raises(ProfileError, match="encrypted: set SPECSTEER_VAULT_PASSPHRASE"):
+        Profile.from_file(vault)
+    with pytest.raises(ProfileError, match=r"Cannot read profile .*me\.vault"):
+        Profile.from_file(vault, key_provider=PassphraseKeyProvider("wrong", n=2**14))
+    monkeypatch.setenv(ENV_PASSPHRASE, "correct horse")
+    profile = Profile.from_file(vault)
+    assert profile.entries[0].body == "Private words here."
