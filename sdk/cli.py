@@ -1,9 +1,14 @@
 """`sdk`: run SpecSteer and its baselines from the command line.
 
     sdk generate --prompt TEXT [--profile FILE] [--method specsteer] [--json] ...
-    sdk demo                      # a personalized generation for the shipped demo user
+    sdk generate --prompt TEXT --server HOST:PORT --pins FILE --cert FILE --key FILE ...
+    sdk generate --prompt TEXT --client-config FILE      # the same, from a TOML [verifier] table
+    sdk demo [--in-process]       # a personalized generation for the shipped demo user
 
-Without `--server`, the cloud verifier runs in this process (through the wire format).
+With `--server` (or a client config) the cloud verifier is remote, over mutual TLS with pinned
+anchors; only the Specialist is loaded here. Without it, the verifier runs in this process
+(through the wire format). `sdk demo` makes a throwaway PKI, starts `server serve` on loopback,
+generates over TLS, prints the text and stats, and stops the server; `--in-process` skips all that.
 """
 
 from __future__ import annotations
@@ -11,18 +16,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
+import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.errors import ConfigError, SpecSteerError
 from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from sdk.prompts import task_prompt
-from sdk.session_types import CandidatePolicy, Method, SessionParams
+from sdk.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier
 
 EXIT_ERROR = 1
@@ -64,6 +76,25 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_fault_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-fallback", action="store_true", help="fail instead of finishing locally if the verifier is lost"
+    )
+    p.add_argument("--round-timeout", type=_float, default=None, help="seconds to wait for each verdict (default 30)")
+    p.add_argument("--connect-timeout", type=_float, default=None, help="seconds to connect (default 10)")
+
+
+def _add_remote_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", metavar="HOST:PORT", help="the remote verifier (mutual TLS)")
+    p.add_argument("--pins", type=Path, help="pin set: sha256/<base64 SPKI> lines and the anchor certificates")
+    p.add_argument("--anchors", type=Path, help="anchor certificates, if not in the pins file")
+    p.add_argument("--cert", type=Path, help="this device's client certificate (PEM)")
+    p.add_argument("--key", type=Path, help="this device's private key (PEM)")
+    p.add_argument("--server-name", help="verify the server certificate for this name instead of HOST")
+    p.add_argument("--client-config", type=Path, help="TOML file with a [verifier] table (flags override it)")
+    _add_fault_options(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sdk", description="SpecSteer on-device SDK")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -71,9 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True, help="the public prompt (sent to the cloud as token IDs)")
     gen.add_argument("--profile", type=Path, help="the user's private history (JSON/JSONL; stays on the device)")
     _add_decoding_options(gen)
+    _add_remote_options(gen)
     demo = sub.add_parser("demo", help="personalized generation for the demo user shipped with the SDK")
     demo.add_argument("--query", type=int, default=0, help="which of the demo user's queries (0-2)")
+    demo.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
     _add_decoding_options(demo)
+    _add_fault_options(demo)
     demo.set_defaults(max_new_tokens=64)
     return parser
 
@@ -115,13 +149,69 @@ def build_local(
     return LocalRun(specialist, InProcessVerifier(cloud.open, vocab_size=specialist_lm.vocab_size))
 
 
-def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
+def client_config(args: argparse.Namespace) -> ClientConfig | None:
+    """The remote verifier's settings from --client-config and flags, or None to run in-process."""
+    flags = {
+        "server": getattr(args, "server", None),
+        "pins": getattr(args, "pins", None),
+        "anchors": getattr(args, "anchors", None),
+        "cert": getattr(args, "cert", None),
+        "key": getattr(args, "key", None),
+        "server_name": getattr(args, "server_name", None),
+        "connect_timeout": args.connect_timeout,
+        "round_timeout": args.round_timeout,
+        "fallback": False if args.no_fallback else None,
+    }
+    path = getattr(args, "client_config", None)
+    if path is not None:
+        return ClientConfig.from_file(path, **flags)
+    if flags["server"] is None:
+        named = [f"--{k.replace('_', '-')}" for k in ("pins", "anchors", "cert", "key", "server_name") if flags[k]]
+        if named:
+            raise ConfigError(f"{named[0]} is for a remote verifier: add --server HOST:PORT")
+        return None
+    missing = [f"--{k}" for k in ("pins", "cert", "key") if flags[k] is None]
+    if missing:
+        raise ConfigError(f"--server needs {', '.join(missing)} (mutual TLS with pinned anchors)")
+    return ClientConfig(**{k: v for k, v in flags.items() if v is not None})
+
+
+def _check(args: argparse.Namespace, prompt: str, *, remote: bool = False) -> tuple[SessionParams, DecodeOptions]:
     params = session_params(args)
+    if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
+        raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
     options = DecodeOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
+    return params, options
+
+
+def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
+    _log(args, f"loading Specialist {args.specialist}")
+    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    return Specialist(lm, profile, context_entries=args.context_entries)
+
+
+def run_remote(args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig) -> Generation:
+    """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
+    params, options = _check(args, prompt)
+    with SpecSteerClient.connect(specialist, config) as client:
+        _log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
+        result = client.generate(prompt, params, options)
+    if result.stats.fallback is not None:
+        _log(args, f"{result.fallback_detail}; the Specialist finished the text on this device")
+    return result
+
+
+def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
+    config = client_config(args) if args.command == "generate" else None
+    if config is not None:
+        _check(args, prompt, remote=True)
+        config.identity()  # a bad pin set or certificate fails now, before the model loads
+        return run_remote(args, prompt, load_specialist(args, profile), config)
+    params, options = _check(args, prompt)
     _log(args, f"loading Specialist {args.specialist}")
     s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
     g_lm = None
@@ -152,6 +242,78 @@ def _print(args: argparse.Namespace, result: Generation, extra: dict[str, object
         print(f"  {key}: {value}")
 
 
+@contextmanager
+def verifier_process(args: argparse.Namespace, pki_dir: Path) -> Iterator[Callable[[], int]]:
+    """Start `server serve` on 127.0.0.1 (a free port) with the PKI in `pki_dir`; stop it on exit.
+
+    Yields a function that waits until the verifier serves and returns its port, so the caller
+    can load its own model meanwhile.
+    """
+    port_file = pki_dir.parent / "port"
+    log_path = pki_dir.parent / "server.log"
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
+    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed)]
+    cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
+    if args.cache_dir is not None:
+        cmd += ["--cache-dir", str(args.cache_dir)]
+    env = {**os.environ, "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL)
+
+    def ready() -> int:
+        # The first run converts the embedded models (minutes); later runs load them in seconds.
+        deadline = time.monotonic() + 1800
+        while not port_file.exists():
+            if proc.poll() is not None:
+                lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
+                raise ConfigError(f"the demo verifier did not start: {lines[-1]}")
+            if time.monotonic() > deadline:
+                raise ConfigError("the demo verifier did not start within 30 minutes")
+            time.sleep(0.2)
+        return int(port_file.read_text())
+
+    try:
+        yield ready
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -> Generation:
+    """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS, stop."""
+    if not session_params(args).method.uses_cloud:
+        return run(args, prompt, profile)
+    _check(args, prompt, remote=True)
+    # Only the demo makes certificates on the device side; shipped device code never holds server code.
+    from server.pki import init_pki, issue_device
+
+    with tempfile.TemporaryDirectory(prefix="specsteer-demo-") as tmp:
+        pki = init_pki(Path(tmp) / "pki")
+        issue_device(pki.directory, "demo-user")
+        _log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
+        with verifier_process(args, pki.directory) as ready:
+            specialist = load_specialist(args, profile)  # while the verifier loads its models
+            port = ready()
+            _log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
+            timeouts = {"round_timeout": args.round_timeout, "connect_timeout": args.connect_timeout}
+            config = ClientConfig(
+                server=f"127.0.0.1:{port}",
+                pins=pki.pins,
+                cert=pki.device_cert("demo-user"),
+                key=pki.device_key("demo-user"),
+                fallback=not args.no_fallback,
+                **{k: v for k, v in timeouts.items() if v is not None},
+            )
+            result = run_remote(args, prompt, specialist, config)
+        _log(args, "verifier stopped")
+    return result
+
+
 def demo_profile_path() -> Path:
     return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))
 
@@ -167,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prompt = task_prompt(queries[args.query]["subject"])
             if not args.json:
                 print(f"Prompt (public):\n{prompt}\n\nGenerated ({args.method}):")
-            result = run(args, prompt, profile)
+            result = run(args, prompt, profile) if args.in_process else run_demo_over_tls(args, prompt, profile)
             _print(args, result, {"method": args.method, "prompt": prompt})
         else:
             profile = Profile.from_file(args.profile) if args.profile is not None else None

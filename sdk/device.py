@@ -20,7 +20,7 @@ from sdk.models import CausalLM
 from sdk.prompts import render_prompt
 from sdk.session_types import GenerationStats, Method, SessionParams, Verdict
 from sdk.steering import choose, recovery_scores
-from sdk.transport import Verifier, VerifierSession
+from sdk.transport import Verifier, VerifierLost, VerifierSession
 
 OnCommit = Callable[[list[int]], None]
 
@@ -45,6 +45,7 @@ class Generation:
     text: str
     token_ids: list[int]  # Specialist vocabulary, without the final end-of-sequence token
     stats: GenerationStats = field(default_factory=GenerationStats)
+    fallback_detail: str | None = None  # what went wrong with the verifier, when stats.fallback is set
 
 
 class Specialist:
@@ -89,8 +90,14 @@ def generate(
     verifier: Verifier | None = None,
     *,
     on_commit: OnCommit | None = None,
+    fallback: bool = True,
 ) -> Generation:
-    """Run one generation with `params.method`; device-only methods need no verifier."""
+    """Run one generation with `params.method`; device-only methods need no verifier.
+
+    If the verifier is unreachable, times out or goes away (`VerifierLost`), the Specialist
+    finishes the text alone and `stats.fallback` says why; with `fallback=False` the error is
+    raised instead. Any other error (a protocol breach, a refused TLS peer) is always raised.
+    """
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     start = time.perf_counter()
@@ -98,23 +105,37 @@ def generate(
     seq = TokenSequence(specialist.lm.model, ids)
     rng = torch.Generator().manual_seed(options.seed)
     state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
+    lost: VerifierLost | None = None
     if params.method.uses_cloud:
         if verifier is None:
             raise ConfigError(f"method {params.method.value} needs a verifier")
-        session = verifier.open(specialist.public_prompt_ids(prompt), params)
         try:
-            _steered_loop(session, seq, params, options, state, rng)
-        finally:
-            session.close()
-            state.stats.uplink_bytes = session.uplink_bytes
-            state.stats.downlink_bytes = session.downlink_bytes
-            state.stats.extra.update(session.verifier_stats)
-    else:
+            session = verifier.open(specialist.public_prompt_ids(prompt), params)
+        except VerifierLost as exc:
+            lost = exc
+        else:
+            try:
+                _steered_loop(session, seq, params, options, state, rng)
+            except VerifierLost as exc:
+                lost = exc
+            finally:
+                session.close()
+                state.stats.uplink_bytes = session.uplink_bytes
+                state.stats.downlink_bytes = session.downlink_bytes
+                state.stats.extra.update(session.verifier_stats)
+    if lost is not None:
+        if not fallback:
+            raise lost
+        lost.fell_back()
+        state.stats.fallback = lost.reason
+    if lost is not None or not params.method.uses_cloud:
         _local_loop(seq, params.sampling, options, state, rng)
     state.stats.seconds = time.perf_counter() - start
     token_ids = state.generated[:-1] if state.ended else state.generated
     state.stats.new_tokens = len(token_ids)
-    return Generation(specialist.decode(token_ids), token_ids, state.stats)
+    return Generation(
+        specialist.decode(token_ids), token_ids, state.stats, fallback_detail=str(lost) if lost is not None else None
+    )
 
 
 class _State:
@@ -178,7 +199,12 @@ def _steered_loop(
             seq.push([token])
             if token in state.eos_ids:
                 break
-        verdict = session.round(pending, draft)
+        try:
+            verdict = session.round(pending, draft)
+        except VerifierLost:
+            # The draft came from P_S^c exactly as the local loop would draw it: keep it.
+            state.commit(draft)
+            raise
         stats.rounds += 1
         stats.drafted += len(draft)
         n = _check_verdict(verdict, len(draft))

@@ -12,8 +12,27 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sdk import wire
+from sdk.errors import SpecSteerError
 from sdk.proto import verifier_pb2 as pb
 from sdk.session_types import SessionParams, Verdict
+
+
+class VerifierLost(SpecSteerError):
+    """The verifier is unreachable, timed out, or went away mid-session: a fault, not a breach.
+
+    `reason` is a short identifier (`verifier-unreachable`, `verifier-timeout`, `verifier-lost`,
+    ...) for stats and audit logs; the message says what happened. The device may finish the
+    generation locally; if it does, it calls `fell_back()` so the transport can record that.
+    """
+
+    def __init__(self, reason: str, message: str, *, on_fallback: Callable[[str], None] | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self._on_fallback = on_fallback
+
+    def fell_back(self) -> None:
+        if self._on_fallback is not None:
+            self._on_fallback(self.reason)
 
 
 class VerifierSession(Protocol):

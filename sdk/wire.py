@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from sdk.errors import ConfigError, ProtocolError
 from sdk.proto import verifier_pb2 as pb
@@ -114,3 +118,113 @@ def verdict_from_proto(msg: pb.Downlink, *, max_top_k: int, vocab_size: int) -> 
         values.append(cand.value)
     steering = SteeringVector(tuple(candidates), tuple(values)) if candidates else None
     return Verdict(accepted=msg.accepted, steering=steering)
+
+
+# -- Frames: the exact bytes on a network stream ------------------------------------------------
+#
+# A network transport encodes and decodes whole frames here, so no other module touches the stubs.
+# Uplinks are decoded strictly: they must parse, carry no unknown field at any depth (Python
+# protobuf would otherwise keep and forward them), and be byte-for-byte the deterministic
+# serialization of what they parse to, so there is exactly one way to say anything on the uplink.
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Verifier"].full_name
+SESSION_METHOD = f"/{SERVICE_NAME}/Session"
+
+
+@dataclass(frozen=True)
+class OpenFrame:
+    prompt_ids: tuple[int, ...]
+    params: SessionParams
+
+
+@dataclass(frozen=True)
+class RoundFrame:
+    seq: int
+    commit: tuple[int, ...]
+    draft: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CloseFrame:
+    seq: int
+
+
+UplinkFrame = OpenFrame | RoundFrame | CloseFrame
+
+
+def encode_open(prompt_ids: Sequence[int], params: SessionParams) -> bytes:
+    return open_to_proto(prompt_ids, params).SerializeToString(deterministic=True)
+
+
+def encode_round(seq: int, commit: Sequence[int], draft: Sequence[int]) -> bytes:
+    return round_to_proto(seq, commit, draft).SerializeToString(deterministic=True)
+
+
+def encode_close(seq: int) -> bytes:
+    return close_to_proto(seq).SerializeToString(deterministic=True)
+
+
+def encode_downlink(seq: int, verdict: Verdict) -> bytes:
+    return verdict_to_proto(seq, verdict).SerializeToString(deterministic=True)
+
+
+def unknown_fields(msg: Message, path: str = "") -> list[str]:
+    """Every unknown field of `msg` at any depth, as 'Uplink.round field 9'."""
+    here = path or msg.DESCRIPTOR.name
+    found = [f"{here} field {f.field_number}" for f in UnknownFieldSet(msg)]
+    for fd, value in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        for child in value if fd.is_repeated else [value]:
+            found.extend(unknown_fields(child, f"{here}.{fd.name}"))
+    return found
+
+
+def _check_ids(ids: Sequence[int], vocab_size: int | None, what: str) -> None:
+    if vocab_size is None:
+        return
+    for t in ids:
+        if t >= vocab_size:
+            raise ProtocolError(f"{what} token ID {t} is outside the vocabulary of {vocab_size}")
+
+
+def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
+    """Parse one uplink frame strictly; raise `ProtocolError` naming what is wrong.
+
+    With `vocab_size`, token IDs are bounds-checked before the canonical-encoding check, so a
+    negative ID smuggled in as a ten-byte varint (it parses as 2^32 - 1) is named for what it is.
+    """
+    try:
+        msg = pb.Uplink.FromString(raw)
+    except DecodeError as exc:
+        raise ProtocolError(f"the frame does not parse as {pb.Uplink.DESCRIPTOR.full_name}: {exc}") from None
+    unknown = unknown_fields(msg)
+    if unknown:
+        raise ProtocolError(f"the frame carries unknown fields ({', '.join(unknown[:3])}); refused")
+    kind = msg.WhichOneof("kind")
+    if kind == "open":
+        _check_ids(msg.open.prompt_ids, vocab_size, "prompt")
+    elif kind == "round":
+        _check_ids(msg.round.commit_ids, vocab_size, "commit")
+        _check_ids(msg.round.draft_ids, vocab_size, "draft")
+    if msg.SerializeToString(deterministic=True) != raw:
+        raise ProtocolError("the frame is not the canonical (deterministic) serialization of its content")
+    if kind == "open":
+        return OpenFrame(tuple(msg.open.prompt_ids), params_from_proto(msg.open.params))
+    if kind == "round":
+        return RoundFrame(msg.round.seq, tuple(msg.round.commit_ids), tuple(msg.round.draft_ids))
+    if kind == "close":
+        return CloseFrame(msg.close.seq)
+    raise ProtocolError("the frame carries no Open, Round or Close")
+
+
+def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int) -> tuple[int, Verdict]:
+    """Parse one downlink frame on the device: (echoed seq, bounded verdict)."""
+    try:
+        msg = pb.Downlink.FromString(raw)
+    except DecodeError as exc:
+        raise ProtocolError(f"the downlink does not parse as {pb.Downlink.DESCRIPTOR.full_name}: {exc}") from None
+    unknown = unknown_fields(msg)
+    if unknown:
+        raise ProtocolError(f"the downlink carries unknown fields ({', '.join(unknown[:3])})")
+    return msg.seq, verdict_from_proto(msg, max_top_k=max_top_k, vocab_size=vocab_size)

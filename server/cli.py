@@ -1,19 +1,176 @@
-"""`server`: the SpecSteer cloud verifier.
+"""`server`: the SpecSteer cloud verifier, and the PKI it and its devices use.
 
-Subcommands arrive with their issues; until then this says so."""
+    server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
+                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--metrics-port P] [--transcript-dir D] ...
+    server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
+                                                  # device CA, pins.txt for devices
+    server pki issue-device --dir D --name NAME   # D/devices/NAME.pem + NAME.key
+    server pki rotate-server --dir D [--issuer ca|backup-ca]   # a running server picks it up, no restart
+
+Command-line options override the config file. Bad input gets one sentence on stderr and exit
+code 1 (2 for usage errors).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from sdk.errors import SpecSteerError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="server", description="the SpecSteer cloud verifier")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    serve = sub.add_parser("serve", help="run the verifier (gRPC over mutual TLS)")
+    serve.add_argument("--config", type=Path, help="TOML config file; options below override it")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
+    serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    serve.add_argument("--generalist", help="Generalist: folder, .gguf file or embedded name")
+    serve.add_argument("--specialist", help="generic Specialist copy (base weights, no personal adapter)")
+    serve.add_argument("--cache-dir", type=Path, help="where converted models are kept")
+    serve.add_argument("--tls-dir", type=Path, help="a `server pki init` directory: its server.pem/key, device-ca.pem")
+    serve.add_argument("--cert", type=Path, help="server certificate chain (PEM)")
+    serve.add_argument("--key", type=Path, help="server private key (PEM)")
+    serve.add_argument("--client-ca", type=Path, help="CA that signs device certificates (PEM)")
+    serve.add_argument("--revoke", action="append", metavar="DEVICE", help="refuse this device name (repeatable)")
+    serve.add_argument("--max-sessions", type=int)
+    serve.add_argument("--max-sessions-per-device", type=int)
+    serve.add_argument("--idle-timeout", type=float, help="seconds without an uplink before a session expires")
+    serve.add_argument("--max-top-k", type=int, help="largest steering top-k a device may ask for")
+    serve.add_argument("--workers", type=int, help="threads running model forwards")
+    serve.add_argument("--torch-threads", type=int)
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: any)")
+    serve.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
+    serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
+    serve.add_argument("--seed", type=int, help="seed for sampling-mode acceptance draws")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    pki = sub.add_parser("pki", help="make a working PKI for the verifier and its devices")
+    pki_sub = pki.add_subparsers(dest="pki_command", required=True, parser_class=_Parser)
+    init = pki_sub.add_parser("init", help="dev CA, server certificate, backup anchor, device CA, pins")
+    init.add_argument("--dir", type=Path, required=True)
+    init.add_argument("--host", action="append", help="server host name or IP (default: localhost, 127.0.0.1, ::1)")
+    issue = pki_sub.add_parser("issue-device", help="a client certificate for one device")
+    issue.add_argument("--dir", type=Path, required=True)
+    issue.add_argument("--name", required=True)
+    rotate = pki_sub.add_parser("rotate-server", help="a fresh server certificate; running servers reload it")
+    rotate.add_argument("--dir", type=Path, required=True)
+    rotate.add_argument("--issuer", default="ca", choices=["ca", "backup-ca"])
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    tls: dict[str, Path | None] = {"cert": args.cert, "key": args.key, "client_ca": args.client_ca}
+    if args.tls_dir is not None:
+        defaults = {"cert": "server.pem", "key": "server.key", "client_ca": "device-ca.pem"}
+        tls = {k: v if v is not None else args.tls_dir / defaults[k] for k, v in tls.items()}
+    return {
+        "host": args.host,
+        "port": args.port,
+        "generalist": args.generalist,
+        "specialist": args.specialist,
+        "cache_dir": args.cache_dir,
+        **tls,
+        "revoked_devices": tuple(args.revoke) if args.revoke else None,
+        "max_sessions": args.max_sessions,
+        "max_sessions_per_device": args.max_sessions_per_device,
+        "idle_timeout": args.idle_timeout,
+        "max_top_k": args.max_top_k,
+        "workers": args.workers,
+        "torch_threads": args.torch_threads,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+        "transcript_dir": args.transcript_dir,
+        "seed": args.seed,
+    }
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)  # readers never see a half-written number
+
+
+def serve(args: argparse.Namespace) -> int:
+    from server.config import load_config
+    from server.main import create_server
+
+    logging.basicConfig(level=args.log_level.upper(), format="server: %(message)s", stream=sys.stderr)
+    config = load_config(args.config, _overrides(args))
+    config.require_tls()
+    server, port = create_server(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    print(f"server: serving on {config.host}:{port} (mutual TLS)", file=sys.stderr, flush=True)
+    if server.metrics_port is not None:
+        print(f"server: metrics on http://{config.metrics_host}:{server.metrics_port}/metrics", file=sys.stderr)
+    if args.port_file is not None:
+        _write_port_file(args.port_file, port)
+    while not stop.wait(0.5):
+        pass
+    print("server: stopping", file=sys.stderr, flush=True)
+    server.stop(grace=5.0)
+    return 0
+
+
+def pki_command(args: argparse.Namespace) -> int:
+    from server import pki
+
+    if args.pki_command == "init":
+        p = pki.init_pki(args.dir, hosts=tuple(args.host) if args.host else pki.SERVER_HOSTS)
+        print(f"server: PKI in {p.directory}: server.pem/key (serve), device-ca.pem (client CA), pins.txt (devices)")
+    elif args.pki_command == "issue-device":
+        cert, key = pki.issue_device(args.dir, args.name)
+        print(f"server: device {args.name!r}: {cert} and {key}")
+    else:
+        cert = pki.rotate_server(args.dir, issuer=args.issuer)
+        print(f"server: new server certificate in {cert} (issued by {args.issuer})")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="server", description="the SpecSteer cloud verifier")
-    parser.parse_args(argv)
-    print("server: no subcommands in this version yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    # gRPC logs every refused handshake on stderr; keep its errors only (set the variable to override).
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    try:
+        if args.command == "serve":
+            return serve(args)
+        return pki_command(args)
+    except SpecSteerError as exc:
+        print(f"server: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("server: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ class CrossVocabGeneralist:
             logp = float(torch.logsumexp(row[eos], dim=0))
             units.append(Unit(len(text_tokens), len(draft), logp, int(torch.argmax(row)) in self.lm.eos_ids))
             unit_ends.append(len(full))
+            self.shared_boundaries += 1  # the end of the text is a boundary of both tokenizations
         self._round = _CrossRound(keep, h, h_ends, len(text), full, list(draft), units, unit_ends)
         return units
 

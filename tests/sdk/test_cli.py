@@ -102,10 +102,21 @@ def test_usage_errors_exit_2(capsys, args, message) -> None:
 
 
 def test_demo_runs_the_shipped_demo_user(capsys, models_args) -> None:
+    # Over TLS by default: a throwaway PKI and a `server serve` process on loopback.
     code = main(["demo", "--max-new-tokens", "6", *models_args])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
     assert code == 0
-    assert "Prompt (public)" in out and "acceptance_rate" in out
+    assert "Prompt (public)" in captured.out and "acceptance_rate" in captured.out
+    assert "fallback: None" in captured.out  # the verifier answered: nothing was finished locally
+    assert "mutual TLS" in captured.err and "verifier stopped" in captured.err
+
+
+def test_demo_in_process_keeps_the_old_path(capsys, models_args) -> None:
+    code = main(["demo", "--in-process", "--max-new-tokens", "6", "--json", *models_args])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.splitlines()[-1])
+    assert code == 0 and out["stats"]["uplink_bytes"] > 0 and out["stats"]["fallback"] is None
+    assert "mutual TLS" not in captured.err
 
 
 def test_demo_query_out_of_range(capsys, models_args) -> None:

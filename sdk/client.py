@@ -1,0 +1,282 @@
+"""The Python API an app embeds: open a client once, generate many times, stream text as it commits.
+
+    from sdk.client import ClientConfig, SpecSteerClient
+
+    config = ClientConfig(server="verifier.example:50051", pins=Path("pins.txt"),
+                          cert=Path("device.pem"), key=Path("device.key"))
+    with SpecSteerClient.connect(load_causal_lm("smollm2-135m-instruct"), config, profile=profile) as client:
+        result = client.generate("Write the body of a commit message for: refs: speed up lookups")
+        print(result.text, result.stats.as_dict())
+        for piece in client.stream("Another prompt"):     # text as each token commits
+            print(piece, end="", flush=True)
+
+One TLS channel serves every generation (and concurrent ones from several threads). If the
+verifier is lost, a generation finishes on the device and `result.stats.fallback` says why; the
+next generation dials again. With `fallback=False` the loss is raised as `VerifierLost` instead.
+A verifier that fails TLS or pinning raises `VerifierRefused`, always.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from sdk.context import Profile
+from sdk.device import DecodeOptions, Generation, Specialist, generate
+from sdk.egress import EgressTap
+from sdk.errors import ConfigError, SpecSteerError
+from sdk.models import CausalLM
+from sdk.remote import RemoteVerifier, TlsIdentity, split_target
+from sdk.session_types import SessionParams
+from sdk.transport import Verifier
+
+__all__ = ["ClientConfig", "GenerationStream", "SpecSteerClient"]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where the verifier is and how the device proves itself and checks the verifier.
+
+    In a TOML file, the same keys go in a `[verifier]` table; relative paths are relative to the file:
+
+        [verifier]
+        server = "127.0.0.1:50051"
+        pins = "pki/pins.txt"            # pins + anchor certificates (`server pki init` writes it)
+        cert = "pki/devices/alice.pem"
+        key = "pki/devices/alice.key"
+        # anchors = "anchors.pem"        # extra anchor bundle, if the pins file has no certificates
+        # server_name = "localhost"      # verify this name instead of the address's host
+        # connect_timeout = 10.0
+        # round_timeout = 30.0
+        # fallback = true                # finish locally if the verifier is lost
+    """
+
+    server: str
+    pins: Path
+    cert: Path
+    key: Path
+    anchors: Path | None = None
+    server_name: str | None = None
+    connect_timeout: float = 10.0
+    round_timeout: float = 30.0
+    fallback: bool = True
+
+    def identity(self) -> TlsIdentity:
+        """Read and check the pin set and the device's certificate and key (fails closed)."""
+        split_target(self.server)
+        return TlsIdentity.from_files(self.pins, self.cert, self.key, anchors=self.anchors)
+
+    @classmethod
+    def from_file(cls, path: Path, **overrides: Any) -> ClientConfig:
+        """Read `[verifier]` from a TOML file; keyword overrides that are not None win."""
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        unknown_sections = set(data) - {"verifier"}
+        if unknown_sections:
+            raise ConfigError(f"config file {path}: unknown section [{sorted(unknown_sections)[0]}]")
+        table = data.get("verifier", {})
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        base = Path(path).resolve().parent
+        for key, value in table.items():
+            if key not in known:
+                raise ConfigError(f"config file {path}: unknown key {key!r} in [verifier]")
+            values[key] = _coerce(key, value, base, f"{path}: [verifier] {key}")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        missing = [k for k in ("server", "pins", "cert", "key") if k not in values]
+        if missing:
+            raise ConfigError(f"config file {path}: [verifier] needs {', '.join(missing)}")
+        return cls(**values)
+
+
+def _coerce(key: str, value: Any, base: Path, where: str) -> Any:
+    if key in ("pins", "cert", "key", "anchors"):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where} must be a path string")
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else base / p
+    if key in ("server", "server_name"):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where} must be a non-empty string")
+        return value
+    if key in ("connect_timeout", "round_timeout"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number of seconds")
+        return float(value)
+    if not isinstance(value, bool):  # fallback
+        raise ConfigError(f"{where} must be true or false")
+    return value
+
+
+class _Cancelled(Exception):
+    """Raised inside a generation whose stream the app closed."""
+
+
+class GenerationStream:
+    """Text pieces as tokens commit; iterate it, then read `result`. `close()` stops the generation."""
+
+    def __init__(self, run: Callable[[Callable[[list[int]], None]], Generation], decode: Callable[[list[int]], str]):
+        self._decode = decode
+        self._pieces: queue.Queue[str | BaseException | None] = queue.Queue()
+        self._ids: list[int] = []
+        self._emitted = ""
+        self._cancel = threading.Event()
+        self._result: Generation | None = None
+        self._thread = threading.Thread(target=self._work, args=(run,), name="specsteer-stream", daemon=True)
+        self._thread.start()
+
+    def _on_commit(self, tokens: list[int]) -> None:
+        if self._cancel.is_set():
+            raise _Cancelled
+        self._ids.extend(tokens)
+        text = self._decode(self._ids)
+        # A token can end inside a multi-byte character; hold it back until the character completes.
+        if text.endswith("\ufffd") or not text.startswith(self._emitted):
+            return
+        piece, self._emitted = text[len(self._emitted) :], text
+        if piece:
+            self._pieces.put(piece)
+
+    def _work(self, run: Callable[[Callable[[list[int]], None]], Generation]) -> None:
+        try:
+            self._result = run(self._on_commit)
+            tail = self._result.text[len(self._emitted) :] if self._result.text.startswith(self._emitted) else ""
+            if tail:
+                self._pieces.put(tail)
+            self._pieces.put(None)
+        except _Cancelled:
+            self._pieces.put(None)
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            self._pieces.put(exc)
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            item = self._pieces.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    @property
+    def result(self) -> Generation:
+        """The finished generation (text, token IDs, stats); waits for it."""
+        self._thread.join()
+        if self._result is None:
+            raise SpecSteerError("the generation did not finish (it was closed or failed)")
+        return self._result
+
+    def close(self) -> None:
+        self._cancel.set()
+        self._thread.join()
+
+
+class SpecSteerClient:
+    """A Specialist (with the user's private profile) bound to one verifier connection."""
+
+    def __init__(
+        self,
+        specialist: Specialist,
+        verifier: Verifier,
+        *,
+        fallback: bool = True,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+    ) -> None:
+        self.specialist = specialist
+        self.verifier = verifier
+        self.fallback = fallback
+        self.params = params or SessionParams()
+        self.options = options or DecodeOptions()
+
+    @classmethod
+    def connect(
+        cls,
+        specialist: Specialist | CausalLM,
+        config: ClientConfig,
+        *,
+        profile: Profile | None = None,
+        tap: EgressTap | None = None,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+    ) -> SpecSteerClient:
+        """Check the pin set and device identity now (fail fast); the channel dials on first use."""
+        if isinstance(specialist, CausalLM):
+            specialist = Specialist(specialist, profile)
+        elif profile is not None:
+            raise ConfigError("pass the profile inside the Specialist or with a model, not both")
+        verifier = RemoteVerifier(
+            config.server,
+            config.identity(),
+            vocab_size=specialist.lm.vocab_size,
+            server_name=config.server_name,
+            connect_timeout=config.connect_timeout,
+            round_timeout=config.round_timeout,
+            tap=tap,
+        )
+        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options)
+
+    def _settings(
+        self, params: SessionParams | None, options: DecodeOptions | None, overrides: dict[str, Any]
+    ) -> tuple[SessionParams, DecodeOptions]:
+        params = params or self.params
+        options = options or self.options
+        if overrides:
+            p_names = {f.name for f in fields(SessionParams)}
+            o_names = {f.name for f in fields(DecodeOptions)}
+            unknown = set(overrides) - p_names - o_names
+            if unknown:
+                raise ConfigError(f"unknown generation setting {sorted(unknown)[0]!r}")
+            params = replace(params, **{k: v for k, v in overrides.items() if k in p_names})
+            options = replace(options, **{k: v for k, v in overrides.items() if k in o_names})
+        return params, options
+
+    def generate(
+        self,
+        prompt: str,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+        *,
+        on_commit: Callable[[list[int]], None] | None = None,
+        **overrides: Any,
+    ) -> Generation:
+        """One generation. `overrides` are SessionParams/DecodeOptions fields, e.g. gamma=0.1, max_new_tokens=64."""
+        params, options = self._settings(params, options, overrides)
+        return generate(
+            self.specialist, prompt, params, options, self.verifier, on_commit=on_commit, fallback=self.fallback
+        )
+
+    def stream(
+        self, prompt: str, params: SessionParams | None = None, options: DecodeOptions | None = None, **overrides: Any
+    ) -> GenerationStream:
+        """Like `generate`, but yields text pieces as tokens commit; `.result` holds the `Generation`."""
+        params, options = self._settings(params, options, overrides)
+
+        def run(on_commit: Callable[[list[int]], None]) -> Generation:
+            return generate(
+                self.specialist, prompt, params, options, self.verifier, on_commit=on_commit, fallback=self.fallback
+            )
+
+        return GenerationStream(run, self.specialist.decode)
+
+    def close(self) -> None:
+        close = getattr(self.verifier, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> SpecSteerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,130 @@
+"""The egress choke point: every byte the SDK sends to the verifier passes through here first.
+
+gRPC interceptors see message objects, not bytes, so the network client (`sdk/remote.py`)
+serializes each uplink itself and hands the exact bytes to `EgressSession.uplink` before giving
+them to gRPC (whose serializer is then the identity). A tap can log them, or refuse them by
+raising: a refused uplink is not sent, and the generation stops with that error (fail closed).
+Downlinks reach the tap as received, before they are parsed, so malformed ones are evidence too.
+
+    egress = Egress(tap)                                   # tap: anything shaped like `EgressTap`
+    session = egress.begin(vocab_size=49152, max_top_k=10)
+    payload = session.uplink(wire.encode_round(1, [], [5, 6]))   # tap saw it; now send it
+    session.downlink(received_bytes)
+    session.fallback("verifier-lost")                      # the device finished locally
+
+`audit.EgressRecorder` fits through `RecorderTap`. The session ID is device-local: it never goes
+on the wire.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Protocol
+
+__all__ = ["Egress", "EgressSession", "EgressTap", "NullTap", "RecorderTap"]
+
+_REASON = re.compile(r"[a-z][a-z0-9-]{0,63}")
+
+
+class EgressTap(Protocol):
+    """Sees every uplink's bytes before they leave, and every downlink's bytes as they arrive."""
+
+    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
+        """A new session's device-local ID."""
+        ...
+
+    def on_uplink(self, session_id: str, payload: bytes) -> None:
+        """Called before `payload` is sent; raising blocks it (and ends the generation)."""
+        ...
+
+    def on_downlink(self, session_id: str, payload: bytes) -> None:
+        """Called with each received payload before it is parsed; raising rejects it."""
+        ...
+
+    def on_fallback(self, session_id: str, reason: str) -> None:
+        """The device finished this session locally; `reason` is a short identifier."""
+        ...
+
+
+class NullTap:
+    """Records nothing; the default when no audit is configured."""
+
+    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
+        return secrets.token_hex(16)
+
+    def on_uplink(self, session_id: str, payload: bytes) -> None:
+        pass
+
+    def on_downlink(self, session_id: str, payload: bytes) -> None:
+        pass
+
+    def on_fallback(self, session_id: str, reason: str) -> None:
+        pass
+
+
+class _Recorder(Protocol):
+    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str: ...
+
+    def record_uplink(self, session_id: str, payload: bytes) -> int: ...
+
+    def record_downlink(self, session_id: str, payload: bytes) -> int: ...
+
+    def record_fallback(self, session_id: str, reason: str) -> int: ...
+
+
+class RecorderTap:
+    """Adapts a recorder with `record_uplink/record_downlink/record_fallback` (audit's) to a tap."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+
+    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
+        return self.recorder.begin_session(vocab_size=vocab_size, max_top_k=max_top_k)
+
+    def on_uplink(self, session_id: str, payload: bytes) -> None:
+        self.recorder.record_uplink(session_id, payload)
+
+    def on_downlink(self, session_id: str, payload: bytes) -> None:
+        self.recorder.record_downlink(session_id, payload)
+
+    def on_fallback(self, session_id: str, reason: str) -> None:
+        self.recorder.record_fallback(session_id, reason)
+
+
+class EgressSession:
+    """One session's view of the choke point; counts the bytes that actually crossed."""
+
+    def __init__(self, tap: EgressTap, session_id: str) -> None:
+        self._tap = tap
+        self.session_id = session_id
+        self.uplink_bytes = 0
+        self.downlink_bytes = 0
+        self.uplinks = 0
+
+    def uplink(self, payload: bytes) -> bytes:
+        """Show `payload` to the tap; return it for sending. The tap raising means: do not send."""
+        self._tap.on_uplink(self.session_id, payload)
+        self.uplink_bytes += len(payload)
+        self.uplinks += 1
+        return payload
+
+    def downlink(self, payload: bytes) -> bytes:
+        self.downlink_bytes += len(payload)
+        self._tap.on_downlink(self.session_id, payload)
+        return payload
+
+    def fallback(self, reason: str) -> None:
+        if not _REASON.fullmatch(reason):
+            raise ValueError(f"a fallback reason is a short lowercase identifier; got {reason!r}")
+        self._tap.on_fallback(self.session_id, reason)
+
+
+class Egress:
+    """Opens `EgressSession`s on one tap (a `NullTap` if none is given)."""
+
+    def __init__(self, tap: EgressTap | None = None) -> None:
+        self.tap: EgressTap = tap if tap is not None else NullTap()
+
+    def begin(self, *, vocab_size: int, max_top_k: int) -> EgressSession:
+        return EgressSession(self.tap, self.tap.begin_session(vocab_size=vocab_size, max_top_k=max_top_k))

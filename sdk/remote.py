@@ -1,0 +1,425 @@
+"""The network transport: a `Verifier` over one TLS-pinned, mutually authenticated gRPC channel.
+
+    verifier = RemoteVerifier("127.0.0.1:50051", TlsIdentity.from_files(pins, cert, key), vocab_size=49152)
+    session = verifier.open(prompt_ids, params)        # one bidirectional stream per session
+    verdict = session.round(commit, draft)
+    session.close()
+
+Trust: gRPC gets exactly the pinned anchors as its roots (`sdk.pinning`), checks the host name
+against the target (or `server_name`, which renames the host but never disables the check), and
+presents the device's own certificate. No session starts until the channel's TLS handshake has
+succeeded, so a refused peer never receives an application byte and the egress tap records none.
+
+Errors, all `SpecSteerError`s:
+
+    VerifierRefused    the peer failed TLS (unpinned or expired certificate, wrong host name, no TLS)
+                       or refused this device: a security failure, never papered over by a fallback
+    VerifierLost       unreachable, too slow (per-round deadline), stream broken, at capacity:
+                       the device may finish locally (`sdk.device.generate(fallback=True)`)
+    ProtocolError      the verifier answered with a contract breach or refused our message
+
+Every uplink is serialized here and passes through `sdk.egress` before gRPC sees it (gRPC's own
+serializer is the identity), so the tap holds exactly the bytes that went out. Compression is
+off, retries are off (a retried stream would resend uplinks the tap saw once), and message sizes
+are capped both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from sdk import wire
+from sdk.egress import Egress, EgressSession, EgressTap
+from sdk.errors import ConfigError, ProtocolError, SpecSteerError
+from sdk.pinning import PinSet, load_pin_set
+from sdk.session_types import WIRE_MAX_TOP_K, SessionParams, Verdict
+from sdk.transport import VerifierLost
+
+__all__ = [
+    "MAX_DOWNLINK_BYTES",
+    "MAX_UPLINK_BYTES",
+    "RemoteSession",
+    "RemoteVerifier",
+    "TlsIdentity",
+    "VerifierRefused",
+    "split_target",
+]
+
+# The largest uplink is an Open with the verifier's maximum prompt (4096 IDs, at most 5 bytes each);
+# the largest downlink is 64 candidates of 8 IDs and a float. Both caps leave room, nothing more.
+MAX_UPLINK_BYTES = 32 * 1024
+MAX_DOWNLINK_BYTES = 16 * 1024
+HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
+_ADDRESS_PREFIX = re.compile(r"^[A-Z_]+: (?:ipv[46]|unix|unix-abstract):\S+: ")
+
+# What gRPC's status details say when the TLS handshake failed, and what that means for a user.
+_TLS_FAILURES: tuple[tuple[str, str], ...] = (
+    ("Hostname Verification", "its certificate is not valid for the host name {host!r}"),
+    ("certificate has expired", "its certificate has expired"),
+    ("certificate is not yet valid", "its certificate is not yet valid"),
+    ("WRONG_VERSION_NUMBER", "it does not speak TLS"),
+    ("CERTIFICATE_VERIFY_FAILED", "its certificate does not chain to a pinned anchor"),
+    ("handshake", "the TLS handshake failed"),
+    ("TSI_", "the TLS handshake failed"),
+    ("SSL_ERROR", "the TLS handshake failed"),
+)
+
+
+class VerifierRefused(SpecSteerError):
+    """The verifier failed authentication (or refused ours); nothing was sent. Never a fallback."""
+
+
+@dataclass(frozen=True)
+class TlsIdentity:
+    """The device's trust (pin set) and identity (client certificate chain and key), as PEM bytes."""
+
+    pins: PinSet
+    cert_chain: bytes
+    key: bytes
+
+    @classmethod
+    def from_files(cls, pins: Path, cert: Path, key: Path, *, anchors: Path | None = None) -> TlsIdentity:
+        pin_set = load_pin_set(pins, anchors)
+        try:
+            cert_pem, key_pem = Path(cert).read_bytes(), Path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{exc.filename} does not exist") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
+            raise ConfigError(f"{cert} holds no PEM certificate")
+        if b"PRIVATE KEY-----" not in key_pem:
+            raise ConfigError(f"{key} holds no PEM private key")
+        return cls(pin_set, cert_pem, key_pem)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.pins.root_pem, private_key=self.key, certificate_chain=self.cert_chain
+        )
+
+
+def split_target(target: str) -> str:
+    """The host of a HOST:PORT address (IPv6 in brackets); ConfigError if it is not one."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"the verifier address must be HOST:PORT; got {target!r}")
+    return host.strip("[]")
+
+
+class RemoteVerifier:
+    """Opens verifier sessions over one channel; after a fault it reconnects on the next `open`.
+
+    `vocab_size` is the Specialist's: downlinks naming other token IDs are refused. `round_timeout`
+    bounds each round trip; `connect_timeout` bounds the TLS connection before a session starts.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        identity: TlsIdentity,
+        *,
+        vocab_size: int,
+        server_name: str | None = None,
+        connect_timeout: float = 10.0,
+        round_timeout: float = 30.0,
+        tap: EgressTap | None = None,
+    ) -> None:
+        self.host = split_target(target)
+        if server_name is not None and not server_name.strip():
+            raise ConfigError("the server name override is empty")
+        if not connect_timeout > 0 or not round_timeout > 0:
+            raise ConfigError("connect and round timeouts must be positive")
+        self.target = target
+        self.identity = identity
+        self.vocab_size = vocab_size
+        self.server_name = server_name
+        self.connect_timeout = connect_timeout
+        self.round_timeout = round_timeout
+        self.egress = Egress(tap)
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._closed = False
+
+    # -- channel ---------------------------------------------------------------------------------
+
+    def _new_channel(self) -> grpc.Channel:
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_send_message_length", MAX_UPLINK_BYTES),
+            ("grpc.max_receive_message_length", MAX_DOWNLINK_BYTES),
+            ("grpc.enable_retries", 0),
+            # A private subchannel pool: a reconnect really dials again instead of inheriting
+            # another channel's connection (or its backoff after the verifier went away).
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        if self.server_name is not None:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.secure_channel(
+            self.target, self.identity.credentials(), options=options, compression=grpc.Compression.NoCompression
+        )
+
+    def _ready_channel(self) -> grpc.Channel:
+        """A channel whose TLS handshake (both ways) has completed, or a precise error."""
+        with self._lock:
+            if self._closed:
+                raise ConfigError("the remote verifier is closed")
+            if self._channel is None:
+                self._channel = self._new_channel()
+            channel = self._channel
+        state = _await_connectivity(channel, self.connect_timeout)
+        if state is grpc.ChannelConnectivity.READY:
+            return channel
+        detail = self._probe(channel)
+        self._drop(channel, close=True)  # not connected: nothing can be streaming on it
+        raise self._connect_error(state, detail)
+
+    def _probe(self, channel: grpc.Channel) -> str:
+        """Why the channel is not ready: a health check fails fast with gRPC's own explanation."""
+        check = channel.unary_unary(HEALTH_CHECK_METHOD)
+        try:
+            check(b"", timeout=min(self.connect_timeout, 5.0), wait_for_ready=False)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        return "the connection was not ready in time"
+
+    def _connect_error(self, state: grpc.ChannelConnectivity | None, detail: str) -> SpecSteerError:
+        refused = _tls_failure(detail, self.server_name or self.host)
+        if refused is not None:
+            return VerifierRefused(
+                f"refused the verifier at {self.target}: {refused}; nothing was sent ({_last_words(detail)})"
+            )
+        if state is None:
+            return VerifierLost(
+                "verifier-unreachable",
+                f"the verifier at {self.target} did not connect within {self.connect_timeout:g} s",
+            )
+        hint = ""
+        if "Socket closed" in detail:
+            # A verifier that refuses our client certificate just drops the handshake.
+            hint = "; if the verifier is up, it may not accept this device's certificate"
+        return VerifierLost(
+            "verifier-unreachable", f"the verifier at {self.target} is unreachable ({_last_words(detail)}){hint}"
+        )
+
+    def _drop(self, channel: grpc.Channel, *, close: bool) -> None:
+        """Forget a channel that failed, so the next session dials afresh.
+
+        After one session's fault the channel is only forgotten, not closed: other sessions may
+        still be streaming on it (they hold it; it closes when the last one lets go).
+        """
+        with self._lock:
+            if self._channel is channel:
+                self._channel = None
+        if close:
+            channel.close()
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def open(self, prompt_ids: Sequence[int], params: SessionParams) -> RemoteSession:
+        if params.top_k > WIRE_MAX_TOP_K:
+            raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
+        channel = self._ready_channel()
+        max_top_k = min(params.top_k, WIRE_MAX_TOP_K)
+        egress = self.egress.begin(vocab_size=self.vocab_size, max_top_k=max_top_k)
+        session = RemoteSession(self, channel, egress, max_top_k=max_top_k)
+        session.start(wire.encode_open(prompt_ids, params))
+        return session
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    def __enter__(self) -> RemoteVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_END = object()
+
+
+class RemoteSession:
+    """One bidirectional stream: Open, Rounds (one downlink each), Close."""
+
+    def __init__(self, verifier: RemoteVerifier, channel: grpc.Channel, egress: EgressSession, *, max_top_k: int):
+        self._verifier = verifier
+        self._channel = channel
+        self._egress = egress
+        self._max_top_k = max_top_k
+        self._seq = 0
+        self._requests: queue.Queue[bytes | object] = queue.Queue()
+        self._responses: queue.Queue[bytes | grpc.RpcError | object] = queue.Queue()
+        self._call: grpc.Future | None = None
+        self._reader: threading.Thread | None = None
+        self._broken: SpecSteerError | None = None
+        self.verifier_stats: dict[str, float] = {}
+
+    @property
+    def uplink_bytes(self) -> int:
+        return self._egress.uplink_bytes
+
+    @property
+    def downlink_bytes(self) -> int:
+        return self._egress.downlink_bytes
+
+    def _request_iter(self) -> Iterator[bytes]:
+        while True:
+            item = self._requests.get()
+            if item is _END:
+                return
+            assert isinstance(item, bytes)
+            yield item
+
+    def _read(self, call: Iterator[bytes]) -> None:
+        try:
+            for raw in call:
+                self._responses.put(raw)
+            self._responses.put(_END)
+        except grpc.RpcError as exc:
+            self._responses.put(exc)
+
+    def _send(self, payload: bytes) -> None:
+        # The tap sees the bytes first; if it refuses them, they are never queued for gRPC, and
+        # the stream ends here (no Close either: the session's record stops at the refusal).
+        try:
+            checked = self._egress.uplink(payload)
+        except BaseException as exc:
+            self._broken = exc if isinstance(exc, SpecSteerError) else ProtocolError(f"the egress tap failed: {exc}")
+            self._cancel()
+            raise
+        self._requests.put(checked)
+
+    def start(self, open_payload: bytes) -> None:
+        self._send(open_payload)
+        stream = self._channel.stream_stream(wire.SESSION_METHOD)
+        call = stream(self._request_iter(), wait_for_ready=False, compression=grpc.Compression.NoCompression)
+        self._call = call
+        self._reader = threading.Thread(target=self._read, args=(call,), name="verifier-stream", daemon=True)
+        self._reader.start()
+
+    def _lost(self, reason: str, message: str) -> VerifierLost:
+        self._verifier._drop(self._channel, close=False)
+        self._cancel()
+        error = VerifierLost(reason, message, on_fallback=self._egress.fallback)
+        self._broken = error
+        return error
+
+    def _from_status(self, exc: grpc.RpcError) -> SpecSteerError:
+        code, details = exc.code(), exc.details() or ""
+        where = self._verifier.target
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            self._broken = VerifierRefused(f"the verifier at {where} refused this device: {details}")
+            return self._broken
+        if code is grpc.StatusCode.UNAVAILABLE:
+            refused = _tls_failure(details, self._verifier.server_name or self._verifier.host)
+            if refused is not None:
+                self._broken = VerifierRefused(f"refused the verifier at {where}: {refused} ({_last_words(details)})")
+                return self._broken
+            return self._lost("verifier-lost", f"the connection to the verifier at {where} broke: {details}")
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return self._lost("verifier-expired", f"the verifier at {where} expired the session: {details}")
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return self._lost("verifier-busy", f"the verifier at {where} is at capacity: {details}")
+        if code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
+            return self._lost("verifier-lost", f"the verifier at {where} ended the session: {details}")
+        if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+            return self._lost("verifier-error", f"the verifier at {where} failed: {details}")
+        self._broken = ProtocolError(f"the verifier at {where} refused the session ({code.name}): {details}")
+        return self._broken
+
+    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict:
+        if self._broken is not None:
+            raise self._broken
+        self._seq += 1
+        self._send(wire.encode_round(self._seq, commit, draft))
+        try:
+            item = self._responses.get(timeout=self._verifier.round_timeout)
+        except queue.Empty:
+            raise self._lost(
+                "verifier-timeout",
+                f"the verifier did not answer round {self._seq} within {self._verifier.round_timeout:g} s",
+            ) from None
+        if isinstance(item, grpc.RpcError):
+            raise self._from_status(item)
+        if item is _END:
+            raise self._lost("verifier-lost", "the verifier ended the session without answering")
+        assert isinstance(item, bytes)
+        seq, verdict = wire.decode_downlink(
+            self._egress.downlink(item), max_top_k=self._max_top_k, vocab_size=self._verifier.vocab_size
+        )
+        if seq != self._seq:
+            self._broken = ProtocolError(f"the verifier answered round {seq} where round {self._seq} was asked")
+            self._cancel()
+            raise self._broken
+        return verdict
+
+    def _cancel(self) -> None:
+        self._requests.put(_END)
+        if self._call is not None:
+            self._call.cancel()
+
+    def close(self) -> None:
+        """Send Close and wait (briefly) for the verifier to end the stream; never raises on a dead one."""
+        if self._call is None:
+            return
+        if self._broken is None:
+            self._seq += 1
+            with contextlib.suppress(SpecSteerError):
+                self._send(wire.encode_close(self._seq))
+        self._requests.put(_END)
+        if self._reader is not None:
+            self._reader.join(timeout=min(self._verifier.round_timeout, 5.0))
+            if self._reader.is_alive():
+                self._call.cancel()
+                self._reader.join(timeout=1.0)
+        self._call = None
+
+
+def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelConnectivity | None:
+    """Wait until the channel is READY or has failed (TRANSIENT_FAILURE / SHUTDOWN); None on timeout."""
+    done = threading.Event()
+    seen: list[grpc.ChannelConnectivity] = []
+    final = (
+        grpc.ChannelConnectivity.READY,
+        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        grpc.ChannelConnectivity.SHUTDOWN,
+    )
+
+    def watch(state: grpc.ChannelConnectivity) -> None:
+        seen.append(state)
+        if state in final:
+            done.set()
+
+    channel.subscribe(watch, try_to_connect=True)
+    try:
+        done.wait(timeout)
+    finally:
+        channel.unsubscribe(watch)
+    last = seen[-1] if seen else None
+    return last if last in final else None
+
+
+def _tls_failure(detail: str, host: str) -> str | None:
+    for marker, meaning in _TLS_FAILURES:
+        if marker.lower() in detail.lower():
+            return meaning.format(host=host)
+    return None
+
+
+def _last_words(detail: str) -> str:
+    """The specific cause at the end of gRPC's details, without its address prefix; short."""
+    text = detail.removesuffix(": OK")
+    text = text.split("last error: ", 1)[-1]
+    text = _ADDRESS_PREFIX.sub("", text)
+    return text.strip()[:240]

@@ -1,0 +1,188 @@
+"""The verifier's configuration: a TOML file, then command-line overrides, then checks.
+
+    [server]
+    host = "127.0.0.1"
+    port = 50051
+
+    [models]
+    generalist = "gemma3-270m"            # folder, .gguf file or embedded name
+    specialist = "smollm2-135m-instruct"  # the generic copy P_S^0: base weights, no personal adapter
+    # cache_dir = "~/.cache/specsteer"
+
+    [tls]                                 # required: the verifier never serves plaintext
+    cert = "pki/server.pem"               # relative paths are relative to this file
+    key = "pki/server.key"
+    client_ca = "pki/device-ca.pem"       # devices must present a certificate it signed
+    # revoked_devices = ["lost-phone"]    # device names (certificate CN) refused at once
+
+    [limits]
+    max_sessions = 64
+    max_sessions_per_device = 8
+    idle_timeout = 60.0                   # seconds without an uplink before a session expires
+    max_top_k = 64
+    workers = 1                           # threads running model forwards
+    # torch_threads = 2
+
+    [metrics]
+    # port = 9464                         # Prometheus text format on http://host:port/metrics
+    host = "127.0.0.1"
+
+    [audit]
+    # transcript_dir = "transcripts"      # sha256 of every received uplink, per stream
+
+Unknown sections or keys are errors: a typo must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from sdk.errors import ConfigError
+from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from sdk.session_types import WIRE_MAX_TOP_K
+
+__all__ = ["ServerConfig", "load_config"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051
+    generalist: str = DEFAULT_GENERALIST
+    specialist: str = DEFAULT_SPECIALIST
+    cache_dir: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None
+    revoked_devices: tuple[str, ...] = ()
+    max_sessions: int = 64
+    max_sessions_per_device: int = 8
+    idle_timeout: float = 60.0
+    max_top_k: int = WIRE_MAX_TOP_K
+    workers: int = 1
+    torch_threads: int | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    transcript_dir: Path | None = None
+    seed: int | None = None
+    # Streams beyond the session cap, kept for health checks and for refusing politely.
+    extra_streams: int = field(default=16, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port must be in [0, 65535]; got {self.port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"metrics port must be in [0, 65535]; got {self.metrics_port}")
+        if self.max_sessions < 1:
+            raise ConfigError(f"max_sessions must be at least 1; got {self.max_sessions}")
+        if self.max_sessions_per_device < 1:  # above max_sessions it simply never binds
+            raise ConfigError(f"max_sessions_per_device must be at least 1; got {self.max_sessions_per_device}")
+        if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
+            raise ConfigError(f"idle_timeout must be a positive number of seconds; got {self.idle_timeout}")
+        if not 1 <= self.max_top_k <= WIRE_MAX_TOP_K:
+            raise ConfigError(f"max_top_k must be in [1, {WIRE_MAX_TOP_K}]; got {self.max_top_k}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be at least 1; got {self.workers}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ConfigError(f"torch_threads must be at least 1; got {self.torch_threads}")
+
+    def require_tls(self) -> tuple[Path, Path, Path]:
+        """The certificate, key and client CA; the verifier does not start without all three."""
+        missing = [name for name in ("cert", "key", "client_ca") if getattr(self, name) is None]
+        if missing:
+            raise ConfigError(
+                f"TLS is required: set {', '.join(missing)} (in [tls] or with --{missing[0].replace('_', '-')})"
+            )
+        assert self.cert is not None and self.key is not None and self.client_ca is not None
+        return self.cert, self.key, self.client_ca
+
+
+# Where each TOML key lives: section -> {key in the file: field of ServerConfig}.
+_LAYOUT: dict[str, dict[str, str]] = {
+    "server": {"host": "host", "port": "port", "seed": "seed"},
+    "models": {"generalist": "generalist", "specialist": "specialist", "cache_dir": "cache_dir"},
+    "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
+    "limits": {
+        "max_sessions": "max_sessions",
+        "max_sessions_per_device": "max_sessions_per_device",
+        "idle_timeout": "idle_timeout",
+        "max_top_k": "max_top_k",
+        "workers": "workers",
+        "torch_threads": "torch_threads",
+    },
+    "metrics": {"port": "metrics_port", "host": "metrics_host"},
+    "audit": {"transcript_dir": "transcript_dir"},
+}
+_PATHS = {"cache_dir", "cert", "key", "client_ca", "transcript_dir"}
+_INTS = {
+    "port",
+    "seed",
+    "max_sessions",
+    "max_sessions_per_device",
+    "max_top_k",
+    "workers",
+    "torch_threads",
+    "metrics_port",
+}
+_STRS = {"host", "generalist", "specialist", "metrics_host"}
+
+
+def _coerce(name: str, value: Any, base: Path, where: str) -> Any:
+    if name in _PATHS:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where} must be a path string")
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else base / path
+    if name in _INTS:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be an integer; got {value!r}")
+        return value
+    if name == "idle_timeout":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be a number of seconds; got {value!r}")
+        return float(value)
+    if name == "revoked_devices":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of device names")
+        return tuple(value)
+    if name in _STRS:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where} must be a non-empty string")
+        return value
+    raise AssertionError(name)
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServerConfig:
+    """Read `path` (TOML) if given, apply `overrides` (field name -> value; None means unset)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        base = Path(path).resolve().parent
+        for section, table in data.items():
+            if section not in _LAYOUT:
+                raise ConfigError(f"config file {path}: unknown section [{section}]")
+            if not isinstance(table, dict):
+                raise ConfigError(f"config file {path}: [{section}] must be a table")
+            for key, value in table.items():
+                if key not in _LAYOUT[section]:
+                    raise ConfigError(f"config file {path}: unknown key {key!r} in [{section}]")
+                name = _LAYOUT[section][key]
+                values[name] = _coerce(name, value, base, f"{path}: [{section}] {key}")
+    known = {f.name for f in fields(ServerConfig)}
+    for name, value in (overrides or {}).items():
+        if name not in known:
+            raise ConfigError(f"unknown setting {name!r}")
+        if value is not None:
+            values[name] = value
+    return ServerConfig(**values)

@@ -1,0 +1,278 @@
+"""Build, then serve: the verifier as a gRPC server over mutually authenticated TLS.
+
+    server, port = create_server(config)          # loads the models once, binds (port 0: any)
+    server.start()
+    ...
+    server.stop()
+
+The server runs on its own asyncio event loop thread, so tests, the demo and the CLI embed it the
+same way. It serves `specsteer.v1.Verifier` (`server/service.py`) and the standard gRPC health
+check, exposes Prometheus metrics if asked, and re-reads its certificate, key and client CA
+whenever the files change (`CertificateSource`): rotation needs no restart, and a broken new
+file is refused (the current certificate stays) rather than taking the server down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from sdk import wire
+from sdk.errors import ConfigError
+from sdk.remote import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
+from server.batching import Scheduler
+from server.config import ServerConfig
+from server.metrics import Metrics
+from server.service import TranscriptSink, VerifierService
+from server.session import CloudVerifier
+
+__all__ = ["CertificateSource", "VerifierServer", "build_cloud", "create_server"]
+
+log = logging.getLogger("server")
+
+
+@dataclass(frozen=True)
+class _Files:
+    signature: tuple[tuple[int, int, int], ...]
+    config: grpc.ServerCertificateConfiguration
+
+
+class CertificateSource:
+    """The server's TLS material, checked on load and reloaded when any of the files changes."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path, metrics: Metrics | None = None) -> None:
+        self.paths = (Path(cert), Path(key), Path(client_ca))
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._current = self._load()
+        self._refused: tuple[tuple[int, int, int], ...] | None = None
+
+    def _signature(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for path in self.paths:
+            st = path.stat()
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(out)
+
+    def _load(self) -> _Files:
+        cert_path, key_path, ca_path = self.paths
+        try:
+            signature = self._signature()
+            chain_pem, key_pem, ca_pem = (p.read_bytes() for p in self.paths)
+        except OSError as exc:
+            raise ConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
+        try:
+            chain = x509.load_pem_x509_certificates(chain_pem)
+            key = serialization.load_pem_private_key(key_pem, password=None)
+            client_cas = x509.load_pem_x509_certificates(ca_pem)
+        except ValueError as exc:
+            raise ConfigError(f"{cert_path}, {key_path} or {ca_path} is not valid PEM: {exc}") from None
+        leaf = chain[0]
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        if key.public_key().public_bytes(serialization.Encoding.DER, spki) != leaf.public_key().public_bytes(
+            serialization.Encoding.DER, spki
+        ):
+            raise ConfigError(f"{key_path} is not the key of the certificate in {cert_path}")
+        now = dt.datetime.now(dt.UTC)
+        if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc:
+            raise ConfigError(
+                f"the certificate in {cert_path} is not valid now (valid {leaf.not_valid_before_utc:%Y-%m-%d} "
+                f"to {leaf.not_valid_after_utc:%Y-%m-%d})"
+            )
+        if not client_cas:
+            raise ConfigError(f"{ca_path} holds no CA certificate for devices")
+        config = grpc.ssl_server_certificate_configuration([(key_pem, chain_pem)], root_certificates=ca_pem)
+        return _Files(signature, config)
+
+    @property
+    def initial(self) -> grpc.ServerCertificateConfiguration:
+        return self._current.config
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC calls this before each handshake: a new configuration if the files changed, else None."""
+        with self._lock:
+            try:
+                signature = self._signature()
+            except OSError:
+                return None  # mid-rename: keep serving the current certificate
+            if signature in (self._current.signature, self._refused):
+                return None
+            try:
+                self._current = self._load()
+            except ConfigError as exc:
+                # Half-written or mismatched files (e.g. the key renamed in before its certificate):
+                # keep the current material and try again when the files change once more.
+                self._refused = signature
+                log.warning("TLS files changed but were refused, keeping the current certificate: %s", exc)
+                if self.metrics is not None:
+                    self.metrics.cert_reloads.labels("refused").inc()
+                return None
+            log.info("TLS certificate reloaded from %s", self.paths[0])
+            if self.metrics is not None:
+                self.metrics.cert_reloads.labels("ok").inc()
+            return self._current.config
+
+
+def build_cloud(config: ServerConfig) -> CloudVerifier:
+    """Load the Generalist and the generic Specialist copy once, as the config names them."""
+    import torch
+
+    from sdk.models import load_causal_lm
+
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    log.info("loading Generalist %s", config.generalist)
+    generalist = load_causal_lm(config.generalist, cache_dir=config.cache_dir)
+    log.info("loading generic Specialist copy %s", config.specialist)
+    specialist = load_causal_lm(config.specialist, cache_dir=config.cache_dir)
+    return CloudVerifier(generalist, specialist, max_top_k=config.max_top_k, seed=config.seed)
+
+
+def _open_transcript(directory: Path) -> TranscriptSink:
+    # The audit package owns the transcript format that `audit verify --server-transcript` reads.
+    from audit.transcript import ServerTranscript
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create transcript directory {directory}: {exc.strerror}") from None
+    return ServerTranscript.open(directory / "server-transcript.jsonl")
+
+
+class VerifierServer:
+    """A bound (not yet started) verifier; `start`, `stop`, `wait`. Thread-safe."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        cloud: CloudVerifier,
+        *,
+        transcript: TranscriptSink | None = None,
+        certificates: CertificateSource | None = None,
+    ) -> None:
+        self.config = config
+        self.cloud = cloud
+        self.metrics = Metrics()
+        self.certificates = certificates or CertificateSource(*config.require_tls())
+        self.certificates.metrics = self.metrics
+        self.transcript = transcript
+        if transcript is None and config.transcript_dir is not None:
+            self.transcript = _open_transcript(config.transcript_dir)
+        self.scheduler = Scheduler(config.workers, self.metrics)
+        self.port = 0
+        self.metrics_port: int | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="verifier-loop", daemon=True)
+        self._thread.start()
+        self._stopped = threading.Event()
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self.service: VerifierService | None = None
+        try:
+            self._call(self._bind())
+        except BaseException:
+            self._shutdown_loop()
+            raise
+
+    def _call(self, coro: Any, timeout: float | None = 60.0) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout)
+
+    async def _bind(self) -> None:
+        config = self.config
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_UPLINK_BYTES),
+                ("grpc.max_send_message_length", MAX_DOWNLINK_BYTES),
+                # Without this a second process could bind the same port and take half the devices.
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=config.max_sessions + config.extra_streams,
+            compression=grpc.Compression.NoCompression,
+        )
+        self.service = VerifierService(self.cloud, config, self.metrics, self.scheduler, self.transcript)
+        server.add_generic_rpc_handlers((self.service.handler(),))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        credentials = grpc.dynamic_ssl_server_credentials(
+            self.certificates.initial, self.certificates.fetch, require_client_authentication=True
+        )
+        try:
+            self.port = server.add_secure_port(f"{config.host}:{config.port}", credentials)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
+        self._server = server
+
+    async def _start(self) -> None:
+        assert self._server is not None
+        await self._server.start()
+        for name in ("", wire.SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def start(self) -> None:
+        self._call(self._start())
+        if self.config.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        log.info("verifier serving on %s:%d", self.config.host, self.port)
+
+    async def _stop(self, grace: float | None) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving (open streams get `grace` seconds), then release the port and threads."""
+        if self._stopped.is_set():
+            return
+        try:
+            self._call(self._stop(grace), timeout=None if grace is None else grace + 30.0)
+        finally:
+            self.scheduler.shutdown()
+            self.metrics.stop()
+            close = getattr(self.transcript, "close", None)
+            if callable(close):
+                close()
+            self._shutdown_loop()
+            self._stopped.set()
+
+    def _shutdown_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stopped (True) or `timeout` passes (False)."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> VerifierServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(grace=0)
+
+
+def create_server(
+    config: ServerConfig, *, cloud: CloudVerifier | None = None, transcript: TranscriptSink | None = None
+) -> tuple[VerifierServer, int]:
+    """Load the models (unless `cloud` is given), bind the port; return the server and its port.
+
+    The TLS files are checked first, so a bad certificate fails in a second, not after the models load.
+    """
+    certificates = CertificateSource(*config.require_tls())
+    if cloud is None:
+        cloud = build_cloud(config)
+    server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)
+    return server, server.port

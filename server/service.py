@@ -1,0 +1,296 @@
+"""The Verifier servicer: one bidirectional stream per generation session, parsed strictly here.
+
+The stream's frames arrive as raw bytes (the request deserializer is the identity), so the
+server hashes exactly what arrived into the transcript, then parses with `sdk.wire.decode_uplink`
+(no unknown fields, canonical encoding, token IDs in the vocabulary). Every refusal ends only
+that stream, with a specific status:
+
+    INVALID_ARGUMENT     a frame that does not parse, carries unknown fields or is not canonical;
+                         token IDs outside the vocabulary; a draft longer than K; a prompt too
+                         long; parameters out of range (including k above the verifier's cap)
+    FAILED_PRECONDITION  messages out of order: a Round or Close before Open (no session is open
+                         on the stream: unknown session), a second Open, a gap in Round seq, a
+                         Round after the session ended, a commit that is not a candidate
+    DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout
+    RESOURCE_EXHAUSTED   the verifier (or this device) is at its session cap; an oversize frame
+                         (gRPC refuses it before it reaches this code)
+    UNAUTHENTICATED      the client certificate names no device
+    PERMISSION_DENIED    the device's certificate is revoked
+
+A client that vanishes only ends its own session; model work already started finishes, its result
+is dropped, and the session's caches go with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+
+from sdk import wire
+from sdk.errors import ProtocolError
+from sdk.session_types import MAX_CANDIDATE_TOKENS, Verdict
+from server.batching import Scheduler
+from server.config import ServerConfig
+from server.metrics import Metrics
+from server.session import CloudSession, CloudVerifier
+
+__all__ = ["Device", "TranscriptSink", "VerifierService"]
+
+log = logging.getLogger("server")
+
+
+class TranscriptSink(Protocol):
+    """Receives every uplink exactly as it arrived (e.g. `audit.transcript.ServerTranscript`)."""
+
+    def begin_stream(self) -> str: ...
+
+    def record_uplink(self, stream: str, payload: bytes) -> None: ...
+
+
+@dataclass(frozen=True)
+class Device:
+    """Who is on the other end of a stream, from its verified client certificate."""
+
+    name: str
+    fingerprint: str  # sha256 of the certificate, hex; stable across sessions of one certificate
+
+
+class _Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str, outcome: str = "refused") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.outcome = outcome
+
+
+class VerifierService:
+    """Serves `CloudVerifier` sessions over gRPC; `handler()` is what the server registers."""
+
+    def __init__(
+        self,
+        cloud: CloudVerifier,
+        config: ServerConfig,
+        metrics: Metrics,
+        scheduler: Scheduler,
+        transcript: TranscriptSink | None = None,
+    ) -> None:
+        self.cloud = cloud
+        self.config = config
+        self.metrics = metrics
+        self.scheduler = scheduler
+        self.transcript = transcript
+        self.vocab_size = cloud.specialist.vocab_size
+        self._per_device: Counter[str] = Counter()
+        self._open = 0
+        self._revoked = frozenset(config.revoked_devices)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.stream_stream_rpc_method_handler(self.session)  # bytes in, bytes out
+        return grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Session": method})
+
+    @property
+    def open_sessions(self) -> int:
+        return self._open
+
+    # -- identity ----------------------------------------------------------------------------------
+
+    def _device(self, context: grpc.aio.ServicerContext) -> Device:
+        auth = context.auth_context()
+        names = auth.get("x509_common_name") or []
+        certs = auth.get("x509_pem_cert") or []
+        if len(names) != 1 or not certs:
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate names no device (one CN expected)")
+        name = names[0].decode("utf-8", "replace")
+        if name in self._revoked:
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
+        return Device(name, hashlib.sha256(certs[0]).hexdigest())
+
+    # -- the stream --------------------------------------------------------------------------------
+
+    async def session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        stream = self.transcript.begin_stream() if self.transcript is not None else secrets.token_hex(8)
+        state = _Stream(stream)
+        self.metrics.streams.inc()
+        outcome = "vanished"
+        try:
+            state.device = self._device(context)
+            outcome = await self._serve(state, context)
+        except _Abort as abort:
+            outcome = abort.outcome
+            self.metrics.rejected_messages.labels(abort.code.name).inc()
+            who = state.device.name if state.device else "?"
+            log.info("stream %s (device %s) refused: %s: %s", stream, who, abort.code.name, abort.message)
+            await context.abort(abort.code, abort.message)
+        except asyncio.CancelledError:
+            outcome = "vanished"  # the client went away (or the server is stopping)
+            raise
+        finally:
+            self._release(state, outcome)
+
+    async def _read(self, context: grpc.aio.ServicerContext) -> bytes | None:
+        try:
+            raw = await asyncio.wait_for(context.read(), timeout=self.config.idle_timeout)
+        except TimeoutError:
+            raise _Abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"session expired: no uplink for {self.config.idle_timeout:g} s",
+                outcome="expired",
+            ) from None
+        if raw is grpc.aio.EOF:
+            return None
+        assert isinstance(raw, bytes)
+        return raw
+
+    async def _serve(self, state: _Stream, context: grpc.aio.ServicerContext) -> str:
+        while True:
+            raw = await self._read(context)
+            if raw is None:  # the device half-closed: after its Close, or (vanishing) without one
+                return "closed" if state.ended else "vanished" if state.counted else "empty"
+            state.frames += 1
+            if self.transcript is not None:
+                # Hash what arrived, before parsing: malformed and late frames are evidence too.
+                self.transcript.record_uplink(state.stream, raw)
+            if state.ended:
+                raise self._precondition("a frame after Close: the session on this stream is over")
+            try:
+                frame = wire.decode_uplink(raw, vocab_size=self.vocab_size)
+            except ProtocolError as exc:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"uplink {state.frames}: {exc}") from None
+            if isinstance(frame, wire.OpenFrame):
+                await self._open_session(state, frame)
+            elif isinstance(frame, wire.RoundFrame):
+                await context.write(await self._round(state, frame))
+            else:
+                self._close(state, frame)
+
+    def _precondition(self, message: str) -> _Abort:
+        return _Abort(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+    async def _open_session(self, state: _Stream, frame: wire.OpenFrame) -> None:
+        if state.session is not None or state.ended:
+            raise self._precondition("a second Open on one stream: a stream carries exactly one session")
+        assert state.device is not None
+        if frame.params.top_k > self.config.max_top_k:
+            raise _Abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Open refused: top-k {frame.params.top_k} is above this verifier's maximum {self.config.max_top_k}",
+            )
+        if self._open >= self.config.max_sessions:
+            raise _Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the verifier is at its cap of {self.config.max_sessions} sessions; try again later",
+            )
+        if self._per_device[state.device.name] >= self.config.max_sessions_per_device:
+            raise _Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"device {state.device.name!r} already has {self.config.max_sessions_per_device} open sessions",
+            )
+        # Count the session before the prefill runs, so concurrent Opens cannot overshoot the cap.
+        self._open += 1
+        self._per_device[state.device.name] += 1
+        state.counted = True
+        self.metrics.sessions_active.inc()
+        start = time.perf_counter()
+        try:
+            state.session = await self.scheduler.run(self.cloud.open, list(frame.prompt_ids), frame.params)
+        except ProtocolError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: {exc}") from None
+        except (ValueError, IndexError, RuntimeError) as exc:
+            # The models could not take this prompt (e.g. longer than their context window).
+            raise _Abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: the prompt cannot be processed ({exc})"
+            ) from None
+        state.params_k = frame.params.draft_len
+        self.metrics.open_latency.observe(time.perf_counter() - start)
+        log.debug("stream %s: device %s (certificate sha256 %s) opened a session", state.stream, *state.device_ids)
+
+    def _check_round(self, state: _Stream, frame: wire.RoundFrame) -> CloudSession:
+        if state.session is None:
+            raise self._precondition("no session is open on this stream (unknown session): send Open first")
+        if frame.seq != state.seq + 1:
+            raise self._precondition(
+                f"round seq {frame.seq} where {state.seq + 1} was expected: rounds are numbered from 1 without gaps"
+            )
+        if len(frame.draft) > state.params_k:
+            raise _Abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the draft has {len(frame.draft)} tokens, more than the declared K = {state.params_k}",
+            )
+        if len(frame.commit) > MAX_CANDIDATE_TOKENS:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens")
+        return state.session
+
+    async def _round(self, state: _Stream, frame: wire.RoundFrame) -> bytes:
+        session = self._check_round(state, frame)
+        start = time.perf_counter()
+        try:
+            verdict: Verdict = await self.scheduler.run(session.round, list(frame.commit), list(frame.draft))
+        except ProtocolError as exc:
+            raise self._precondition(f"round {frame.seq} refused: {exc}") from None
+        except (ValueError, IndexError, RuntimeError) as exc:
+            # E.g. the session outgrew a model's context window: only this session ends.
+            raise _Abort(
+                grpc.StatusCode.OUT_OF_RANGE, f"round {frame.seq} cannot be verified: {exc}", outcome="failed"
+            ) from None
+        state.seq = frame.seq
+        m = self.metrics
+        m.round_latency.observe(time.perf_counter() - start)
+        m.rounds.inc()
+        m.drafted.inc(len(frame.draft))
+        m.accepted.inc(verdict.accepted)
+        if frame.draft:
+            m.acceptance.observe(verdict.accepted / len(frame.draft))
+        return wire.encode_downlink(frame.seq, verdict)
+
+    def _close(self, state: _Stream, frame: wire.CloseFrame) -> None:
+        if state.session is None:
+            raise self._precondition("no session is open on this stream (unknown session): nothing to Close")
+        if frame.seq != state.seq + 1:
+            raise self._precondition(f"Close seq {frame.seq} where {state.seq + 1} was expected")
+        state.ended = True
+        self._free(state)  # the device may still half-close late: the caches go now
+
+    def _free(self, state: _Stream) -> None:
+        if state.session is not None:
+            state.session.close()
+            state.session = None
+        if state.counted:
+            assert state.device is not None
+            state.counted = False
+            self._open -= 1
+            self._per_device[state.device.name] -= 1
+            if not self._per_device[state.device.name]:
+                del self._per_device[state.device.name]
+            self.metrics.sessions_active.dec()
+
+    def _release(self, state: _Stream, outcome: str) -> None:
+        had_session = state.counted or state.ended
+        self._free(state)
+        if had_session or outcome != "empty":
+            self.metrics.sessions.labels(outcome).inc()
+
+
+class _Stream:
+    """What one stream has declared and done so far."""
+
+    @property
+    def device_ids(self) -> tuple[str, str]:
+        return (self.device.name, self.device.fingerprint[:16]) if self.device else ("?", "?")
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.device: Device | None = None
+        self.session: CloudSession | None = None
+        self.params_k = 0
+        self.seq = 0
+        self.frames = 0
+        self.counted = False
+        self.ended = False

@@ -1,0 +1,178 @@
+"""The verifier as a program: TOML config with overrides, `server pki ...`, refusing bad TLS files,
+health check, Prometheus metrics over HTTP, certificate reloads that refuse broken files, and the
+per-stream transcript of received uplinks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sdk import wire
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.errors import ConfigError
+from sdk.session_types import SessionParams
+from server import pki as pki_mod
+from server.cli import main
+from server.config import ServerConfig, load_config
+from server.main import create_server
+from server.session import CloudVerifier
+from tests.tinymodels import tiny_lm
+from tests.verifier_harness import RecordingTap, identity, make_pki, remote, serve, server_config
+
+
+@pytest.fixture(scope="module")
+def models(char_tok):
+    return tiny_lm(char_tok, seed=1, name="s"), tiny_lm(char_tok, seed=2, name="g")
+
+
+@pytest.fixture
+def cloud(models) -> CloudVerifier:
+    return CloudVerifier(models[1], models[0], seed=0, max_top_k=64)
+
+
+# -- config ---------------------------------------------------------------------------------------
+
+
+def test_toml_config_with_overrides_and_relative_paths(tmp_path) -> None:
+    # Prepare
+    path = tmp_path / "conf" / "server.toml"
+    path.parent.mkdir()
+    path.write_text(
+        '[server]\nport = 6000\n[models]\ngeneralist = "g-model"\n'
+        '[tls]\ncert = "pki/server.pem"\nkey = "/abs/server.key"\nclient_ca = "pki/device-ca.pem"\n'
+        'revoked_devices = ["lost-phone"]\n[limits]\nmax_sessions = 3\nidle_timeout = 5\n[metrics]\nport = 0\n'
+    )
+    # Execute
+    config = load_config(path, {"port": 7000, "max_sessions": None, "workers": 2})
+    # Assert: the file, then non-None overrides; relative paths against the file's folder.
+    assert (config.port, config.generalist, config.max_sessions, config.workers) == (7000, "g-model", 3, 2)
+    assert config.cert == path.parent / "pki" / "server.pem" and config.key == Path("/abs/server.key")
+    assert config.idle_timeout == 5.0 and config.metrics_port == 0 and config.revoked_devices == ("lost-phone",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[serverr]\nport = 1\n", "unknown section \\[serverr\\]"),
+        ("[server]\nprot = 1\n", "unknown key 'prot' in \\[server\\]"),
+        ('[server]\nport = "1"\n', "must be an integer"),
+        ("[server]\nport = 70000\n", "port must be in"),
+        ("[limits]\nidle_timeout = -1\n", "idle_timeout must be a positive"),
+        ("[limits]\nmax_top_k = 65\n", "max_top_k must be in \\[1, 64\\]"),
+        ("[tls]\nrevoked_devices = 3\n", "list of device names"),
+        ("[server\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_files_are_named(tmp_path, text, message) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+
+
+def test_pki_commands_make_a_working_pki(tmp_path, capsys) -> None:
+    d = tmp_path / "pki"
+    assert main(["pki", "init", "--dir", str(d)]) == 0
+    assert main(["pki", "issue-device", "--dir", str(d), "--name", "alice"]) == 0
+    assert {p.name for p in d.iterdir()} >= {"ca.pem", "backup-ca.pem", "server.pem", "device-ca.pem", "pins.txt"}
+    device = pki_mod.load_issued(d / "devices", "alice").cert
+    assert device.issuer == pki_mod.load_issued(d, "device-ca").cert.subject
+    # Refusals are one sentence, exit 1.
+    capsys.readouterr()
+    assert main(["pki", "init", "--dir", str(d)]) == 1
+    assert "already holds a PKI" in capsys.readouterr().err
+    assert main(["pki", "issue-device", "--dir", str(d), "--name", "alice"]) == 1
+    assert "already has a certificate" in capsys.readouterr().err
+    assert main(["pki", "issue-device", "--dir", str(d), "--name", "Bad Name"]) == 1
+    assert "a device name is" in capsys.readouterr().err
+    assert main(["pki", "issue-device", "--dir", str(tmp_path / "nope"), "--name", "bob"]) == 1
+    assert "run `server pki init" in capsys.readouterr().err
+
+
+def test_serve_refuses_to_start_without_tls_or_with_bad_tls_files(tmp_path, capsys) -> None:
+    p = make_pki(tmp_path)
+    # No TLS at all.
+    assert main(["serve", "--port", "0"]) == 1
+    assert "TLS is required" in capsys.readouterr().err
+    # An expired server certificate.
+    ca = pki_mod.load_issued(p.directory, "ca")
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+    pki_mod.write_issued(tmp_path, "expired", pki_mod.issue_leaf(ca, "v", hosts=["127.0.0.1"], not_before=old, days=1))
+    tls = ["--key", str(tmp_path / "expired.key"), "--client-ca", str(p.device_ca)]
+    assert main(["serve", "--port", "0", "--cert", str(tmp_path / "expired.pem"), *tls]) == 1
+    assert "is not valid now" in capsys.readouterr().err
+    # A key that is not the certificate's.
+    assert main(["serve", "--port", "0", "--cert", str(p.server_cert), *tls]) == 1
+    err = capsys.readouterr().err
+    assert "is not the key of the certificate" in err and "Traceback" not in err
+
+
+# -- the running server -----------------------------------------------------------------------------
+
+
+def test_health_check_and_metrics_endpoint(tmp_path, cloud, models) -> None:
+    p = make_pki(tmp_path)
+    server, port = create_server(server_config(p, metrics_port=0), cloud=cloud)
+    channel = grpc.secure_channel(f"127.0.0.1:{port}", identity(p).credentials())
+    check = health_pb2_grpc.HealthStub(channel).Check
+    try:
+        server.start()
+        # Execute
+        for service in ("", wire.SERVICE_NAME):
+            assert check(health_pb2.HealthCheckRequest(service=service), timeout=5).status == 1  # SERVING
+        with remote(port, p, vocab_size=models[0].vocab_size) as verifier:
+            out = generate(Specialist(models[0]), "Hi there", SessionParams(gamma=0.05), DecodeOptions(8), verifier)
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.stop(grace=0)
+        channel.close()
+    # Assert: what the device saw is what the server counted.
+    assert f"specsteer_rounds_total {float(out.stats.rounds)}" in text
+    assert f"specsteer_drafted_tokens_total {float(out.stats.drafted)}" in text
+    assert f"specsteer_accepted_tokens_total {float(out.stats.accepted)}" in text
+    assert 'specsteer_sessions_total{outcome="closed"} 1.0' in text
+    assert "specsteer_round_latency_seconds_count" in text and "specsteer_batch_size_count" in text
+    assert "specsteer_sessions_active 0.0" in text
+
+
+def test_a_broken_certificate_rotation_is_refused_and_serving_goes_on(tmp_path, cloud) -> None:
+    p = make_pki(tmp_path)
+    with serve(cloud, p) as (server, port):
+        # A new certificate whose key never arrives: the server keeps its current one.
+        stray = pki_mod.issue_leaf(pki_mod.load_issued(p.directory, "ca"), "v", hosts=["127.0.0.1"])
+        p.server_cert.write_bytes(stray.chain_pem)
+        with remote(port, p, vocab_size=99) as verifier:
+            verifier.open([10, 11], SessionParams()).close()
+        assert server.metrics.value("specsteer_cert_reloads_total", {"result": "refused"}) == 1
+        assert server.metrics.value("specsteer_cert_reloads_total", {"result": "ok"}) == 0
+
+
+def test_transcript_holds_the_hash_of_every_uplink_received(tmp_path, cloud, models) -> None:
+    p = make_pki(tmp_path)
+    tap = RecordingTap()
+    with (
+        serve(cloud, p, transcript_dir=tmp_path / "transcripts") as (_, port),
+        remote(port, p, vocab_size=models[0].vocab_size, tap=tap) as verifier,
+    ):
+        generate(Specialist(models[0]), "Hi there", SessionParams(gamma=0.05), DecodeOptions(8), verifier)
+    lines = [json.loads(x) for x in (tmp_path / "transcripts" / "server-transcript.jsonl").read_text().splitlines()]
+    assert lines[0] == {"format": "specsteer-server-transcript/1"}
+    assert [x["sha256"] for x in lines[1:]] == [hashlib.sha256(u).hexdigest() for u in tap.uplinks]
+    assert len({x["stream"] for x in lines[1:]}) == 1 and len(tap.uplinks) > 2
+
+
+def test_config_requires_tls_before_models_load(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="TLS is required: set cert, key, client_ca"):
+        create_server(ServerConfig(port=0))
