@@ -1,8 +1,8 @@
 """The bytes on the socket are the bytes in the log.
 
 A real gRPC channel runs through a loopback TCP relay; the recorder's serializer hooks are the
-channel's own (de)serializers. The SDK's gRPC client is not written yet, so this drives the
-Verifier service with a minimal generic client; the SDK-client version is left for the wire work.
+channel's own (de)serializers. The first test drives a minimal generic client; the second runs
+the SDK's own remote client and device loop against the real verifier service.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-import pytest
+from grpc_health.v1 import health, health_pb2_grpc
 
 from audit import records
 from audit.egress import EgressRecorder
@@ -22,9 +22,17 @@ from audit.note import SigningKey
 from audit.transcript import ServerTranscript
 from audit.verify import verify
 from sdk import wire
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.egress import RecorderTap
 from sdk.proto import verifier_pb2 as pb
+from sdk.remote import RemoteVerifier
 from sdk.session_types import SessionParams, SteeringVector, Verdict
+from server.main import VerifierServer
+from server.service import Device, VerifierService
+from server.session import CloudVerifier
 from tests.audit.wire_capture import LoopbackRelay, grpc_messages
+from tests.tinymodels import tiny_lm
+from tests.verifier_harness import identity, make_pki, server_config
 
 METHOD = "/specsteer.v1.Verifier/Session"
 
@@ -106,8 +114,71 @@ def test_socket_bytes_match_the_log_through_a_real_grpc_channel(tmp_path: Path) 
     verify(tmp_path / "log", key=key.verifier, server_transcript=tmp_path / "server.jsonl")
 
 
-@pytest.mark.skip(
-    reason="needs the SDK's gRPC client (wire engineer): run `sdk generate --server` through LoopbackRelay"
-)
-def test_sdk_client_socket_bytes_match_the_log() -> None:
-    """Same check as above, but with the SDK's own remote verifier client in place of `_run_session`."""
+class _NamedDeviceService(VerifierService):
+    """Without TLS there is no client certificate: name the one test device instead."""
+
+    def _device(self, context: grpc.aio.ServicerContext) -> Device:
+        return Device("alice", "0" * 64)
+
+
+class UnsafePlaintextVerifierServer(VerifierServer):
+    """TEST ONLY: the real verifier service on a plaintext port, so a relay can read the frames.
+    Production code has no plaintext mode; TLS would make the captured bytes opaque."""
+
+    async def _bind(self) -> None:
+        server = grpc.aio.server(compression=grpc.Compression.NoCompression)
+        self.service = _NamedDeviceService(self.cloud, self.config, self.metrics, self.scheduler, self.transcript)
+        server.add_generic_rpc_handlers((self.service.handler(),))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self._server = server
+
+
+class UnsafePlaintextRemoteVerifier(RemoteVerifier):
+    """TEST ONLY: the SDK's own client (serializers, egress taps, session logic) over plaintext."""
+
+    def _new_channel(self) -> grpc.Channel:
+        return grpc.insecure_channel(self.target, options=[("grpc.enable_http_proxy", 0)])
+
+
+def test_sdk_client_socket_bytes_match_the_log(tmp_path: Path, char_tok) -> None:
+    """The SDK's remote client and device loop through a relay: socket frames == logged records."""
+    # Prepare: tiny models, the real verifier service, a relay, an audit log behind the egress tap.
+    specialist = Specialist(tiny_lm(char_tok, seed=1))
+    cloud = CloudVerifier(tiny_lm(char_tok, seed=2), specialist.lm, seed=0)
+    pki = make_pki(tmp_path)
+    key = SigningKey.generate("device.test/sdk-wire")
+    with ServerTranscript.open(tmp_path / "server.jsonl") as transcript:
+        server = UnsafePlaintextVerifierServer(server_config(pki), cloud, transcript=transcript)
+        server.start()
+        relay = LoopbackRelay(server.port)
+        try:
+            with AuditLog.open(tmp_path / "log", key) as log:
+                tap = RecorderTap(EgressRecorder(log))
+                verifier = UnsafePlaintextRemoteVerifier(
+                    f"127.0.0.1:{relay.port}", identity(pki), vocab_size=specialist.lm.vocab_size, tap=tap
+                )
+                # Execute: two generations (drafts, rejections, recoveries) through the SDK.
+                for prompt in ("Hello there", "refs: speed up"):
+                    out = generate(
+                        specialist, prompt, SessionParams(gamma=0.05), DecodeOptions(max_new_tokens=12), verifier
+                    )
+                    assert out.stats.fallback is None and out.stats.rounds > 1
+                verifier.close()
+        finally:
+            server.stop(grace=0)
+            relay.close()
+    # Assert: every gRPC message on the socket, in order, is a logged record's payload, and back.
+    logged: dict[str, list[bytes]] = {"up": [], "down": []}
+    for r in scan_log(tmp_path / "log").records:
+        parsed = records.parse(r.data)
+        if parsed.payload is not None:
+            logged[parsed.fields["dir"]].append(parsed.payload)
+    sent = [m for _, msgs in sorted(grpc_messages(bytes(relay.upstream), client_side=True).items()) for m in msgs]
+    received = [
+        m for _, msgs in sorted(grpc_messages(bytes(relay.downstream), client_side=False).items()) for m in msgs
+    ]
+    assert sent == logged["up"] and len(sent) > 4
+    assert received == logged["down"]
+    verify(tmp_path / "log", key=key.verifier, server_transcript=tmp_path / "server.jsonl")
