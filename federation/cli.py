@@ -1,19 +1,382 @@
 """`federation`: federated LoRA tuning of per-device Specialists.
 
-Subcommands arrive with their issues; until then this says so."""
+    federation run --simulation --rounds N --clients M [--data FILE] [--model NAME|PATH] [--state-dir D] [--secagg]
+                   [--no-dp] [--epsilon E]
+    federation run --superlink HOST:PORT --root-certificates CA.pem [--rounds N] [--state-dir D]
+    federation schedule --every DURATION (--simulation ... | --superlink ...) [--max-runs N]
+    federation status [--state-dir D] [--device DIR ...]
+
+Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import math
+import re
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sdk.errors import ConfigError, SpecSteerError
+
+__all__ = ["main", "parse_duration"]
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90", "30s", "15m", "6h", "1d" or combinations such as "1h30m"."""
+    raw = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        seconds = float(raw)
+    else:
+        parts = _DURATION.findall(raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 15m, 6h, 1d, 1h30m)")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
+    return seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
+
+
+def _address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"not a HOST:PORT address: {text!r}")
+    return text
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--simulation", action="store_true", help="run every device in this process")
+    mode.add_argument("--superlink", type=_address, metavar="HOST:PORT", help="submit to a running flower-superlink")
+    p.add_argument("--rounds", type=_positive_int, default=1, help="rounds in the run (default 1)")
+    p.add_argument("--clients", type=_positive_int, default=2, help="simulated devices (--simulation; default 2)")
+    p.add_argument("--min-clients", type=_positive_int, help="devices needed per round (default: all simulated, 2)")
+    p.add_argument("--data", type=Path, help="dataset JSONL (one user a line) or one user's profile (--simulation)")
+    p.add_argument("--model", default=None, help="the Specialist: folder, .gguf or embedded name")
+    p.add_argument(
+        "--state-dir", type=Path, default=DEFAULT_STATE, help=f"server and device state (default {DEFAULT_STATE})"
+    )
+    p.add_argument("--no-dp", action="store_true", help="train the global adapter without DP (no ε spent)")
+    p.add_argument("--secagg", action="store_true", help="SecAgg+: the server sees only the devices' average")
+    p.add_argument("--epsilon", type=_positive_float, help="each simulated device's total ε budget (default 8)")
+    p.add_argument("--noise-multiplier", type=_positive_float, help="DP-SGD noise multiplier (default 1.0)")
+    p.add_argument("--dp-steps", type=_count, help="DP-SGD steps on the global adapter per round (default 4)")
+    p.add_argument("--personal-steps", type=_count, help="personal adapter steps per round (default 8)")
+    p.add_argument("--max-len", type=_positive_int, help="tokens per training sequence (default 256)")
+    p.add_argument("--round-timeout", type=_positive_float, help="seconds to wait for device replies (default 3600)")
+    p.add_argument("--root-certificates", type=Path, help="CA certificate of the SuperLink's TLS (--superlink)")
+    p.add_argument("--insecure", action="store_true", help="talk to the SuperLink without TLS (testing only)")
+    p.add_argument("--verbose", action="store_true", help="show Flower's own log")
+    p.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="federation", description="federated LoRA tuning of per-device Specialists")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run federated rounds once")
+    _add_run_options(run)
+    schedule = sub.add_parser("schedule", help="start a run every DURATION, for as long as it is left running")
+    schedule.add_argument("--every", type=parse_duration, required=True, metavar="DURATION", help="e.g. 6h, 30m, 1d")
+    schedule.add_argument("--max-runs", type=_positive_int, help="stop after this many runs (default: never)")
+    _add_run_options(schedule)
+    status = sub.add_parser("status", help="show adapter versions, recent runs and device ledgers")
+    status.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
+    status.add_argument("--device", type=Path, action="append", default=[], help="a device state folder (repeatable)")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+
+def run_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The Flower run config (shared by the ServerApp and every ClientApp) these options describe."""
+    config: dict[str, Any] = {
+        "server-state-dir": str((args.state_dir / "server").expanduser().resolve()),
+        "num-server-rounds": args.rounds,
+        "min-clients": args.min_clients or (args.clients if args.simulation else 2),
+    }
+    optional = {
+        "model": args.model,
+        "noise-multiplier": args.noise_multiplier,
+        "dp-steps": args.dp_steps,
+        "personal-steps": args.personal_steps,
+        "max-len": args.max_len,
+        "round-timeout": args.round_timeout,
+    }
+    config.update({k: v for k, v in optional.items() if v is not None})
+    if args.no_dp:
+        config["dp"] = False
+    if args.secagg:
+        config["secagg"] = True
+    if args.simulation and (args.min_clients or 0) > args.clients:
+        raise ConfigError(f"--min-clients {args.min_clients} is more than the {args.clients} simulated devices.")
+    return config
+
+
+def simulation_nodes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Node configs of the simulated devices: one user each, or shards of a single user's history."""
+    from federation.task import _users_in
+
+    data = args.data
+    if data is None:
+        from sdk.cli import demo_profile_path
+
+        data = demo_profile_path()
+        _log(args, f"no --data: splitting the SDK's demo history {args.clients} ways, one part per device")
+    data = Path(data).expanduser()
+    if not data.is_file():
+        raise ConfigError(f"The data file {data} does not exist.")
+    users = _users_in(data)
+    nodes: list[dict[str, Any]] = []
+    for i in range(args.clients):
+        node: dict[str, Any] = {"data-file": str(data.resolve()), "partition-id": i}
+        if len(users) > 1:
+            if args.clients > len(users):
+                raise ConfigError(f"{data} holds {len(users)} users, fewer than the {args.clients} devices asked for.")
+            node["user-id"] = str(users[i].get("user_id"))
+        else:
+            node["num-partitions"] = args.clients
+        label = node.get("user-id") or f"part{i}"
+        node["state-dir"] = str((args.state_dir / "devices" / label).expanduser().resolve())
+        if args.epsilon is not None:
+            node["epsilon-budget"] = args.epsilon
+        nodes.append(node)
+    return nodes
+
+
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    config = run_config_from_args(args)
+    if args.simulation:
+        if args.superlink or args.root_certificates or args.insecure:
+            raise ConfigError("--root-certificates and --insecure only apply with --superlink.")
+        from federation.simulation import run_in_process
+
+        nodes = simulation_nodes(args)
+        _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
+        summary, _ = run_in_process(config, nodes)
+        return summary
+    if args.data is not None or args.epsilon is not None:
+        raise ConfigError(
+            "--data and --epsilon are device settings: give them to each flower-supernode's --node-config."
+        )
+    from federation.deploy import submit_run
+
+    return submit_run(
+        args.superlink,
+        config,
+        root_certificates=args.root_certificates,
+        insecure=args.insecure,
+        stream=args.verbose,
+    )
+
+
+def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    if args.json:
+        print(json.dumps(summary))
+        return
+    print(f"run {summary.get('run_id')}: global adapter v{summary.get('version_in')} -> v{summary.get('version_out')}")
+    for r in summary.get("rounds", []):
+        eps = r.get("train_metrics", {}).get("epsilon")
+        made = f"v{r['version_out']}" if r.get("version_out") is not None else "no new version"
+        line = f"  round {r['server_round']}: {r.get('replies', 0)} device(s) trained, {made}"
+        if eps is not None:
+            line += f", mean device ε {eps:.3f}"
+        if r.get("refusals"):
+            line += f", {len(r['refusals'])} refused or failed ({r['refusals'][0]})"
+        print(line)
+
+
+# --- schedule -------------------------------------------------------------------------------------
+
+
+def schedule(args: argparse.Namespace) -> int:
+    """Start a run every `--every` seconds; a failed run is reported and the schedule goes on.
+
+    The time of the last start is kept in the state folder, so a restarted scheduler waits out
+    the rest of the period instead of running again at once.
+    """
+    state = args.state_dir.expanduser() / "schedule.json"
+    stop = {"now": False}
+
+    def _stop(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    runs = 0
+    while not stop["now"]:
+        last = _read_last_start(state)
+        wait = 0.0 if last is None else last + args.every - time.time()
+        if wait > 0:
+            _log(args, f"next run in {wait:.0f} s")
+            end = time.time() + wait
+            while time.time() < end and not stop["now"]:
+                time.sleep(min(1.0, end - time.time()))
+            if stop["now"]:
+                break
+        started = time.time()
+        _write_last_start(state, started)
+        try:
+            _print_summary(args, run_once(args))
+        except SpecSteerError as exc:
+            print(f"federation: run failed: {exc}", file=sys.stderr, flush=True)
+        runs += 1
+        if args.max_runs is not None and runs >= args.max_runs:
+            break
+    return 0
+
+
+def _read_last_start(path: Path) -> float | None:
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["last_start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_last_start(path: Path, when: float) -> None:
+    from federation.ledger import atomic_write_json
+
+    atomic_write_json(path, {"last_start": when})
+
+
+# --- status ----------------------------------------------------------------------------------------
+
+
+def status(args: argparse.Namespace) -> dict[str, Any]:
+    from federation.device import Device
+    from federation.server_app import RUN_LOG
+    from federation.store import AdapterStore
+    from federation.task import TaskConfig
+
+    server = args.state_dir.expanduser() / "server"
+    store = AdapterStore(server / "adapters")
+    runs = []
+    log = server / RUN_LOG
+    if log.is_file():
+        runs = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    device_dirs = list(args.device)
+    devices_root = args.state_dir.expanduser() / "devices"
+    if not device_dirs and devices_root.is_dir():
+        device_dirs = sorted(p for p in devices_root.iterdir() if p.is_dir())
+    devices = []
+    for folder in device_dirs:
+        ledger = folder / "ledger.json"
+        budget = json.loads(ledger.read_text(encoding="utf-8"))["epsilon_budget"] if ledger.is_file() else 8.0
+        device = Device(data_file=Path(), state_dir=folder, cfg=TaskConfig(), epsilon_budget=float(budget))
+        if ledger.is_file():
+            data = json.loads(ledger.read_text(encoding="utf-8"))
+            device.cfg = TaskConfig(delta=float(data["delta"]), accountant=str(data["accountant"]))
+        devices.append(device.status())
+    return {
+        "server_state": str(server),
+        "versions": store.versions(),
+        "latest": store.latest(),
+        "runs": runs[-5:],
+        "devices": devices,
+    }
+
+
+def _print_status(result: dict[str, Any]) -> None:
+    versions = result["versions"]
+    if versions:
+        print(f"global adapter: v{result['latest']} ({len(versions)} versions in {result['server_state']})")
+    else:
+        print(f"global adapter: none yet in {result['server_state']}")
+    for run in result["runs"]:
+        print(f"  run {run['run_id']}: v{run['version_in']} -> v{run['version_out']}, {len(run['rounds'])} round(s)")
+    for dev in result["devices"]:
+        print(
+            f"device {dev['state_dir']}: ε {dev['epsilon_spent']:.3f} of {dev['epsilon_budget']:g} "
+            f"(δ={dev['delta']:g}, {dev['accountant']}), {dev['dp_rounds']} DP round(s), "
+            f"global versions {dev['global_versions']}, personal adapter {'yes' if dev['personal'] else 'no'}"
+        )
+
+
+# --- entry point -------------------------------------------------------------------------------------
+
+
+def _log(args: argparse.Namespace, message: str) -> None:
+    print(f"federation: {message}", file=sys.stderr, flush=True)
+
+
+def _quiet_flower(verbose: bool) -> None:
+    if verbose:
+        return
+    # Flower sets its logger to DEBUG when first imported, so import it before lowering the level.
+    import flwr.supercore.logger  # noqa: F401
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="federation", description="federated LoRA tuning of per-device Specialists")
-    parser.parse_args(argv)
-    print("federation: no subcommands in this version yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "status":
+            result = status(args)
+            if args.json:
+                print(json.dumps(result))
+            else:
+                _print_status(result)
+            return 0
+        _quiet_flower(args.verbose)
+        if args.command == "schedule":
+            return schedule(args)
+        _print_summary(args, run_once(args))
+        return 0
+    except SpecSteerError as exc:
+        print(f"federation: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("federation: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

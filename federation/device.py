@@ -11,6 +11,7 @@ Node config (``flower-supernode --node-config``), all optional except the data:
 
     data-file          the user's history: a profile file, or a dataset JSONL with one user a line
     user-id            which user of a multi-user file (or ``partition-id``, as Flower's simulation sets)
+    num-partitions     with a single-user file: split its history this many ways (simulation only)
     state-dir          the folder above (default: ~/.specsteer/federation/device-<user>)
     epsilon-budget     total ε this device will ever spend (default 8)
     eligibility-file   JSON {"idle": bool, "charging": bool, "unmetered": bool}, re-read every message
@@ -84,6 +85,7 @@ class Device:
     cfg: TaskConfig
     user_id: str | None = None
     partition_id: int | None = None
+    num_partitions: int | None = None
     epsilon_budget: float = DEFAULT_EPSILON_BUDGET
     eligibility_file: Path | None = None
     flags: dict[str, bool] | None = None
@@ -107,6 +109,7 @@ class Device:
             cfg=cfg,
             user_id=str(user_id) if user_id is not None else None,
             partition_id=int(partition) if partition is not None else None,
+            num_partitions=int(node_config["num-partitions"]) if "num-partitions" in node_config else None,
             epsilon_budget=float(node_config.get("epsilon-budget", DEFAULT_EPSILON_BUDGET)),
             eligibility_file=Path(str(node_config["eligibility-file"])) if "eligibility-file" in node_config else None,
             flags=flags,
@@ -159,7 +162,7 @@ class Device:
 
     def _prepare(self, arrays: Mapping[str, np.ndarray], version: int) -> tuple[SpecialistWithAdapters, Any, Any]:
         sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
-        data = load_user(self.data_file, user_id=self.user_id, index=self.partition_id)
+        data = load_user(self.data_file, user_id=self.user_id, index=self.partition_id, shards=self.num_partitions)
         train_set, eval_set = device_datasets(sw, data, self.cfg)
         sw.set_adapter_weights(GLOBAL, arrays)
         self._keep_global(arrays, version, sw)
@@ -172,7 +175,7 @@ class Device:
         """Train personal (kept) then global with DP (returned); refuses if ineligible or out of budget."""
         self.check_eligible(policy)
         ledger = self.ledger() if self.cfg.dp else None
-        sw, train_set, eval_set = self._prepare(arrays, version)
+        sw, train_set, _ = self._prepare(arrays, version)
         if ledger is not None and len(train_set) and self.cfg.dp_steps:
             from federation.task import dp_sample_rate
 

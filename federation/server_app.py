@@ -9,23 +9,28 @@ Run config keys read here (besides `federation.task.TaskConfig`'s):
 
     server-state-dir   where versions and the run log live (required)
     num-server-rounds  rounds in this run (default 1)
-    min-clients        devices needed before a round starts, and per round (default 2)
+    min-clients        devices to wait for (at most round-timeout) before a round trains (default 2)
     fraction-train     share of connected devices sampled per round (default 1.0)
     fraction-evaluate  share sampled to receive the new version and evaluate (default 1.0)
     round-timeout      seconds to wait for replies before aggregating what arrived (default 3600)
+    secagg             true: Flower's SecAgg+ (legacy workflow, federation/secagg.py), the server
+                       sees only the sum of the devices' adapters (default false)
+    secagg-shares, secagg-threshold   SecAgg+ shares and reconstruction threshold (fractions)
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
@@ -48,6 +53,9 @@ class ServerSettings:
     fraction_train: float = 1.0
     fraction_evaluate: float = 1.0
     round_timeout: float = 3600.0
+    secagg: bool = False
+    secagg_shares: float = 1.0  # SecAgg+ num_shares as a share of the sampled devices
+    secagg_threshold: float = 0.67  # shares needed to reconstruct a dropped device's mask
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> ServerSettings:
@@ -61,6 +69,9 @@ class ServerSettings:
                 fraction_train=float(config.get("fraction-train", 1.0)),
                 fraction_evaluate=float(config.get("fraction-evaluate", 1.0)),
                 round_timeout=float(config.get("round-timeout", 3600.0)),
+                secagg=str(config.get("secagg", False)).lower() in ("1", "true"),
+                secagg_shares=float(config.get("secagg-shares", 1.0)),
+                secagg_threshold=float(config.get("secagg-threshold", 0.67)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"Invalid server setting in the run config: {exc}.") from None
@@ -80,8 +91,8 @@ class RoundRecord:
     version_out: int | None = None
     replies: int = 0
     refusals: list[str] = field(default_factory=list)
-    train_metrics: dict[str, float] = field(default_factory=dict)
-    eval_metrics: dict[str, float] = field(default_factory=dict)
+    train_metrics: dict[str, float | None] = field(default_factory=dict)
+    eval_metrics: dict[str, float | None] = field(default_factory=dict)
 
 
 class VersionedFedAvg(FedAvg):
@@ -95,9 +106,11 @@ class VersionedFedAvg(FedAvg):
         lora_config: dict[str, Any],
         base: str,
         run_id: int,
+        wait_for_nodes: float = 3600.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(weighted_by_key="weight", **kwargs)
+        self.wait_for_nodes = wait_for_nodes
         self.store = store
         self.version = version
         self.lora_config = lora_config
@@ -108,9 +121,27 @@ class VersionedFedAvg(FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        config["adapter-version"] = self.version
         self.rounds.append(RoundRecord(server_round=server_round, version_in=self.version))
-        return super().configure_train(server_round, arrays, config, grid)
+        # Flower's sampler waits forever for min_available_nodes; a device lost in an earlier round
+        # would then stall the run. Wait at most one round timeout, then train with who is there.
+        nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, wait=self.wait_for_nodes)
+        if not nodes:
+            return []
+        config["adapter-version"] = self.version
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return self._construct_messages(record, nodes, MessageType.TRAIN)
+
+    def _sample(self, grid: Grid, fraction: float, minimum: int, *, wait: float) -> list[int]:
+        if fraction == 0.0:
+            return []
+        deadline = time.time() + wait
+        nodes = list(grid.get_node_ids())
+        while len(nodes) < minimum and time.time() < deadline:
+            time.sleep(1.0)
+            nodes = list(grid.get_node_ids())
+        size = min(len(nodes), max(int(len(nodes) * fraction), minimum))
+        return random.sample(nodes, size)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -133,26 +164,37 @@ class VersionedFedAvg(FedAvg):
                     "run_id": self.run_id,
                     "server_round": server_round,
                     "devices": record.replies,
-                    "mean_epsilon": float(metrics["epsilon"]) if metrics and "epsilon" in metrics else None,
+                    "mean_epsilon": _finite(metrics.get("epsilon")) if metrics else None,
                 },
             )
             self.version = new
             record.version_out = new
         if metrics is not None:
-            record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+            record.train_metrics = {k: _finite(v) for k, v in metrics.items()}
         return arrays, metrics
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        # Hand the new version to whoever is connected now; never wait for devices that dropped out.
+        nodes = self._sample(grid, self.fraction_evaluate, 1, wait=0.0)
+        if not nodes:
+            return []
         config["adapter-version"] = self.version
-        return super().configure_evaluate(server_round, arrays, config, grid)
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return self._construct_messages(record, nodes, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         metrics = super().aggregate_evaluate(server_round, replies)
         if metrics is not None and self.rounds:
-            self.rounds[-1].eval_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+            self.rounds[-1].eval_metrics = {k: _finite(v) for k, v in metrics.items()}
         return metrics
+
+
+def _finite(value: Any) -> float | None:
+    """A metric as a JSON-safe number: ε is +inf without DP, which JSON cannot carry."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def ensure_initial_version(settings: ServerSettings, cfg: TaskConfig) -> int:
@@ -190,20 +232,54 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
     start = ensure_initial_version(settings, cfg)
     first = store.get(start)
     lora_config = json.loads((first.path / "adapter_config.json").read_text(encoding="utf-8"))
+    began = time.time()
+    if settings.secagg:
+        from federation.secagg import run_secagg
+
+        version, rounds = run_secagg(
+            grid, run_config, settings, store, start, lora_config=lora_config, base=first.base, run_id=run_id
+        )
+    else:
+        version, rounds = _run_fedavg(
+            grid, settings, store, start, lora_config=lora_config, base=first.base, run_id=run_id
+        )
+    summary = {
+        "run_id": run_id,
+        "started": began,
+        "seconds": time.time() - began,
+        "secure_aggregation": settings.secagg,
+        "version_in": start,
+        "version_out": version,
+        "rounds": [r.__dict__ for r in rounds],
+    }
+    _append_run_log(settings.state_dir / RUN_LOG, summary)
+    return summary
+
+
+def _run_fedavg(
+    grid: Grid,
+    settings: ServerSettings,
+    store: AdapterStore,
+    start: int,
+    *,
+    lora_config: dict[str, Any],
+    base: str,
+    run_id: int,
+) -> tuple[int, list[RoundRecord]]:
     strategy = VersionedFedAvg(
         store=store,
         version=start,
         lora_config=lora_config,
-        base=first.base,
+        base=base,
         run_id=run_id,
         fraction_train=settings.fraction_train,
         fraction_evaluate=settings.fraction_evaluate,
         min_train_nodes=settings.min_clients,
         min_evaluate_nodes=settings.min_clients if settings.fraction_evaluate > 0 else 0,
         min_available_nodes=settings.min_clients,
+        wait_for_nodes=settings.round_timeout,
     )
     arrays = ArrayRecord({key: Array(value) for key, value in store.arrays(start).items()})
-    began = time.time()
     strategy.start(
         grid=grid,
         initial_arrays=arrays,
@@ -212,16 +288,7 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
         train_config=ConfigRecord({"adapter-version": start}),
         evaluate_config=ConfigRecord({"adapter-version": start}),
     )
-    summary = {
-        "run_id": run_id,
-        "started": began,
-        "seconds": time.time() - began,
-        "version_in": start,
-        "version_out": strategy.version,
-        "rounds": [r.__dict__ for r in strategy.rounds],
-    }
-    _append_run_log(settings.state_dir / RUN_LOG, summary)
-    return summary
+    return strategy.version, strategy.rounds
 
 
 def _append_run_log(path: Path, summary: dict[str, Any]) -> None:

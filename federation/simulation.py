@@ -28,16 +28,16 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+from flwr.supercore.inflatable.inflatable_object import InflatableObject, get_all_nested_objects
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 __all__ = ["LocalGrid", "SimNode", "deflated_bytes", "run_in_process"]
 
 
-def deflated_bytes(message: Message) -> list[bytes]:
-    """The serialized objects Flower pushes for `message` (the message, its records, its arrays)."""
-    return [obj.deflate() for obj in get_all_nested_objects(message).values()]
+def deflated_bytes(obj: InflatableObject) -> list[bytes]:
+    """The serialized objects Flower pushes for `obj` (a message: itself, its records, its arrays)."""
+    return [child.deflate() for child in get_all_nested_objects(obj).values()]
 
 
 @dataclass

@@ -147,46 +147,76 @@ class DeviceData:
     queries: tuple[dict[str, Any], ...] = ()
 
 
-def load_user(path: str | Path, *, user_id: str | None = None, index: int | None = None) -> DeviceData:
+def load_user(
+    path: str | Path, *, user_id: str | None = None, index: int | None = None, shards: int | None = None
+) -> DeviceData:
     """One user from a profile file or a dataset file (JSONL, one user object per line).
 
-    A multi-user file needs `user_id` or `index` (Flower's ``partition-id``) to pick the device's user.
+    A multi-user file needs `user_id` or `index` (Flower's ``partition-id``) to pick the device's
+    user. A single-user file with ``shards=n`` and ``index=i`` gives every n-th entry from the
+    i-th: a quick way to simulate several devices from one demo history.
     """
     p = Path(path)
+    users = _users_in(p)
+    if len(users) > 1:
+        return _pick(users, p, user_id, index)
+    # A plain profile file goes to the SDK's reader, which handles every accepted profile shape.
+    data = _as_device_data(users[0], p) if users else DeviceData(None, Profile.from_file(p))
+    if user_id is not None and data.user_id is not None and data.user_id != user_id:
+        raise ProfileError(f"User {user_id!r} is not in {p}.")
+    if shards is not None and shards > 1:
+        if index is None or not 0 <= index < shards:
+            raise ProfileError(f"A device of a {shards}-way split needs a partition-id in 0..{shards - 1}.")
+        part = Profile(data.profile.user_id, data.profile.entries[index::shards])
+        return DeviceData(f"{data.user_id or 'user'}#{index}", part, data.queries[index::shards])
+    return data
+
+
+def _users_in(path: Path) -> list[dict[str, Any]]:
+    """The user objects of a dataset file (JSONL lines or one JSON object); [] for anything else.
+
+    Anything that is not a user object is left to `Profile.from_file`, which has the precise errors.
+    """
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
-        raise ProfileError(f"Cannot read the device data {p}: {exc.strerror or exc}.") from None
-    users: list[dict[str, Any]] = []
-    if p.suffix.lower() in (".jsonl", ".ndjson"):
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise ProfileError(f"Cannot read the device data {p}: line {lineno} is not valid JSON.") from None
-            if isinstance(obj, dict) and "profile" in obj:
-                users.append(obj)
-    if not users:
-        # A plain profile file (one user): the SDK's own reader handles every accepted shape.
-        return DeviceData(None, Profile.from_file(p))
+        raise ProfileError(f"Cannot read the device data {path}: {exc.strerror or exc}.") from None
+    if path.suffix.lower() not in (".jsonl", ".ndjson"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return []
+        return [obj] if isinstance(obj, dict) and "profile" in obj else []
+    users = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            return []
+        if isinstance(obj, dict) and "profile" in obj:
+            users.append(obj)
+    return users
+
+
+def _pick(users: list[dict[str, Any]], path: Path, user_id: str | None, index: int | None) -> DeviceData:
     if user_id is not None:
         chosen = [u for u in users if u.get("user_id") == user_id]
         if not chosen:
-            raise ProfileError(f"User {user_id!r} is not in {p}.")
-        obj = chosen[0]
-    elif index is not None:
+            raise ProfileError(f"User {user_id!r} is not in {path}.")
+        return _as_device_data(chosen[0], path)
+    if index is not None:
         if not 0 <= index < len(users):
-            raise ProfileError(f"{p} holds {len(users)} users; there is no user number {index}.")
-        obj = users[index]
-    elif len(users) == 1:
-        obj = users[0]
-    else:
-        raise ProfileError(f"{p} holds {len(users)} users; say which one this device is (user-id or partition-id).")
-    profile = Profile.from_obj(obj, source=str(p))
+            raise ProfileError(f"{path} holds {len(users)} users; there is no user number {index}.")
+        return _as_device_data(users[index], path)
+    raise ProfileError(f"{path} holds {len(users)} users; say which one this device is (user-id or partition-id).")
+
+
+def _as_device_data(obj: dict[str, Any], path: Path) -> DeviceData:
+    profile = Profile.from_obj(obj, source=str(path))
     queries = tuple(q for q in obj.get("queries", []) if isinstance(q, dict))
-    return DeviceData(obj.get("user_id"), profile, queries)
+    return DeviceData(profile.user_id, profile, queries)
 
 
 @dataclass(frozen=True)
@@ -341,10 +371,10 @@ class SpecialistWithAdapters:
         expected = {k: v.shape for k, v in self.get_adapter(name).items()}
         got = {k: tuple(np.asarray(v).shape) for k, v in arrays.items()}
         if set(got) != set(expected) or any(tuple(expected[k]) != got[k] for k in got):
-            missing = sorted(set(expected) - set(got))[:2]
+            missing = ", ".join(sorted(set(expected) - set(got))[:2]) or "none"
             raise ConfigError(
                 f"The {name} adapter arrays do not fit this Specialist "
-                f"({len(got)} arrays for {len(expected)} expected{', missing ' + ', '.join(missing) if missing else ''})."
+                f"({len(got)} arrays for {len(expected)} expected; missing: {missing})."
             )
         state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
         result = set_peft_model_state_dict(self.peft, state, adapter_name=name)

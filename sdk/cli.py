@@ -14,6 +14,7 @@ generates over TLS, prints the text and stats, and stops the server; `--in-proce
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,8 +32,9 @@ from pathlib import Path
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
+from sdk.egress import EgressTap, RecorderTap
 from sdk.errors import ConfigError, SpecSteerError
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
 from sdk.prompts import task_prompt
 from sdk.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier
@@ -92,6 +94,8 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", type=Path, help="this device's private key (PEM)")
     p.add_argument("--server-name", help="verify the server certificate for this name instead of HOST")
     p.add_argument("--client-config", type=Path, help="TOML file with a [verifier] table (flags override it)")
+    p.add_argument("--audit-log", type=Path, help="append every uplink and downlink to this tamper-evident log")
+    p.add_argument("--audit-key", type=Path, help="the device's log signing key (`audit keygen` makes one)")
     _add_fault_options(p)
 
 
@@ -106,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="personalized generation for the demo user shipped with the SDK")
     demo.add_argument("--query", type=int, default=0, help="which of the demo user's queries (0-2)")
     demo.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
+    demo.add_argument(
+        "--audit-dir",
+        type=Path,
+        help="where the demo keeps its audit log and key (default: a new folder under the cache directory)",
+    )
     _add_decoding_options(demo)
     _add_fault_options(demo)
     demo.set_defaults(max_new_tokens=64)
@@ -194,10 +203,12 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
     return Specialist(lm, profile, context_entries=args.context_entries)
 
 
-def run_remote(args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig) -> Generation:
+def run_remote(
+    args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig, tap: EgressTap | None = None
+) -> Generation:
     """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
     params, options = _check(args, prompt)
-    with SpecSteerClient.connect(specialist, config) as client:
+    with SpecSteerClient.connect(specialist, config, tap=tap) as client:
         _log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
         result = client.generate(prompt, params, options)
     if result.stats.fallback is not None:
@@ -205,12 +216,38 @@ def run_remote(args: argparse.Namespace, prompt: str, specialist: Specialist, co
     return result
 
 
+@contextmanager
+def audit_tap(log_dir: Path | None, key_path: Path | None) -> Iterator[EgressTap | None]:
+    """The egress tap that writes the device's audit log, if one is asked for."""
+    if log_dir is None:
+        if key_path is not None:
+            raise ConfigError("--audit-key is for an audit log: add --audit-log DIR")
+        yield None
+        return
+    if key_path is None:
+        raise ConfigError("--audit-log needs --audit-key (create one with: audit keygen --name NAME --out DIR)")
+    # Device code that writes the log; the auditor's side of audit/ is never needed here.
+    from audit.egress import EgressRecorder
+    from audit.errors import AuditError
+    from audit.log import AuditLog
+    from audit.note import load_signing_key
+
+    try:
+        with AuditLog.open(log_dir, load_signing_key(key_path)) as log:
+            yield RecorderTap(EgressRecorder(log))
+    except AuditError as exc:
+        raise ConfigError(f"audit log {log_dir}: {exc}") from None
+
+
 def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
         _check(args, prompt, remote=True)
         config.identity()  # a bad pin set or certificate fails now, before the model loads
-        return run_remote(args, prompt, load_specialist(args, profile), config)
+        with audit_tap(args.audit_log, args.audit_key) as tap:
+            return run_remote(args, prompt, load_specialist(args, profile), config, tap)
+    if getattr(args, "audit_log", None) is not None:
+        raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     params, options = _check(args, prompt)
     _log(args, f"loading Specialist {args.specialist}")
     s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
@@ -243,7 +280,9 @@ def _print(args: argparse.Namespace, result: Generation, extra: dict[str, object
 
 
 @contextmanager
-def verifier_process(args: argparse.Namespace, pki_dir: Path) -> Iterator[Callable[[], int]]:
+def verifier_process(
+    args: argparse.Namespace, pki_dir: Path, transcript_dir: Path | None = None
+) -> Iterator[Callable[[], int]]:
     """Start `server serve` on 127.0.0.1 (a free port) with the PKI in `pki_dir`; stop it on exit.
 
     Yields a function that waits until the verifier serves and returns its port, so the caller
@@ -254,6 +293,8 @@ def verifier_process(args: argparse.Namespace, pki_dir: Path) -> Iterator[Callab
     cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
     cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed)]
     cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
+    if transcript_dir is not None:
+        cmd += ["--transcript-dir", str(transcript_dir)]
     if args.cache_dir is not None:
         cmd += ["--cache-dir", str(args.cache_dir)]
     env = {**os.environ, "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
@@ -285,18 +326,28 @@ def verifier_process(args: argparse.Namespace, pki_dir: Path) -> Iterator[Callab
 
 
 def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -> Generation:
-    """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS, stop."""
+    """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS with
+    an audit log of everything that crossed, stop the verifier, then `audit verify` that log."""
     if not session_params(args).method.uses_cloud:
         return run(args, prompt, profile)
     _check(args, prompt, remote=True)
-    # Only the demo makes certificates on the device side; shipped device code never holds server code.
+    # Only the demo makes certificates and log keys on the device side; shipped device code
+    # never holds server code.
+    from audit.cli import main as audit_cli
     from server.pki import init_pki, issue_device
 
+    audit_dir = args.audit_dir or default_cache_dir() / "demo-audit" / time.strftime("%Y%m%d-%H%M%S")
+    if audit_dir.exists() and any(audit_dir.iterdir()):
+        raise ConfigError(f"the demo's audit folder {audit_dir} is not empty; pick another with --audit-dir")
+    audit_dir.mkdir(parents=True, exist_ok=True)
+    if audit_cli(["keygen", "--name", "demo-device", "--out", str(audit_dir)]) != 0:
+        raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}")
+    log_dir, transcript_dir = audit_dir / "log", audit_dir / "server-transcript"
     with tempfile.TemporaryDirectory(prefix="specsteer-demo-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
         issue_device(pki.directory, "demo-user")
         _log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
-        with verifier_process(args, pki.directory) as ready:
+        with verifier_process(args, pki.directory, transcript_dir) as ready:
             specialist = load_specialist(args, profile)  # while the verifier loads its models
             port = ready()
             _log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
@@ -309,8 +360,17 @@ def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -
                 fallback=not args.no_fallback,
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
-            result = run_remote(args, prompt, specialist, config)
+            with audit_tap(log_dir, audit_dir / "demo-device.key") as tap:
+                result = run_remote(args, prompt, specialist, config, tap)
         _log(args, "verifier stopped")
+    _log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
+    verify_args = ["verify", str(log_dir), "--key", str(audit_dir / "demo-device.pub")]
+    verify_args += ["--server-transcript", str(transcript_dir / "server-transcript.jsonl")]
+    # With --json, stdout carries only the result object; the auditor's report goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        verified = audit_cli(verify_args)
+    if verified != 0:
+        raise ConfigError(f"audit verify failed on the demo's own log {log_dir}")
     return result
 
 

@@ -101,14 +101,17 @@ def test_usage_errors_exit_2(capsys, args, message) -> None:
     assert message in capsys.readouterr().err
 
 
-def test_demo_runs_the_shipped_demo_user(capsys, models_args) -> None:
-    # Over TLS by default: a throwaway PKI and a `server serve` process on loopback.
-    code = main(["demo", "--max-new-tokens", "6", *models_args])
+def test_demo_runs_the_shipped_demo_user(capsys, models_args, tmp_path) -> None:
+    # Over TLS by default: a throwaway PKI and a `server serve` process on loopback; an audit log
+    # of the session, verified at the end against the server's transcript.
+    code = main(["demo", "--max-new-tokens", "6", "--audit-dir", str(tmp_path / "audit"), *models_args])
     captured = capsys.readouterr()
     assert code == 0
     assert "Prompt (public)" in captured.out and "acceptance_rate" in captured.out
     assert "fallback: None" in captured.out  # the verifier answered: nothing was finished locally
     assert "mutual TLS" in captured.err and "verifier stopped" in captured.err
+    assert "VERIFIED" in captured.out.upper() and "server transcript" in captured.out.lower()
+    assert (tmp_path / "audit" / "log").is_dir() and (tmp_path / "audit" / "demo-device.pub").is_file()
 
 
 def test_demo_in_process_keeps_the_old_path(capsys, models_args) -> None:

@@ -1,0 +1,162 @@
+"""Secure aggregation: Flower's SecAgg+ over the devices' global adapters.
+
+In Flower 1.41 SecAgg+ exists only for the legacy workflow: `SecAggPlusWorkflow` runs inside
+`DefaultWorkflow` with a legacy `Strategy` and a `LegacyContext`, and the client side is
+`secaggplus_mod` around a ClientApp that speaks the legacy FitIns/FitRes records. It composes
+with the Message-API apps this way: the ServerApp's ``@app.main()`` builds the legacy context
+and calls the workflow on the same Grid, and the ClientApp's ``@app.train()`` understands both
+record layouts (`federation.client_app`). What changes for the server:
+
+* it receives every device's adapter masked (quantized to 2^22 levels in [-8, 8] and blinded
+  with pairwise masks); only the sum over the devices that finished the round can be unmasked,
+  so the server sees the *average* global adapter, never one device's;
+* the devices' scalar metrics (ε so far, steps) are still sent in the clear;
+* a round needs at least 2 devices, and survives dropouts only while every remaining device still
+  has ``threshold`` live neighbours (3+ devices with the default shares and threshold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Context, RecordDict
+from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server import ServerConfig
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import FedAvg as LegacyFedAvg
+from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.serverapp import Grid
+
+from federation.store import AdapterStore
+
+__all__ = ["VersionedSecAggFedAvg", "run_secagg"]
+
+
+def _mean_metrics(pairs: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:
+    keys = set.intersection(*(set(m) for _, m in pairs)) if pairs else set()
+    return {k: float(np.mean([float(m[k]) for _, m in pairs])) for k in sorted(keys)}  # type: ignore[arg-type]
+
+
+class VersionedSecAggFedAvg(LegacyFedAvg):
+    """Legacy FedAvg (as SecAgg+ requires) that versions each aggregate like `VersionedFedAvg`."""
+
+    def __init__(
+        self,
+        *,
+        store: AdapterStore,
+        version: int,
+        keys: list[str],
+        lora_config: dict[str, Any],
+        base: str,
+        run_id: int,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(fit_metrics_aggregation_fn=_mean_metrics, **kwargs)
+        from federation.server_app import RoundRecord
+
+        self._record = RoundRecord
+        self.store = store
+        self.version = version
+        self.keys = keys
+        self.lora_config = lora_config
+        self.base = base
+        self.run_id = run_id
+        self.rounds: list[Any] = []
+
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
+        self.rounds.append(self._record(server_round=server_round, version_in=self.version))
+        pairs = super().configure_fit(server_round, parameters, client_manager)
+        for _, ins in pairs:
+            ins.config = {**ins.config, "adapter-version": self.version, "server-round": server_round}
+        return pairs
+
+    def aggregate_fit(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        failures: list[tuple[ClientProxy, FitRes] | BaseException],
+    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        record = self.rounds[-1]
+        record.replies = len(results)
+        record.refusals = [str(f) if isinstance(f, BaseException) else f[1].status.message for f in failures]
+        # SecAgg+ hands every result the same, already averaged and unmasked, parameters.
+        parameters, metrics = super().aggregate_fit(server_round, results, failures)
+        if parameters is not None:
+            arrays = parameters_to_ndarrays(parameters)
+            new = self.version + 1
+            self.store.save(
+                new,
+                dict(zip(self.keys, (np.asarray(a, dtype=np.float32) for a in arrays), strict=True)),
+                self.lora_config,
+                base=self.base,
+                extra={
+                    "parent_version": self.version,
+                    "run_id": self.run_id,
+                    "server_round": server_round,
+                    "devices": len(results),
+                    "secure_aggregation": "secagg+",
+                },
+            )
+            self.version = new
+            record.version_out = new
+        record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        return parameters, metrics
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:
+        pairs = super().configure_evaluate(server_round, parameters, client_manager)
+        for _, ins in pairs:
+            ins.config = {**ins.config, "adapter-version": self.version, "server-round": server_round}
+        return pairs
+
+
+def run_secagg(
+    grid: Grid,
+    run_config: Mapping[str, Any],
+    settings: Any,
+    store: AdapterStore,
+    start: int,
+    *,
+    lora_config: dict[str, Any],
+    base: str,
+    run_id: int,
+) -> tuple[int, list[Any]]:
+    """Run the configured rounds with SecAgg+; returns (final version, round records)."""
+    arrays = store.arrays(start)
+    keys = sorted(arrays)
+    strategy = VersionedSecAggFedAvg(
+        store=store,
+        version=start,
+        keys=keys,
+        lora_config=lora_config,
+        base=base,
+        run_id=run_id,
+        fraction_fit=settings.fraction_train,
+        fraction_evaluate=settings.fraction_evaluate,
+        min_fit_clients=max(2, settings.min_clients),
+        min_evaluate_clients=settings.min_clients if settings.fraction_evaluate > 0 else 0,
+        min_available_clients=max(2, settings.min_clients),
+        initial_parameters=ndarrays_to_parameters([arrays[k] for k in keys]),
+    )
+    context = LegacyContext(
+        context=Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config=dict(run_config)),
+        config=ServerConfig(num_rounds=settings.rounds, round_timeout=settings.round_timeout),
+        strategy=strategy,
+    )
+    workflow = DefaultWorkflow(
+        fit_workflow=SecAggPlusWorkflow(
+            num_shares=settings.secagg_shares,
+            reconstruction_threshold=settings.secagg_threshold,
+            # Devices report num_examples = 1. The mod scales each update by num_examples / max_weight
+            # before quantizing, so Flower's default of 1000 would cost 10 bits of precision.
+            max_weight=1.0,
+            timeout=settings.round_timeout,
+        )
+    )
+    workflow(grid, context)
+    return strategy.version, strategy.rounds

@@ -1,0 +1,158 @@
+"""The `federation` command line: simulation runs, schedule, status, and one-sentence errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from federation.cli import main, parse_duration
+from federation.store import AdapterStore
+from tests.federation.conftest import FIXTURE_USERS
+
+FAST = ["--dp-steps", "1", "--personal-steps", "1", "--max-len", "256"]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_simulation_then_status(tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    code, out, _ = _run(
+        capsys, "run", "--simulation", "--rounds", "1", "--clients", "2", "--data", str(FIXTURE_USERS),
+        "--model", str(tiny_bpe_model), "--state-dir", str(state), "--epsilon", "20", "--json", *FAST,
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(out)
+    assert (summary["version_in"], summary["version_out"]) == (0, 1)
+    assert summary["rounds"][0]["replies"] == 2
+    assert sorted(p.name for p in (state / "devices").iterdir()) == ["u04", "u09"]
+
+    code, out, _ = _run(capsys, "status", "--state-dir", str(state), "--json")
+    assert code == 0
+    status = json.loads(out)
+    assert status["versions"] == [0, 1] and len(status["devices"]) == 2
+    for device in status["devices"]:
+        assert device["epsilon_budget"] == 20 and 0 < device["epsilon_spent"] < 20
+        assert device["global_versions"] == [0, 1] and device["dp_rounds"] == 1
+
+    code, out, _ = _run(capsys, "status", "--state-dir", str(state))
+    assert code == 0 and "global adapter: v1" in out and "(δ=1e-05, rdp)" in out
+
+
+def test_run_without_data_splits_the_demo_history(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(
+        capsys, "run", "--simulation", "--clients", "2", "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path),
+        "--no-dp", *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "splitting the SDK's demo history 2 ways" in err
+    assert "global adapter v0 -> v1" in out and "2 device(s) trained" in out
+
+
+def test_schedule_runs_every_period_and_remembers_the_last_start(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "schedule", "--every", "1s", "--max-runs", "2", "--simulation", "--clients", "2", "--data", str(FIXTURE_USERS),
+        "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path), "--no-dp", *FAST,
+    ]  # fmt: skip
+    code, out, _ = _run(capsys, *args)
+    assert code == 0
+    assert "v0 -> v1" in out and "v1 -> v2" in out
+    assert json.loads((tmp_path / "schedule.json").read_text())["last_start"] > 0
+
+    # A restarted scheduler with a long period waits out the period instead of running at once,
+    # and stops cleanly on SIGTERM (as systemd sends it).
+    args[2], args[4] = "1h", "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from federation.cli import main; sys.exit(main())", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("federation: next run in 3") or line.startswith("federation: next run in 35"), line
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert AdapterStore(tmp_path / "server" / "adapters").latest() == 2  # no third run
+
+
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["run", "--rounds", "2"], 2, "one of the arguments --simulation --superlink is required"),
+        (["run", "--simulation", "--rounds", "0"], 2, "must be at least 1"),
+        (["run", "--superlink", "localhost"], 2, "not a HOST:PORT address"),
+        (["schedule", "--every", "5x", "--simulation"], 2, "not a duration"),
+        (["run", "--simulation", "--clients", "5", "--data", str(FIXTURE_USERS)], 1, "holds 3 users, fewer than the 5"),
+        (["run", "--simulation", "--data", "/nonexistent/users.jsonl"], 1, "does not exist"),
+        (["run", "--superlink", "127.0.0.1:9093"], 1, "needs --root-certificates"),
+        (["run", "--superlink", "127.0.0.1:9093", "--insecure", "--data", "x.jsonl"], 1, "device settings"),
+        (
+            ["run", "--simulation", "--model", "no-such-model", "--data", str(FIXTURE_USERS)],
+            1,
+            "neither an existing path",
+        ),
+    ],
+)
+def test_bad_input_is_one_sentence_and_a_nonzero_exit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    try:
+        got = main([*argv, "--state-dir", str(tmp_path)])
+    except SystemExit as exc:  # argparse's usage errors
+        got = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert got == code, err
+    assert message in err and "Traceback" not in err
+    if code == 1:
+        errors = [line for line in err.splitlines() if line.startswith("federation: error:")]
+        assert len(errors) == 1 and errors[0].endswith(".")
+
+
+def test_console_entry_point_exit_code_and_stderr(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from federation.cli import main; sys.exit(main())", "run", "--simulation",
+         "--data", str(tmp_path / "missing.jsonl"), "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == f"federation: error: The data file {tmp_path / 'missing.jsonl'} does not exist."
+    )
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("90", 90), ("30s", 30), ("15m", 900), ("6h", 21600), ("1d", 86400), ("1h30m", 5400)]
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_run_simulation_with_secure_aggregation(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(
+        capsys, "run", "--simulation", "--secagg", "--clients", "2", "--data", str(FIXTURE_USERS),
+        "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path), "--json", *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["secure_aggregation"] is True and summary["version_out"] == 1
+    assert summary["rounds"][0]["replies"] == 2

@@ -1,0 +1,214 @@
+"""Slow tier: real flower-superlink and flower-supernode processes on loopback, with TLS.
+
+`federation run --superlink` submits the project's Flower app to the SuperLink; each SuperNode
+runs the ClientApp in its own `flwr-clientapp` process. The test also kills a SuperNode while it
+is training (the round finishes without it after the round timeout) and restarts the SuperLink
+(the next run resumes from the stored version, and the surviving device's ledger keeps counting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from federation.cli import main
+from federation.deploy import flower_env, write_loopback_certificates
+from tests.federation.conftest import FIXTURE_USERS
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A Flower process in its own session, so stopping it also stops the processes it spawned."""
+
+    def __init__(self, args: list[str], log: Path, cwd: Path) -> None:
+        self.log = log
+        env = flower_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "TOKENIZERS_PARALLELISM": "false"})
+        # The repository root on the path, as an installed package would be, for the spawned app processes.
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+        self.handle = log.open("w")
+        self.popen = subprocess.Popen(
+            args, stdout=self.handle, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, needle: str, count: int = 1, timeout: float = 120) -> None:
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.text().count(needle) >= count:
+                return
+            if self.popen.poll() is not None:
+                raise AssertionError(f"{self.log.name} exited early:\n{self.text()[-3000:]}")
+            time.sleep(0.5)
+        raise AssertionError(f"{needle!r} not seen {count}x in {self.log.name}:\n{self.text()[-3000:]}")
+
+    def stop(self) -> None:
+        # Flower starts its SuperExec in a session of its own, so the process group is not enough:
+        # collect every descendant by pid first, and end those too.
+        family = _descendants(self.popen.pid)
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # children that outlived the leader
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.handle.close()
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every live descendant of `root` (from /proc), deepest last."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for proc in reversed(started):
+        proc.stop()
+
+
+def _superlink(tmp: Path, certs: object, port: int, procs: list[Proc], name: str) -> Proc:
+    link = Proc(
+        [
+            str(BIN / "flower-superlink"),
+            "--ssl-ca-certfile", str(certs.ca),  # type: ignore[attr-defined]
+            "--ssl-certfile", str(certs.certificate),  # type: ignore[attr-defined]
+            "--ssl-keyfile", str(certs.key),  # type: ignore[attr-defined]
+            "--database", str(tmp / "link.db"),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--disable-runtime-dependency-installation",
+        ],
+        tmp / f"{name}.log",
+        tmp,
+    )  # fmt: skip
+    procs.append(link)
+    link.wait_for("Uvicorn running on https://127.0.0.1", timeout=120)
+    return link
+
+
+def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: Path, procs: list[Proc]) -> None:
+    certs = write_loopback_certificates(tmp_path / "certs")
+    port = _free_port()
+    link = _superlink(tmp_path, certs, port, procs, "superlink")
+    nodes = []
+    for i in range(2):
+        node_config = f"data-file='{FIXTURE_USERS}' partition-id={i} state-dir='{tmp_path / f'device{i}'}' threads=1"
+        node = Proc(
+            [
+                str(BIN / "flower-supernode"),
+                "--root-certificates", str(certs.ca),
+                "--superlink", f"127.0.0.1:{port}",
+                "--port", str(_free_port()),
+                "--node-config", node_config,
+            ],
+            tmp_path / f"supernode{i}.log",
+            tmp_path,
+        )  # fmt: skip
+        procs.append(node)
+        nodes.append(node)
+    link.wait_for("Activated node_id", count=2)
+
+    base = [
+        "run", "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(certs.ca),
+        "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path / "state"), "--json",
+        "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256",
+    ]  # fmt: skip
+
+    # 1. A full round with both devices, over TLS.
+    first = _run_json(base)
+    assert (first["version_in"], first["version_out"]) == (0, 1)
+    assert first["rounds"][0]["replies"] == 2
+    assert "https://127.0.0.1" in link.text() and f"http://127.0.0.1:{port}" not in link.text()
+
+    # 2. Device 1 is killed while it trains; the round waits out its timeout and uses device 0.
+    with _background([*base, "--round-timeout", "40"]) as result:
+        nodes[1].wait_for("Receiving: train message", count=2, timeout=300)
+        nodes[1].stop()
+    second = result["summary"]
+    assert (second["version_in"], second["version_out"]) == (1, 2)
+    assert second["rounds"][0]["replies"] == 1
+
+    # 3. The SuperLink restarts; the next run resumes from v2 and device 0's ledger keeps counting.
+    link.stop()
+    link = _superlink(tmp_path, certs, port, procs, "superlink-restarted")
+    # The SuperNode reconnects by itself (its registration is in the SuperLink's database); the
+    # strategy waits up to one round timeout for it.
+    nodes[0].wait_for("Connection successful after", timeout=180)
+    third = _run_json([*base, "--min-clients", "1", "--round-timeout", "120"])
+    assert (third["version_in"], third["version_out"]) == (2, 3)
+    ledger = json.loads((tmp_path / "device0" / "ledger.json").read_text())
+    assert [r["adapter_version_in"] for r in ledger["rounds"]] == [0, 1, 2]
+    assert len(json.loads((tmp_path / "device1" / "ledger.json").read_text())["rounds"]) == 1
+
+
+def _run_json(argv: list[str]) -> dict:
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(argv)
+    assert code == 0, out.getvalue()
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def _background(argv: list[str]) -> Iterator[dict]:
+    import threading
+
+    result: dict = {}
+
+    def target() -> None:
+        result["summary"] = _run_json(argv)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    yield result
+    thread.join(timeout=600)
+    assert "summary" in result, "the run did not finish"
