@@ -19,7 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from federation.adapters import AdapterError, AdapterFolder, load_tensors, read_adapter, write_adapter
+from federation.adapters import (
+    AdapterError,
+    AdapterFolder,
+    apply_adapters,
+    load_tensors,
+    read_adapter,
+    write_adapter,
+)
+from federation.task import GLOBAL, PERSONAL
+from sdk.models import CausalLM
 
 __all__ = ["AdapterStore", "load_global_adapter", "version_dir"]
 
@@ -95,3 +104,21 @@ class AdapterStore:
             version=version,
             extra=extra,
         )
+
+
+def load_device_specialist(base: CausalLM, state_dir: str | Path) -> tuple[CausalLM, int]:
+    """A device's Specialist for inference: `base` + its newest global adapter + its personal one.
+
+    Returns the merged model and the global version to declare as the session's ``adapter_version``
+    (0, the base weights, when the device holds no global adapter yet). The verifier merges the
+    same global version into its generic copy, so both sides score with the same P_S^0 weights.
+    """
+    state = Path(state_dir)
+    if not state.is_dir():
+        raise AdapterError(f"The federation state folder {state} does not exist.")
+    version = AdapterStore(state / GLOBAL).latest()
+    global_dir = None if version is None else version_dir(state / GLOBAL, version)
+    personal = state / PERSONAL
+    personal_dir = personal if personal.is_dir() else None
+    lm = apply_adapters(base, global_dir, personal_dir, expect_version=version)
+    return lm, version or 0

@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text for a prompt")
     gen.add_argument("--prompt", required=True, help="the public prompt (sent to the cloud as token IDs)")
     gen.add_argument("--profile", type=Path, help="the user's private history (JSON/JSONL; stays on the device)")
+    gen.add_argument(
+        "--federation-state",
+        type=Path,
+        help="this device's federation folder: use its newest global adapter (declared to the verifier) "
+        "and its personal adapter",
+    )
     _add_decoding_options(gen)
     _add_remote_options(gen)
     demo = sub.add_parser("demo", help="personalized generation for the demo user shipped with the SDK")
@@ -133,7 +139,18 @@ def session_params(args: argparse.Namespace) -> SessionParams:
         draft_len=0 if method in (Method.FUSION, Method.LLM) else args.draft_len,
         policy=CandidatePolicy(args.policy),
         bonus=not args.no_bonus,
+        adapter_version=declared_adapter_version(args),
     )
+
+
+def declared_adapter_version(args: argparse.Namespace) -> int:
+    """The federated global adapter version this device holds (0: none, the base weights)."""
+    state = getattr(args, "federation_state", None)
+    if state is None:
+        return 0
+    from federation.store import AdapterStore
+
+    return AdapterStore(Path(state) / "global").latest() or 0
 
 
 @dataclass
@@ -145,17 +162,35 @@ class LocalRun:
 
 
 def build_local(
-    specialist_lm: CausalLM, generalist_lm: CausalLM | None, profile: Profile | None, seed: int, context_entries: int
+    specialist_lm: CausalLM,
+    generalist_lm: CausalLM | None,
+    profile: Profile | None,
+    seed: int,
+    context_entries: int,
+    federation_state: Path | None = None,
 ) -> LocalRun:
-    specialist = Specialist(specialist_lm, profile, context_entries=context_entries)
+    device_lm = device_specialist(specialist_lm, federation_state)
+    specialist = Specialist(device_lm, profile, context_entries=context_entries)
     if generalist_lm is None:
         return LocalRun(specialist, None)
     # Device code never imports the server; the in-process mode is the one place that joins them.
+    from server.main import GlobalAdapters
     from server.session import CloudVerifier
 
-    # The cloud's generic Specialist copy has the same base weights: in one process, share them.
-    cloud = CloudVerifier(generalist_lm, specialist_lm, seed=seed)
+    # The cloud's generic Specialist copy has the same base weights: in one process, share them
+    # (and its global adapters: the device's copies of the federated versions).
+    adapters = None if federation_state is None else GlobalAdapters(specialist_lm, Path(federation_state) / "global")
+    cloud = CloudVerifier(generalist_lm, specialist_lm, seed=seed, global_adapters=adapters)
     return LocalRun(specialist, InProcessVerifier(cloud.open, vocab_size=specialist_lm.vocab_size))
+
+
+def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM:
+    """The base Specialist, or with the device's federated global + personal adapters merged in."""
+    if federation_state is None:
+        return base
+    from federation.store import load_device_specialist
+
+    return load_device_specialist(base, federation_state)[0]
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
@@ -200,6 +235,7 @@ def _check(args: argparse.Namespace, prompt: str, *, remote: bool = False) -> tu
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     _log(args, f"loading Specialist {args.specialist}")
     lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    lm = device_specialist(lm, getattr(args, "federation_state", None))
     return Specialist(lm, profile, context_entries=args.context_entries)
 
 
@@ -255,7 +291,7 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     if params.method.uses_cloud:
         _log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
-    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries)
+    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, getattr(args, "federation_state", None))
     _log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier)
 

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--generalist", help="Generalist: folder, .gguf file or embedded name")
     serve.add_argument("--specialist", help="generic Specialist copy (base weights, no personal adapter)")
     serve.add_argument("--cache-dir", type=Path, help="where converted models are kept")
+    serve.add_argument(
+        "--adapters-dir", type=Path, help="federation's global adapter store: serve sessions that declare vN"
+    )
     serve.add_argument("--tls-dir", type=Path, help="a `server pki init` directory: its server.pem/key, device-ca.pem")
     serve.add_argument("--cert", type=Path, help="server certificate chain (PEM)")
     serve.add_argument("--key", type=Path, help="server private key (PEM)")
@@ -90,6 +93,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "generalist": args.generalist,
         "specialist": args.specialist,
         "cache_dir": args.cache_dir,
+        "adapters_dir": args.adapters_dir,
         **tls,
         "revoked_devices": tuple(args.revoke) if args.revoke else None,
         "max_sessions": args.max_sessions,

@@ -55,6 +55,9 @@ class ServerConfig:
     generalist: str = DEFAULT_GENERALIST
     specialist: str = DEFAULT_SPECIALIST
     cache_dir: Path | None = None
+    # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
+    # version N are verified with global adapter vN merged into the generic Specialist.
+    adapters_dir: Path | None = None
     cert: Path | None = None
     key: Path | None = None
     client_ca: Path | None = None
@@ -104,7 +107,12 @@ class ServerConfig:
 # Where each TOML key lives: section -> {key in the file: field of ServerConfig}.
 _LAYOUT: dict[str, dict[str, str]] = {
     "server": {"host": "host", "port": "port", "seed": "seed"},
-    "models": {"generalist": "generalist", "specialist": "specialist", "cache_dir": "cache_dir"},
+    "models": {
+        "generalist": "generalist",
+        "specialist": "specialist",
+        "cache_dir": "cache_dir",
+        "adapters_dir": "adapters_dir",
+    },
     "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
     "limits": {
         "max_sessions": "max_sessions",
@@ -117,7 +125,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
     "metrics": {"port": "metrics_port", "host": "metrics_host"},
     "audit": {"transcript_dir": "transcript_dir"},
 }
-_PATHS = {"cache_dir", "cert", "key", "client_ca", "transcript_dir"}
+_PATHS = {"cache_dir", "adapters_dir", "cert", "key", "client_ca", "transcript_dir"}
 _INTS = {
     "port",
     "seed",

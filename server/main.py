@@ -30,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sdk import wire
 from sdk.errors import ConfigError
+from sdk.models import CausalLM
 from sdk.remote import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from server.batching import Scheduler
 from server.config import ServerConfig
@@ -136,7 +137,32 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     generalist = load_causal_lm(config.generalist, cache_dir=config.cache_dir)
     log.info("loading generic Specialist copy %s", config.specialist)
     specialist = load_causal_lm(config.specialist, cache_dir=config.cache_dir)
-    return CloudVerifier(generalist, specialist, max_top_k=config.max_top_k, seed=config.seed)
+    adapters = None if config.adapters_dir is None else GlobalAdapters(specialist, config.adapters_dir)
+    return CloudVerifier(generalist, specialist, max_top_k=config.max_top_k, seed=config.seed, global_adapters=adapters)
+
+
+class GlobalAdapters:
+    """The federated global adapters under `adapters_dir` (federation's store), merged into the
+    generic Specialist on first use; the most recent few versions stay loaded."""
+
+    def __init__(self, base: CausalLM, adapters_dir: Path, keep: int = 2) -> None:
+        self.base = base
+        self.adapters_dir = adapters_dir
+        self.keep = keep
+        self._loaded: dict[int, CausalLM] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, version: int) -> CausalLM:
+        from federation.adapters import apply_adapters
+        from federation.store import load_global_adapter
+
+        with self._lock:
+            if version not in self._loaded:
+                folder = load_global_adapter(version, self.adapters_dir)
+                self._loaded[version] = apply_adapters(self.base, folder.path, None, expect_version=version)
+                while len(self._loaded) > self.keep:
+                    self._loaded.pop(next(iter(self._loaded)))
+            return self._loaded[version]
 
 
 def _open_transcript(directory: Path) -> TranscriptSink:

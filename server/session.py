@@ -7,11 +7,11 @@ It sees only token IDs and the declared parameters: never the private context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from sdk.errors import ProtocolError
+from sdk.errors import ConfigError, ProtocolError
 from sdk.kv import TokenSequence
 from sdk.models import CausalLM
 from sdk.prompts import render_prompt
@@ -45,9 +45,13 @@ class CloudVerifier:
         max_top_k: int | None = None,
         seed: int | None = None,
         cross_vocab: bool | None = None,
+        global_adapters: Callable[[int], CausalLM] | None = None,
     ) -> None:
         self.generalist = generalist
         self.specialist = specialist
+        # Adapter version -> the Specialist with that federated global adapter merged (P_S^0 of
+        # devices that declare it). Without it, only version 0 (the base weights) is served.
+        self.global_adapters = global_adapters
         self.max_top_k = max_top_k
         self._rng = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
         same = same_vocabulary(specialist.tokenizer, generalist.tokenizer)
@@ -59,6 +63,20 @@ class CloudVerifier:
 
     def open(self, prompt_ids: Sequence[int], params: SessionParams) -> CloudSession:
         return CloudSession(self, prompt_ids, params)
+
+    def specialist_for(self, adapter_version: int) -> CausalLM:
+        """The generic Specialist copy a session declaring `adapter_version` must be verified with."""
+        if adapter_version == 0:
+            return self.specialist
+        if self.global_adapters is None:
+            raise ProtocolError(
+                f"the session declares global adapter v{adapter_version}, but this verifier serves only the "
+                "base Specialist (v0)"
+            )
+        try:
+            return self.global_adapters(adapter_version)
+        except ConfigError as exc:
+            raise ProtocolError(f"the session declares global adapter v{adapter_version}: {exc}") from None
 
     def uniforms(self, n: int) -> list[float]:
         return torch.rand(n, generator=self._rng).tolist()
@@ -84,7 +102,8 @@ class CloudSession:
         self.closed = False
 
         prompt_text = verifier.s_codec.decode(prompt_ids)
-        self.s0 = TokenSequence(verifier.specialist.model, render_prompt(verifier.specialist, prompt_text))
+        s0_lm = verifier.specialist_for(params.adapter_version)
+        self.s0 = TokenSequence(s0_lm.model, render_prompt(s0_lm, prompt_text))
         g_prompt = render_prompt(verifier.generalist, prompt_text)
         if verifier.cross_vocab:
             self.g: SharedVocabGeneralist | CrossVocabGeneralist = CrossVocabGeneralist(

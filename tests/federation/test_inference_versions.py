@@ -1,0 +1,102 @@
+"""Federated versions reach inference: the verifier's P_S^0 carries the declared global adapter,
+the device's Specialist carries global + personal, and a version mismatch is a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from federation.adapters import apply_adapters, write_adapter
+from federation.store import load_device_specialist, version_dir
+from federation.task import GLOBAL, PERSONAL, SpecialistWithAdapters, TaskConfig
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.errors import ProtocolError
+from sdk.models import load_causal_lm
+from sdk.session_types import SessionParams
+from sdk.transport import InProcessVerifier
+from server.main import GlobalAdapters
+from server.session import CloudVerifier
+from tests.tinymodels import tiny_lm
+
+CFG = TaskConfig(lora_rank=2, lora_alpha=4, lora_targets="q_proj,v_proj")
+PROMPT = "Write the body of the git commit message whose subject line is below.\n\nSubject: refs: speed up\n\nBody:"
+
+
+def _adapter(sw: SpecialistWithAdapters, name: str, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = {k: rng.normal(scale=0.3, size=v.shape).astype(np.float32) for k, v in sw.get_adapter(name).items()}
+    sw.set_adapter_weights(name, arrays)
+    return arrays
+
+
+@pytest.fixture
+def stores(tiny_chat_model: Path, tmp_path: Path):
+    # Prepare: global v1 on the server and on the device, a personal adapter on the device only.
+    sw = SpecialistWithAdapters(load_causal_lm(str(tiny_chat_model), progress=False), CFG)
+    g, p = _adapter(sw, GLOBAL, 1), _adapter(sw, PERSONAL, 2)
+    server_adapters, device_state = tmp_path / "server" / "adapters", tmp_path / "device"
+    for root in (server_adapters, device_state / GLOBAL):
+        write_adapter(version_dir(root, 1), g, sw.lora_config_dict(), kind="global", base=sw.fingerprint, version=1)
+    write_adapter(device_state / PERSONAL, p, sw.lora_config_dict(), kind="personal", base=sw.fingerprint)
+    return load_causal_lm(str(tiny_chat_model), progress=False), server_adapters, device_state
+
+
+def test_declared_version_puts_the_global_adapter_into_p_s0(stores, smol_tok) -> None:
+    base, server_adapters, device_state = stores
+    cloud = CloudVerifier(
+        tiny_lm(smol_tok, seed=9), base, seed=0, global_adapters=GlobalAdapters(base, server_adapters)
+    )
+    device_lm, version = load_device_specialist(base, device_state)
+    assert version == 1
+    # Execute
+    out = generate(
+        Specialist(device_lm),
+        PROMPT,
+        SessionParams(adapter_version=1),
+        DecodeOptions(max_new_tokens=6),
+        InProcessVerifier(cloud.open, vocab_size=base.vocab_size),
+    )
+    # Assert: the session ran on the merged copy, which is base + global v1 exactly (no personal).
+    assert out.stats.rounds >= 1 and out.stats.fallback is None
+    ids = torch.tensor([[5, 17, 300, 42]])
+    expected = apply_adapters(base, version_dir(server_adapters, 1), None, expect_version=1)
+    with torch.no_grad():
+        p_s0 = cloud.specialist_for(1).model(input_ids=ids).logits
+        torch.testing.assert_close(p_s0, expected.model(input_ids=ids).logits)
+        assert not torch.allclose(p_s0, base.model(input_ids=ids).logits)
+        assert not torch.allclose(p_s0, device_lm.model(input_ids=ids).logits)  # the personal part stays home
+
+
+def test_a_version_the_verifier_lacks_is_a_clear_error(stores, smol_tok) -> None:
+    base, server_adapters, _ = stores
+    with_store = CloudVerifier(tiny_lm(smol_tok, seed=9), base, global_adapters=GlobalAdapters(base, server_adapters))
+    with pytest.raises(ProtocolError, match=r"declares global adapter v2: Global adapter v2 is not in"):
+        with_store.open([5, 6, 7], SessionParams(adapter_version=2))
+    without = CloudVerifier(tiny_lm(smol_tok, seed=9), base)
+    with pytest.raises(ProtocolError, match=r"serves only the base Specialist \(v0\)"):
+        without.open([5, 6, 7], SessionParams(adapter_version=1))
+
+
+def test_sdk_generate_with_a_federation_state_declares_its_version(stores, tiny_chat_model, capsys, tmp_path) -> None:
+    from sdk.cli import main
+
+    _, _, device_state = stores
+    args = [
+        "generate",
+        "--prompt",
+        "Hello",
+        "--max-new-tokens",
+        "4",
+        "--json",
+        "--specialist",
+        str(tiny_chat_model),
+        "--generalist",
+        str(tiny_chat_model),
+    ]
+    assert main([*args, "--federation-state", str(device_state)]) == 0
+    assert '"new_tokens"' in capsys.readouterr().out
+    assert main([*args, "--federation-state", str(tmp_path / "nowhere")]) == 1
+    assert "federation state folder" in capsys.readouterr().err
