@@ -113,11 +113,15 @@ def generate(
             session = verifier.open(specialist.public_prompt_ids(prompt), params)
         except VerifierLost as exc:
             lost = exc
+            if fallback:
+                exc.fell_back()
         else:
             try:
                 _steered_loop(session, seq, params, options, state, rng)
             except VerifierLost as exc:
                 lost = exc
+                if fallback:
+                    exc.fell_back()  # on record before the session closes
             finally:
                 session.close()
                 state.stats.uplink_bytes = session.uplink_bytes
@@ -126,7 +130,6 @@ def generate(
     if lost is not None:
         if not fallback:
             raise lost
-        lost.fell_back()
         state.stats.fallback = lost.reason
     if lost is not None or not params.method.uses_cloud:
         _local_loop(seq, params.sampling, options, state, rng)

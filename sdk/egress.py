@@ -101,6 +101,7 @@ class EgressSession:
         self.uplink_bytes = 0
         self.downlink_bytes = 0
         self.uplinks = 0
+        self.ended = False  # a fallback (or another abnormal end) is on record
 
     def uplink(self, payload: bytes) -> bytes:
         """Show `payload` to the tap; return it for sending. The tap raising means: do not send."""
@@ -118,6 +119,7 @@ class EgressSession:
         if not _REASON.fullmatch(reason):
             raise ValueError(f"a fallback reason is a short lowercase identifier; got {reason!r}")
         self._tap.on_fallback(self.session_id, reason)
+        self.ended = True
 
 
 class Egress:

@@ -263,6 +263,7 @@ class RemoteSession:
         self._call: grpc.Future | None = None
         self._reader: threading.Thread | None = None
         self._broken: SpecSteerError | None = None
+        self._refused_by_tap = False
         self.verifier_stats: dict[str, float] = {}
 
     @property
@@ -282,19 +283,26 @@ class RemoteSession:
             yield item
 
     def _read(self, call: Iterator[bytes]) -> None:
+        # Each downlink goes to the egress tap (the audit log) on receipt, not when a round takes
+        # it: one still queued when the session is cancelled is on record too.
         try:
             for raw in call:
-                self._responses.put(raw)
+                try:
+                    self._responses.put(self._egress.downlink(raw))
+                except SpecSteerError as exc:  # the tap refused it: it is logged, never used
+                    self._responses.put(exc)
+                    return
             self._responses.put(_END)
         except grpc.RpcError as exc:
             self._responses.put(exc)
 
     def _send(self, payload: bytes) -> None:
         # The tap sees the bytes first; if it refuses them, they are never queued for gRPC, and
-        # the stream ends here (no Close either: the session's record stops at the refusal).
+        # the stream ends here (no Close; the session's record ends with an `egress-refused` end).
         try:
             checked = self._egress.uplink(payload)
         except BaseException as exc:
+            self._refused_by_tap = True
             self._broken = exc if isinstance(exc, SpecSteerError) else ProtocolError(f"the egress tap failed: {exc}")
             self._cancel()
             raise
@@ -354,10 +362,12 @@ class RemoteSession:
             raise self._from_status(item)
         if item is _END:
             raise self._lost("verifier-lost", "the verifier ended the session without answering")
+        if isinstance(item, SpecSteerError):
+            self._broken = item
+            self._cancel()
+            raise item
         assert isinstance(item, bytes)
-        seq, verdict = wire.decode_downlink(
-            self._egress.downlink(item), max_top_k=self._max_top_k, vocab_size=self._verifier.vocab_size
-        )
+        seq, verdict = wire.decode_downlink(item, max_top_k=self._max_top_k, vocab_size=self._verifier.vocab_size)
         if seq != self._seq:
             self._broken = ProtocolError(f"the verifier answered round {seq} where round {self._seq} was asked")
             self._cancel()
@@ -377,6 +387,12 @@ class RemoteSession:
             self._seq += 1
             with contextlib.suppress(SpecSteerError):
                 self._send(wire.encode_close(self._seq))
+        elif not self._egress.ended:
+            # A session that ends without Close still ends on record (the auditor checks that every
+            # session closes or records why not): a lost verifier the device did not fall back
+            # from, a refused peer, a protocol violation (if the tap refuses this too, so be it).
+            with contextlib.suppress(SpecSteerError, ValueError):
+                self._egress.fallback("egress-refused" if self._refused_by_tap else _end_reason(self._broken))
         self._requests.put(_END)
         if self._reader is not None:
             self._reader.join(timeout=min(self._verifier.round_timeout, 5.0))
@@ -384,6 +400,14 @@ class RemoteSession:
                 self._call.cancel()
                 self._reader.join(timeout=1.0)
         self._call = None
+
+
+def _end_reason(error: SpecSteerError) -> str:
+    if isinstance(error, VerifierLost):
+        return error.reason
+    if isinstance(error, VerifierRefused):
+        return "verifier-refused"
+    return "protocol-error"
 
 
 def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelConnectivity | None:

@@ -250,7 +250,8 @@ def test_an_uplink_the_tap_refuses_is_never_sent_and_ends_the_generation(pki, cl
         deadline = time.monotonic() + 5
         while server.service.open_sessions and time.monotonic() < deadline:
             time.sleep(0.02)
-        # The server saw the Open and round 1 only; no fallback, no Close after the refusal.
+        # The server saw the Open and round 1 only; no Close after the refusal, and the session's
+        # record ends saying why (so an auditor sees every session end).
         assert server.metrics.value("specsteer_rounds_total") == 1
-        assert len(tap.uplinks) == 2 and tap.fallbacks == []
+        assert len(tap.uplinks) == 2 and tap.fallbacks == [("s1", "egress-refused")]
         assert server.service.open_sessions == 0

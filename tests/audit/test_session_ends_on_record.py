@@ -1,0 +1,41 @@
+"""Every session the SDK opens ends on record, so `audit verify` holds even when one fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit import records
+from audit.egress import EgressRecorder
+from audit.log import AuditLog, scan_log
+from audit.note import SigningKey
+from audit.verify import verify
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.egress import RecorderTap
+from sdk.errors import ProtocolError
+from sdk.session_types import SessionParams
+from server.session import CloudVerifier
+from tests.tinymodels import tiny_lm
+from tests.verifier_harness import make_pki, remote, serve
+
+
+def test_a_session_the_verifier_refuses_still_verifies(tmp_path: Path, char_tok) -> None:
+    # Prepare: a real TLS verifier without federated adapters, and an audited device.
+    specialist = Specialist(tiny_lm(char_tok, seed=1))
+    cloud = CloudVerifier(tiny_lm(char_tok, seed=2), specialist.lm, seed=0)
+    pki = make_pki(tmp_path)
+    key = SigningKey.generate("device.test/ends")
+    with serve(cloud, pki) as (_, port), AuditLog.open(tmp_path / "log", key) as log:
+        verifier = remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=RecorderTap(EgressRecorder(log)))
+        # Execute: one good session, then one declaring an adapter version the verifier lacks.
+        ok = generate(specialist, "Hello", SessionParams(), DecodeOptions(max_new_tokens=5), verifier)
+        with pytest.raises(ProtocolError, match="adapter v3"):
+            generate(specialist, "Hello", SessionParams(adapter_version=3), DecodeOptions(max_new_tokens=5), verifier)
+        verifier.close()
+    # Assert: both sessions are on record with an end, and the whole log verifies.
+    assert ok.stats.fallback is None
+    report = verify(tmp_path / "log", key=key.verifier).as_dict()
+    assert report["ok"] and report["sessions"] == 2
+    ends = [records.parse(r.data).fields for r in scan_log(tmp_path / "log").records]
+    assert any(f.get("reason") == "protocol-error" for f in ends)
