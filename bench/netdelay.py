@@ -86,16 +86,19 @@ class DelayRelay:
         with contextlib.suppress(ConnectionError, OSError):
             await sender
 
-    def close(self) -> None:
-        def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-            self._loop.stop()
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
+    def close(self) -> None:
         if self._loop.is_running():
-            self._loop.call_soon_threadsafe(stop)
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
     def __enter__(self) -> DelayRelay:
