@@ -1,0 +1,224 @@
+"""Verifier under load: N concurrent device sessions against one `server serve` process.
+
+    python -m bench.load [--sessions 1 4 16 32] [--max-new-tokens 16] [--out docs/results]
+
+The verifier runs as its own process (mutual TLS on loopback, a throwaway PKI), so its memory is
+measured alone (VmRSS from /proc, sampled while the sessions run). N device threads share one
+Specialist model (each session has its own KV cache) and one TLS channel, and each generates the
+demo user's first query. Reported per N: sessions/s, committed tokens/s, round latency p50/p99
+as the device sees it, the verifier's peak memory and its growth per concurrent session, and
+errors (none allowed: the run fails if any session errs or falls back).
+
+Cross-session batching is not implemented yet, so there is no "batching on" row: the verifier
+serves sessions' rounds one at a time per worker thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sdk.client import ClientConfig, SpecSteerClient
+from sdk.context import Profile
+from sdk.device import DecodeOptions, Specialist
+from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from sdk.prompts import task_prompt
+from sdk.session_types import SessionParams
+
+DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
+
+
+class TimedVerifier:
+    """Wraps a verifier so every round's latency is recorded (seconds)."""
+
+    def __init__(self, inner, latencies: list[float], lock: threading.Lock) -> None:
+        self.inner, self.latencies, self.lock = inner, latencies, lock
+
+    def open(self, prompt_ids, params):
+        session = self.inner.open(prompt_ids, params)
+        timed_round = session.round
+
+        def round_(commit, draft):
+            start = time.perf_counter()
+            verdict = timed_round(commit, draft)
+            with self.lock:
+                self.latencies.append(time.perf_counter() - start)
+            return verdict
+
+        session.round = round_
+        return session
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.load", description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, nargs="+", default=[1, 4, 16, 32])
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--out", type=Path, default=Path("docs/results"))
+    p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
+    p.add_argument("--generalist", default=DEFAULT_GENERALIST)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    from sdk.cli import verifier_process  # the demo's way of running `server serve` on loopback
+    from server.pki import init_pki, issue_device
+
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    specialist = Specialist(load_causal_lm(args.specialist), Profile.from_obj(demo, source=str(DEMO)))
+    prompt = task_prompt(demo["queries"][0]["subject"])
+    options = DecodeOptions(max_new_tokens=args.max_new_tokens)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specsteer-load-") as tmp:
+        pki = init_pki(Path(tmp) / "pki")
+        cert, key = issue_device(pki.directory, "load")
+        server_args = argparse.Namespace(seed=0, generalist=args.generalist, specialist=args.specialist, cache_dir=None)
+        with verifier_process(server_args, pki.directory) as ready:
+            port = ready()
+            pid = _server_pid(port)
+            idle_mb = rss_mb(pid)
+            config = ClientConfig(server=f"127.0.0.1:{port}", pins=pki.pins, cert=cert, key=key, round_timeout=600)
+            with SpecSteerClient.connect(specialist, config, params=SessionParams(), options=options) as client:
+                for n in args.sessions:
+                    rows.append(_run(client, prompt, n, pid, idle_mb))
+                    print(json.dumps(rows[-1]), flush=True)
+    meta = {
+        "command": "python -m bench.load " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "max_new_tokens": args.max_new_tokens,
+        "verifier_idle_rss_mb": idle_mb,
+    }
+    (args.out / "load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (args.out / "load.md").write_text(_markdown(rows, meta))
+    _plot(rows, args.out / "load.png")
+    errors = sum(r["errors"] for r in rows)
+    print(f"wrote {args.out}/load.md, load.json, load.png; errors: {errors}")
+    return 1 if errors else 0
+
+
+def _server_pid(port: int) -> int:
+    """The `server serve` process listening on `port` (found through /proc, no psutil)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(fields[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                link = fd.readlink().as_posix()
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no process listens on port {port}")
+
+
+def _run(client: SpecSteerClient, prompt: str, n: int, pid: int, idle_mb: float) -> dict:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    inner = client.verifier
+    client.verifier = TimedVerifier(inner, latencies, lock)
+    results: list = []
+    errors: list[str] = []
+    peak = [rss_mb(pid)]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], rss_mb(pid))
+
+    def one() -> None:
+        try:
+            out = client.generate(prompt)
+            if out.stats.fallback:
+                errors.append(f"fallback: {out.stats.fallback}")
+            with lock:
+                results.append(out)
+        except Exception as exc:
+            errors.append(str(exc))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    done.set()
+    client.verifier = inner
+    tokens = sum(r.stats.new_tokens for r in results)
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
+    return {
+        "sessions": n,
+        "wall_seconds": wall,
+        "sessions_per_second": n / wall,
+        "tokens_per_second": tokens / wall,
+        "rounds": len(latencies),
+        "round_p50_ms": q[49] * 1000,
+        "round_p99_ms": q[98] * 1000,
+        "verifier_peak_rss_mb": peak[0],
+        "rss_growth_per_session_mb": (peak[0] - idle_mb) / n,
+        "errors": len(errors),
+        "error_examples": errors[:3],
+    }
+
+
+def _markdown(rows: list[dict], meta: dict) -> str:
+    out = [
+        "# Verifier under load (one `server serve`, mutual TLS, embedded default pair)",
+        "",
+        f"`{meta['command']}` — each session generates the demo user's first query "
+        f"({meta['max_new_tokens']} new tokens, specsteer defaults). Verifier idle RSS "
+        f"{meta['verifier_idle_rss_mb']:.0f} MB. Cross-session batching: not implemented (off).",
+        "",
+        "| sessions | wall s | sessions/s | tokens/s | rounds | round p50 ms | round p99 ms | verifier peak RSS MB | "
+        "RSS growth / session MB | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['sessions']} | {r['wall_seconds']:.1f} | {r['sessions_per_second']:.3f} | "
+            f"{r['tokens_per_second']:.2f} | {r['rounds']} | {r['round_p50_ms']:.0f} | {r['round_p99_ms']:.0f} | "
+            f"{r['verifier_peak_rss_mb']:.0f} | {r['rss_growth_per_session_mb']:.1f} | {r['errors']} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ns = [r["sessions"] for r in rows]
+    ax.plot(ns, [r["round_p50_ms"] for r in rows], marker="o", label="round p50")
+    ax.plot(ns, [r["round_p99_ms"] for r in rows], marker="o", label="round p99")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrent sessions")
+    ax.set_ylabel("round latency (ms)")
+    ax.set_title("Verifier under load (batching off)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
