@@ -6,7 +6,8 @@ The verifier runs as its own process (mutual TLS on loopback, a throwaway PKI), 
 measured alone (VmRSS from /proc, sampled while the sessions run). N device threads share one
 Specialist model (each session has its own KV cache) and one TLS channel, and each generates the
 demo user's first query. Reported per N: sessions/s, committed tokens/s, round latency p50/p99
-as the device sees it, the verifier's peak memory and its growth per concurrent session, and
+as the device sees it, the verifier's peak memory and its growth per concurrent session (from
+after a warm-up session), and
 errors (none allowed: the run fails if any session errs or falls back).
 
 Cross-session batching is not implemented yet, so there is no "batching on" row: the verifier
@@ -84,12 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         pki = init_pki(Path(tmp) / "pki")
         cert, key = issue_device(pki.directory, "load")
         server_args = argparse.Namespace(seed=0, generalist=args.generalist, specialist=args.specialist, cache_dir=None)
-        with verifier_process(server_args, pki.directory) as ready:
+        # Every simulated session uses one device certificate: lift the per-device cap to N.
+        extra = ["--max-sessions-per-device", str(max(args.sessions))]
+        with verifier_process(server_args, pki.directory, extra=extra) as ready:
             port = ready()
             pid = _server_pid(port)
-            idle_mb = rss_mb(pid)
             config = ClientConfig(server=f"127.0.0.1:{port}", pins=pki.pins, cert=cert, key=key, round_timeout=600)
             with SpecSteerClient.connect(specialist, config, params=SessionParams(), options=options) as client:
+                # One session first: the verifier's first forward passes allocate buffers it keeps,
+                # which belong to no session; memory per session is measured from after it.
+                client.generate(prompt)
+                idle_mb = rss_mb(pid)
                 for n in args.sessions:
                     rows.append(_run(client, prompt, n, pid, idle_mb))
                     print(json.dumps(rows[-1]), flush=True)
@@ -163,7 +169,7 @@ def _run(client: SpecSteerClient, prompt: str, n: int, pid: int, idle_mb: float)
     done.set()
     client.verifier = inner
     tokens = sum(r.stats.new_tokens for r in results)
-    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else (latencies or [float("nan")]) * 99
     return {
         "sessions": n,
         "wall_seconds": wall,
@@ -184,7 +190,7 @@ def _markdown(rows: list[dict], meta: dict) -> str:
         "# Verifier under load (one `server serve`, mutual TLS, embedded default pair)",
         "",
         f"`{meta['command']}` — each session generates the demo user's first query "
-        f"({meta['max_new_tokens']} new tokens, specsteer defaults). Verifier idle RSS "
+        f"({meta['max_new_tokens']} new tokens, specsteer defaults). Verifier RSS after one warm-up session "
         f"{meta['verifier_idle_rss_mb']:.0f} MB. Cross-session batching: not implemented (off).",
         "",
         "| sessions | wall s | sessions/s | tokens/s | rounds | round p50 ms | round p99 ms | verifier peak RSS MB | "

@@ -317,7 +317,7 @@ def _print(args: argparse.Namespace, result: Generation, extra: dict[str, object
 
 @contextmanager
 def verifier_process(
-    args: argparse.Namespace, pki_dir: Path, transcript_dir: Path | None = None
+    args: argparse.Namespace, pki_dir: Path, transcript_dir: Path | None = None, extra: Sequence[str] = ()
 ) -> Iterator[Callable[[], int]]:
     """Start `server serve` on 127.0.0.1 (a free port) with the PKI in `pki_dir`; stop it on exit.
 
@@ -331,6 +331,7 @@ def verifier_process(
     cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
     if transcript_dir is not None:
         cmd += ["--transcript-dir", str(transcript_dir)]
+    cmd += list(extra)
     if args.cache_dir is not None:
         cmd += ["--cache-dir", str(args.cache_dir)]
     env = {**os.environ, "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
