@@ -10,7 +10,9 @@ as the device sees it, the verifier's peak memory and its growth per concurrent 
 after a warm-up session), and
 errors (none allowed: the run fails if any session errs or falls back).
 
-Cross-session batching is not implemented yet, so there is no "batching on" row: the verifier
+All N simulated devices share the verifier's 2 cores, so the verifier's idle timeout is raised to
+900 s for this run (a device's own drafting must not count as an idle client). Cross-session
+batching is not implemented yet, so there is no "batching on" row: the verifier
 serves sessions' rounds one at a time per worker thread.
 """
 
@@ -26,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.plotting import figure
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist
@@ -86,7 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cert, key = issue_device(pki.directory, "load")
         server_args = argparse.Namespace(seed=0, generalist=args.generalist, specialist=args.specialist, cache_dir=None)
         # Every simulated session uses one device certificate: lift the per-device cap to N.
-        extra = ["--max-sessions-per-device", str(max(args.sessions))]
+        # And all N devices draft on this machine's 2 cores, beside the verifier: a device can take
+        # longer than the default 60 s idle timeout between its rounds, which real devices would not.
+        extra = ["--max-sessions-per-device", str(max(args.sessions)), "--idle-timeout", "900"]
         with verifier_process(server_args, pki.directory, extra=extra) as ready:
             port = ready()
             pid = _server_pid(port)
@@ -207,23 +212,15 @@ def _markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ns = [r["sessions"] for r in rows]
-    ax.plot(ns, [r["round_p50_ms"] for r in rows], marker="o", label="round p50")
-    ax.plot(ns, [r["round_p99_ms"] for r in rows], marker="o", label="round p99")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrent sessions")
-    ax.set_ylabel("round latency (ms)")
-    ax.set_title("Verifier under load (batching off)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, (7, 4)) as ax:
+        ns = [r["sessions"] for r in rows]
+        ax.plot(ns, [r["round_p50_ms"] for r in rows], marker="o", label="round p50")
+        ax.plot(ns, [r["round_p99_ms"] for r in rows], marker="o", label="round p99")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent sessions")
+        ax.set_ylabel("round latency (ms)")
+        ax.set_title("Verifier under load (batching off)")
+        ax.legend()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rouge_score import rouge_scorer
 
+from bench.plotting import figure
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
@@ -200,22 +201,14 @@ def markdown(summary: list[dict], meta: dict) -> str:
 
 
 def plot(summary: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [s["config"] for s in summary]
-    means = [s["rougeL"] for s in summary]
-    errs = [s["rougeL_user_sd"] for s in summary]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    ax.bar(range(len(labels)), means, yerr=errs, capsize=4, color="#4c72b0")
-    ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("ROUGE-L (bars: sd of per-user means)")
-    ax.set_title("Quality on commit-bodies-dev")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, (10, 4.5)) as ax:
+        labels = [s["config"] for s in summary]
+        means = [s["rougeL"] for s in summary]
+        errs = [s["rougeL_user_sd"] for s in summary]
+        ax.bar(range(len(labels)), means, yerr=errs, capsize=4, color="#4c72b0")
+        ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("ROUGE-L (bars: sd of per-user means)")
+        ax.set_title("Quality on commit-bodies-dev")
 
 
 if __name__ == "__main__":

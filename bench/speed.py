@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from bench.netdelay import DelayRelay
+from bench.plotting import figure
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist, generate
@@ -265,22 +266,14 @@ def _markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r for r in rows if r["method"] == method]
-        ax.plot([r["rtt_ms"] for r in mine], [r["tokens_per_second"] for r in mine], marker="o", label=method)
-    ax.set_xlabel("round-trip time (ms)")
-    ax.set_ylabel("tokens / s")
-    ax.set_title("Speed over gRPC + TLS")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, (8, 4.5)) as ax:
+        for method in dict.fromkeys(r["method"] for r in rows):
+            mine = [r for r in rows if r["method"] == method]
+            ax.plot([r["rtt_ms"] for r in mine], [r["tokens_per_second"] for r in mine], marker="o", label=method)
+        ax.set_xlabel("round-trip time (ms)")
+        ax.set_ylabel("tokens / s")
+        ax.set_title("Speed over gRPC + TLS")
+        ax.legend(fontsize=8)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ def generate(
     if params.method.uses_cloud:
         if verifier is None:
             raise ConfigError(f"method {params.method.value} needs a verifier")
+        if params.draft_len > 0 or params.alpha != 0:
+            seq.next_logprobs()  # prefill the private prompt before holding a verifier session
         try:
             session = verifier.open(specialist.public_prompt_ids(prompt), params)
         except VerifierLost as exc:

@@ -1,0 +1,25 @@
+"""One way to draw a benchmark's PNG: headless matplotlib, a figure saved and closed on exit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def figure(path: Path, size: tuple[float, float]) -> Iterator[Any]:
+    """Yields the axes; on exit the figure is laid out, written to `path` and closed."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on CI or servers
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        yield ax
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
