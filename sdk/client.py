@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from sdk.errors import ConfigError, SpecSteerError
 from sdk.models import CausalLM
 from sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from sdk.session_types import SessionParams
+from sdk.tomlfile import read_toml
 from sdk.transport import Verifier
 
 __all__ = ["ClientConfig", "GenerationStream", "SpecSteerClient"]
@@ -74,14 +74,7 @@ class ClientConfig:
     @classmethod
     def from_file(cls, path: Path, **overrides: Any) -> ClientConfig:
         """Read `[verifier]` from a TOML file; keyword overrides that are not None win."""
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        data = read_toml(path)
         unknown_sections = set(data) - {"verifier"}
         if unknown_sections:
             raise ConfigError(f"config file {path}: unknown section [{sorted(unknown_sections)[0]}]")

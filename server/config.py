@@ -36,7 +36,6 @@ Unknown sections or keys are errors: a typo must not silently fall back to a def
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 from sdk.errors import ConfigError
 from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from sdk.session_types import WIRE_MAX_TOP_K
+from sdk.tomlfile import read_toml
 
 __all__ = ["ServerConfig", "load_config"]
 
@@ -168,14 +168,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
     """Read `path` (TOML) if given, apply `overrides` (field name -> value; None means unset)."""
     values: dict[str, Any] = {}
     if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        data = read_toml(path)
         base = Path(path).resolve().parent
         for section, table in data.items():
             if section not in _LAYOUT:
