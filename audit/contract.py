@@ -9,14 +9,16 @@ An uplink must parse as `Uplink` with no unknown field at any depth, re-serializ
 deterministically to the very same bytes, carry only token IDs inside the vocabulary and declared
 parameters inside their bounds, and follow the session order: Open first, Rounds numbered 1, 2, ...
 each after the previous one was answered, a commit that is exactly one of the last steering
-candidates, then Close. A downlink must answer the outstanding round with at most k candidates
-(k = min(declared top-k, the session's cap), the cap at most the protocol maximum), each 1 to
-`MAX_CANDIDATE_TOKENS` in-vocabulary tokens with a finite value.
+candidates, a placeholder (`literal_ids`) only after a guard decision declared it, then Close.
+A downlink must answer the outstanding round with at most k candidates (k = min(declared top-k,
+the session's cap), the cap at most the protocol maximum), each 1 to `MAX_CANDIDATE_TOKENS`
+in-vocabulary tokens with a finite value.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -27,7 +29,14 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from sdk import wire
 from sdk.errors import ProtocolError
 from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import MAX_CANDIDATE_TOKENS, WIRE_MAX_TOP_K
+from sdk.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K
+
+# The guard's decisions (audit records' `decision`): a shorter draft; a placeholder on the wire in
+# place of a span; the rest of the text kept on the device; recovery candidates dropped.
+GUARD_CUT = "cut"
+GUARD_PLACEHOLDER = "placeholder"
+GUARD_KEEP_LOCAL = "keep-local"
+GUARD_FILTER = "filter"
 
 
 class Area(StrEnum):
@@ -86,6 +95,9 @@ class SessionState:
     downlink_bytes: int = 0
     fallback_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Guard decisions by (decision, placeholder), and placeholders declared but not yet on the wire.
+    guard: Counter[tuple[str, str]] = field(default_factory=Counter)
+    placeholders_declared: int = 0
 
     @property
     def ended(self) -> bool:
@@ -187,9 +199,20 @@ class SessionState:
                     Area.UPLINK, f"the draft has {len(draft)} tokens, more than the declared K = {self.draft_len}"
                 )
             )
-        bad = _out_of_vocab(draft + commit_ids, self.vocab_size)
+        literal = list(msg.literal_ids)
+        bad = _out_of_vocab(draft + commit_ids + literal, self.vocab_size)
         if bad:
             out.append(Violation(Area.UPLINK, f"token ID(s) {bad[:5]} outside the vocabulary of {self.vocab_size}"))
+        if literal:
+            # Device-authored tokens outside the draft are only a guard's placeholder, declared first.
+            if len(literal) > MAX_LITERAL_TOKENS:
+                out.append(
+                    Violation(Area.UPLINK, f"a placeholder of {len(literal)} tokens (at most {MAX_LITERAL_TOKENS})")
+                )
+            if self.placeholders_declared < 1:
+                out.append(
+                    Violation(Area.UPLINK, f"Round {msg.seq} carries a placeholder no guard decision declared")
+                )
         if commit_ids:
             # A commit is the device's pick among the cloud's own candidates, so it can carry nothing else.
             if self.candidates is None:
@@ -204,6 +227,8 @@ class SessionState:
             self.awaiting, self.awaiting_draft = msg.seq, len(draft)
             self.candidates = None
             self.rounds += 1
+            if literal and self.placeholders_declared:
+                self.placeholders_declared -= 1
 
         return out, commit
 
@@ -284,5 +309,12 @@ class SessionState:
 
         return out, commit
 
-    def examine_guard(self) -> list[Violation]:
-        return [Violation(Area.SESSION, f"a guard decision after the session {self.phase.value}")] if self.ended else []
+    def examine_guard(self, decision: str, count: int, placeholder: str) -> tuple[list[Violation], Callable[[], None]]:
+        out = [Violation(Area.SESSION, f"a guard decision after the session {self.phase.value}")] if self.ended else []
+
+        def commit() -> None:
+            self.guard[(decision, placeholder)] += count
+            if decision == GUARD_PLACEHOLDER:
+                self.placeholders_declared += count
+
+        return out, commit

@@ -122,7 +122,10 @@ class EgressRecorder:
             return index
 
     def record_guard_decision(self, session_id: str, *, decision: str, count: int, placeholder: str) -> int:
-        """Reserved for the privacy guard: what it decided, how many spans, which placeholder (never the span)."""
+        """The privacy guard's decision: what it did, how many spans, which placeholder label (never the span).
+
+        A `placeholder` decision must come before the round that carries the placeholder's tokens.
+        """
         if not records.is_identifier(decision):
             raise AuditError(f"a guard decision is a short lowercase identifier such as 'redact'; got {decision!r}")
         if not records.is_placeholder(placeholder):
@@ -131,11 +134,13 @@ class EgressRecorder:
             raise AuditError(f"a guard decision count is not negative; got {count}")
         with self._lock:
             state = self._state(session_id)
-            violations = state.examine_guard()
+            violations, commit = state.examine_guard(decision, count, placeholder)
             if violations:
                 raise AuditError(_describe(violations))
             fields = {"decision": decision, "count": count, "placeholder": placeholder}
-            return self.log.append_session(records.KIND_GUARD, session_id, fields)
+            index = self.log.append_session(records.KIND_GUARD, session_id, fields)
+            commit()
+            return index
 
     # -- gRPC hooks ------------------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ and exactly the fields of its kind, nothing else (an unexpected field could carr
     downlink        session, n, dir="down", len, sha256, bytes    the exact received `Downlink`
     fallback        session, n, reason                the device finished locally (reason is a
                                                       short identifier, never free text)
-    guard-decision  session, n, decision, count, placeholder   reserved for the privacy guard: what
-                                                      it did and how often, never the span itself
+    guard-decision  session, n, decision, count, placeholder   the egress guard's decision (cut,
+                                                      placeholder, keep-local, filter), how many
+                                                      spans, the placeholder label; never the span
     repair          file, offset, cut_bytes, cut_sha256   a torn final write was cut back on open
 
 `session` is a random 128-bit ID (32 hex digits) the device chose; it never leaves the device.

@@ -12,7 +12,7 @@ given one, the server's transcript. The report also says what this proof does no
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,8 @@ class Report:
     records: int
     checks: tuple[Check, ...]
     sessions: tuple[SessionSummary, ...]
+    # The egress guard's decisions over all sessions: (decision, placeholder label, spans).
+    guard: tuple[tuple[str, str, int], ...] = ()
     not_covered: tuple[str, ...] = NOT_COVERED
 
     @property
@@ -92,6 +94,7 @@ class Report:
             "records": self.records,
             "sessions": len(self.sessions),
             "checks": [c.as_dict() for c in self.checks],
+            "guard_decisions": [{"decision": d, "placeholder": p, "count": n} for d, p, n in self.guard],
             "not_covered": list(self.not_covered),
         }
 
@@ -103,6 +106,9 @@ class Report:
             lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.summary}")
             lines.extend(f"         - {m}" for m in c.failures)
             lines.extend(f"         note: {m}" for m in c.notes)
+        spans = sum(n for _, _, n in self.guard)
+        totals = ", ".join(f"{d} {p} x{n}" for d, p, n in self.guard)
+        lines += ["", f"Egress guard: {spans} span(s) acted on" + (f": {totals}" if totals else "")]
         lines += ["", "This proof does not cover:"]
         lines.extend(f"  - {m}" for m in self.not_covered)
         return "\n".join(lines) + "\n"
@@ -374,7 +380,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
         elif rec.kind == records.KIND_FALLBACK:
             violations, commit = state.examine_fallback(rec.fields["reason"])
         else:
-            violations, commit = state.examine_guard(), lambda: None
+            f = rec.fields
+            violations, commit = state.examine_guard(f["decision"], f["count"], f["placeholder"])
         report(where, violations)
         commit()  # the verifier always advances, so one bad record does not hide the next
 
@@ -420,6 +427,15 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     return checks, summaries, device
 
 
+def _guard_totals(ctx: _Context) -> tuple[tuple[str, str, int], ...]:
+    totals: Counter[tuple[str, str]] = Counter()
+    for p in ctx.parsed:
+        if p.record is not None and p.record.kind == records.KIND_GUARD:
+            f = p.record.fields
+            totals[(f["decision"], f["placeholder"])] += f["count"]
+    return tuple((d, p, n) for (d, p), n in sorted(totals.items()))
+
+
 def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str] | None = None) -> Check:
     summary = summary_ok if not failures else f"{len(failures)} violation(s)"
     return Check(name, not failures, summary, tuple(failures), tuple(notes or ()))
@@ -458,7 +474,7 @@ def inspect(
     checks.extend(session_checks)
     if server_transcript is not None:
         checks.append(_transcript(device, Path(server_transcript)))
-    return Report(str(log_dir), len(scan.records), tuple(checks), tuple(summaries))
+    return Report(str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx))
 
 
 def verify(

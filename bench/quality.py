@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         specialist = Specialist(s_lm, Profile.from_obj(user, source=user["user_id"]))
         prompt = task_prompt(query["subject"])
         for config in configs:
-            key = (user["user_id"], query["subject"], config.label)
+            key = (user["user_id"], query["subject"], config.label, args.max_new_tokens)
             if key in done:
                 continue
             out = generate(specialist, prompt, config.params, options, verifier)
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "user": user["user_id"],
                 "subject": query["subject"],
                 "config": config.label,
+                "max_new_tokens": args.max_new_tokens,
                 "rouge1": scores["rouge1"].fmeasure,
                 "rougeL": scores["rougeL"].fmeasure,
                 "text": out.text,
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{row['seconds']:.0f}s",
                 flush=True,
             )
-    wanted = {(u["user_id"], q["subject"], c.label) for u, q in queries for c in configs}
+    wanted = {(u["user_id"], q["subject"], c.label, args.max_new_tokens) for u, q in queries for c in configs}
     rows = [r for k, r in done.items() if k in wanted]
     summary = summarize(rows, [c.label for c in configs])
     meta = {
@@ -139,13 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _read_log(path: Path) -> dict[tuple[str, str, str], dict]:
-    done: dict[tuple[str, str, str], dict] = {}
+def _read_log(path: Path) -> dict[tuple[str, str, str, int], dict]:
+    """Finished generations by (user, subject, config, max new tokens): a rerun with another
+    length does not mix in rows of the old one."""
+    done: dict[tuple[str, str, str, int], dict] = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                done[(row["user"], row["subject"], row["config"])] = row
+                done[(row["user"], row["subject"], row["config"], row.get("max_new_tokens", 0))] = row
     return done
 
 

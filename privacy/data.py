@@ -150,7 +150,8 @@ class UplinkSession:
 
     session_id: str
     prompt_ids: list[int] = field(default_factory=list)
-    rounds: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (commit_ids, draft_ids)
+    # (commit_ids + literal_ids, draft_ids): what the cloud committed before the draft, and the draft
+    rounds: list[tuple[list[int], list[int]]] = field(default_factory=list)
     accepted: list[int | None] = field(default_factory=list)  # per round, from its downlink
     round_sizes: list[int] = field(default_factory=list)  # bytes of each Round uplink
     uplink_bytes: int = 0
@@ -234,7 +235,9 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
                 session.prompt_ids = list(msg.open.prompt_ids)
             elif kind == "round":
                 pending.setdefault(sid, {})[msg.round.seq] = len(session.rounds)
-                session.rounds.append((list(msg.round.commit_ids), list(msg.round.draft_ids)))
+                # A guard placeholder is committed by the cloud right after the commit: one prefix.
+                prefix = [*msg.round.commit_ids, *msg.round.literal_ids]
+                session.rounds.append((prefix, list(msg.round.draft_ids)))
                 session.accepted.append(None)
                 session.round_sizes.append(len(payload))
         elif rec.kind == records.KIND_DOWNLINK:

@@ -38,6 +38,7 @@ from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default
 from sdk.prompts import task_prompt
 from sdk.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier
+from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -76,6 +77,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
     p.add_argument("--context-entries", type=int, default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--guard",
+        choices=GUARD_SETTINGS,
+        default=None,
+        help="egress guard for sensitive spans in the uplink (default placeholder; see docs/privacy.md)",
+    )
 
 
 def _add_fault_options(p: argparse.ArgumentParser) -> None:
@@ -205,6 +212,7 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
         "connect_timeout": args.connect_timeout,
         "round_timeout": args.round_timeout,
         "fallback": False if args.no_fallback else None,
+        "guard": args.guard,
     }
     path = getattr(args, "client_config", None)
     if path is not None:
@@ -292,8 +300,9 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
         _log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
     local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, getattr(args, "federation_state", None))
+    guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")
     _log(args, f"generating with {params.method.value}")
-    return generate(local.specialist, prompt, params, options, local.verifier)
+    return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)
 
 
 def _log(args: argparse.Namespace, message: str) -> None:
@@ -395,6 +404,7 @@ def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -
                 cert=pki.device_cert("demo-user"),
                 key=pki.device_key("demo-user"),
                 fallback=not args.no_fallback,
+                guard=args.guard or "placeholder",
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
             with audit_tap(log_dir, audit_dir / "demo-device.key") as tap:

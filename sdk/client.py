@@ -13,7 +13,8 @@
 One TLS channel serves every generation (and concurrent ones from several threads). If the
 verifier is lost, a generation finishes on the device and `result.stats.fallback` says why; the
 next generation dials again. With `fallback=False` the loss is raised as `VerifierLost` instead.
-A verifier that fails TLS or pinning raises `VerifierRefused`, always.
+A verifier that fails TLS or pinning raises `VerifierRefused`, always. Every round passes the
+egress guard first (`ClientConfig.guard`, "placeholder" by default; see `sdk/uplink_guard.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from privacy.detectors import EgressGuard
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap
@@ -34,6 +36,7 @@ from sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from sdk.session_types import SessionParams
 from sdk.tomlfile import read_toml
 from sdk.transport import Verifier
+from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 __all__ = ["ClientConfig", "GenerationStream", "SpecSteerClient"]
 
@@ -54,6 +57,7 @@ class ClientConfig:
         # connect_timeout = 10.0
         # round_timeout = 30.0
         # fallback = true                # finish locally if the verifier is lost
+        # guard = "placeholder"          # egress guard: placeholder, keep-local or off
     """
 
     server: str
@@ -65,6 +69,11 @@ class ClientConfig:
     connect_timeout: float = 10.0
     round_timeout: float = 30.0
     fallback: bool = True
+    guard: str = "placeholder"
+
+    def __post_init__(self) -> None:
+        if self.guard not in GUARD_SETTINGS:
+            raise ConfigError(f"the egress guard is one of {', '.join(GUARD_SETTINGS)}; got {self.guard!r}")
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""
@@ -99,7 +108,7 @@ def _coerce(key: str, value: Any, base: Path, where: str) -> Any:
             raise ConfigError(f"{where} must be a path string")
         p = Path(value).expanduser()
         return p if p.is_absolute() else base / p
-    if key in ("server", "server_name"):
+    if key in ("server", "server_name", "guard"):
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{where} must be a non-empty string")
         return value
@@ -186,10 +195,12 @@ class SpecSteerClient:
         fallback: bool = True,
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
+        guard: EgressGuard | None = None,
     ) -> None:
         self.specialist = specialist
         self.verifier = verifier
         self.fallback = fallback
+        self.guard = guard
         self.params = params or SessionParams()
         self.options = options or DecodeOptions()
 
@@ -218,7 +229,8 @@ class SpecSteerClient:
             round_timeout=config.round_timeout,
             tap=tap,
         )
-        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options)
+        guard = guard_setting(specialist.profile, specialist.lm.tokenizer, config.guard)
+        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options, guard=guard)
 
     def _settings(
         self, params: SessionParams | None, options: DecodeOptions | None, overrides: dict[str, Any]
@@ -246,9 +258,7 @@ class SpecSteerClient:
     ) -> Generation:
         """One generation. `overrides` are SessionParams/DecodeOptions fields, e.g. gamma=0.1, max_new_tokens=64."""
         params, options = self._settings(params, options, overrides)
-        return generate(
-            self.specialist, prompt, params, options, self.verifier, on_commit=on_commit, fallback=self.fallback
-        )
+        return self._run(prompt, params, options, on_commit)
 
     def stream(
         self, prompt: str, params: SessionParams | None = None, options: DecodeOptions | None = None, **overrides: Any
@@ -256,12 +266,25 @@ class SpecSteerClient:
         """Like `generate`, but yields text pieces as tokens commit; `.result` holds the `Generation`."""
         params, options = self._settings(params, options, overrides)
 
-        def run(on_commit: Callable[[list[int]], None]) -> Generation:
-            return generate(
-                self.specialist, prompt, params, options, self.verifier, on_commit=on_commit, fallback=self.fallback
-            )
+        return GenerationStream(lambda on_commit: self._run(prompt, params, options, on_commit), self.specialist.decode)
 
-        return GenerationStream(run, self.specialist.decode)
+    def _run(
+        self,
+        prompt: str,
+        params: SessionParams,
+        options: DecodeOptions,
+        on_commit: Callable[[list[int]], None] | None,
+    ) -> Generation:
+        return generate(
+            self.specialist,
+            prompt,
+            params,
+            options,
+            self.verifier,
+            on_commit=on_commit,
+            fallback=self.fallback,
+            guard=self.guard,
+        )
 
     def close(self) -> None:
         close = getattr(self.verifier, "close", None)

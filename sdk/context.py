@@ -2,8 +2,9 @@
 
 Nothing in this module talks to the network. A `Profile` is what the on-device Specialist may read;
 the cloud Generalist never sees it. Commit trailers (``Signed-off-by: Name <email>`` and friends) are
-dropped at load time: they hold names and email addresses, not writing style, so keeping them would
-only widen what could leak.
+dropped from the entries at load time: they hold names and email addresses, not writing style, so
+they never reach the Specialist's context. The names and emails in them are kept apart, as
+`Profile.identities`, for one use: the egress guard keeps them out of the uplink.
 
 Accepted profile files (see `Profile.from_file`):
 
@@ -21,13 +22,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import bm25s
 import numpy as np
 
+from privacy.detectors import identities_from_trailers
 from privacy.vault import (
     ENV_KEY,
     ENV_PASSPHRASE,
@@ -78,6 +80,8 @@ class Profile:
 
     user_id: str | None
     entries: tuple[ProfileEntry, ...]
+    # Names and emails from the entries' trailers ({string: kind}), for the egress guard only.
+    identities: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_file(cls, path: str | Path, *, key_provider: KeyProvider | None = None) -> Profile:
@@ -167,7 +171,7 @@ class Profile:
                 f"list of entries, not {_json_type(obj)}."
             )
         entries = tuple(_parse_entry(item, source, label.format(i)) for i, item in enumerate(items))
-        return cls(user_id=user_id, entries=entries)
+        return cls(user_id=user_id, entries=entries, identities=_identities(items))
 
     @classmethod
     def _from_jsonl(cls, text: str, source: str) -> Profile:
@@ -197,7 +201,19 @@ class Profile:
                     f"profile with several lines must hold one entry per line."
                 )
             entries.append(_parse_entry(item, source, f"line {lineno}"))
-        return cls(user_id=None, entries=tuple(entries))
+        return cls(user_id=None, entries=tuple(entries), identities=_identities([item for _, item in parsed]))
+
+
+def _identities(items: list[object]) -> dict[str, str]:
+    """Names and emails in the entries' `trailers` lists (malformed trailers are skipped: they are optional)."""
+    lines = [
+        t
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("trailers"), list)
+        for t in item["trailers"]
+        if isinstance(t, str)
+    ]
+    return identities_from_trailers(lines)
 
 
 def _default_key_provider() -> KeyProvider:

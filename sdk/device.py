@@ -10,9 +10,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
+from privacy.detectors import EgressGuard, Tokenizer
 from sdk.context import Profile, ProfileIndex, render_context
 from sdk.errors import ConfigError, ProtocolError
 from sdk.kv import TokenSequence
@@ -21,6 +23,7 @@ from sdk.prompts import render_prompt
 from sdk.session_types import GenerationStats, Method, SessionParams, Verdict
 from sdk.steering import choose, recovery_scores
 from sdk.transport import Verifier, VerifierLost, VerifierSession
+from sdk.uplink_guard import UplinkPlan, plan_uplink
 
 OnCommit = Callable[[list[int]], None]
 
@@ -91,12 +94,15 @@ def generate(
     *,
     on_commit: OnCommit | None = None,
     fallback: bool = True,
+    guard: EgressGuard | None = None,
 ) -> Generation:
     """Run one generation with `params.method`; device-only methods need no verifier.
 
     If the verifier is unreachable, times out or goes away (`VerifierLost`), the Specialist
     finishes the text alone and `stats.fallback` says why; with `fallback=False` the error is
     raised instead. Any other error (a protocol breach, a refused TLS peer) is always raised.
+    With a `guard`, every round's uplink is planned by `sdk.uplink_guard.plan_uplink` first; its
+    keep-local policy ends the session and finishes locally (`stats.fallback = "guard-keep-local"`).
     """
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
@@ -106,6 +112,7 @@ def generate(
     rng = torch.Generator().manual_seed(options.seed)
     state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
     lost: VerifierLost | None = None
+    kept_local: str | None = None
     if params.method.uses_cloud:
         if verifier is None:
             raise ConfigError(f"method {params.method.value} needs a verifier")
@@ -118,8 +125,10 @@ def generate(
             if fallback:
                 exc.fell_back()
         else:
+            session_guard = guard.for_prompt(prompt) if guard is not None else None
+            uplink = _Uplink(session, session_guard, specialist.lm.tokenizer)
             try:
-                _steered_loop(session, seq, params, options, state, rng)
+                kept_local = _steered_loop(uplink, seq, params, options, state, rng)
             except VerifierLost as exc:
                 lost = exc
                 if fallback:
@@ -133,7 +142,9 @@ def generate(
         if not fallback:
             raise lost
         state.stats.fallback = lost.reason
-    if lost is not None or not params.method.uses_cloud:
+    elif kept_local is not None:
+        state.stats.fallback = kept_local
+    if lost is not None or kept_local is not None or not params.method.uses_cloud:
         _local_loop(seq, params.sampling, options, state, rng)
     state.stats.seconds = time.perf_counter() - start
     token_ids = state.generated[:-1] if state.ended else state.generated
@@ -185,15 +196,47 @@ def _local_loop(
         seq.push(state.commit([token]))
 
 
+class _Uplink:
+    """The session as the loop sees it: every round passes the egress guard (if any) first."""
+
+    def __init__(self, session: VerifierSession, guard: EgressGuard | None, tokenizer: Tokenizer) -> None:
+        self.session = session
+        self.guard = guard
+        self.tokenizer = tokenizer
+
+    def plan(
+        self, state: _State, pending: list[int], draft: list[int], more: Callable[[], int | None], draft_len: int
+    ) -> UplinkPlan:
+        tokens = [*pending, *draft]
+        if self.guard is None:
+            return UplinkPlan(list(pending), [], list(draft), tokens, len(pending), len(tokens))
+        committed = state.generated[: len(state.generated) - len(pending)]
+        plan = plan_uplink(
+            self.guard, self.tokenizer, committed, pending, draft, more=more, eos_ids=state.eos_ids, draft_len=draft_len
+        )
+        extra = state.stats.extra
+        for decision, count, placeholder in plan.decisions:
+            # On record before the round it shapes; a tap that refuses stops the generation (fail closed).
+            self.session.guard_decision(decision, count, placeholder)
+            extra[f"guard_{decision.replace('-', '_')}"] = extra.get(f"guard_{decision.replace('-', '_')}", 0) + count
+        if plan.lookahead:
+            extra["guard_lookahead_tokens"] = extra.get("guard_lookahead_tokens", 0) + plan.lookahead
+        return plan
+
+
 def _steered_loop(
-    session: VerifierSession,
+    uplink: _Uplink,
     seq: TokenSequence,
     params: SessionParams,
     options: DecodeOptions,
     state: _State,
     rng: torch.Generator,
-) -> None:
-    """Draft - Verify - Recover until the budget is spent or the text ends."""
+) -> str | None:
+    """Draft - Verify - Recover until the budget is spent or the text ends.
+
+    Returns a fallback reason if the guard's keep-local policy ended the session early.
+    """
+    session = uplink.session
     pending: list[int] = []  # the last recovery, uplinked with the next round
     stats = state.stats
     while state.remaining > 0:
@@ -204,8 +247,21 @@ def _steered_loop(
             seq.push([token])
             if token in state.eos_ids:
                 break
+
+        start = len(seq) - len(draft) - len(pending)  # where pending + draft begin in `seq`
+        limit = start + len(pending) + state.remaining  # look-ahead stays within the token budget
+        look_ahead = partial(_look_ahead, seq, limit, params.sampling, options, rng)
+        plan = uplink.plan(state, pending, draft, look_ahead, params.draft_len)
+        if plan.keep_local:
+            # Drafted and looked-ahead tokens are P_S^c's own draws, as the local loop makes them: keep them.
+            state.commit(plan.tokens[plan.pending :])
+            session.end_locally("guard-keep-local")
+            return "guard-keep-local"
+        seq.truncate(start + plan.kept)
+        state.commit(plan.local_span)
+        draft = plan.draft
         try:
-            verdict = session.round(pending, draft)
+            verdict = session.round(plan.commit, draft, plan.literal)
         except VerifierLost:
             # The draft came from P_S^c exactly as the local loop would draw it: keep it.
             state.commit(draft)
@@ -228,6 +284,18 @@ def _steered_loop(
             stats.recoveries += 1
         else:
             stats.bonus_tokens += 1
+    return None
+
+
+def _look_ahead(
+    seq: TokenSequence, limit: int, sampling: bool, options: DecodeOptions, rng: torch.Generator
+) -> int | None:
+    """Draft one more token on the device (the guard resolving a hold), unless `seq` is at `limit`."""
+    if len(seq) >= limit:
+        return None
+    token = _draw(seq.next_logprobs(), sampling, options, rng)
+    seq.push([token])
+    return token
 
 
 def _recover(

@@ -10,6 +10,7 @@ Downlinks reach the tap as received, before they are parsed, so malformed ones a
     session = egress.begin(vocab_size=49152, max_top_k=10)
     payload = session.uplink(wire.encode_round(1, [], [5, 6]))   # tap saw it; now send it
     session.downlink(received_bytes)
+    session.guard_decision("placeholder", 1, "<EMAIL>")    # the guard replaced a span (before that round)
     session.fallback("verifier-lost")                      # the device finished locally
 
 `audit.EgressRecorder` fits through `RecorderTap`. The session ID is device-local: it never goes
@@ -46,6 +47,10 @@ class EgressTap(Protocol):
         """The device finished this session locally; `reason` is a short identifier."""
         ...
 
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
+        """The egress guard acted on `count` sensitive span(s); called before the uplink it shaped."""
+        ...
+
 
 class NullTap:
     """Records nothing; the default when no audit is configured."""
@@ -62,6 +67,9 @@ class NullTap:
     def on_fallback(self, session_id: str, reason: str) -> None:
         pass
 
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
+        pass
+
 
 class _Recorder(Protocol):
     def begin_session(self, *, vocab_size: int, max_top_k: int) -> str: ...
@@ -71,6 +79,8 @@ class _Recorder(Protocol):
     def record_downlink(self, session_id: str, payload: bytes) -> int: ...
 
     def record_fallback(self, session_id: str, reason: str) -> int: ...
+
+    def record_guard_decision(self, session_id: str, *, decision: str, count: int, placeholder: str) -> int: ...
 
 
 class RecorderTap:
@@ -90,6 +100,9 @@ class RecorderTap:
 
     def on_fallback(self, session_id: str, reason: str) -> None:
         self.recorder.record_fallback(session_id, reason)
+
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
+        self.recorder.record_guard_decision(session_id, decision=decision, count=count, placeholder=placeholder)
 
 
 class EgressSession:
@@ -120,6 +133,10 @@ class EgressSession:
             raise ValueError(f"a fallback reason is a short lowercase identifier; got {reason!r}")
         self._tap.on_fallback(self.session_id, reason)
         self.ended = True
+
+    def guard_decision(self, decision: str, count: int, placeholder: str) -> None:
+        """Put the guard's decision on record (never the span); raising means: do not send."""
+        self._tap.on_guard_decision(self.session_id, decision, count, placeholder)
 
 
 class Egress:

@@ -346,11 +346,17 @@ class RemoteSession:
         self._broken = ProtocolError(f"the verifier at {where} refused the session ({code.name}): {details}")
         return self._broken
 
-    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict:
+    def guard_decision(self, decision: str, count: int, placeholder: str) -> None:
+        self._egress.guard_decision(decision, count, placeholder)
+
+    def end_locally(self, reason: str) -> None:
+        self._egress.fallback(reason)
+
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
         if self._broken is not None:
             raise self._broken
         self._seq += 1
-        self._send(wire.encode_round(self._seq, commit, draft))
+        self._send(wire.encode_round(self._seq, commit, draft, literal))
         try:
             item = self._responses.get(timeout=self._verifier.round_timeout)
         except queue.Empty:

@@ -22,6 +22,7 @@ ALPHA_MAX = 10.0
 MAX_DRAFT_LEN = 32  # K
 WIRE_MAX_TOP_K = 64  # the verifier's default cap on k over a network (algorithm.md, step 4)
 MAX_CANDIDATE_TOKENS = 8  # Specialist tokens per cross-vocabulary candidate string
+MAX_LITERAL_TOKENS = 16  # Specialist tokens of one guard placeholder (Round.literal_ids)
 MAX_ADAPTER_VERSION = 2**31 - 1
 
 

@@ -1,9 +1,10 @@
 """The narrow interface between the device and a verifier, and the in-process transport.
 
 The device talks to any `Verifier`: `open(prompt_ids, params)` returns a `VerifierSession` with
-`round(commit, draft) -> Verdict` and `close()`. The in-process transport serializes every
-message through the wire format (`sdk/wire.py`) exactly as a network transport would, so the
-byte counts are real and in-process runs exercise the same parsing as remote ones.
+`round(commit, draft, literal) -> Verdict`, `guard_decision(...)`, `end_locally(reason)` and
+`close()`. The in-process transport serializes every message through the wire format
+(`sdk/wire.py`) exactly as a network transport would, so the byte counts are real and in-process
+runs exercise the same parsing as remote ones.
 """
 
 from __future__ import annotations
@@ -40,7 +41,17 @@ class VerifierSession(Protocol):
     downlink_bytes: int
     verifier_stats: dict[str, float]  # what the verifier reports about the session, if anything
 
-    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict: ...
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
+        """One round; `literal` is an egress-guard placeholder the cloud commits unverified."""
+        ...
+
+    def guard_decision(self, decision: str, count: int, placeholder: str) -> None:
+        """Put an egress-guard decision on record (never the span), before the round it shapes."""
+        ...
+
+    def end_locally(self, reason: str) -> None:
+        """Record that the device finishes this text alone (e.g. `guard-keep-local`); `close()` follows."""
+        ...
 
     def close(self) -> None: ...
 
@@ -52,7 +63,7 @@ class Verifier(Protocol):
 class CloudSessionLike(Protocol):
     def stats(self) -> dict[str, float]: ...
 
-    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict: ...
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict: ...
 
     def close(self) -> None: ...
 
@@ -92,18 +103,26 @@ class InProcessSession:
         self.uplink_bytes = opened_bytes
         self.downlink_bytes = 0
         self.verifier_stats: dict[str, float] = {}
+        self.guard_decisions: list[tuple[str, int, str]] = []  # no audit log in-process: kept here
+        self.ended_locally: str | None = None
 
-    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict:
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
         self._seq += 1
-        up = wire.round_to_proto(self._seq, commit, draft).SerializeToString()
+        up = wire.round_to_proto(self._seq, commit, draft, literal).SerializeToString()
         self.uplink_bytes += len(up)
         msg = pb.Uplink.FromString(up).round
-        verdict = self._cloud.round(list(msg.commit_ids), list(msg.draft_ids))
+        verdict = self._cloud.round(list(msg.commit_ids), list(msg.draft_ids), list(msg.literal_ids))
         down = wire.verdict_to_proto(self._seq, verdict).SerializeToString()
         self.downlink_bytes += len(down)
         return wire.verdict_from_proto(
             pb.Downlink.FromString(down), max_top_k=self._max_top_k, vocab_size=self._vocab_size
         )
+
+    def guard_decision(self, decision: str, count: int, placeholder: str) -> None:
+        self.guard_decisions.append((decision, count, placeholder))
+
+    def end_locally(self, reason: str) -> None:
+        self.ended_locally = reason
 
     def close(self) -> None:
         self._seq += 1

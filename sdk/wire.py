@@ -85,8 +85,8 @@ def open_to_proto(prompt_ids: Sequence[int], params: SessionParams) -> pb.Uplink
     return pb.Uplink(open=pb.Open(prompt_ids=list(prompt_ids), params=params_to_proto(params)))
 
 
-def round_to_proto(seq: int, commit: Sequence[int], draft: Sequence[int]) -> pb.Uplink:
-    return pb.Uplink(round=pb.Round(seq=seq, commit_ids=list(commit), draft_ids=list(draft)))
+def round_to_proto(seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> pb.Uplink:
+    return pb.Uplink(round=pb.Round(seq=seq, commit_ids=list(commit), draft_ids=list(draft), literal_ids=list(literal)))
 
 
 def close_to_proto(seq: int) -> pb.Uplink:
@@ -142,6 +142,7 @@ class RoundFrame:
     seq: int
     commit: tuple[int, ...]
     draft: tuple[int, ...]
+    literal: tuple[int, ...] = ()  # a guard placeholder, appended after the commit unverified
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,8 @@ def encode_open(prompt_ids: Sequence[int], params: SessionParams) -> bytes:
     return open_to_proto(prompt_ids, params).SerializeToString(deterministic=True)
 
 
-def encode_round(seq: int, commit: Sequence[int], draft: Sequence[int]) -> bytes:
-    return round_to_proto(seq, commit, draft).SerializeToString(deterministic=True)
+def encode_round(seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> bytes:
+    return round_to_proto(seq, commit, draft, literal).SerializeToString(deterministic=True)
 
 
 def encode_close(seq: int) -> bytes:
@@ -207,12 +208,14 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     elif kind == "round":
         _check_ids(msg.round.commit_ids, vocab_size, "commit")
         _check_ids(msg.round.draft_ids, vocab_size, "draft")
+        _check_ids(msg.round.literal_ids, vocab_size, "placeholder")
     if msg.SerializeToString(deterministic=True) != raw:
         raise ProtocolError("the frame is not the canonical (deterministic) serialization of its content")
     if kind == "open":
         return OpenFrame(tuple(msg.open.prompt_ids), params_from_proto(msg.open.params))
     if kind == "round":
-        return RoundFrame(msg.round.seq, tuple(msg.round.commit_ids), tuple(msg.round.draft_ids))
+        r = msg.round
+        return RoundFrame(r.seq, tuple(r.commit_ids), tuple(r.draft_ids), tuple(r.literal_ids))
     if kind == "close":
         return CloseFrame(msg.close.seq)
     raise ProtocolError("the frame carries no Open, Round or Close")

@@ -36,7 +36,7 @@ import grpc
 
 from sdk import wire
 from sdk.errors import ProtocolError
-from sdk.session_types import MAX_CANDIDATE_TOKENS, Verdict
+from sdk.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics
@@ -226,13 +226,17 @@ class VerifierService:
             )
         if len(frame.commit) > MAX_CANDIDATE_TOKENS:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens")
+        if len(frame.literal) > MAX_LITERAL_TOKENS:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"a placeholder has at most {MAX_LITERAL_TOKENS} tokens")
         return state.session
 
     async def _round(self, state: _Stream, frame: wire.RoundFrame) -> bytes:
         session = self._check_round(state, frame)
         start = time.perf_counter()
         try:
-            verdict: Verdict = await self.scheduler.run(session.round, list(frame.commit), list(frame.draft))
+            verdict: Verdict = await self.scheduler.run(
+                session.round, list(frame.commit), list(frame.draft), list(frame.literal)
+            )
         except ProtocolError as exc:
             raise self._precondition(f"round {frame.seq} refused: {exc}") from None
         except (ValueError, IndexError, RuntimeError) as exc:

@@ -17,6 +17,7 @@ from sdk.models import CausalLM
 from sdk.prompts import render_prompt
 from sdk.session_types import (
     MAX_CANDIDATE_TOKENS,
+    MAX_LITERAL_TOKENS,
     CandidatePolicy,
     Method,
     SessionParams,
@@ -118,27 +119,33 @@ class CloudSession:
             return {"draft_boundaries_shared": self.g.shared_boundaries}
         return {}
 
-    def round(self, commit: Sequence[int], draft: Sequence[int]) -> Verdict:
-        """Verify one draft after committing the device's choice from the last steering vector."""
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
+        """Verify one draft after committing the device's choice from the last steering vector.
+
+        `literal` is a guard placeholder the device sent in place of a sensitive span: appended
+        after the commit without verification (it may stand in for the recovery, too).
+        """
         params = self.params
         if self.closed:
             raise ProtocolError("the session is closed")
         _check_tokens(commit, self.verifier.specialist.vocab_size, "commit")
         _check_tokens(draft, self.verifier.specialist.vocab_size, "draft")
+        _check_tokens(literal, self.verifier.specialist.vocab_size, "placeholder")
         if len(draft) > params.draft_len:
             raise ProtocolError(f"the draft has {len(draft)} tokens, more than K = {params.draft_len}")
         if self._expect_commit is None and commit:
             raise ProtocolError("a commit was sent with no steering candidates outstanding")
         if self._expect_commit is not None and commit and tuple(commit) not in self._expect_commit:
             raise ProtocolError("the commit is not one of the last steering candidates")
-        if self._must_commit and not commit:
+        if self._must_commit and not commit and not literal:
             raise ProtocolError("the last round rejected the draft, so this round must commit a recovery token")
         self.rounds += 1
 
-        self.s0.push(commit)
+        prefix = [*commit, *literal]
+        self.s0.push(prefix)
         s_base = len(self.s0)
         self.s0.push(draft)
-        units = self.g.extend(commit, draft)
+        units = self.g.extend(prefix, draft)
         if params.method is Method.SD:
             n_units = verify_exact_greedy([u.g_is_argmax for u in units])
         else:
@@ -200,3 +207,5 @@ def _check_tokens(tokens: Sequence[int], vocab_size: int, what: str) -> None:
             raise ProtocolError(f"{what} token ID {t} is outside the vocabulary of {vocab_size}")
     if what == "commit" and len(tokens) > MAX_CANDIDATE_TOKENS:
         raise ProtocolError(f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens")
+    if what == "placeholder" and len(tokens) > MAX_LITERAL_TOKENS:
+        raise ProtocolError(f"a placeholder has at most {MAX_LITERAL_TOKENS} tokens")

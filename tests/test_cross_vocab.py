@@ -24,8 +24,8 @@ class CheckingVerifier(CloudVerifier):
         session = super().open(prompt_ids, params)
         inner = session.round
 
-        def round_and_check(commit, draft):
-            verdict = inner(commit, draft)
+        def round_and_check(commit, draft, literal=()):
+            verdict = inner(commit, draft, literal)
             g = session.g
             assert isinstance(g, CrossVocabGeneralist)
             generated = g.seq.ids[g._prompt_len :]

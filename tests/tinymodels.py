@@ -19,7 +19,15 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoTokenizer,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from sdk.models import CausalLM, locate_embedded_gguf
 
@@ -164,9 +172,64 @@ def tiny_llama(
     return model
 
 
+def tiny_gemma(
+    tokenizer: PreTrainedTokenizerFast, *, seed: int, window: int, initializer_range: float = 0.2
+) -> Gemma3ForCausalLM:
+    """A random fp32 Gemma 3 (the embedded Generalist's architecture: sliding-window and full-attention
+    layers, one KV head) over `tokenizer`'s vocabulary, with a `window`-token sliding window."""
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=window,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        max_position_embeddings=1024,
+        initializer_range=initializer_range,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Gemma3ForCausalLM(config)
+    model.to(torch.float32)
+    model.eval()
+    return model
+
+
 def tiny_lm(tokenizer: PreTrainedTokenizerFast, seed: int, name: str = "tiny", **llama_kwargs: int) -> CausalLM:
     """`tiny_llama` wrapped the way `sdk.models.load_causal_lm` returns real models."""
     return CausalLM.from_parts(name, tiny_llama(tokenizer, seed=seed, **llama_kwargs), tokenizer)
+
+
+def scripted_lm(
+    tokenizer: PreTrainedTokenizerFast, successors: dict[int, int], *, name: str = "scripted", strength: float = 4.0
+) -> CausalLM:
+    """A real one-layer Llama whose greedy choice after token a is `successors[a]`, whatever came before.
+
+    Attention and MLP outputs are zeroed, so the residual stream is the current token's embedding
+    (random directions) and the LM head maps each scripted token's direction to its successor: a
+    bigram model with a real KV cache. Used as a Specialist that deterministically writes a given
+    text (the leaky "verbatim copy" control) and, as its own cloud copy, a verifier that accepts it.
+    """
+    model = tiny_llama(tokenizer, seed=0, layers=1, hidden=64)
+    layer = model.model.layers[0]
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        emb.copy_(torch.randn_like(emb))
+        head = model.lm_head.weight
+        head.zero_()
+        for a, b in successors.items():
+            # After RMSNorm the hidden state is emb[a] / |emb[a]| * sqrt(hidden): logit_b = strength * sqrt(hidden).
+            head[b] += strength * emb[a] / emb[a].norm()
+    return CausalLM.from_parts(name, model, tokenizer)
 
 
 def save_tiny(

@@ -31,6 +31,7 @@ class RecordingTap:
         self.uplinks: list[bytes] = []
         self.downlinks: list[bytes] = []
         self.fallbacks: list[tuple[str, str]] = []
+        self.guard: list[tuple[str, str, int, str]] = []
         self.sessions = 0
 
     def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
@@ -45,6 +46,9 @@ class RecordingTap:
 
     def on_fallback(self, session_id: str, reason: str) -> None:
         self.fallbacks.append((session_id, reason))
+
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
+        self.guard.append((session_id, decision, count, placeholder))
 
 
 def make_pki(root: Path, devices: tuple[str, ...] = ("alice",)) -> pki_mod.Pki:

@@ -62,14 +62,16 @@ class Open(_message.Message):
     def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[SessionParams, _Mapping]] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("seq", "commit_ids", "draft_ids")
+    __slots__ = ("seq", "commit_ids", "draft_ids", "literal_ids")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     COMMIT_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_IDS_FIELD_NUMBER: _ClassVar[int]
+    LITERAL_IDS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     commit_ids: _containers.RepeatedScalarFieldContainer[int]
     draft_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq: _Optional[int] = ..., commit_ids: _Optional[_Iterable[int]] = ..., draft_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    literal_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., commit_ids: _Optional[_Iterable[int]] = ..., draft_ids: _Optional[_Iterable[int]] = ..., literal_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Close(_message.Message):
     __slots__ = ("seq",)
