@@ -13,7 +13,7 @@ from audit.egress import EgressRecorder
 from audit.errors import AuditError, EgressBlocked
 from audit.log import AuditLog, scan_log
 from audit.note import SigningKey
-from audit.verify import verify
+from audit.verify import inspect, verify
 from sdk import wire
 from sdk.errors import ProtocolError
 from sdk.proto import verifier_pb2 as pb
@@ -164,3 +164,38 @@ def test_a_session_must_be_begun_and_bounded(rec: EgressRecorder) -> None:
         rec.uplink_serializer("0" * 32)
     with pytest.raises(AuditError, match="k cap"):
         rec.begin_session(vocab_size=10, max_top_k=65)
+
+
+def test_a_placeholder_on_the_wire_must_be_declared_by_a_guard_decision(rec: EgressRecorder) -> None:
+    sid = _opened(rec)
+    up = rec.uplink_serializer(sid)
+    with pytest.raises(EgressBlocked, match="placeholder no guard decision declared"):
+        up(wire.round_to_proto(1, [], [4], [7, 8]))
+    rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder="<EMAIL>")
+    with pytest.raises(EgressBlocked, match="at most 16"):
+        up(wire.round_to_proto(1, [], [4], [7] * 17))
+    up(wire.round_to_proto(1, [], [4], [7, 8]))  # declared: it may go
+    rec.record_downlink(sid, wire.encode_downlink(1, Verdict(1, SteeringVector(((5,),), (0.0,)))))
+    with pytest.raises(EgressBlocked, match="no guard decision"):  # one declaration, one placeholder
+        up(wire.round_to_proto(2, [5], [4], [9]))
+    up(wire.round_to_proto(2, [5], [4]))
+    rec.record_fallback(sid, "guard-keep-local")
+    rec.log.close()
+    report = verify(rec.log.directory)
+    assert report.guard == (("placeholder", "<EMAIL>", 1),)
+    assert "Egress guard: 1 span(s) acted on: placeholder <EMAIL> x1" in report.render()
+    assert report.as_dict()["guard_decisions"] == [{"decision": "placeholder", "placeholder": "<EMAIL>", "count": 1}]
+
+
+def test_audit_verify_flags_a_placeholder_no_decision_declared(tmp_path: Path) -> None:
+    """A log written around the recorder (a tampered or buggy device) still fails verification."""
+    key = SigningKey.generate("d")
+    with AuditLog.open(tmp_path / "log", key) as log:
+        sid = EgressRecorder(log).begin_session(vocab_size=VOCAB)
+        for msg in (wire.open_to_proto([1, 2], SessionParams()), wire.round_to_proto(1, [], [4], [7, 8])):
+            payload = msg.SerializeToString(deterministic=True)
+            log.append_session(records.KIND_UPLINK, sid, records.payload_fields("up", payload))
+        log.append_session(records.KIND_FALLBACK, sid, {"reason": "guard-keep-local"})
+    report = inspect(tmp_path / "log", key=key.verifier)
+    uplinks = next(c for c in report.checks if c.name == "uplinks")
+    assert not report.ok and any("no guard decision declared" in f for f in uplinks.failures)
