@@ -9,7 +9,8 @@ An uplink must parse as `Uplink` with no unknown field at any depth, re-serializ
 deterministically to the very same bytes, carry only token IDs inside the vocabulary and declared
 parameters inside their bounds, and follow the session order: Open first, Rounds numbered 1, 2, ...
 each after the previous one was answered, a commit that is exactly one of the last steering
-candidates, a placeholder (`literal_ids`) only after a guard decision declared it, then Close.
+candidates, a placeholder (`literal_ids`) only after a guard decision declared it, every round a
+full-slot `PaddedRound` if the session declared padded frames (and only then), then Close.
 A downlink must answer the outstanding round with at most k candidates (k = min(declared top-k,
 the session's cap), the cap at most the protocol maximum), each 1 to `MAX_CANDIDATE_TOKENS`
 in-vocabulary tokens with a finite value.
@@ -98,6 +99,7 @@ class SessionState:
     # Guard decisions by (decision, placeholder), and placeholders declared but not yet on the wire.
     guard: Counter[tuple[str, str]] = field(default_factory=Counter)
     placeholders_declared: int = 0
+    padded: bool = False  # the session declared constant-size rounds (PaddedRound)
 
     @property
     def ended(self) -> bool:
@@ -145,7 +147,23 @@ class SessionState:
         if kind == "open":
             return self._open(msg.open, payload, out)
         if kind == "round":
-            return self._round(msg.round, payload, out)
+            r = msg.round
+            if self.padded:
+                out.append(Violation(Area.UPLINK, f"Round {r.seq} is not padded in a session that declared padding"))
+            frame = wire.RoundFrame(r.seq, tuple(r.commit_ids), tuple(r.draft_ids), tuple(r.literal_ids))
+            return self._round(frame, payload, out)
+        if kind == "padded_round":
+            try:
+                frame = wire.padded_frame(msg.padded_round)
+            except ProtocolError as exc:
+                out.append(Violation(Area.UPLINK, str(exc)))
+                frame = wire.padded_frame(pb.PaddedRound(seq=msg.padded_round.seq))
+            expected = wire.padded_slots(self.draft_len)
+            if not self.padded:
+                out.append(Violation(Area.UPLINK, f"PaddedRound {frame.seq} in a session that declared no padding"))
+            elif frame.slots != expected:
+                out.append(Violation(Area.UPLINK, f"PaddedRound {frame.seq} fills {frame.slots} slots, not {expected}"))
+            return self._round(frame, payload, out)
         return self._close(msg.close, payload, out)
 
     def _count_up(self, payload: bytes) -> Callable[[], None]:
@@ -158,12 +176,13 @@ class SessionState:
         if self.phase is not Phase.BEGUN:
             out.append(Violation(Area.SESSION, "a second Open in one session"))
         top_k = draft_len = 0
+        padded = False
         try:
             params = wire.params_from_proto(msg.params)
         except ProtocolError as exc:
             out.append(Violation(Area.UPLINK, f"declared parameters out of bounds: {exc}"))
         else:
-            top_k, draft_len = params.top_k, params.draft_len
+            top_k, draft_len, padded = params.top_k, params.draft_len, params.padded_frames
             if top_k > self.vocab_size:
                 out.append(
                     Violation(Area.UPLINK, f"declared top-k {top_k} exceeds the vocabulary of {self.vocab_size}")
@@ -180,11 +199,13 @@ class SessionState:
         def commit() -> None:
             count()
             if self.phase is Phase.BEGUN:
-                self.phase, self.top_k, self.draft_len = Phase.OPEN, top_k, draft_len
+                self.phase, self.top_k, self.draft_len, self.padded = Phase.OPEN, top_k, draft_len, padded
 
         return out, commit
 
-    def _round(self, msg: pb.Round, payload: bytes, out: list[Violation]) -> tuple[list[Violation], Callable[[], None]]:
+    def _round(
+        self, msg: wire.RoundFrame, payload: bytes, out: list[Violation]
+    ) -> tuple[list[Violation], Callable[[], None]]:
         if self.phase is Phase.BEGUN:
             out.append(Violation(Area.SESSION, "a Round before the session's Open"))
         if msg.seq != self.last_seq + 1:
@@ -192,14 +213,14 @@ class SessionState:
             out.append(Violation(Area.SESSION, f"Round seq {msg.seq} follows seq {self.last_seq}: {what}"))
         if self.awaiting is not None:
             out.append(Violation(Area.SESSION, f"Round {msg.seq} was sent before round {self.awaiting} was answered"))
-        draft, commit_ids = list(msg.draft_ids), list(msg.commit_ids)
+        draft, commit_ids = list(msg.draft), list(msg.commit)
         if self.phase is Phase.OPEN and len(draft) > self.draft_len:
             out.append(
                 Violation(
                     Area.UPLINK, f"the draft has {len(draft)} tokens, more than the declared K = {self.draft_len}"
                 )
             )
-        literal = list(msg.literal_ids)
+        literal = list(msg.literal)
         bad = _out_of_vocab(draft + commit_ids + literal, self.vocab_size)
         if bad:
             out.append(Violation(Area.UPLINK, f"token ID(s) {bad[:5]} outside the vocabulary of {self.vocab_size}"))
@@ -210,9 +231,7 @@ class SessionState:
                     Violation(Area.UPLINK, f"a placeholder of {len(literal)} tokens (at most {MAX_LITERAL_TOKENS})")
                 )
             if self.placeholders_declared < 1:
-                out.append(
-                    Violation(Area.UPLINK, f"Round {msg.seq} carries a placeholder no guard decision declared")
-                )
+                out.append(Violation(Area.UPLINK, f"Round {msg.seq} carries a placeholder no guard decision declared"))
         if commit_ids:
             # A commit is the device's pick among the cloud's own candidates, so it can carry nothing else.
             if self.candidates is None:

@@ -27,7 +27,8 @@ from audit.log import scan_log
 from audit.transcript import read_transcript
 from privacy.detectors import identities_from_trailers
 from privacy.leakage import CanarySpace
-from sdk.errors import SpecSteerError
+from sdk import wire
+from sdk.errors import ProtocolError, SpecSteerError
 from sdk.proto import verifier_pb2 as pb
 
 __all__ = [
@@ -233,11 +234,16 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
             kind = msg.WhichOneof("kind")
             if kind == "open":
                 session.prompt_ids = list(msg.open.prompt_ids)
-            elif kind == "round":
-                pending.setdefault(sid, {})[msg.round.seq] = len(session.rounds)
+            elif kind in ("round", "padded_round"):
+                try:
+                    frame = wire.decode_uplink(payload)
+                except ProtocolError as exc:
+                    problems.append(f"{stored.where()}: {exc}")
+                    continue
+                assert isinstance(frame, wire.RoundFrame)
+                pending.setdefault(sid, {})[frame.seq] = len(session.rounds)
                 # A guard placeholder is committed by the cloud right after the commit: one prefix.
-                prefix = [*msg.round.commit_ids, *msg.round.literal_ids]
-                session.rounds.append((prefix, list(msg.round.draft_ids)))
+                session.rounds.append(([*frame.commit, *frame.literal], list(frame.draft)))
                 session.accepted.append(None)
                 session.round_sizes.append(len(payload))
         elif rec.kind == records.KIND_DOWNLINK:

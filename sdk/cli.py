@@ -69,6 +69,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="guardrail", choices=[c.value for c in CandidatePolicy])
     p.add_argument("--no-bonus", action="store_true", help="no steered token after a fully accepted draft")
     p.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument(
+        "--padded-frames", action="store_true", help="constant-size uplink rounds (hide how many tokens each carries)"
+    )
     p.add_argument("--temperature", type=_float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -147,6 +150,7 @@ def session_params(args: argparse.Namespace) -> SessionParams:
         policy=CandidatePolicy(args.policy),
         bonus=not args.no_bonus,
         adapter_version=declared_adapter_version(args),
+        padded_frames=args.padded_frames,
     )
 
 

@@ -229,6 +229,7 @@ class RemoteVerifier:
         max_top_k = min(params.top_k, WIRE_MAX_TOP_K)
         egress = self.egress.begin(vocab_size=self.vocab_size, max_top_k=max_top_k)
         session = RemoteSession(self, channel, egress, max_top_k=max_top_k)
+        session.pad_to = params.draft_len if params.padded_frames else None
         session.start(wire.encode_open(prompt_ids, params))
         return session
 
@@ -265,6 +266,7 @@ class RemoteSession:
         self._broken: SpecSteerError | None = None
         self._refused_by_tap = False
         self.verifier_stats: dict[str, float] = {}
+        self.pad_to: int | None = None  # the session's K if it declared padded frames
 
     @property
     def uplink_bytes(self) -> int:
@@ -356,7 +358,7 @@ class RemoteSession:
         if self._broken is not None:
             raise self._broken
         self._seq += 1
-        self._send(wire.encode_round(self._seq, commit, draft, literal))
+        self._send(wire.encode_round(self._seq, commit, draft, literal, pad_to=self.pad_to))
         try:
             item = self._responses.get(timeout=self._verifier.round_timeout)
         except queue.Empty:

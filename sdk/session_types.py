@@ -69,6 +69,7 @@ class SessionParams:
     policy: CandidatePolicy = CandidatePolicy.GUARDRAIL
     bonus: bool = True
     adapter_version: int = 0
+    padded_frames: bool = False  # constant-size rounds on the wire (sdk/wire.py, PaddedRound)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, Method):

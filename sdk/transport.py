@@ -91,7 +91,9 @@ class InProcessVerifier:
         msg = pb.Uplink.FromString(up)
         cloud = self._cloud_open(list(msg.open.prompt_ids), wire.params_from_proto(msg.open.params))
         max_k = params.top_k if self._max_top_k is None else min(params.top_k, self._max_top_k)
-        return InProcessSession(cloud, len(up), vocab_size=self._vocab_size, max_top_k=max_k)
+        session = InProcessSession(cloud, len(up), vocab_size=self._vocab_size, max_top_k=max_k)
+        session.pad_to = params.draft_len if params.padded_frames else None
+        return session
 
 
 class InProcessSession:
@@ -105,13 +107,15 @@ class InProcessSession:
         self.verifier_stats: dict[str, float] = {}
         self.guard_decisions: list[tuple[str, int, str]] = []  # no audit log in-process: kept here
         self.ended_locally: str | None = None
+        self.pad_to: int | None = None  # the session's K if it declared padded frames
 
     def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
         self._seq += 1
-        up = wire.round_to_proto(self._seq, commit, draft, literal).SerializeToString()
+        up = wire.encode_round(self._seq, commit, draft, literal, pad_to=self.pad_to)
         self.uplink_bytes += len(up)
-        msg = pb.Uplink.FromString(up).round
-        verdict = self._cloud.round(list(msg.commit_ids), list(msg.draft_ids), list(msg.literal_ids))
+        frame = wire.decode_uplink(up, vocab_size=self._vocab_size)
+        assert isinstance(frame, wire.RoundFrame)
+        verdict = self._cloud.round(list(frame.commit), list(frame.draft), list(frame.literal))
         down = wire.verdict_to_proto(self._seq, verdict).SerializeToString()
         self.downlink_bytes += len(down)
         return wire.verdict_from_proto(

@@ -19,6 +19,7 @@ from sdk.session_types import (
     ALPHA_SCALE,
     GAMMA_SCALE,
     MAX_CANDIDATE_TOKENS,
+    MAX_LITERAL_TOKENS,
     CandidatePolicy,
     Method,
     SessionParams,
@@ -39,6 +40,13 @@ _POLICY_TO_PB = {
 }
 _POLICY_FROM_PB = {v: k for k, v in _POLICY_TO_PB.items()}
 
+PAD_ID = 0xFFFFFFFF  # an unused slot of a PaddedRound (no vocabulary is that large)
+
+
+def padded_slots(draft_len: int) -> tuple[int, int, int]:
+    """A padded session's (commit, draft, literal) slot counts: every round fills exactly these."""
+    return MAX_CANDIDATE_TOKENS, draft_len, MAX_LITERAL_TOKENS
+
 
 def params_to_proto(params: SessionParams) -> pb.SessionParams:
     if params.method not in _METHOD_TO_PB:
@@ -55,6 +63,7 @@ def params_to_proto(params: SessionParams) -> pb.SessionParams:
         policy=_POLICY_TO_PB[params.policy],
         bonus=params.bonus,
         adapter_version=params.adapter_version,
+        padded_frames=params.padded_frames,
     )
 
 
@@ -76,6 +85,7 @@ def params_from_proto(msg: pb.SessionParams) -> SessionParams:
             policy=_POLICY_FROM_PB[msg.policy],
             bonus=msg.bonus,
             adapter_version=msg.adapter_version,
+            padded_frames=msg.padded_frames,
         )
     except ConfigError as exc:
         raise ProtocolError(f"session parameters out of range: {exc}") from exc
@@ -85,8 +95,22 @@ def open_to_proto(prompt_ids: Sequence[int], params: SessionParams) -> pb.Uplink
     return pb.Uplink(open=pb.Open(prompt_ids=list(prompt_ids), params=params_to_proto(params)))
 
 
-def round_to_proto(seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> pb.Uplink:
-    return pb.Uplink(round=pb.Round(seq=seq, commit_ids=list(commit), draft_ids=list(draft), literal_ids=list(literal)))
+def round_to_proto(
+    seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = (), *, pad_to: int | None = None
+) -> pb.Uplink:
+    """A Round; with `pad_to` (the session's K), a PaddedRound of constant size instead."""
+    if pad_to is None:
+        return pb.Uplink(
+            round=pb.Round(seq=seq, commit_ids=list(commit), draft_ids=list(draft), literal_ids=list(literal))
+        )
+    names = ("commit", "draft", "placeholder")
+    lists = []
+    for ids, slots, what in zip((commit, draft, literal), padded_slots(pad_to), names, strict=True):
+        if len(ids) > slots:
+            raise ProtocolError(f"a padded round has {slots} {what} slots; got {len(ids)} tokens")
+        lists.append([*ids, *[PAD_ID] * (slots - len(ids))])
+    padded = pb.PaddedRound(seq=seq, commit_ids=lists[0], draft_ids=lists[1], literal_ids=lists[2])
+    return pb.Uplink(padded_round=padded)
 
 
 def close_to_proto(seq: int) -> pb.Uplink:
@@ -143,6 +167,7 @@ class RoundFrame:
     commit: tuple[int, ...]
     draft: tuple[int, ...]
     literal: tuple[int, ...] = ()  # a guard placeholder, appended after the commit unverified
+    slots: tuple[int, int, int] | None = None  # a PaddedRound's (commit, draft, literal) slot counts
 
 
 @dataclass(frozen=True)
@@ -157,8 +182,10 @@ def encode_open(prompt_ids: Sequence[int], params: SessionParams) -> bytes:
     return open_to_proto(prompt_ids, params).SerializeToString(deterministic=True)
 
 
-def encode_round(seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> bytes:
-    return round_to_proto(seq, commit, draft, literal).SerializeToString(deterministic=True)
+def encode_round(
+    seq: int, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = (), *, pad_to: int | None = None
+) -> bytes:
+    return round_to_proto(seq, commit, draft, literal, pad_to=pad_to).SerializeToString(deterministic=True)
 
 
 def encode_close(seq: int) -> bytes:
@@ -209,6 +236,8 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
         _check_ids(msg.round.commit_ids, vocab_size, "commit")
         _check_ids(msg.round.draft_ids, vocab_size, "draft")
         _check_ids(msg.round.literal_ids, vocab_size, "placeholder")
+    elif kind == "padded_round":
+        padded_frame(msg.padded_round, vocab_size)  # pads and token IDs checked before the encoding
     if msg.SerializeToString(deterministic=True) != raw:
         raise ProtocolError("the frame is not the canonical (deterministic) serialization of its content")
     if kind == "open":
@@ -216,9 +245,27 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     if kind == "round":
         r = msg.round
         return RoundFrame(r.seq, tuple(r.commit_ids), tuple(r.draft_ids), tuple(r.literal_ids))
+    if kind == "padded_round":
+        return padded_frame(msg.padded_round, vocab_size)
     if kind == "close":
         return CloseFrame(msg.close.seq)
-    raise ProtocolError("the frame carries no Open, Round or Close")
+    raise ProtocolError("the frame carries no Open, Round, PaddedRound or Close")
+
+
+def padded_frame(msg: pb.PaddedRound, vocab_size: int | None = None) -> RoundFrame:
+    """A PaddedRound as the Round it stands for; padding must be trailing PAD_IDs only (any other
+    value in a pad slot would be a covert channel)."""
+    lists = []
+    for ids, what in ((msg.commit_ids, "commit"), (msg.draft_ids, "draft"), (msg.literal_ids, "placeholder")):
+        used = list(ids)
+        while used and used[-1] == PAD_ID:
+            used.pop()
+        if PAD_ID in used:
+            raise ProtocolError(f"the padded round's {what} slots hold a token after padding")
+        _check_ids(used, vocab_size, what)
+        lists.append(tuple(used))
+    slots = (len(msg.commit_ids), len(msg.draft_ids), len(msg.literal_ids))
+    return RoundFrame(msg.seq, lists[0], lists[1], lists[2], slots=slots)
 
 
 def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int) -> tuple[int, Verdict]:

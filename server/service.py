@@ -209,6 +209,7 @@ class VerifierService:
                 grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: the prompt cannot be processed ({exc})"
             ) from None
         state.params_k = frame.params.draft_len
+        state.padded = frame.params.padded_frames
         self.metrics.open_latency.observe(time.perf_counter() - start)
         log.debug("stream %s: device %s (certificate sha256 %s) opened a session", state.stream, *state.device_ids)
 
@@ -219,6 +220,15 @@ class VerifierService:
             raise self._precondition(
                 f"round seq {frame.seq} where {state.seq + 1} was expected: rounds are numbered from 1 without gaps"
             )
+        expected = wire.padded_slots(state.params_k) if state.padded else None
+        if frame.slots != expected:
+            if frame.slots is None:
+                why = "the session declared padded frames: every round must be a PaddedRound"
+            elif expected is None:
+                why = "a PaddedRound in a session that did not declare padded frames"
+            else:
+                why = f"a padded round fills exactly {expected} (commit, draft, placeholder) slots; got {frame.slots}"
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         if len(frame.draft) > state.params_k:
             raise _Abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -294,6 +304,7 @@ class _Stream:
         self.device: Device | None = None
         self.session: CloudSession | None = None
         self.params_k = 0
+        self.padded = False
         self.seq = 0
         self.frames = 0
         self.counted = False

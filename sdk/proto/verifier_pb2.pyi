@@ -30,7 +30,7 @@ CANDIDATE_POLICY_GUARDRAIL: CandidatePolicy
 CANDIDATE_POLICY_LITERAL: CandidatePolicy
 
 class SessionParams(_message.Message):
-    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version")
+    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version", "padded_frames")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     GAMMA_PPM_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class SessionParams(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     BONUS_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PADDED_FRAMES_FIELD_NUMBER: _ClassVar[int]
     method: Method
     sampling: bool
     gamma_ppm: int
@@ -51,7 +52,8 @@ class SessionParams(_message.Message):
     policy: CandidatePolicy
     bonus: bool
     adapter_version: int
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ...) -> None: ...
+    padded_frames: bool
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("prompt_ids", "params")
@@ -73,6 +75,18 @@ class Round(_message.Message):
     literal_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, seq: _Optional[int] = ..., commit_ids: _Optional[_Iterable[int]] = ..., draft_ids: _Optional[_Iterable[int]] = ..., literal_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class PaddedRound(_message.Message):
+    __slots__ = ("seq", "commit_ids", "draft_ids", "literal_ids")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_IDS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_IDS_FIELD_NUMBER: _ClassVar[int]
+    LITERAL_IDS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    commit_ids: _containers.RepeatedScalarFieldContainer[int]
+    draft_ids: _containers.RepeatedScalarFieldContainer[int]
+    literal_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., commit_ids: _Optional[_Iterable[int]] = ..., draft_ids: _Optional[_Iterable[int]] = ..., literal_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Close(_message.Message):
     __slots__ = ("seq",)
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -80,14 +94,16 @@ class Close(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class Uplink(_message.Message):
-    __slots__ = ("open", "round", "close")
+    __slots__ = ("open", "round", "close", "padded_round")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    PADDED_ROUND_FIELD_NUMBER: _ClassVar[int]
     open: Open
     round: Round
     close: Close
-    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., close: _Optional[_Union[Close, _Mapping]] = ...) -> None: ...
+    padded_round: PaddedRound
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., close: _Optional[_Union[Close, _Mapping]] = ..., padded_round: _Optional[_Union[PaddedRound, _Mapping]] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("token_ids", "value")
