@@ -12,8 +12,8 @@ Pure: no I/O, no network, no logging of the text it sees. Three detectors, one g
 
 `EgressGuard.inspect(committed_text, draft_text)` returns the sensitive spans that touch the draft,
 including spans that begin in already-committed text and continue into the draft.
-`EgressGuard.check(committed_ids, new_ids, tokenizer)` is the device loop's entry point: it returns
-a `GuardVerdict` saying where to cut the tokens about to go up, and what to put in their place.
+`EgressGuard.check(committed_ids, new_ids, tokenizer)` returns a `GuardVerdict` saying where to
+cut the tokens about to go up, and what to put in their place.
 
 Why "holds" exist. A span that is only *complete* in the next round would otherwise leak its
 prefix now: "john.doe@example.c" goes up in round i (not yet an email: one-letter TLD), the final
@@ -24,34 +24,11 @@ draft like a span does, and sets `hold` so the device drafts a few tokens furthe
 round trip) until the hazard turns into a span or dissolves. A device that cannot look further
 (end of text, budget, look-ahead cap) treats the hold as a span: fail closed.
 
-Placeholder protocol (what the device loop should do with a verdict), see also `GuardVerdict`:
-
-1. Draft K tokens; call `check(real_committed_ids, pending + draft, tokenizer, send=len(pending + draft))`,
-   with `final=True` when the draft ends in end-of-sequence (a finished text cannot grow a span).
-   `real_committed_ids` is the device's own committed text (with real spans, never placeholders).
-2. While `verdict.hold` and the device can look further: draft one more token locally (Specialist
-   with context, KV cache only on the device) and check again with the longer `new_ids` and the
-   same `send`. Tokens past `send` are look-ahead: they are never sent as part of this round.
-3. `verdict.cut_at is None`: send `new_ids[:send]` as usual; roll the look-ahead back.
-4. `0 < cut_at`: send only `new_ids[:cut_at]` (a shorter draft; decision "cut"); roll back the rest.
-   The cloud verifies the clean prefix; the span is handled in a later round, when it is at the front.
-5. `cut_at == 0` (the span starts at the first new token, or began in committed text):
-   * placeholder policy: the device commits `new_ids[:span_end]` (the real span, drafted by its
-     own Specialist) to its real text unverified, and the cloud commits `placeholder_ids(kind)`
-     instead. The device keeps two views: the real token list (its KV cache, what the user gets)
-     and the cloud's list (what the cloud committed). They differ only at replaced spans; every
-     verified token and every recovery is appended to both. The cloud continues from the
-     placeholder: its next steering vector is conditioned on "<EMAIL>", the device recovers with
-     P_S^c on the real text. The wire has no field for such device-authored tokens yet (the
-     contract only accepts commits drawn from the cloud's candidates): it needs a `Round.literal_ids`
-     the verifier appends to both KV caches unverified. Until then, deploy keep-local.
-   * keep-local policy: nothing of the span goes up; the device closes the session (fallback
-     reason `guard-keep-local`) and finishes the text with the Specialist alone.
-   Either way, log `record_guard_decision(sid, decision=..., count=..., placeholder=...)` - never the span.
-
-When `pending` (a recovery the device chose from the cloud's candidates) itself starts a span,
-`cut_at == 0 < len(pending)`; the cheapest fix is upstream: before choosing a recovery, drop the
-candidates `allows(committed, candidate, tok)` rejects.
+The device acts on verdicts in `sdk/uplink_guard.py` (`plan_uplink`): it checks the pending
+recovery plus the fresh draft, drafts further locally while a verdict holds, sends the draft only
+up to a cut, and at a span at the front applies the deployment's `Policy`: the cloud commits
+`placeholder_ids(kind)` (`Round.literal_ids`) while the device's text keeps the real span, or the
+device finishes alone (keep-local). Every decision is logged (kind, count, placeholder), never the span.
 """
 
 from __future__ import annotations
