@@ -218,7 +218,8 @@ class _Uplink:
         for decision, count, placeholder in plan.decisions:
             # On record before the round it shapes; a tap that refuses stops the generation (fail closed).
             self.session.guard_decision(decision, count, placeholder)
-            extra[f"guard_{decision.replace('-', '_')}"] = extra.get(f"guard_{decision.replace('-', '_')}", 0) + count
+            key = "guard_" + decision.replace("-", "_")
+            extra[key] = extra.get(key, 0) + count
         if plan.lookahead:
             extra["guard_lookahead_tokens"] = extra.get("guard_lookahead_tokens", 0) + plan.lookahead
         return plan
@@ -257,7 +258,8 @@ def _steered_loop(
             state.commit(plan.tokens[plan.pending :])
             session.end_locally("guard-keep-local")
             return "guard-keep-local"
-        seq.truncate(start + plan.kept)
+        if start + plan.kept < len(seq):
+            seq.truncate(start + plan.kept)  # withheld draft tokens and look-ahead
         state.commit(plan.local_span)
         draft = plan.draft
         try:
