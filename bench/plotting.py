@@ -9,14 +9,15 @@ from typing import Any
 
 
 @contextmanager
-def figure(path: Path, size: tuple[float, float]) -> Iterator[Any]:
-    """Yields the axes; on exit the figure is laid out, written to `path` and closed."""
+def figure(path: Path, size: tuple[float, float], ncols: int = 1) -> Iterator[Any]:
+    """Yields the axes (`ncols` > 1: an array of them, side by side); on exit the figure is laid
+    out, written to `path` and closed."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on CI or servers
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = plt.subplots(1, ncols, figsize=size)
     try:
         yield ax
         fig.tight_layout()

@@ -1,7 +1,8 @@
 """`server`: the SpecSteer cloud verifier, and the PKI it and its devices use.
 
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
-                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--metrics-port P] [--transcript-dir D] ...
+                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--batching on|off] [--max-batch N]
+                 [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices
     server pki issue-device --dir D --name NAME   # D/devices/NAME.pem + NAME.key
@@ -60,8 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions-per-device", type=int)
     serve.add_argument("--idle-timeout", type=float, help="seconds without an uplink before a session expires")
     serve.add_argument("--max-top-k", type=int, help="largest steering top-k a device may ask for")
-    serve.add_argument("--workers", type=int, help="threads running model forwards")
+    serve.add_argument("--workers", type=int, help="threads running sessions' jobs (batching: at least 2 x max-batch)")
     serve.add_argument("--torch-threads", type=int)
+    serve.add_argument(
+        "--batching",
+        choices=["on", "off"],
+        help="merge concurrent sessions' forwards of one model into one padded forward (default on)",
+    )
+    serve.add_argument("--max-batch", type=int, help="most sequences in one merged forward (default 8)")
+    serve.add_argument(
+        "--batch-wait-ms", type=float, help="longest a forward waits for running sessions to join it (default 5)"
+    )
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: any)")
     serve.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
     serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
@@ -102,6 +112,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_top_k": args.max_top_k,
         "workers": args.workers,
         "torch_threads": args.torch_threads,
+        "batching": None if args.batching is None else args.batching == "on",
+        "max_batch": args.max_batch,
+        "batch_wait_ms": args.batch_wait_ms,
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
         "transcript_dir": args.transcript_dir,

@@ -20,8 +20,13 @@
     max_sessions_per_device = 8
     idle_timeout = 60.0                   # seconds without an uplink before a session expires
     max_top_k = 64
-    workers = 1                           # threads running model forwards
+    workers = 1                           # threads running sessions' jobs (with batching: at least 2 * max_batch)
     # torch_threads = 2
+
+    [batching]                            # merge concurrent sessions' forwards of one model (server/batching.py)
+    enabled = true                        # false: every forward runs alone, on its session's worker thread
+    max_batch = 8                         # most sequences in one merged forward
+    max_wait_ms = 5.0                     # longest a forward waits for running sessions to join its batch
 
     [metrics]
     # port = 9464                         # Prometheus text format on http://host:port/metrics
@@ -45,7 +50,10 @@ from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from sdk.session_types import WIRE_MAX_TOP_K
 from sdk.tomlfile import read_toml
 
-__all__ = ["ServerConfig", "load_config"]
+__all__ = ["MAX_BATCH", "ServerConfig", "load_config"]
+
+MAX_BATCH = 64  # sequences in one merged forward (bounds its memory); the default session cap
+MAX_BATCH_WAIT_MS = 1000.0  # waiting longer than a forward takes would only add latency
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class ServerConfig:
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
+    batching: bool = True
+    max_batch: int = 8
+    batch_wait_ms: float = 5.0
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     transcript_dir: Path | None = None
@@ -92,6 +103,15 @@ class ServerConfig:
             raise ConfigError(f"workers must be at least 1; got {self.workers}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError(f"torch_threads must be at least 1; got {self.torch_threads}")
+        if not isinstance(self.batching, bool):
+            raise ConfigError(f"batching must be on or off (true or false); got {self.batching!r}")
+        if not 1 <= self.max_batch <= MAX_BATCH:
+            raise ConfigError(f"max_batch must be in [1, {MAX_BATCH}]; got {self.max_batch}")
+        if not (math.isfinite(self.batch_wait_ms) and 0 <= self.batch_wait_ms <= MAX_BATCH_WAIT_MS):
+            raise ConfigError(
+                f"batch max_wait_ms must be a number of milliseconds in [0, {MAX_BATCH_WAIT_MS:g}]; "
+                f"got {self.batch_wait_ms}"
+            )
 
     def require_tls(self) -> tuple[Path, Path, Path]:
         """The certificate, key and client CA; the verifier does not start without all three."""
@@ -122,6 +142,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "workers": "workers",
         "torch_threads": "torch_threads",
     },
+    "batching": {"enabled": "batching", "max_batch": "max_batch", "max_wait_ms": "batch_wait_ms"},
     "metrics": {"port": "metrics_port", "host": "metrics_host"},
     "audit": {"transcript_dir": "transcript_dir"},
 }
@@ -135,6 +156,7 @@ _INTS = {
     "workers",
     "torch_threads",
     "metrics_port",
+    "max_batch",
 }
 _STRS = {"host", "generalist", "specialist", "metrics_host"}
 
@@ -153,6 +175,14 @@ def _coerce(name: str, value: Any, base: Path, where: str) -> Any:
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise ConfigError(f"{where} must be a number of seconds; got {value!r}")
         return float(value)
+    if name == "batch_wait_ms":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be a number of milliseconds; got {value!r}")
+        return float(value)
+    if name == "batching":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false; got {value!r}")
+        return value
     if name == "revoked_devices":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of device names")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sdk.kv import TokenSequence
+from sdk.kv import ForwardRunner, TokenSequence
 from sdk.models import CausalLM
 from sdk.session_types import MAX_CANDIDATE_TOKENS
 from sdk.steering import align_segments, top_indices
@@ -40,8 +40,8 @@ class Candidate:
 
 
 class SharedVocabGeneralist:
-    def __init__(self, lm: CausalLM, prompt_ids: Sequence[int]) -> None:
-        self.seq = TokenSequence(lm.model, prompt_ids)
+    def __init__(self, lm: CausalLM, prompt_ids: Sequence[int], *, runner: ForwardRunner | None = None) -> None:
+        self.seq = TokenSequence(lm.model, prompt_ids, runner)
         self._draft_base = len(self.seq)
 
     def extend(self, commit: Sequence[int], draft: Sequence[int]) -> list[Unit]:
@@ -65,11 +65,18 @@ class CrossVocabGeneralist:
     """Keeps the Generalist's tokens of the committed text, `_g_ends[i]` being where generated
     Generalist token i ends in that text."""
 
-    def __init__(self, lm: CausalLM, specialist: TextCodec, prompt_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        lm: CausalLM,
+        specialist: TextCodec,
+        prompt_ids: Sequence[int],
+        *,
+        runner: ForwardRunner | None = None,
+    ) -> None:
         self.lm = lm
         self.codec = TextCodec(lm.tokenizer, lm.eos_ids)
         self.s_codec = specialist
-        self.seq = TokenSequence(lm.model, prompt_ids)
+        self.seq = TokenSequence(lm.model, prompt_ids, runner)
         self._prompt_len = len(prompt_ids)
         self._s_generated: list[int] = []
         self._g_ends: list[int] = []

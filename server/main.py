@@ -195,7 +195,13 @@ class VerifierServer:
         self.transcript = transcript
         if transcript is None and config.transcript_dir is not None:
             self.transcript = _open_transcript(config.transcript_dir)
-        self.scheduler = Scheduler(config.workers, self.metrics)
+        self.scheduler = Scheduler(
+            config.workers,
+            self.metrics,
+            batching=config.batching,
+            max_batch=config.max_batch,
+            max_wait=config.batch_wait_ms / 1000,
+        )
         self.port = 0
         self.metrics_port: int | None = None
         self._loop = asyncio.new_event_loop()
@@ -208,6 +214,7 @@ class VerifierServer:
         try:
             self._call(self._bind())
         except BaseException:
+            self.scheduler.shutdown()
             self._shutdown_loop()
             raise
 

@@ -37,14 +37,20 @@ class Metrics:
         self.rejected_messages = Counter(
             "specsteer_rejected_messages", "Uplinks refused, by gRPC status.", ["code"], registry=r
         )
-        # No cross-session batching yet (server/batching.py): this is the number of model jobs
-        # queued when one starts, i.e. the batch a batching scheduler could have formed.
+        # server/batching.py: concurrent sessions' forwards of one model are merged when batching is on.
         self.batch_size = Histogram(
             "specsteer_batch_size",
-            "Model jobs queued together when one starts (jobs still run one by one).",
+            "Sequences merged into each model forward (1: the forward ran alone).",
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.unmerged = Counter(
+            "specsteer_unmerged_forwards",
+            "Forwards run alone with batching on because the model did not allow a merge, by reason.",
+            ["reason"],  # cache, window (sliding-window layers), error (the merged forward failed)
+            registry=r,
+        )
+        self.batching = Gauge("specsteer_batching_enabled", "1 if cross-session batching is on.", registry=r)
         self.round_latency = Histogram(
             "specsteer_round_latency_seconds",
             "From a round's uplink to its downlink.",

@@ -24,6 +24,7 @@ is dropped, and the session's caches go with it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import secrets
@@ -200,7 +201,10 @@ class VerifierService:
         self.metrics.sessions_active.inc()
         start = time.perf_counter()
         try:
-            state.session = await self.scheduler.run(self.cloud.open, list(frame.prompt_ids), frame.params)
+            # The session's forwards go through the scheduler's runner: merged with other sessions'
+            # when batching is on.
+            open_session = functools.partial(self.cloud.open, runner=self.scheduler.runner)
+            state.session = await self.scheduler.run(open_session, list(frame.prompt_ids), frame.params)
         except ProtocolError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: {exc}") from None
         except (ValueError, IndexError, RuntimeError) as exc:

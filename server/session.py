@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from sdk.errors import ConfigError, ProtocolError
-from sdk.kv import TokenSequence
+from sdk.kv import ForwardRunner, TokenSequence
 from sdk.models import CausalLM
 from sdk.prompts import render_prompt
 from sdk.session_types import (
@@ -62,8 +62,11 @@ class CloudVerifier:
             raise ValueError("the shared-vocabulary path needs both models to use one tokenizer")
         self.s_codec = TextCodec(specialist.tokenizer, specialist.eos_ids)
 
-    def open(self, prompt_ids: Sequence[int], params: SessionParams) -> CloudSession:
-        return CloudSession(self, prompt_ids, params)
+    def open(
+        self, prompt_ids: Sequence[int], params: SessionParams, *, runner: ForwardRunner | None = None
+    ) -> CloudSession:
+        """A session; `runner` runs its models' forwards (None: each alone, on the caller's thread)."""
+        return CloudSession(self, prompt_ids, params, runner=runner)
 
     def specialist_for(self, adapter_version: int) -> CausalLM:
         """The generic Specialist copy a session declaring `adapter_version` must be verified with."""
@@ -84,7 +87,14 @@ class CloudVerifier:
 
 
 class CloudSession:
-    def __init__(self, verifier: CloudVerifier, prompt_ids: Sequence[int], params: SessionParams) -> None:
+    def __init__(
+        self,
+        verifier: CloudVerifier,
+        prompt_ids: Sequence[int],
+        params: SessionParams,
+        *,
+        runner: ForwardRunner | None = None,
+    ) -> None:
         s_vocab = verifier.specialist.vocab_size
         if not prompt_ids:
             raise ProtocolError("the prompt is empty")
@@ -104,14 +114,14 @@ class CloudSession:
 
         prompt_text = verifier.s_codec.decode(prompt_ids)
         s0_lm = verifier.specialist_for(params.adapter_version)
-        self.s0 = TokenSequence(s0_lm.model, render_prompt(s0_lm, prompt_text))
+        self.s0 = TokenSequence(s0_lm.model, render_prompt(s0_lm, prompt_text), runner)
         g_prompt = render_prompt(verifier.generalist, prompt_text)
         if verifier.cross_vocab:
             self.g: SharedVocabGeneralist | CrossVocabGeneralist = CrossVocabGeneralist(
-                verifier.generalist, verifier.s_codec, g_prompt
+                verifier.generalist, verifier.s_codec, g_prompt, runner=runner
             )
         else:
-            self.g = SharedVocabGeneralist(verifier.generalist, g_prompt)
+            self.g = SharedVocabGeneralist(verifier.generalist, g_prompt, runner=runner)
 
     def stats(self) -> dict[str, float]:
         """Counters the device cannot see for itself (cross-vocabulary boundary sharing)."""

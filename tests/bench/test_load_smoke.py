@@ -1,4 +1,5 @@
-"""The load benchmark's smoke run: a real `server serve` process, concurrent sessions, tiny models."""
+"""The load benchmark's smoke run: a real `server serve` process per batching mode, concurrent
+sessions, tiny models."""
 
 from __future__ import annotations
 
@@ -28,9 +29,16 @@ def test_load_smoke_runs_concurrent_sessions_without_errors(tmp_path, char_tok) 
     ]
     # Execute
     assert load.main(args) == 0
-    # Assert
-    rows = json.loads((out / "load.json").read_text())["rows"]
-    assert [r["sessions"] for r in rows] == [1, 3]
+    # Assert: both modes at both N (batching on and off is the default), in one table.
+    result = json.loads((out / "load.json").read_text())
+    rows = result["rows"]
+    assert [(r["sessions"], r["batching"]) for r in rows] == [(1, "off"), (1, "on"), (3, "off"), (3, "on")]
     assert all(r["errors"] == 0 and r["rounds"] >= r["sessions"] for r in rows)
     assert all(r["verifier_peak_rss_mb"] > 0 and r["round_p99_ms"] >= r["round_p50_ms"] for r in rows)
+    # The server's own metrics: every forward ran alone with batching off; never above max-batch with it on.
+    assert all(r["forwards"] > 0 and r["unmerged_forwards"] == 0 for r in rows)
+    assert all(r["mean_batch_size"] == 1.0 for r in rows if r["batching"] == "off")
+    assert all(1.0 <= r["mean_batch_size"] <= 8 for r in rows if r["batching"] == "on")
+    assert set(result["meta"]["verifier_idle_rss_mb"]) == {"on", "off"}
+    assert "| 3 | on |" in (out / "load.md").read_text()
     assert (out / "load.png").stat().st_size > 1000

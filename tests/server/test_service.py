@@ -177,7 +177,7 @@ BAD_INPUT = [
         C.INVALID_ARGUMENT,
         "canon",
     ),
-    ("empty-uplink", [b""], C.INVALID_ARGUMENT, "no Open, Round or Close"),
+    ("empty-uplink", [b""], C.INVALID_ARGUMENT, "no Open, Round, PaddedRound or Close"),
 ]
 
 
