@@ -1,6 +1,6 @@
 """Quality benchmark (the shape of the paper's Tables 2 and 10) on real data.
 
-    python -m bench.quality [--data ../shared/data/commit-bodies-dev.jsonl] [--users 6] [--queries-per-user 2]
+    python -m bench.quality [--data ../shared/data/commit-bodies-dev.jsonl] [--users 3] [--queries-per-user 1]
                             [--max-new-tokens 64] [--limit N] [--out docs/results]
 
 For each dev user, the first queries (a fixed subset) are generated with every method on the
@@ -68,8 +68,9 @@ def load_queries(path: Path, users: int, per_user: int) -> list[tuple[dict, dict
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.quality", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--users", type=int, default=6)
-    p.add_argument("--queries-per-user", type=int, default=2)
+    # 3 queries x 10 configurations: about 30-45 min on 2 idle cores (each generation 10-130 s).
+    p.add_argument("--users", type=int, default=3)
+    p.add_argument("--queries-per-user", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--limit", type=int, default=None, help="at most this many queries (a quick run)")
     p.add_argument("--configs", nargs="*", default=None, help="labels to run (default: all)")
