@@ -147,22 +147,23 @@ class SessionState:
         if kind == "open":
             return self._open(msg.open, payload, out)
         if kind == "round":
-            r = msg.round
+            frame = wire.round_frame(msg.round)
             if self.padded:
-                out.append(Violation(Area.UPLINK, f"Round {r.seq} is not padded in a session that declared padding"))
-            frame = wire.RoundFrame(r.seq, tuple(r.commit_ids), tuple(r.draft_ids), tuple(r.literal_ids))
+                out.append(Violation(Area.UPLINK, f"Round {frame.seq} is not padded, but the session declared padding"))
             return self._round(frame, payload, out)
         if kind == "padded_round":
-            try:
-                frame = wire.padded_frame(msg.padded_round)
-            except ProtocolError as exc:
-                out.append(Violation(Area.UPLINK, str(exc)))
-                frame = wire.padded_frame(pb.PaddedRound(seq=msg.padded_round.seq))
+            p = msg.padded_round
+            slots = (len(p.commit_ids), len(p.draft_ids), len(p.literal_ids))
             expected = wire.padded_slots(self.draft_len)
             if not self.padded:
-                out.append(Violation(Area.UPLINK, f"PaddedRound {frame.seq} in a session that declared no padding"))
-            elif frame.slots != expected:
-                out.append(Violation(Area.UPLINK, f"PaddedRound {frame.seq} fills {frame.slots} slots, not {expected}"))
+                out.append(Violation(Area.UPLINK, f"PaddedRound {p.seq} in a session that declared no padding"))
+            elif slots != expected:
+                out.append(Violation(Area.UPLINK, f"PaddedRound {p.seq} fills {slots} slots, not {expected}"))
+            try:
+                frame = wire.padded_frame(p)
+            except ProtocolError as exc:  # a token after padding: checked as an empty round from here
+                out.append(Violation(Area.UPLINK, str(exc)))
+                frame = wire.RoundFrame(p.seq, (), (), (), slots=slots)
             return self._round(frame, payload, out)
         return self._close(msg.close, payload, out)
 

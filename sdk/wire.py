@@ -243,13 +243,16 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     if kind == "open":
         return OpenFrame(tuple(msg.open.prompt_ids), params_from_proto(msg.open.params))
     if kind == "round":
-        r = msg.round
-        return RoundFrame(r.seq, tuple(r.commit_ids), tuple(r.draft_ids), tuple(r.literal_ids))
+        return round_frame(msg.round)
     if kind == "padded_round":
         return padded_frame(msg.padded_round, vocab_size)
     if kind == "close":
         return CloseFrame(msg.close.seq)
     raise ProtocolError("the frame carries no Open, Round, PaddedRound or Close")
+
+
+def round_frame(msg: pb.Round) -> RoundFrame:
+    return RoundFrame(msg.seq, tuple(msg.commit_ids), tuple(msg.draft_ids), tuple(msg.literal_ids))
 
 
 def padded_frame(msg: pb.PaddedRound, vocab_size: int | None = None) -> RoundFrame:
