@@ -36,7 +36,7 @@ from sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from sdk.session_types import SessionParams
 from sdk.tomlfile import read_toml
 from sdk.transport import Verifier
-from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
+from sdk.uplink_guard import check_guard_setting, guard_setting
 
 __all__ = ["ClientConfig", "GenerationStream", "SpecSteerClient"]
 
@@ -72,8 +72,7 @@ class ClientConfig:
     guard: str = "placeholder"
 
     def __post_init__(self) -> None:
-        if self.guard not in GUARD_SETTINGS:
-            raise ConfigError(f"the egress guard is one of {', '.join(GUARD_SETTINGS)}; got {self.guard!r}")
+        check_guard_setting(self.guard)
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""

@@ -28,7 +28,7 @@ from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
 from sdk.context import Profile
 from sdk.errors import ConfigError
 
-__all__ = ["GUARD_SETTINGS", "UplinkPlan", "guard_for_profile", "guard_setting", "plan_uplink"]
+__all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 
 CUT = "cut"
 PLACEHOLDER = "placeholder"
@@ -74,10 +74,14 @@ def guard_for_profile(
     return EgressGuard.for_profile(history, tokenizer, identities=identities, canaries=canaries, policy=Policy(policy))
 
 
-def guard_setting(profile: Profile | None, tokenizer: Tokenizer, setting: str) -> EgressGuard | None:
-    """The guard for a deployment setting (one of `GUARD_SETTINGS`); None for "off"."""
+def check_guard_setting(setting: str) -> None:
     if setting not in GUARD_SETTINGS:
         raise ConfigError(f"the egress guard is one of {', '.join(GUARD_SETTINGS)}; got {setting!r}")
+
+
+def guard_setting(profile: Profile | None, tokenizer: Tokenizer, setting: str) -> EgressGuard | None:
+    """The guard for a deployment setting (one of `GUARD_SETTINGS`); None for "off"."""
+    check_guard_setting(setting)
     return None if setting == "off" else guard_for_profile(profile, tokenizer, setting)
 
 
