@@ -40,4 +40,4 @@ test-slow: $(STAMP)
 test: lint test-fast test-slow
 
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. sdk/proto/verifier.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. core/proto/verifier.proto

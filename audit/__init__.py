@@ -4,7 +4,7 @@
 - `audit.note`: C2SP signed notes, Ed25519 log keys, tlog-checkpoint bodies.
 - `audit.records`: the record schema (one canonical JSON object per record).
 - `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
-- `audit.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
+- `core.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
 - `audit.egress`: `EgressRecorder`, the one choke point every uplink and downlink passes through.
 - `audit.transcript`: the server's own record of what it received, and its comparison.
 - `audit.verify`: every check an auditor runs, as a `Report`.

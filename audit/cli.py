@@ -27,7 +27,7 @@ from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
 from audit.note import Checkpoint, NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
 from audit.verify import Report, inspect, verify
-from sdk.errors import SpecSteerError
+from core.errors import SpecSteerError
 
 EXIT_OK = 0
 EXIT_FAILED = 1

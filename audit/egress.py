@@ -2,7 +2,7 @@
 
 gRPC interceptors see message objects, not bytes, so the choke point is the channel's own
 serializer: `uplink_serializer(session_id)` serializes an `Uplink`, checks it against the egress
-contract (`audit.contract`), appends the exact bytes to the log, waits for the fsync, and only then
+contract (`core.contract`), appends the exact bytes to the log, waits for the fsync, and only then
 hands the bytes to gRPC. An uplink that breaks the contract raises `EgressBlocked`: it is neither
 logged nor sent (fail closed). `downlink_deserializer(session_id)` logs the received bytes first
 (evidence, even when malformed), then parses and checks them, raising `ProtocolError` on a breach.
@@ -32,12 +32,12 @@ import threading
 from collections.abc import Callable
 
 from audit import records
-from audit.contract import SessionState, Violation
 from audit.errors import AuditError, EgressBlocked
 from audit.log import AuditLog
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import WIRE_MAX_TOP_K
+from core.contract import SessionState, Violation
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import WIRE_MAX_TOP_K
 
 
 def _describe(violations: list[Violation]) -> str:

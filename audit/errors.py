@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sdk.errors import SpecSteerError
+from core.errors import SpecSteerError
 
 if TYPE_CHECKING:
     from audit.verify import Report

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from audit import merkle, records
-from audit.contract import Area, SessionState, Violation
 from audit.errors import AuditError, VerificationFailed
 from audit.log import TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
 from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
 from audit.transcript import DeviceSession, compare, read_transcript
-from sdk.session_types import WIRE_MAX_TOP_K
+from core.contract import Area, SessionState, Violation
+from core.session_types import WIRE_MAX_TOP_K
 
 NOT_COVERED = (
     "TLS metadata: the size, timing and number of encrypted records and connections are visible on the network "

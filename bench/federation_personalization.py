@@ -33,6 +33,9 @@ from typing import Any
 import torch
 from rouge_score import rouge_scorer
 
+from core.models import DEFAULT_SPECIALIST, load_causal_lm
+from core.prompts import task_prompt
+from core.session_types import Method, SessionParams
 from federation.adapters import apply_adapters, write_adapter
 from federation.task import (
     GLOBAL,
@@ -45,9 +48,6 @@ from federation.task import (
     train_personal,
 )
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.models import DEFAULT_SPECIALIST, load_causal_lm
-from sdk.prompts import task_prompt
-from sdk.session_types import Method, SessionParams
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 DEFAULT_USERS = "u00,u01,u02"

@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.plotting import figure
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from core.prompts import task_prompt
+from core.session_types import SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
-from sdk.prompts import task_prompt
-from sdk.session_types import SessionParams
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 

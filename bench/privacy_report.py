@@ -61,6 +61,9 @@ from audit.note import SigningKey
 from audit.transcript import ServerTranscript
 from audit.verify import verify
 from bench.plotting import figure
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
+from core.prompts import task_prompt
+from core.session_types import SessionParams
 from privacy.cli import leakage_report
 from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
 from privacy.leakage import (
@@ -80,10 +83,7 @@ from privacy.leakage import (
 from sdk.context import Profile, ProfileIndex
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
-from sdk.prompts import task_prompt
 from sdk.remote import RemoteVerifier, TlsIdentity
-from sdk.session_types import SessionParams
 from sdk.uplink_guard import guard_for_profile
 from server.config import ServerConfig
 from server.main import create_server
@@ -763,7 +763,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "mutual information pooled over the config's runs (biased upward on few rounds, so it errs toward "
         "reporting a channel). The padded codec (`privacy.leakage.encode_padded_round`, FrameShape "
         f"commit_slots={shape['commit_slots']}, draft_slots={shape['draft_slots']}) re-encodes the same rounds "
-        "offline: the wire (sdk/proto) does not offer it yet, so this shows what it would close, not what was sent. "
+        "offline: the wire (core/proto) does not offer it yet, so this shows what it would close, not what was sent. "
         "The number of rounds per session is still visible either way.",
         "* Personal-data hits: the user's trailer names/emails and `PiiDetector` patterns in the decoded uplink, "
         "and runs of 8+ tokens copied from the user's history (`leakage_report`).",

@@ -24,11 +24,11 @@ from pathlib import Path
 from rouge_score import rouge_scorer
 
 from bench.plotting import figure
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from core.prompts import task_prompt
+from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
-from sdk.prompts import task_prompt
-from sdk.session_types import CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 

@@ -33,13 +33,13 @@ import torch
 
 from bench.netdelay import DelayRelay
 from bench.plotting import figure
+from core.kv import TokenSequence
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from core.prompts import render_prompt, task_prompt
+from core.session_types import Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.kv import TokenSequence
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from sdk.prompts import render_prompt, task_prompt
-from sdk.session_types import Method, SessionParams
 from sdk.transport import InProcessVerifier
 from server.config import ServerConfig
 from server.main import create_server

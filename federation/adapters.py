@@ -37,9 +37,9 @@ import torch
 from safetensors.numpy import load_file as load_numpy_file
 from safetensors.numpy import save_file as save_numpy_file
 
+from core.errors import ConfigError
+from core.models import CausalLM
 from federation.ledger import atomic_write_json
-from sdk.errors import ConfigError
-from sdk.models import CausalLM
 
 __all__ = [
     "ADAPTER_WEIGHTS",

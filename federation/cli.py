@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sdk.errors import ConfigError, SpecSteerError
+from core.errors import ConfigError, SpecSteerError
 
 __all__ = ["main", "parse_duration"]
 

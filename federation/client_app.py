@@ -26,9 +26,9 @@ from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameter
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
+from core.errors import SpecSteerError
 from federation.device import Device, Policy
 from federation.task import GLOBAL, specialist_for
-from sdk.errors import SpecSteerError
 
 __all__ = ["REFUSED", "app", "handle_evaluate", "handle_train", "optional_secaggplus_mod"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
 from federation import OFFLINE_ENV
-from sdk.errors import ConfigError
 
 __all__ = [
     "APP_NAME",

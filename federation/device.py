@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.errors import ConfigError
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
@@ -50,7 +51,6 @@ from federation.task import (
     train_global_dp,
     train_personal,
 )
-from sdk.errors import ConfigError
 
 __all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "NotEligible", "Policy"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sdk.errors import ConfigError
+from core.errors import ConfigError
 
 __all__ = ["ACCOUNTANTS", "BudgetExhausted", "Ledger", "LedgerError", "RoundEntry", "epsilon_of"]
 

@@ -34,11 +34,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from core.errors import ConfigError
+from core.models import load_causal_lm
 from federation.adapters import AdapterError
 from federation.store import AdapterStore
 from federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
-from sdk.errors import ConfigError
-from sdk.models import load_causal_lm
 
 __all__ = ["ServerSettings", "VersionedFedAvg", "app", "ensure_initial_version", "run_federation"]
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from core.models import CausalLM
 from federation.adapters import (
     AdapterError,
     AdapterFolder,
@@ -28,12 +29,11 @@ from federation.adapters import (
     write_adapter,
 )
 from federation.task import GLOBAL, PERSONAL
-from sdk.models import CausalLM
 
 __all__ = ["AdapterStore", "load_global_adapter", "version_dir"]
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")
-MAX_VERSION = 2**31 - 1  # the session parameter is bounded by sdk.session_types.MAX_ADAPTER_VERSION
+MAX_VERSION = 2**31 - 1  # the session parameter is bounded by core.session_types.MAX_ADAPTER_VERSION
 
 
 def version_dir(adapters_dir: str | Path, version: int) -> Path:

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from core.errors import ConfigError, ProfileError
+from core.models import CausalLM, load_causal_lm
+from core.prompts import render_prompt, task_prompt
 from federation.adapters import base_fingerprint
 from federation.ledger import Ledger
 from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
-from sdk.errors import ConfigError, ProfileError
-from sdk.models import CausalLM, load_causal_lm
-from sdk.prompts import render_prompt, task_prompt
 
 __all__ = [
     "ADAPTERS",

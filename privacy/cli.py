@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sdk.errors import SpecSteerError
+from core.errors import SpecSteerError
 
 __all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
 
@@ -215,7 +215,7 @@ def _load_tokenizer(spec: str) -> Any:
             return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise PrivacyError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0]}") from None
-    from sdk.models import load_causal_lm
+    from core.models import load_causal_lm
 
     return load_causal_lm(spec, progress=False).tokenizer
 

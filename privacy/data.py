@@ -25,11 +25,11 @@ from audit import records
 from audit.errors import AuditError
 from audit.log import scan_log
 from audit.transcript import read_transcript
+from core import wire
+from core.errors import ProtocolError, SpecSteerError
+from core.proto import verifier_pb2 as pb
 from privacy.detectors import identities_from_trailers
 from privacy.leakage import CanarySpace
-from sdk import wire
-from sdk.errors import ProtocolError, SpecSteerError
-from sdk.proto import verifier_pb2 as pb
 
 __all__ = [
     "CANARY_FORMAT",

@@ -377,7 +377,7 @@ def _packed_fixed32(field_number: int, values: Sequence[int]) -> bytes:
 def encode_padded_round(seq: int, commit: Sequence[int], draft: Sequence[int], shape: FrameShape) -> bytes:
     """The proposed constant-size uplink round, in protobuf wire format.
 
-    Proposed schema (not in sdk/proto yet)::
+    Proposed schema (not in core/proto yet)::
 
         message PaddedRound {
           fixed32 seq = 1;                  // from 1, so never the omitted default

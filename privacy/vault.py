@@ -40,7 +40,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from sdk.errors import SpecSteerError
+from core.errors import SpecSteerError
 
 __all__ = [
     "ENV_KEY",

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from core.errors import ConfigError, SpecSteerError
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
+from core.prompts import task_prompt
+from core.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap, RecorderTap
-from sdk.errors import ConfigError, SpecSteerError
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
-from sdk.prompts import task_prompt
-from sdk.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 

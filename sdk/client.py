@@ -26,15 +26,15 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError, SpecSteerError
+from core.models import CausalLM
+from core.session_types import SessionParams
+from core.tomlfile import read_toml
 from privacy.detectors import EgressGuard
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap
-from sdk.errors import ConfigError, SpecSteerError
-from sdk.models import CausalLM
 from sdk.remote import RemoteVerifier, TlsIdentity, split_target
-from sdk.session_types import SessionParams
-from sdk.tomlfile import read_toml
 from sdk.transport import Verifier
 from sdk.uplink_guard import check_guard_setting, guard_setting
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
+from core.errors import ConfigError, ProfileError
 from privacy.detectors import identities_from_trailers
 from privacy.vault import (
     ENV_KEY,
@@ -40,7 +41,6 @@ from privacy.vault import (
     VaultError,
     is_vault,
 )
-from sdk.errors import ConfigError, ProfileError
 
 __all__ = ["Profile", "ProfileEntry", "ProfileIndex", "render_context"]
 

@@ -14,14 +14,14 @@ from functools import partial
 
 import torch
 
+from core.errors import ConfigError, ProtocolError
+from core.kv import TokenSequence
+from core.models import CausalLM
+from core.prompts import render_prompt
+from core.session_types import GenerationStats, Method, SessionParams, Verdict
+from core.steering import choose, recovery_scores
 from privacy.detectors import EgressGuard, Tokenizer
 from sdk.context import Profile, ProfileIndex, render_context
-from sdk.errors import ConfigError, ProtocolError
-from sdk.kv import TokenSequence
-from sdk.models import CausalLM
-from sdk.prompts import render_prompt
-from sdk.session_types import GenerationStats, Method, SessionParams, Verdict
-from sdk.steering import choose, recovery_scores
 from sdk.transport import Verifier, VerifierLost, VerifierSession
 from sdk.uplink_guard import UplinkPlan, plan_uplink
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from sdk.errors import ConfigError
+from core.errors import ConfigError
 
 __all__ = ["MIN_PINS", "PinSet", "PinningError", "load_pin_set", "spki_pin"]
 

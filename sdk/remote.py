@@ -36,11 +36,11 @@ from pathlib import Path
 
 import grpc
 
-from sdk import wire
+from core import wire
+from core.errors import ConfigError, ProtocolError, SpecSteerError
+from core.session_types import WIRE_MAX_TOP_K, SessionParams, Verdict
 from sdk.egress import Egress, EgressSession, EgressTap
-from sdk.errors import ConfigError, ProtocolError, SpecSteerError
 from sdk.pinning import PinSet, load_pin_set
-from sdk.session_types import WIRE_MAX_TOP_K, SessionParams, Verdict
 from sdk.transport import VerifierLost
 
 __all__ = [

@@ -3,7 +3,7 @@
 The device talks to any `Verifier`: `open(prompt_ids, params)` returns a `VerifierSession` with
 `round(commit, draft, literal) -> Verdict`, `guard_decision(...)`, `end_locally(reason)` and
 `close()`. The in-process transport serializes every message through the wire format
-(`sdk/wire.py`) exactly as a network transport would, so the byte counts are real and in-process
+(`core/wire.py`) exactly as a network transport would, so the byte counts are real and in-process
 runs exercise the same parsing as remote ones.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sdk import wire
-from sdk.errors import SpecSteerError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import SessionParams, Verdict
+from core import wire
+from core.errors import SpecSteerError
+from core.proto import verifier_pb2 as pb
+from core.session_types import SessionParams, Verdict
 
 
 class VerifierLost(SpecSteerError):

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.errors import ConfigError
 from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
 from sdk.context import Profile
-from sdk.errors import ConfigError
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 

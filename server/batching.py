@@ -3,15 +3,15 @@
 Every job (opening a session, verifying a round) goes through `Scheduler.run` onto a pool of
 threads, so the gRPC event loop never blocks and keeps serving health checks and other sessions'
 frames. A job's model forwards go to the scheduler's `runner`, which every session's KV caches
-(`sdk.kv.TokenSequence`) call.
+(`core.kv.TokenSequence`) call.
 
 Batching on (`[batching] enabled`, `server serve --batching on`, the default): `ForwardBatcher`
 runs every forward on one thread, one forward at a time, and merges the pending forwards of one
 model (the Generalist, or one generic Specialist copy) into one padded forward of up to
-`max_batch` sequences (`sdk.kv.forward_batch`). A batch is taken as soon as that thread is free
+`max_batch` sequences (`server.kv_batch.forward_batch`). A batch is taken as soon as that thread is free
 and either every running job is waiting on a forward (nobody else could join), `max_batch`
 forwards of one model wait, or the oldest has waited `max_wait_ms`. With a single session there
-is nothing to wait for, and a batch of one runs `sdk.kv.single_forward`, exactly the unbatched
+is nothing to wait for, and a batch of one runs `core.kv.single_forward`, exactly the unbatched
 path. Jobs get at least `2 * max_batch` worker threads, so one batch can gather while another runs.
 
 Where the models do not allow a merge, the forward runs alone, counted by
@@ -49,7 +49,8 @@ from typing import TypeVar
 
 import torch
 
-from sdk.kv import ForwardRunner, TokenSequence, forward_batch, merge_blocker, single_forward, sliding_window
+from core.kv import ForwardRunner, TokenSequence, single_forward
+from server.kv_batch import forward_batch, merge_blocker, sliding_window
 from server.metrics import Metrics
 
 __all__ = ["ForwardBatcher", "Scheduler", "SingleRunner"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sdk.errors import SpecSteerError
+from core.errors import SpecSteerError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from sdk.errors import ConfigError
-from sdk.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from sdk.session_types import WIRE_MAX_TOP_K
-from sdk.tomlfile import read_toml
+from core.errors import ConfigError
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from core.session_types import WIRE_MAX_TOP_K
+from core.tomlfile import read_toml
 
 __all__ = ["MAX_BATCH", "ServerConfig", "load_config"]
 

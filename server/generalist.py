@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from sdk.kv import ForwardRunner, TokenSequence
-from sdk.models import CausalLM
-from sdk.session_types import MAX_CANDIDATE_TOKENS
-from sdk.steering import align_segments, top_indices
-from sdk.vocab import TextCodec
+from core.kv import ForwardRunner, TokenSequence
+from core.models import CausalLM
+from core.session_types import MAX_CANDIDATE_TOKENS
+from core.steering import align_segments, top_indices
+from server.vocab import TextCodec
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sdk import wire
-from sdk.errors import ConfigError
-from sdk.models import CausalLM
+from core import wire
+from core.errors import ConfigError
+from core.models import CausalLM
 from sdk.remote import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from server.batching import Scheduler
 from server.config import ServerConfig
@@ -129,7 +129,7 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     """Load the Generalist and the generic Specialist copy once, as the config names them."""
     import torch
 
-    from sdk.models import load_causal_lm
+    from core.models import load_causal_lm
 
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from sdk.errors import ConfigError
+from core.errors import ConfigError
 from sdk.pinning import spki_pin
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The Verifier servicer: one bidirectional stream per generation session, parsed strictly here.
 
 The stream's frames arrive as raw bytes (the request deserializer is the identity), so the
-server hashes exactly what arrived into the transcript, then parses with `sdk.wire.decode_uplink`
+server hashes exactly what arrived into the transcript, then parses with `core.wire.decode_uplink`
 (no unknown fields, canonical encoding, token IDs in the vocabulary). Every refusal ends only
 that stream, with a specific status:
 
@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 import grpc
 
-from sdk import wire
-from sdk.errors import ProtocolError
-from sdk.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
+from core import wire
+from core.errors import ProtocolError
+from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics

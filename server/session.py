@@ -1,7 +1,7 @@
 """The cloud verifier: Generalist P_G and the generic Specialist copy P_S^0, one session per generation.
 
 A session holds the KV caches of both models for one device, verifies each round's draft with
-`sdk.steering`, rolls the caches back to the accepted prefix and builds the steering vector.
+`core.steering`, rolls the caches back to the accepted prefix and builds the steering vector.
 It sees only token IDs and the declared parameters: never the private context.
 """
 
@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from sdk.errors import ConfigError, ProtocolError
-from sdk.kv import ForwardRunner, TokenSequence
-from sdk.models import CausalLM
-from sdk.prompts import render_prompt
-from sdk.session_types import (
+from core.errors import ConfigError, ProtocolError
+from core.kv import ForwardRunner, TokenSequence
+from core.models import CausalLM
+from core.prompts import render_prompt
+from core.session_types import (
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
     CandidatePolicy,
@@ -24,9 +24,9 @@ from sdk.session_types import (
     SteeringVector,
     Verdict,
 )
-from sdk.steering import steering_candidates, steering_values, top_indices, verify_exact_greedy, verify_ratios
-from sdk.vocab import TextCodec, same_vocabulary
+from core.steering import steering_candidates, steering_values, top_indices, verify_exact_greedy, verify_ratios
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
+from server.vocab import TextCodec, same_vocabulary
 
 MAX_PROMPT_TOKENS = 4096
 # Cross-vocabulary candidates are drawn from this many times k of the Generalist's top tokens,

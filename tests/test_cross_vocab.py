@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from core.session_types import Method, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.session_types import Method, SessionParams
 from sdk.transport import InProcessVerifier
 from server.generalist import CrossVocabGeneralist
 from server.session import CloudSession, CloudVerifier

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.models import CausalLM
+from core.prompts import render_prompt, task_prompt
+from core.session_types import CandidatePolicy, Method, SessionParams
+from core.steering import log_softmax
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.models import CausalLM
-from sdk.prompts import render_prompt, task_prompt
-from sdk.session_types import CandidatePolicy, Method, SessionParams
-from sdk.steering import log_softmax
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

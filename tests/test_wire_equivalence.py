@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from core.prompts import task_prompt
+from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.prompts import task_prompt
-from sdk.session_types import CandidatePolicy, Method, SessionParams
 from sdk.transport import InProcessVerifier, Verifier
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

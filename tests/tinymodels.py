@@ -29,7 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from sdk.models import CausalLM, locate_embedded_gguf
+from core.models import CausalLM, locate_embedded_gguf
 
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 # Fixed ids 0..3 so tests can hard-code them.
@@ -202,7 +202,7 @@ def tiny_gemma(
 
 
 def tiny_lm(tokenizer: PreTrainedTokenizerFast, seed: int, name: str = "tiny", **llama_kwargs: int) -> CausalLM:
-    """`tiny_llama` wrapped the way `sdk.models.load_causal_lm` returns real models."""
+    """`tiny_llama` wrapped the way `core.models.load_causal_lm` returns real models."""
     return CausalLM.from_parts(name, tiny_llama(tokenizer, seed=seed, **llama_kwargs), tokenizer)
 
 

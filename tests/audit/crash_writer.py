@@ -16,8 +16,8 @@ from pathlib import Path
 from audit.egress import EgressRecorder
 from audit.log import AuditLog
 from audit.note import load_signing_key
-from sdk import wire
-from sdk.session_types import SessionParams, SteeringVector, Verdict
+from core import wire
+from core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 50_000
 

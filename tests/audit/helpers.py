@@ -1,6 +1,6 @@
 """Builders for realistic audit logs and the raw-file surgery the tamper tests perform.
 
-Logs are written through the real recorder with real wire messages (`sdk.wire`), so a log that
+Logs are written through the real recorder with real wire messages (`core.wire`), so a log that
 verifies here is the same kind of log a device writes.
 """
 
@@ -14,8 +14,8 @@ from audit import merkle, records
 from audit.egress import EgressRecorder
 from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
 from audit.note import SigningKey
-from sdk import wire
-from sdk.session_types import SessionParams, SteeringVector, Verdict
+from core import wire
+from core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 500
 

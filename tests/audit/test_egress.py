@@ -14,10 +14,10 @@ from audit.errors import AuditError, EgressBlocked
 from audit.log import AuditLog, scan_log
 from audit.note import SigningKey
 from audit.verify import inspect, verify
-from sdk import wire
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import SessionParams, SteeringVector, Verdict
+from core import wire
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 100
 

@@ -11,10 +11,10 @@ from audit.egress import EgressRecorder
 from audit.log import AuditLog, scan_log
 from audit.note import SigningKey
 from audit.verify import verify
+from core.errors import ProtocolError
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
-from sdk.errors import ProtocolError
-from sdk.session_types import SessionParams
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve

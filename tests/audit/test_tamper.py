@@ -14,10 +14,10 @@ from audit.errors import VerificationFailed
 from audit.log import AuditLog
 from audit.note import Checkpoint, SigningKey, open_checkpoint, sign_checkpoint
 from audit.verify import Report, verify
-from sdk import wire
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import WIRE_MAX_TOP_K, SessionParams
+from core import wire
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import WIRE_MAX_TOP_K, SessionParams
 from tests.audit.helpers import (
     BuiltLog,
     build_log,

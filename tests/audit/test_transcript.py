@@ -12,7 +12,7 @@ from audit.errors import VerificationFailed
 from audit.log import scan_log
 from audit.transcript import ServerTranscript
 from audit.verify import verify
-from sdk import wire
+from core import wire
 from tests.audit.helpers import BuiltLog, build_log
 
 

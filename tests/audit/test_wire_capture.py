@@ -21,12 +21,12 @@ from audit.log import AuditLog, scan_log
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
 from audit.verify import verify
-from sdk import wire
+from core import wire
+from core.proto import verifier_pb2 as pb
+from core.session_types import SessionParams, SteeringVector, Verdict
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
-from sdk.proto import verifier_pb2 as pb
 from sdk.remote import RemoteVerifier
-from sdk.session_types import SessionParams, SteeringVector, Verdict
 from server.main import VerifierServer
 from server.service import Device, VerifierService
 from server.session import CloudVerifier

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import ProtocolError
+from core.models import load_causal_lm
+from core.session_types import SessionParams
 from federation.adapters import apply_adapters, write_adapter
 from federation.store import load_device_specialist, version_dir
 from federation.task import GLOBAL, PERSONAL, SpecialistWithAdapters, TaskConfig
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.errors import ProtocolError
-from sdk.models import load_causal_lm
-from sdk.session_types import SessionParams
 from sdk.transport import InProcessVerifier
 from server.main import GlobalAdapters
 from server.session import CloudVerifier

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from core.models import load_causal_lm
+from core.prompts import render_prompt, task_prompt
 from federation.adapters import AdapterError, apply_adapters, write_adapter
 from federation.ledger import Ledger
 from federation.task import (
@@ -24,8 +26,6 @@ from federation.task import (
     train_personal,
 )
 from sdk.context import ProfileIndex, render_context
-from sdk.models import load_causal_lm
-from sdk.prompts import render_prompt, task_prompt
 from tests.federation.conftest import FIXTURE_USERS
 from tests.tinymodels import save_tiny
 

@@ -3,7 +3,7 @@
 The Specialist is scripted to copy a target text token by token (the deliberately leaky
 "verbatim-copy" control: it reproduces private history, identities and canaries), and the cloud
 accepts every draft, so the only thing deciding what goes up is the guard. Every round is encoded
-with the real wire format (`sdk.wire.encode_round`), so frame sizes are real.
+with the real wire format (`core.wire.encode_round`), so frame sizes are real.
 
 The loop keeps the two views the placeholder protocol needs: `real` (the device's text, what the
 user gets) and `cloud` (what the cloud committed), equal except where a span was replaced.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core import wire
 from privacy.detectors import EgressGuard, Policy, Tokenizer
-from sdk import wire
 
 
 @dataclass

@@ -13,13 +13,13 @@ from audit.egress import EgressRecorder
 from audit.log import AuditLog
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
+from core import wire
+from core.session_types import SessionParams, SteeringVector, Verdict
 from privacy.cli import leakage_report, main
 from privacy.data import Canary, read_uplinks, write_canaries
 from privacy.detectors import Policy
 from privacy.leakage import CanarySpace
 from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
-from sdk import wire
-from sdk.session_types import SessionParams, SteeringVector, Verdict
 from tests.privacy import sim
 from tests.privacy.test_protocol import FIXTURES, build_guard, leaky_target
 

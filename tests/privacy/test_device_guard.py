@@ -20,14 +20,14 @@ from audit.egress import EgressRecorder
 from audit.log import AuditLog
 from audit.note import SigningKey
 from audit.verify import verify
+from core.errors import ProtocolError
+from core.models import CausalLM
+from core.session_types import SessionParams, Verdict
 from privacy.cli import leakage_report
 from privacy.detectors import PLACEHOLDERS, Policy
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import RecorderTap
-from sdk.errors import ProtocolError
-from sdk.models import CausalLM
-from sdk.session_types import SessionParams, Verdict
 from sdk.transport import InProcessSession, InProcessVerifier
 from sdk.uplink_guard import guard_for_profile, plan_uplink
 from server.session import CloudVerifier

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from core import wire
 from privacy.leakage import (
     PAD_ID,
     CanarySpace,
@@ -28,7 +29,6 @@ from privacy.leakage import (
     support_score,
     tpr_at_fpr,
 )
-from sdk import wire
 
 # -- canaries --------------------------------------------------------------------------------------
 

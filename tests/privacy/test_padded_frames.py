@@ -12,11 +12,11 @@ from audit.errors import EgressBlocked
 from audit.log import AuditLog
 from audit.note import SigningKey
 from audit.verify import verify
-from sdk import wire
+from core import wire
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import SessionParams
 from server.session import CloudVerifier
 from tests.server.test_service import raw_stream
 from tests.tinymodels import tiny_lm

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
+from core.errors import ConfigError, SpecSteerError
+from core.session_types import SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.errors import ConfigError, SpecSteerError
-from sdk.session_types import SessionParams
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

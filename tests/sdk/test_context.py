@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.errors import ConfigError, ProfileError
 from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
-from sdk.errors import ConfigError, ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_PROFILE = REPO / "sdk" / "data" / "demo_profile.json"

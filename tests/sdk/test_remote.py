@@ -19,10 +19,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from core.errors import ConfigError, SpecSteerError
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.errors import ConfigError, SpecSteerError
 from sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
-from sdk.session_types import SessionParams
 from sdk.transport import VerifierLost
 from server import pki as pki_mod
 from server.session import CloudVerifier

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
+from core.errors import ConfigError
+from core.kv import TokenSequence
+from core.models import CausalLM
+from core.session_types import SessionParams, Verdict
 from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.errors import ConfigError
-from sdk.kv import TokenSequence
-from sdk.models import CausalLM
-from sdk.session_types import SessionParams, Verdict
 from sdk.transport import InProcessVerifier
 from server.batching import ForwardBatcher, Scheduler
 from server.cli import _overrides, build_parser, main

@@ -19,10 +19,10 @@ import grpc
 import pytest
 import torch
 
-from sdk import wire
+from core import wire
+from core.kv import TokenSequence
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.kv import TokenSequence
-from sdk.session_types import SessionParams
 from sdk.transport import InProcessVerifier, VerifierLost
 from server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm

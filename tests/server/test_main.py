@@ -14,10 +14,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sdk import wire
+from core import wire
+from core.errors import ConfigError
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.errors import ConfigError
-from sdk.session_types import SessionParams
 from server import pki as pki_mod
 from server.cli import main
 from server.config import ServerConfig, load_config

@@ -13,11 +13,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sdk import wire
+from core import wire
+from core.proto import verifier_pb2 as pb
+from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.proto import verifier_pb2 as pb
 from sdk.remote import MAX_UPLINK_BYTES
-from sdk.session_types import SessionParams
 from sdk.transport import InProcessVerifier
 from server.session import MAX_PROMPT_TOKENS, CloudVerifier
 from tests.tinymodels import tiny_lm

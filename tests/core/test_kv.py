@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sdk.kv import TokenSequence
-from sdk.steering import log_softmax
+from core.kv import TokenSequence
+from core.steering import log_softmax
 from tests.tinymodels import tiny_llama
 
 

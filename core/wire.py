@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from sdk.errors import ConfigError, ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import (
+from core.errors import ConfigError, ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import (
     ALPHA_SCALE,
     GAMMA_SCALE,
     MAX_CANDIDATE_TOKENS,

@@ -1,4 +1,4 @@
-"""sdk.models: Hugging Face folders, GGUF conversion cache, embedded models and load errors."""
+"""core.models: Hugging Face folders, GGUF conversion cache, embedded models and load errors."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from transformers import (
     ViTConfig,
 )
 
-import sdk.models as models
-from sdk.errors import ModelLoadError
-from sdk.models import (
+import core.models as models
+from core.errors import ModelLoadError
+from core.models import (
     CACHE_MARKER,
     DEFAULT_GENERALIST,
     DEFAULT_SPECIALIST,
@@ -44,7 +44,7 @@ def _logits(lm: CausalLM | PreTrainedModel, ids: list[int]) -> torch.Tensor:
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Wrap `sdk.models.<name>` so the test can see how often it ran."""
+    """Wrap `core.models.<name>` so the test can see how often it ran."""
     calls: list[int] = []
     original: Callable[..., Any] = getattr(models, name)
 

@@ -8,7 +8,7 @@ by the context.
 
 from __future__ import annotations
 
-from sdk.models import CausalLM
+from core.models import CausalLM
 
 CONTEXT_HEADER = "Earlier writing by the same author, for reference:"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sdk.session_types import CandidatePolicy
+from core.session_types import CandidatePolicy
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from sdk.session_types import CandidatePolicy
-from sdk.steering import (
+from core.session_types import CandidatePolicy
+from core.steering import (
     acceptance_probability,
     align_segments,
     choose,

@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from sdk.errors import ConfigError
+from core.errors import ConfigError
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sdk import wire
-from sdk.errors import ConfigError, ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
+from core import wire
+from core.errors import ConfigError, ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,14 +94,14 @@ def test_committed_stubs_match_a_fresh_protoc_run(tmp_path: Path) -> None:
             f"--python_out={tmp_path}",
             f"--pyi_out={tmp_path}",
             f"--grpc_python_out={tmp_path}",
-            "sdk/proto/verifier.proto",
+            "core/proto/verifier.proto",
         ],
         cwd=ROOT,
         check=True,
     )
     for name in ("verifier_pb2.py", "verifier_pb2.pyi", "verifier_pb2_grpc.py"):
-        fresh = (tmp_path / "sdk" / "proto" / name).read_text()
-        assert fresh == (ROOT / "sdk" / "proto" / name).read_text(), f"{name} is stale: run `make proto`"
+        fresh = (tmp_path / "core" / "proto" / name).read_text()
+        assert fresh == (ROOT / "core" / "proto" / name).read_text(), f"{name} is stale: run `make proto`"
 
 
 def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:

@@ -2,7 +2,7 @@
 
 These are the narrow interface between the two halves: the device sends `SessionParams` and
 prompt token IDs once, then `Round`s of token IDs; the cloud answers each round with a `Verdict`.
-`sdk/wire.py` maps them to and from the `.proto` messages; nothing else crosses.
+`core/wire.py` maps them to and from the `.proto` messages; nothing else crosses.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sdk.errors import ConfigError
+from core.errors import ConfigError
 
 # Bounds every party enforces; the wire encodes gamma and alpha in fixed point at these resolutions,
 # so an uplink cannot smuggle arbitrary floats.
@@ -69,7 +69,7 @@ class SessionParams:
     policy: CandidatePolicy = CandidatePolicy.GUARDRAIL
     bonus: bool = True
     adapter_version: int = 0
-    padded_frames: bool = False  # constant-size rounds on the wire (sdk/wire.py, PaddedRound)
+    padded_frames: bool = False  # constant-size rounds on the wire (core/wire.py, PaddedRound)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, Method):

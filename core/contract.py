@@ -27,10 +27,10 @@ from enum import StrEnum
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from sdk import wire
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K
+from core import wire
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K
 
 # The guard's decisions (audit records' `decision`): a shorter draft; a placeholder on the wire in
 # place of a span; the rest of the text kept on the device; recovery candidates dropped.

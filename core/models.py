@@ -40,7 +40,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from sdk.errors import ModelLoadError
+from core.errors import ModelLoadError
 
 __all__ = [
     "DEFAULT_GENERALIST",

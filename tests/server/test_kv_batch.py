@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from sdk.kv import TokenSequence, forward_batch, merge_blocker
+from core.kv import TokenSequence
+from server.kv_batch import forward_batch, merge_blocker
 from tests.tinymodels import tiny_gemma, tiny_llama
 
 ATOL = 1e-5

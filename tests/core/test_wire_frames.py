@@ -1,13 +1,13 @@
-"""Network frames (`sdk.wire.encode_*` / `decode_*`): pairs round-trip, and uplinks parse strictly."""
+"""Network frames (`core.wire.encode_*` / `decode_*`): pairs round-trip, and uplinks parse strictly."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdk import wire
-from sdk.errors import ProtocolError
-from sdk.proto import verifier_pb2 as pb
-from sdk.session_types import Method, SessionParams, SteeringVector, Verdict
+from core import wire
+from core.errors import ProtocolError
+from core.proto import verifier_pb2 as pb
+from core.session_types import Method, SessionParams, SteeringVector, Verdict
 
 
 def test_uplink_frames_round_trip() -> None:
