@@ -1,7 +1,7 @@
 """`server`: the SpecSteer cloud verifier, and the PKI it and its devices use.
 
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
-                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--batching on|off] [--max-batch N]
+                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S] [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int)
     serve.add_argument("--max-sessions-per-device", type=int)
     serve.add_argument("--idle-timeout", type=float, help="seconds without an uplink before a session expires")
+    serve.add_argument("--open-timeout", type=float, help="seconds a new stream may take to send its Open (10)")
     serve.add_argument("--max-top-k", type=int, help="largest steering top-k a device may ask for")
     serve.add_argument("--workers", type=int, help="threads running sessions' jobs (batching: at least 2 x max-batch)")
     serve.add_argument("--torch-threads", type=int)
@@ -109,6 +110,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_sessions": args.max_sessions,
         "max_sessions_per_device": args.max_sessions_per_device,
         "idle_timeout": args.idle_timeout,
+        "open_timeout": args.open_timeout,
         "max_top_k": args.max_top_k,
         "workers": args.workers,
         "torch_threads": args.torch_threads,

@@ -19,6 +19,7 @@
     max_sessions = 64
     max_sessions_per_device = 8
     idle_timeout = 60.0                   # seconds without an uplink before a session expires
+    open_timeout = 10.0                   # seconds a new stream may take to send its Open
     max_top_k = 64
     workers = 1                           # threads running sessions' jobs (with batching: at least 2 * max_batch)
     # torch_threads = 2
@@ -73,6 +74,7 @@ class ServerConfig:
     max_sessions: int = 64
     max_sessions_per_device: int = 8
     idle_timeout: float = 60.0
+    open_timeout: float = 10.0
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
@@ -86,6 +88,13 @@ class ServerConfig:
     # Streams beyond the session cap, kept for health checks and for refusing politely.
     extra_streams: int = field(default=16, repr=False)
 
+    @property
+    def max_concurrent_rpcs(self) -> int:
+        """gRPC's own call limit: a backstop far above what the per-device caps let one device
+        hold, so that a flood is refused by the servicer, per device, and never at this gate
+        (which would refuse every device alike)."""
+        return 16 * (self.max_sessions + self.extra_streams)
+
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in [0, 65535]; got {self.port}")
@@ -97,6 +106,8 @@ class ServerConfig:
             raise ConfigError(f"max_sessions_per_device must be at least 1; got {self.max_sessions_per_device}")
         if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
             raise ConfigError(f"idle_timeout must be a positive number of seconds; got {self.idle_timeout}")
+        if not (math.isfinite(self.open_timeout) and self.open_timeout > 0):
+            raise ConfigError(f"open_timeout must be a positive number of seconds; got {self.open_timeout}")
         if not 1 <= self.max_top_k <= WIRE_MAX_TOP_K:
             raise ConfigError(f"max_top_k must be in [1, {WIRE_MAX_TOP_K}]; got {self.max_top_k}")
         if self.workers < 1:
@@ -138,6 +149,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "max_sessions": "max_sessions",
         "max_sessions_per_device": "max_sessions_per_device",
         "idle_timeout": "idle_timeout",
+        "open_timeout": "open_timeout",
         "max_top_k": "max_top_k",
         "workers": "workers",
         "torch_threads": "torch_threads",
@@ -171,7 +183,7 @@ def _coerce(name: str, value: Any, base: Path, where: str) -> Any:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{where} must be an integer; got {value!r}")
         return value
-    if name == "idle_timeout":
+    if name in ("idle_timeout", "open_timeout"):
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise ConfigError(f"{where} must be a number of seconds; got {value!r}")
         return float(value)

@@ -231,7 +231,7 @@ class VerifierServer:
                 # Without this a second process could bind the same port and take half the devices.
                 ("grpc.so_reuseport", 0),
             ],
-            maximum_concurrent_rpcs=config.max_sessions + config.extra_streams,
+            maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             compression=grpc.Compression.NoCompression,
         )
         self.service = VerifierService(self.cloud, config, self.metrics, self.scheduler, self.transcript)

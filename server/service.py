@@ -11,11 +11,17 @@ that stream, with a specific status:
     FAILED_PRECONDITION  messages out of order: a Round or Close before Open (no session is open
                          on the stream: unknown session), a second Open, a gap in Round seq, a
                          Round after the session ended, a commit that is not a candidate
-    DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout
-    RESOURCE_EXHAUSTED   the verifier (or this device) is at its session cap; an oversize frame
-                         (gRPC refuses it before it reaches this code)
-    UNAUTHENTICATED      the client certificate names no device
+    DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout, or no Open within
+                         the (much shorter) open timeout of a new stream
+    RESOURCE_EXHAUSTED   the verifier (or this device) is at its session or stream cap; an oversize
+                         frame (gRPC refuses it before it reaches this code)
+    UNAUTHENTICATED      the client certificate does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
+
+One device cannot lock the others out: its streams are counted from the moment they start (not
+from their Open), a device holds at most `max_sessions_per_device` streams at once, and a stream
+that has not sent Open within `open_timeout` seconds is ended. gRPC's own concurrent-call limit is
+only a backstop far above what these caps allow, so a flood is refused here, per device, at once.
 
 A client that vanishes only ends its own session; model work already started finishes, its result
 is dropped, and the session's caches go with it.
@@ -34,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from core import wire
 from core.errors import ProtocolError
@@ -41,6 +49,7 @@ from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics
+from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
 
 __all__ = ["Device", "TranscriptSink", "VerifierService"]
@@ -89,7 +98,8 @@ class VerifierService:
         self.scheduler = scheduler
         self.transcript = transcript
         self.vocab_size = cloud.specialist.vocab_size
-        self._per_device: Counter[str] = Counter()
+        self._per_device: Counter[str] = Counter()  # open sessions per device
+        self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
         self._open = 0
         self._revoked = frozenset(config.revoked_devices)
 
@@ -104,15 +114,25 @@ class VerifierService:
     # -- identity ----------------------------------------------------------------------------------
 
     def _device(self, context: grpc.aio.ServicerContext) -> Device:
-        auth = context.auth_context()
-        names = auth.get("x509_common_name") or []
-        certs = auth.get("x509_pem_cert") or []
-        if len(names) != 1 or not certs:
-            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate names no device (one CN expected)")
-        name = names[0].decode("utf-8", "replace")
+        certs = context.auth_context().get("x509_pem_cert") or []
+        if len(certs) != 1:
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "no client certificate names a device")
+        name = device_name(certs[0])
         if name in self._revoked:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
         return Device(name, hashlib.sha256(certs[0]).hexdigest())
+
+    def _admit(self, state: _Stream) -> None:
+        """Count the stream against its device from its first moment, or refuse it at once."""
+        assert state.device is not None
+        name = state.device.name
+        if self._streams[name] >= self.config.max_sessions_per_device:
+            raise _Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"device {name!r} already has {self.config.max_sessions_per_device} open sessions or half-open streams",
+            )
+        self._streams[name] += 1
+        state.admitted = True
 
     # -- the stream --------------------------------------------------------------------------------
 
@@ -123,6 +143,7 @@ class VerifierService:
         outcome = "vanished"
         try:
             state.device = self._device(context)
+            self._admit(state)
             outcome = await self._serve(state, context)
         except _Abort as abort:
             outcome = abort.outcome
@@ -136,14 +157,17 @@ class VerifierService:
         finally:
             self._release(state, outcome)
 
-    async def _read(self, context: grpc.aio.ServicerContext) -> bytes | None:
+    async def _read(self, state: _Stream, context: grpc.aio.ServicerContext) -> bytes | None:
+        # A stream without a session yet gets only the short Open deadline: held half-open
+        # streams would otherwise tie up capacity for the whole idle timeout.
+        opening = state.session is None and not state.ended
+        timeout = self.config.open_timeout if opening else self.config.idle_timeout
         try:
-            raw = await asyncio.wait_for(context.read(), timeout=self.config.idle_timeout)
+            raw = await asyncio.wait_for(context.read(), timeout=timeout)
         except TimeoutError:
+            what = "no Open" if opening else "no uplink"
             raise _Abort(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"session expired: no uplink for {self.config.idle_timeout:g} s",
-                outcome="expired",
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"session expired: {what} for {timeout:g} s", outcome="expired"
             ) from None
         if raw is grpc.aio.EOF:
             return None
@@ -152,7 +176,7 @@ class VerifierService:
 
     async def _serve(self, state: _Stream, context: grpc.aio.ServicerContext) -> str:
         while True:
-            raw = await self._read(context)
+            raw = await self._read(state, context)
             if raw is None:  # the device half-closed: after its Close, or (vanishing) without one
                 return "closed" if state.ended else "vanished" if state.counted else "empty"
             state.frames += 1
@@ -292,6 +316,12 @@ class VerifierService:
     def _release(self, state: _Stream, outcome: str) -> None:
         had_session = state.counted or state.ended
         self._free(state)
+        if state.admitted:
+            assert state.device is not None
+            state.admitted = False
+            self._streams[state.device.name] -= 1
+            if not self._streams[state.device.name]:
+                del self._streams[state.device.name]
         if had_session or outcome != "empty":
             self.metrics.sessions.labels(outcome).inc()
 
@@ -312,4 +342,27 @@ class _Stream:
         self.seq = 0
         self.frames = 0
         self.counted = False
+        self.admitted = False  # counted in the device's live streams
         self.ended = False
+
+
+def device_name(cert_pem: bytes) -> str:
+    """The one device name a client certificate carries, or an UNAUTHENTICATED refusal.
+
+    gRPC's `x509_common_name` reports only the first CN (and "" for none), so the certificate
+    itself is read: exactly one CN, and it must follow the device-name rule of `server pki`.
+    """
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate cannot be read") from None
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1:
+        raise _Abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            f"the client certificate must name exactly one device (one CN); it has {len(names)}",
+        )
+    name = names[0].value
+    if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
+        raise _Abort(grpc.StatusCode.UNAUTHENTICATED, f"the client certificate's CN {name!r} is not a device name")
+    return name
