@@ -1,7 +1,8 @@
 """`server`: the SpecSteer cloud verifier, and the PKI it and its devices use.
 
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
-                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S] [--batching on|off] [--max-batch N]
+                 --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
+                 [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices

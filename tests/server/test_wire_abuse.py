@@ -83,7 +83,7 @@ class HalfOpenFlood:
 def test_one_device_flooding_half_open_streams_cannot_lock_out_another(models, pki) -> None:
     # Prepare: a small verifier; alice opens many more streams than the whole verifier admits.
     cloud = CloudVerifier(models[1], models[0], seed=0, max_top_k=64)
-    with serve(cloud, pki, max_sessions=4, max_sessions_per_device=2, open_timeout=30.0) as (server, port):
+    with serve(cloud, pki, max_sessions=4, max_sessions_per_device=2, open_timeout=30.0) as (_, port):
         flood = HalfOpenFlood(port, identity(pki, "alice"), n=200)
         try:
             # Assert: the streams beyond alice's cap are refused at once, by the servicer, per device.
@@ -110,7 +110,7 @@ def test_one_device_flooding_half_open_streams_cannot_lock_out_another(models, p
 
 def test_a_stream_that_never_opens_ends_after_the_open_timeout(models, pki) -> None:
     cloud = CloudVerifier(models[1], models[0], seed=0, max_top_k=64)
-    with serve(cloud, pki, open_timeout=0.5, idle_timeout=60.0) as (server, port):
+    with serve(cloud, pki, open_timeout=0.5, idle_timeout=60.0) as (_, port):
         flood = HalfOpenFlood(port, identity(pki, "alice"), n=1)
         try:
             ended = flood.ended(timeout=5.0)
