@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import grpc
 from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
 from core.session_types import WIRE_MAX_TOP_K, SessionParams, Verdict
+from sdk.connect_faults import certificate_refusal, classify, specific_cause
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
 from sdk.transport import VerifierLost
@@ -58,19 +58,6 @@ __all__ = [
 MAX_UPLINK_BYTES = 32 * 1024
 MAX_DOWNLINK_BYTES = 16 * 1024
 HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
-_ADDRESS_PREFIX = re.compile(r"^[A-Z_]+: (?:ipv[46]|unix|unix-abstract):\S+: ")
-
-# What gRPC's status details say when the TLS handshake failed, and what that means for a user.
-_TLS_FAILURES: tuple[tuple[str, str], ...] = (
-    ("Hostname Verification", "its certificate is not valid for the host name {host!r}"),
-    ("certificate has expired", "its certificate has expired"),
-    ("certificate is not yet valid", "its certificate is not yet valid"),
-    ("WRONG_VERSION_NUMBER", "it does not speak TLS"),
-    ("CERTIFICATE_VERIFY_FAILED", "its certificate does not chain to a pinned anchor"),
-    ("handshake", "the TLS handshake failed"),
-    ("TSI_", "the TLS handshake failed"),
-    ("SSL_ERROR", "the TLS handshake failed"),
-)
 
 
 class VerifierRefused(SpecSteerError):
@@ -190,22 +177,36 @@ class RemoteVerifier:
         return "the connection was not ready in time"
 
     def _connect_error(self, state: grpc.ChannelConnectivity | None, detail: str) -> SpecSteerError:
-        refused = _tls_failure(detail, self.server_name or self.host)
-        if refused is not None:
+        """A failed check is a refusal; a verifier that is down or went away is `VerifierLost`."""
+        fault = classify(detail, self.server_name or self.host)
+        if fault.ambiguous:
+            refusal = self._certificate_refusal()
+            if refusal is not None:
+                return VerifierRefused(f"the verifier at {self.target} refused this device: {refusal}; nothing sent")
+        if fault.refused:
             return VerifierRefused(
-                f"refused the verifier at {self.target}: {refused}; nothing was sent ({_last_words(detail)})"
+                f"refused the verifier at {self.target}: {fault.meaning}; nothing was sent ({_last_words(detail)})"
             )
         if state is None:
             return VerifierLost(
                 "verifier-unreachable",
                 f"the verifier at {self.target} did not connect within {self.connect_timeout:g} s",
             )
-        hint = ""
-        if "Socket closed" in detail:
-            # A verifier that refuses our client certificate just drops the handshake.
-            hint = "; if the verifier is up, it may not accept this device's certificate"
         return VerifierLost(
-            "verifier-unreachable", f"the verifier at {self.target} is unreachable ({_last_words(detail)}){hint}"
+            "verifier-unreachable", f"the verifier at {self.target} is unreachable ({_last_words(detail)})"
+        )
+
+    def _certificate_refusal(self) -> str | None:
+        """Ask the peer whether it refuses this device's certificate (see `sdk.connect_faults`)."""
+        port = int(self.target.rpartition(":")[2])
+        return certificate_refusal(
+            self.host,
+            port,
+            anchors_pem=self.identity.pins.root_pem,
+            cert_chain_pem=self.identity.cert_chain,
+            key_pem=self.identity.key,
+            server_name=self.server_name,
+            timeout=min(self.connect_timeout, 5.0),
         )
 
     def _drop(self, channel: grpc.Channel, *, close: bool) -> None:
@@ -332,9 +333,11 @@ class RemoteSession:
             self._broken = VerifierRefused(f"the verifier at {where} refused this device: {details}")
             return self._broken
         if code is grpc.StatusCode.UNAVAILABLE:
-            refused = _tls_failure(details, self._verifier.server_name or self._verifier.host)
-            if refused is not None:
-                self._broken = VerifierRefused(f"refused the verifier at {where}: {refused} ({_last_words(details)})")
+            fault = classify(details, self._verifier.server_name or self._verifier.host)
+            if fault.refused:
+                self._broken = VerifierRefused(
+                    f"refused the verifier at {where}: {fault.meaning} ({_last_words(details)})"
+                )
                 return self._broken
             return self._lost("verifier-lost", f"the connection to the verifier at {where} broke: {details}")
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -442,16 +445,5 @@ def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelCo
     return last if last in final else None
 
 
-def _tls_failure(detail: str, host: str) -> str | None:
-    for marker, meaning in _TLS_FAILURES:
-        if marker.lower() in detail.lower():
-            return meaning.format(host=host)
-    return None
-
-
 def _last_words(detail: str) -> str:
-    """The specific cause at the end of gRPC's details, without its address prefix; short."""
-    text = detail.removesuffix(": OK")
-    text = text.split("last error: ", 1)[-1]
-    text = _ADDRESS_PREFIX.sub("", text)
-    return text.strip()[:240]
+    return specific_cause(detail)[:240]
