@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import base64
+import secrets
 from pathlib import Path
 
 import pytest
 
 from audit import records
 from audit.errors import VerificationFailed
+from audit.identity import DeviceIdentity
 from audit.log import scan_log
 from audit.transcript import ServerTranscript
 from audit.verify import verify
 from core import wire
-from tests.audit.helpers import BuiltLog, build_log
+from tests.audit.helpers import DEVICE, BuiltLog, build_log
 
 
 def _device_uplinks(built: BuiltLog) -> dict[str, list[bytes]]:
@@ -25,12 +27,14 @@ def _device_uplinks(built: BuiltLog) -> dict[str, list[bytes]]:
     return out
 
 
-def _server_saw(path: Path, streams: list[list[bytes]]) -> None:
+def _server_saw(path: Path, streams: list[list[bytes]], device: DeviceIdentity = DEVICE) -> None:
     with ServerTranscript.open(path) as t:
         for payloads in streams:
-            stream = t.begin_stream()
+            stream = secrets.token_hex(8)
+            t.begin_stream(stream, device.name, device.cert_sha256)
             for p in payloads:
                 t.record_uplink(stream, p)
+            t.end_stream(stream, "closed")
 
 
 def _fail_text(built: BuiltLog, transcript: Path) -> str:
@@ -46,7 +50,10 @@ def test_a_matching_transcript_passes(tmp_path: Path) -> None:
     streams = list(_device_uplinks(built).values())
     _server_saw(tmp_path / "server.jsonl", streams[::-1])  # the server's order need not be the device's
     report = verify(built.directory, key=built.key.verifier, server_transcript=tmp_path / "server.jsonl")
-    assert report.checks[-1].name == "server transcript" and "3 server stream(s) match" in report.checks[-1].summary
+    assert (
+        report.checks[-1].name == "server transcript"
+        and "3 server stream(s) of this device match" in report.checks[-1].summary
+    )
 
 
 def test_an_uplink_the_device_never_logged_is_caught(tmp_path: Path) -> None:
