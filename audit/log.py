@@ -148,8 +148,9 @@ def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
         if frame is not None and len(frame[1]) > MAX_RECORD_BYTES:
             frame = None  # a length no writer produces: the frame header itself is damaged
         if frame is None or merkle.leaf_hash(frame[1]) != frame[2]:
-            # A crash tears only the final write: only the last segment's last frame can be torn.
-            reason = _torn_reason(buf, offset) if last else None
+            # A crash tears only the final write: only the last segment's last frame can be torn,
+            # and only in a log with no damage before it.
+            reason = _torn_reason(buf, offset) if last and not scan.problems else None
             if reason is not None:
                 scan.torn.append(TornTail(f"{SEGMENTS_DIR}/{name}", offset, len(buf) - offset, reason))
                 return
