@@ -22,6 +22,7 @@ from audit.egress import EgressRecorder
 from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from audit.note import SigningKey, open_checkpoint
+from audit.verify import inspect
 from core.proto import verifier_pb2 as pb
 from core.session_types import WIRE_MAX_TOP_K, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
@@ -238,8 +239,10 @@ def t_rollback(run: Run, log: Path) -> str:
     size = open_checkpoint(keep, key).size
     truncate_records(log, size)
     write_checkpoint_notes(log, notes[: notes.index(keep) + 1])
-    # Without a witness this passes: the auditor kept no checkpoint.
-    assert main(["verify", str(log), "--key", str(run.devices["alice"].pub)]) == 0
+    # Without a witness this passes (the auditor kept no checkpoint), and the report says what to keep.
+    alone = inspect(log, key=key)
+    assert alone.verdict == "VERIFIED"
+    assert any("keep the latest checkpoint from every audit" in m for m in alone.not_covered)
     return "matches no session in this log: the log is shorter than what the server witnessed"
 
 
