@@ -9,13 +9,17 @@ Layout of a log directory (created 0700; files 0600):
 
 A frame is `length (4 bytes, big-endian) || record || SHA-256(0x00 || record)`: the trailer is the
 record's RFC 9162 leaf hash, so a damaged record names itself and the tree needs no second pass.
-Records are canonical JSON (`audit.records`); record 0 is the log header with the verifier key.
+Records are canonical JSON (`audit.records`); record 0 is the log header with the verifier key,
+record 1 (on a device with a certificate) binds that key to the device's mTLS certificate.
 
 Crash safety: `append` returns only after the frame is written and fsync'ed (and the directory, when
 it made a file), so an acknowledged record survives a crash. A crash mid-append can leave a torn
 final frame; `AuditLog.open` cuts it back to the last complete record, moves the cut bytes to
-`torn/`, and appends a `repair` record saying so, so the cut is never silent. Damage anywhere else
-(a bad frame followed by good ones) is not a crash and is refused (`LogCorruptError`).
+`torn/`, and appends a `repair` record saying so, so the cut is never silent. Only one frame at the
+very end of the last segment can be torn (`_torn_reason`, decided without searching the tail, so
+a hostile tail costs linear work); damage anywhere else, or to a record a checkpoint already
+signed, is not a crash and is refused (`LogCorruptError`). A checkpoint is signed at every
+session's end, on open and on close, so an honest log has no unsigned tail once reopened.
 Sessions left unfinished by a dead process are closed with a `fallback` record ("interrupted").
 """
 

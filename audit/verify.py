@@ -4,10 +4,16 @@
 (carrying the same report) otherwise, so a caller cannot forget to look at a boolean. Each failure
 message names the record (its position in the log), checkpoint or transcript line at fault.
 
-Checks, in order: log integrity (framing, checksums, segments, record schema, positions); the log
-key; every checkpoint (signature, origin, root over the records, forks, truncation); the auditor's
-previous checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and,
-given one, the server's transcript. The report also says what this proof does not cover.
+Checks, in order: log integrity (framing, checksums, segments, record schema, positions, repair
+evidence under torn/); the log key; every checkpoint (signature, origin, root over the records,
+forks, truncation, and no record left unsigned after the latest); the auditor's previous
+checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and, given
+them, the verifier's transcripts, compared only with the streams of the certificate(s) the log
+binds (the witness that catches a log cut back below what the server received).
+
+The verdict (`Report.verdict`) is VERIFIED only when every check passed against a key the auditor
+holds; without one it is UNPROVEN, since the log was checked against the key it declares itself.
+The report also says what this proof does not cover. The format is in docs/audit-format.md.
 """
 
 from __future__ import annotations
