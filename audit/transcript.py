@@ -71,19 +71,30 @@ class ServerTranscript:
         exists = path.exists() and path.stat().st_size > 0
         if exists:
             existing = read_transcript(path)
-            if existing.problems:
-                raise AuditError(f"the server transcript {path} cannot be extended: {existing.problems[0]}")
+            first = path.read_bytes().split(b"\n", 1)[0]
+            if first != json.dumps({"format": TRANSCRIPT_FORMAT}, separators=(",", ":")).encode():
+                raise AuditError(
+                    f"the server transcript {path} is not a {TRANSCRIPT_FORMAT} file (an older server's?): "
+                    "move it aside so this server starts a new one"
+                )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         transcript = cls(path, fd, durable=durable)
         if exists:
             transcript._known = set(existing.info)
+            if not path.read_bytes().endswith(b"\n"):
+                # A line torn by a crash stays as evidence (the auditor is told); new lines start clean.
+                transcript._write_raw(b"\n")
         else:
             transcript._write({"format": TRANSCRIPT_FORMAT})
         return transcript
 
     def _write(self, obj: Mapping[str, object]) -> None:
-        line = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
-        os.write(self._fd, line)
+        self._write_raw(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n")
+
+    def _write_raw(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
         if self._durable:
             os.fsync(self._fd)
 
@@ -256,6 +267,7 @@ class DeviceSession:
     uplinks: Sequence[tuple[int, str]]
     fell_back: bool
     cert_sha256: str | None = None
+    device: str | None = None  # the name the log binds with that certificate
 
 
 @dataclass
@@ -281,9 +293,10 @@ def compare(device: Sequence[DeviceSession], transcript: Transcript) -> Comparis
             )
     for cert in certs:
         streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
-        names = sorted({s.device for s in transcript.info.values() if s.cert_sha256 == cert})
-        who = f"device {', '.join(names) or '?'} (certificate sha256 {cert[:16]}…)"
         sessions = [d for d in device if d.cert_sha256 == cert]
+        names = sorted({s.device for s in transcript.info.values() if s.cert_sha256 == cert})
+        names = names or sorted({d.device for d in sessions if d.device is not None})
+        who = f"device {', '.join(names) or '?'} (certificate sha256 {cert[:16]}…)"
         result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}")
         _compare_one(sessions, streams, who, result)
     others = {s.cert_sha256 for s in transcript.info.values()} - set(certs)

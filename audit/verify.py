@@ -400,8 +400,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     spans: dict[str, list[int]] = {}
     uplinks: dict[str, list[tuple[int, str]]] = defaultdict(list)
     counters: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    bound: str | None = None  # the certificate the latest device-cert record binds
-    certs: dict[str, str | None] = {}
+    bound: tuple[str, str] | None = None  # (name, certificate) the latest device-cert record binds
+    certs: dict[str, tuple[str, str] | None] = {}
 
     def report(where: str, violations: list[Violation]) -> None:
         for v in violations:
@@ -410,7 +410,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     for p in ctx.parsed:
         rec = p.record
         if rec is not None and rec.kind == records.KIND_DEVICE:
-            bound = rec.fields["cert_sha256"]
+            bound = (rec.fields["device"], rec.fields["cert_sha256"])
         if rec is None or rec.session is None:
             continue
         sid, n = rec.session, rec.fields["n"]
@@ -473,7 +473,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
                 counters[sid][0], counters[sid][1], state.uplink_bytes, state.downlink_bytes, ended,
             )
         )  # fmt: skip
-        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back", certs[sid]))
+        name, cert = certs[sid] or (None, None)
+        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back", cert, name))
     interrupted = [s for s in summaries if s.ended == "fallback (interrupted)"]
     if interrupted:
         notes.append(f"{len(interrupted)} session(s) were interrupted (the device process ended mid-session)")
