@@ -166,7 +166,15 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
             checkpoints.append(open_checkpoint(stored.note, key))
         except NoteError:
             continue  # `audit verify` reports bad checkpoints; a proof needs one good one
-    usable = [cp for cp in checkpoints if cp.size <= len(leaves) and merkle.root(leaves[: cp.size]) == cp.root]
+    # Roots at every checkpoint's size in one pass: a log signed at every session end has many.
+    sizes = {cp.size for cp in checkpoints if cp.size <= len(leaves)}
+    roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT}
+    acc = merkle.Accumulator()
+    for i, leaf in enumerate(leaves, start=1):
+        acc.append(leaf)
+        if i in sizes:
+            roots[i] = acc.root()
+    usable = [cp for cp in checkpoints if roots.get(cp.size) == cp.root]
     if args.size is not None:
         usable = [cp for cp in usable if cp.size == args.size]
         if not usable:

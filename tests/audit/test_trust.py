@@ -101,6 +101,9 @@ def test_without_a_key_a_resigned_log_is_unproven_not_verified(
     assert main(["verify", str(forged.directory), "--json"]) == EXIT_UNPROVEN
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == UNPROVEN and report["ok"] is False and report["authenticated"] is False
+    assert main(["export", str(forged.directory), "--out", str(tmp_path / "bundle")]) == EXIT_UNPROVEN
+    assert json.loads((tmp_path / "bundle" / "report.json").read_text())["verdict"] == UNPROVEN
+    capsys.readouterr()
     # With the key the auditor holds, the same log fails; the real one verifies.
     assert main(["verify", str(forged.directory), "--key", str(real.pub)]) == EXIT_FAILED
     assert main(["verify", str(real.directory), "--key", str(real.pub), "--json"]) == EXIT_OK
