@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from audit import records
+from audit.cli import main
 from audit.errors import AuditError, VerificationFailed
 from audit.identity import DeviceIdentity
 from audit.log import scan_log
@@ -140,3 +141,14 @@ def test_the_writer_keeps_identity_and_end_and_refuses_an_old_format(tmp_path: P
     with pytest.raises(AuditError, match="is not a specsteer-server-transcript/2 file"):
         ServerTranscript.open(old)
     assert any("without device identities" in p for p in read_transcript(old).problems)
+
+
+def test_several_replicas_transcripts_are_compared_as_one(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=3)
+    streams = list(_device_uplinks(built).values())
+    _server_saw(tmp_path / "a.jsonl", streams[:1])
+    _server_saw(tmp_path / "b.jsonl", streams[1:])
+    argv = ["verify", str(built.directory), "--key", str(built.pub)]
+    assert main([*argv, "--server-transcript", str(tmp_path / "a.jsonl")]) == 1  # one replica is not enough
+    both = ["--server-transcript", str(tmp_path / "a.jsonl"), "--server-transcript", str(tmp_path / "b.jsonl")]
+    assert main([*argv, *both]) == 0
