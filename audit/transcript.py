@@ -120,14 +120,17 @@ class ServerTranscript:
             self._counts[stream] = i + 1
 
     def end_stream(self, stream: str, outcome: str) -> None:
-        """The server's witness statement: the stream is over after the uplinks recorded so far."""
+        """The server's witness statement: the stream is over after the uplinks recorded so far.
+
+        A stream that was never begun here (its identity could not be recorded, so it was refused
+        before any uplink) has nothing to witness: no line is written.
+        """
         if not _OUTCOME.fullmatch(outcome):
             raise AuditError(f"a stream outcome is a short lowercase identifier; got {outcome!r}")
         with self._lock:
             count = self._counts.pop(stream, None)
-            if count is None:
-                raise AuditError(f"stream {stream!r} was not begun (or has ended) in the transcript")
-            self._write({"stream": stream, "end": outcome, "uplinks": count})
+            if count is not None:
+                self._write({"stream": stream, "end": outcome, "uplinks": count})
 
     def close(self) -> None:
         with self._lock:
