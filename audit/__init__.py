@@ -3,10 +3,13 @@
 - `audit.merkle`: RFC 9162 Merkle tree hashes, inclusion and consistency proofs.
 - `audit.note`: C2SP signed notes, Ed25519 log keys, tlog-checkpoint bodies.
 - `audit.records`: the record schema (one canonical JSON object per record).
+- `audit.identity`: a device's mTLS certificate as both ends see it (name, DER SHA-256).
 - `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
 - `core.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
 - `audit.egress`: `EgressRecorder`, the one choke point every uplink and downlink passes through.
-- `audit.transcript`: the server's own record of what it received, and its comparison.
+- `audit.transcript`: the server's per-device record of what it received (the witness), and its comparison.
 - `audit.verify`: every check an auditor runs, as a `Report`.
 - `audit.cli`: the `audit` command.
+
+The on-disk format, for independent verifiers, is docs/audit-format.md.
 """

@@ -1,13 +1,15 @@
 """`audit`: check a device's egress log, for compliance auditors.
 
-    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE] [--json]
+    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...] [--json]
     audit show LOG [--json]                         the sessions in a log, one line each
     audit prove-inclusion LOG INDEX [--size N] [--key PUBKEY] [--json]
     audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE]
     audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
 
 Exit status: 0 when everything holds, 1 when a check fails or an input is unusable (one sentence on
-stderr), 2 for a usage error. `verify` exits 0 only if every check passes.
+stderr), 2 for a usage error, 3 when every check passes but no `--key` was given (verdict UNPROVEN:
+the log was checked against the key it declares itself, so its authenticity is not proven).
+`verify` exits 0 (VERIFIED) only if every check passes against the key the auditor holds.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from audit import merkle, records
 from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
 from audit.note import Checkpoint, NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
-from audit.verify import Report, inspect, verify
+from audit.verify import UNPROVEN, Report, inspect, verify
 from core.errors import SpecSteerError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_UNPROVEN = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
         p.add_argument("--checkpoint", type=Path, metavar="PREVIOUS", help="a checkpoint of this log you kept before")
         p.add_argument(
-            "--server-transcript", type=Path, metavar="FILE", help="the server's record of the uplinks it received"
+            "--server-transcript",
+            type=Path,
+            metavar="FILE",
+            action="append",
+            help="the verifier's transcript of what each device sent (its witness); repeat for several replicas",
         )
 
     v = sub.add_parser("verify", help="check signatures, history, every uplink and downlink, and session order")
@@ -121,6 +128,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         failed = ", ".join(c.name for c in report.checks if not c.ok)
         print(f"audit: verification failed ({failed}); see the report above", file=sys.stderr)
         return EXIT_FAILED
+    if report.verdict == UNPROVEN:
+        print("audit: every check passed but authenticity is unproven: give --key PUBKEY", file=sys.stderr)
+        return EXIT_UNPROVEN
     return EXIT_OK
 
 
@@ -156,7 +166,15 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
             checkpoints.append(open_checkpoint(stored.note, key))
         except NoteError:
             continue  # `audit verify` reports bad checkpoints; a proof needs one good one
-    usable = [cp for cp in checkpoints if cp.size <= len(leaves) and merkle.root(leaves[: cp.size]) == cp.root]
+    # Roots at every checkpoint's size in one pass: a log signed at every session end has many.
+    sizes = {cp.size for cp in checkpoints if cp.size <= len(leaves)}
+    roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT}
+    acc = merkle.Accumulator()
+    for i, leaf in enumerate(leaves, start=1):
+        acc.append(leaf)
+        if i in sizes:
+            roots[i] = acc.root()
+    usable = [cp for cp in checkpoints if roots.get(cp.size) == cp.root]
     if args.size is not None:
         usable = [cp for cp in usable if cp.size == args.size]
         if not usable:
@@ -233,6 +251,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if not ok:
         print(f"audit: bundle written to {out}, but the log does not verify (see report.txt)", file=sys.stderr)
         return EXIT_FAILED
+    if report.verdict == UNPROVEN:
+        print(f"audit: bundle written to {out}; its authenticity is unproven without --key", file=sys.stderr)
+        return EXIT_UNPROVEN
     print(f"evidence bundle written to {out}: the log verifies ({report.records} records)")
     return EXIT_OK
 

@@ -9,13 +9,17 @@ Layout of a log directory (created 0700; files 0600):
 
 A frame is `length (4 bytes, big-endian) || record || SHA-256(0x00 || record)`: the trailer is the
 record's RFC 9162 leaf hash, so a damaged record names itself and the tree needs no second pass.
-Records are canonical JSON (`audit.records`); record 0 is the log header with the verifier key.
+Records are canonical JSON (`audit.records`); record 0 is the log header with the verifier key,
+record 1 (on a device with a certificate) binds that key to the device's mTLS certificate.
 
 Crash safety: `append` returns only after the frame is written and fsync'ed (and the directory, when
 it made a file), so an acknowledged record survives a crash. A crash mid-append can leave a torn
 final frame; `AuditLog.open` cuts it back to the last complete record, moves the cut bytes to
-`torn/`, and appends a `repair` record saying so, so the cut is never silent. Damage anywhere else
-(a bad frame followed by good ones) is not a crash and is refused (`LogCorruptError`).
+`torn/`, and appends a `repair` record saying so, so the cut is never silent. Only one frame at the
+very end of the last segment can be torn (`_torn_reason`, decided without searching the tail, so
+a hostile tail costs linear work); damage anywhere else, or to a record a checkpoint already
+signed, is not a crash and is refused (`LogCorruptError`). A checkpoint is signed at every
+session's end, on open and on close, so an honest log has no unsigned tail once reopened.
 Sessions left unfinished by a dead process are closed with a `fallback` record ("interrupted").
 """
 
@@ -40,6 +44,7 @@ from google.protobuf.message import DecodeError
 
 from audit import merkle, records
 from audit.errors import AuditError, KeyFileError, LogCorruptError
+from audit.identity import DeviceIdentity
 from audit.note import Checkpoint as CheckpointBody
 from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
 from core.proto import verifier_pb2 as pb
@@ -114,16 +119,29 @@ def _frame_at(buf: bytes, offset: int) -> tuple[int, bytes, bytes] | None:
     return end, data, buf[end - TRAILER_SIZE : end]
 
 
-def _valid_frame_follows(buf: bytes, offset: int) -> bool:
-    """Whether any intact frame starts at or after `offset` (a crash leaves none behind its tear)."""
-    for start in range(offset, len(buf) - HEADER.size - TRAILER_SIZE + 1):
-        frame = _frame_at(buf, start)
-        if frame is not None:
-            _, data, trailer = frame
-            # Records are JSON objects: test that byte before paying for a hash at every offset.
-            if data[:1] == b"{" and len(data) <= MAX_RECORD_BYTES and merkle.leaf_hash(data) == trailer:
-                return True
-    return False
+def _torn_reason(buf: bytes, offset: int) -> str | None:
+    """Why the bytes from `offset` to the end are one torn final write, or None if they are not.
+
+    The writer appends each frame in one write and fsyncs it, so a crash leaves at most one frame
+    cut short: fewer than its declared bytes, a final frame of exactly its declared size whose
+    pages did not all land, or a zero-filled extension. Anything else behind a bad frame (more
+    bytes than one frame, a length no writer produces) is damage. Decided in constant time plus
+    one pass over the tail, so a hostile tail costs no more than reading it.
+    """
+    rest = len(buf) - offset
+    if buf.count(0, offset) == rest:
+        return "a final write that never reached the disk (zero-filled)"
+    if rest < HEADER.size:
+        return "an incomplete frame header"
+    (length,) = HEADER.unpack_from(buf, offset)
+    if length > MAX_RECORD_BYTES:
+        return None
+    end = offset + HEADER.size + length + TRAILER_SIZE
+    if end > len(buf):
+        return "an incomplete frame"
+    if end == len(buf):
+        return "a final frame whose checksum does not match"
+    return None
 
 
 def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
@@ -134,9 +152,10 @@ def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
         if frame is not None and len(frame[1]) > MAX_RECORD_BYTES:
             frame = None  # a length no writer produces: the frame header itself is damaged
         if frame is None or merkle.leaf_hash(frame[1]) != frame[2]:
-            # A crash tears only the final write, so nothing intact may follow a tear.
-            if last and not _valid_frame_follows(buf, offset + 1):
-                reason = "an incomplete frame" if frame is None else "a final frame whose checksum does not match"
+            # A crash tears only the final write: only the last segment's last frame can be torn,
+            # and only in a log with no damage before it.
+            reason = _torn_reason(buf, offset) if last and not scan.problems else None
+            if reason is not None:
                 scan.torn.append(TornTail(f"{SEGMENTS_DIR}/{name}", offset, len(buf) - offset, reason))
                 return
             if frame is None:
@@ -299,11 +318,25 @@ class AuditLog:
         self._latest: tuple[int, bytes, str] | None = None  # size, root, note
         self.repairs: list[TornTail] = []
         self.interrupted: list[str] = []
+        self.device: DeviceIdentity | None = None  # the certificate the log's latest device-cert record binds
 
     # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path | str, key: SigningKey, *, segment_records: int = DEFAULT_SEGMENT_RECORDS) -> Self:
+    def open(
+        cls,
+        directory: Path | str,
+        key: SigningKey,
+        *,
+        segment_records: int = DEFAULT_SEGMENT_RECORDS,
+        device: DeviceIdentity | None = None,
+    ) -> Self:
+        """Open (or create) the log; `device` binds the log key to the device's mTLS certificate.
+
+        The binding is a `device-cert` record (record 1 of a new log) and is appended again when
+        the certificate changes, so `audit verify` compares each session only with the server's
+        streams from the certificate in force when the session began.
+        """
         if segment_records < 1:
             raise AuditError("segment_records must be at least 1")
         directory = Path(directory)
@@ -323,6 +356,9 @@ class AuditLog:
                 log._create()
             else:
                 log._recover()
+            if device is not None and device != log.device:
+                log.append(records.KIND_DEVICE, {"device": device.name, "cert_sha256": device.cert_sha256})
+                log.device = device
             if log._latest is None or log._latest[0] != log.size:
                 log.checkpoint()
         except BaseException:
@@ -385,6 +421,8 @@ class AuditLog:
             raise KeyFileError(f"the audit log {self.directory} belongs to key {declared}, not {self.key.verifier}")
         for rec in parsed:
             self._track(rec.kind, rec.session, rec.payload)
+            if rec.kind == records.KIND_DEVICE:
+                self.device = DeviceIdentity(rec.fields["device"], rec.fields["cert_sha256"])
         self._load_latest_checkpoint(scan)
         # Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
         for torn in scan.torn:
@@ -445,6 +483,13 @@ class AuditLog:
             if cp.size <= len(self._leaves) and merkle.root(self._leaves[: cp.size]) == cp.root:
                 self._latest = (cp.size, cp.root, stored.note)
                 return
+            torn = next((t for t in scan.torn if t.file.startswith(SEGMENTS_DIR)), None)
+            if cp.size > len(self._leaves) and torn is not None:
+                raise LogCorruptError(
+                    f"checkpoint {stored.number} signs {cp.size} records but only {len(self._leaves)} are intact: "
+                    f"the damage at byte {torn.offset} of {torn.file} is to a signed record, not a torn write, so "
+                    "the log is left as it is (restore it from a copy, e.g. an `audit export` bundle)"
+                )
             raise LogCorruptError(f"checkpoint {stored.number} (size {cp.size}) does not match the stored records")
 
     def _open_segment(self, first: int) -> None:

@@ -22,6 +22,9 @@ and exactly the fields of its kind, nothing else (an unexpected field could carr
                                                       placeholder, keep-local, filter), how many
                                                       spans, the placeholder label; never the span
     repair          file, offset, cut_bytes, cut_sha256   a torn final write was cut back on open
+    device-cert     device, cert_sha256               binds the log key to the device's mTLS client
+                                                      certificate (SHA-256 of its DER) and its name;
+                                                      record 1 of a device's log, again on rotation
 
 `session` is a random 128-bit ID (32 hex digits) the device chose; it never leaves the device.
 `n` numbers a session's records from 0 without gaps. `bytes` is standard base64 of the payload;
@@ -53,6 +56,7 @@ KIND_DOWNLINK = "downlink"
 KIND_FALLBACK = "fallback"
 KIND_GUARD = "guard-decision"
 KIND_REPAIR = "repair"
+KIND_DEVICE = "device-cert"
 SESSION_KINDS = frozenset({KIND_BEGIN, KIND_UPLINK, KIND_DOWNLINK, KIND_FALLBACK, KIND_GUARD})
 
 _SESSION_RE = re.compile(r"[0-9a-f]{32}")
@@ -121,6 +125,7 @@ SCHEMA: dict[str, dict[str, Callable[[object], bool]]] = {
     KIND_FALLBACK: {**_SESSION, "reason": _str(_IDENT_RE)},
     KIND_GUARD: {**_SESSION, "decision": _str(_IDENT_RE), "count": _int(0), "placeholder": _str(_PLACEHOLDER_RE)},
     KIND_REPAIR: {"file": _str(_FILE_RE), "offset": _int(0), "cut_bytes": _int(1), "cut_sha256": _str(_HEX64_RE)},
+    KIND_DEVICE: {"device": _text(128), "cert_sha256": _str(_HEX64_RE)},
 }
 
 

@@ -1,17 +1,25 @@
-"""The server's own transcript of the uplinks it received, and its comparison with the device's log.
+"""The server's own transcript of what each device sent, and its comparison with a device's log.
 
 The server keeps this file, independently of the device: one JSON object per line,
 
-    {"format": "specsteer-server-transcript/1"}                      first line
-    {"stream": "<id>", "i": <0, 1, ...>, "len": <bytes>, "sha256": "<hex>"}   one per uplink received
+    {"format": "specsteer-server-transcript/2"}                                   first line
+    {"stream": "<id>", "device": "<name>", "cert_sha256": "<hex>"}                 a stream begins
+    {"stream": "<id>", "i": <0, 1, ...>, "len": <bytes>, "sha256": "<hex>"}       one per uplink received
+    {"stream": "<id>", "end": "<outcome>", "uplinks": <count>}                     the stream ended
 
-`stream` is the server's own name for a gRPC stream. The device's session IDs never go on the wire,
-so streams are matched to device sessions by content: a stream matches the device session whose
-uplink hashes it equals, message for message. Anything the server received that the device never
-logged is egress that bypassed the recorder, and fails the check.
+`stream` is the server's own name for a gRPC stream. `device` and `cert_sha256` are the common
+name and the DER SHA-256 of the client certificate mutual TLS verified (`audit.identity`), so the
+transcript says which device sent each stream. The device's session IDs never go on the wire, so
+streams are matched to device sessions by content: a stream matches the device session whose
+uplink hashes it equals, message for message, and only among the streams of the certificate the
+device's log binds (its `device-cert` records). Anything a device's certificate sent that its log
+does not hold fails the check: egress that bypassed the recorder, or a log cut back below what the
+server witnessed. The `end` line is the server's witness statement: how many uplinks it saw on the
+stream when the stream ended.
 
 On a gRPC server, take the raw bytes (`request_deserializer=bytes`, i.e. identity) so the hash is
-over exactly what arrived, call `record_uplink(stream, raw)`, then parse.
+over exactly what arrived, call `begin_stream` once the peer is authenticated, `record_uplink(stream,
+raw)` for every frame before parsing it, and `end_stream` when the stream is over.
 """
 
 from __future__ import annotations
@@ -20,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -31,56 +38,105 @@ from typing import Self
 
 from audit.errors import AuditError
 
-TRANSCRIPT_FORMAT = "specsteer-server-transcript/1"
+TRANSCRIPT_FORMAT = "specsteer-server-transcript/2"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STREAM = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_OUTCOME = re.compile(r"[a-z][a-z0-9-]{0,31}")
+MAX_DEVICE_NAME = 128
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53
+
+
+def _is_name(v: object) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= MAX_DEVICE_NAME and v.isprintable()
 
 
 class ServerTranscript:
-    """Appends the hash of every uplink the server receives; one writer per file, thread-safe."""
+    """Appends who sent each stream and the hash of every uplink; one writer per file, thread-safe."""
 
     def __init__(self, path: Path, fd: int, *, durable: bool) -> None:
         self.path = path
         self._fd = fd
         self._durable = durable
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = defaultdict(int)
+        self._counts: dict[str, int] = {}  # open streams and how many uplinks each has had
+        self._known: set[str] = set()
 
     @classmethod
     def open(cls, path: Path | str, *, durable: bool = True) -> Self:
         """Open (or create) a transcript. `durable` fsyncs every line, so a crash loses none."""
         path = Path(path)
         exists = path.exists() and path.stat().st_size > 0
+        if exists:
+            existing = read_transcript(path)
+            first = path.read_bytes().split(b"\n", 1)[0]
+            if first != json.dumps({"format": TRANSCRIPT_FORMAT}, separators=(",", ":")).encode():
+                raise AuditError(
+                    f"the server transcript {path} is not a {TRANSCRIPT_FORMAT} file (an older server's?): "
+                    "move it aside so this server starts a new one"
+                )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         transcript = cls(path, fd, durable=durable)
         if exists:
-            for stream, entries in read_transcript(path).streams.items():
-                transcript._counts[stream] = len(entries)
+            transcript._known = set(existing.info)
+            if not path.read_bytes().endswith(b"\n"):
+                # A line torn by a crash stays as evidence (the auditor is told); new lines start clean.
+                transcript._write_raw(b"\n")
         else:
             transcript._write({"format": TRANSCRIPT_FORMAT})
         return transcript
 
     def _write(self, obj: Mapping[str, object]) -> None:
-        line = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        os.write(self._fd, line)
+        self._write_raw(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n")
+
+    def _write_raw(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
         if self._durable:
             os.fsync(self._fd)
 
-    def begin_stream(self) -> str:
-        return secrets.token_hex(8)
-
-    def record_uplink(self, stream: str, payload: bytes) -> None:
+    def begin_stream(self, stream: str, device: str, cert_sha256: str) -> None:
+        """A stream from the device whose verified client certificate is `device` / `cert_sha256` begins."""
         if not _STREAM.fullmatch(stream):
             raise AuditError(f"a stream name is 1-128 letters, digits or ._:-; got {stream!r}")
+        if not _is_name(device) or not _HEX64.fullmatch(cert_sha256):
+            raise AuditError("a stream's device is a printable name and the hex SHA-256 of its certificate")
         with self._lock:
-            i = self._counts[stream]
+            if stream in self._known:
+                raise AuditError(f"stream {stream} already exists in the transcript")
+            self._write({"stream": stream, "device": device, "cert_sha256": cert_sha256})
+            self._known.add(stream)
+            self._counts[stream] = 0
+
+    def record_uplink(self, stream: str, payload: bytes) -> None:
+        with self._lock:
+            i = self._counts.get(stream)
+            if i is None:
+                raise AuditError(f"stream {stream!r} was not begun (or has ended) in the transcript")
             self._write({"stream": stream, "i": i, "len": len(payload), "sha256": hashlib.sha256(payload).hexdigest()})
             self._counts[stream] = i + 1
 
+    def end_stream(self, stream: str, outcome: str) -> None:
+        """The server's witness statement: the stream is over after the uplinks recorded so far.
+
+        A stream that was never begun here (its identity could not be recorded, so it was refused
+        before any uplink) has nothing to witness: no line is written.
+        """
+        if not _OUTCOME.fullmatch(outcome):
+            raise AuditError(f"a stream outcome is a short lowercase identifier; got {outcome!r}")
+        with self._lock:
+            count = self._counts.pop(stream, None)
+            if count is not None:
+                self._write({"stream": stream, "end": outcome, "uplinks": count})
+
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def __enter__(self) -> Self:
         return self
@@ -98,9 +154,39 @@ class TranscriptEntry:
 
 
 @dataclass
+class Stream:
+    """One stream as the server recorded it: who sent it, its uplinks, and how it ended."""
+
+    name: str
+    device: str
+    cert_sha256: str
+    line: int  # where it begins
+    entries: list[TranscriptEntry] = field(default_factory=list)
+    end: str | None = None  # the outcome, once the server wrote the stream's end
+
+
+@dataclass
 class Transcript:
-    streams: dict[str, list[TranscriptEntry]] = field(default_factory=dict)
+    streams: dict[str, list[TranscriptEntry]] = field(default_factory=dict)  # each stream's uplinks
+    info: dict[str, Stream] = field(default_factory=dict)  # who sent each stream, and how it ended
     problems: list[str] = field(default_factory=list)
+
+
+def _parse_line(obj: object) -> str | None:
+    """Which kind of transcript line `obj` is ("begin", "uplink", "end"), or None if it is none."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("stream"), str) or not _STREAM.fullmatch(obj["stream"]):
+        return None
+    keys = set(obj)
+    if keys == {"stream", "device", "cert_sha256"}:
+        ok = _is_name(obj["device"]) and isinstance(obj["cert_sha256"], str) and _HEX64.fullmatch(obj["cert_sha256"])
+        return "begin" if ok else None
+    if keys == {"stream", "i", "len", "sha256"}:
+        ok = _is_int(obj["i"]) and _is_int(obj["len"]) and isinstance(obj["sha256"], str)
+        return "uplink" if ok and _HEX64.fullmatch(obj["sha256"]) else None
+    if keys == {"stream", "end", "uplinks"}:
+        ok = isinstance(obj["end"], str) and _OUTCOME.fullmatch(obj["end"]) and _is_int(obj["uplinks"])
+        return "end" if ok else None
+    return None
 
 
 def read_transcript(path: Path) -> Transcript:
@@ -119,40 +205,72 @@ def read_transcript(path: Path) -> Transcript:
             continue
         if number == 1:
             if obj != {"format": TRANSCRIPT_FORMAT}:
-                out.problems.append(f"server transcript line 1 is not a {TRANSCRIPT_FORMAT} header")
+                out.problems.append(
+                    f"server transcript line 1 is not a {TRANSCRIPT_FORMAT} header (a transcript without "
+                    "device identities cannot be compared per device)"
+                )
             continue
-        ok = (
-            isinstance(obj, dict)
-            and set(obj) == {"stream", "i", "len", "sha256"}
-            and isinstance(obj["stream"], str)
-            and _STREAM.fullmatch(obj["stream"])
-            and isinstance(obj["i"], int)
-            and isinstance(obj["len"], int)
-            and isinstance(obj["sha256"], str)
-            and _HEX64.fullmatch(obj["sha256"])
-        )
-        if not ok:
+        kind = _parse_line(obj)
+        if kind is None:
             out.problems.append(f"server transcript line {number} is not a transcript entry")
             continue
-        entries = out.streams.setdefault(obj["stream"], [])
-        if obj["i"] != len(entries):
+        name = obj["stream"]
+        stream = out.info.get(name)
+        if kind == "begin":
+            if stream is not None:
+                out.problems.append(f"server transcript line {number}: stream {name} begins a second time")
+                continue
+            out.info[name] = Stream(name, obj["device"], obj["cert_sha256"], number)
+            out.streams[name] = out.info[name].entries
+            continue
+        if stream is None:
+            out.problems.append(f"server transcript line {number}: stream {name} was never begun (no device for it)")
+            continue
+        if stream.end is not None:
+            out.problems.append(f"server transcript line {number}: stream {name} continues after its end")
+            continue
+        if kind == "end":
+            stream.end = obj["end"]
+            if obj["uplinks"] != len(stream.entries):
+                out.problems.append(
+                    f"server transcript line {number}: stream {name} ends after {obj['uplinks']} uplinks but "
+                    f"{len(stream.entries)} are recorded"
+                )
+            continue
+        if obj["i"] != len(stream.entries):
             out.problems.append(
-                f"server transcript line {number}: stream {obj['stream']} message {obj['i']} follows "
-                f"message {len(entries) - 1} (a gap or reordering in the server's own record)"
+                f"server transcript line {number}: stream {name} message {obj['i']} follows "
+                f"message {len(stream.entries) - 1} (a gap or reordering in the server's own record)"
             )
-        entries.append(TranscriptEntry(number, obj["sha256"]))
+        stream.entries.append(TranscriptEntry(number, obj["sha256"]))
     if not lines:
         out.problems.append("the server transcript is empty")
     return out
 
 
+def merge(transcripts: Sequence[Transcript]) -> Transcript:
+    """One view of several transcripts (e.g. of several verifier replicas); stream names must not clash."""
+    out = Transcript()
+    for i, t in enumerate(transcripts):
+        out.problems += [f"transcript {i + 1}: {p}" for p in t.problems] if len(transcripts) > 1 else t.problems
+        for name, stream in t.info.items():
+            if name in out.info:
+                out.problems.append(f"stream {name} appears in two transcripts")
+                continue
+            out.info[name], out.streams[name] = stream, stream.entries
+    return out
+
+
 @dataclass(frozen=True)
 class DeviceSession:
-    """What the device logged for one session: its uplinks as (record index, sha256), and how it ended."""
+    """What the device logged for one session: its uplinks as (record index, sha256), how it ended,
+    and the certificate its log bound when the session began (None if it bound none)."""
 
     session_id: str
     uplinks: Sequence[tuple[int, str]]
     fell_back: bool
+    cert_sha256: str | None = None
+    device: str | None = None  # the name the log binds with that certificate
 
 
 @dataclass
@@ -163,34 +281,61 @@ class Comparison:
 
 
 def compare(device: Sequence[DeviceSession], transcript: Transcript) -> Comparison:
-    """Match server streams to device sessions hash for hash; every mismatch names records and lines."""
+    """Match each certificate's server streams to the device sessions bound to it, hash for hash.
+
+    Only streams sent with a certificate the log binds are compared: other devices' streams are
+    none of this log's business, and a session is never matched with another device's stream.
+    """
     result = Comparison(failures=list(transcript.problems))
+    certs = sorted({d.cert_sha256 for d in device if d.cert_sha256 is not None})
+    for d in device:
+        if d.cert_sha256 is None and d.uplinks:
+            result.failures.append(
+                f"device session {d.session_id[:8]}… (uplinks from record {d.uplinks[0][0]}) began before the log "
+                "bound a device certificate (no device-cert record), so no server stream can be attributed to it"
+            )
+    for cert in certs:
+        streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
+        sessions = [d for d in device if d.cert_sha256 == cert]
+        names = sorted({s.device for s in transcript.info.values() if s.cert_sha256 == cert})
+        names = names or sorted({d.device for d in sessions if d.device is not None})
+        who = f"device {', '.join(names) or '?'} (certificate sha256 {cert[:16]}…)"
+        result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}")
+        _compare_one(sessions, streams, who, result)
+    others = {s.cert_sha256 for s in transcript.info.values()} - set(certs)
+    if others:
+        n = sum(1 for s in transcript.info.values() if s.cert_sha256 in others)
+        result.notes.append(f"{n} stream(s) of {len(others)} other certificate(s) were not compared with this log")
+    return result
+
+
+def _compare_one(device: Sequence[DeviceSession], streams: Sequence[Stream], who: str, result: Comparison) -> None:
     unmatched = [d for d in device if d.uplinks]
     by_hashes: dict[tuple[str, ...], list[DeviceSession]] = defaultdict(list)
     for d in unmatched:
         by_hashes[tuple(h for _, h in d.uplinks)].append(d)
-    leftovers: list[tuple[str, list[TranscriptEntry]]] = []
-    for stream, entries in transcript.streams.items():
-        key = tuple(e.sha256 for e in entries)
+    leftovers: list[Stream] = []
+    for stream in streams:
+        key = tuple(e.sha256 for e in stream.entries)
         if by_hashes.get(key):
             d = by_hashes[key].pop(0)
             unmatched.remove(d)
             result.matched += 1
         else:
-            leftovers.append((stream, entries))
-    for stream, entries in leftovers:
-        key = tuple(e.sha256 for e in entries)
+            leftovers.append(stream)
+    for stream in leftovers:
+        key = tuple(e.sha256 for e in stream.entries)
         # A device that fell back may have logged uplinks that never arrived: a prefix is fine then.
         prefix = next((d for d in unmatched if d.fell_back and tuple(h for _, h in d.uplinks)[: len(key)] == key), None)
         if prefix is not None:
             unmatched.remove(prefix)
             result.matched += 1
             result.notes.append(
-                f"server stream {stream} received {len(key)} of the {len(prefix.uplinks)} uplinks of device session "
-                f"{prefix.session_id[:8]}… (which fell back)"
+                f"server stream {stream.name} received {len(key)} of the {len(prefix.uplinks)} uplinks of device "
+                f"session {prefix.session_id[:8]}… (which fell back)"
             )
             continue
-        result.failures.append(_explain_stray(stream, entries, unmatched))
+        result.failures.append(_explain_stray(stream, unmatched, who))
     for d in unmatched:
         if d.fell_back:
             result.notes.append(f"device session {d.session_id[:8]}… fell back; the server has no stream for it")
@@ -198,13 +343,13 @@ def compare(device: Sequence[DeviceSession], transcript: Transcript) -> Comparis
             first = d.uplinks[0][0]
             result.failures.append(
                 f"device session {d.session_id[:8]}… (uplinks from record {first}) closed normally but the server "
-                f"has no matching record of its {len(d.uplinks)} uplinks"
+                f"has no matching record of its {len(d.uplinks)} uplinks from {who}"
             )
-    return result
 
 
-def _explain_stray(stream: str, entries: Sequence[TranscriptEntry], device: Sequence[DeviceSession]) -> str:
+def _explain_stray(stream: Stream, device: Sequence[DeviceSession], who: str) -> str:
     """Name the first message the server received that the device never logged."""
+    entries = stream.entries
     best, best_len = None, -1
     for d in device:
         n = 0
@@ -215,17 +360,24 @@ def _explain_stray(stream: str, entries: Sequence[TranscriptEntry], device: Sequ
     if best is not None and best_len > 0:
         if best_len < len(entries):
             e = entries[best_len]
+            what = (
+                "the device logged a different uplink there"
+                if best_len < len(best.uplinks)
+                else "the device's log ends that session before it"
+            )
             return (
-                f"server stream {stream}: message {best_len} (transcript line {e.line}, sha256 {e.sha256[:16]}…) "
-                f"was received but the device logged a different uplink there (device session "
-                f"{best.session_id[:8]}…, after record {best.uplinks[best_len - 1][0]})"
+                f"server stream {stream.name}: message {best_len} (transcript line {e.line}, sha256 {e.sha256[:16]}…) "
+                f"was received from {who} but {what} (device session {best.session_id[:8]}…, after record "
+                f"{best.uplinks[best_len - 1][0]})"
             )
         return (
-            f"server stream {stream} received only {len(entries)} of the {len(best.uplinks)} uplinks of device "
+            f"server stream {stream.name} received only {len(entries)} of the {len(best.uplinks)} uplinks of device "
             f"session {best.session_id[:8]}…, which closed normally (first missing: record {best.uplinks[best_len][0]})"
         )
     e = entries[0]
+    ended = f"ended: {stream.end}" if stream.end is not None else "no end recorded"
     return (
-        f"server stream {stream}: message 0 (transcript line {e.line}, sha256 {e.sha256[:16]}…) matches no uplink "
-        "the device logged: egress that bypassed the audit log"
+        f"server stream {stream.name} ({len(entries)} uplink(s) from {who}, {ended}; transcript line {e.line}) "
+        "matches no session in this log: the log is shorter than what the server witnessed (records removed or "
+        "rolled back), or egress that bypassed the audit log"
     )

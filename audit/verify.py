@@ -4,24 +4,31 @@
 (carrying the same report) otherwise, so a caller cannot forget to look at a boolean. Each failure
 message names the record (its position in the log), checkpoint or transcript line at fault.
 
-Checks, in order: log integrity (framing, checksums, segments, record schema, positions); the log
-key; every checkpoint (signature, origin, root over the records, forks, truncation); the auditor's
-previous checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and,
-given one, the server's transcript. The report also says what this proof does not cover.
+Checks, in order: log integrity (framing, checksums, segments, record schema, positions, repair
+evidence under torn/); the log key; every checkpoint (signature, origin, root over the records,
+forks, truncation, and no record left unsigned after the latest); the auditor's previous
+checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and, given
+them, the verifier's transcripts, compared only with the streams of the certificate(s) the log
+binds (the witness that catches a log cut back below what the server received).
+
+The verdict (`Report.verdict`) is VERIFIED only when every check passed against a key the auditor
+holds; without one it is UNPROVEN, since the log was checked against the key it declares itself.
+The report also says what this proof does not cover. The format is in docs/audit-format.md.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from audit import merkle, records
 from audit.errors import AuditError, VerificationFailed
-from audit.log import TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
+from audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
 from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
-from audit.transcript import DeviceSession, compare, read_transcript
+from audit.transcript import DeviceSession, compare, merge, read_transcript
 from core.contract import Area, SessionState, Violation
 from core.session_types import WIRE_MAX_TOP_K
 
@@ -73,6 +80,22 @@ class SessionSummary:
         return dict(self.__dict__)
 
 
+VERIFIED = "VERIFIED"
+UNPROVEN = "UNPROVEN"
+FAILED = "FAILED"
+
+UNPROVEN_WHY = (
+    "no --key was given, so the log was checked against the key it declares itself: anyone who rewrote it and "
+    "re-signed it with a key of their own would pass too; give the device's verifier key you hold"
+)
+NO_WITNESS = (
+    "Truncation or rollback to an earlier signed size, without a witness: no --server-transcript was given, so "
+    "a log cut back to one of its own earlier checkpoints is caught only by a checkpoint you kept (--checkpoint); "
+    "keep the latest checkpoint from every audit (latest.note in an `audit export` bundle) and the device's "
+    "verifier key, or compare with the verifier's transcript."
+)
+
+
 @dataclass(frozen=True)
 class Report:
     log: str
@@ -82,15 +105,29 @@ class Report:
     # The egress guard's decisions over all sessions: (decision, placeholder label, spans).
     guard: tuple[tuple[str, str, int], ...] = ()
     not_covered: tuple[str, ...] = NOT_COVERED
+    authenticated: bool = True  # checked against a key the auditor holds, not the one the log declares
+    devices: tuple[tuple[str, str], ...] = ()  # (name, certificate sha256) the log binds, in order
 
     @property
     def ok(self) -> bool:
+        """Every check passed (authenticity aside: see `verdict`)."""
         return all(c.ok for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        """VERIFIED only with every check passed against the auditor's key; UNPROVEN without a key."""
+        if not self.ok:
+            return FAILED
+        return VERIFIED if self.authenticated else UNPROVEN
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "log": self.log,
-            "ok": self.ok,
+            "verdict": self.verdict,
+            "ok": self.verdict == VERIFIED,
+            "checks_passed": self.ok,
+            "authenticated": self.authenticated,
+            "devices": [{"name": n, "cert_sha256": c} for n, c in self.devices],
             "records": self.records,
             "sessions": len(self.sessions),
             "checks": [c.as_dict() for c in self.checks],
@@ -100,8 +137,16 @@ class Report:
 
     def render(self) -> str:
         failed = sum(not c.ok for c in self.checks)
-        verdict = "VERIFIED" if self.ok else f"FAILED ({failed} of {len(self.checks)} checks failed)"
-        lines = [f"audit log {self.log}: {self.records} records, {len(self.sessions)} sessions: {verdict}", ""]
+        verdict = {
+            VERIFIED: VERIFIED,
+            UNPROVEN: f"{UNPROVEN} (every check passed, but authenticity is unproven: {UNPROVEN_WHY})",
+            FAILED: f"{FAILED} ({failed} of {len(self.checks)} checks failed)",
+        }[self.verdict]
+        lines = [f"audit log {self.log}: {self.records} records, {len(self.sessions)} sessions: {verdict}"]
+        lines += [f"device: {n} (certificate sha256 {c})" for n, c in self.devices] or [
+            "device: none bound (the log names no device certificate)"
+        ]
+        lines.append("")
         for c in self.checks:
             lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.summary}")
             lines.extend(f"         - {m}" for m in c.failures)
@@ -131,14 +176,25 @@ class _Context:
     leaves: list[bytes] = field(default_factory=list)
 
 
-def _integrity(ctx: _Context) -> Check:
+def _integrity(ctx: _Context, signed_size: int) -> Check:
+    """Framing, checksums, positions and repair evidence. `signed_size` is the largest size a valid
+    checkpoint signs: a "torn" tail inside it is damage to a signed record, not a crash."""
     failures = list(ctx.scan.problems)
     notes: list[str] = []
+    intact = len(ctx.scan.records)
     for torn in ctx.scan.torn:
+        if torn.file.startswith(SEGMENTS_DIR) and signed_size > intact:
+            failures.append(
+                f"record {intact} ({torn.file} at byte {torn.offset}) is damaged ({torn.reason}), yet a signed "
+                f"checkpoint covers {signed_size} records: this is not a torn write but damage to a signed record; "
+                "the device refuses to open this log rather than cut it, so restore it from a copy"
+            )
+            continue
         failures.append(
             f"{torn.file} ends in {torn.reason} ({torn.length} bytes from byte {torn.offset}): a torn write; "
             "opening the log on the device cuts it back and records the cut"
         )
+    evidence = {(ev.file, ev.offset, ev.sha256): ev for ev in torn_evidence(ctx.scan.directory) if ev.file}
     for p in ctx.parsed:
         if p.record is None:
             continue
@@ -153,10 +209,16 @@ def _integrity(ctx: _Context) -> Check:
             failures.append(f"{p.stored.where()} is a second log header")
         if p.record.kind == records.KIND_REPAIR:
             f = p.record.fields
-            notes.append(
-                f"record {p.stored.position}: the device cut a torn final write of {f['cut_bytes']} bytes from "
-                f"{f['file']} at byte {f['offset']} (kept under torn/)"
-            )
+            name = f"{TORN_DIR}/{f['file']}.{f['offset']}.{f['cut_sha256']}.bin"
+            ev = evidence.get((f["file"], f["offset"], f["cut_sha256"]))
+            what = f"record {p.stored.position}: the device cut a torn final write of {f['cut_bytes']} bytes from "
+            what += f"{f['file']} at byte {f['offset']}"
+            if ev is None:
+                failures.append(f"{what}, but {name} is missing: the evidence of that repair was removed")
+            elif not ev.intact or ev.length != f["cut_bytes"]:
+                failures.append(f"{what}, but {name} holds {ev.length} bytes that do not hash to its recorded value")
+            else:
+                notes.append(f"{what} (kept as {name}, {ev.length} bytes, sha256 checked)")
     logged = {
         (p.record.fields["file"], p.record.fields["offset"], p.record.fields["cut_sha256"])
         for p in ctx.parsed
@@ -271,7 +333,13 @@ def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
         failures.append("the log has no signed checkpoint, so nothing in it is signed")
     latest = max((cp.size for _, cp in valid), default=0)
     if valid and latest < n:
-        notes.append(f"records {latest} to {n - 1} are not yet covered by a signed checkpoint")
+        # The device signs at every session's end, on open and on close, so an honest log has no
+        # unsigned tail once the device has reopened it after a crash: these records prove nothing.
+        failures.append(
+            f"records {latest} to {n - 1} are not covered by any signed checkpoint (the latest signs {latest}): "
+            "anyone could have appended them; if the device crashed, open the log on the device (it closes "
+            "interrupted sessions and signs) and verify again"
+        )
     summary = f"{len(ctx.scan.checkpoints)} checkpoint(s)"
     if not failures:
         summary += f", all signed by {ctx.key.name}+{ctx.key.id.hex()} and matching the records (latest size {latest})"
@@ -332,6 +400,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     spans: dict[str, list[int]] = {}
     uplinks: dict[str, list[tuple[int, str]]] = defaultdict(list)
     counters: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    bound: tuple[str, str] | None = None  # (name, certificate) the latest device-cert record binds
+    certs: dict[str, tuple[str, str] | None] = {}
 
     def report(where: str, violations: list[Violation]) -> None:
         for v in violations:
@@ -339,6 +409,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
 
     for p in ctx.parsed:
         rec = p.record
+        if rec is not None and rec.kind == records.KIND_DEVICE:
+            bound = (rec.fields["device"], rec.fields["cert_sha256"])
         if rec is None or rec.session is None:
             continue
         sid, n = rec.session, rec.fields["n"]
@@ -352,6 +424,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             if k > header_k:
                 found[Area.DOWNLINK].append(f"{where}: allows k = {k}, above the log's maximum {header_k}")
             states[sid] = SessionState(sid, vocab, k)
+            certs[sid] = bound
             next_n[sid] = 1
             spans[sid] = [rec.index, rec.index]
             continue
@@ -400,7 +473,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
                 counters[sid][0], counters[sid][1], state.uplink_bytes, state.downlink_bytes, ended,
             )
         )  # fmt: skip
-        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back"))
+        name, cert = certs[sid] or (None, None)
+        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back", cert, name))
     interrupted = [s for s in summaries if s.ended == "fallback (interrupted)"]
     if interrupted:
         notes.append(f"{len(interrupted)} session(s) were interrupted (the device process ended mid-session)")
@@ -441,12 +515,30 @@ def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str
     return Check(name, not failures, summary, tuple(failures), tuple(notes or ()))
 
 
-def _transcript(device: list[DeviceSession], path: Path) -> Check:
-    result = compare(device, read_transcript(path))
-    summary = f"{result.matched} server stream(s) match device sessions hash for hash"
+def _transcript(device: list[DeviceSession], paths: Sequence[Path]) -> Check:
+    result = compare(device, merge([read_transcript(p) for p in paths]))
+    summary = f"{result.matched} server stream(s) of this device match device sessions hash for hash"
     if result.failures:
         summary = f"{len(result.failures)} mismatch(es) between the server's transcript and the device's log"
     return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(result.notes))
+
+
+def _devices(ctx: _Context) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for p in ctx.parsed:
+        if p.record is not None and p.record.kind == records.KIND_DEVICE:
+            bound = (p.record.fields["device"], p.record.fields["cert_sha256"])
+            if bound not in out:
+                out.append(bound)
+    return tuple(out)
+
+
+def _paths(server_transcript: Path | str | Sequence[Path | str] | None) -> list[Path]:
+    if server_transcript is None:
+        return []
+    if isinstance(server_transcript, (str, Path)):
+        return [Path(server_transcript)]
+    return [Path(p) for p in server_transcript]
 
 
 def inspect(
@@ -454,27 +546,36 @@ def inspect(
     *,
     key: VerifierKey | None = None,
     previous_checkpoint: str | None = None,
-    server_transcript: Path | str | None = None,
+    server_transcript: Path | str | Sequence[Path | str] | None = None,
 ) -> Report:
-    """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure."""
+    """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure.
+
+    `server_transcript` is the verifier's transcript (or several, one per verifier replica): the
+    witness that catches a log cut back below what the server received from this device.
+    """
     scan = scan_log(Path(log_dir))
     parsed, parse_failures = _parse_records(scan)
     ctx = _Context(scan, parsed, leaves=[s.leaf for s in scan.records])
-    integrity = _integrity(ctx)
+    key_check = _log_key(ctx, key)
+    cp_check, valid = _checkpoints(ctx)
+    integrity = _integrity(ctx, max((cp.size for _, cp in valid), default=0))
     if parse_failures:
         integrity = Check(
             integrity.name, False, integrity.summary, integrity.failures + tuple(parse_failures), integrity.notes
         )
-    checks = [integrity, _log_key(ctx, key)]
-    cp_check, valid = _checkpoints(ctx)
-    checks.append(cp_check)
+    checks = [integrity, key_check, cp_check]
     if previous_checkpoint is not None:
         checks.append(_previous(ctx, previous_checkpoint, valid))
     session_checks, summaries, device = _sessions(ctx)
     checks.extend(session_checks)
-    if server_transcript is not None:
-        checks.append(_transcript(device, Path(server_transcript)))
-    return Report(str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx))
+    paths = _paths(server_transcript)
+    if paths:
+        checks.append(_transcript(device, paths))
+    not_covered = NOT_COVERED if paths else (*NOT_COVERED, NO_WITNESS)
+    return Report(
+        str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,
+        authenticated=key is not None, devices=_devices(ctx),
+    )  # fmt: skip
 
 
 def verify(
@@ -482,9 +583,13 @@ def verify(
     *,
     key: VerifierKey | None = None,
     previous_checkpoint: str | None = None,
-    server_transcript: Path | str | None = None,
+    server_transcript: Path | str | Sequence[Path | str] | None = None,
 ) -> Report:
-    """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise."""
+    """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise.
+
+    Without `key` a returned report's `verdict` is UNPROVEN, never VERIFIED: the log was checked
+    against the key it declares itself.
+    """
     report = inspect(log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript)
     if not report.ok:
         raise VerificationFailed(report)

@@ -56,6 +56,7 @@ from rouge_score import rouge_scorer
 
 from audit.egress import EgressRecorder
 from audit.errors import VerificationFailed
+from audit.identity import DeviceIdentity
 from audit.log import AuditLog
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
@@ -291,7 +292,7 @@ def run_one(
     params = CONTROL_PARAMS if control else SessionParams()
     with (
         loopback.serve(transcript) as port,
-        AuditLog.open(log_dir, loopback.key) as log,
+        AuditLog.open(log_dir, loopback.key, device=DeviceIdentity.from_pem(loopback.identity.cert_chain)) as log,
         RemoteVerifier(
             f"127.0.0.1:{port}",
             loopback.identity,

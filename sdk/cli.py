@@ -265,8 +265,12 @@ def run_remote(
 
 
 @contextmanager
-def audit_tap(log_dir: Path | None, key_path: Path | None) -> Iterator[EgressTap | None]:
-    """The egress tap that writes the device's audit log, if one is asked for."""
+def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = None) -> Iterator[EgressTap | None]:
+    """The egress tap that writes the device's audit log, if one is asked for.
+
+    `cert` is the device's mTLS certificate: the log binds its key to it, so an auditor compares
+    the log with only this device's streams in the verifier's transcript.
+    """
     if log_dir is None:
         if key_path is not None:
             raise ConfigError("--audit-key is for an audit log: add --audit-log DIR")
@@ -277,11 +281,13 @@ def audit_tap(log_dir: Path | None, key_path: Path | None) -> Iterator[EgressTap
     # Device code that writes the log; the auditor's side of audit/ is never needed here.
     from audit.egress import EgressRecorder
     from audit.errors import AuditError
+    from audit.identity import DeviceIdentity
     from audit.log import AuditLog
     from audit.note import load_signing_key
 
     try:
-        with AuditLog.open(log_dir, load_signing_key(key_path)) as log:
+        device = None if cert is None else DeviceIdentity.from_pem(cert.read_bytes())
+        with AuditLog.open(log_dir, load_signing_key(key_path), device=device) as log:
             yield RecorderTap(EgressRecorder(log))
     except AuditError as exc:
         raise ConfigError(f"audit log {log_dir}: {exc}") from None
@@ -292,7 +298,7 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     if config is not None:
         _check(args, prompt, remote=True)
         config.identity()  # a bad pin set or certificate fails now, before the model loads
-        with audit_tap(args.audit_log, args.audit_key) as tap:
+        with audit_tap(args.audit_log, args.audit_key, config.cert) as tap:
             return run_remote(args, prompt, load_specialist(args, profile), config, tap)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
@@ -411,7 +417,7 @@ def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -
                 guard=args.guard or "placeholder",
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
-            with audit_tap(log_dir, audit_dir / "demo-device.key") as tap:
+            with audit_tap(log_dir, audit_dir / "demo-device.key", config.cert) as tap:
                 result = run_remote(args, prompt, specialist, config, tap)
         _log(args, "verifier stopped")
     _log(args, f"audit log in {log_dir}; verifying it as an auditor would:")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import secrets
 import time
@@ -43,6 +42,8 @@ import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from audit.errors import AuditError
+from audit.identity import cert_sha256
 from core import wire
 from core.errors import ProtocolError
 from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
@@ -58,11 +59,13 @@ log = logging.getLogger("server")
 
 
 class TranscriptSink(Protocol):
-    """Receives every uplink exactly as it arrived (e.g. `audit.transcript.ServerTranscript`)."""
+    """Who sent each stream and every uplink exactly as it arrived (e.g. `audit.transcript.ServerTranscript`)."""
 
-    def begin_stream(self) -> str: ...
+    def begin_stream(self, stream: str, device: str, cert_sha256: str) -> None: ...
 
     def record_uplink(self, stream: str, payload: bytes) -> None: ...
+
+    def end_stream(self, stream: str, outcome: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Device:
     """Who is on the other end of a stream, from its verified client certificate."""
 
     name: str
-    fingerprint: str  # sha256 of the certificate, hex; stable across sessions of one certificate
+    fingerprint: str  # sha256 of the certificate's DER, hex (`audit.identity`); what the device's log binds
 
 
 class _Abort(Exception):
@@ -120,7 +123,10 @@ class VerifierService:
         name = device_name(certs[0])
         if name in self._revoked:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
-        return Device(name, hashlib.sha256(certs[0]).hexdigest())
+        try:
+            return Device(name, cert_sha256(certs[0]))
+        except AuditError:
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate does not parse") from None
 
     def _admit(self, state: _Stream) -> None:
         """Count the stream against its device from its first moment, or refuse it at once."""
@@ -137,13 +143,15 @@ class VerifierService:
     # -- the stream --------------------------------------------------------------------------------
 
     async def session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        stream = self.transcript.begin_stream() if self.transcript is not None else secrets.token_hex(8)
+        stream = secrets.token_hex(8)
         state = _Stream(stream)
         self.metrics.streams.inc()
         outcome = "vanished"
         try:
             state.device = self._device(context)
             self._admit(state)
+            if self.transcript is not None:  # the transcript says which certificate sent each stream
+                self.transcript.begin_stream(stream, state.device.name, state.device.fingerprint)
             outcome = await self._serve(state, context)
         except _Abort as abort:
             outcome = abort.outcome
@@ -155,6 +163,8 @@ class VerifierService:
             outcome = "vanished"  # the client went away (or the server is stopping)
             raise
         finally:
+            if self.transcript is not None and state.device is not None:
+                self.transcript.end_stream(stream, outcome)  # the witness statement: all it received
             self._release(state, outcome)
 
     async def _read(self, state: _Stream, context: grpc.aio.ServicerContext) -> bytes | None:

@@ -12,12 +12,14 @@ from pathlib import Path
 
 from audit import merkle, records
 from audit.egress import EgressRecorder
+from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
 from audit.note import SigningKey
 from core import wire
 from core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 500
+DEVICE = DeviceIdentity("alice", "a1" * 32)  # the mTLS certificate the test logs bind
 
 
 @dataclass
@@ -47,13 +49,19 @@ def run_session(rec: EgressRecorder, *, rounds: int = 2, top_k: int = 3, seed: i
 
 
 def build_log(
-    tmp: Path, *, sessions: int = 3, rounds: int = 2, segment_records: int = 4096, name: str = "device.test/log"
+    tmp: Path,
+    *,
+    sessions: int = 3,
+    rounds: int = 2,
+    segment_records: int = 4096,
+    name: str = "device.test/log",
+    device: DeviceIdentity | None = DEVICE,
 ) -> BuiltLog:
     key = SigningKey.generate(name)
     pub = tmp / "device.pub"
     pub.write_text(f"{key.verifier}\n")
     directory = tmp / "log"
-    with AuditLog.open(directory, key, segment_records=segment_records) as log:
+    with AuditLog.open(directory, key, segment_records=segment_records, device=device) as log:
         rec = EgressRecorder(log)
         sids = [run_session(rec, rounds=rounds, seed=i) for i in range(sessions)]
     return BuiltLog(directory, key, pub, sids)

@@ -24,7 +24,7 @@ def test_records_survive_reopen_and_the_checkpoint_signs_their_root(tmp_path: Pa
     with AuditLog.open(built.directory, key) as log:
         size, root = log.size, log.root()
         cp = open_checkpoint(log.latest_checkpoint or "", key.verifier)
-    assert size == len(scan_log(built.directory).records) == 1 + 2 * (1 + 1 + 2 + 2 + 1)
+    assert size == len(scan_log(built.directory).records) == 2 + 2 * (1 + 1 + 2 + 2 + 1)  # header, device-cert
     assert (cp.size, cp.root) == (size, root)
     verify(built.directory, key=key.verifier)
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import base64
+import secrets
 from pathlib import Path
 
 import pytest
 
 from audit import records
-from audit.errors import VerificationFailed
+from audit.cli import main
+from audit.errors import AuditError, VerificationFailed
+from audit.identity import DeviceIdentity
 from audit.log import scan_log
-from audit.transcript import ServerTranscript
+from audit.transcript import ServerTranscript, read_transcript
 from audit.verify import verify
 from core import wire
-from tests.audit.helpers import BuiltLog, build_log
+from tests.audit.helpers import DEVICE, BuiltLog, build_log
 
 
 def _device_uplinks(built: BuiltLog) -> dict[str, list[bytes]]:
@@ -25,12 +28,14 @@ def _device_uplinks(built: BuiltLog) -> dict[str, list[bytes]]:
     return out
 
 
-def _server_saw(path: Path, streams: list[list[bytes]]) -> None:
+def _server_saw(path: Path, streams: list[list[bytes]], device: DeviceIdentity = DEVICE) -> None:
     with ServerTranscript.open(path) as t:
         for payloads in streams:
-            stream = t.begin_stream()
+            stream = secrets.token_hex(8)
+            t.begin_stream(stream, device.name, device.cert_sha256)
             for p in payloads:
                 t.record_uplink(stream, p)
+            t.end_stream(stream, "closed")
 
 
 def _fail_text(built: BuiltLog, transcript: Path) -> str:
@@ -46,7 +51,10 @@ def test_a_matching_transcript_passes(tmp_path: Path) -> None:
     streams = list(_device_uplinks(built).values())
     _server_saw(tmp_path / "server.jsonl", streams[::-1])  # the server's order need not be the device's
     report = verify(built.directory, key=built.key.verifier, server_transcript=tmp_path / "server.jsonl")
-    assert report.checks[-1].name == "server transcript" and "3 server stream(s) match" in report.checks[-1].summary
+    assert (
+        report.checks[-1].name == "server transcript"
+        and "3 server stream(s) of this device match" in report.checks[-1].summary
+    )
 
 
 def test_an_uplink_the_device_never_logged_is_caught(tmp_path: Path) -> None:
@@ -78,3 +86,69 @@ def test_a_malformed_transcript_line_is_named(tmp_path: Path) -> None:
     with (tmp_path / "server.jsonl").open("a") as f:
         f.write('{"stream": "x", "i": 0, "len": 1}\n')
     assert "server transcript line" in _fail_text(built, tmp_path / "server.jsonl")
+
+
+BOB = DeviceIdentity("bob", "b0" * 32)
+
+
+def test_only_this_devices_streams_are_compared(tmp_path: Path) -> None:
+    """Another device's streams on the same verifier are no false alarm, and cannot vouch for this log."""
+    built = build_log(tmp_path, sessions=2)
+    streams = list(_device_uplinks(built).values())
+    path = tmp_path / "server.jsonl"
+    _server_saw(path, streams)
+    _server_saw(path, [[b"\x1a\x02\x08\x01"], streams[1]], device=BOB)  # bob: his own stream, and a copy
+    report = verify(built.directory, key=built.key.verifier, server_transcript=path)
+    (check,) = [c for c in report.checks if c.name == "server transcript"]
+    assert "2 server stream(s) of this device match" in check.summary
+    assert any("2 stream(s) of 1 other certificate(s) were not compared" in n for n in check.notes)
+    # The same streams under bob's certificate only: alice's log cannot claim them.
+    only_bob = tmp_path / "bob-only.jsonl"
+    _server_saw(only_bob, streams, device=BOB)
+    text = _fail_text(built, only_bob)
+    assert text.count("closed normally but the server has no matching record of its 4 uplinks from device alice") == 2
+
+
+def test_a_log_that_binds_no_certificate_cannot_be_attributed(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=1, device=None)
+    path = tmp_path / "server.jsonl"
+    _server_saw(path, list(_device_uplinks(built).values()))
+    assert "began before the log bound a device certificate" in _fail_text(built, path)
+
+
+def test_the_writer_keeps_identity_and_end_and_refuses_an_old_format(tmp_path: Path) -> None:
+    path = tmp_path / "server.jsonl"
+    with ServerTranscript.open(path) as t:
+        t.begin_stream("s1", "alice", DEVICE.cert_sha256)
+        t.record_uplink("s1", b"abc")
+        t.end_stream("s1", "closed")
+        with pytest.raises(AuditError, match="was not begun"):
+            t.record_uplink("s2", b"x")
+    with path.open("ab") as f:
+        f.write(b'{"stream":"s9"')  # a line torn by a crash
+    with ServerTranscript.open(path) as t:  # reopens, keeps the torn line as evidence, writes on a new line
+        t.begin_stream("s3", "bob", BOB.cert_sha256)
+        with pytest.raises(AuditError, match="already exists"):
+            t.begin_stream("s1", "alice", DEVICE.cert_sha256)
+    parsed = read_transcript(path)
+    assert parsed.info["s1"].end == "closed" and parsed.info["s1"].device == "alice"
+    assert parsed.info["s3"].cert_sha256 == BOB.cert_sha256 and parsed.info["s3"].end is None
+    assert parsed.problems == ["server transcript line 5 is not JSON"]
+    old = tmp_path / "v1.jsonl"
+    old.write_text(
+        '{"format":"specsteer-server-transcript/1"}\n{"stream":"a","i":0,"len":1,"sha256":"' + "0" * 64 + '"}\n'
+    )
+    with pytest.raises(AuditError, match="is not a specsteer-server-transcript/2 file"):
+        ServerTranscript.open(old)
+    assert any("without device identities" in p for p in read_transcript(old).problems)
+
+
+def test_several_replicas_transcripts_are_compared_as_one(tmp_path: Path) -> None:
+    built = build_log(tmp_path, sessions=3)
+    streams = list(_device_uplinks(built).values())
+    _server_saw(tmp_path / "a.jsonl", streams[:1])
+    _server_saw(tmp_path / "b.jsonl", streams[1:])
+    argv = ["verify", str(built.directory), "--key", str(built.pub)]
+    assert main([*argv, "--server-transcript", str(tmp_path / "a.jsonl")]) == 1  # one replica is not enough
+    both = ["--server-transcript", str(tmp_path / "a.jsonl"), "--server-transcript", str(tmp_path / "b.jsonl")]
+    assert main([*argv, *both]) == 0

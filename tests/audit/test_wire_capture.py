@@ -8,6 +8,7 @@ the SDK's own remote client and device loop against the real verifier service.
 from __future__ import annotations
 
 import queue
+import secrets
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -17,6 +18,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 
 from audit import records
 from audit.egress import EgressRecorder
+from audit.identity import DeviceIdentity
 from audit.log import AuditLog, scan_log
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
@@ -35,13 +37,15 @@ from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, server_config
 
 METHOD = "/specsteer.v1.Verifier/Session"
+ALICE = DeviceIdentity("alice", "0" * 64)  # no TLS here, so no certificate: a stand-in identity
 
 
 def _fake_verifier(transcript: ServerTranscript) -> grpc.Server:
     """Accepts every draft's first token and offers two candidates; records raw uplinks first."""
 
     def session(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        stream = transcript.begin_stream()
+        stream = secrets.token_hex(8)
+        transcript.begin_stream(stream, ALICE.name, ALICE.cert_sha256)
         for raw in requests:  # no request_deserializer: the handler sees the bytes that arrived
             transcript.record_uplink(stream, raw)
             msg = pb.Uplink.FromString(raw)
@@ -89,7 +93,7 @@ def test_socket_bytes_match_the_log_through_a_real_grpc_channel(tmp_path: Path) 
         relay = LoopbackRelay(port)
         try:
             with (
-                AuditLog.open(tmp_path / "log", key) as log,
+                AuditLog.open(tmp_path / "log", key, device=ALICE) as log,
                 grpc.insecure_channel(f"127.0.0.1:{relay.port}", options=[("grpc.enable_http_proxy", 0)]) as channel,
             ):
                 rec = EgressRecorder(log)
@@ -118,7 +122,7 @@ class _NamedDeviceService(VerifierService):
     """Without TLS there is no client certificate: name the one test device instead."""
 
     def _device(self, context: grpc.aio.ServicerContext) -> Device:
-        return Device("alice", "0" * 64)
+        return Device(ALICE.name, ALICE.cert_sha256)
 
 
 class UnsafePlaintextVerifierServer(VerifierServer):
@@ -154,7 +158,7 @@ def test_sdk_client_socket_bytes_match_the_log(tmp_path: Path, char_tok) -> None
         server.start()
         relay = LoopbackRelay(server.port)
         try:
-            with AuditLog.open(tmp_path / "log", key) as log:
+            with AuditLog.open(tmp_path / "log", key, device=ALICE) as log:
                 tap = RecorderTap(EgressRecorder(log))
                 verifier = UnsafePlaintextRemoteVerifier(
                     f"127.0.0.1:{relay.port}", identity(pki), vocab_size=specialist.lm.vocab_size, tap=tap

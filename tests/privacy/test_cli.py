@@ -122,7 +122,9 @@ def record(run: sim.Run, log_dir: Path, prompt_ids: list[int], vocab: int, trans
     with AuditLog.open(log_dir, key) as log:
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=vocab, max_top_k=4)
-        stream = server.begin_stream() if server else ""
+        stream = "s1"
+        if server:
+            server.begin_stream(stream, "device", "0" * 64)
 
         def up(payload: bytes) -> None:
             rec.record_uplink(sid, payload)
@@ -199,6 +201,7 @@ def test_uplinks_the_server_never_received_are_not_counted(
     transcript = tmp_path / "partial.jsonl"
     full = read_uplinks(planted["root"] / "on")
     with ServerTranscript.open(transcript, durable=False) as server:
+        server.begin_stream("s1", "device", "0" * 64)
         server.record_uplink("s1", b"not an uplink of this log")
     partial = read_uplinks(planted["root"] / "on", server_transcript=transcript)
     assert full.sessions and not partial.sessions

@@ -14,6 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from audit.identity import DeviceIdentity
 from core import wire
 from core.errors import ConfigError
 from core.session_types import SessionParams
@@ -168,9 +169,14 @@ def test_transcript_holds_the_hash_of_every_uplink_received(tmp_path, cloud, mod
     ):
         generate(Specialist(models[0]), "Hi there", SessionParams(gamma=0.05), DecodeOptions(8), verifier)
     lines = [json.loads(x) for x in (tmp_path / "transcripts" / "server-transcript.jsonl").read_text().splitlines()]
-    assert lines[0] == {"format": "specsteer-server-transcript/1"}
-    assert [x["sha256"] for x in lines[1:]] == [hashlib.sha256(u).hexdigest() for u in tap.uplinks]
+    assert lines[0] == {"format": "specsteer-server-transcript/2"}
+    uplinks = [x for x in lines[1:] if "sha256" in x]
+    assert [x["sha256"] for x in uplinks] == [hashlib.sha256(u).hexdigest() for u in tap.uplinks]
     assert len({x["stream"] for x in lines[1:]}) == 1 and len(tap.uplinks) > 2
+    # Which device sent the stream (its certificate, as the device's audit log binds it), and its end.
+    alice = DeviceIdentity.from_pem(p.device_cert("alice").read_bytes())
+    assert lines[1] == {"stream": uplinks[0]["stream"], "device": "alice", "cert_sha256": alice.cert_sha256}
+    assert lines[-1] == {"stream": uplinks[0]["stream"], "end": "closed", "uplinks": len(tap.uplinks)}
 
 
 def test_config_requires_tls_before_models_load(tmp_path) -> None:
