@@ -268,8 +268,9 @@ class SpecSteerClient:
             unknown = set(overrides) - p_names - o_names
             if unknown:
                 raise ConfigError(f"unknown generation setting {sorted(unknown)[0]!r}")
-            params = replace(params, **{k: v for k, v in overrides.items() if k in p_names})
-            options = replace(options, **{k: v for k, v in overrides.items() if k in o_names})
+            chosen: dict[str, Any] = dict(overrides)
+            params = replace(params, **{k: v for k, v in chosen.items() if k in p_names})
+            options = replace(options, **{k: v for k, v in chosen.items() if k in o_names})
         return params, options
 
     def generate(
