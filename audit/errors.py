@@ -1,11 +1,16 @@
 """The audit package's errors, under the SDK's `SpecSteerError` so one `except` in a CLI catches all.
 
-SpecSteerError
+SpecSteerError             core.errors, the root of every package's errors
 └── AuditError             anything the audit package refuses, with a one-sentence message
     ├── KeyFileError       a signing or verifier key that cannot be read or does not match
     ├── LogCorruptError    a log whose stored bytes are damaged where a crash cannot explain it
+    ├── RecordError        a record's bytes are not a well-formed record of the schema (audit.records)
+    ├── ProofError         a Merkle proof does not prove what it claims (audit.merkle)
+    ├── NoteError          a signed note or checkpoint is malformed or does not verify (audit.note)
     ├── EgressBlocked      an uplink the recorder refused to log, and so to let leave the device
     └── VerificationFailed `verify` found at least one failed check (carries the full report)
+
+Every audit error is defined here; the modules that raise them import them from here.
 """
 
 from __future__ import annotations
@@ -28,6 +33,18 @@ class KeyFileError(AuditError):
 
 class LogCorruptError(AuditError):
     """Stored log bytes are damaged somewhere other than a torn final write."""
+
+
+class RecordError(AuditError):
+    """A record's bytes are not a well-formed record of the schema."""
+
+
+class ProofError(AuditError):
+    """A Merkle proof does not prove what it claims."""
+
+
+class NoteError(AuditError):
+    """A signed note or checkpoint is malformed or does not verify."""
 
 
 class EgressBlocked(AuditError):

@@ -18,14 +18,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from audit.errors import AuditError
+from audit.errors import ProofError
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
-
-
-class ProofError(AuditError):
-    """A Merkle proof does not prove what it claims."""
 
 
 def leaf_hash(data: bytes) -> bytes:

@@ -28,16 +28,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from audit.errors import AuditError, KeyFileError
+from audit.errors import KeyFileError, NoteError
 
 ALG_ED25519 = 0x01
 SIG_PREFIX = "— "  # U+2014 EM DASH and a space open every signature line
 MAX_NOTE_BYTES = 64 * 1024  # checkpoints are ~200 bytes; anything huge is not ours
 MAX_SIGNATURES = 100  # the reference implementation's cap
-
-
-class NoteError(AuditError):
-    """A signed note or checkpoint is malformed or does not verify."""
 
 
 def _valid_name(name: str) -> bool:

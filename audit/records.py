@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from audit.errors import AuditError
+from audit.errors import RecordError
 
 LOG_FORMAT = "specsteer-audit-log/1"
 MAX_PAYLOAD_BYTES = 1 << 20  # one uplink or downlink; real ones are well under a kilobyte
@@ -66,10 +66,6 @@ _IDENT_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 _PLACEHOLDER_RE = re.compile(r"[A-Za-z0-9_\[\]<>{}:-]{1,32}")
 _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 _FILE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-class RecordError(AuditError):
-    """A record's bytes are not a well-formed record of the schema."""
 
 
 def now() -> str:

@@ -55,7 +55,8 @@ class Violation:
 def unknown_fields(msg: Message, path: str = "") -> list[str]:
     """Every unknown field at any depth, as 'path.field N'. Python protobuf keeps unknown fields and
     re-serializes them, so only this walk (not a round trip) proves there are none."""
-    found = [f"{path or msg.DESCRIPTOR.name} field {f.field_number}" for f in UnknownFieldSet(msg)]
+    # UnknownFieldSet iterates by __getitem__ and __len__, which the protobuf stubs do not call iteration.
+    found = [f"{path or msg.DESCRIPTOR.name} field {f.field_number}" for f in UnknownFieldSet(msg)]  # type: ignore[attr-defined]
     for fd, value in msg.ListFields():
         if fd.message_type is None:
             continue

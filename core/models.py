@@ -282,7 +282,8 @@ def _convert_gguf(gguf: Path, sha: str, target: Path, progress: bool) -> None:
         raise ModelLoadError(f"transformers cannot load {where}: {_one_line(exc)}.") from exc
     # The GGUF loader marks the model as quantized; save_pretrained refuses such models, but the
     # weights are already plain fp32, so dropping the marks is accurate.
-    model.hf_quantizer = None
+    # transformers does not declare `hf_quantizer`, so mypy types it from nn.Module's __getattr__.
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
 
@@ -393,7 +394,8 @@ def _load_folder(folder: Path, *, name: str, source: str | None = None) -> Causa
     except Exception as exc:
         raise ModelLoadError(f"transformers cannot load {where}: {_one_line(exc)}.") from exc
     # dtype= only sets the default; a checkpoint with fp16 buffers would otherwise keep them.
-    model.to(device="cpu", dtype=torch.float32)
+    # transformers wraps `to` in a decorator whose type mypy reads as an unbound function.
+    model.to(device="cpu", dtype=torch.float32)  # type: ignore[call-arg]
     return CausalLM.from_parts(name, model, tokenizer)
 
 

@@ -199,7 +199,8 @@ def encode_downlink(seq: int, verdict: Verdict) -> bytes:
 def unknown_fields(msg: Message, path: str = "") -> list[str]:
     """Every unknown field of `msg` at any depth, as 'Uplink.round field 9'."""
     here = path or msg.DESCRIPTOR.name
-    found = [f"{here} field {f.field_number}" for f in UnknownFieldSet(msg)]
+    # UnknownFieldSet iterates by __getitem__ and __len__, which the protobuf stubs do not call iteration.
+    found = [f"{here} field {f.field_number}" for f in UnknownFieldSet(msg)]  # type: ignore[attr-defined]
     for fd, value in msg.ListFields():
         if fd.message_type is None:
             continue

@@ -23,21 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.cli import EXIT_ERROR
+from core.cli import Parser as _Parser
 from core.errors import ConfigError, SpecSteerError
 
 __all__ = ["main", "parse_duration"]
 
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def parse_duration(text: str) -> float:

@@ -22,22 +22,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from core.cli import EXIT_ERROR, EXIT_OK
+from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
 __all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 LEDGER_FILE = "ledger.json"
 LEDGER_FORMAT = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _positive_int(text: str) -> int:

@@ -26,9 +26,10 @@ from audit.errors import AuditError
 from audit.log import scan_log
 from audit.transcript import read_transcript
 from core import wire
-from core.errors import ProtocolError, SpecSteerError
+from core.errors import ProtocolError
 from core.proto import verifier_pb2 as pb
 from privacy.detectors import identities_from_trailers
+from privacy.errors import PrivacyError
 from privacy.leakage import CanarySpace
 
 __all__ = [
@@ -44,10 +45,6 @@ __all__ = [
 ]
 
 CANARY_FORMAT = "specsteer-canaries/1"
-
-
-class PrivacyError(SpecSteerError):
-    """A privacy tool's input cannot be used; the message names the file and the reason."""
 
 
 @dataclass(frozen=True)

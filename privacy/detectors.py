@@ -125,8 +125,12 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = ..., clean_up_tokenization_spaces: bool = ...) -> str:
-        """Text of `ids`; the guard decodes the way `sdk.device.Specialist.decode` does."""
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ..., **kwargs: Any) -> Any:
+        """Text of `token_ids`; the guard decodes the way `sdk.device.Specialist.decode` does.
+
+        Typed as transformers types it (`str | list[str]`, a list only for a batch), loosely, so a
+        Hugging Face tokenizer satisfies the protocol; the guard decodes one flat list, a `str`.
+        """
         ...
 
 

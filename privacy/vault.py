@@ -40,7 +40,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from core.errors import SpecSteerError
+from privacy.errors import VaultError, WrongKeyError
 
 __all__ = [
     "ENV_KEY",
@@ -74,14 +74,6 @@ SCRYPT_P = 1
 _SCRYPT_N_RANGE = (2**14, 2**22)
 _SCRYPT_R_RANGE = (1, 32)
 _SCRYPT_P_RANGE = (1, 16)
-
-
-class VaultError(SpecSteerError):
-    """The vault cannot be read, written or authenticated."""
-
-
-class WrongKeyError(VaultError):
-    """The key (or passphrase) is not the one the vault was sealed with."""
 
 
 class KeyProvider(Protocol):

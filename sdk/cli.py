@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from core.cli import EXIT_ERROR
+from core.cli import Parser as _Parser
 from core.errors import ConfigError, SpecSteerError
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
 from core.prompts import task_prompt
@@ -39,15 +41,6 @@ from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap, RecorderTap
 from sdk.transport import InProcessVerifier
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _float(text: str) -> float:

@@ -24,11 +24,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from core.errors import ConfigError, SpecSteerError
 from core.models import CausalLM
-from core.session_types import SessionParams
+from core.session_types import CandidatePolicy, Method, SessionParams
 from core.tomlfile import read_toml
 from privacy.detectors import EgressGuard
 from sdk.context import Profile
@@ -38,7 +38,32 @@ from sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from sdk.transport import Verifier
 from sdk.uplink_guard import check_guard_setting, guard_setting
 
-__all__ = ["ClientConfig", "GenerationStream", "SpecSteerClient"]
+__all__ = ["ClientConfig", "GenerationSettings", "GenerationStream", "SpecSteerClient"]
+
+
+class GenerationSettings(TypedDict, total=False):
+    """The keyword overrides `generate` and `stream` take: the fields of `SessionParams` and `DecodeOptions`.
+
+    Spelled out so a type checker rejects a misspelt setting (`gama=0.1`) before it runs; at run
+    time an unknown name still raises `ConfigError`. tests/sdk/test_public_api.py keeps this in step
+    with the two dataclasses.
+    """
+
+    # SessionParams: declared to the cloud.
+    method: Method
+    sampling: bool
+    gamma: float
+    alpha: float
+    top_k: int
+    draft_len: int
+    policy: CandidatePolicy
+    bonus: bool
+    adapter_version: int
+    padded_frames: bool
+    # DecodeOptions: stay on the device.
+    max_new_tokens: int
+    temperature: float
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -80,8 +105,9 @@ class ClientConfig:
         return TlsIdentity.from_files(self.pins, self.cert, self.key, anchors=self.anchors)
 
     @classmethod
-    def from_file(cls, path: Path, **overrides: Any) -> ClientConfig:
+    def from_file(cls, path: str | Path, **overrides: Any) -> ClientConfig:
         """Read `[verifier]` from a TOML file; keyword overrides that are not None win."""
+        path = Path(path)
         data = read_toml(path)
         unknown_sections = set(data) - {"verifier"}
         if unknown_sections:
@@ -232,7 +258,7 @@ class SpecSteerClient:
         return cls(specialist, verifier, fallback=config.fallback, params=params, options=options, guard=guard)
 
     def _settings(
-        self, params: SessionParams | None, options: DecodeOptions | None, overrides: dict[str, Any]
+        self, params: SessionParams | None, options: DecodeOptions | None, overrides: GenerationSettings
     ) -> tuple[SessionParams, DecodeOptions]:
         params = params or self.params
         options = options or self.options
@@ -242,8 +268,9 @@ class SpecSteerClient:
             unknown = set(overrides) - p_names - o_names
             if unknown:
                 raise ConfigError(f"unknown generation setting {sorted(unknown)[0]!r}")
-            params = replace(params, **{k: v for k, v in overrides.items() if k in p_names})
-            options = replace(options, **{k: v for k, v in overrides.items() if k in o_names})
+            chosen: dict[str, Any] = dict(overrides)
+            params = replace(params, **{k: v for k, v in chosen.items() if k in p_names})
+            options = replace(options, **{k: v for k, v in chosen.items() if k in o_names})
         return params, options
 
     def generate(
@@ -253,14 +280,18 @@ class SpecSteerClient:
         options: DecodeOptions | None = None,
         *,
         on_commit: Callable[[list[int]], None] | None = None,
-        **overrides: Any,
+        **overrides: Unpack[GenerationSettings],
     ) -> Generation:
         """One generation. `overrides` are SessionParams/DecodeOptions fields, e.g. gamma=0.1, max_new_tokens=64."""
         params, options = self._settings(params, options, overrides)
         return self._run(prompt, params, options, on_commit)
 
     def stream(
-        self, prompt: str, params: SessionParams | None = None, options: DecodeOptions | None = None, **overrides: Any
+        self,
+        prompt: str,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+        **overrides: Unpack[GenerationSettings],
     ) -> GenerationStream:
         """Like `generate`, but yields text pieces as tokens commit; `.result` holds the `Generation`."""
         params, options = self._settings(params, options, overrides)

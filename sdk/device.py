@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import cast
 
 import torch
 
@@ -82,7 +83,10 @@ class Specialist:
         return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else None)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.lm.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        # transformers types decode as `str | list[str]` (a list for a batch); one flat ID list is one str.
+        return cast(
+            str, self.lm.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        )
 
 
 def generate(

@@ -169,7 +169,7 @@ class RemoteVerifier:
 
     def _probe(self, channel: grpc.Channel) -> str:
         """Why the channel is not ready: a health check fails fast with gRPC's own explanation."""
-        check = channel.unary_unary(HEALTH_CHECK_METHOD)
+        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(HEALTH_CHECK_METHOD)
         try:
             check(b"", timeout=min(self.connect_timeout, 5.0), wait_for_ready=False)
         except grpc.RpcError as exc:
@@ -262,7 +262,7 @@ class RemoteSession:
         self._seq = 0
         self._requests: queue.Queue[bytes | object] = queue.Queue()
         self._responses: queue.Queue[bytes | grpc.RpcError | object] = queue.Queue()
-        self._call: grpc.Future | None = None
+        self._call: grpc.Call | None = None
         self._reader: threading.Thread | None = None
         self._broken: SpecSteerError | None = None
         self._refused_by_tap = False
@@ -313,7 +313,7 @@ class RemoteSession:
 
     def start(self, open_payload: bytes) -> None:
         self._send(open_payload)
-        stream = self._channel.stream_stream(wire.SESSION_METHOD)
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = self._channel.stream_stream(wire.SESSION_METHOD)
         call = stream(self._request_iter(), wait_for_ready=False, compression=grpc.Compression.NoCompression)
         self._call = call
         self._reader = threading.Thread(target=self._read, args=(call,), name="verifier-stream", daemon=True)

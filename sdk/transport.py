@@ -37,8 +37,14 @@ class VerifierLost(SpecSteerError):
 
 
 class VerifierSession(Protocol):
-    uplink_bytes: int
-    downlink_bytes: int
+    @property
+    def uplink_bytes(self) -> int:
+        """Bytes sent so far; read-only to the device (a remote session counts them in its egress)."""
+        ...
+
+    @property
+    def downlink_bytes(self) -> int: ...
+
     verifier_stats: dict[str, float]  # what the verifier reports about the session, if anything
 
     def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:

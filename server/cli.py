@@ -26,16 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from core.cli import EXIT_ERROR
+from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,28 @@
+"""The privacy package's errors, under `core.errors.SpecSteerError` so one `except` in a CLI catches all.
+
+SpecSteerError             core.errors, the root of every package's errors
+└── PrivacyError           a privacy tool's input cannot be used; the message names the file and why
+    └── VaultError         an encrypted profile vault cannot be read, written or authenticated
+        └── WrongKeyError  the key or passphrase is not the one the vault was sealed with
+
+Every privacy error is defined here; `privacy.data` and `privacy.vault` import them from here
+(and still export them, so older imports keep working).
+"""
+
+from __future__ import annotations
+
+from core.errors import SpecSteerError
+
+__all__ = ["PrivacyError", "VaultError", "WrongKeyError"]
+
+
+class PrivacyError(SpecSteerError):
+    """A privacy tool's input cannot be used; the message names the file and the reason."""
+
+
+class VaultError(PrivacyError):
+    """The vault cannot be read, written or authenticated."""
+
+
+class WrongKeyError(VaultError):
+    """The key (or passphrase) is not the one the vault was sealed with."""

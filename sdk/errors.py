@@ -1,0 +1,33 @@
+"""Every error the device SDK raises, in one place. Catch `SpecSteerError` to catch them all.
+
+    SpecSteerError                 core.errors: the root every package's errors hang from
+    ├── ConfigError                bad parameters, unknown method or setting, empty prompt
+    │   └── PinningError           a pin set or its anchors cannot be trusted as given; nothing sent
+    ├── ModelLoadError             a model path or name that cannot be loaded
+    ├── ProfileError               a private-history file that cannot be read or parsed
+    ├── ProtocolError              a verifier message that breaks the session contract
+    ├── VerifierLost               the verifier is unreachable or went away: a fault, not a breach
+    └── VerifierRefused            the verifier failed TLS or pinning (or refused ours): never a fallback
+
+The three device-only classes are defined next to the code that raises them (`sdk.pinning`,
+`sdk.transport`, `sdk.remote`) and gathered here, so an app imports its `except` clauses from
+`sdk` or `sdk.errors` without knowing the module layout.
+"""
+
+from __future__ import annotations
+
+from core.errors import ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+from sdk.pinning import PinningError
+from sdk.remote import VerifierRefused
+from sdk.transport import VerifierLost
+
+__all__ = [
+    "ConfigError",
+    "ModelLoadError",
+    "PinningError",
+    "ProfileError",
+    "ProtocolError",
+    "SpecSteerError",
+    "VerifierLost",
+    "VerifierRefused",
+]

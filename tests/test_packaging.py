@@ -1,0 +1,88 @@
+"""The base install is the device SDK alone; the cloud, Flower and Opacus come only with extras.
+
+An app team installs `specsteer-sdk` to embed `SpecSteerClient`; it must not get Flower's server
+stack (fastapi, sqlalchemy, uvicorn), Opacus or the cloud's metrics. And what the device packages
+import must be in the base dependencies, or `import sdk` fails in such an install. Imports are
+read from the source (module level and inside functions alike), as tests/test_architecture.py does.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = {"core", "sdk", "server", "audit", "privacy", "federation", "demo", "bench", "tests", "tools"}
+DEVICE = ("core", "sdk", "audit", "privacy")  # what an app embeds (docs/architecture.md)
+CLOUD_ONLY = {"flwr", "opacus", "fastapi", "sqlalchemy", "uvicorn", "starlette", "alembic", "prometheus-client"}
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def _name(requirement: str) -> str:
+    """The normalized distribution name of a requirement such as "sqlalchemy[asyncio]==2.1.9"."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert name is not None, requirement
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower()
+
+
+def _third_party_imports(package: str) -> dict[str, set[str]]:
+    """Top-level third-party module names `package` imports, with the files that import them."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in OURS and top not in sys.stdlib_module_names and top != "__future__":
+                    # `google` is a namespace shared by several distributions; protobuf owns google.protobuf.
+                    key = "google.protobuf" if name.startswith("google.protobuf") else top
+                    found.setdefault(key, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_the_base_install_has_no_cloud_flower_or_opacus() -> None:
+    base = {_name(r) for r in _project()["dependencies"]}
+    assert not base & CLOUD_ONLY, f"the base install pulls {sorted(base & CLOUD_ONLY)}; they belong in an extra"
+
+
+def test_the_device_packages_import_only_base_dependencies() -> None:
+    base = {_name(r) for r in _project()["dependencies"]}
+    owners = packages_distributions()
+    missing: dict[str, list[str]] = {}
+    for package in DEVICE:
+        for module, where in _third_party_imports(package).items():
+            dists = {_name(d) for d in owners.get(module.split(".")[0], [module])}
+            if module == "google.protobuf":
+                dists = {"protobuf"}
+            if not dists & base:
+                missing[module] = sorted(where)
+    assert not missing, f"the device packages import modules outside the base dependencies: {missing}"
+
+
+def test_each_extra_is_there_and_the_test_extra_takes_them_all() -> None:
+    extras = _project()["optional-dependencies"]
+    assert {"cloud", "federation", "bench", "test"} <= set(extras)
+    test = " ".join(extras["test"])
+    for extra in ("cloud", "federation", "bench"):
+        assert extra in test, f"[test] runs the whole suite, so it needs [{extra}]"
+    assert "mypy" in {_name(r) for r in extras["test"]}
+
+
+def test_typing_markers_ship_with_the_packages() -> None:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    for package in ("sdk", "core"):
+        assert (ROOT / package / "py.typed").is_file(), f"{package}/py.typed is missing"
+        assert "py.typed" in data[package], f"py.typed of {package} is not in package-data"
