@@ -355,6 +355,9 @@ def _quiet_flower(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from federation.offline import go_offline
+
+    go_offline()  # before Flower or Hugging Face is imported by any command
     try:
         if args.command == "status":
             result = status(args)
