@@ -75,8 +75,8 @@ PERSONAL = "personal"
 MAX_VERSION = 2**31 - 1  # the session parameter is bounded by core.session_types.MAX_ADAPTER_VERSION
 _VERSION_DIR = re.compile(r"^v(\d+)$")
 
-Unseal = Callable[[bytes], bytes]
-"""Decrypts a sealed weights file's bytes (the device's key provider, e.g. `privacy.vault`)."""
+Unseal = Callable[[Path], bytes]
+"""Reads and decrypts a sealed weights file (the device's key provider, e.g. `privacy.vault`)."""
 
 
 class AdapterError(ConfigError):
@@ -148,11 +148,13 @@ def load_tensors(adapter: AdapterFolder, unseal: Unseal | None = None) -> dict[s
     """The adapter's arrays, decrypted in memory with `unseal` when the folder is sealed."""
     from safetensors.numpy import load as load_numpy
 
-    raw = (adapter.path / ADAPTER_WEIGHTS).read_bytes()
+    weights = adapter.path / ADAPTER_WEIGHTS
     if adapter.sealed:
         if unseal is None:
             raise AdapterError(f"The {adapter.kind} adapter in {adapter.path} is sealed; its key is needed to read it.")
-        raw = unseal(raw)
+        raw = unseal(weights)
+    else:
+        raw = weights.read_bytes()
     try:
         return dict(load_numpy(raw))
     except Exception as exc:  # safetensors raises its own error type for a damaged buffer

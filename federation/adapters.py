@@ -43,7 +43,7 @@ __all__ = [
     "write_adapter",
 ]
 
-Seal = Callable[[bytes], bytes]
+Seal = Callable[[Path, bytes], None]  # writes the weights file sealed (federation.atrest.seal_file)
 
 
 def write_adapter(
@@ -59,8 +59,8 @@ def write_adapter(
 ) -> AdapterFolder:
     """Write an adapter folder atomically (weights and config first, the manifest last).
 
-    With `seal`, the weights file holds ``seal(safetensors bytes)``: the device's personal adapter
-    is encrypted at rest with the key that opens its sealed history.
+    With `seal`, the weights file is written by ``seal(path, safetensors bytes)``: the device's
+    personal adapter is encrypted at rest with the key that opens its sealed history.
     """
     if kind not in ("global", "personal"):
         raise ValueError(f"unknown adapter kind {kind!r}")
@@ -70,7 +70,10 @@ def write_adapter(
     try:
         arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
         raw = save_numpy(arrays)
-        atomic_write_bytes(tmp / ADAPTER_WEIGHTS, seal(raw) if seal is not None else raw)
+        if seal is not None:
+            seal(tmp / ADAPTER_WEIGHTS, raw)
+        else:
+            atomic_write_bytes(tmp / ADAPTER_WEIGHTS, raw)
         atomic_write_json(tmp / ADAPTER_CONFIG, lora_config)
         manifest = {
             "format": MANIFEST_FORMAT,

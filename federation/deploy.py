@@ -77,7 +77,6 @@ def app_pyproject(run_config: Mapping[str, Any] | None = None) -> str:
         "require-idle": True,
         "require-charging": True,
         "require-unmetered": True,
-        "share-eval-metrics": False,
         "secagg": False,
         "secagg-shares": 1.0,
         "secagg-threshold": 0.67,

@@ -83,9 +83,7 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
         if parameters is not None:
             arrays = parameters_to_ndarrays(parameters)
             tensors = dict(zip(self.keys, (np.asarray(a, dtype=np.float32) for a in arrays), strict=True))
-            self.save_version(
-                server_round, tensors, devices=len(results), extra={"secure_aggregation": "secagg+"}
-            )
+            self.save_version(server_round, tensors, devices=len(results), extra={"secure_aggregation": "secagg+"})
         record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         return parameters, metrics
 

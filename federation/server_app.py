@@ -50,6 +50,7 @@ __all__ = [
     "run_federation",
 ]
 
+
 class VersionedFedAvg(VersionedRounds, FedAvg):
     """FedAvg that tags every message with the adapter version it carries and stores each new one."""
 
@@ -135,8 +136,7 @@ def ensure_initial_version(settings: ServerSettings, cfg: TaskConfig) -> int:
     store = AdapterStore(settings.adapters_dir)
     latest = store.latest()
     if latest is not None:
-        stored = store.get(latest).path / "adapter_config.json"
-        config = json.loads(stored.read_text(encoding="utf-8"))
+        config = _stored_lora_config(store, latest)
         if int(config.get("r", -1)) != cfg.lora_rank or sorted(config.get("target_modules") or []) != sorted(
             cfg.targets
         ):
@@ -157,6 +157,21 @@ def ensure_initial_version(settings: ServerSettings, cfg: TaskConfig) -> int:
     return 0
 
 
+def _stored_lora_config(store: AdapterStore, version: int) -> dict[str, Any]:
+    """The peft config stored with a version; a missing or unreadable one is a damaged store."""
+    path = store.get(version).path / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or "not JSON"
+        raise AdapterError(
+            f"The stored global adapter v{version} is damaged: {path} cannot be read ({reason})."
+        ) from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"The stored global adapter v{version} is damaged: {path} is not a JSON object.")
+    return config
+
+
 def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0) -> dict[str, Any]:
     """Run the configured rounds on `grid`; returns (and appends to the run log) a summary."""
     cfg = TaskConfig.from_run_config(run_config)
@@ -164,7 +179,7 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
     store = AdapterStore(settings.adapters_dir)
     start = ensure_initial_version(settings, cfg)
     first = store.get(start)
-    lora_config = json.loads((first.path / "adapter_config.json").read_text(encoding="utf-8"))
+    lora_config = _stored_lora_config(store, start)
     began = time.time()
     if settings.secagg:
         from federation.secagg import run_secagg
