@@ -261,10 +261,13 @@ class Device:
         round would exceed the budget. The run's δ and accountant are the device's own (checked).
         """
         self.check_eligible(policy)
-        self.dp_policy.refuse_less(self.cfg)
+        # The ledger fixes the policy when it is created; a later node config cannot loosen it.
+        ledger = self.ledger() if self.cfg.dp or self.dp_policy.dp_required or self.ledger_path.exists() else None
+        fixed = self.dp_policy if ledger is None else ledger_policy(ledger)
+        fixed.refuse_less(self.cfg)
         if not self.cfg.dp:
             return self._train(arrays, version, None, run_id=run_id, server_round=server_round)
-        ledger = self.ledger()
+        assert ledger is not None
         # The lock is held for the whole round: two runs on one device cannot both pass the budget check.
         with ledger.hold():
             return self._train(arrays, version, ledger, run_id=run_id, server_round=server_round)
@@ -390,6 +393,17 @@ class Device:
             handle.write(json.dumps({"time": time.time(), **clean}) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def ledger_policy(ledger: Ledger) -> DevicePolicy:
+    """The DP policy a ledger fixed when it was created."""
+    return DevicePolicy(
+        epsilon_budget=ledger.epsilon_budget,
+        delta=ledger.delta,
+        min_noise_multiplier=ledger.min_noise_multiplier,
+        dp_required=ledger.dp_required,
+        accountant=ledger.accountant,
+    )
 
 
 def _device_seed(device: Device, run_id: int, server_round: int) -> int:

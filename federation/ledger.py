@@ -95,31 +95,33 @@ class Ledger:
         epsilon_budget: float,
         delta: float,
         accountant: str = "rdp",
-        dp_required: bool = True,
-        min_noise_multiplier: float = 0.0,
+        dp_required: bool | None = None,
+        min_noise_multiplier: float | None = None,
     ) -> Ledger:
         """The ledger at `path`; a missing file is an empty ledger (nothing spent) with this policy.
 
         An existing ledger keeps the policy it was created with: asking for another is a `LedgerError`.
+        `dp_required` and `min_noise_multiplier` left at None accept what the ledger fixed (a new
+        ledger: DP required, no noise floor).
         """
-        _check_budget(epsilon_budget, delta, accountant, min_noise_multiplier)
+        _check_budget(epsilon_budget, delta, accountant, min_noise_multiplier or 0.0)
         ledger = cls(
             path=Path(path),
             epsilon_budget=float(epsilon_budget),
             delta=float(delta),
             accountant=accountant,
-            dp_required=bool(dp_required),
-            min_noise_multiplier=float(min_noise_multiplier),
+            dp_required=True if dp_required is None else bool(dp_required),
+            min_noise_multiplier=0.0 if min_noise_multiplier is None else float(min_noise_multiplier),
         )
-        ledger._reload(strict_policy=True)
+        ledger._reload(strict=(dp_required is not None, min_noise_multiplier is not None))
         return ledger
 
-    def _reload(self, *, strict_policy: bool = False) -> None:
+    def _reload(self, *, strict: tuple[bool, bool] | None = None) -> None:
         data = read_ledger_file(self.path)
         if data is None:
             return
-        if strict_policy:
-            self._check_policy(data)
+        if strict is not None:
+            self._check_policy(data, *strict)
         self.epsilon_budget, self.delta, self.accountant = data.epsilon_budget, data.delta, data.accountant
         if data.policy_recorded:
             self.dp_required, self.min_noise_multiplier = data.dp_required, data.min_noise_multiplier
@@ -130,17 +132,23 @@ class Ledger:
             raise LedgerError(f"the privacy ledger {self.path} is damaged: a round entry {exc}") from None
         self.refusals = data.refusals
 
-    def _check_policy(self, data: LedgerData) -> None:
-        asked = (self.epsilon_budget, self.delta, self.accountant)
-        fixed = (data.epsilon_budget, data.delta, data.accountant)
-        if data.policy_recorded:
-            asked += (self.dp_required, self.min_noise_multiplier)
-            fixed += (data.dp_required, data.min_noise_multiplier)
+    def _check_policy(self, data: LedgerData, required_given: bool, floor_given: bool) -> None:
+        names = ["budget", "δ", "accountant"]
+        asked: list[object] = [self.epsilon_budget, self.delta, self.accountant]
+        fixed: list[object] = [data.epsilon_budget, data.delta, data.accountant]
+        if data.policy_recorded and required_given:
+            names.append("DP required")
+            asked.append(self.dp_required)
+            fixed.append(data.dp_required)
+        if data.policy_recorded and floor_given:
+            names.append("minimum noise multiplier")
+            asked.append(self.min_noise_multiplier)
+            fixed.append(data.min_noise_multiplier)
         if asked != fixed:
             raise LedgerError(
-                "The device's DP policy is fixed by its ledger (budget, δ, accountant, DP required, "
-                f"minimum noise multiplier = {', '.join(map(str, fixed))}); the node config asks for "
-                f"{', '.join(map(str, asked))}. Start a new state-dir to change it."
+                f"The device's DP policy is fixed by its ledger ({', '.join(names)} = "
+                f"{', '.join(map(str, fixed))}); the node config asks for {', '.join(map(str, asked))}. "
+                "Start a new state-dir to change it."
             )
 
     @contextlib.contextmanager
