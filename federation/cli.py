@@ -34,6 +34,7 @@ EXIT_USAGE = 2
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_DEFAULT_DEADLINE = 3600.0  # a short period (tests, demos) must not cut a normal run short
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--every", type=parse_duration, required=True, metavar="DURATION", help="e.g. 6h, 30m, 1d")
     schedule.add_argument("--max-runs", type=_positive_int, help="stop after this many periods (default: never)")
     schedule.add_argument(
-        "--run-timeout", type=parse_duration, metavar="DURATION", help="deadline of one attempt (default: the period)"
+        "--run-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        help="deadline of one attempt (default: the period, at least 1h)",
     )
     schedule.add_argument(
         "--retries", type=_count, default=3, help="retries of a failed run within its period (default 3)"
@@ -259,11 +263,12 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 def schedule(args: argparse.Namespace) -> int:
     """Start a run every `--every` seconds; a failed run is logged with its cause and the schedule goes on.
 
-    Each attempt has a deadline (`--run-timeout`, default the period): a submission to a SuperLink
-    is killed when it passes, and any other attempt that overruns is abandoned and counted as
-    failed. A failed attempt is retried after `--retry-backoff`, doubling each time, as long as the
-    retry would still start within the period. The time of the last start is kept in the state
-    folder, so a restarted scheduler waits out the rest of the period instead of running at once.
+    Each attempt has a deadline (`--run-timeout`, default the period but at least an hour): a
+    submission to a SuperLink is killed when it passes, and an in-process simulation that overruns
+    is abandoned (it cannot be killed) and counted as failed. A failed attempt is retried after
+    `--retry-backoff`, doubling each time, as long as the retry would still start within the
+    period. The time of the last start is kept in the state folder, so a restarted scheduler waits
+    out the rest of the period instead of running at once.
     """
     state = args.state_dir.expanduser() / "schedule.json"
     stop = threading.Event()
@@ -273,7 +278,7 @@ def schedule(args: argparse.Namespace) -> int:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
-    deadline = float(args.run_timeout or args.every)
+    deadline = float(args.run_timeout or max(args.every, MIN_DEFAULT_DEADLINE))
     periods = 0
     while not stop.is_set():
         last = _read_last_start(state)
