@@ -236,7 +236,7 @@ def apply_adapters(
                 f"(fingerprint {folder.base}, this model {fingerprint})."
             )
 
-    model = base_lm.model if inplace else copy.deepcopy(base_lm.model)
+    model: Any = base_lm.model if inplace else copy.deepcopy(base_lm.model)
     # Adapters are created on the model's device before loading, as peft expects (CPU here).
     model.to("cpu")
     for name, folder in folders:
