@@ -4,6 +4,7 @@
                    [--no-dp] [--epsilon E]
     federation run --superlink HOST:PORT --root-certificates CA.pem [--rounds N] [--state-dir D]
     federation schedule --every DURATION (--simulation ... | --superlink ...) [--max-runs N]
+                        [--run-timeout DURATION] [--retries N] [--retry-backoff DURATION]
     federation status [--state-dir D] [--device DIR ...]
 
 Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage).
@@ -18,6 +19,7 @@ import math
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +34,7 @@ __all__ = ["main", "parse_duration"]
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_DEFAULT_DEADLINE = 3600.0  # a short period (tests, demos) must not cut a normal run short
 
 
 def parse_duration(text: str) -> float:
@@ -116,7 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(run)
     schedule = sub.add_parser("schedule", help="start a run every DURATION, for as long as it is left running")
     schedule.add_argument("--every", type=parse_duration, required=True, metavar="DURATION", help="e.g. 6h, 30m, 1d")
-    schedule.add_argument("--max-runs", type=_positive_int, help="stop after this many runs (default: never)")
+    schedule.add_argument("--max-runs", type=_positive_int, help="stop after this many periods (default: never)")
+    schedule.add_argument(
+        "--run-timeout",
+        type=parse_duration,
+        metavar="DURATION",
+        help="deadline of one attempt (default: the period, at least 1h)",
+    )
+    schedule.add_argument(
+        "--retries", type=_count, default=3, help="retries of a failed run within its period (default 3)"
+    )
+    schedule.add_argument(
+        "--retry-backoff",
+        type=parse_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="wait before the first retry, doubled for each further one (default 60s)",
+    )
     _add_run_options(schedule)
     status = sub.add_parser("status", help="show adapter versions, recent runs and device ledgers")
     status.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
@@ -155,6 +174,7 @@ def run_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def simulation_nodes(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Node configs of the simulated devices: one user each, or shards of a single user's history."""
+    from federation.atrest import device_key_provider
     from federation.task import _users_in
 
     data = args.data
@@ -166,7 +186,7 @@ def simulation_nodes(args: argparse.Namespace) -> list[dict[str, Any]]:
     data = Path(data).expanduser()
     if not data.is_file():
         raise ConfigError(f"The data file {data} does not exist.")
-    users = _users_in(data)
+    users = _users_in(data, device_key_provider(data))
     nodes: list[dict[str, Any]] = []
     for i in range(args.clients):
         node: dict[str, Any] = {"data-file": str(data.resolve()), "partition-id": i}
@@ -180,11 +200,15 @@ def simulation_nodes(args: argparse.Namespace) -> list[dict[str, Any]]:
         node["state-dir"] = str((args.state_dir / "devices" / label).expanduser().resolve())
         if args.epsilon is not None:
             node["epsilon-budget"] = args.epsilon
+        if args.no_dp:
+            # In a simulation the operator owns the simulated devices, so their policy follows --no-dp.
+            node["dp-required"] = False
         nodes.append(node)
     return nodes
 
 
-def run_once(args: argparse.Namespace) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, *, timeout: float | None = None) -> dict[str, Any]:
+    """One run; with `timeout`, a SuperLink submission is killed when it passes."""
     config = run_config_from_args(args)
     if args.simulation:
         if args.superlink or args.root_certificates or args.insecure:
@@ -207,6 +231,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         root_certificates=args.root_certificates,
         insecure=args.insecure,
         stream=args.verbose,
+        timeout=timeout,
     )
 
 
@@ -230,39 +255,89 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 
 
 def schedule(args: argparse.Namespace) -> int:
-    """Start a run every `--every` seconds; a failed run is reported and the schedule goes on.
+    """Start a run every `--every` seconds; a failed run is logged with its cause and the schedule goes on.
 
-    The time of the last start is kept in the state folder, so a restarted scheduler waits out
-    the rest of the period instead of running again at once.
+    Each attempt has a deadline (`--run-timeout`, default the period but at least an hour): a
+    submission to a SuperLink is killed when it passes, and an in-process simulation that overruns
+    is abandoned (it cannot be killed) and counted as failed. A failed attempt is retried after
+    `--retry-backoff`, doubling each time, as long as the retry would still start within the
+    period. The time of the last start is kept in the state folder, so a restarted scheduler waits
+    out the rest of the period instead of running at once.
     """
     state = args.state_dir.expanduser() / "schedule.json"
-    stop = {"now": False}
+    stop = threading.Event()
 
     def _stop(signum: int, frame: object) -> None:
-        stop["now"] = True
+        stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    runs = 0
-    while not stop["now"]:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+    deadline = float(args.run_timeout or max(args.every, MIN_DEFAULT_DEADLINE))
+    periods = 0
+    while not stop.is_set():
         last = _read_last_start(state)
         wait = 0.0 if last is None else last + args.every - time.time()
         if wait > 0:
             _log(args, f"next run in {wait:.0f} s")
-            end = time.time() + wait
-            while time.time() < end and not stop["now"]:
-                time.sleep(min(1.0, end - time.time()))
-            if stop["now"]:
+            if stop.wait(wait):
                 break
         started = time.time()
         _write_last_start(state, started)
-        try:
-            _print_summary(args, run_once(args))
-        except SpecSteerError as exc:
-            print(f"federation: run failed: {exc}", file=sys.stderr, flush=True)
-        runs += 1
-        if args.max_runs is not None and runs >= args.max_runs:
+        _run_period(args, started, deadline, stop)
+        periods += 1
+        if args.max_runs is not None and periods >= args.max_runs:
             break
     return 0
+
+
+def _run_period(args: argparse.Namespace, started: float, deadline: float, stop: threading.Event) -> bool:
+    """One scheduled run and its retries within the period; True if an attempt succeeded."""
+    backoff = float(args.retry_backoff)
+    for attempt in range(int(args.retries) + 1):
+        if attempt:
+            if time.time() + backoff >= started + args.every:
+                _log(args, "no time left in this period for another retry; waiting for the next period")
+                return False
+            _log(args, f"retrying in {backoff:g} s (retry {attempt} of {args.retries})")
+            if stop.wait(backoff):
+                return False
+            backoff *= 2
+        try:
+            summary = _attempt(args, deadline)
+        except Exception as exc:  # any failure of one run is logged; the schedule must keep going
+            print(f"federation: run failed: {_cause(exc)}", file=sys.stderr, flush=True)
+            continue
+        _print_summary(args, summary)
+        return True
+    return False
+
+
+def _attempt(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
+    """`run_once` with a deadline: it runs in a worker thread that is abandoned if it overruns."""
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["summary"] = run_once(args, timeout=deadline)
+        except BaseException as exc:  # handed to the scheduler's thread, which logs it
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="federation-run", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        raise ConfigError(f"the run did not finish within its deadline of {deadline:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result["summary"]
+
+
+def _cause(exc: BaseException) -> str:
+    """One line naming what went wrong: our errors' sentence, or the exception type and its text."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, SpecSteerError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _read_last_start(path: Path) -> float | None:
@@ -299,12 +374,7 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
         device_dirs = sorted(p for p in devices_root.iterdir() if p.is_dir())
     devices = []
     for folder in device_dirs:
-        ledger = folder / "ledger.json"
-        budget = json.loads(ledger.read_text(encoding="utf-8"))["epsilon_budget"] if ledger.is_file() else 8.0
-        device = Device(data_file=Path(), state_dir=folder, cfg=TaskConfig(), epsilon_budget=float(budget))
-        if ledger.is_file():
-            data = json.loads(ledger.read_text(encoding="utf-8"))
-            device.cfg = TaskConfig(delta=float(data["delta"]), accountant=str(data["accountant"]))
+        device = Device(data_file=Path(), state_dir=folder, cfg=TaskConfig())
         devices.append(device.status())
     return {
         "server_state": str(server),
@@ -349,6 +419,9 @@ def _quiet_flower(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from federation.offline import go_offline
+
+    go_offline()  # before Flower or Hugging Face is imported by any command
     try:
         if args.command == "status":
             result = status(args)

@@ -3,17 +3,20 @@
 What a device sends back (and nothing else):
 
 * train: the *global* adapter's arrays after DP-SGD (personal adapter disabled during that
-  training), and a MetricRecord ``{"weight": 1, "epsilon": ε so far, "dp-steps": k}`` (ε is +inf
-  in a ``--no-dp`` run). Every device weighs the same, so its history size is not disclosed.
-* evaluate: ``{"weight": 1}``, plus held-out losses only if the run sets ``share-eval-metrics``
-  (they are not DP; by default they stay in the device's own log).
-* a refusal (not eligible, budget spent, bad data): a Flower error reply with a one-line reason.
+  training), and a MetricRecord ``{"weight": 1, "dp-steps": k}``. Every device weighs the same,
+  and ε stays on the device (it depends on the history's size): a reply at all means the round
+  was within the device's budget.
+* evaluate: ``{"weight": 1}``. Held-out losses are not DP; they stay in the device's own log.
+* a refusal: a Flower error reply with one of a few fixed sentences (not eligible, a run asking
+  for less privacy than the device's policy, budget spent, or "could not take part"). No path,
+  user id or exception text leaves the device; the cause goes to the device's own log.
 
 The personal adapter is read from and written to the device's state folder only.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -26,11 +29,14 @@ from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameter
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
-from core.errors import SpecSteerError
-from federation.device import Device, Policy
+from federation.device import Device, NotEligible, Policy, PolicyRefusal
+from federation.ledger import BudgetExhausted
+from federation.offline import go_offline
 from federation.task import GLOBAL, specialist_for
 
 __all__ = ["REFUSED", "app", "handle_evaluate", "handle_train", "optional_secaggplus_mod"]
+
+log = logging.getLogger(__name__)
 
 # Flower's codes stop at 8; a refusal is the device's decision, not a crash, so it gets its own.
 REFUSED = 100
@@ -83,12 +89,32 @@ def _adapter_keys(context: Context) -> list[str]:
     return sorted(specialist_for(device.cfg, cache_dir=device.cache_dir).get_adapter(GLOBAL))
 
 
-def _refuse(msg: Message, exc: BaseException) -> Message:
-    return Message(Error(code=REFUSED, reason=str(exc)), reply_to=msg)
+UNAVAILABLE = "The device could not take part in this round; the cause is in its own log."
+# Only these refusals are sent as they are: their sentences name settings and flags, nothing of the data.
+_SAFE_REFUSALS = (NotEligible, PolicyRefusal, BudgetExhausted)
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """What the server may read about a refusal: a fixed sentence, never paths, user ids or exception text."""
+    return str(exc) if isinstance(exc, _SAFE_REFUSALS) else UNAVAILABLE
+
+
+def _refuse(msg: Message, context: Context, device: Device | None, exc: BaseException, kind: str) -> Message:
+    if not isinstance(exc, _SAFE_REFUSALS):
+        cause = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+        try:
+            if device is None:
+                raise RuntimeError("no device")
+            device.log({"event": "refused", "kind": kind, "run_id": context.run_id, "cause": cause})
+        except Exception:  # the log itself may be what failed; the SuperNode's own stderr stays local
+            log.warning("federation device refused a %s message: %s", kind, cause)
+    return Message(Error(code=REFUSED, reason=refusal_reason(exc)), reply_to=msg)
 
 
 @app.train()
 def handle_train(msg: Message, context: Context) -> Message:
+    go_offline()
+    device = None
     try:
         device = Device.from_configs(context.node_config, context.run_config)
         arrays, version, server_round = _unpack(msg, context, "fitins")
@@ -99,9 +125,9 @@ def handle_train(msg: Message, context: Context) -> Message:
             run_id=context.run_id,
             server_round=server_round,
         )
-    except (SpecSteerError, ValueError) as exc:
-        return _refuse(msg, exc)
-    metrics = {"weight": 1, "epsilon": float(result.epsilon), "dp-steps": int(result.steps)}
+    except Exception as exc:  # any failure is a refusal; what it was stays on the device
+        return _refuse(msg, context, device, exc, "train")
+    metrics = {"weight": 1, "dp-steps": int(result.steps)}
     if _is_legacy(msg, "fitins"):
         # Under SecAgg+ the mod masks these arrays before they leave; num_examples=1 weighs devices equally.
         ordered = [result.arrays[k] for k in sorted(result.arrays)]
@@ -118,23 +144,22 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def handle_evaluate(msg: Message, context: Context) -> Message:
+    go_offline()
+    device = None
     try:
         device = Device.from_configs(context.node_config, context.run_config)
         arrays, version, server_round = _unpack(msg, context, "evaluateins")
-        metrics = device.evaluate_round(
+        # The losses are measured and logged on the device; they are not DP, so none is sent.
+        device.evaluate_round(
             arrays,
             version,
             policy=Policy.from_run_config(context.run_config),
             run_id=context.run_id,
             server_round=server_round,
         )
-    except (SpecSteerError, ValueError) as exc:
-        return _refuse(msg, exc)
-    shared: dict[str, float | int] = {"weight": 1}
-    if str(context.run_config.get("share-eval-metrics", False)).lower() in ("1", "true"):
-        shared.update({k: float(v) for k, v in metrics.items()})
+    except Exception as exc:
+        return _refuse(msg, context, device, exc, "evaluate")
     if _is_legacy(msg, "evaluateins"):
-        loss = float(metrics["loss-global"]) if "loss-global" in shared else 0.0
-        res = EvaluateRes(Status(Code.OK, "ok"), loss, 1, {k: v for k, v in shared.items() if k != "weight"})
+        res = EvaluateRes(Status(Code.OK, "ok"), 0.0, 1, {})
         return Message(compat.evaluateres_to_recorddict(res), reply_to=msg)
-    return Message(RecordDict({"metrics": MetricRecord(shared)}), reply_to=msg)
+    return Message(RecordDict({"metrics": MetricRecord({"weight": 1})}), reply_to=msg)

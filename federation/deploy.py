@@ -13,8 +13,6 @@ localhost — what the tests and a single-machine deployment need for TLS on loo
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -29,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from federation import OFFLINE_ENV
+from federation.offline import OFFLINE_ENV
+from server.pki import issue_leaf, new_ca
 
 __all__ = [
     "APP_NAME",
@@ -78,7 +77,6 @@ def app_pyproject(run_config: Mapping[str, Any] | None = None) -> str:
         "require-idle": True,
         "require-charging": True,
         "require-unmetered": True,
-        "share-eval-metrics": False,
         "secagg": False,
         "secagg-shares": 1.0,
         "secagg-threshold": 0.67,
@@ -195,54 +193,18 @@ class LoopbackCertificates:
 
 
 def write_loopback_certificates(folder: str | Path, *, days: int = 30) -> LoopbackCertificates:
-    """A private CA and a server certificate for 127.0.0.1, ::1 and localhost, as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    """A private CA and a server certificate for 127.0.0.1, ::1 and localhost, as PEM files.
 
+    The certificates come from `server.pki`, the project's one x509 builder.
+    """
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "SpecSteer federation loopback CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("::1")),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca = new_ca("SpecSteer federation loopback CA", days=days)
+    leaf = issue_leaf(ca, "localhost", hosts=("localhost", "127.0.0.1", "::1"), days=days)
     paths = LoopbackCertificates(out / "ca.crt", out / "server.pem", out / "server.key")
-    paths.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths.certificate.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths.key.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    paths.ca.write_bytes(ca.cert_pem)
+    paths.certificate.write_bytes(leaf.cert_pem)
+    paths.key.write_bytes(leaf.key_pem)
     paths.key.chmod(0o600)
     return paths
 

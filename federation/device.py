@@ -2,21 +2,35 @@
 
 The device's state folder (node config ``state-dir``) survives restarts::
 
-    ledger.json        the ε ledger (federation.ledger)
-    personal/          the personal adapter — never sent anywhere
+    ledger.json        the ε ledger (federation.ledger), which also fixes the device's DP policy
+    personal/          the personal adapter — never sent anywhere (sealed if the history is)
     global/v<N>/       the global adapter versions it received (the newest few)
-    rounds.jsonl       its own log: what it trained and its held-out losses (stays local)
+    rounds.jsonl       its own log: what it trained, its held-out losses, why it refused (stays
+                       local; ``rounds.vault``, sealed, when the history is sealed)
 
 Node config (``flower-supernode --node-config``), all optional except the data:
 
-    data-file          the user's history: a profile file, or a dataset JSONL with one user a line
+    data-file          the user's history: a profile file, or a dataset JSONL with one user a line,
+                       plaintext or sealed with `privacy seal` (key from $SPECSTEER_VAULT_KEY or
+                       $SPECSTEER_VAULT_PASSPHRASE)
     user-id            which user of a multi-user file (or ``partition-id``, as Flower's simulation sets)
     num-partitions     with a single-user file: split its history this many ways (simulation only)
     state-dir          the folder above (default: ~/.specsteer/federation/device-<user>)
-    epsilon-budget     total ε this device will ever spend (default 8)
     eligibility-file   JSON {"idle": bool, "charging": bool, "unmetered": bool}, re-read every message
     idle, charging, unmetered   the same flags given directly (used when there is no file)
     threads            torch threads for training
+
+The device's DP policy, also node config, fixed in the ledger when it is created (a run cannot
+change it, and a later node config that differs is refused):
+
+    epsilon-budget       total ε this device will ever spend (default 8)
+    delta                the δ every ε of this device is stated at (default 1e-5)
+    min-noise-multiplier the least DP-SGD noise multiplier it trains with (default 1.0)
+    dp-required          false lets runs train without DP (default true; simulations with --no-dp)
+    accountant           rdp or prv (default rdp)
+
+A run asking for less (no DP, less noise, another δ) is refused with a reason that names only the
+settings, never the device's data.
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +50,13 @@ import torch
 
 from core.errors import ConfigError
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
+from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
 from federation.task import (
     GLOBAL,
     PERSONAL,
+    DeviceDatasets,
     DPRoundResult,
     SpecialistWithAdapters,
     TaskConfig,
@@ -51,16 +67,70 @@ from federation.task import (
     train_global_dp,
     train_personal,
 )
+from privacy.ledger import ACCOUNTANTS
+from privacy.vault import KeyProvider
 
-__all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "NotEligible", "Policy"]
+__all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "DevicePolicy", "NotEligible", "Policy", "PolicyRefusal"]
 
 DEFAULT_EPSILON_BUDGET = 8.0
+DEFAULT_DELTA = 1e-5
+DEFAULT_MIN_NOISE = 1.0
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
+SEALED_LOG = "rounds.vault"
 
 
 class NotEligible(ConfigError):
     """The device's eligibility flags say it must not take part right now."""
+
+
+class PolicyRefusal(ConfigError):
+    """The run asks for less privacy than the device's policy allows."""
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    """The device's own DP terms (node config), fixed in its ledger when that is created."""
+
+    epsilon_budget: float = DEFAULT_EPSILON_BUDGET
+    delta: float = DEFAULT_DELTA
+    min_noise_multiplier: float = DEFAULT_MIN_NOISE
+    dp_required: bool = True
+    accountant: str = "rdp"
+
+    @classmethod
+    def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
+        try:
+            policy = cls(
+                epsilon_budget=float(node.get("epsilon-budget", DEFAULT_EPSILON_BUDGET)),
+                delta=float(node.get("delta", DEFAULT_DELTA)),
+                min_noise_multiplier=float(node.get("min-noise-multiplier", DEFAULT_MIN_NOISE)),
+                dp_required=_as_bool(node.get("dp-required", True)),
+                accountant=str(node.get("accountant", "rdp")),
+            )
+        except (TypeError, ValueError):
+            raise ConfigError("The device's DP policy in its node config is not a set of numbers.") from None
+        if policy.accountant not in ACCOUNTANTS:
+            raise ConfigError(f"The device's accountant must be one of {', '.join(ACCOUNTANTS)}.")
+        return policy
+
+    def refuse_less(self, cfg: TaskConfig) -> None:
+        """Raise `PolicyRefusal` if the run's DP settings give less than this policy demands."""
+        if not cfg.dp:
+            if self.dp_required:
+                raise PolicyRefusal(
+                    "Refused: this device trains only with differential privacy; the run asks for none."
+                )
+            return
+        if cfg.noise_multiplier < self.min_noise_multiplier:
+            raise PolicyRefusal(
+                f"Refused: the run's noise multiplier {cfg.noise_multiplier:g} is below this device's "
+                f"minimum of {self.min_noise_multiplier:g}."
+            )
+        if cfg.delta != self.delta:
+            raise PolicyRefusal(
+                f"Refused: the run asks for δ={cfg.delta:g}; this device's δ is fixed at {self.delta:g}."
+            )
 
 
 @dataclass(frozen=True)
@@ -86,7 +156,7 @@ class Device:
     user_id: str | None = None
     partition_id: int | None = None
     num_partitions: int | None = None
-    epsilon_budget: float = DEFAULT_EPSILON_BUDGET
+    dp_policy: DevicePolicy = DevicePolicy()
     eligibility_file: Path | None = None
     flags: dict[str, bool] | None = None
     cache_dir: Path | None = None
@@ -110,7 +180,7 @@ class Device:
             user_id=str(user_id) if user_id is not None else None,
             partition_id=int(partition) if partition is not None else None,
             num_partitions=int(node_config["num-partitions"]) if "num-partitions" in node_config else None,
-            epsilon_budget=float(node_config.get("epsilon-budget", DEFAULT_EPSILON_BUDGET)),
+            dp_policy=DevicePolicy.from_node_config(node_config),
             eligibility_file=Path(str(node_config["eligibility-file"])) if "eligibility-file" in node_config else None,
             flags=flags,
             cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,
@@ -130,14 +200,21 @@ class Device:
     def global_dir(self) -> Path:
         return self.state_dir / GLOBAL
 
-    def ledger(self) -> Ledger:
-        return Ledger.load(
-            self.ledger_path, epsilon_budget=self.epsilon_budget, delta=self.cfg.delta, accountant=self.cfg.accountant
-        )
+    @property
+    def key_provider(self) -> KeyProvider | None:
+        """The key of a sealed history, which also seals the personal adapter and the round log."""
+        return device_key_provider(self.data_file)
 
-    def current_global_version(self) -> int | None:
-        """The newest global version this device holds (the one to declare as ``adapter_version``)."""
-        return AdapterStore(self.global_dir).latest()
+    def ledger(self) -> Ledger:
+        p = self.dp_policy
+        return Ledger.load(
+            self.ledger_path,
+            epsilon_budget=p.epsilon_budget,
+            delta=p.delta,
+            accountant=p.accountant,
+            dp_required=p.dp_required,
+            min_noise_multiplier=p.min_noise_multiplier,
+        )
 
     def check_eligible(self, policy: Policy) -> None:
         """Raise `NotEligible` unless every flag the run requires is set right now."""
@@ -160,49 +237,73 @@ class Device:
 
     # --- rounds --------------------------------------------------------------------------------
 
-    def _prepare(self, arrays: Mapping[str, np.ndarray], version: int) -> tuple[SpecialistWithAdapters, Any, Any]:
+    def _prepare(self, arrays: Mapping[str, np.ndarray], version: int) -> tuple[SpecialistWithAdapters, DeviceDatasets]:
         sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
-        data = load_user(self.data_file, user_id=self.user_id, index=self.partition_id, shards=self.num_partitions)
-        train_set, eval_set = device_datasets(sw, data, self.cfg)
+        data = load_user(
+            self.data_file,
+            user_id=self.user_id,
+            index=self.partition_id,
+            shards=self.num_partitions,
+            key_provider=self.key_provider,
+        )
+        sets = device_datasets(sw, data, self.cfg)
         sw.set_adapter_weights(GLOBAL, arrays)
         self._keep_global(arrays, version, sw)
         self._load_personal(sw)
-        return sw, train_set, eval_set
+        return sw, sets
 
     def train_round(
         self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
     ) -> DPRoundResult:
-        """Train personal (kept) then global with DP (returned); refuses if ineligible or out of budget."""
-        self.check_eligible(policy)
-        ledger = self.ledger() if self.cfg.dp else None
-        sw, train_set, _ = self._prepare(arrays, version)
-        if ledger is not None and len(train_set) and self.cfg.dp_steps:
-            from federation.task import dp_sample_rate
+        """Train personal (kept) then global with DP (returned).
 
-            # Before touching the data: an exhausted device does no work at all.
-            ledger.check(
-                self.cfg.noise_multiplier, dp_sample_rate(len(train_set), self.cfg.batch_size), self.cfg.dp_steps
-            )
+        Refuses if ineligible, if the run asks for less privacy than the device's policy, or if the
+        round would exceed the budget. The run's δ and accountant are the device's own (checked).
+        """
+        self.check_eligible(policy)
+        # The ledger fixes the policy when it is created; a later node config cannot loosen it.
+        ledger = self.ledger() if self.cfg.dp or self.dp_policy.dp_required or self.ledger_path.exists() else None
+        fixed = self.dp_policy if ledger is None else ledger_policy(ledger)
+        fixed.refuse_less(self.cfg)
+        if not self.cfg.dp:
+            return self._train(arrays, version, None, run_id=run_id, server_round=server_round)
+        assert ledger is not None
+        # The lock is held for the whole round: two runs on one device cannot both pass the budget check.
+        with ledger.hold():
+            return self._train(arrays, version, ledger, run_id=run_id, server_round=server_round)
+
+    def _train(
+        self, arrays: Mapping[str, np.ndarray], version: int, ledger: Ledger | None, *, run_id: int, server_round: int
+    ) -> DPRoundResult:
+        sw, sets = self._prepare(arrays, version)
+        cfg = self.cfg
+        if ledger is not None:
+            cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
+            if len(sets.dp_train) and cfg.dp_steps:
+                from federation.task import dp_sample_rate
+
+                # Before training on the data: an exhausted device does no work at all.
+                ledger.check(cfg.noise_multiplier, dp_sample_rate(len(sets.dp_train), cfg.batch_size), cfg.dp_steps)
         seed = _device_seed(self, run_id, server_round)
-        personal_loss = train_personal(sw, train_set, self.cfg, seed=seed)
+        personal_loss = train_personal(sw, sets.personal_train, cfg, seed=seed)
         self._save_personal(sw, version)
         result = train_global_dp(
             sw,
-            train_set,
-            self.cfg,
+            sets.dp_train,
+            cfg,
             ledger,
             run_id=run_id,
             server_round=server_round,
             adapter_version=version,
             seed=seed,
         )
-        self._log(
+        self.log(
             {
                 "event": "train",
                 "run_id": run_id,
                 "server_round": server_round,
                 "adapter_version_in": version,
-                "examples": len(train_set),
+                "examples": len(sets.dp_train),
                 "personal_loss": personal_loss,
                 "dp_steps": result.steps,
                 "epsilon": result.epsilon,
@@ -216,32 +317,36 @@ class Device:
     ) -> dict[str, float]:
         """Keep the new global version and measure held-out loss with and without the personal adapter."""
         self.check_eligible(policy)
-        sw, _, eval_set = self._prepare(arrays, version)
+        sw, sets = self._prepare(arrays, version)
         metrics = {
-            "loss-global": evaluate_loss(sw, eval_set, [GLOBAL]),
-            "loss-personal": evaluate_loss(sw, eval_set, [GLOBAL, PERSONAL]),
-            "eval-examples": float(len(eval_set)),
+            "loss-global": evaluate_loss(sw, sets.held_out, [GLOBAL]),
+            "loss-personal": evaluate_loss(sw, sets.held_out, [GLOBAL, PERSONAL]),
+            "eval-examples": float(len(sets.held_out)),
         }
-        self._log(
+        self.log(
             {"event": "evaluate", "run_id": run_id, "server_round": server_round, "adapter_version": version, **metrics}
         )
         return metrics
 
     def status(self) -> dict[str, Any]:
-        ledger = self.ledger()
+        """The device's state as its owner sees it (read only: the ledger's policy is whatever it fixed)."""
+        from privacy.ledger import epsilon_of, read_ledger_file
+
+        data = read_ledger_file(self.ledger_path)
         personal = None
         if (self.personal_dir / "manifest.json").is_file():
             personal = read_adapter(self.personal_dir, kind=PERSONAL).manifest
+        p = self.dp_policy
         return {
             "state_dir": str(self.state_dir),
             "global_versions": AdapterStore(self.global_dir).versions(),
             "personal": personal,
-            "epsilon_spent": ledger.epsilon_spent,
-            "epsilon_budget": ledger.epsilon_budget,
-            "delta": ledger.delta,
-            "accountant": ledger.accountant,
-            "dp_rounds": len(ledger.rounds),
-            "refusals": ledger.refusals,
+            "epsilon_spent": epsilon_of(data.history, data.delta, data.accountant) if data else 0.0,
+            "epsilon_budget": data.epsilon_budget if data else p.epsilon_budget,
+            "delta": data.delta if data else p.delta,
+            "accountant": data.accountant if data else p.accountant,
+            "dp_rounds": len(data.rounds) if data else 0,
+            "refusals": data.refusals if data else 0,
         }
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -260,7 +365,7 @@ class Device:
             folder = read_adapter(self.personal_dir, kind=PERSONAL)
             if folder.base != sw.fingerprint:
                 raise AdapterError(f"The personal adapter in {self.personal_dir} belongs to another base model.")
-            sw.set_adapter_weights(PERSONAL, load_tensors(folder))
+            sw.set_adapter_weights(PERSONAL, load_tensors(folder, unseal_file(self.key_provider)))
         else:
             # The shared in-process model may hold another device's personal weights: start fresh.
             sw.reset_adapter(PERSONAL, seed=_device_seed(self, 0, 0))
@@ -273,15 +378,32 @@ class Device:
             kind=PERSONAL,
             base=sw.fingerprint,
             extra={"trained_on_global_version": version},
+            seal=None if self.key_provider is None else seal_file(self.key_provider),
         )
 
-    def _log(self, record: dict[str, Any]) -> None:
+    def log(self, record: dict[str, Any]) -> None:
+        """Append to the device's own round log (sealed with the history's key when that is sealed)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        provider = self.key_provider
+        if provider is not None:
+            append_sealed_log(self.state_dir / SEALED_LOG, provider, {"time": time.time(), **clean})
+            return
         with (self.state_dir / "rounds.jsonl").open("a", encoding="utf-8") as handle:
             handle.write(json.dumps({"time": time.time(), **clean}) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def ledger_policy(ledger: Ledger) -> DevicePolicy:
+    """The DP policy a ledger fixed when it was created."""
+    return DevicePolicy(
+        epsilon_budget=ledger.epsilon_budget,
+        delta=ledger.delta,
+        min_noise_multiplier=ledger.min_noise_multiplier,
+        dp_required=ledger.dp_required,
+        accountant=ledger.accountant,
+    )
 
 
 def _device_seed(device: Device, run_id: int, server_round: int) -> int:

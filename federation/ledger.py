@@ -1,41 +1,50 @@
 """The device's privacy ledger: every DP-SGD step it ever took, and the ε that adds up to.
 
-One JSON file per device, kept in the device's state folder. It holds the accountant's full
-composition history — ``(noise multiplier, sample rate, steps)`` triples — so ε can be recomputed
-exactly after a restart, with any accountant Opacus offers, rather than trusting a stored total.
-A round is recorded only after it has trained; before it trains, `Ledger.check` projects the ε the
-round would bring the total to and refuses if that exceeds the device's budget, so an exhausted
-device never touches its data again.
+One JSON file per device, kept in the device's state folder, in the format of `privacy.ledger`
+(the one parser, shared with `privacy budget`). It holds the accountant's full composition
+history — ``(noise multiplier, sample rate, steps)`` triples — so ε can be recomputed exactly
+after a restart rather than trusting a stored total. A round is recorded only after it has
+trained; before it trains, `Ledger.check` projects the ε the round would bring the total to and
+refuses if that exceeds the device's budget, so an exhausted device never touches its data again.
 
-Writes are atomic (temporary file, fsync, rename): a crash leaves the previous ledger, never half
-of one, and a ledger that cannot be parsed is an error rather than a silent fresh start (which
-would reset the spent budget to zero).
+The device's DP policy (budget, δ, accountant, DP required, minimum noise multiplier) is fixed
+when the ledger is created: a later node config that differs is refused rather than obeyed.
+
+Concurrency: every read-modify-write happens under an exclusive lock on ``ledger.json.lock``
+(`fcntl.flock`), reloading the file first, so two runs (or processes) on one device never lose an
+update; `Ledger.hold` keeps the lock across a whole round (check, train, record) so two rounds
+cannot both pass the budget check. Writes are atomic (temporary file, fsync, rename): a crash
+leaves the previous ledger, never half of one, and a ledger that cannot be parsed is an error
+rather than a silent fresh start (which would reset the spent budget to zero).
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import fcntl
 import json
 import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.errors import ConfigError
+from privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
 
-__all__ = ["ACCOUNTANTS", "BudgetExhausted", "Ledger", "LedgerError", "RoundEntry", "epsilon_of"]
-
-LEDGER_FORMAT = 1
-ACCOUNTANTS = ("rdp", "prv")
-
-
-class LedgerError(ConfigError):
-    """The ledger file cannot be read, or a budget or accountant setting is invalid."""
+__all__ = [
+    "ACCOUNTANTS",
+    "BudgetExhausted",
+    "Ledger",
+    "LedgerError",
+    "RoundEntry",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "epsilon_of",
+]
 
 
 class BudgetExhausted(ConfigError):
@@ -62,46 +71,6 @@ class RoundEntry:
         return dict(self.__dict__)
 
 
-def epsilon_of(history: list[tuple[float, float, int]], delta: float, accountant: str = "rdp") -> float:
-    """Total ε at `delta` of a DP-SGD composition history, with Opacus's accountant."""
-    if accountant not in ACCOUNTANTS:
-        raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
-    if not history:
-        return 0.0
-    key = tuple((float(s), float(q), int(n)) for s, q, n in history)
-    return _epsilon_cached(key, float(delta), accountant)
-
-
-@functools.lru_cache(maxsize=256)
-def _epsilon_cached(history: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
-    if accountant == "prv":
-        from opacus.accountants import PRVAccountant
-
-        acc = PRVAccountant()
-        acc.history = list(history)
-        return float(acc.get_epsilon(delta=delta))
-    # Opacus's RDPAccountant recomputes every entry's RDP curve on each call (about a second of
-    # pure Python); the curve of n steps is n times the one-step curve, so compute that once per
-    # (σ, q) and sum. The result is exactly Opacus's: same orders, same conversion to (ε, δ).
-    from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
-    total = sum(np.asarray(_rdp_one_step(sigma, q)) * steps for sigma, q, steps in history)
-    eps, _ = rdp_analysis.get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=total, delta=delta)
-    return float(eps)
-
-
-@functools.lru_cache(maxsize=64)
-def _rdp_one_step(noise_multiplier: float, sample_rate: float) -> tuple[float, ...]:
-    from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
-    curve = rdp_analysis.compute_rdp(
-        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS
-    )
-    return tuple(float(x) for x in np.atleast_1d(curve))
-
-
 @dataclass
 class Ledger:
     """A device's ε ledger; load with `Ledger.load`, which creates an empty one if there is none."""
@@ -110,33 +79,99 @@ class Ledger:
     epsilon_budget: float
     delta: float
     accountant: str = "rdp"
+    dp_required: bool = True
+    min_noise_multiplier: float = 0.0
     history: list[tuple[float, float, int]] = field(default_factory=list)
     rounds: list[RoundEntry] = field(default_factory=list)
     refusals: int = 0
+    _lock_depth: int = field(default=0, repr=False, compare=False)
+    _lock_file: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def load(cls, path: str | Path, *, epsilon_budget: float, delta: float, accountant: str = "rdp") -> Ledger:
-        """The ledger at `path` with the given budget; a missing file is an empty ledger (nothing spent)."""
-        _check_budget(epsilon_budget, delta, accountant)
-        p = Path(path)
-        ledger = cls(path=p, epsilon_budget=float(epsilon_budget), delta=float(delta), accountant=accountant)
-        try:
-            raw = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return ledger
-        except OSError as exc:
-            raise LedgerError(f"Cannot read the privacy ledger {p}: {exc.strerror or exc}.") from None
-        try:
-            data = json.loads(raw)
-            if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
-                raise ValueError("unknown format")
-            ledger.history = [(float(s), float(q), int(n)) for s, q, n in data["history"]]
-            ledger.rounds = [RoundEntry(**r) for r in data["rounds"]]
-            ledger.refusals = int(data.get("refusals", 0))
-        except (ValueError, KeyError, TypeError) as exc:
-            # Starting afresh would forget the ε already spent, so a damaged ledger stops training.
-            raise LedgerError(f"The privacy ledger {p} is damaged ({exc}); refusing to train without it.") from None
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        epsilon_budget: float,
+        delta: float,
+        accountant: str = "rdp",
+        dp_required: bool | None = None,
+        min_noise_multiplier: float | None = None,
+    ) -> Ledger:
+        """The ledger at `path`; a missing file is an empty ledger (nothing spent) with this policy.
+
+        An existing ledger keeps the policy it was created with: asking for another is a `LedgerError`.
+        `dp_required` and `min_noise_multiplier` left at None accept what the ledger fixed (a new
+        ledger: DP required, no noise floor).
+        """
+        _check_budget(epsilon_budget, delta, accountant, min_noise_multiplier or 0.0)
+        ledger = cls(
+            path=Path(path),
+            epsilon_budget=float(epsilon_budget),
+            delta=float(delta),
+            accountant=accountant,
+            dp_required=True if dp_required is None else bool(dp_required),
+            min_noise_multiplier=0.0 if min_noise_multiplier is None else float(min_noise_multiplier),
+        )
+        ledger._reload(strict=(dp_required is not None, min_noise_multiplier is not None))
         return ledger
+
+    def _reload(self, *, strict: tuple[bool, bool] | None = None) -> None:
+        data = read_ledger_file(self.path)
+        if data is None:
+            return
+        if strict is not None:
+            self._check_policy(data, *strict)
+        self.epsilon_budget, self.delta, self.accountant = data.epsilon_budget, data.delta, data.accountant
+        if data.policy_recorded:
+            self.dp_required, self.min_noise_multiplier = data.dp_required, data.min_noise_multiplier
+        self.history = list(data.history)
+        try:
+            self.rounds = [RoundEntry(**r) for r in data.rounds]
+        except TypeError as exc:
+            raise LedgerError(f"the privacy ledger {self.path} is damaged: a round entry {exc}") from None
+        self.refusals = data.refusals
+
+    def _check_policy(self, data: LedgerData, required_given: bool, floor_given: bool) -> None:
+        names = ["budget", "δ", "accountant"]
+        asked: list[object] = [self.epsilon_budget, self.delta, self.accountant]
+        fixed: list[object] = [data.epsilon_budget, data.delta, data.accountant]
+        if data.policy_recorded and required_given:
+            names.append("DP required")
+            asked.append(self.dp_required)
+            fixed.append(data.dp_required)
+        if data.policy_recorded and floor_given:
+            names.append("minimum noise multiplier")
+            asked.append(self.min_noise_multiplier)
+            fixed.append(data.min_noise_multiplier)
+        if asked != fixed:
+            raise LedgerError(
+                f"The device's DP policy is fixed by its ledger ({', '.join(names)} = "
+                f"{', '.join(map(str, fixed))}); the node config asks for {', '.join(map(str, asked))}. "
+                "Start a new state-dir to change it."
+            )
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[Ledger]:
+        """Hold the ledger's exclusive lock (re-entrant), with the newest state reloaded from disk."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield self
+            finally:
+                self._lock_depth -= 1
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path.with_name(self.path.name + ".lock"), "a+b")  # noqa: SIM115 - held across the yield
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            self._lock_depth, self._lock_file = 1, handle
+            self._reload()
+            yield self
+        finally:
+            self._lock_depth, self._lock_file = 0, None
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
 
     @property
     def epsilon_spent(self) -> float:
@@ -154,14 +189,13 @@ class Ledger:
         """The projected total ε of one more round; raises `BudgetExhausted` (and counts it) if over budget."""
         if not (noise_multiplier > 0 and math.isfinite(noise_multiplier)):
             raise LedgerError(f"The noise multiplier must be a positive number, not {noise_multiplier!r}.")
-        projected = self.project(noise_multiplier, sample_rate, steps)
-        if projected > self.epsilon_budget:
-            self.refusals += 1
-            self.save()
-            raise BudgetExhausted(
-                f"Privacy budget exhausted: this round would bring ε to {projected:.3f} "
-                f"(budget {self.epsilon_budget:g} at δ={self.delta:g}, {self.accountant}); not training."
-            )
+        with self.hold():
+            projected = self.project(noise_multiplier, sample_rate, steps)
+            if projected > self.epsilon_budget:
+                self.refusals += 1
+                self.save()
+                # No ε figures: the projected total depends on the history's size, which stays on the device.
+                raise BudgetExhausted("Privacy budget exhausted: this round would exceed the device's ε budget.")
         return projected
 
     def record(
@@ -174,62 +208,73 @@ class Ledger:
         max_grad_norm: float,
     ) -> RoundEntry:
         """Add the steps the accountant saw during a round, persist, and return the round's entry."""
-        steps = sum(int(n) for _, _, n in history)
-        self.history.extend((float(s), float(q), int(n)) for s, q, n in history)
-        noise = float(history[-1][0]) if history else 0.0
-        rate = float(history[-1][1]) if history else 0.0
-        entry = RoundEntry(
-            run_id=int(run_id),
-            server_round=int(server_round),
-            adapter_version_in=int(adapter_version_in),
-            noise_multiplier=noise,
-            sample_rate=rate,
-            steps=steps,
-            max_grad_norm=float(max_grad_norm),
-            epsilon_after=self.epsilon_spent,
-            delta=self.delta,
-            accountant=self.accountant,
-            time=time.time(),
-        )
-        self.rounds.append(entry)
-        self.save()
+        with self.hold():
+            steps = sum(int(n) for _, _, n in history)
+            self.history.extend((float(s), float(q), int(n)) for s, q, n in history)
+            noise = float(history[-1][0]) if history else 0.0
+            rate = float(history[-1][1]) if history else 0.0
+            entry = RoundEntry(
+                run_id=int(run_id),
+                server_round=int(server_round),
+                adapter_version_in=int(adapter_version_in),
+                noise_multiplier=noise,
+                sample_rate=rate,
+                steps=steps,
+                max_grad_norm=float(max_grad_norm),
+                epsilon_after=self.epsilon_spent,
+                delta=self.delta,
+                accountant=self.accountant,
+                time=time.time(),
+            )
+            self.rounds.append(entry)
+            self.save()
         return entry
 
+    def data(self) -> LedgerData:
+        return LedgerData(
+            epsilon_budget=self.epsilon_budget,
+            delta=self.delta,
+            accountant=self.accountant,
+            history=list(self.history),
+            rounds=[r.as_dict() for r in self.rounds],
+            refusals=self.refusals,
+            dp_required=self.dp_required,
+            min_noise_multiplier=self.min_noise_multiplier,
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "format": LEDGER_FORMAT,
-            "epsilon_budget": self.epsilon_budget,
-            "delta": self.delta,
-            "accountant": self.accountant,
-            "epsilon_spent": self.epsilon_spent,
-            "history": [list(h) for h in self.history],
-            "rounds": [r.as_dict() for r in self.rounds],
-            "refusals": self.refusals,
-        }
+        return ledger_json(self.data())
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.as_dict())
+        with self.hold():
+            atomic_write_json(self.path, self.as_dict())
 
 
-def _check_budget(epsilon_budget: float, delta: float, accountant: str) -> None:
+def _check_budget(epsilon_budget: float, delta: float, accountant: str, min_noise: float = 0.0) -> None:
     if not (isinstance(epsilon_budget, int | float) and epsilon_budget > 0 and math.isfinite(epsilon_budget)):
         raise LedgerError(f"The ε budget must be a positive number, not {epsilon_budget!r}.")
     if not (isinstance(delta, int | float) and 0 < delta < 1):
         raise LedgerError(f"δ must be strictly between 0 and 1, not {delta!r}.")
     if accountant not in ACCOUNTANTS:
         raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
+    if not (isinstance(min_noise, int | float) and min_noise >= 0 and math.isfinite(min_noise)):
+        raise LedgerError(f"The minimum noise multiplier must be 0 or more, not {min_noise!r}.")
 
 
-def atomic_write_json(path: Path, data: object) -> None:
-    """Write JSON so that readers see the old file or the new one, never a torn one."""
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write bytes so that readers see the old file or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def atomic_write_json(path: Path, data: object) -> None:
+    """Write JSON so that readers see the old file or the new one, never a torn one."""
+    atomic_write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))

@@ -10,7 +10,7 @@ record layouts (`federation.client_app`). What changes for the server:
 * it receives every device's adapter masked (quantized to 2^22 levels in [-8, 8] and blinded
   with pairwise masks); only the sum over the devices that finished the round can be unmasked,
   so the server sees the *average* global adapter, never one device's;
-* the devices' scalar metrics (ε so far, steps) are still sent in the clear;
+* the devices' scalar metrics (steps, weight) are still sent in the clear; ε stays on the device;
 * a round needs at least 2 devices, and survives dropouts only while every remaining device still
   has ``threshold`` live neighbours (3+ devices with the default shares and threshold).
 """
@@ -31,6 +31,7 @@ from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid
 
+from federation.rounds import RoundRecord, ServerSettings, VersionedRounds
 from federation.store import AdapterStore
 
 __all__ = ["VersionedSecAggFedAvg", "run_secagg"]
@@ -41,7 +42,7 @@ def _mean_metrics(pairs: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scala
     return {k: float(np.mean([float(m[k]) for _, m in pairs])) for k in sorted(keys)}  # type: ignore[arg-type]
 
 
-class VersionedSecAggFedAvg(LegacyFedAvg):
+class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
     """Legacy FedAvg (as SecAgg+ requires) that versions each aggregate like `VersionedFedAvg`."""
 
     def __init__(
@@ -55,25 +56,17 @@ class VersionedSecAggFedAvg(LegacyFedAvg):
         run_id: int,
         **kwargs: Any,
     ) -> None:
-        super().__init__(fit_metrics_aggregation_fn=_mean_metrics, **kwargs)
-        from federation.server_app import RoundRecord
-
-        self._record = RoundRecord
-        self.store = store
-        self.version = version
+        LegacyFedAvg.__init__(self, fit_metrics_aggregation_fn=_mean_metrics, **kwargs)
+        self._init_versions(store=store, version=version, lora_config=lora_config, base=base, run_id=run_id)
         self.keys = keys
-        self.lora_config = lora_config
-        self.base = base
-        self.run_id = run_id
-        self.rounds: list[Any] = []
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        self.rounds.append(self._record(server_round=server_round, version_in=self.version))
+        self.open_round(server_round)
         pairs = super().configure_fit(server_round, parameters, client_manager)
         for _, ins in pairs:
-            ins.config = {**ins.config, "adapter-version": self.version, "server-round": server_round}
+            ins.config = {**ins.config, **self.version_config(server_round)}
         return pairs
 
     def aggregate_fit(
@@ -89,43 +82,29 @@ class VersionedSecAggFedAvg(LegacyFedAvg):
         parameters, metrics = super().aggregate_fit(server_round, results, failures)
         if parameters is not None:
             arrays = parameters_to_ndarrays(parameters)
-            new = self.version + 1
-            self.store.save(
-                new,
-                dict(zip(self.keys, (np.asarray(a, dtype=np.float32) for a in arrays), strict=True)),
-                self.lora_config,
-                base=self.base,
-                extra={
-                    "parent_version": self.version,
-                    "run_id": self.run_id,
-                    "server_round": server_round,
-                    "devices": len(results),
-                    "secure_aggregation": "secagg+",
-                },
-            )
-            self.version = new
-            record.version_out = new
+            tensors = dict(zip(self.keys, (np.asarray(a, dtype=np.float32) for a in arrays), strict=True))
+            self.save_version(server_round, tensors, devices=len(results), extra={"secure_aggregation": "secagg+"})
         record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         return parameters, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:
         pairs = super().configure_evaluate(server_round, parameters, client_manager)
         for _, ins in pairs:
-            ins.config = {**ins.config, "adapter-version": self.version, "server-round": server_round}
+            ins.config = {**ins.config, **self.version_config(server_round)}
         return pairs
 
 
 def run_secagg(
     grid: Grid,
     run_config: Mapping[str, Any],
-    settings: Any,
+    settings: ServerSettings,
     store: AdapterStore,
     start: int,
     *,
     lora_config: dict[str, Any],
     base: str,
     run_id: int,
-) -> tuple[int, list[Any]]:
+) -> tuple[int, list[RoundRecord]]:
     """Run the configured rounds with SecAgg+; returns (final version, round records)."""
     arrays = store.arrays(start)
     keys = sorted(arrays)

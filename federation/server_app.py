@@ -26,7 +26,6 @@ import os
 import random
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,68 +33,25 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from core.errors import ConfigError
 from core.models import load_causal_lm
 from federation.adapters import AdapterError
+from federation.offline import go_offline
+from federation.rounds import RUN_LOG, RoundRecord, ServerSettings, VersionedRounds
 from federation.store import AdapterStore
 from federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
 
-__all__ = ["ServerSettings", "VersionedFedAvg", "app", "ensure_initial_version", "run_federation"]
-
-RUN_LOG = "runs.jsonl"
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    state_dir: Path
-    rounds: int = 1
-    min_clients: int = 2
-    fraction_train: float = 1.0
-    fraction_evaluate: float = 1.0
-    round_timeout: float = 3600.0
-    secagg: bool = False
-    secagg_shares: float = 1.0  # SecAgg+ num_shares as a share of the sampled devices
-    secagg_threshold: float = 0.67  # shares needed to reconstruct a dropped device's mask
-
-    @classmethod
-    def from_run_config(cls, config: Mapping[str, Any]) -> ServerSettings:
-        if not str(config.get("server-state-dir", "")).strip():
-            raise ConfigError("The run config has no server-state-dir: the server needs a folder for its versions.")
-        try:
-            settings = cls(
-                state_dir=Path(str(config["server-state-dir"])).expanduser(),
-                rounds=int(config.get("num-server-rounds", 1)),
-                min_clients=int(config.get("min-clients", 2)),
-                fraction_train=float(config.get("fraction-train", 1.0)),
-                fraction_evaluate=float(config.get("fraction-evaluate", 1.0)),
-                round_timeout=float(config.get("round-timeout", 3600.0)),
-                secagg=str(config.get("secagg", False)).lower() in ("1", "true"),
-                secagg_shares=float(config.get("secagg-shares", 1.0)),
-                secagg_threshold=float(config.get("secagg-threshold", 0.67)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"Invalid server setting in the run config: {exc}.") from None
-        if settings.rounds < 1 or settings.min_clients < 1 or settings.round_timeout <= 0:
-            raise ConfigError("num-server-rounds, min-clients and round-timeout must be positive.")
-        return settings
-
-    @property
-    def adapters_dir(self) -> Path:
-        return self.state_dir / "adapters"
+__all__ = [
+    "RUN_LOG",
+    "RoundRecord",
+    "ServerSettings",
+    "VersionedFedAvg",
+    "app",
+    "ensure_initial_version",
+    "run_federation",
+]
 
 
-@dataclass
-class RoundRecord:
-    server_round: int
-    version_in: int
-    version_out: int | None = None
-    replies: int = 0
-    refusals: list[str] = field(default_factory=list)
-    train_metrics: dict[str, float | None] = field(default_factory=dict)
-    eval_metrics: dict[str, float | None] = field(default_factory=dict)
-
-
-class VersionedFedAvg(FedAvg):
+class VersionedFedAvg(VersionedRounds, FedAvg):
     """FedAvg that tags every message with the adapter version it carries and stores each new one."""
 
     def __init__(
@@ -109,26 +65,20 @@ class VersionedFedAvg(FedAvg):
         wait_for_nodes: float = 3600.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(weighted_by_key="weight", **kwargs)
+        FedAvg.__init__(self, weighted_by_key="weight", **kwargs)
+        self._init_versions(store=store, version=version, lora_config=lora_config, base=base, run_id=run_id)
         self.wait_for_nodes = wait_for_nodes
-        self.store = store
-        self.version = version
-        self.lora_config = lora_config
-        self.base = base
-        self.run_id = run_id
-        self.rounds: list[RoundRecord] = []
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        self.rounds.append(RoundRecord(server_round=server_round, version_in=self.version))
+        self.open_round(server_round)
         # Flower's sampler waits forever for min_available_nodes; a device lost in an earlier round
         # would then stall the run. Wait at most one round timeout, then train with who is there.
         nodes = self._sample(grid, self.fraction_train, self.min_train_nodes, wait=self.wait_for_nodes)
         if not nodes:
             return []
-        config["adapter-version"] = self.version
-        config["server-round"] = server_round
+        config.update(self.version_config(server_round))
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         return self._construct_messages(record, nodes, MessageType.TRAIN)
 
@@ -152,23 +102,8 @@ class VersionedFedAvg(FedAvg):
         record.refusals = [m.error.reason for m in replies if m.has_error()]
         arrays, metrics = super().aggregate_train(server_round, replies)
         if arrays is not None:
-            new = self.version + 1
             tensors = {key: value.numpy() for key, value in arrays.items()}
-            self.store.save(
-                new,
-                tensors,
-                self.lora_config,
-                base=self.base,
-                extra={
-                    "parent_version": self.version,
-                    "run_id": self.run_id,
-                    "server_round": server_round,
-                    "devices": record.replies,
-                    "mean_epsilon": _finite(metrics.get("epsilon")) if metrics else None,
-                },
-            )
-            self.version = new
-            record.version_out = new
+            self.save_version(server_round, tensors, devices=record.replies, extra={})
         if metrics is not None:
             record.train_metrics = {k: _finite(v) for k, v in metrics.items()}
         return arrays, metrics
@@ -180,8 +115,7 @@ class VersionedFedAvg(FedAvg):
         nodes = self._sample(grid, self.fraction_evaluate, 1, wait=0.0)
         if not nodes:
             return []
-        config["adapter-version"] = self.version
-        config["server-round"] = server_round
+        config.update(self.version_config(server_round))
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         return self._construct_messages(record, nodes, MessageType.EVALUATE)
 
@@ -202,8 +136,7 @@ def ensure_initial_version(settings: ServerSettings, cfg: TaskConfig) -> int:
     store = AdapterStore(settings.adapters_dir)
     latest = store.latest()
     if latest is not None:
-        stored = store.get(latest).path / "adapter_config.json"
-        config = json.loads(stored.read_text(encoding="utf-8"))
+        config = _stored_lora_config(store, latest)
         if int(config.get("r", -1)) != cfg.lora_rank or sorted(config.get("target_modules") or []) != sorted(
             cfg.targets
         ):
@@ -224,6 +157,21 @@ def ensure_initial_version(settings: ServerSettings, cfg: TaskConfig) -> int:
     return 0
 
 
+def _stored_lora_config(store: AdapterStore, version: int) -> dict[str, Any]:
+    """The peft config stored with a version; a missing or unreadable one is a damaged store."""
+    path = store.get(version).path / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or "not JSON"
+        raise AdapterError(
+            f"The stored global adapter v{version} is damaged: {path} cannot be read ({reason})."
+        ) from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"The stored global adapter v{version} is damaged: {path} is not a JSON object.")
+    return config
+
+
 def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0) -> dict[str, Any]:
     """Run the configured rounds on `grid`; returns (and appends to the run log) a summary."""
     cfg = TaskConfig.from_run_config(run_config)
@@ -231,7 +179,7 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
     store = AdapterStore(settings.adapters_dir)
     start = ensure_initial_version(settings, cfg)
     first = store.get(start)
-    lora_config = json.loads((first.path / "adapter_config.json").read_text(encoding="utf-8"))
+    lora_config = _stored_lora_config(store, start)
     began = time.time()
     if settings.secagg:
         from federation.secagg import run_secagg
@@ -304,4 +252,5 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    go_offline()
     run_federation(grid, context.run_config, run_id=context.run_id)

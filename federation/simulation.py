@@ -156,9 +156,11 @@ def run_in_process(
     `dropouts` maps a node's index to a predicate that makes it vanish for a message.
     """
     from federation.client_app import app as default_client
+    from federation.offline import go_offline
     from federation.server_app import RUN_LOG
     from federation.server_app import app as default_server
 
+    go_offline()
     client = client_app or default_client
     server = server_app or default_server
     rid = run_id if run_id is not None else int(uuid.uuid4().int % 2**62) or next(_RUN_IDS)

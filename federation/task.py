@@ -10,10 +10,15 @@ The Specialist carries two LoRA adapters (FedPer / FDLoRA pattern):
   whatever the personal adapter holds. Only this adapter's arrays leave the device.
 * ``personal`` — trained on the device on top of the (frozen) global adapter, never sent.
 
-The training task is the product's own: given a subject line, write the body. A training
-sequence is exactly what inference feeds the Specialist in slm-rag mode — the retrieved context
-and `task_prompt(subject)` through `render_prompt` — followed by the body and an end token; the
-loss covers the body only and is averaged per sequence (each sequence is one DP "example").
+The training task is the product's own: given a subject line, write the body. A personal
+training sequence is exactly what inference feeds the Specialist in slm-rag mode — the retrieved
+context and `task_prompt(subject)` through `render_prompt` — followed by the body and an end
+token; the loss covers the body only and is averaged per sequence.
+
+The global adapter's DP-SGD trains on sequences without retrieved context: each holds exactly one
+commit, so one DP "example" is one commit and the ledger's ε is commit-level. (With context, one
+commit would appear in up to ``context-entries + 1`` sequences and the per-sequence ε would
+understate a commit's.) The personal adapter, which never leaves the device, keeps the context.
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ from core.models import CausalLM, load_causal_lm
 from core.prompts import render_prompt, task_prompt
 from federation.adapters import base_fingerprint
 from federation.ledger import Ledger
+from privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
 from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
 
 __all__ = [
     "ADAPTERS",
     "DPRoundResult",
     "DeviceData",
+    "DeviceDatasets",
     "Example",
     "SpecialistWithAdapters",
     "TaskConfig",
@@ -148,20 +155,26 @@ class DeviceData:
 
 
 def load_user(
-    path: str | Path, *, user_id: str | None = None, index: int | None = None, shards: int | None = None
+    path: str | Path,
+    *,
+    user_id: str | None = None,
+    index: int | None = None,
+    shards: int | None = None,
+    key_provider: KeyProvider | None = None,
 ) -> DeviceData:
     """One user from a profile file or a dataset file (JSONL, one user object per line).
 
     A multi-user file needs `user_id` or `index` (Flower's ``partition-id``) to pick the device's
     user. A single-user file with ``shards=n`` and ``index=i`` gives every n-th entry from the
-    i-th: a quick way to simulate several devices from one demo history.
+    i-th: a quick way to simulate several devices from one demo history. A file sealed with
+    `privacy seal` is decrypted in memory with `key_provider`.
     """
     p = Path(path)
-    users = _users_in(p)
+    users = _users_in(p, key_provider)
     if len(users) > 1:
         return _pick(users, p, user_id, index)
     # A plain profile file goes to the SDK's reader, which handles every accepted profile shape.
-    data = _as_device_data(users[0], p) if users else DeviceData(None, Profile.from_file(p))
+    data = _as_device_data(users[0], p) if users else DeviceData(None, Profile.from_file(p, key_provider=key_provider))
     if user_id is not None and data.user_id is not None and data.user_id != user_id:
         raise ProfileError(f"User {user_id!r} is not in {p}.")
     if shards is not None and shards > 1:
@@ -172,21 +185,38 @@ def load_user(
     return data
 
 
-def _users_in(path: Path) -> list[dict[str, Any]]:
+def _users_in(path: Path, key_provider: KeyProvider | None = None) -> list[dict[str, Any]]:
     """The user objects of a dataset file (JSONL lines or one JSON object); [] for anything else.
 
     Anything that is not a user object is left to `Profile.from_file`, which has the precise errors.
+    A sealed file is opened with `key_provider` and read as JSONL or JSON, whatever its name.
     """
+    sealed = is_vault(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        if sealed:
+            if key_provider is None:
+                raise ProfileError(f"The device data {path} is sealed and no key was given to open it.")
+            raw = ProfileVault.open(path, key_provider)
+        else:
+            raw = path.read_bytes()
+        text = raw.decode("utf-8-sig")
     except OSError as exc:
         raise ProfileError(f"Cannot read the device data {path}: {exc.strerror or exc}.") from None
-    if path.suffix.lower() not in (".jsonl", ".ndjson"):
+    except VaultError as exc:
+        raise ProfileError(f"Cannot open the sealed device data {path}: {exc}.") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"The device data {path} is not UTF-8 text.") from None
+    if sealed or path.suffix.lower() not in (".jsonl", ".ndjson"):
         try:
             obj = json.loads(text)
         except ValueError:
-            return []
+            # A sealed file has no telling suffix: what is not one JSON object may be JSONL.
+            return _jsonl_users(text) if sealed else []
         return [obj] if isinstance(obj, dict) and "profile" in obj else []
+    return _jsonl_users(text)
+
+
+def _jsonl_users(text: str) -> list[dict[str, Any]]:
     users = []
     for line in text.splitlines():
         if not line.strip():
@@ -611,12 +641,22 @@ def specialist_for(cfg: TaskConfig, *, cache_dir: Path | None = None) -> Special
     return _MODELS[key]
 
 
-def device_datasets(
-    sw: SpecialistWithAdapters, data: DeviceData, cfg: TaskConfig
-) -> tuple[TensorDataset, TensorDataset]:
-    """(training set, held-out evaluation set) of one device, in the inference prompt format."""
+@dataclass(frozen=True)
+class DeviceDatasets:
+    """One device's tensors: what DP-SGD trains the global adapter on, the personal set, the held-out set."""
+
+    dp_train: TensorDataset  # one commit per sequence (no retrieved context): ε is commit-level
+    personal_train: TensorDataset  # the inference format, with retrieved context
+    held_out: TensorDataset
+
+
+def device_datasets(sw: SpecialistWithAdapters, data: DeviceData, cfg: TaskConfig) -> DeviceDatasets:
+    """The training sets and the held-out evaluation set of one device."""
     train_entries, eval_entries = split_profile(data.profile, cfg.holdout)
     pad = _pad_id(sw.lm)
+    dp = build_examples(sw.lm, train_entries, (), cfg)  # no retrieval: each sequence is one commit
     train = build_examples(sw.lm, train_entries, train_entries, cfg)
     held = build_examples(sw.lm, eval_entries, train_entries, cfg)
-    return to_dataset(train, pad, cfg.max_len), to_dataset(held, pad, cfg.max_len)
+    return DeviceDatasets(
+        to_dataset(dp, pad, cfg.max_len), to_dataset(train, pad, cfg.max_len), to_dataset(held, pad, cfg.max_len)
+    )

@@ -11,9 +11,9 @@ Exit status: 0 on success, 1 when an input is unusable (one sentence on stderr),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
-import math
 import os
 import sys
 from collections import Counter
@@ -29,8 +29,7 @@ from core.errors import SpecSteerError
 __all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
-LEDGER_FILE = "ledger.json"
-LEDGER_FORMAT = 1
+LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothing heavy at start
 
 
 def _positive_int(text: str) -> int:
@@ -79,72 +78,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_ledger(path: Path) -> dict[str, Any]:
-    """A device's ε ledger (federation.ledger's JSON), checked field by field; ε is recomputed when possible.
-
-    Shape: {"format": 1, "epsilon_budget": float, "delta": float, "accountant": "rdp"|"prv",
-    "epsilon_spent": float, "history": [[noise, sample_rate, steps], ...], "rounds": [{...}], "refusals": int}.
-    """
+    """A device's ε ledger, parsed by `privacy.ledger` (the one parser); ε is recomputed when possible."""
     from privacy.data import PrivacyError
+    from privacy.ledger import epsilon_of, read_ledger_file
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PrivacyError(f"there is no privacy ledger at {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PrivacyError(f"cannot read the privacy ledger {path}: {getattr(exc, 'strerror', None) or exc}") from None
-
-    def bad(what: str) -> PrivacyError:
-        return PrivacyError(f"the privacy ledger {path} is damaged: {what}")
-
-    if not isinstance(data, dict):
-        raise bad("it is not a JSON object")
-    if data.get("format") != LEDGER_FORMAT:
-        raise bad(f"format {data.get('format')!r}, expected {LEDGER_FORMAT}")
-
-    def number(name: str, *, lo: float = 0.0) -> float:
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < lo:
-            raise bad(f"{name} is {value!r}")
-        return float(value)
-
-    budget = number("epsilon_budget")
-    delta = number("delta")
-    stored = number("epsilon_spent")
-    accountant = data.get("accountant")
-    if accountant not in ("rdp", "prv"):
-        raise bad(f"unknown accountant {accountant!r}")
-    history = data.get("history")
-    rounds = data.get("rounds")
-    if not isinstance(history, list) or not isinstance(rounds, list):
-        raise bad("history or rounds is not a list")
-    steps: list[tuple[float, float, int]] = []
-    for h in history:
-        if not (isinstance(h, list) and len(h) == 3 and all(isinstance(x, int | float) for x in h)):
-            raise bad("a history entry is not [noise, sample_rate, steps]")
-        steps.append((float(h[0]), float(h[1]), int(h[2])))
-    spent, recomputed = stored, False
-    try:
-        from federation.ledger import epsilon_of
-
-        # The ledger keeps the whole composition history so that ε can be recomputed, not trusted.
-        spent, recomputed = epsilon_of(steps, delta, accountant), True
-    except ImportError:
-        pass
-    last = rounds[-1] if rounds and isinstance(rounds[-1], dict) else {}
-    when = last.get("time")
+    data = read_ledger_file(path)
+    if data is None:
+        raise PrivacyError(f"there is no privacy ledger at {path}")
+    spent, recomputed = data.epsilon_stored, False
+    # The ledger keeps the whole composition history so that ε can be recomputed, not trusted;
+    # the accountant (Opacus) is an optional extra of the device install.
+    with contextlib.suppress(ImportError):
+        spent, recomputed = epsilon_of(data.history, data.delta, data.accountant), True
+    when = data.rounds[-1].get("time") if data.rounds else None
     return {
         "ledger": str(path),
         "epsilon_spent": spent,
-        "epsilon_stored": stored,
+        "epsilon_stored": data.epsilon_stored,
         "recomputed": recomputed,
-        "consistent": abs(spent - stored) <= 1e-6 * max(1.0, stored),
-        "epsilon_budget": budget,
-        "epsilon_remaining": max(0.0, budget - spent),
-        "delta": delta,
-        "accountant": accountant,
-        "dp_rounds": len(rounds),
-        "dp_steps": sum(s for _, _, s in steps),
-        "refusals": int(data.get("refusals", 0)) if isinstance(data.get("refusals", 0), int) else 0,
+        "consistent": abs(spent - data.epsilon_stored) <= 1e-6 * max(1.0, data.epsilon_stored),
+        "epsilon_budget": data.epsilon_budget,
+        "epsilon_remaining": max(0.0, data.epsilon_budget - spent),
+        "delta": data.delta,
+        "accountant": data.accountant,
+        "dp_rounds": len(data.rounds),
+        "dp_steps": sum(s for _, _, s in data.history),
+        "refusals": data.refusals,
         "last_round": datetime.fromtimestamp(when, UTC).isoformat() if isinstance(when, int | float) else None,
     }
 

@@ -152,9 +152,9 @@ def declared_adapter_version(args: argparse.Namespace) -> int:
     state = getattr(args, "federation_state", None)
     if state is None:
         return 0
-    from federation.store import AdapterStore
+    from core.adapters import GLOBAL, latest_version
 
-    return AdapterStore(Path(state) / "global").latest() or 0
+    return latest_version(Path(state) / GLOBAL) or 0
 
 
 @dataclass
@@ -192,7 +192,7 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
     """The base Specialist, or with the device's federated global + personal adapters merged in."""
     if federation_state is None:
         return base
-    from federation.store import load_device_specialist
+    from core.adapters import load_device_specialist
 
     return load_device_specialist(base, federation_state)[0]
 

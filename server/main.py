@@ -153,8 +153,7 @@ class GlobalAdapters:
         self._lock = threading.Lock()
 
     def __call__(self, version: int) -> CausalLM:
-        from federation.adapters import apply_adapters
-        from federation.store import load_global_adapter
+        from core.adapters import apply_adapters, load_global_adapter
 
         with self._lock:
             if version not in self._loaded:

@@ -17,6 +17,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 import federation.device
 import federation.task
 from federation.adapters import load_tensors, read_adapter
+from federation.client_app import UNAVAILABLE
 from federation.ledger import Ledger, epsilon_of
 from federation.simulation import deflated_bytes, run_in_process
 from federation.store import AdapterStore
@@ -66,8 +67,8 @@ def test_dp_rounds_produce_versions_ledgers_and_device_copies(tiny_bpe_model: Pa
         assert ledger["epsilon_spent"] == pytest.approx(expected, rel=1e-9)
         first, second = (r["epsilon_after"] for r in ledger["rounds"])
         assert 0 < first < second == pytest.approx(expected)
-        # The ε the server saw is the mean of what the devices' ledgers say.
-    assert summary["rounds"][1]["train_metrics"]["epsilon"] == pytest.approx(expected)
+    # ε stays on the device (issue 14 #6): it depends on the history's size.
+    assert all("epsilon" not in r["train_metrics"] for r in summary["rounds"])
 
     # The device kept the version it received after the last round, byte for byte the server's.
     for i in range(2):
@@ -106,7 +107,7 @@ def test_personal_adapter_bytes_never_leave_the_device(tiny_bpe_model: Path, tmp
         if d.message.metadata.message_type == "train":
             assert list(content.array_records) == ["arrays"]
             assert all(".global." not in k and ".personal." not in k for k in content["arrays"])
-            assert set(content.metric_records["metrics"]) == {"weight", "epsilon", "dp-steps"}
+            assert set(content.metric_records["metrics"]) == {"weight", "dp-steps"}  # ε stays on the device
         else:
             assert not content.array_records
             assert set(content.metric_records["metrics"]) == {"weight"}  # losses stay on the device
@@ -131,7 +132,10 @@ def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, m
 
     first, second = summary["rounds"]
     assert first["replies"] == 1 and first["version_out"] == 1
-    assert len(first["refusals"]) == 1 and "connection lost" in first["refusals"][0]
+    # The crash is a refusal whose cause stays in the device's own log, not on the wire (issue 14 #6).
+    assert first["refusals"] == [UNAVAILABLE]
+    log = (tmp_path / "device1" / "rounds.jsonl").read_text()
+    assert "RuntimeError: connection lost mid-training" in log
     assert second["replies"] == 3 and second["version_out"] == 2
     # Only completed DP rounds are charged: the crashed and the vanished device spent ε once.
     assert [len(_ledger(tmp_path, i)["rounds"]) for i in range(3)] == [2, 1, 1]
@@ -164,6 +168,8 @@ def test_budget_exhaustion_refuses_before_training(tiny_bpe_model: Path, tmp_pat
     assert first["version_out"] == 1
     assert second["version_out"] is None and second["replies"] == 0
     assert all("Privacy budget exhausted" in reason for reason in second["refusals"])
+    # No ε figure in the reason: the projected ε depends on the history's size (issue 14 #6).
+    assert not any(ch.isdigit() for reason in second["refusals"] for ch in reason)
     for i in range(2):
         ledger = Ledger.load(tmp_path / f"device{i}" / "ledger.json", epsilon_budget=budget, delta=1e-5)
         assert len(ledger.rounds) == 1 and ledger.refusals == 1
@@ -189,7 +195,7 @@ def test_eligibility_flags_gate_participation(tiny_bpe_model: Path, tmp_path: Pa
 
 def test_without_dp_no_budget_is_spent(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, dp=False)
-    summary, grid = run_in_process(config, node_configs(tmp_path))
+    summary, grid = run_in_process(config, node_configs(tmp_path, **{"dp-required": False}))
     assert summary["version_out"] == 1
     assert not (tmp_path / "device0" / "ledger.json").exists()
     metrics: MetricRecord = next(d.reply.content["metrics"] for d in grid.deliveries if d.reply is not None)

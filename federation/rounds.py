@@ -1,0 +1,121 @@
+"""What both server workflows share: the run's settings, one round's record, and versioning.
+
+`federation.server_app.VersionedFedAvg` (Flower's Message API) and
+`federation.secagg.VersionedSecAggFedAvg` (Flower's legacy workflow, as SecAgg+ requires) differ
+only in the Flower API they speak. Both open a `RoundRecord` per round, tag messages with the
+adapter version they carry, and store each aggregate as version N+1; that bookkeeping is
+`VersionedRounds`, here, so neither module imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import ConfigError
+from federation.store import AdapterStore
+
+__all__ = ["RUN_LOG", "RoundRecord", "ServerSettings", "VersionedRounds"]
+
+RUN_LOG = "runs.jsonl"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    state_dir: Path
+    rounds: int = 1
+    min_clients: int = 2
+    fraction_train: float = 1.0
+    fraction_evaluate: float = 1.0
+    round_timeout: float = 3600.0
+    secagg: bool = False
+    secagg_shares: float = 1.0  # SecAgg+ num_shares as a share of the sampled devices
+    secagg_threshold: float = 0.67  # shares needed to reconstruct a dropped device's mask
+
+    @classmethod
+    def from_run_config(cls, config: Mapping[str, Any]) -> ServerSettings:
+        if not str(config.get("server-state-dir", "")).strip():
+            raise ConfigError("The run config has no server-state-dir: the server needs a folder for its versions.")
+        try:
+            settings = cls(
+                state_dir=Path(str(config["server-state-dir"])).expanduser(),
+                rounds=int(config.get("num-server-rounds", 1)),
+                min_clients=int(config.get("min-clients", 2)),
+                fraction_train=float(config.get("fraction-train", 1.0)),
+                fraction_evaluate=float(config.get("fraction-evaluate", 1.0)),
+                round_timeout=float(config.get("round-timeout", 3600.0)),
+                secagg=str(config.get("secagg", False)).lower() in ("1", "true"),
+                secagg_shares=float(config.get("secagg-shares", 1.0)),
+                secagg_threshold=float(config.get("secagg-threshold", 0.67)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Invalid server setting in the run config: {exc}.") from None
+        if settings.rounds < 1 or settings.min_clients < 1 or settings.round_timeout <= 0:
+            raise ConfigError("num-server-rounds, min-clients and round-timeout must be positive.")
+        return settings
+
+    @property
+    def adapters_dir(self) -> Path:
+        return self.state_dir / "adapters"
+
+
+@dataclass
+class RoundRecord:
+    server_round: int
+    version_in: int
+    version_out: int | None = None
+    replies: int = 0
+    refusals: list[str] = field(default_factory=list)
+    train_metrics: dict[str, float | None] = field(default_factory=dict)
+    eval_metrics: dict[str, float | None] = field(default_factory=dict)
+
+
+class VersionedRounds:
+    """A strategy's version counter and round log; mixed into both FedAvg variants."""
+
+    def _init_versions(
+        self, *, store: AdapterStore, version: int, lora_config: dict[str, Any], base: str, run_id: int
+    ) -> None:
+        self.store = store
+        self.version = version
+        self.lora_config = lora_config
+        self.base = base
+        self.run_id = run_id
+        self.rounds: list[RoundRecord] = []
+
+    def open_round(self, server_round: int) -> RoundRecord:
+        """Start the record of `server_round`, which trains from the current version."""
+        record = RoundRecord(server_round=server_round, version_in=self.version)
+        self.rounds.append(record)
+        return record
+
+    def version_config(self, server_round: int) -> dict[str, int]:
+        """What every message of a round carries: the version its arrays are, and the round."""
+        return {"adapter-version": self.version, "server-round": server_round}
+
+    def save_version(
+        self, server_round: int, tensors: Mapping[str, np.ndarray], *, devices: int, extra: Mapping[str, Any]
+    ) -> int:
+        """Store an aggregate as the next version (before the next round starts); returns it."""
+        new = self.version + 1
+        self.store.save(
+            new,
+            tensors,
+            self.lora_config,
+            base=self.base,
+            extra={
+                "parent_version": self.version,
+                "run_id": self.run_id,
+                "server_round": server_round,
+                "devices": devices,
+                **extra,
+            },
+        )
+        self.version = new
+        if self.rounds:
+            self.rounds[-1].version_out = new
+        return new

@@ -1,0 +1,200 @@
+"""The device's ε ledger format: one parser, one writer, and the ε it adds up to.
+
+A ledger is one JSON object per device (written by `federation.ledger.Ledger`, read by
+`privacy budget` and by the device itself)::
+
+    {"format": 1, "epsilon_budget": float, "delta": float, "accountant": "rdp"|"prv",
+     "epsilon_spent": float, "history": [[noise, sample_rate, steps], ...], "rounds": [{...}],
+     "refusals": int, "policy": {"dp_required": bool, "min_noise_multiplier": float}}
+
+Budget, δ, accountant and ``policy`` are the device's DP policy, fixed when the ledger is
+created. ``history`` is the accountant's full composition history so that ε is always recomputed
+(`epsilon_of`), never trusted from the stored total. ``policy`` is absent from ledgers written
+before the device enforced its policy; such ledgers read as DP-required with no noise floor.
+
+Only `core` is imported; Opacus (the accountant) is imported when ε is computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import ConfigError
+
+__all__ = [
+    "ACCOUNTANTS",
+    "LEDGER_FILE",
+    "LEDGER_FORMAT",
+    "LedgerData",
+    "LedgerError",
+    "epsilon_of",
+    "ledger_json",
+    "parse_ledger",
+    "read_ledger_file",
+]
+
+LEDGER_FORMAT = 1
+LEDGER_FILE = "ledger.json"
+ACCOUNTANTS = ("rdp", "prv")
+
+History = list[tuple[float, float, int]]
+
+
+class LedgerError(ConfigError):
+    """The ledger file cannot be read, or a budget or accountant setting is invalid."""
+
+
+@dataclass
+class LedgerData:
+    """A parsed ledger: the device's policy, its composition history and what it recorded."""
+
+    epsilon_budget: float
+    delta: float
+    accountant: str
+    history: History = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    refusals: int = 0
+    epsilon_stored: float = 0.0
+    dp_required: bool = True
+    min_noise_multiplier: float = 0.0
+    policy_recorded: bool = True  # False: written before the device enforced a policy
+
+
+def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float:
+    """Total ε at `delta` of a DP-SGD composition history, with Opacus's accountant."""
+    if accountant not in ACCOUNTANTS:
+        raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
+    if not history:
+        return 0.0
+    key = tuple((float(s), float(q), int(n)) for s, q, n in history)
+    return _epsilon_cached(key, float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=256)
+def _epsilon_cached(history: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
+    if accountant == "prv":
+        from opacus.accountants import PRVAccountant
+
+        acc = PRVAccountant()
+        acc.history = list(history)
+        return float(acc.get_epsilon(delta=delta))
+    # Opacus's RDPAccountant recomputes every entry's RDP curve on each call (about a second of
+    # pure Python); the curve of n steps is n times the one-step curve, so compute that once per
+    # (σ, q) and sum. The result is exactly Opacus's: same orders, same conversion to (ε, δ).
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis import rdp as rdp_analysis
+
+    total = sum(np.asarray(_rdp_one_step(sigma, q)) * steps for sigma, q, steps in history)
+    eps, _ = rdp_analysis.get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=total, delta=delta)
+    return float(eps)
+
+
+@functools.lru_cache(maxsize=64)
+def _rdp_one_step(noise_multiplier: float, sample_rate: float) -> tuple[float, ...]:
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis import rdp as rdp_analysis
+
+    curve = rdp_analysis.compute_rdp(
+        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS
+    )
+    return tuple(float(x) for x in np.atleast_1d(curve))
+
+
+def parse_ledger(data: object, source: str) -> LedgerData:
+    """A ledger object checked field by field; `LedgerError` names the first damaged field."""
+
+    def bad(what: str) -> LedgerError:
+        return LedgerError(f"the privacy ledger {source} is damaged: {what}")
+
+    if not isinstance(data, dict):
+        raise bad("it is not a JSON object")
+    if data.get("format") != LEDGER_FORMAT:
+        raise bad(f"format {data.get('format')!r}, expected {LEDGER_FORMAT}")
+
+    def number(name: str, *, lo: float = 0.0) -> float:
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < lo:
+            raise bad(f"{name} is {value!r}")
+        return float(value)
+
+    budget = number("epsilon_budget")
+    delta = number("delta")
+    stored = number("epsilon_spent")
+    accountant = data.get("accountant")
+    if accountant not in ACCOUNTANTS:
+        raise bad(f"unknown accountant {accountant!r}")
+    history_raw, rounds = data.get("history"), data.get("rounds")
+    if not isinstance(history_raw, list) or not isinstance(rounds, list):
+        raise bad("history or rounds is not a list")
+    history: History = []
+    for h in history_raw:
+        numbers = isinstance(h, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in h)
+        if not (numbers and len(h) == 3):
+            raise bad("a history entry is not [noise, sample_rate, steps]")
+        history.append((float(h[0]), float(h[1]), int(h[2])))
+    if not all(isinstance(r, dict) for r in rounds):
+        raise bad("a round entry is not an object")
+    refusals = data.get("refusals", 0)
+    if isinstance(refusals, bool) or not isinstance(refusals, int) or refusals < 0:
+        raise bad(f"refusals is {refusals!r}")
+    policy = data.get("policy")
+    recorded = policy is not None
+    policy = {} if policy is None else policy
+    if not isinstance(policy, dict):
+        raise bad("policy is not an object")
+    required = policy.get("dp_required", True)
+    floor = policy.get("min_noise_multiplier", 0.0)
+    if not isinstance(required, bool):
+        raise bad(f"policy.dp_required is {required!r}")
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not math.isfinite(floor) or floor < 0:
+        raise bad(f"policy.min_noise_multiplier is {floor!r}")
+    return LedgerData(
+        epsilon_budget=budget,
+        delta=delta,
+        accountant=str(accountant),
+        history=history,
+        rounds=[dict(r) for r in rounds],
+        refusals=refusals,
+        epsilon_stored=stored,
+        dp_required=required,
+        min_noise_multiplier=float(floor),
+        policy_recorded=recorded,
+    )
+
+
+def read_ledger_file(path: Path) -> LedgerData | None:
+    """The ledger at `path`, or None if there is none; unreadable or damaged is a `LedgerError`."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise LedgerError(f"cannot read the privacy ledger {path}: {reason}") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise LedgerError(f"cannot read the privacy ledger {path}: {exc}") from None
+    return parse_ledger(data, str(path))
+
+
+def ledger_json(ledger: LedgerData) -> dict[str, Any]:
+    """The ledger as the JSON object `parse_ledger` reads (ε recomputed from the history)."""
+    return {
+        "format": LEDGER_FORMAT,
+        "epsilon_budget": ledger.epsilon_budget,
+        "delta": ledger.delta,
+        "accountant": ledger.accountant,
+        "epsilon_spent": epsilon_of(ledger.history, ledger.delta, ledger.accountant),
+        "history": [list(h) for h in ledger.history],
+        "rounds": list(ledger.rounds),
+        "refusals": ledger.refusals,
+        "policy": {"dp_required": ledger.dp_required, "min_noise_multiplier": ledger.min_noise_multiplier},
+    }

@@ -1,0 +1,78 @@
+"""Issue 14 #7: a federation device's data at rest.
+
+A device reads a sealed history (`privacy seal`), and what it derives from it (the personal
+adapter, its round log) is sealed with the same key; new passphrase vaults use scrypt n = 2^17
+and the vaults sealed at the old n = 2^15 still open.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.adapters import AdapterError, load_device_specialist
+from core.models import load_causal_lm
+from federation.atrest import device_key_provider, read_sealed_log, unseal_file
+from federation.simulation import run_in_process
+from privacy import vault
+from privacy.vault import ENV_KEY, PassphraseKeyProvider, ProfileVault, StaticKeyProvider
+from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
+
+KEY = bytes(range(32))
+
+
+def _header(path: Path) -> dict[str, object]:
+    blob = path.read_bytes()
+    size = int.from_bytes(blob[len(vault.MAGIC) : len(vault.MAGIC) + 2], "big")
+    return json.loads(blob[len(vault.MAGIC) + 2 : len(vault.MAGIC) + 2 + size])
+
+
+def test_new_passphrase_vaults_use_scrypt_2_17_and_old_ones_still_open(tmp_path: Path) -> None:
+    new, old = tmp_path / "new.vault", tmp_path / "old.vault"
+    ProfileVault.seal(b"history", new, PassphraseKeyProvider("correct horse"))
+    ProfileVault.seal(b"history", old, PassphraseKeyProvider("correct horse", n=2**15))
+    kdf = _header(new)["kdf"]
+    assert isinstance(kdf, dict) and (kdf["name"], kdf["n"], kdf["r"], kdf["p"]) == ("scrypt", 2**17, 8, 1)
+    reader = PassphraseKeyProvider("correct horse")
+    assert ProfileVault.open(new, reader) == ProfileVault.open(old, reader) == b"history"
+
+
+def test_a_sealed_history_trains_and_everything_derived_stays_sealed(
+    tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_KEY, KEY.hex())
+    sealed = tmp_path / "history.vault"
+    ProfileVault.seal(FIXTURE_USERS.read_bytes(), sealed, StaticKeyProvider(KEY))
+    nodes = node_configs(tmp_path)
+    for node in nodes:
+        node["data-file"] = str(sealed)
+    config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1})
+    summary, _ = run_in_process(config, nodes)
+    (only,) = summary["rounds"]
+    assert only["replies"] == 2 and not only["refusals"], only  # it was a UnicodeDecodeError, sent to the server
+
+    provider = device_key_provider(sealed)
+    assert provider is not None
+    first_body = json.loads(FIXTURE_USERS.read_text().splitlines()[0])["profile"][0]["body"].strip()[:40]
+    for i in range(2):
+        state = tmp_path / f"device{i}"
+        weights = state / "personal" / "adapter_model.safetensors"
+        assert weights.read_bytes().startswith(vault.MAGIC)
+        assert json.loads((state / "personal" / "manifest.json").read_text())["sealed"] is True
+        assert not (state / "rounds.jsonl").exists()
+        events = [r["event"] for r in read_sealed_log(state / "rounds.vault", provider)]
+        assert events == ["train", "evaluate"]
+        # Nothing of the history or of the personal loss is readable in the device's files.
+        for path in state.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert first_body.encode() not in data and b"personal_loss" not in data, path
+
+        # Inference on the device opens the sealed personal adapter with the same key, and only with it.
+        base = load_causal_lm(str(tiny_bpe_model), progress=False)
+        with pytest.raises(AdapterError, match="sealed"):
+            load_device_specialist(base, state)
+        lm, version = load_device_specialist(base, state, unseal=unseal_file(provider))
+        assert version == 1 and lm.name.endswith("+global-v1+personal")

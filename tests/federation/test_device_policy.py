@@ -1,0 +1,121 @@
+"""Issue 14 #4-#6 through real runs: the device's DP policy, commit-level sequences, nothing sent in the clear.
+
+Every run here is the project's real ServerApp and ClientApps (`run_in_process`), with real
+Opacus where a device trains. Refusals happen before the model is loaded, so they cost little.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.models import load_causal_lm
+from federation.client_app import UNAVAILABLE
+from federation.simulation import run_in_process
+from federation.task import SpecialistWithAdapters, TaskConfig, device_datasets, load_user, split_profile
+from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
+
+
+def _refusals(summary: dict[str, Any]) -> list[str]:
+    (only,) = summary["rounds"]
+    assert only["replies"] == 0 and only["version_out"] is None, only
+    return only["refusals"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "node", "reason"),
+    [
+        ({"dp": False}, {}, "Refused: this device trains only with differential privacy; the run asks for none."),
+        (
+            {"noise-multiplier": 0.5},
+            {"min-noise-multiplier": 0.8},
+            "Refused: the run's noise multiplier 0.5 is below this device's minimum of 0.8.",
+        ),
+        ({"delta": 0.5}, {}, "Refused: the run asks for δ=0.5; this device's δ is fixed at 1e-05."),
+    ],
+)
+def test_a_run_asking_for_less_privacy_is_refused(
+    tiny_bpe_model: Path, tmp_path: Path, overrides: dict[str, Any], node: dict[str, Any], reason: str
+) -> None:
+    config = run_config(tiny_bpe_model, tmp_path, **overrides)
+    summary, grid = run_in_process(config, node_configs(tmp_path, **node))
+    assert _refusals(summary) == [reason, reason]
+    for i in range(2):
+        # Refused before anything was trained or spent: no ledger, no personal adapter.
+        assert not (tmp_path / f"device{i}" / "ledger.json").exists()
+        assert not (tmp_path / f"device{i}" / "personal").exists()
+    trains = [d for d in grid.deliveries if d.message.metadata.message_type == "train"]
+    assert len(trains) == 2 and all(d.reply is not None and d.reply.has_error() for d in trains)
+
+
+def test_the_policy_is_fixed_when_the_ledger_is_created(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1})
+    first, _ = run_in_process(config, node_configs(tmp_path, **{"epsilon-budget": 5}))
+    assert first["rounds"][0]["replies"] == 2
+    ledger = json.loads((tmp_path / "device0" / "ledger.json").read_text())
+    assert ledger["policy"] == {"dp_required": True, "min_noise_multiplier": 1.0} and ledger["epsilon_budget"] == 5
+
+    # A node config that later loosens the policy (bigger budget, DP optional) does not loosen it.
+    looser = node_configs(tmp_path, **{"epsilon-budget": 500, "dp-required": False})
+    second, _ = run_in_process(run_config(tiny_bpe_model, tmp_path, dp=False), looser)
+    assert _refusals(second) == [UNAVAILABLE, UNAVAILABLE]
+    log = (tmp_path / "device0" / "rounds.jsonl").read_text()
+    assert "DP policy is fixed by its ledger" in log  # the device's owner is told why
+    assert json.loads((tmp_path / "device0" / "ledger.json").read_text())["epsilon_budget"] == 5
+
+
+def test_refusal_reasons_carry_no_paths_ids_or_exception_text(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "alice-private" / "history.jsonl"
+    nodes = [
+        {"data-file": str(missing), "partition-id": 0, "state-dir": str(tmp_path / "d0")},
+        {"data-file": str(FIXTURE_USERS), "user-id": "jane.doe@example.com", "state-dir": str(tmp_path / "d1")},
+    ]
+    summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path), nodes)
+    assert _refusals(summary) == [UNAVAILABLE, UNAVAILABLE]
+    sent = b"".join(b for d in grid.deliveries for b in d.sent_bytes)
+    for secret in (str(missing), "alice-private", "jane.doe@example.com", "users.jsonl", "Error"):
+        assert secret.encode() not in sent, secret
+    # The causes are in each device's own log.
+    assert "alice-private" in (tmp_path / "d0" / "rounds.jsonl").read_text()
+    assert "jane.doe@example.com" in (tmp_path / "d1" / "rounds.jsonl").read_text()
+
+
+def test_no_epsilon_and_no_losses_leave_the_device(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    # Even a run that asks for the held-out losses (the old share-eval-metrics) gets none.
+    config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1, "share-eval-metrics": True})
+    summary, grid = run_in_process(config, node_configs(tmp_path))
+    assert summary["version_out"] == 1
+    for d in grid.deliveries:
+        assert d.reply is not None and not d.reply.has_error()
+        metrics = d.reply.content.metric_records["metrics"]
+        expected = {"weight", "dp-steps"} if d.message.metadata.message_type == "train" else {"weight"}
+        assert set(metrics) == expected
+    assert not summary["rounds"][0]["eval_metrics"].keys() - {"weight"}
+    # They are on the device, in its own log.
+    records = [json.loads(line) for line in (tmp_path / "device0" / "rounds.jsonl").read_text().splitlines()]
+    assert any("loss-personal" in r for r in records) and any(r.get("epsilon") for r in records)
+
+
+def test_dp_sequences_hold_exactly_one_commit(tiny_chat_model: Path) -> None:
+    # The settings of test_task, where most personal sequences do carry retrieved context.
+    cfg = TaskConfig(max_len=320, context_chars=300, lora_rank=2, lora_targets="q_proj")
+    sw = SpecialistWithAdapters(load_causal_lm(str(tiny_chat_model), progress=False), cfg)
+    data = load_user(FIXTURE_USERS, index=0)
+    train, _ = split_profile(data.profile, cfg.holdout)
+    sets = device_datasets(sw, data, cfg)
+    dp = sets.dp_train if hasattr(sets, "dp_train") else sets[0]
+    assert len(dp) == len(train)
+    ids, attention, _ = dp[:]
+    for i, entry in enumerate(train):
+        text = sw.lm.tokenizer.decode(ids[i][attention[i].bool()].tolist())
+        others = [e for e in train if e is not entry and e.subject not in entry.subject]
+        # No other commit of the history (its subject line) is inside this commit's DP sequence.
+        assert not [e.subject for e in others if f"Subject: {e.subject}" in text], text[:300]
+    # The personal adapter keeps the inference format, with retrieved context.
+    if hasattr(sets, "personal_train"):
+        pids, pattn, _ = sets.personal_train[:]
+        texts = [sw.lm.tokenizer.decode(pids[i][pattn[i].bool()].tolist()) for i in range(len(train))]
+        assert sum(t.count("Subject: ") > 1 for t in texts) > len(train) // 2
