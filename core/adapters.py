@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import ConfigError
+from core.errors import AdapterError
 from core.models import CausalLM
 
 __all__ = [
@@ -77,10 +77,6 @@ _VERSION_DIR = re.compile(r"^v(\d+)$")
 
 Unseal = Callable[[Path], bytes]
 """Reads and decrypts a sealed weights file (the device's key provider, e.g. `privacy.vault`)."""
-
-
-class AdapterError(ConfigError):
-    """An adapter folder is missing, damaged, of the wrong version, or built for another base model."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ class ConfigError(SpecSteerError):
     """A parameter or option is missing, unknown or out of range."""
 
 
+class AdapterError(ConfigError):
+    """An adapter folder is missing, damaged, of the wrong version, or built for another base model."""
+
+
 class ModelLoadError(SpecSteerError):
     """A model folder, GGUF file or embedded model name cannot be loaded."""
 

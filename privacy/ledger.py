@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError
+from privacy.errors import LedgerError
 
 __all__ = [
     "ACCOUNTANTS",
@@ -45,10 +45,6 @@ LEDGER_FILE = "ledger.json"
 ACCOUNTANTS = ("rdp", "prv")
 
 History = list[tuple[float, float, int]]
-
-
-class LedgerError(ConfigError):
-    """The ledger file cannot be read, or a budget or accountant setting is invalid."""
 
 
 @dataclass
@@ -77,32 +73,39 @@ def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float
     return _epsilon_cached(key, float(delta), accountant)
 
 
+def _opacus_accountants() -> Any:
+    # Recomputing ε is a federation task: Opacus comes with the [federation] extra, and the
+    # device SDK's base install (which only reads ledgers) does not need it.
+    try:
+        from opacus import accountants
+        from opacus.accountants.analysis import rdp
+    except ImportError:
+        raise LedgerError(
+            "recomputing ε needs Opacus, which comes with the federation extra: pip install 'specsteer-sdk[federation]'"
+        ) from None
+    return accountants, rdp
+
+
 @functools.lru_cache(maxsize=256)
 def _epsilon_cached(history: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
+    accountants, rdp_analysis = _opacus_accountants()
     if accountant == "prv":
-        from opacus.accountants import PRVAccountant
-
-        acc = PRVAccountant()
+        acc = accountants.PRVAccountant()
         acc.history = list(history)
         return float(acc.get_epsilon(delta=delta))
     # Opacus's RDPAccountant recomputes every entry's RDP curve on each call (about a second of
     # pure Python); the curve of n steps is n times the one-step curve, so compute that once per
     # (σ, q) and sum. The result is exactly Opacus's: same orders, same conversion to (ε, δ).
-    from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
     total = sum(np.asarray(_rdp_one_step(sigma, q)) * steps for sigma, q, steps in history)
-    eps, _ = rdp_analysis.get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=total, delta=delta)
+    eps, _ = rdp_analysis.get_privacy_spent(orders=accountants.RDPAccountant.DEFAULT_ALPHAS, rdp=total, delta=delta)
     return float(eps)
 
 
 @functools.lru_cache(maxsize=64)
 def _rdp_one_step(noise_multiplier: float, sample_rate: float) -> tuple[float, ...]:
-    from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
+    accountants, rdp_analysis = _opacus_accountants()
     curve = rdp_analysis.compute_rdp(
-        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS
+        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=accountants.RDPAccountant.DEFAULT_ALPHAS
     )
     return tuple(float(x) for x in np.atleast_1d(curve))
 

@@ -2,6 +2,7 @@
 
     SpecSteerError                 core.errors: the root every package's errors hang from
     ├── ConfigError                bad parameters, unknown method or setting, empty prompt
+    │   ├── AdapterError           a federated adapter folder that is missing, damaged or for another model
     │   └── PinningError           a pin set or its anchors cannot be trusted as given; nothing sent
     ├── ModelLoadError             a model path or name that cannot be loaded
     ├── ProfileError               a private-history file that cannot be read or parsed
@@ -16,12 +17,13 @@ The three device-only classes are defined next to the code that raises them (`sd
 
 from __future__ import annotations
 
-from core.errors import ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
 from sdk.pinning import PinningError
 from sdk.remote import VerifierRefused
 from sdk.transport import VerifierLost
 
 __all__ = [
+    "AdapterError",
     "ConfigError",
     "ModelLoadError",
     "PinningError",

@@ -58,12 +58,20 @@ def test_the_base_install_has_no_cloud_flower_or_opacus() -> None:
     assert not base & CLOUD_ONLY, f"the base install pulls {sorted(base & CLOUD_ONLY)}; they belong in an extra"
 
 
+# Optional features of the device packages that need an extra, imported only inside the function
+# that needs them and failing there with a sentence naming the extra (module, file) -> extra.
+OPTIONAL = {("opacus", "privacy/ledger.py"): "federation"}
+
+
 def test_the_device_packages_import_only_base_dependencies() -> None:
     base = {_name(r) for r in _project()["dependencies"]}
     owners = packages_distributions()
     missing: dict[str, list[str]] = {}
     for package in DEVICE:
-        for module, where in _third_party_imports(package).items():
+        for module, found in _third_party_imports(package).items():
+            where = {path for path in found if (module, path) not in OPTIONAL}
+            if not where:
+                continue
             dists = {_name(d) for d in owners.get(module.split(".")[0], [module])}
             if module == "google.protobuf":
                 dists = {"protobuf"}
@@ -86,3 +94,14 @@ def test_typing_markers_ship_with_the_packages() -> None:
     for package in ("sdk", "core"):
         assert (ROOT / package / "py.typed").is_file(), f"{package}/py.typed is missing"
         assert "py.typed" in data[package], f"py.typed of {package} is not in package-data"
+
+
+def test_optional_features_import_their_extra_lazily_and_name_it() -> None:
+    for (module, path), extra in OPTIONAL.items():
+        source = (ROOT / path).read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        top_level = {
+            alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names
+        } | {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+        assert module not in top_level, f"{path} imports {module} at module level: the base install would break"
+        assert f"[{extra}]" in source, f"{path} must say which extra brings {module}"
