@@ -152,14 +152,15 @@ class Segment:
 
 def align_segments(
     s_ends: Sequence[int | None],
-    g_ends: Sequence[int],
+    g_ends: Sequence[float],
     commit_end: int,
 ) -> list[Segment]:
     """Cut a draft into segments at the boundaries both tokenizations share.
 
     `s_ends[i]` is where draft token i ends in the text (None where it ends inside a character,
-    which is never a boundary). `g_ends` are the increasing end offsets of the Generalist's tokens
-    of the re-tokenized tail, which may start before `commit_end` (where the draft starts). A
+    which is never a boundary). `g_ends` are the non-decreasing end offsets of the Generalist's
+    tokens of the re-tokenized tail (a half offset for a token ending inside a character, so it
+    is ordered but never shared), which may start before `commit_end` (where the draft starts). A
     Generalist token that spans `commit_end` belongs to the first segment. Draft tokens after the
     last shared boundary form no segment, so they can never be accepted.
     """
