@@ -201,7 +201,7 @@ class CloudSession:
             return SteeringVector((cands[0].s_tokens,), (0.0,))
         logp_g = torch.tensor([c.logp_g for c in cands])
         logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]) if alpha != 0 else None
-        values = steering_values(logp_g, logp_s0, alpha) if logp_s0 is not None else logp_g
+        values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # finite (floored)
         # Candidates come ranked by P_G (the guardrail order); the literal policy re-ranks by v.
         chosen = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
         chosen = [int(i) for i in chosen if i < len(cands)]
