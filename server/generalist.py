@@ -84,6 +84,8 @@ class CrossVocabGeneralist:
         self._g_ends: list[float] = []
         self._g_logps: list[float | None] = []
         self._round: _CrossRound | None = None
+        # The last steering's candidates: Specialist spelling -> (Generalist token, its log P_G).
+        self._offered: dict[tuple[int, ...], tuple[int, float]] = {}
         # A special token (other than end-of-sequence) has no text; it maps to the Specialist's
         # special token of the same name, if there is one.
         self._special_map = self.codec.special_token_map(specialist)
@@ -94,8 +96,24 @@ class CrossVocabGeneralist:
 
     def extend(self, commit: Sequence[int], draft: Sequence[int]) -> list[Unit]:
         self._fill_logps()
+        before = self.committed_text()
         self._s_generated.extend(commit)
         text = self.committed_text()
+        # A commit that is one of the offered candidates is that Generalist token, whose log P_G
+        # the steering row already gave: the Generalist's tokens then spell all committed text
+        # with known log-probabilities, which the first segment's correction below needs.
+        offered = self._offered.get(tuple(commit)) if commit else None
+        self._offered = {}
+        exact = not commit
+        if (
+            offered is not None
+            and text.startswith(before)
+            and text[len(before) :] == self.codec.token_string(offered[0])
+        ):
+            self.seq.push([offered[0]])
+            self._g_ends.append(len(text))
+            self._g_logps.append(offered[1])
+            exact = True
         ends_eos = bool(draft) and draft[-1] in self.s_codec.eos_ids
         text_tokens = list(draft[:-1] if ends_eos else draft)
         s_ends = self.s_codec.ends_after(self._s_generated, text_tokens)
@@ -140,7 +158,7 @@ class CrossVocabGeneralist:
         for seg in segments:
             logp, is_argmax = 0.0, True
             first = seg.g_start
-            if not units and common < len(old):
+            if not units and exact and common < len(old):
                 # The first segment's Generalist tokens may re-spell committed characters (a token
                 # spanning the commit point). Count only the new text: log P_G(committed + segment)
                 # - log P_G(committed), both from the same Generalist prefix, as P_S^0 counts only
@@ -207,28 +225,27 @@ class CrossVocabGeneralist:
         skipping special tokens, partial characters and duplicates."""
         out: list[Candidate] = []
         seen: set[tuple[int, ...]] = set()
-        s_eos = min(self.s_codec.eos_ids) if self.s_codec.eos_ids else None
         for g in top_indices(row, pool).tolist():
-            if g in self.lm.eos_ids:
-                if s_eos is None:
-                    continue
-                s_tokens: tuple[int, ...] = (s_eos,)
-            elif g in self.codec.special_ids:
-                if g not in self._special_map:
-                    continue
-                s_tokens = (self._special_map[g],)
-            else:
-                piece = self.codec.token_string(g)
-                if piece is None:
-                    continue
-                s_tokens = tuple(self.s_codec.encode(piece))
-                if not 1 <= len(s_tokens) <= MAX_CANDIDATE_TOKENS:
-                    continue
-            if s_tokens in seen:
+            s_tokens = self.spell(g)
+            if s_tokens is None or s_tokens in seen:
                 continue
             seen.add(s_tokens)
             out.append(Candidate(s_tokens, float(row[g])))
+            self._offered[s_tokens] = (g, float(row[g]))
         return out
+
+    def spell(self, g: int) -> tuple[int, ...] | None:
+        """Generalist token `g` as Specialist tokens, or None if the Specialist cannot spell it
+        (a partial character, a special token without a counterpart, too many tokens)."""
+        if g in self.lm.eos_ids:
+            return (min(self.s_codec.eos_ids),) if self.s_codec.eos_ids else None
+        if g in self.codec.special_ids:
+            return (self._special_map[g],) if g in self._special_map else None
+        piece = self.codec.token_string(g)
+        if piece is None:
+            return None
+        s_tokens = tuple(self.s_codec.encode(piece))
+        return s_tokens if 1 <= len(s_tokens) <= MAX_CANDIDATE_TOKENS else None
 
 
 def _back_to_boundary(ends: Sequence[float], n: int) -> int:

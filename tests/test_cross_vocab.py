@@ -162,6 +162,30 @@ def test_first_segment_counts_only_the_drafted_characters(char_tok, bpe_tok, bpe
     assert units[0].logp_g == pytest.approx(logp("The capital") - logp("The capit"), abs=1e-4)
 
 
+def generalist_logp(g_lm, text: str) -> float:
+    """log P_G(text) under the Generalist's own tokenization after the fixture prompt, by a plain forward."""
+    prompt = g_lm.tokenizer.encode("Hello")
+    ids = g_lm.tokenizer.encode(text, add_special_tokens=False)
+    with torch.inference_mode():
+        rows = torch.log_softmax(g_lm.model(torch.tensor([prompt + ids])).logits[0].float(), -1)
+    return sum(float(rows[len(prompt) - 1 + i, t]) for i, t in enumerate(ids))
+
+
+def test_first_segment_after_a_recovery_counts_only_the_drafted_characters(char_tok, bpe_generalist) -> None:
+    # Committed "The", then the recovery " cap" (a Generalist candidate, spelled in characters),
+    # then the draft "ital": the Generalist spells " capital" as one token spanning the commit.
+    g = fresh(bpe_generalist, char_tok)
+    chars = partial(char_tok.encode, add_special_tokens=False)
+    units = g.extend([], chars("The"))
+    g.accept(units[-1].s_stop)
+    cands = g.candidates(g.next_logprobs(), bpe_generalist.vocab_size)
+    recovery = next(c for c in cands if char_tok.decode(c.s_tokens) == " cap")
+    units = g.extend(recovery.s_tokens, chars("ital"))
+    assert [u.s_stop for u in units] == [4]
+    expected = generalist_logp(bpe_generalist, "The capital") - generalist_logp(bpe_generalist, "The cap")
+    assert units[0].logp_g == pytest.approx(expected, abs=1e-4)
+
+
 @pytest.fixture(scope="module")
 def bpe_pair(bpe_tok):
     specialist = tiny_lm(bpe_tok, seed=11, name="specialist")
