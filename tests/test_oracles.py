@@ -233,7 +233,7 @@ def test_cross_vocabulary_sd_reduces_too(specialist, models) -> None:
 def test_engine_one_step_law_holds_statistically_in_sampling_mode(specialist, models, ref) -> None:
     """P(y) = q(y) a(y) + (1 - sum q a) rho(y) for the first token, through device + verifier."""
     # Prepare: the law from the reference distributions at the empty prefix.
-    gamma, k, n = 0.5, 5, 1500
+    gamma, k, n = 1.0, 5, 1500  # gamma 1: the law is 0.34 in total variation from drafting alone
     q, p_g, p_s0 = ref.sc([]).exp(), ref.pg([]).exp(), ref.s0([]).exp()
     a = torch.clamp(p_g / (gamma * p_s0), max=1.0)
     cands = torch.sort(p_g, descending=True, stable=True).indices[:k]
