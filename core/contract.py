@@ -13,7 +13,9 @@ candidates, a placeholder (`literal_ids`) only after a guard decision declared i
 full-slot `PaddedRound` if the session declared padded frames (and only then), then Close.
 A downlink must answer the outstanding round with at most k candidates (k = min(declared top-k,
 the session's cap), the cap at most the protocol maximum), each 1 to `MAX_CANDIDATE_TOKENS`
-in-vocabulary tokens with a finite value.
+in-vocabulary tokens with a finite value; or, only in a session that declared method fusion, one
+dense fusion vector of exactly one finite float32 per vocabulary entry (token-level fusion's real
+downlink, bounded by the vocabulary), after which the commit may be any single token.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from core import wire
 from core.errors import ProtocolError
 from core.proto import verifier_pb2 as pb
-from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K
+from core.session_types import (
+    ANY_ONE_TOKEN,
+    MAX_CANDIDATE_TOKENS,
+    MAX_LITERAL_TOKENS,
+    WIRE_MAX_TOP_K,
+    AnyOneToken,
+    Method,
+)
 
 # The guard's decisions (audit records' `decision`): a shorter draft; a placeholder on the wire in
 # place of a span; the rest of the text kept on the device; recovery candidates dropped.
@@ -91,7 +100,8 @@ class SessionState:
     last_seq: int = 0  # the last Round's seq
     awaiting: int | None = None  # seq of a round not yet answered
     awaiting_draft: int = 0
-    candidates: frozenset[tuple[int, ...]] | None = None  # the last steering vector, until committed
+    # The last steering vector's candidates, until committed (ANY_ONE_TOKEN after a fusion vector).
+    candidates: frozenset[tuple[int, ...]] | AnyOneToken | None = None
     rounds: int = 0
     uplink_bytes: int = 0
     downlink_bytes: int = 0
@@ -101,6 +111,7 @@ class SessionState:
     guard: Counter[tuple[str, str]] = field(default_factory=Counter)
     placeholders_declared: int = 0
     padded: bool = False  # the session declared constant-size rounds (PaddedRound)
+    fusion: bool = False  # the session declared method fusion: dense fusion vectors may come down
 
     @property
     def ended(self) -> bool:
@@ -178,13 +189,14 @@ class SessionState:
         if self.phase is not Phase.BEGUN:
             out.append(Violation(Area.SESSION, "a second Open in one session"))
         top_k = draft_len = 0
-        padded = False
+        padded = fusion = False
         try:
             params = wire.params_from_proto(msg.params)
         except ProtocolError as exc:
             out.append(Violation(Area.UPLINK, f"declared parameters out of bounds: {exc}"))
         else:
             top_k, draft_len, padded = params.top_k, params.draft_len, params.padded_frames
+            fusion = params.method is Method.FUSION
             if top_k > self.vocab_size:
                 out.append(
                     Violation(Area.UPLINK, f"declared top-k {top_k} exceeds the vocabulary of {self.vocab_size}")
@@ -202,6 +214,7 @@ class SessionState:
             count()
             if self.phase is Phase.BEGUN:
                 self.phase, self.top_k, self.draft_len, self.padded = Phase.OPEN, top_k, draft_len, padded
+                self.fusion = fusion
 
         return out, commit
 
@@ -302,6 +315,9 @@ class SessionState:
                 out.append(Violation(Area.DOWNLINK, f"candidate {i} has token ID(s) {bad[:5]} outside the vocabulary"))
             if not math.isfinite(cand.value):
                 out.append(Violation(Area.DOWNLINK, f"candidate {i} has a non-finite value {cand.value}"))
+        problem = wire.fusion_violation(msg, fusion=self.fusion, vocab_size=self.vocab_size)
+        if problem is not None:
+            out.append(Violation(Area.DOWNLINK, problem))
         if self.awaiting is None:
             out.append(Violation(Area.SESSION, f"downlink seq {msg.seq} answers no outstanding round"))
         elif msg.seq != self.awaiting:
@@ -316,6 +332,8 @@ class SessionState:
             if self.awaiting is not None and msg.seq == self.awaiting:
                 self.awaiting = None
             self.candidates = frozenset(tuple(c.token_ids) for c in msg.candidates) or None
+            if msg.HasField("fusion"):
+                self.candidates = ANY_ONE_TOKEN
 
         return out, commit
 

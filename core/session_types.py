@@ -117,12 +117,44 @@ class SteeringVector:
 
 
 @dataclass(frozen=True)
+class FusionVector:
+    """Dense steering for `fusion` sessions (token-level fusion, LightCoSteer) over one vocabulary:
+    v(y) = log P_G(y) - alpha * log P_S^0(y) for every Specialist token y, in token-ID order, as
+    little-endian float32 bytes (exactly what the wire carries: 4 bytes per vocabulary entry). The
+    device picks from all of them by v + alpha * log P_S^c, the full-vocabulary log-linear fusion
+    z_G + alpha (z_S^c - z_S^0) of algorithm.md's baselines. Any single token may be committed."""
+
+    values: bytes
+
+    def __post_init__(self) -> None:
+        if not self.values or len(self.values) % 4:
+            raise ValueError("a fusion vector is a non-empty run of float32 values")
+
+    @property
+    def size(self) -> int:
+        return len(self.values) // 4
+
+
+class AnyOneToken:
+    """The commits a dense fusion vector allows, as a container: any single token (its ID is
+    range-checked on its own). Used where a set of candidate spellings is otherwise kept."""
+
+    def __contains__(self, commit: object) -> bool:
+        return isinstance(commit, tuple) and len(commit) == 1
+
+
+ANY_ONE_TOKEN = AnyOneToken()
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The cloud's answer to one round: how many drafted tokens it accepted, and the steering
     vector at the first rejected position (or the bonus position after a full acceptance)."""
 
     accepted: int
-    steering: SteeringVector | None  # None only when the accepted draft ended with end-of-sequence
+    # None only when the accepted draft ended with end-of-sequence; a FusionVector only in fusion
+    # sessions over a shared vocabulary.
+    steering: SteeringVector | FusionVector | None
 
 
 @dataclass

@@ -21,6 +21,20 @@ import torch
 
 from core.session_types import CandidatePolicy
 
+# Log-probabilities enter steering values and recovery scores floored here: log of the smallest
+# normal float32, about -87.34. A model may give a token exactly zero probability (a -inf logit,
+# or a multi-token candidate whose fp32 sum underflows); unfloored, v = log P_G - alpha log P_S^0
+# would be +inf, which the wire refuses, and 0/0 ratios would be NaN. Floored, every value is
+# finite: a token P_S^0 rules out carries the largest personal boost the floor allows, and one
+# that P_S^c and P_S^0 both rule out is neutral (its fused score is log P_G). The ratio test does
+# not use the floor: P_G > gamma * 0 is well defined.
+LOGP_FLOOR = math.log(torch.finfo(torch.float32).tiny)
+
+
+def floored(logp: torch.Tensor) -> torch.Tensor:
+    """fp32 log-probabilities with -inf and NaN raised to `LOGP_FLOOR`."""
+    return torch.nan_to_num(logp.float(), nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
+
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """fp32 log-softmax over the last axis, whatever the model's dtype."""
@@ -80,10 +94,10 @@ def verify_exact_greedy(matches: Sequence[bool]) -> int:
 
 
 def steering_values(logp_g: torch.Tensor, logp_s0: torch.Tensor, alpha: float) -> torch.Tensor:
-    """v(y) = log P_G(y) - alpha * log P_S^0(y)."""
+    """v(y) = log P_G(y) - alpha * log P_S^0(y), both floored at `LOGP_FLOOR`, so always finite."""
     if alpha == 0:
-        return logp_g.float()  # also avoids 0 * -inf = nan
-    return logp_g.float() - alpha * logp_s0.float()
+        return floored(logp_g)
+    return floored(logp_g) - alpha * floored(logp_s0)
 
 
 def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -109,7 +123,7 @@ def steering_candidates(
     if logp_s0 is None:
         if alpha != 0:
             raise ValueError("P_S^0 is needed when alpha != 0")
-        values = logp_g.float()
+        values = floored(logp_g)
     else:
         values = steering_values(logp_g, logp_s0, alpha)
     ranked_by = logp_g if policy is CandidatePolicy.GUARDRAIL else values
@@ -118,10 +132,10 @@ def steering_candidates(
 
 
 def recovery_scores(values: torch.Tensor, logp_sc: torch.Tensor, alpha: float) -> torch.Tensor:
-    """z_rec(c) = v(c) + alpha * log P_S^c(c) over the candidates."""
+    """z_rec(c) = v(c) + alpha * log P_S^c(c) over the candidates (log P_S^c floored like v's terms)."""
     if alpha == 0:
         return values.float()
-    return values.float() + alpha * logp_sc.float()
+    return values.float() + alpha * floored(logp_sc)
 
 
 def choose(
@@ -152,14 +166,15 @@ class Segment:
 
 def align_segments(
     s_ends: Sequence[int | None],
-    g_ends: Sequence[int],
+    g_ends: Sequence[float],
     commit_end: int,
 ) -> list[Segment]:
     """Cut a draft into segments at the boundaries both tokenizations share.
 
     `s_ends[i]` is where draft token i ends in the text (None where it ends inside a character,
-    which is never a boundary). `g_ends` are the increasing end offsets of the Generalist's tokens
-    of the re-tokenized tail, which may start before `commit_end` (where the draft starts). A
+    which is never a boundary). `g_ends` are the non-decreasing end offsets of the Generalist's
+    tokens of the re-tokenized tail (a half offset for a token ending inside a character, so it
+    is ordered but never shared), which may start before `commit_end` (where the draft starts). A
     Generalist token that spans `commit_end` belongs to the first segment. Draft tokens after the
     last shared boundary form no segment, so they can never be accepted.
     """

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -21,6 +22,7 @@ from core.session_types import (
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
     CandidatePolicy,
+    FusionVector,
     Method,
     SessionParams,
     SteeringVector,
@@ -119,14 +121,46 @@ def close_to_proto(seq: int) -> pb.Uplink:
 
 def verdict_to_proto(seq: int, verdict: Verdict) -> pb.Downlink:
     msg = pb.Downlink(seq=seq, accepted=verdict.accepted)
-    if verdict.steering is not None:
+    if isinstance(verdict.steering, FusionVector):
+        msg.fusion.values = verdict.steering.values
+    elif verdict.steering is not None:
         for tokens, value in zip(verdict.steering.candidates, verdict.steering.values, strict=True):
             msg.candidates.add(token_ids=list(tokens), value=value)
     return msg
 
 
-def verdict_from_proto(msg: pb.Downlink, *, max_top_k: int, vocab_size: int) -> Verdict:
-    """Parse a downlink on the device: bounded top-k, finite values, token IDs in the vocabulary."""
+def fusion_downlink_bytes(vocab_size: int) -> int:
+    """An upper bound on one fusion downlink's serialized size (4 bytes per vocabulary entry plus
+    the envelope), for transports whose message caps must let it through."""
+    return 4 * vocab_size + 64
+
+
+def fusion_violation(msg: pb.Downlink, *, fusion: bool, vocab_size: int) -> str | None:
+    """What is wrong with a downlink's dense fusion vector, if anything: it may appear only in a
+    fusion session, never beside candidates, with exactly one finite float32 per vocabulary entry.
+    Shared by the device's parser and the session contract (`core.contract`)."""
+    if not msg.HasField("fusion"):
+        return None
+    if not fusion:
+        return "a dense fusion vector in a session that did not declare method fusion"
+    if msg.candidates:
+        return "a dense fusion vector and top-k candidates in one downlink"
+    values = msg.fusion.values
+    if len(values) != 4 * vocab_size:
+        return f"a fusion vector of {len(values)} bytes; the vocabulary of {vocab_size} needs {4 * vocab_size}"
+    if not np.isfinite(np.frombuffer(values, dtype="<f4")).all():
+        return "a fusion vector with a non-finite value"
+    return None
+
+
+def verdict_from_proto(msg: pb.Downlink, *, max_top_k: int, vocab_size: int, fusion: bool = False) -> Verdict:
+    """Parse a downlink on the device: bounded top-k, finite values, token IDs in the vocabulary;
+    in a fusion session (`fusion`), a dense fusion vector of exactly the vocabulary's size instead."""
+    problem = fusion_violation(msg, fusion=fusion, vocab_size=vocab_size)
+    if problem is not None:
+        raise ProtocolError(f"downlink refused: {problem}")
+    if msg.HasField("fusion"):
+        return Verdict(accepted=msg.accepted, steering=FusionVector(bytes(msg.fusion.values)))
     if len(msg.candidates) > max_top_k:
         raise ProtocolError(f"downlink carries {len(msg.candidates)} candidates, more than k = {max_top_k}")
     candidates: list[tuple[int, ...]] = []
@@ -272,8 +306,9 @@ def padded_frame(msg: pb.PaddedRound, vocab_size: int | None = None) -> RoundFra
     return RoundFrame(msg.seq, lists[0], lists[1], lists[2], slots=slots)
 
 
-def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int) -> tuple[int, Verdict]:
-    """Parse one downlink frame on the device: (echoed seq, bounded verdict)."""
+def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int, fusion: bool = False) -> tuple[int, Verdict]:
+    """Parse one downlink frame on the device: (echoed seq, bounded verdict); `fusion`: the session
+    declared method fusion, so a dense fusion vector is allowed."""
     try:
         msg = pb.Downlink.FromString(raw)
     except DecodeError as exc:
@@ -281,4 +316,4 @@ def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int) -> tuple[int
     unknown = unknown_fields(msg)
     if unknown:
         raise ProtocolError(f"the downlink carries unknown fields ({', '.join(unknown[:3])})")
-    return msg.seq, verdict_from_proto(msg, max_top_k=max_top_k, vocab_size=vocab_size)
+    return msg.seq, verdict_from_proto(msg, max_top_k=max_top_k, vocab_size=vocab_size, fusion=fusion)

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
 
+import numpy as np
 import torch
 
 from core.errors import ConfigError, ProtocolError
 from core.kv import TokenSequence
 from core.models import CausalLM
 from core.prompts import render_prompt
-from core.session_types import GenerationStats, Method, SessionParams, Verdict
+from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict
 from core.steering import choose, recovery_scores
 from privacy.detectors import EgressGuard, Tokenizer
 from sdk.context import Profile, ProfileIndex, render_context
@@ -309,6 +310,8 @@ def _recover(
 ) -> tuple[int, ...]:
     """Pick a candidate by v + alpha * log P_S^c."""
     assert verdict.steering is not None
+    if isinstance(verdict.steering, FusionVector):
+        return (_fuse(seq, verdict.steering, params, options, rng),)
     candidates = verdict.steering.candidates
     if len(candidates) == 1:
         return candidates[0]
@@ -320,6 +323,18 @@ def _recover(
     else:
         logp_sc = _score_for_argmax(seq, candidates, values, params.alpha)
     return candidates[_draw(recovery_scores(values, logp_sc, params.alpha), params.sampling, options, rng)]
+
+
+def _fuse(
+    seq: TokenSequence, fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+) -> int:
+    """Token-level fusion over the whole vocabulary: the token by v + alpha * log P_S^c, i.e.
+    log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T)."""
+    values = torch.from_numpy(np.frombuffer(fusion.values, dtype="<f4").astype(np.float32))
+    logp_sc = seq.next_logprobs()
+    if logp_sc.shape[-1] != values.shape[-1]:
+        raise ProtocolError(f"a fusion vector of {values.shape[-1]} values for a vocabulary of {logp_sc.shape[-1]}")
+    return _draw(recovery_scores(values, logp_sc, params.alpha), params.sampling, options, rng)
 
 
 def _score_for_argmax(

@@ -37,7 +37,7 @@ import grpc
 
 from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
-from core.session_types import WIRE_MAX_TOP_K, SessionParams, Verdict
+from core.session_types import WIRE_MAX_TOP_K, Method, SessionParams, Verdict
 from sdk.connect_faults import certificate_refusal, classify, specific_cause
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
@@ -140,7 +140,8 @@ class RemoteVerifier:
     def _new_channel(self) -> grpc.Channel:
         options: list[tuple[str, int | str]] = [
             ("grpc.max_send_message_length", MAX_UPLINK_BYTES),
-            ("grpc.max_receive_message_length", MAX_DOWNLINK_BYTES),
+            # A fusion session's dense downlink is bounded by the vocabulary (core.wire.fusion_violation).
+            ("grpc.max_receive_message_length", max(MAX_DOWNLINK_BYTES, wire.fusion_downlink_bytes(self.vocab_size))),
             ("grpc.enable_retries", 0),
             # A private subchannel pool: a reconnect really dials again instead of inheriting
             # another channel's connection (or its backoff after the verifier went away).
@@ -231,6 +232,7 @@ class RemoteVerifier:
         egress = self.egress.begin(vocab_size=self.vocab_size, max_top_k=max_top_k)
         session = RemoteSession(self, channel, egress, max_top_k=max_top_k)
         session.pad_to = params.draft_len if params.padded_frames else None
+        session.fusion = params.method is Method.FUSION
         session.start(wire.encode_open(prompt_ids, params))
         return session
 
@@ -268,6 +270,7 @@ class RemoteSession:
         self._refused_by_tap = False
         self.verifier_stats: dict[str, float] = {}
         self.pad_to: int | None = None  # the session's K if it declared padded frames
+        self.fusion = False  # the session declared method fusion: a dense fusion vector may come down
 
     @property
     def uplink_bytes(self) -> int:
@@ -378,7 +381,9 @@ class RemoteSession:
             self._cancel()
             raise item
         assert isinstance(item, bytes)
-        seq, verdict = wire.decode_downlink(item, max_top_k=self._max_top_k, vocab_size=self._verifier.vocab_size)
+        seq, verdict = wire.decode_downlink(
+            item, max_top_k=self._max_top_k, vocab_size=self._verifier.vocab_size, fusion=self.fusion
+        )
         if seq != self._seq:
             self._broken = ProtocolError(f"the verifier answered round {seq} where round {self._seq} was asked")
             self._cancel()

@@ -15,7 +15,7 @@ from typing import Protocol
 from core import wire
 from core.errors import SpecSteerError
 from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams, Verdict
+from core.session_types import Method, SessionParams, Verdict
 
 
 class VerifierLost(SpecSteerError):
@@ -99,6 +99,7 @@ class InProcessVerifier:
         max_k = params.top_k if self._max_top_k is None else min(params.top_k, self._max_top_k)
         session = InProcessSession(cloud, len(up), vocab_size=self._vocab_size, max_top_k=max_k)
         session.pad_to = params.draft_len if params.padded_frames else None
+        session.fusion = params.method is Method.FUSION
         return session
 
 
@@ -114,6 +115,7 @@ class InProcessSession:
         self.guard_decisions: list[tuple[str, int, str]] = []  # no audit log in-process: kept here
         self.ended_locally: str | None = None
         self.pad_to: int | None = None  # the session's K if it declared padded frames
+        self.fusion = False  # the session declared method fusion: a dense fusion vector may come down
 
     def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
         self._seq += 1
@@ -125,7 +127,7 @@ class InProcessSession:
         down = wire.verdict_to_proto(self._seq, verdict).SerializeToString()
         self.downlink_bytes += len(down)
         return wire.verdict_from_proto(
-            pb.Downlink.FromString(down), max_top_k=self._max_top_k, vocab_size=self._vocab_size
+            pb.Downlink.FromString(down), max_top_k=self._max_top_k, vocab_size=self._vocab_size, fusion=self.fusion
         )
 
     def guard_decision(self, decision: str, count: int, placeholder: str) -> None:

@@ -62,8 +62,10 @@ class SharedVocabGeneralist:
 
 
 class CrossVocabGeneralist:
-    """Keeps the Generalist's tokens of the committed text, `_g_ends[i]` being where generated
-    Generalist token i ends in that text."""
+    """Keeps the Generalist's tokens of the committed text: `_g_ends[i]` is where generated
+    Generalist token i ends in that text (a half offset when it ends inside a character, see
+    `TextCodec.piece_positions`), and `_g_logps[i]` its log P_G (None until its row is computed).
+    Both lists always line up with the generated tokens in `seq`."""
 
     def __init__(
         self,
@@ -79,8 +81,11 @@ class CrossVocabGeneralist:
         self.seq = TokenSequence(lm.model, prompt_ids, runner)
         self._prompt_len = len(prompt_ids)
         self._s_generated: list[int] = []
-        self._g_ends: list[int] = []
+        self._g_ends: list[float] = []
+        self._g_logps: list[float | None] = []
         self._round: _CrossRound | None = None
+        # The last steering's candidates: Specialist spelling -> (Generalist token, its log P_G).
+        self._offered: dict[tuple[int, ...], tuple[int, float]] = {}
         # A special token (other than end-of-sequence) has no text; it maps to the Specialist's
         # special token of the same name, if there is one.
         self._special_map = self.codec.special_token_map(specialist)
@@ -90,8 +95,25 @@ class CrossVocabGeneralist:
         return self.s_codec.decode(self._s_generated)
 
     def extend(self, commit: Sequence[int], draft: Sequence[int]) -> list[Unit]:
+        self._fill_logps()
+        before = self.committed_text()
         self._s_generated.extend(commit)
         text = self.committed_text()
+        # A commit that is one of the offered candidates is that Generalist token, whose log P_G
+        # the steering row already gave: the Generalist's tokens then spell all committed text
+        # with known log-probabilities, which the first segment's correction below needs.
+        offered = self._offered.get(tuple(commit)) if commit else None
+        self._offered = {}
+        exact = not commit
+        if (
+            offered is not None
+            and text.startswith(before)
+            and text[len(before) :] == self.codec.token_string(offered[0])
+        ):
+            self.seq.push([offered[0]])
+            self._g_ends.append(len(text))
+            self._g_logps.append(offered[1])
+            exact = True
         ends_eos = bool(draft) and draft[-1] in self.s_codec.eos_ids
         text_tokens = list(draft[:-1] if ends_eos else draft)
         s_ends = self.s_codec.ends_after(self._s_generated, text_tokens)
@@ -99,37 +121,57 @@ class CrossVocabGeneralist:
         if not full.startswith(text):
             s_ends = [None] * len(s_ends)  # decoding not prefix-stable here: verify nothing
             full = text
+        else:
+            # A draft that ends inside a character: the text stops at its last complete character;
+            # the tokens after it form no unit this round (they are never accepted on their own).
+            full = full[: max((e for e in s_ends if e is not None), default=len(text))]
 
         # Re-tokenize from the last Generalist boundary at or before the last whitespace.
         last_space = max((i for i, ch in enumerate(text) if ch.isspace()), default=0)
         keep = 0
         while keep < len(self._g_ends) and self._g_ends[keep] <= last_space:
             keep += 1
-        start = self._g_ends[keep - 1] if keep else 0
+        keep = _back_to_boundary(self._g_ends, keep)
+        start = int(self._g_ends[keep - 1]) if keep else 0
         tail = full[start:]
         h = self.codec.encode(tail)
-        h_rel = self.codec.piece_ends(h)
-        if self.codec.decode(h) != tail or any(e is None for e in h_rel):
-            h, h_ends = [], []
+        if self.codec.decode(h) != tail:
+            h, h_ends = [], []  # the Generalist cannot spell this text: verify nothing
             s_ends = [None] * len(s_ends)
             full = text
         else:
-            h_ends = [start + e for e in h_rel if e is not None]
+            h_ends = [start + e for e in self.codec.piece_positions(h)]
+        # The committed Generalist tokens the re-tokenization replaces, and their log P_G.
+        old = self.seq.ids[self._prompt_len + keep :]
+        old_logps = [lp for lp in self._g_logps[keep:] if lp is not None]  # all known after _fill_logps
+        common = 0
+        while common < min(len(old), len(h)) and old[common] == h[common]:
+            common += 1
         self.seq.truncate(self._prompt_len + keep)
         self.seq.push(h)
         segments = align_segments(s_ends, h_ends, len(text))
-        self.shared_boundaries += sum(1 for e in s_ends if e is not None and e in set(h_ends))
+        h_set = set(h_ends)
+        self.shared_boundaries += sum(1 for e in s_ends if e is not None and e in h_set)
 
         g_base = self._prompt_len + keep
         units: list[Unit] = []
         for seg in segments:
             logp, is_argmax = 0.0, True
-            for t in range(seg.g_start, seg.g_stop):
+            first = seg.g_start
+            if not units and exact and common < len(old):
+                # The first segment's Generalist tokens may re-spell committed characters (a token
+                # spanning the commit point). Count only the new text: log P_G(committed + segment)
+                # - log P_G(committed), both from the same Generalist prefix, as P_S^0 counts only
+                # the segment's own Specialist tokens.
+                first = common
+                logp -= sum(old_logps[common:])
+            for t in range(first, seg.g_stop):
                 row = self.seq.logprobs_at(g_base + t)
                 logp += float(row[h[t]])
-                is_argmax &= int(torch.argmax(row)) == h[t]
+                if t >= seg.g_start:
+                    is_argmax &= int(torch.argmax(row)) == h[t]
             units.append(Unit(seg.s_start, seg.s_stop, logp, is_argmax))
-        unit_ends = [seg.end for seg in segments]
+        unit_ends: list[float] = [seg.end for seg in segments]
         covered = units[-1].s_stop if units else 0
         if ends_eos and covered == len(text_tokens):
             row = self.seq.logprobs_at(g_base + len(h))
@@ -144,25 +186,36 @@ class CrossVocabGeneralist:
     def accept(self, n: int) -> None:
         r = self._round
         assert r is not None, "accept() follows extend()"
-        end = r.commit_end
+        end: float = r.commit_end
         for unit, unit_end in zip(r.units, r.unit_ends, strict=True):
             if unit.s_stop == n:
                 end = unit_end
         kept = 0
         while kept < len(r.h) and r.h_ends[kept] <= end:
             kept += 1
+        kept = _back_to_boundary(r.h_ends, kept)
+        g_base = self._prompt_len + r.keep
         ends = self._g_ends[: r.keep] + r.h_ends[:kept]
-        self.seq.truncate(self._prompt_len + r.keep + kept)
-        last = ends[-1] if ends else 0
+        logps = self._g_logps[: r.keep] + [float(self.seq.logprobs_at(g_base + t)[r.h[t]]) for t in range(kept)]
+        self.seq.truncate(g_base + kept)
+        last = int(ends[-1]) if ends else 0
         if last < end:
             # The accepted text ends inside a Generalist token of the tail: tokenize the rest alone.
-            rest = self.codec.encode(r.full[last:end])
-            rest_ends = self.codec.piece_ends(rest)
+            rest = self.codec.encode(r.full[last : int(end)])
             self.seq.push(rest)
-            ends += [last + e for e in rest_ends if e is not None]
+            ends += [last + e for e in self.codec.piece_positions(rest)]
+            logps += [None] * len(rest)  # read from their rows before the next re-tokenization
         self._g_ends = ends
+        self._g_logps = logps
         self._s_generated.extend(r.draft[:n])
         self._round = None
+
+    def _fill_logps(self) -> None:
+        """log P_G of committed Generalist tokens pushed since the last forward (`accept`'s rest)."""
+        for i, lp in enumerate(self._g_logps):
+            if lp is None:
+                pos = self._prompt_len + i
+                self._g_logps[i] = float(self.seq.logprobs_at(pos)[self.seq.ids[pos]])
 
     def next_logprobs(self) -> torch.Tensor:
         return self.seq.next_logprobs()
@@ -172,37 +225,44 @@ class CrossVocabGeneralist:
         skipping special tokens, partial characters and duplicates."""
         out: list[Candidate] = []
         seen: set[tuple[int, ...]] = set()
-        s_eos = min(self.s_codec.eos_ids) if self.s_codec.eos_ids else None
         for g in top_indices(row, pool).tolist():
-            if g in self.lm.eos_ids:
-                if s_eos is None:
-                    continue
-                s_tokens: tuple[int, ...] = (s_eos,)
-            elif g in self.codec.special_ids:
-                if g not in self._special_map:
-                    continue
-                s_tokens = (self._special_map[g],)
-            else:
-                piece = self.codec.token_string(g)
-                if piece is None:
-                    continue
-                s_tokens = tuple(self.s_codec.encode(piece))
-                if not 1 <= len(s_tokens) <= MAX_CANDIDATE_TOKENS:
-                    continue
-            if s_tokens in seen:
+            s_tokens = self.spell(g)
+            if s_tokens is None or s_tokens in seen:
                 continue
             seen.add(s_tokens)
             out.append(Candidate(s_tokens, float(row[g])))
+            self._offered[s_tokens] = (g, float(row[g]))
         return out
+
+    def spell(self, g: int) -> tuple[int, ...] | None:
+        """Generalist token `g` as Specialist tokens, or None if the Specialist cannot spell it
+        (a partial character, a special token without a counterpart, too many tokens)."""
+        if g in self.lm.eos_ids:
+            return (min(self.s_codec.eos_ids),) if self.s_codec.eos_ids else None
+        if g in self.codec.special_ids:
+            return (self._special_map[g],) if g in self._special_map else None
+        piece = self.codec.token_string(g)
+        if piece is None:
+            return None
+        s_tokens = tuple(self.s_codec.encode(piece))
+        return s_tokens if 1 <= len(s_tokens) <= MAX_CANDIDATE_TOKENS else None
+
+
+def _back_to_boundary(ends: Sequence[float], n: int) -> int:
+    """The largest m <= n whose first m tokens end on a character boundary (so m = 0 or ends[m-1]
+    is whole): text is only ever cut, or re-tokenized from, between characters."""
+    while n and not float(ends[n - 1]).is_integer():
+        n -= 1
+    return n
 
 
 @dataclass
 class _CrossRound:
     keep: int
     h: list[int]
-    h_ends: list[int]
+    h_ends: list[float]
     commit_end: int
     full: str
     draft: list[int]
     units: list[Unit]
-    unit_ends: list[int]
+    unit_ends: list[float]

@@ -226,7 +226,11 @@ class VerifierServer:
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_UPLINK_BYTES),
-                ("grpc.max_send_message_length", MAX_DOWNLINK_BYTES),
+                # A fusion session's dense downlink is bounded by the Specialist's vocabulary.
+                (
+                    "grpc.max_send_message_length",
+                    max(MAX_DOWNLINK_BYTES, wire.fusion_downlink_bytes(self.cloud.specialist.vocab_size)),
+                ),
                 # Without this a second process could bind the same port and take half the devices.
                 ("grpc.so_reuseport", 0),
             ],

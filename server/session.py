@@ -16,9 +16,12 @@ from core.kv import ForwardRunner, TokenSequence
 from core.models import CausalLM
 from core.prompts import render_prompt
 from core.session_types import (
+    ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
+    AnyOneToken,
     CandidatePolicy,
+    FusionVector,
     Method,
     SessionParams,
     SteeringVector,
@@ -85,6 +88,10 @@ class CloudVerifier:
     def uniforms(self, n: int) -> list[float]:
         return torch.rand(n, generator=self._rng).tolist()
 
+    def draw(self, probs: torch.Tensor) -> int:
+        """One index drawn with weights `probs`, from the verifier's seeded generator."""
+        return int(torch.multinomial(probs, 1, generator=self._rng).item())
+
 
 class CloudSession:
     def __init__(
@@ -108,7 +115,8 @@ class CloudSession:
         self.verifier = verifier
         self.params = params
         self.rounds = 0
-        self._expect_commit: set[tuple[int, ...]] | None = None  # None: no candidates outstanding
+        # None: no candidates outstanding; ANY_ONE_TOKEN after a dense fusion vector.
+        self._expect_commit: set[tuple[int, ...]] | AnyOneToken | None = None
         self._must_commit = False  # the last round rejected a draft token (or drafted none): recover
         self.closed = False
 
@@ -175,15 +183,20 @@ class CloudSession:
             self.closed = True  # the text has ended
             return Verdict(accepted, None)
         steering = self._steering()
-        self._expect_commit = set(steering.candidates)
+        self._expect_commit = ANY_ONE_TOKEN if isinstance(steering, FusionVector) else set(steering.candidates)
         self._must_commit = accepted < len(draft) or not draft
         return Verdict(accepted, steering)
 
-    def _steering(self) -> SteeringVector:
+    def _steering(self) -> SteeringVector | FusionVector:
         params = self.params
         alpha = params.alpha
         row_g = self.g.next_logprobs()
+        if params.method is Method.LLM and params.sampling:
+            return self._sample_generalist(row_g)
         if isinstance(self.g, SharedVocabGeneralist):
+            if params.method is Method.FUSION:
+                row_s0 = self.s0.next_logprobs() if alpha != 0 else None
+                return fusion_vector(row_g, row_s0, alpha, self.verifier.specialist.vocab_size)
             if params.method is Method.SD:
                 best = int(torch.argmax(row_g))
                 return SteeringVector(((best,),), (0.0,))
@@ -201,14 +214,49 @@ class CloudSession:
             return SteeringVector((cands[0].s_tokens,), (0.0,))
         logp_g = torch.tensor([c.logp_g for c in cands])
         logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]) if alpha != 0 else None
-        values = steering_values(logp_g, logp_s0, alpha) if logp_s0 is not None else logp_g
+        values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # finite (floored)
         # Candidates come ranked by P_G (the guardrail order); the literal policy re-ranks by v.
         chosen = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
         chosen = [int(i) for i in chosen if i < len(cands)]
         return SteeringVector(tuple(cands[i].s_tokens for i in chosen), tuple(float(values[i]) for i in chosen))
 
+    def _sample_generalist(self, row_g: torch.Tensor) -> SteeringVector:
+        """`llm` in sampling mode: one draw from the whole of P_G (not from its top-k), sent as the
+        one candidate the device must take. Across vocabularies, tokens the Specialist cannot spell
+        (partial characters, special tokens without a counterpart) are redrawn, i.e. the draw is
+        from P_G conditioned on being spellable."""
+        probs = row_g.float().exp()
+        for _ in range(probs.shape[-1]):
+            if not float(probs.sum()) > 0:
+                break
+            g = self.verifier.draw(probs)
+            if isinstance(self.g, SharedVocabGeneralist):
+                return SteeringVector(((g,),), (0.0,))
+            spelled = self.g.spell(g)
+            if spelled is not None:
+                return SteeringVector((spelled,), (0.0,))
+            probs[g] = 0.0
+        raise ProtocolError("the Generalist proposed no token the Specialist can spell")
+
     def close(self) -> None:
         self.closed = True
+
+
+def fusion_vector(logp_g: torch.Tensor, logp_s0: torch.Tensor | None, alpha: float, vocab_size: int) -> FusionVector:
+    """Token-level fusion's downlink: v = log P_G - alpha * log P_S^0 for each of the Specialist's
+    `vocab_size` token IDs (floored, so finite), as the little-endian float32 bytes the wire
+    carries. One tokenizer, but the two models' embedding tables may be padded to different
+    sizes: rows past a model's table are probability 0 (the floor)."""
+    values = steering_values(
+        _fit(logp_g, vocab_size), _fit(logp_s0 if logp_s0 is not None else logp_g, vocab_size), alpha
+    )
+    return FusionVector(values.numpy().astype("<f4", copy=False).tobytes())
+
+
+def _fit(row: torch.Tensor, size: int) -> torch.Tensor:
+    if row.shape[-1] >= size:
+        return row[:size]
+    return torch.cat([row, torch.full((size - row.shape[-1],), -torch.inf, dtype=row.dtype)])
 
 
 def _check_tokens(tokens: Sequence[int], vocab_size: int, what: str) -> None:

@@ -58,6 +58,24 @@ class TextCodec:
         offset = len(self._anchor_text)
         return [None if e is None else e - offset for e in self.ends_after(self._anchor, tokens)]
 
+    def piece_positions(self, tokens: Sequence[int]) -> list[float]:
+        """Where each of `tokens` ends within their own text (decoded after an anchor token), one
+        entry per token: a whole number of characters at a character boundary, and the offset of
+        the character it ends inside plus 0.5 otherwise (a byte-level token holding part of a
+        character). The half offsets keep the order of all ends but never equal a boundary, so
+        a split character only removes that position from the shared boundaries."""
+        offset = len(self._anchor_text)
+        positions: list[float] = []
+        for i in range(1, len(tokens) + 1):
+            text = self.decode([*self._anchor, *tokens[:i]])
+            shift = offset
+            if not text.startswith(self._anchor_text):  # the anchor merged with the token: decode alone
+                text, shift = self.decode(tokens[:i]), 0
+            complete = text.rstrip(REPLACEMENT)
+            end = len(complete) - shift
+            positions.append(end if complete == text else end + 0.5)
+        return positions
+
     def token_string(self, token: int) -> str | None:
         """The text one token contributes mid-sequence, or None for a special token or a partial character."""
         if token in self.special_ids:

@@ -7,6 +7,7 @@ tokenizers whose behaviour the tests can reason about exactly.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -204,6 +205,21 @@ def tiny_gemma(
 def tiny_lm(tokenizer: PreTrainedTokenizerFast, seed: int, name: str = "tiny", **llama_kwargs: int) -> CausalLM:
     """`tiny_llama` wrapped the way `core.models.load_causal_lm` returns real models."""
     return CausalLM.from_parts(name, tiny_llama(tokenizer, seed=seed, **llama_kwargs), tokenizer)
+
+
+def perturbed_copy(lm: CausalLM, *, seed: int, scale: float = 0.3, name: str = "generalist") -> CausalLM:
+    """A copy of `lm` with Gaussian noise (std `scale` times each weight tensor's own std) added
+    to every weight: a Generalist that agrees with the Specialist often but not always, so
+    drafts get accepted and rejected, and `sd`, recoveries and rollback all have work to do.
+    (Two independent random models almost never agree: `sd` would accept nothing.)"""
+    model = copy.deepcopy(lm.model)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for param in model.parameters():
+            std = float(param.std()) if param.numel() > 1 else 0.0
+            param.add_(torch.randn_like(param) * (scale * (std if std > 0 else 1.0)))
+    model.eval()
+    return CausalLM.from_parts(name, model, lm.tokenizer)
 
 
 def scripted_lm(

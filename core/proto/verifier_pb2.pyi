@@ -113,12 +113,20 @@ class Candidate(_message.Message):
     value: float
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., value: _Optional[float] = ...) -> None: ...
 
+class FusionVector(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: bytes
+    def __init__(self, values: _Optional[bytes] = ...) -> None: ...
+
 class Downlink(_message.Message):
-    __slots__ = ("seq", "accepted", "candidates")
+    __slots__ = ("seq", "accepted", "candidates", "fusion")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     seq: int
     accepted: int
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
-    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
+    fusion: FusionVector
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., fusion: _Optional[_Union[FusionVector, _Mapping]] = ...) -> None: ...

@@ -6,6 +6,7 @@ import base64
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from audit import records
@@ -17,7 +18,7 @@ from audit.verify import inspect, verify
 from core import wire
 from core.errors import ProtocolError
 from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams, SteeringVector, Verdict
+from core.session_types import FusionVector, Method, SessionParams, SteeringVector, Verdict
 
 VOCAB = 100
 
@@ -199,3 +200,69 @@ def test_audit_verify_flags_a_placeholder_no_decision_declared(tmp_path: Path) -
     report = inspect(tmp_path / "log", key=key.verifier)
     uplinks = next(c for c in report.checks if c.name == "uplinks")
     assert not report.ok and any("no guard decision declared" in f for f in uplinks.failures)
+
+
+# -- fusion: a dense downlink bounded by the vocabulary, in fusion sessions only ---------------------
+
+
+def _fusion_opened(rec: EgressRecorder) -> str:
+    sid = rec.begin_session(vocab_size=VOCAB)
+    rec.uplink_serializer(sid)(wire.open_to_proto([1, 2, 3], SessionParams(method=Method.FUSION, draft_len=0)))
+    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], []))
+    return sid
+
+
+def _dense(values: list[float]) -> bytes:
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+def test_a_fusion_session_takes_one_dense_vector_and_then_any_single_token(rec: EgressRecorder) -> None:
+    sid = _fusion_opened(rec)
+    down = wire.verdict_to_proto(1, Verdict(0, FusionVector(_dense([-float(i) for i in range(VOCAB)]))))
+    verdict = rec.downlink_deserializer(sid)(down.SerializeToString())
+    assert len(verdict.fusion.values) == 4 * VOCAB and not verdict.candidates
+    # Any one token may be committed (the device fused over the whole vocabulary); two may not.
+    _blocked(rec, sid, wire.round_to_proto(2, [41, 42], []).SerializeToString(), "not one of the last downlink")
+    rec.uplink_serializer(sid)(wire.round_to_proto(2, [41], []))
+    assert rec._sessions[sid].downlink_bytes == len(down.SerializeToString()) >= 4 * VOCAB
+
+
+@pytest.mark.parametrize(
+    ("fusion_session", "values", "candidates", "match"),
+    [
+        (False, [0.0] * VOCAB, False, "did not declare method fusion"),
+        (True, [0.0] * (VOCAB - 1), False, f"needs {4 * VOCAB}"),
+        (True, [0.0] * (VOCAB + 1), False, f"needs {4 * VOCAB}"),
+        (True, [0.0] * (VOCAB - 1) + [float("inf")], False, "non-finite"),
+        (True, [0.0] * VOCAB, True, "and top-k candidates"),
+    ],
+)
+def test_a_dense_downlink_out_of_its_bounds_is_rejected(
+    rec: EgressRecorder, fusion_session: bool, values: list[float], candidates: bool, match: str
+) -> None:
+    sid = _fusion_opened(rec) if fusion_session else _opened(rec)
+    if not fusion_session:
+        rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+    msg = pb.Downlink(seq=1, accepted=0)
+    msg.fusion.values = _dense(values)
+    if candidates:
+        msg.candidates.add(token_ids=[1], value=0.0)
+    with pytest.raises(ProtocolError, match=match):
+        rec.downlink_deserializer(sid)(msg.SerializeToString())
+    # The device's own parser says the same.
+    with pytest.raises(ProtocolError, match=match):
+        wire.decode_downlink(msg.SerializeToString(), max_top_k=3, vocab_size=VOCAB, fusion=fusion_session)
+
+
+def test_audit_verify_flags_a_dense_downlink_outside_a_fusion_session(tmp_path: Path) -> None:
+    key = SigningKey.generate("d")
+    with AuditLog.open(tmp_path / "log", key) as log:
+        sid = EgressRecorder(log).begin_session(vocab_size=VOCAB)
+        for msg in (wire.open_to_proto([1, 2], SessionParams()), wire.round_to_proto(1, [], [4])):
+            payload = msg.SerializeToString(deterministic=True)
+            log.append_session(records.KIND_UPLINK, sid, records.payload_fields("up", payload))
+        down = wire.verdict_to_proto(1, Verdict(0, FusionVector(_dense([0.0] * VOCAB)))).SerializeToString()
+        log.append_session(records.KIND_DOWNLINK, sid, records.payload_fields("down", down))
+    report = inspect(tmp_path / "log", key=key.verifier)
+    downlinks = next(c for c in report.checks if c.name == "downlinks")
+    assert not report.ok and any("did not declare method fusion" in f for f in downlinks.failures)

@@ -9,11 +9,13 @@ import torch
 
 from core.session_types import CandidatePolicy
 from core.steering import (
+    LOGP_FLOOR,
     acceptance_probability,
     align_segments,
     choose,
     recovery_scores,
     steering_candidates,
+    steering_values,
     top_indices,
     verify_exact_greedy,
     verify_ratios,
@@ -81,22 +83,28 @@ def test_top_indices_break_ties_by_lower_index() -> None:
     assert top_indices(torch.tensor([1.0, 3.0, 3.0, 0.0]), 3).tolist() == [1, 2, 0]
 
 
-def _law(q: torch.Tensor, p_g: torch.Tensor, p_s0: torch.Tensor, p_sc: torch.Tensor, gamma: float, k: int):
-    """P(y) = q(y) a(y) + (1 - sum q a) rho(y), algorithm.md's exactness check."""
-    a = torch.clamp(p_g / (gamma * p_s0), max=1.0)
-    ids, values = steering_candidates(p_g.log(), p_s0.log(), alpha=1.0, k=k, policy=CandidatePolicy.GUARDRAIL)
-    rho = torch.zeros_like(q)
-    rho[ids] = torch.softmax(recovery_scores(values, p_sc.log()[ids], 1.0), dim=0)
-    return q * a + (1 - (q * a).sum()) * rho
+def _law(q: list[float], p_g: list[float], p_s0: list[float], p_sc: list[float], gamma: float, k: int) -> list[float]:
+    """P(y) = q(y) a(y) + (1 - sum q a) rho(y), algorithm.md's exactness check, from the raw
+    probabilities in plain floats (none of the functions under test): a = min(1, P_G / (gamma
+    P_S^0)); the candidates are the k most likely tokens under P_G (lower index first on ties);
+    rho is proportional to exp(v + log P_S^c) = P_G * P_S^c / P_S^0 over them (alpha = 1)."""
+    n = len(q)
+    a = [min(1.0, p_g[y] / (gamma * p_s0[y])) for y in range(n)]
+    cands = sorted(range(n), key=lambda y: (-p_g[y], y))[:k]
+    weight = {y: p_g[y] * p_sc[y] / p_s0[y] for y in cands}
+    total = sum(weight.values())
+    rejected = 1.0 - sum(q[y] * a[y] for y in range(n))
+    return [q[y] * a[y] + rejected * weight.get(y, 0.0) / total for y in range(n)]
 
 
 def test_one_step_law_holds_statistically_in_sampling_mode() -> None:
     # Prepare: toy distributions over 6 tokens.
     p_g = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.07, 0.03])
     p_s0 = torch.tensor([0.10, 0.35, 0.15, 0.20, 0.15, 0.05])
-    p_sc = torch.tensor([0.05, 0.45, 0.10, 0.10, 0.25, 0.05])
-    gamma, k, n = 0.5, 3, 15_000
-    expected = _law(p_sc, p_g, p_s0, p_sc, gamma, k)
+    p_sc = torch.tensor([0.05, 0.35, 0.05, 0.05, 0.45, 0.05])
+    gamma, k, n = 1.0, 3, 15_000
+    expected = torch.tensor(_law(p_sc.tolist(), p_g.tolist(), p_s0.tolist(), p_sc.tolist(), gamma, k))
+    assert float((expected - p_sc).abs().sum()) / 2 > 0.1  # steering moves the law: the test can see it
     rng = torch.Generator().manual_seed(1234)
     counts = torch.zeros(6)
     # Execute: draft ~ P_S^c, ratio test with a uniform, recovery ~ softmax(z_rec) over the top-k.
@@ -130,6 +138,22 @@ def test_one_step_law_greedy_is_exact() -> None:
     assert int(ids[choose(scores, sampling=False)]) == 1
     # With gamma 0.4 the same draft passes (0.25 > 0.2).
     assert verify_ratios([float(p_g[d].log() - p_s0[d].log())], 0.4, sampling=False) == 1
+
+
+def test_zero_probabilities_give_finite_values_and_scores() -> None:
+    # P_S^0(1) = 0 and P_G(2) = 0: v stays finite (the wire refuses anything else).
+    logp_g, logp_s0 = logp(0.5, 0.5, 0.0), logp(0.5, 0.0, 0.5)
+    values = steering_values(logp_g, logp_s0, alpha=1.0)
+    assert torch.isfinite(values).all()
+    assert values.tolist() == pytest.approx([0.0, math.log(0.5) - LOGP_FLOOR, LOGP_FLOOR - math.log(0.5)], abs=1e-5)
+    # P_S^c(1) = 0 too: the personal terms cancel and the fused score is log P_G.
+    scores = recovery_scores(values, logp(0.5, 0.0, 0.5), alpha=1.0)
+    assert scores.tolist() == pytest.approx([math.log(0.5), math.log(0.5), LOGP_FLOOR], abs=1e-5)
+    ids, vals = steering_candidates(logp_g, logp_s0, alpha=1.0, k=3, policy=CandidatePolicy.LITERAL)
+    assert ids.tolist()[0] == 1 and torch.isfinite(vals).all()
+    # The ratio test is exact: P_G > gamma * 0 passes, 0 > gamma * 0 does not.
+    assert verify_ratios([float(logp_g[1] - logp_s0[1])], 1000.0, sampling=False) == 1
+    assert verify_ratios([float(logp(0.0)[0] - logp(0.0)[0])], 0.0, sampling=False) == 0
 
 
 def test_align_segments_cuts_at_shared_boundaries() -> None:
