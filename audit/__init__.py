@@ -5,7 +5,8 @@
 - `audit.records`: the record schema (one canonical JSON object per record).
 - `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
 - `core.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
-- `audit.egress`: `EgressRecorder`, the one choke point every uplink and downlink passes through.
+- `audit.egress`: `EgressRecorder`, the recorder behind the device's one egress choke point
+  (`sdk.remote` → `sdk.egress.EgressSession.uplink` → `RecorderTap` → `EgressRecorder.record_uplink`).
 - `audit.transcript`: the server's own record of what it received, and its comparison.
 - `audit.verify`: every check an auditor runs, as a `Report`.
 - `audit.cli`: the `audit` command.

@@ -42,8 +42,8 @@ from audit import merkle, records
 from audit.errors import AuditError, KeyFileError, LogCorruptError
 from audit.note import Checkpoint as CheckpointBody
 from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
-from core.proto import verifier_pb2 as pb
 from core.session_types import WIRE_MAX_TOP_K
+from core.wire import pb
 
 SEGMENTS_DIR = "segments"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
