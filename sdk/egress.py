@@ -4,7 +4,8 @@ The one path of an uplink: `sdk.remote` (`_send`) serializes it and hands the ex
 `EgressSession.uplink`, whose tap (`RecorderTap` → `audit.egress.EgressRecorder.record_uplink`
 when an audit log is configured) checks and logs them; only then do they go to gRPC, whose
 serializer is the identity (gRPC interceptors would see message objects, not bytes). A tap can
-log them, or refuse them by raising: a refused uplink is not sent, and the generation stops with that error (fail closed).
+log them, or refuse them by raising: a refused uplink is not sent, and the generation stops with
+that error (fail closed).
 Downlinks reach the tap as received, before they are parsed, so malformed ones are evidence too.
 
     egress = Egress(tap)                                   # tap: anything shaped like `EgressTap`
