@@ -56,7 +56,6 @@ class GuardDecision(StrEnum):
     CUT = "cut"  # a shorter draft
     PLACEHOLDER = "placeholder"  # a placeholder on the wire in place of a span
     KEEP_LOCAL = "keep-local"  # the rest of the text kept on the device
-    FILTER = "filter"  # recovery candidates dropped
 
 
 class Area(StrEnum):

@@ -24,15 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.contract import GuardDecision
 from core.errors import ConfigError
 from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
 from sdk.context import Profile
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 
-CUT = "cut"
-PLACEHOLDER = "placeholder"
-KEEP_LOCAL = "keep-local"
+# The decisions on record are `core.contract.GuardDecision`s, the names `audit verify` reads.
+CUT = GuardDecision.CUT
+PLACEHOLDER = GuardDecision.PLACEHOLDER
+KEEP_LOCAL = GuardDecision.KEEP_LOCAL
 
 
 @dataclass(frozen=True)
