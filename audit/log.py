@@ -526,10 +526,6 @@ class AuditLog:
             self._track(kind, session, payload)
             return index
 
-    def session_ended(self, session: str) -> bool:
-        entry = self._sessions.get(session)
-        return entry is not None and entry.ended
-
     # -- checkpoints -----------------------------------------------------------------------------
 
     def checkpoint(self) -> str:

@@ -729,11 +729,6 @@ class EgressGuard:
             action=action,
         )
 
-    def allows(self, committed_ids: Sequence[int], candidate: Sequence[int], tokenizer: Tokenizer) -> bool:
-        """Whether a recovery candidate can be committed without starting a complete span."""
-        v = self.check(committed_ids, candidate, tokenizer)
-        return v.cut_at is None or v.hold
-
 
 def token_offsets(tokenizer: Tokenizer, context: Sequence[int], new: Sequence[int]) -> tuple[str, list[int]]:
     """Decoded `context + new`, and the character offset where each new token starts (plus the end).
