@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from core import wire
 from core.errors import ProtocolError
-from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K
+from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, WIRE_MAX_TOP_K, GuardDecision
 from core.wire import pb, unknown_fields
 
 __all__ = [
@@ -48,14 +48,6 @@ __all__ = [
     "SessionState",
     "Violation",
 ]
-
-
-class GuardDecision(StrEnum):
-    """The egress guard's decisions, as the device records them and `audit verify` reads them."""
-
-    CUT = "cut"  # a shorter draft
-    PLACEHOLDER = "placeholder"  # a placeholder on the wire in place of a span
-    KEEP_LOCAL = "keep-local"  # the rest of the text kept on the device
 
 
 class Area(StrEnum):

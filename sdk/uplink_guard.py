@@ -24,14 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from core.contract import GuardDecision
 from core.errors import ConfigError
+from core.session_types import GuardDecision
 from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
 from sdk.context import Profile
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 
-# The decisions on record are `core.contract.GuardDecision`s, the names `audit verify` reads.
+# The decisions on record are `core.session_types.GuardDecision`s, the names `audit verify` reads.
 CUT = GuardDecision.CUT
 PLACEHOLDER = GuardDecision.PLACEHOLDER
 KEEP_LOCAL = GuardDecision.KEEP_LOCAL

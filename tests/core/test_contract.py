@@ -6,7 +6,7 @@ import pytest
 
 from core import wire
 from core.contract import Breach, ContractError, SessionState
-from core.session_types import SessionParams, SteeringVector, Verdict
+from core.session_types import GuardDecision, SessionParams, SteeringVector, Verdict
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
@@ -62,3 +62,16 @@ def test_the_server_session_and_the_recorder_give_one_verdict(cloud, char_tok, f
     violations, _ = state.examine_uplink(up)
     assert refused.value.violation == violations[0]
     assert refused.value.violation.kind is breach
+
+
+def test_guard_decisions_are_one_set_for_device_guard_and_audit() -> None:
+    from privacy.detectors import Policy
+    from sdk import uplink_guard
+
+    assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} == set(GuardDecision)
+    assert {p.value for p in Policy} <= {d.value for d in GuardDecision}
+    # The audit contract counts a placeholder decision toward the placeholders the wire may carry.
+    state = SessionState("s", VOCAB, 10)
+    state.examine_uplink(wire.encode_open([1, 2], SessionParams(draft_len=2)))[1]()
+    state.examine_guard(GuardDecision.PLACEHOLDER, 1, "<EMAIL>")[1]()
+    assert state.examine_uplink(wire.encode_round(1, [], [4], [7, 8]))[0] == []
