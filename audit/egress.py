@@ -1,24 +1,18 @@
-"""`EgressRecorder`: the one place every application byte the SDK sends, or receives, passes through.
+"""`EgressRecorder`: the audit side of the device's one egress choke point.
 
-gRPC interceptors see message objects, not bytes, so the choke point is the channel's own
-serializer: `uplink_serializer(session_id)` serializes an `Uplink`, checks it against the egress
-contract (`core.contract`), appends the exact bytes to the log, waits for the fsync, and only then
-hands the bytes to gRPC. An uplink that breaks the contract raises `EgressBlocked`: it is neither
-logged nor sent (fail closed). `downlink_deserializer(session_id)` logs the received bytes first
-(evidence, even when malformed), then parses and checks them, raising `ProtocolError` on a breach.
+The one path every uplink takes: `sdk.remote` serializes it and hands the exact bytes to
+`sdk.egress.EgressSession.uplink`, whose `RecorderTap` calls `EgressRecorder.record_uplink` here;
+it checks them against the session contract (`core.contract`), appends them to the log, waits for
+the fsync, and only then returns, after which the bytes go to gRPC (whose serializer is the
+identity). An uplink that breaks the contract raises `EgressBlocked`: it is neither logged nor sent
+(fail closed). `record_downlink` logs the received bytes first (evidence, even when malformed),
+then parses and checks them, raising `ProtocolError` on a breach.
 
     recorder = EgressRecorder(AuditLog.open(log_dir, signing_key))
     sid = recorder.begin_session(vocab_size=specialist_vocab_size)
-    call = channel.stream_stream(
-        "/specsteer.v1.Verifier/Session",
-        request_serializer=recorder.uplink_serializer(sid),
-        response_deserializer=recorder.downlink_deserializer(sid),
-    )                                   # one multicallable per session: gRPC gives no per-call hook
-    ...
+    recorder.record_uplink(sid, payload)       # before sending; raises EgressBlocked to stop it
+    recorder.record_downlink(sid, received)    # on receipt, before parsing
     recorder.record_fallback(sid, "verifier-unreachable")   # if the device finishes locally
-
-A client that serializes itself (`sdk.remote` through `sdk.egress.RecorderTap`) calls
-`record_uplink(sid, payload)` before sending and `record_downlink(sid, payload)` on receipt instead.
 
 Keep gRPC compression off on this channel, so the logged bytes are the wire bytes (gRPC adds only
 its 5-byte length prefix). A session ends with its Close uplink or a fallback; a checkpoint is
@@ -29,14 +23,12 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
 
 from audit import records
 from audit.errors import AuditError, EgressBlocked
 from audit.log import AuditLog
 from core.contract import SessionState, Violation
 from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
 from core.session_types import WIRE_MAX_TOP_K
 
 
@@ -141,26 +133,3 @@ class EgressRecorder:
             index = self.log.append_session(records.KIND_GUARD, session_id, fields)
             commit()
             return index
-
-    # -- gRPC hooks ------------------------------------------------------------------------------
-
-    def uplink_serializer(self, session_id: str) -> Callable[[pb.Uplink], bytes]:
-        """A gRPC `request_serializer`: serialize, check, log (fsync), then return the bytes to send."""
-        self._state(session_id)
-
-        def serialize(message: pb.Uplink) -> bytes:
-            payload = message.SerializeToString(deterministic=True)
-            self.record_uplink(session_id, payload)
-            return payload
-
-        return serialize
-
-    def downlink_deserializer(self, session_id: str) -> Callable[[bytes], pb.Downlink]:
-        """A gRPC `response_deserializer`: log the received bytes, then parse and check them."""
-        self._state(session_id)
-
-        def deserialize(payload: bytes) -> pb.Downlink:
-            self.record_downlink(session_id, payload)
-            return pb.Downlink.FromString(payload)
-
-        return deserialize

@@ -47,8 +47,8 @@ from audit.errors import AuditError, KeyFileError, LogCorruptError
 from audit.identity import DeviceIdentity
 from audit.note import Checkpoint as CheckpointBody
 from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
-from core.proto import verifier_pb2 as pb
 from core.session_types import WIRE_MAX_TOP_K
+from core.wire import pb
 
 SEGMENTS_DIR = "segments"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
@@ -570,10 +570,6 @@ class AuditLog:
             index = self.append(kind, {"session": session, "n": n, **fields})
             self._track(kind, session, payload)
             return index
-
-    def session_ended(self, session: str) -> bool:
-        entry = self._sessions.get(session)
-        return entry is not None and entry.ended
 
     # -- checkpoints -----------------------------------------------------------------------------
 

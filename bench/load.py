@@ -118,7 +118,7 @@ def _serve_and_run(
     rows: list[dict],
 ) -> float:
     """Start a verifier with batching `mode`, run every N against it; returns its idle RSS (MB)."""
-    from sdk.cli import verifier_process  # the demo's way of running `server serve` on loopback
+    from demo.run import verifier_process  # the demo's way of running `server serve` on loopback
     from server.pki import init_pki, issue_device
 
     pki = init_pki(root / "pki")

@@ -62,21 +62,19 @@ from audit.note import SigningKey
 from audit.transcript import ServerTranscript
 from audit.verify import verify
 from bench.plotting import figure
+from core import wire
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
 from core.prompts import task_prompt
-from core.session_types import SessionParams
+from core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
 from privacy.cli import leakage_report
 from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
 from privacy.leakage import (
     CanarySpace,
-    FrameShape,
     auroc,
     canary_scores,
     counterfactual_ngram_leakage,
-    encode_padded_round,
     exposure,
     membership_score,
-    padded_round_size,
     plant_canary,
     size_channel,
     tpr_at_fpr,
@@ -455,8 +453,8 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
         [SessionParams().draft_len, CONTROL_PARAMS.draft_len]
         + [len(d) for rs in by_config.values() for r in rs for s in r["sessions"] for _, d in s["rounds"]]
     )
-    shape = FrameShape(commit_slots=commit_slots, draft_slots=draft_slots)
-    configs = {label: summarize_config(rs, shape) for label, rs in by_config.items() if rs}
+    shape = {"commit_slots": max(commit_slots, MAX_CANDIDATE_TOKENS), "draft_slots": draft_slots}
+    configs = {label: summarize_config(rs, draft_slots) for label, rs in by_config.items() if rs}
 
     paired: dict[str, Any] = {}
     for setting, real, swapped, non_member in PAIRS:
@@ -521,7 +519,7 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
             quality[label] = {"pairs": len(diffs), "rougeL_delta_mean": _mean(diffs), "identical_texts": same}
     return {
         "canary_space": {**SPACE.as_dict(), "size": SPACE.size, "bits": SPACE.bits},
-        "frame_shape": {"commit_slots": shape.commit_slots, "draft_slots": shape.draft_slots},
+        "frame_shape": shape,
         "configs": configs,
         "paired": paired,
         "quality_cost": quality,
@@ -529,7 +527,7 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
     }
 
 
-def summarize_config(rows: list[dict[str, Any]], shape: FrameShape) -> dict[str, Any]:
+def summarize_config(rows: list[dict[str, Any]], draft_slots: int) -> dict[str, Any]:
     exposures = [e for r in rows for e in r["exposure"]]
     identity: Counter[str] = Counter()
     patterns: Counter[str] = Counter()
@@ -547,7 +545,7 @@ def summarize_config(rows: list[dict[str, Any]], shape: FrameShape) -> dict[str,
         for s in r["sessions"]:
             for j, ((commit, draft), size) in enumerate(zip(s["rounds"], s["round_sizes"], strict=True)):
                 sizes.append(size)
-                padded.append(len(encode_padded_round(j + 1, commit, draft, shape)))
+                padded.append(len(wire.encode_round(j + 1, commit, draft, pad_to=draft_slots)))
                 run_of.append(i)
                 user_of.append(r["user"])
     drafted = sum(r["stats"]["drafted"] for r in rows)
@@ -579,7 +577,7 @@ def summarize_config(rows: list[dict[str, Any]], shape: FrameShape) -> dict[str,
             "bits_about_user": channel(sizes, user_of).get("mutual_information_bits", 0.0),
         },
         "padded": {
-            "round_bytes": padded_round_size(shape),
+            "round_bytes": len(wire.encode_round(1, [], [], pad_to=draft_slots)),
             "distinct_sizes": len(set(padded)),
             "bits_about_session": channel(padded, run_of).get("mutual_information_bits", 0.0),
             "bits_about_user": channel(padded, user_of).get("mutual_information_bits", 0.0),
@@ -762,9 +760,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"1/{max(1, n_pairs * n_pairs)} and TPR at 1% FPR means TPR with no false positive at all.",
         "* Size channel: every Round uplink's byte size against the run it belongs to (and the user), plug-in "
         "mutual information pooled over the config's runs (biased upward on few rounds, so it errs toward "
-        "reporting a channel). The padded codec (`privacy.leakage.encode_padded_round`, FrameShape "
+        "reporting a channel). The wire's padded codec (`core.wire` PaddedRound, "
         f"commit_slots={shape['commit_slots']}, draft_slots={shape['draft_slots']}) re-encodes the same rounds "
-        "offline: the wire (core/proto) does not offer it yet, so this shows what it would close, not what was sent. "
+        "offline (a session declares it with padded_frames), so this shows what it would close, not what was sent. "
         "The number of rounds per session is still visible either way.",
         "* Personal-data hits: the user's trailer names/emails and `PiiDetector` patterns in the decoded uplink, "
         "and runs of 8+ tokens copied from the user's history (`leakage_report`).",

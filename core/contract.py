@@ -1,52 +1,64 @@
-"""The egress contract, checked the same way live (before an uplink leaves) and by `audit verify`.
+"""The one session contract: the state machine over a session's rounds, and the byte-level checks.
 
-One `SessionState` per device session follows its messages in order. `examine_uplink(payload)` and
+`RoundContract` is the order of a session (Open, Rounds numbered 1, 2, ... each answered before the
+next, a commit that is exactly one of the last steering candidates, a recovery after a rejected
+draft, every round a full-slot `PaddedRound` if the session declared padded frames and only then,
+Close) and the bounds of each round (K, commit and placeholder lengths, the vocabulary). The server
+(`server.session.CloudSession`, `server.service`), the device's live recorder (`audit.egress`) and
+`audit verify` all follow sessions with it, so the contract is written once.
+
+`SessionState` adds what only a recorder of bytes can check: an uplink must parse as `Uplink` with
+no unknown field at any depth and re-serialize deterministically to the very same bytes, carry
+declared parameters inside their bounds, and a placeholder (`literal_ids`) only after a guard
+decision declared it. A downlink must answer the outstanding round with at most k candidates
+(k = min(declared top-k, the session's cap), the cap at most the protocol maximum), each 1 to
+`MAX_CANDIDATE_TOKENS` in-vocabulary tokens with a finite value; or, only in a session that declared
+method fusion, one dense fusion vector of exactly one finite float32 per vocabulary entry
+(token-level fusion's real downlink, bounded by the vocabulary), after which the commit may be any
+single token. `examine_uplink(payload)` and
 `examine_downlink(payload)` return the violations they find and a `commit` that advances the state:
 the recorder commits only a clean message (and blocks a dirty uplink), the verifier always commits
 so one bad record does not hide the next.
 
-An uplink must parse as `Uplink` with no unknown field at any depth, re-serialize
-deterministically to the very same bytes, carry only token IDs inside the vocabulary and declared
-parameters inside their bounds, and follow the session order: Open first, Rounds numbered 1, 2, ...
-each after the previous one was answered, a commit that is exactly one of the last steering
-candidates, a placeholder (`literal_ids`) only after a guard decision declared it, every round a
-full-slot `PaddedRound` if the session declared padded frames (and only then), then Close.
-A downlink must answer the outstanding round with at most k candidates (k = min(declared top-k,
-the session's cap), the cap at most the protocol maximum), each 1 to `MAX_CANDIDATE_TOKENS`
-in-vocabulary tokens with a finite value; or, only in a session that declared method fusion, one
-dense fusion vector of exactly one finite float32 per vocabulary entry (token-level fusion's real
-downlink, bounded by the vocabulary), after which the commit may be any single token.
+Every `Violation` says whether the message is malformed (`Breach.MALFORMED`: the server answers
+INVALID_ARGUMENT) or out of order (`Breach.ORDER`: FAILED_PRECONDITION).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from google.protobuf.message import DecodeError, Message
-from google.protobuf.unknown_fields import UnknownFieldSet
+from google.protobuf.message import DecodeError
 
 from core import wire
 from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
 from core.session_types import (
     ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
     WIRE_MAX_TOP_K,
     AnyOneToken,
+    GuardDecision,
     Method,
 )
+from core.wire import pb, unknown_fields
 
-# The guard's decisions (audit records' `decision`): a shorter draft; a placeholder on the wire in
-# place of a span; the rest of the text kept on the device; recovery candidates dropped.
-GUARD_CUT = "cut"
-GUARD_PLACEHOLDER = "placeholder"
-GUARD_KEEP_LOCAL = "keep-local"
-GUARD_FILTER = "filter"
+__all__ = [
+    "NO_SESSION",
+    "SECOND_OPEN",
+    "Area",
+    "Breach",
+    "ContractError",
+    "GuardDecision",
+    "Phase",
+    "RoundContract",
+    "SessionState",
+    "Violation",
+]
 
 
 class Area(StrEnum):
@@ -55,29 +67,39 @@ class Area(StrEnum):
     SESSION = "session structure"
 
 
+class Breach(StrEnum):
+    MALFORMED = "malformed"  # the message itself is wrong
+    ORDER = "order"  # a well-formed message at the wrong point of the session
+
+
 @dataclass(frozen=True)
 class Violation:
     area: Area
     message: str
+    breach: Breach | None = None  # None: MALFORMED, or ORDER for the session structure
+
+    @property
+    def kind(self) -> Breach:
+        if self.breach is not None:
+            return self.breach
+        return Breach.ORDER if self.area is Area.SESSION else Breach.MALFORMED
 
 
-def unknown_fields(msg: Message, path: str = "") -> list[str]:
-    """Every unknown field at any depth, as 'path.field N'. Python protobuf keeps unknown fields and
-    re-serializes them, so only this walk (not a round trip) proves there are none."""
-    # UnknownFieldSet iterates by __getitem__ and __len__, which the protobuf stubs do not call iteration.
-    found = [f"{path or msg.DESCRIPTOR.name} field {f.field_number}" for f in UnknownFieldSet(msg)]  # type: ignore[attr-defined]
-    for fd, value in msg.ListFields():
-        if fd.message_type is None:
-            continue
-        children = value if fd.is_repeated else [value]
-        for i, child in enumerate(children):
-            sub = f"{path or msg.DESCRIPTOR.name}.{fd.name}" + (f"[{i}]" if fd.is_repeated else "")
-            found.extend(unknown_fields(child, sub))
-    return found
+class ContractError(ProtocolError):
+    """A message the session contract refuses; carries the first violation."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.message)
+        self.violation = violation
 
 
-def _out_of_vocab(ids: list[int], vocab_size: int) -> list[int]:
-    return [t for t in ids if t >= vocab_size]
+def raise_first(violations: Sequence[Violation]) -> None:
+    if violations:
+        raise ContractError(violations[0])
+
+
+NO_SESSION = "no session is open on this stream (unknown session)"
+SECOND_OPEN = "a second Open on one stream: a stream carries exactly one session"
 
 
 class Phase(StrEnum):
@@ -87,35 +109,223 @@ class Phase(StrEnum):
     FELL_BACK = "fell back"  # device finished locally
 
 
-@dataclass
-class SessionState:
-    """What one session has declared and done so far."""
+def _outside(ids: Iterable[int], vocab_size: int | None, what: str) -> list[Violation]:
+    if vocab_size is None:
+        return []
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if not bad:
+        return []
+    return [Violation(Area.UPLINK, f"{what} token ID {bad[0]} is outside the vocabulary of {vocab_size}")]
 
-    session_id: str
-    vocab_size: int
-    max_top_k: int
+
+@dataclass
+class RoundContract:
+    """The state machine over one session's rounds; `*_violations` only look, `after_*` advance.
+
+    `vocab_size=None` skips the vocabulary (a caller that parsed with `core.wire` already checked it);
+    `placeholders` counts guard-declared placeholders when the caller sees guard decisions (the
+    device and its auditor), and is None where it cannot (the server).
+    """
+
+    vocab_size: int | None = None
     phase: Phase = Phase.BEGUN
-    top_k: int = 0
     draft_len: int = 0
+    padded: bool = False
     last_seq: int = 0  # the last Round's seq
     awaiting: int | None = None  # seq of a round not yet answered
     awaiting_draft: int = 0
-    # The last steering vector's candidates, until committed (ANY_ONE_TOKEN after a fusion vector).
+    # The last steering vector's candidates, until committed (ANY_ONE_TOKEN after a dense fusion vector).
     candidates: frozenset[tuple[int, ...]] | AnyOneToken | None = None
+    must_commit: bool = False  # the last round rejected a draft token (or drafted none): recover
     rounds: int = 0
-    uplink_bytes: int = 0
-    downlink_bytes: int = 0
-    fallback_reason: str | None = None
-    notes: list[str] = field(default_factory=list)
-    # Guard decisions by (decision, placeholder), and placeholders declared but not yet on the wire.
-    guard: Counter[tuple[str, str]] = field(default_factory=Counter)
-    placeholders_declared: int = 0
-    padded: bool = False  # the session declared constant-size rounds (PaddedRound)
-    fusion: bool = False  # the session declared method fusion: dense fusion vectors may come down
+    placeholders: int | None = None
 
     @property
     def ended(self) -> bool:
         return self.phase in (Phase.CLOSED, Phase.FELL_BACK)
+
+    def after_end(self, what: str) -> Violation:
+        if self.phase is Phase.CLOSED:
+            return Violation(Area.SESSION, f"{what} after Close: after the session closed, the stream is over")
+        return Violation(Area.SESSION, f"{what} after the session {self.phase.value}")
+
+    # -- Open --------------------------------------------------------------------------------------
+
+    def open_violations(self) -> list[Violation]:
+        return [] if self.phase is Phase.BEGUN else [Violation(Area.SESSION, SECOND_OPEN)]
+
+    def after_open(self, draft_len: int, padded: bool) -> None:
+        if self.phase is Phase.BEGUN:
+            self.phase, self.draft_len, self.padded = Phase.OPEN, draft_len, padded
+
+    # -- Rounds ------------------------------------------------------------------------------------
+
+    def next_frame(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> wire.RoundFrame:
+        """The next round as an in-process caller (no wire) would send it."""
+        slots = wire.padded_slots(self.draft_len) if self.padded else None
+        return wire.RoundFrame(self.last_seq + 1, tuple(commit), tuple(draft), tuple(literal), slots=slots)
+
+    def round_violations(self, frame: wire.RoundFrame) -> list[Violation]:
+        out: list[Violation] = []
+        if self.phase is Phase.BEGUN:
+            out.append(Violation(Area.SESSION, f"{NO_SESSION}: send Open first"))
+        elif self.ended:
+            out.append(self.after_end("a Round"))
+        seq = frame.seq
+        if seq != self.last_seq + 1:
+            what = "a gap" if seq > self.last_seq + 1 else "a repeat or reordering"
+            out.append(
+                Violation(
+                    Area.SESSION,
+                    f"round seq {seq} where {self.last_seq + 1} was expected ({what}): "
+                    "rounds are numbered from 1 without gaps",
+                )
+            )
+        if self.awaiting is not None:
+            out.append(Violation(Area.SESSION, f"Round {seq} was sent before round {self.awaiting} was answered"))
+        if self.phase is Phase.OPEN:
+            out.extend(self._padding(frame))
+            if len(frame.draft) > self.draft_len:
+                out.append(
+                    Violation(
+                        Area.UPLINK,
+                        f"the draft has {len(frame.draft)} tokens, more than the declared K = {self.draft_len}",
+                    )
+                )
+        if len(frame.commit) > MAX_CANDIDATE_TOKENS:
+            out.append(Violation(Area.UPLINK, f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens"))
+        if len(frame.literal) > MAX_LITERAL_TOKENS:
+            out.append(Violation(Area.UPLINK, f"a placeholder has at most {MAX_LITERAL_TOKENS} tokens"))
+        out += _outside(frame.commit, self.vocab_size, "commit")
+        out += _outside(frame.draft, self.vocab_size, "draft")
+        out += _outside(frame.literal, self.vocab_size, "placeholder")
+        if frame.literal and self.placeholders is not None and self.placeholders < 1:
+            # Device-authored tokens outside the draft are only a guard's placeholder, declared first.
+            out.append(Violation(Area.UPLINK, f"Round {seq} carries a placeholder no guard decision declared"))
+        if frame.commit:
+            # A commit is the device's pick among the cloud's own candidates, so it can carry nothing else.
+            if self.candidates is None:
+                out.append(
+                    Violation(Area.UPLINK, "a commit was sent with no steering candidates outstanding", Breach.ORDER)
+                )
+            elif tuple(frame.commit) not in self.candidates:
+                out.append(
+                    Violation(
+                        Area.UPLINK,
+                        "the commit is not one of the last steering candidates (not one of the last downlink's)",
+                        Breach.ORDER,
+                    )
+                )
+        elif self.must_commit and not frame.literal:
+            out.append(
+                Violation(
+                    Area.UPLINK,
+                    "the last round rejected the draft, so this round must commit a recovery token",
+                    Breach.ORDER,
+                )
+            )
+        return out
+
+    def _padding(self, frame: wire.RoundFrame) -> list[Violation]:
+        expected = wire.padded_slots(self.draft_len) if self.padded else None
+        if frame.slots == expected:
+            return []
+        if frame.slots is None:
+            why = f"Round {frame.seq} is not padded, but the session declared padded frames: "
+            why += "every round must be a PaddedRound"
+        elif expected is None:
+            why = f"PaddedRound {frame.seq}: a PaddedRound in a session that did not declare padded frames"
+        else:
+            why = f"a padded round fills exactly {expected} (commit, draft, placeholder) slots; got {frame.slots}"
+        return [Violation(Area.UPLINK, why)]
+
+    def after_round(self, frame: wire.RoundFrame) -> None:
+        self.last_seq = max(self.last_seq, frame.seq)
+        self.awaiting, self.awaiting_draft = frame.seq, len(frame.draft)
+        self.candidates = None
+        self.must_commit = False
+        self.rounds += 1
+        if frame.literal and self.placeholders:
+            self.placeholders -= 1
+
+    # -- answers (downlinks) -----------------------------------------------------------------------
+
+    def answer_violations(self, seq: int, accepted: int) -> list[Violation]:
+        if self.awaiting is None:
+            return [Violation(Area.SESSION, f"downlink seq {seq} answers no outstanding round")]
+        if seq != self.awaiting:
+            return [
+                Violation(Area.SESSION, f"downlink seq {seq} does not answer the outstanding round {self.awaiting}")
+            ]
+        if accepted > self.awaiting_draft:
+            return [Violation(Area.DOWNLINK, f"accepted {accepted} of a {self.awaiting_draft}-token draft")]
+        return []
+
+    def after_answer(
+        self, seq: int, accepted: int, candidates: Iterable[Sequence[int]], *, fusion_vector: bool = False
+    ) -> None:
+        """Record the answer; a dense fusion vector (token-level fusion) lets the commit be any one token."""
+        drafted = self.awaiting_draft
+        if self.awaiting is not None and seq == self.awaiting:
+            self.awaiting = None
+        self.candidates = ANY_ONE_TOKEN if fusion_vector else (frozenset(tuple(c) for c in candidates) or None)
+        # With candidates out, a rejected (or empty) draft obliges the next round to recover.
+        self.must_commit = self.candidates is not None and (accepted < drafted or drafted == 0)
+
+    # -- Close and local ends ----------------------------------------------------------------------
+
+    def close_violations(self, seq: int) -> list[Violation]:
+        out: list[Violation] = []
+        if self.phase is Phase.BEGUN:
+            out.append(Violation(Area.SESSION, f"{NO_SESSION}: nothing to Close"))
+        elif self.phase is Phase.CLOSED:
+            out.append(self.after_end("a Close"))
+        if seq != self.last_seq + 1:
+            out.append(
+                Violation(
+                    Area.SESSION,
+                    f"Close seq {seq} where {self.last_seq + 1} was expected: it does not follow the last round "
+                    f"{self.last_seq}",
+                )
+            )
+        return out
+
+    def after_close(self) -> None:
+        if self.phase is not Phase.FELL_BACK:
+            self.phase = Phase.CLOSED
+
+
+@dataclass
+class SessionState:
+    """What one session has declared and done so far, followed from its recorded bytes."""
+
+    session_id: str
+    vocab_size: int
+    max_top_k: int
+    top_k: int = 0
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    fallback_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    # Guard decisions by (decision, placeholder).
+    guard: Counter[tuple[str, str]] = field(default_factory=Counter)
+    fusion: bool = False  # the session declared method fusion: dense fusion vectors may come down
+    rounds_contract: RoundContract = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rounds_contract = RoundContract(vocab_size=self.vocab_size, placeholders=0)
+
+    @property
+    def phase(self) -> Phase:
+        return self.rounds_contract.phase
+
+    @property
+    def ended(self) -> bool:
+        return self.rounds_contract.ended
+
+    @property
+    def rounds(self) -> int:
+        return self.rounds_contract.rounds
 
     @property
     def k(self) -> int:
@@ -154,30 +364,28 @@ class SessionState:
         if kind is None:
             out.append(Violation(Area.UPLINK, "the Uplink carries no Open, Round or Close"))
             return out, self._count_up(payload)
-        if self.ended and not (kind == "close" and self.phase is Phase.FELL_BACK):
-            out.append(Violation(Area.SESSION, f"an uplink {kind} after the session {self.phase.value}"))
         if kind == "open":
             return self._open(msg.open, payload, out)
         if kind == "round":
-            frame = wire.round_frame(msg.round)
-            if self.padded:
-                out.append(Violation(Area.UPLINK, f"Round {frame.seq} is not padded, but the session declared padding"))
-            return self._round(frame, payload, out)
+            return self._round(wire.round_frame(msg.round), payload, out)
         if kind == "padded_round":
             p = msg.padded_round
-            slots = (len(p.commit_ids), len(p.draft_ids), len(p.literal_ids))
-            expected = wire.padded_slots(self.draft_len)
-            if not self.padded:
-                out.append(Violation(Area.UPLINK, f"PaddedRound {p.seq} in a session that declared no padding"))
-            elif slots != expected:
-                out.append(Violation(Area.UPLINK, f"PaddedRound {p.seq} fills {slots} slots, not {expected}"))
             try:
                 frame = wire.padded_frame(p)
             except ProtocolError as exc:  # a token after padding: checked as an empty round from here
                 out.append(Violation(Area.UPLINK, str(exc)))
-                frame = wire.RoundFrame(p.seq, (), (), (), slots=slots)
+                frame = wire.RoundFrame(
+                    p.seq, (), (), (), slots=(len(p.commit_ids), len(p.draft_ids), len(p.literal_ids))
+                )
             return self._round(frame, payload, out)
-        return self._close(msg.close, payload, out)
+        out += self.rounds_contract.close_violations(msg.close.seq)
+        count = self._count_up(payload)
+
+        def commit() -> None:
+            count()
+            self.rounds_contract.after_close()
+
+        return out, commit
 
     def _count_up(self, payload: bytes) -> Callable[[], None]:
         def commit() -> None:
@@ -186,8 +394,10 @@ class SessionState:
         return commit
 
     def _open(self, msg: pb.Open, payload: bytes, out: list[Violation]) -> tuple[list[Violation], Callable[[], None]]:
-        if self.phase is not Phase.BEGUN:
-            out.append(Violation(Area.SESSION, "a second Open in one session"))
+        if self.ended:
+            out.append(self.rounds_contract.after_end("an uplink open"))
+        else:
+            out += self.rounds_contract.open_violations()
         top_k = draft_len = 0
         padded = fusion = False
         try:
@@ -203,80 +413,26 @@ class SessionState:
                 )
         if not msg.prompt_ids:
             out.append(Violation(Area.UPLINK, "the Open carries no prompt tokens"))
-        bad = _out_of_vocab(list(msg.prompt_ids), self.vocab_size)
-        if bad:
-            out.append(
-                Violation(Area.UPLINK, f"prompt token ID(s) {bad[:5]} outside the vocabulary of {self.vocab_size}")
-            )
+        out += _outside(msg.prompt_ids, self.vocab_size, "prompt")
         count = self._count_up(payload)
 
         def commit() -> None:
             count()
             if self.phase is Phase.BEGUN:
-                self.phase, self.top_k, self.draft_len, self.padded = Phase.OPEN, top_k, draft_len, padded
-                self.fusion = fusion
+                self.top_k, self.fusion = top_k, fusion
+            self.rounds_contract.after_open(draft_len, padded)
 
         return out, commit
 
     def _round(
-        self, msg: wire.RoundFrame, payload: bytes, out: list[Violation]
+        self, frame: wire.RoundFrame, payload: bytes, out: list[Violation]
     ) -> tuple[list[Violation], Callable[[], None]]:
-        if self.phase is Phase.BEGUN:
-            out.append(Violation(Area.SESSION, "a Round before the session's Open"))
-        if msg.seq != self.last_seq + 1:
-            what = "a gap" if msg.seq > self.last_seq + 1 else "a repeat or reordering"
-            out.append(Violation(Area.SESSION, f"Round seq {msg.seq} follows seq {self.last_seq}: {what}"))
-        if self.awaiting is not None:
-            out.append(Violation(Area.SESSION, f"Round {msg.seq} was sent before round {self.awaiting} was answered"))
-        draft, commit_ids = list(msg.draft), list(msg.commit)
-        if self.phase is Phase.OPEN and len(draft) > self.draft_len:
-            out.append(
-                Violation(
-                    Area.UPLINK, f"the draft has {len(draft)} tokens, more than the declared K = {self.draft_len}"
-                )
-            )
-        literal = list(msg.literal)
-        bad = _out_of_vocab(draft + commit_ids + literal, self.vocab_size)
-        if bad:
-            out.append(Violation(Area.UPLINK, f"token ID(s) {bad[:5]} outside the vocabulary of {self.vocab_size}"))
-        if literal:
-            # Device-authored tokens outside the draft are only a guard's placeholder, declared first.
-            if len(literal) > MAX_LITERAL_TOKENS:
-                out.append(
-                    Violation(Area.UPLINK, f"a placeholder of {len(literal)} tokens (at most {MAX_LITERAL_TOKENS})")
-                )
-            if self.placeholders_declared < 1:
-                out.append(Violation(Area.UPLINK, f"Round {msg.seq} carries a placeholder no guard decision declared"))
-        if commit_ids:
-            # A commit is the device's pick among the cloud's own candidates, so it can carry nothing else.
-            if self.candidates is None:
-                out.append(Violation(Area.UPLINK, "a commit was sent with no steering candidates outstanding"))
-            elif tuple(commit_ids) not in self.candidates:
-                out.append(Violation(Area.UPLINK, "the commit is not one of the last downlink's candidates"))
+        out += self.rounds_contract.round_violations(frame)
         count = self._count_up(payload)
 
         def commit() -> None:
             count()
-            self.last_seq = max(self.last_seq, msg.seq)
-            self.awaiting, self.awaiting_draft = msg.seq, len(draft)
-            self.candidates = None
-            self.rounds += 1
-            if literal and self.placeholders_declared:
-                self.placeholders_declared -= 1
-
-        return out, commit
-
-    def _close(self, msg: pb.Close, payload: bytes, out: list[Violation]) -> tuple[list[Violation], Callable[[], None]]:
-        if self.phase is Phase.BEGUN:
-            out.append(Violation(Area.SESSION, "a Close before the session's Open"))
-        if msg.seq != self.last_seq + 1:
-            out.append(Violation(Area.SESSION, f"Close seq {msg.seq} does not follow the last round {self.last_seq}"))
-        count = self._count_up(payload)
-
-        def commit() -> None:
-            count()
-            if self.phase is not Phase.FELL_BACK:
-                self.phase = Phase.CLOSED
+            self.rounds_contract.after_round(frame)
 
         return out, commit
 
@@ -310,7 +466,7 @@ class SessionState:
                         f"candidate {i} has {len(cand.token_ids)} tokens (1 to {MAX_CANDIDATE_TOKENS} allowed)",
                     )
                 )
-            bad = _out_of_vocab(list(cand.token_ids), self.vocab_size)
+            bad = [t for t in cand.token_ids if t >= self.vocab_size]
             if bad:
                 out.append(Violation(Area.DOWNLINK, f"candidate {i} has token ID(s) {bad[:5]} outside the vocabulary"))
             if not math.isfinite(cand.value):
@@ -318,22 +474,13 @@ class SessionState:
         problem = wire.fusion_violation(msg, fusion=self.fusion, vocab_size=self.vocab_size)
         if problem is not None:
             out.append(Violation(Area.DOWNLINK, problem))
-        if self.awaiting is None:
-            out.append(Violation(Area.SESSION, f"downlink seq {msg.seq} answers no outstanding round"))
-        elif msg.seq != self.awaiting:
-            out.append(
-                Violation(Area.SESSION, f"downlink seq {msg.seq} does not answer the outstanding round {self.awaiting}")
-            )
-        elif msg.accepted > self.awaiting_draft:
-            out.append(Violation(Area.DOWNLINK, f"accepted {msg.accepted} of a {self.awaiting_draft}-token draft"))
+        out += self.rounds_contract.answer_violations(msg.seq, msg.accepted)
 
         def commit() -> None:
             count()
-            if self.awaiting is not None and msg.seq == self.awaiting:
-                self.awaiting = None
-            self.candidates = frozenset(tuple(c.token_ids) for c in msg.candidates) or None
-            if msg.HasField("fusion"):
-                self.candidates = ANY_ONE_TOKEN
+            self.rounds_contract.after_answer(
+                msg.seq, msg.accepted, [c.token_ids for c in msg.candidates], fusion_vector=msg.HasField("fusion")
+            )
 
         return out, commit
 
@@ -344,7 +491,7 @@ class SessionState:
 
         def commit() -> None:
             if not self.ended:
-                self.phase, self.fallback_reason = Phase.FELL_BACK, reason
+                self.rounds_contract.phase, self.fallback_reason = Phase.FELL_BACK, reason
 
         return out, commit
 
@@ -353,7 +500,7 @@ class SessionState:
 
         def commit() -> None:
             self.guard[(decision, placeholder)] += count
-            if decision == GUARD_PLACEHOLDER:
-                self.placeholders_declared += count
+            if decision == GuardDecision.PLACEHOLDER and self.rounds_contract.placeholders is not None:
+                self.rounds_contract.placeholders += count
 
         return out, commit

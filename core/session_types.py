@@ -26,6 +26,14 @@ MAX_LITERAL_TOKENS = 16  # Specialist tokens of one guard placeholder (Round.lit
 MAX_ADAPTER_VERSION = 2**31 - 1
 
 
+class GuardDecision(StrEnum):
+    """The egress guard's decisions, as the device records them and `audit verify` reads them."""
+
+    CUT = "cut"  # a shorter draft
+    PLACEHOLDER = "placeholder"  # a placeholder on the wire in place of a span
+    KEEP_LOCAL = "keep-local"  # the rest of the text kept on the device
+
+
 class Method(StrEnum):
     """Decoding methods; all but the first two need the cloud."""
 

@@ -312,11 +312,11 @@ def _passphrase() -> str:
 
 def _seal(profile: Path, out: Path) -> int:
     from privacy.data import PrivacyError
+    from privacy.profile_format import read_profile
     from privacy.vault import PassphraseKeyProvider, ProfileVault
-    from sdk.context import Profile
 
     # Parse first: sealing a file the SDK cannot read would only fail later, on the device.
-    parsed = Profile.from_file(profile)
+    parsed = read_profile(profile)
     if out.resolve() == profile.resolve():
         raise PrivacyError("the vault must not overwrite the profile it seals")
     ProfileVault.seal(profile.read_bytes(), out, PassphraseKeyProvider(_passphrase))

@@ -27,7 +27,7 @@ from audit.log import scan_log
 from audit.transcript import read_transcript
 from core import wire
 from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
+from core.wire import pb
 from privacy.detectors import identities_from_trailers
 from privacy.errors import PrivacyError
 from privacy.leakage import CanarySpace

@@ -43,6 +43,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from core.session_types import GuardDecision
+
 __all__ = [
     "CANARY",
     "CARD",
@@ -566,8 +568,9 @@ def _encode_all(tokenizer: Tokenizer, texts: Iterable[str]) -> list[list[int]]:
 class Policy(StrEnum):
     """What happens to a span at the front of the uplink (a deployment setting)."""
 
-    PLACEHOLDER = "placeholder"  # the cloud gets placeholder tokens, the user's text the real span
-    KEEP_LOCAL = "keep-local"  # nothing of it goes up: the device finishes the text alone
+    # Each policy is also the decision the device records (`core.session_types.GuardDecision`).
+    PLACEHOLDER = GuardDecision.PLACEHOLDER.value  # the cloud gets placeholder tokens, the user's text the real span
+    KEEP_LOCAL = GuardDecision.KEEP_LOCAL.value  # nothing of it goes up: the device finishes the text alone
 
 
 @dataclass(frozen=True)
@@ -720,7 +723,7 @@ class EgressGuard:
         if hold:
             action = "hold"
         elif cut > 0:
-            action = "cut"
+            action = GuardDecision.CUT.value
         else:
             action = self.policy.value
         return GuardVerdict(
@@ -732,11 +735,6 @@ class EgressGuard:
             spans=tuple(spans),
             action=action,
         )
-
-    def allows(self, committed_ids: Sequence[int], candidate: Sequence[int], tokenizer: Tokenizer) -> bool:
-        """Whether a recovery candidate can be committed without starting a complete span."""
-        v = self.check(committed_ids, candidate, tokenizer)
-        return v.cut_at is None or v.hold
 
 
 def token_offsets(tokenizer: Tokenizer, context: Sequence[int], new: Sequence[int]) -> tuple[str, list[int]]:

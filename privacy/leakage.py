@@ -10,7 +10,8 @@
 * Membership of one history document: an attacker's scores on runs with and without the document;
   AUROC and TPR at a fixed (1 %) false-positive rate.
 * The size channel: per-round uplink sizes against a secret label (mutual information and the best
-  size-based guess), and the constant-size frame that closes it (`encode_padded_round`).
+  size-based guess). The constant-size frame that closes it is the wire's own `PaddedRound`
+  (`core.wire.encode_round(..., pad_to=K)`), which a session declares with `padded_frames`.
 """
 
 from __future__ import annotations
@@ -25,21 +26,16 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "PAD_ID",
     "CanarySpace",
-    "FrameShape",
     "NgramLeakage",
     "SizeChannel",
     "auroc",
     "canary_scores",
     "counterfactual_ngram_leakage",
-    "decode_padded_round",
-    "encode_padded_round",
     "exposure",
     "exposure_from_rank",
     "membership_score",
     "ngrams",
-    "padded_round_size",
     "plant_canary",
     "roc_curve",
     "size_channel",
@@ -338,128 +334,3 @@ def size_channel(sizes: Sequence[int], secrets_: Sequence[object]) -> SizeChanne
         baseline=max(by_secret.values()) / total,
         distinct_sizes=len(by_size),
     )
-
-
-# A reserved ID outside every vocabulary (the audit schema caps vocabularies at 2^32 entries, and
-# no real one comes near): padding slots carry it, the verifier strips it.
-PAD_ID = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class FrameShape:
-    """Slots of a constant-size round: `commit_slots` >= the longest recovery candidate, `draft_slots` = K."""
-
-    commit_slots: int
-    draft_slots: int
-
-    def __post_init__(self) -> None:
-        if self.commit_slots < 1 or self.draft_slots < 1:
-            raise ValueError("a padded frame needs at least one commit slot and one draft slot")
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _packed_fixed32(field_number: int, values: Sequence[int]) -> bytes:
-    body = b"".join(int(v).to_bytes(4, "little") for v in values)
-    return _varint(field_number << 3 | 2) + _varint(len(body)) + body
-
-
-def encode_padded_round(seq: int, commit: Sequence[int], draft: Sequence[int], shape: FrameShape) -> bytes:
-    """The proposed constant-size uplink round, in protobuf wire format.
-
-    Proposed schema (not in core/proto yet)::
-
-        message PaddedRound {
-          fixed32 seq = 1;                  // from 1, so never the omitted default
-          repeated fixed32 commit_ids = 2;  // exactly commit_slots entries, trailing PAD_ID
-          repeated fixed32 draft_ids = 3;   // exactly draft_slots entries, trailing PAD_ID
-        }
-        message Uplink { oneof kind { ...; PaddedRound padded_round = 4; } }
-
-    fixed32 makes every ID 4 bytes whatever its value (a varint's width leaks the ID's magnitude),
-    and a fixed slot count hides how many tokens a round carries, so every round of a session is
-    the same number of bytes. These bytes equal protobuf's deterministic serialization of that message.
-    """
-    if not 1 <= seq < 2**32:
-        raise ValueError(f"a round's seq is in [1, 2^32); got {seq}")
-    if len(commit) > shape.commit_slots or len(draft) > shape.draft_slots:
-        raise ValueError(
-            f"{len(commit)} commit and {len(draft)} draft tokens do not fit "
-            f"{shape.commit_slots} and {shape.draft_slots} slots"
-        )
-    for t in (*commit, *draft):
-        if not 0 <= t < PAD_ID:
-            raise ValueError(f"token ID {t} is outside [0, PAD_ID)")
-    inner = (
-        _varint(1 << 3 | 5)
-        + int(seq).to_bytes(4, "little")
-        + _packed_fixed32(2, [*commit, *[PAD_ID] * (shape.commit_slots - len(commit))])
-        + _packed_fixed32(3, [*draft, *[PAD_ID] * (shape.draft_slots - len(draft))])
-    )
-    return _varint(4 << 3 | 2) + _varint(len(inner)) + inner
-
-
-def padded_round_size(shape: FrameShape) -> int:
-    """The byte size of every padded round with this shape."""
-    return len(encode_padded_round(1, [], [], shape))
-
-
-def decode_padded_round(raw: bytes, shape: FrameShape) -> tuple[int, list[int], list[int]]:
-    """(seq, commit, draft) with the padding stripped; refuses anything but the exact padded layout.
-
-    Padding must be trailing and exactly PAD_ID: any other value in a pad slot would be a covert
-    channel, so it is an error rather than something to ignore.
-    """
-    if len(raw) != padded_round_size(shape):
-        raise ValueError(f"a padded round of this shape is {padded_round_size(shape)} bytes; got {len(raw)}")
-    pos = _expect(raw, 0, 4 << 3 | 2)
-    _, pos = _read_varint(raw, pos)
-    pos = _expect(raw, pos, 1 << 3 | 5)
-    seq = int.from_bytes(raw[pos : pos + 4], "little")
-    pos += 4
-    fields: list[list[int]] = []
-    for number, slots in ((2, shape.commit_slots), (3, shape.draft_slots)):
-        pos = _expect(raw, pos, number << 3 | 2)
-        size, pos = _read_varint(raw, pos)
-        if size != 4 * slots:
-            raise ValueError("a padded round's slot count does not match the frame shape")
-        values = [int.from_bytes(raw[pos + 4 * i : pos + 4 * i + 4], "little") for i in range(slots)]
-        pos += size
-        used = next((i for i, v in enumerate(values) if v == PAD_ID), slots)
-        if any(v != PAD_ID for v in values[used:]):
-            raise ValueError("padding is not trailing PAD_ID slots")
-        fields.append(values[:used])
-    commit, draft = fields
-    # The layout is fixed, so a canonical frame re-encodes to the very same bytes.
-    if seq < 1 or encode_padded_round(seq, commit, draft, shape) != raw:
-        raise ValueError("the bytes are not a canonical padded round")
-    return seq, commit, draft
-
-
-def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(raw) and shift < 35:
-        byte = raw[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("a padded round holds a truncated or oversized varint")
-
-
-def _expect(raw: bytes, pos: int, tag: int) -> int:
-    value, end = _read_varint(raw, pos)
-    if value != tag:
-        raise ValueError(f"a padded round has field tag {value} where {tag} belongs")
-    return end

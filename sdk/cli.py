@@ -9,21 +9,18 @@ With `--server` (or a client config) the cloud verifier is remote, over mutual T
 anchors; only the Specialist is loaded here. Without it, the verifier runs in this process
 (through the wire format). `sdk demo` makes a throwaway PKI, starts `server serve` on loopback,
 generates over TLS, prints the text and stats, and stops the server; `--in-process` skips all that.
+
+This package never imports the cloud (docs/architecture.md): the in-process verifier and the demo
+are found through the entry points the cloud side registers (`sdk.cloud_plugins`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -32,10 +29,10 @@ from pathlib import Path
 from core.cli import EXIT_ERROR
 from core.cli import Parser as _Parser
 from core.errors import ConfigError, SpecSteerError
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
-from core.prompts import task_prompt
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
+from sdk.cloud_plugins import LocalVerifierFactory, local_verifier_factory, sdk_command
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap, RecorderTap
@@ -172,20 +169,19 @@ def build_local(
     seed: int,
     context_entries: int,
     federation_state: Path | None = None,
+    factory: LocalVerifierFactory | None = None,
 ) -> LocalRun:
+    """The device's Specialist and, if a Generalist is given, the in-process verifier beside it.
+
+    The verifier comes from `factory`, by default the one the cloud package registers
+    (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
+    """
     device_lm = device_specialist(specialist_lm, federation_state)
     specialist = Specialist(device_lm, profile, context_entries=context_entries)
     if generalist_lm is None:
         return LocalRun(specialist, None)
-    # Device code never imports the server; the in-process mode is the one place that joins them.
-    from server.main import GlobalAdapters
-    from server.session import CloudVerifier
-
-    # The cloud's generic Specialist copy has the same base weights: in one process, share them
-    # (and its global adapters: the device's copies of the federated versions).
-    adapters = None if federation_state is None else GlobalAdapters(specialist_lm, Path(federation_state) / "global")
-    cloud = CloudVerifier(generalist_lm, specialist_lm, seed=seed, global_adapters=adapters)
-    return LocalRun(specialist, InProcessVerifier(cloud.open, vocab_size=specialist_lm.vocab_size))
+    make = factory or local_verifier_factory()
+    return LocalRun(specialist, make(specialist_lm, generalist_lm, seed=seed, federation_state=federation_state))
 
 
 def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM:
@@ -225,7 +221,9 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
     return ClientConfig(**{k: v for k, v in flags.items() if v is not None})
 
 
-def _check(args: argparse.Namespace, prompt: str, *, remote: bool = False) -> tuple[SessionParams, DecodeOptions]:
+def check_options(
+    args: argparse.Namespace, prompt: str, *, remote: bool = False
+) -> tuple[SessionParams, DecodeOptions]:
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
         raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
@@ -238,7 +236,7 @@ def _check(args: argparse.Namespace, prompt: str, *, remote: bool = False) -> tu
 
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
-    _log(args, f"loading Specialist {args.specialist}")
+    log(args, f"loading Specialist {args.specialist}")
     lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
     lm = device_specialist(lm, getattr(args, "federation_state", None))
     return Specialist(lm, profile, context_entries=args.context_entries)
@@ -248,12 +246,12 @@ def run_remote(
     args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig, tap: EgressTap | None = None
 ) -> Generation:
     """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
-    params, options = _check(args, prompt)
+    params, options = check_options(args, prompt)
     with SpecSteerClient.connect(specialist, config, tap=tap) as client:
-        _log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
+        log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
         result = client.generate(prompt, params, options)
     if result.stats.fallback is not None:
-        _log(args, f"{result.fallback_detail}; the Specialist finished the text on this device")
+        log(args, f"{result.fallback_detail}; the Specialist finished the text on this device")
     return result
 
 
@@ -289,30 +287,33 @@ def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = N
 def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
-        _check(args, prompt, remote=True)
+        check_options(args, prompt, remote=True)
         config.identity()  # a bad pin set or certificate fails now, before the model loads
         with audit_tap(args.audit_log, args.audit_key, config.cert) as tap:
             return run_remote(args, prompt, load_specialist(args, profile), config, tap)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
-    params, options = _check(args, prompt)
-    _log(args, f"loading Specialist {args.specialist}")
+    params, options = check_options(args, prompt)
+    # The in-process verifier is cloud code, found by entry point: a missing one fails before the models load.
+    factory = local_verifier_factory() if params.method.uses_cloud else None
+    log(args, f"loading Specialist {args.specialist}")
     s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
     g_lm = None
     if params.method.uses_cloud:
-        _log(args, f"loading Generalist {args.generalist}")
+        log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
-    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, getattr(args, "federation_state", None))
+    federation_state = getattr(args, "federation_state", None)
+    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory)
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")
-    _log(args, f"generating with {params.method.value}")
+    log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)
 
 
-def _log(args: argparse.Namespace, message: str) -> None:
+def log(args: argparse.Namespace, message: str) -> None:
     print(f"sdk: {message}", file=sys.stderr, flush=True)
 
 
-def _print(args: argparse.Namespace, result: Generation, extra: dict[str, object]) -> None:
+def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, object]) -> None:
     if args.json:
         print(
             json.dumps(
@@ -327,124 +328,20 @@ def _print(args: argparse.Namespace, result: Generation, extra: dict[str, object
         print(f"  {key}: {value}")
 
 
-@contextmanager
-def verifier_process(
-    args: argparse.Namespace, pki_dir: Path, transcript_dir: Path | None = None, extra: Sequence[str] = ()
-) -> Iterator[Callable[[], int]]:
-    """Start `server serve` on 127.0.0.1 (a free port) with the PKI in `pki_dir`; stop it on exit.
-
-    Yields a function that waits until the verifier serves and returns its port, so the caller
-    can load its own model meanwhile.
-    """
-    port_file = pki_dir.parent / "port"
-    log_path = pki_dir.parent / "server.log"
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
-    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed)]
-    cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
-    if transcript_dir is not None:
-        cmd += ["--transcript-dir", str(transcript_dir)]
-    cmd += list(extra)
-    if args.cache_dir is not None:
-        cmd += ["--cache-dir", str(args.cache_dir)]
-    env = {**os.environ, "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL)
-
-    def ready() -> int:
-        # The first run converts the embedded models (minutes); later runs load them in seconds.
-        deadline = time.monotonic() + 1800
-        while not port_file.exists():
-            if proc.poll() is not None:
-                lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
-                raise ConfigError(f"the demo verifier did not start: {lines[-1]}")
-            if time.monotonic() > deadline:
-                raise ConfigError("the demo verifier did not start within 30 minutes")
-            time.sleep(0.2)
-        return int(port_file.read_text())
-
-    try:
-        yield ready
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -> Generation:
-    """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS with
-    an audit log of everything that crossed, stop the verifier, then `audit verify` that log."""
-    if not session_params(args).method.uses_cloud:
-        return run(args, prompt, profile)
-    _check(args, prompt, remote=True)
-    # Only the demo makes certificates and log keys on the device side; shipped device code
-    # never holds server code.
-    from audit.cli import main as audit_cli
-    from server.pki import init_pki, issue_device
-
-    audit_dir = args.audit_dir or default_cache_dir() / "demo-audit" / time.strftime("%Y%m%d-%H%M%S")
-    if audit_dir.exists() and any(audit_dir.iterdir()):
-        raise ConfigError(f"the demo's audit folder {audit_dir} is not empty; pick another with --audit-dir")
-    audit_dir.mkdir(parents=True, exist_ok=True)
-    if audit_cli(["keygen", "--name", "demo-device", "--out", str(audit_dir)]) != 0:
-        raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}")
-    log_dir, transcript_dir = audit_dir / "log", audit_dir / "server-transcript"
-    with tempfile.TemporaryDirectory(prefix="specsteer-demo-") as tmp:
-        pki = init_pki(Path(tmp) / "pki")
-        issue_device(pki.directory, "demo-user")
-        _log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
-        with verifier_process(args, pki.directory, transcript_dir) as ready:
-            specialist = load_specialist(args, profile)  # while the verifier loads its models
-            port = ready()
-            _log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
-            timeouts = {"round_timeout": args.round_timeout, "connect_timeout": args.connect_timeout}
-            config = ClientConfig(
-                server=f"127.0.0.1:{port}",
-                pins=pki.pins,
-                cert=pki.device_cert("demo-user"),
-                key=pki.device_key("demo-user"),
-                fallback=not args.no_fallback,
-                guard=args.guard or "placeholder",
-                **{k: v for k, v in timeouts.items() if v is not None},
-            )
-            with audit_tap(log_dir, audit_dir / "demo-device.key", config.cert) as tap:
-                result = run_remote(args, prompt, specialist, config, tap)
-        _log(args, "verifier stopped")
-    _log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
-    verify_args = ["verify", str(log_dir), "--key", str(audit_dir / "demo-device.pub")]
-    verify_args += ["--server-transcript", str(transcript_dir / "server-transcript.jsonl")]
-    # With --json, stdout carries only the result object; the auditor's report goes to stderr.
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
-        verified = audit_cli(verify_args)
-    if verified != 0:
-        raise ConfigError(f"audit verify failed on the demo's own log {log_dir}")
-    return result
-
-
 def demo_profile_path() -> Path:
     return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(words)
     try:
         if args.command == "demo":
-            profile = Profile.from_file(demo_profile_path())
-            queries = json.loads(demo_profile_path().read_text(encoding="utf-8"))["queries"]
-            if not 0 <= args.query < len(queries):
-                raise ConfigError(f"the demo user has queries 0 to {len(queries) - 1}; got {args.query}")
-            prompt = task_prompt(queries[args.query]["subject"])
-            if not args.json:
-                print(f"Prompt (public):\n{prompt}\n\nGenerated ({args.method}):")
-            result = run(args, prompt, profile) if args.in_process else run_demo_over_tls(args, prompt, profile)
-            _print(args, result, {"method": args.method, "prompt": prompt})
-        else:
-            profile = Profile.from_file(args.profile) if args.profile is not None else None
-            result = run(args, args.prompt, profile)
-            _print(args, result, {"method": args.method})
+            # The demo runs a verifier and audits its log: cloud code, registered by the cloud package.
+            return sdk_command("demo")(words[words.index("demo") + 1 :])
+        profile = Profile.from_file(args.profile) if args.profile is not None else None
+        result = run(args, args.prompt, profile)
+        print_result(args, result, {"method": args.method})
     except SpecSteerError as exc:
         print(f"sdk: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,9 +1,11 @@
 """The egress choke point: every byte the SDK sends to the verifier passes through here first.
 
-gRPC interceptors see message objects, not bytes, so the network client (`sdk/remote.py`)
-serializes each uplink itself and hands the exact bytes to `EgressSession.uplink` before giving
-them to gRPC (whose serializer is then the identity). A tap can log them, or refuse them by
-raising: a refused uplink is not sent, and the generation stops with that error (fail closed).
+The one path of an uplink: `sdk.remote` (`_send`) serializes it and hands the exact bytes to
+`EgressSession.uplink`, whose tap (`RecorderTap` → `audit.egress.EgressRecorder.record_uplink`
+when an audit log is configured) checks and logs them; only then do they go to gRPC, whose
+serializer is the identity (gRPC interceptors would see message objects, not bytes). A tap can
+log them, or refuse them by raising: a refused uplink is not sent, and the generation stops with
+that error (fail closed).
 Downlinks reach the tap as received, before they are parsed, so malformed ones are evidence too.
 
     egress = Egress(tap)                                   # tap: anything shaped like `EgressTap`

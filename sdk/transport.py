@@ -14,8 +14,8 @@ from typing import Protocol
 
 from core import wire
 from core.errors import SpecSteerError
-from core.proto import verifier_pb2 as pb
 from core.session_types import Method, SessionParams, Verdict
+from core.wire import pb
 
 
 class VerifierLost(SpecSteerError):

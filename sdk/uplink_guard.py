@@ -25,14 +25,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError
+from core.session_types import GuardDecision
 from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
 from sdk.context import Profile
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 
-CUT = "cut"
-PLACEHOLDER = "placeholder"
-KEEP_LOCAL = "keep-local"
+# The decisions on record are `core.session_types.GuardDecision`s, the names `audit verify` reads.
+CUT = GuardDecision.CUT
+PLACEHOLDER = GuardDecision.PLACEHOLDER
+KEEP_LOCAL = GuardDecision.KEEP_LOCAL
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 The stream's frames arrive as raw bytes (the request deserializer is the identity), so the
 server hashes exactly what arrived into the transcript, then parses with `core.wire.decode_uplink`
-(no unknown fields, canonical encoding, token IDs in the vocabulary). Every refusal ends only
-that stream, with a specific status:
+(no unknown fields, canonical encoding, token IDs in the vocabulary), then checks each frame
+against the one session contract (`core.contract.RoundContract`, held by the `CloudSession`) that
+the device's recorder and `audit verify` follow too. Every refusal ends only that stream, with a
+specific status:
 
     INVALID_ARGUMENT     a frame that does not parse, carries unknown fields or is not canonical;
                          token IDs outside the vocabulary; a draft longer than K; a prompt too
@@ -45,8 +47,9 @@ from cryptography.x509.oid import NameOID
 from audit.errors import AuditError
 from audit.identity import cert_sha256
 from core import wire
+from core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
 from core.errors import ProtocolError
-from core.session_types import MAX_CANDIDATE_TOKENS, MAX_LITERAL_TOKENS, Verdict
+from core.session_types import Verdict
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics
@@ -194,7 +197,7 @@ class VerifierService:
                 # Hash what arrived, before parsing: malformed and late frames are evidence too.
                 self.transcript.record_uplink(state.stream, raw)
             if state.ended:
-                raise self._precondition("a frame after Close: the session on this stream is over")
+                raise self._precondition(RoundContract(phase=Phase.CLOSED).after_end("a frame").message)
             try:
                 frame = wire.decode_uplink(raw, vocab_size=self.vocab_size)
             except ProtocolError as exc:
@@ -211,7 +214,7 @@ class VerifierService:
 
     async def _open_session(self, state: _Stream, frame: wire.OpenFrame) -> None:
         if state.session is not None or state.ended:
-            raise self._precondition("a second Open on one stream: a stream carries exactly one session")
+            raise self._precondition(SECOND_OPEN)
         assert state.device is not None
         if frame.params.top_k > self.config.max_top_k:
             raise _Abort(
@@ -246,45 +249,31 @@ class VerifierService:
             raise _Abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: the prompt cannot be processed ({exc})"
             ) from None
-        state.params_k = frame.params.draft_len
-        state.padded = frame.params.padded_frames
         self.metrics.open_latency.observe(time.perf_counter() - start)
         log.debug("stream %s: device %s (certificate sha256 %s) opened a session", state.stream, *state.device_ids)
 
+    def _refusal(self, exc: ContractError) -> _Abort:
+        """The session contract's verdict on a frame, as the status the device gets."""
+        if exc.violation.kind is Breach.ORDER:
+            return self._precondition(exc.violation.message)
+        return _Abort(grpc.StatusCode.INVALID_ARGUMENT, exc.violation.message)
+
     def _check_round(self, state: _Stream, frame: wire.RoundFrame) -> CloudSession:
         if state.session is None:
-            raise self._precondition("no session is open on this stream (unknown session): send Open first")
-        if frame.seq != state.seq + 1:
-            raise self._precondition(
-                f"round seq {frame.seq} where {state.seq + 1} was expected: rounds are numbered from 1 without gaps"
-            )
-        expected = wire.padded_slots(state.params_k) if state.padded else None
-        if frame.slots != expected:
-            if frame.slots is None:
-                why = "the session declared padded frames: every round must be a PaddedRound"
-            elif expected is None:
-                why = "a PaddedRound in a session that did not declare padded frames"
-            else:
-                why = f"a padded round fills exactly {expected} (commit, draft, placeholder) slots; got {frame.slots}"
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, why)
-        if len(frame.draft) > state.params_k:
-            raise _Abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the draft has {len(frame.draft)} tokens, more than the declared K = {state.params_k}",
-            )
-        if len(frame.commit) > MAX_CANDIDATE_TOKENS:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens")
-        if len(frame.literal) > MAX_LITERAL_TOKENS:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"a placeholder has at most {MAX_LITERAL_TOKENS} tokens")
+            raise self._precondition(f"{NO_SESSION}: send Open first")
+        try:
+            raise_first(state.session.contract.round_violations(frame))
+        except ContractError as exc:
+            raise self._refusal(exc) from None
         return state.session
 
     async def _round(self, state: _Stream, frame: wire.RoundFrame) -> bytes:
         session = self._check_round(state, frame)
         start = time.perf_counter()
         try:
-            verdict: Verdict = await self.scheduler.run(
-                session.round, list(frame.commit), list(frame.draft), list(frame.literal)
-            )
+            verdict: Verdict = await self.scheduler.run(session.round_frame, frame)
+        except ContractError as exc:
+            raise self._refusal(exc) from None
         except ProtocolError as exc:
             raise self._precondition(f"round {frame.seq} refused: {exc}") from None
         except (ValueError, IndexError, RuntimeError) as exc:
@@ -292,7 +281,6 @@ class VerifierService:
             raise _Abort(
                 grpc.StatusCode.OUT_OF_RANGE, f"round {frame.seq} cannot be verified: {exc}", outcome="failed"
             ) from None
-        state.seq = frame.seq
         m = self.metrics
         m.round_latency.observe(time.perf_counter() - start)
         m.rounds.inc()
@@ -304,9 +292,11 @@ class VerifierService:
 
     def _close(self, state: _Stream, frame: wire.CloseFrame) -> None:
         if state.session is None:
-            raise self._precondition("no session is open on this stream (unknown session): nothing to Close")
-        if frame.seq != state.seq + 1:
-            raise self._precondition(f"Close seq {frame.seq} where {state.seq + 1} was expected")
+            raise self._precondition(f"{NO_SESSION}: nothing to Close")
+        try:
+            raise_first(state.session.contract.close_violations(frame.seq))
+        except ContractError as exc:
+            raise self._refusal(exc) from None
         state.ended = True
         self._free(state)  # the device may still half-close late: the caches go now
 
@@ -347,9 +337,6 @@ class _Stream:
         self.stream = stream
         self.device: Device | None = None
         self.session: CloudSession | None = None
-        self.params_k = 0
-        self.padded = False
-        self.seq = 0
         self.frames = 0
         self.counted = False
         self.admitted = False  # counted in the device's live streams

@@ -11,15 +11,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from core import wire
+from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
 from core.kv import ForwardRunner, TokenSequence
 from core.models import CausalLM
 from core.prompts import render_prompt
 from core.session_types import (
-    ANY_ONE_TOKEN,
-    MAX_CANDIDATE_TOKENS,
-    MAX_LITERAL_TOKENS,
-    AnyOneToken,
     CandidatePolicy,
     FusionVector,
     Method,
@@ -107,17 +105,18 @@ class CloudSession:
             raise ProtocolError("the prompt is empty")
         if len(prompt_ids) > MAX_PROMPT_TOKENS:
             raise ProtocolError(f"the prompt has {len(prompt_ids)} tokens, more than {MAX_PROMPT_TOKENS}")
-        _check_tokens(prompt_ids, s_vocab, "prompt")
+        bad = [t for t in prompt_ids if not 0 <= t < s_vocab]
+        if bad:
+            raise ProtocolError(f"prompt token ID {bad[0]} is outside the vocabulary of {s_vocab}")
         if not params.method.uses_cloud:
             raise ProtocolError(f"method {params.method.value} opens no cloud session")
         if verifier.max_top_k is not None and params.top_k > verifier.max_top_k:
             raise ProtocolError(f"top-k {params.top_k} is above this verifier's maximum {verifier.max_top_k}")
         self.verifier = verifier
         self.params = params
-        self.rounds = 0
-        # None: no candidates outstanding; ANY_ONE_TOKEN after a dense fusion vector.
-        self._expect_commit: set[tuple[int, ...]] | AnyOneToken | None = None
-        self._must_commit = False  # the last round rejected a draft token (or drafted none): recover
+        # The session contract (core.contract) that the device's recorder and `audit verify` follow too.
+        self.contract = RoundContract(vocab_size=s_vocab)
+        self.contract.after_open(params.draft_len, params.padded_frames)
         self.closed = False
 
         prompt_text = verifier.s_codec.decode(prompt_ids)
@@ -137,28 +136,34 @@ class CloudSession:
             return {"draft_boundaries_shared": self.g.shared_boundaries}
         return {}
 
+    @property
+    def rounds(self) -> int:
+        return self.contract.rounds
+
     def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
         """Verify one draft after committing the device's choice from the last steering vector.
 
         `literal` is a guard placeholder the device sent in place of a sensitive span: appended
-        after the commit without verification (it may stand in for the recovery, too).
+        after the commit without verification (it may stand in for the recovery, too). For an
+        in-process caller; the server passes the frame it received to `round_frame`.
         """
-        params = self.params
+        return self.round_frame(self.contract.next_frame(commit, draft, literal))
+
+    def round_frame(self, frame: wire.RoundFrame) -> Verdict:
+        """Check `frame` against the session contract (`ContractError` if it breaks it), then verify."""
         if self.closed:
             raise ProtocolError("the session is closed")
-        _check_tokens(commit, self.verifier.specialist.vocab_size, "commit")
-        _check_tokens(draft, self.verifier.specialist.vocab_size, "draft")
-        _check_tokens(literal, self.verifier.specialist.vocab_size, "placeholder")
-        if len(draft) > params.draft_len:
-            raise ProtocolError(f"the draft has {len(draft)} tokens, more than K = {params.draft_len}")
-        if self._expect_commit is None and commit:
-            raise ProtocolError("a commit was sent with no steering candidates outstanding")
-        if self._expect_commit is not None and commit and tuple(commit) not in self._expect_commit:
-            raise ProtocolError("the commit is not one of the last steering candidates")
-        if self._must_commit and not commit and not literal:
-            raise ProtocolError("the last round rejected the draft, so this round must commit a recovery token")
-        self.rounds += 1
+        raise_first(self.contract.round_violations(frame))
+        self.contract.after_round(frame)
+        verdict = self._verify(list(frame.commit), list(frame.draft), list(frame.literal))
+        steering = verdict.steering
+        dense = isinstance(steering, FusionVector)
+        candidates = steering.candidates if isinstance(steering, SteeringVector) else ()
+        self.contract.after_answer(frame.seq, verdict.accepted, candidates, fusion_vector=dense)
+        return verdict
 
+    def _verify(self, commit: list[int], draft: list[int], literal: list[int]) -> Verdict:
+        params = self.params
         prefix = [*commit, *literal]
         self.s0.push(prefix)
         s_base = len(self.s0)
@@ -179,13 +184,9 @@ class CloudSession:
         self.s0.truncate(s_base + accepted)
         self.g.accept(accepted)
         if accepted and draft[accepted - 1] in self.verifier.specialist.eos_ids:
-            self._expect_commit, self._must_commit = None, False
             self.closed = True  # the text has ended
             return Verdict(accepted, None)
-        steering = self._steering()
-        self._expect_commit = ANY_ONE_TOKEN if isinstance(steering, FusionVector) else set(steering.candidates)
-        self._must_commit = accepted < len(draft) or not draft
-        return Verdict(accepted, steering)
+        return Verdict(accepted, self._steering())
 
     def _steering(self) -> SteeringVector | FusionVector:
         params = self.params
@@ -257,13 +258,3 @@ def _fit(row: torch.Tensor, size: int) -> torch.Tensor:
     if row.shape[-1] >= size:
         return row[:size]
     return torch.cat([row, torch.full((size - row.shape[-1],), -torch.inf, dtype=row.dtype)])
-
-
-def _check_tokens(tokens: Sequence[int], vocab_size: int, what: str) -> None:
-    for t in tokens:
-        if t < 0 or t >= vocab_size:
-            raise ProtocolError(f"{what} token ID {t} is outside the vocabulary of {vocab_size}")
-    if what == "commit" and len(tokens) > MAX_CANDIDATE_TOKENS:
-        raise ProtocolError(f"a commit has at most {MAX_CANDIDATE_TOKENS} tokens")
-    if what == "placeholder" and len(tokens) > MAX_LITERAL_TOKENS:
-        raise ProtocolError(f"a placeholder has at most {MAX_LITERAL_TOKENS} tokens")

@@ -39,9 +39,6 @@ class TextCodec:
         mine = {i: self.tokenizer.convert_ids_to_tokens(i) for i in self.special_ids}
         return {i: theirs[name] for i, name in mine.items() if name in theirs}
 
-    def round_trips(self, text: str) -> bool:
-        return self.decode(self.encode(text)) == text
-
     def ends_after(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
         """Where each of `tokens` ends in decode(prefix + tokens), in characters; None inside a character
         or where decoding is not prefix-stable."""

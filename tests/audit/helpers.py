@@ -7,6 +7,7 @@ verifies here is the same kind of log a device writes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +17,38 @@ from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
 from audit.note import SigningKey
 from core import wire
+from core.proto import verifier_pb2 as pb
 from core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 500
 DEVICE = DeviceIdentity("alice", "a1" * 32)  # the mTLS certificate the test logs bind
+
+
+def uplink_serializer(rec: EgressRecorder, session_id: str) -> Callable[[pb.Uplink], bytes]:
+    """A gRPC `request_serializer` over the recorder: serialize, check, log (fsync), then return the bytes.
+
+    The SDK does not send this way (it records through `sdk.egress.RecorderTap`); tests use it to
+    drive the recorder with messages, and to check it against a plain gRPC channel.
+    """
+    rec._state(session_id)  # refuses a session the recorder did not begin, before any message
+
+    def serialize(message: pb.Uplink) -> bytes:
+        payload = message.SerializeToString(deterministic=True)
+        rec.record_uplink(session_id, payload)
+        return payload
+
+    return serialize
+
+
+def downlink_deserializer(rec: EgressRecorder, session_id: str) -> Callable[[bytes], pb.Downlink]:
+    """A gRPC `response_deserializer` over the recorder: log the received bytes, then parse and check them."""
+    rec._state(session_id)  # refuses a session the recorder did not begin, before any message
+
+    def deserialize(payload: bytes) -> pb.Downlink:
+        rec.record_downlink(session_id, payload)
+        return pb.Downlink.FromString(payload)
+
+    return deserialize
 
 
 @dataclass
@@ -33,7 +62,7 @@ class BuiltLog:
 def run_session(rec: EgressRecorder, *, rounds: int = 2, top_k: int = 3, seed: int = 0, close: bool = True) -> str:
     """One device session through the real serializer hooks: Open, rounds with downlinks, Close."""
     sid = rec.begin_session(vocab_size=VOCAB)
-    up, down = rec.uplink_serializer(sid), rec.downlink_deserializer(sid)
+    up, down = uplink_serializer(rec, sid), downlink_deserializer(rec, sid)
     up(wire.open_to_proto([10 + seed, 11, 12], SessionParams(top_k=top_k, draft_len=4)))
     commit: list[int] = []
     for seq in range(1, rounds + 1):

@@ -19,6 +19,7 @@ from core import wire
 from core.errors import ProtocolError
 from core.proto import verifier_pb2 as pb
 from core.session_types import FusionVector, Method, SessionParams, SteeringVector, Verdict
+from tests.audit.helpers import downlink_deserializer, uplink_serializer
 
 VOCAB = 100
 
@@ -32,7 +33,7 @@ def rec(tmp_path: Path) -> Iterator[EgressRecorder]:
 
 def _opened(rec: EgressRecorder, *, top_k: int = 3, draft_len: int = 4) -> str:
     sid = rec.begin_session(vocab_size=VOCAB)
-    rec.uplink_serializer(sid)(wire.open_to_proto([1, 2, 3], SessionParams(top_k=top_k, draft_len=draft_len)))
+    uplink_serializer(rec, sid)(wire.open_to_proto([1, 2, 3], SessionParams(top_k=top_k, draft_len=draft_len)))
     return sid
 
 
@@ -47,7 +48,7 @@ def _payloads(rec: EgressRecorder, kind: str) -> list[bytes]:
 
 def test_the_serializer_logs_exactly_the_bytes_it_returns(rec: EgressRecorder) -> None:
     sid = _opened(rec)
-    sent = rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4, 5]))
+    sent = uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4, 5]))
     assert _payloads(rec, records.KIND_UPLINK)[-1] == sent
     assert pb.Uplink.FromString(sent).round.draft_ids == [4, 5]
     assert sid not in sent.hex() and len(sid) == 32  # the session ID stays on the device
@@ -114,7 +115,7 @@ def test_undeclared_or_unbounded_parameters_are_blocked(
 
 def test_a_commit_must_be_one_of_the_cloud_candidates(rec: EgressRecorder) -> None:
     sid = _opened(rec)
-    up, down = rec.uplink_serializer(sid), rec.downlink_deserializer(sid)
+    up, down = uplink_serializer(rec, sid), downlink_deserializer(rec, sid)
     up(wire.round_to_proto(1, [], [4]))
     down(wire.verdict_to_proto(1, Verdict(0, SteeringVector(((8,), (9, 10)), (0.0, -1.0)))).SerializeToString())
     _blocked(rec, sid, wire.round_to_proto(2, [11], [4]).SerializeToString(), "not one of the last downlink")
@@ -123,24 +124,24 @@ def test_a_commit_must_be_one_of_the_cloud_candidates(rec: EgressRecorder) -> No
 
 def test_nothing_leaves_after_close(rec: EgressRecorder) -> None:
     sid = _opened(rec)
-    rec.uplink_serializer(sid)(wire.close_to_proto(1))
+    uplink_serializer(rec, sid)(wire.close_to_proto(1))
     _blocked(rec, sid, wire.round_to_proto(1, [], [1]).SerializeToString(), "after the session closed")
 
 
 def test_a_bad_downlink_is_logged_as_evidence_and_rejected(rec: EgressRecorder) -> None:
     sid = _opened(rec, top_k=3)
-    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+    uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4]))
     msg = pb.Downlink(seq=1, accepted=1)
     for i in range(4):
         msg.candidates.add(token_ids=[i], value=0.0)
     with pytest.raises(ProtocolError, match=r"4 candidates, above the session's k = 3"):
-        rec.downlink_deserializer(sid)(msg.SerializeToString())
+        downlink_deserializer(rec, sid)(msg.SerializeToString())
     assert _payloads(rec, records.KIND_DOWNLINK) == [msg.SerializeToString()]
 
 
 def test_a_non_finite_downlink_value_is_rejected(rec: EgressRecorder) -> None:
     sid = _opened(rec)
-    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+    uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4]))
     msg = pb.Downlink(seq=1, accepted=0)
     msg.candidates.add(token_ids=[1], value=float("nan"))
     with pytest.raises(ProtocolError, match="non-finite"):
@@ -162,14 +163,14 @@ def test_device_local_records_hold_labels_never_text(rec: EgressRecorder) -> Non
 
 def test_a_session_must_be_begun_and_bounded(rec: EgressRecorder) -> None:
     with pytest.raises(AuditError, match="not begun"):
-        rec.uplink_serializer("0" * 32)
+        uplink_serializer(rec, "0" * 32)
     with pytest.raises(AuditError, match="k cap"):
         rec.begin_session(vocab_size=10, max_top_k=65)
 
 
 def test_a_placeholder_on_the_wire_must_be_declared_by_a_guard_decision(rec: EgressRecorder) -> None:
     sid = _opened(rec)
-    up = rec.uplink_serializer(sid)
+    up = uplink_serializer(rec, sid)
     with pytest.raises(EgressBlocked, match="placeholder no guard decision declared"):
         up(wire.round_to_proto(1, [], [4], [7, 8]))
     rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder="<EMAIL>")

@@ -23,12 +23,14 @@ from tests.audit.helpers import (
     build_log,
     checkpoint_notes,
     delete_record,
+    downlink_deserializer,
     record_data,
     replace_record,
     segment_path,
     swap_records,
     truncate_records,
     uplink_positions,
+    uplink_serializer,
     write_checkpoint_notes,
 )
 
@@ -170,17 +172,17 @@ def _log_with(tmp_path: Path, bad: str) -> BuiltLog:
     with AuditLog.open(tmp_path / "log", key) as log:
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=500)
-        rec.uplink_serializer(sid)(wire.open_to_proto([1, 2], SessionParams(top_k=WIRE_MAX_TOP_K, draft_len=4)))
+        uplink_serializer(rec, sid)(wire.open_to_proto([1, 2], SessionParams(top_k=WIRE_MAX_TOP_K, draft_len=4)))
         if bad == "uplink":
             payload = wire.round_to_proto(1, [], [5]).SerializeToString() + bytes([9 << 3, 42])
             log.append_session(records.KIND_UPLINK, sid, records.payload_fields("up", payload), payload=payload)
         else:
-            rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [3, 4]))
+            uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [3, 4]))
             msg = pb.Downlink(seq=1, accepted=2)
             for i in range(WIRE_MAX_TOP_K + 1):
                 msg.candidates.add(token_ids=[i], value=-float(i))
             with pytest.raises(ProtocolError):  # the device rejects it live, after logging it as evidence
-                rec.downlink_deserializer(sid)(msg.SerializeToString())
+                downlink_deserializer(rec, sid)(msg.SerializeToString())
         rec.record_fallback(sid, "protocol-error")
     return BuiltLog(tmp_path / "log", key, pub, [sid])
 

@@ -32,6 +32,7 @@ from sdk.remote import RemoteVerifier
 from server.main import VerifierServer
 from server.service import Device, VerifierService
 from server.session import CloudVerifier
+from tests.audit.helpers import downlink_deserializer, uplink_serializer
 from tests.audit.wire_capture import LoopbackRelay, grpc_messages
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, server_config
@@ -64,7 +65,7 @@ def _fake_verifier(transcript: ServerTranscript) -> grpc.Server:
 def _run_session(channel: grpc.Channel, rec: EgressRecorder, vocab: int) -> None:
     sid = rec.begin_session(vocab_size=vocab)
     call = channel.stream_stream(
-        METHOD, request_serializer=rec.uplink_serializer(sid), response_deserializer=rec.downlink_deserializer(sid)
+        METHOD, request_serializer=uplink_serializer(rec, sid), response_deserializer=downlink_deserializer(rec, sid)
     )
     outgoing: queue.Queue[pb.Uplink | None] = queue.Queue()
 

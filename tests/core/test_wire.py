@@ -123,3 +123,27 @@ def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:
 
     walk(pb.Uplink.DESCRIPTOR)
     assert "specsteer.v1.SessionParams" in seen
+
+
+def test_core_wire_is_the_only_module_that_imports_the_stubs() -> None:
+    """The README's promise: everything else reaches the generated messages through `core.wire`."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    importers = []
+    for package in ("core", "sdk", "server", "audit", "privacy", "federation", "demo", "bench"):
+        for path in sorted((root / package).rglob("*.py")):
+            if "_pb2" in path.name or path == root / "core" / "wire.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
+                if any(n == "core.proto" or n.startswith("core.proto.") for n in names):
+                    importers.append(str(path.relative_to(root)))
+    assert importers == []

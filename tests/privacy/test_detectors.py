@@ -327,13 +327,6 @@ def test_check_validates_send(char_tok: PreTrainedTokenizerFast) -> None:
         guard_for(char_tok).check([], [5, 6], char_tok, send=3)
 
 
-def test_allows_filters_recovery_candidates(char_tok: PreTrainedTokenizerFast) -> None:
-    g = guard_for(char_tok)
-    committed = ids(char_tok, "mail bob@example.co")
-    assert not g.allows(committed, ids(char_tok, "m "), char_tok)  # completes the address
-    assert g.allows(ids(char_tok, "The fix"), ids(char_tok, " is"), char_tok)
-
-
 def test_token_offsets_survive_split_multibyte_characters(bpe_tok: PreTrainedTokenizerFast) -> None:
     text = "caf\u00e9 \u2603 ok"
     all_ids = ids(bpe_tok, text)

@@ -6,23 +6,17 @@ import math
 
 import numpy as np
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from core import wire
 from privacy.leakage import (
-    PAD_ID,
     CanarySpace,
-    FrameShape,
     auroc,
     canary_scores,
     counterfactual_ngram_leakage,
-    decode_padded_round,
-    encode_padded_round,
     exposure,
     exposure_from_rank,
     membership_score,
     ngrams,
-    padded_round_size,
     plant_canary,
     roc_curve,
     size_channel,
@@ -175,62 +169,3 @@ def test_current_round_frames_vary_in_size() -> None:
         len(wire.encode_round(3, [12], [5, 6, 7, 8])),
     }
     assert len(sizes) == 4
-
-
-def _proposed_message_class() -> type:
-    fdp = descriptor_pb2.FileDescriptorProto(name="padded_test.proto", package="ptest", syntax="proto3")
-    m = fdp.message_type.add(name="PaddedRound")
-    f32, rep, opt = (
-        descriptor_pb2.FieldDescriptorProto.TYPE_FIXED32,
-        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-        descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-    )
-    m.field.add(name="seq", number=1, type=f32, label=opt)
-    m.field.add(name="commit_ids", number=2, type=f32, label=rep)
-    m.field.add(name="draft_ids", number=3, type=f32, label=rep)
-    up = fdp.message_type.add(name="Uplink")
-    up.field.add(
-        name="padded_round",
-        number=4,
-        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-        label=opt,
-        type_name=".ptest.PaddedRound",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("ptest.Uplink"))
-
-
-@pytest.mark.parametrize("draft_slots", [4, 40])
-def test_padded_rounds_are_constant_size_and_are_real_protobuf(draft_slots: int) -> None:
-    shape = FrameShape(commit_slots=3, draft_slots=draft_slots)
-    cases = [(1, [], []), (2, [7], [1, 2, 3, 4]), (300, [40000, 1, 2], [49151] * 4), (2**31, [], [0])]
-    uplink = _proposed_message_class()
-    sizes = set()
-    for seq, commit, draft in cases:
-        raw = encode_padded_round(seq, commit, draft, shape)
-        sizes.add(len(raw))
-        msg = uplink()
-        msg.padded_round.seq = seq
-        msg.padded_round.commit_ids.extend([*commit, *[PAD_ID] * (3 - len(commit))])
-        msg.padded_round.draft_ids.extend([*draft, *[PAD_ID] * (draft_slots - len(draft))])
-        assert raw == msg.SerializeToString(deterministic=True)
-        assert decode_padded_round(raw, shape) == (seq, commit, draft)
-    assert sizes == {padded_round_size(shape)}
-
-
-def test_padded_round_refuses_covert_padding_and_overflow() -> None:
-    shape = FrameShape(commit_slots=2, draft_slots=4)
-    raw = bytearray(encode_padded_round(5, [1], [2, 3], shape))
-    # Put a token after a pad slot: padding is no longer trailing PAD_ID.
-    raw[-4:] = (9).to_bytes(4, "little")
-    with pytest.raises(ValueError, match="trailing"):
-        decode_padded_round(bytes(raw), shape)
-    with pytest.raises(ValueError, match="bytes"):
-        decode_padded_round(b"\x22\x00", shape)
-    with pytest.raises(ValueError, match="fit"):
-        encode_padded_round(1, [1, 2, 3], [], shape)
-    with pytest.raises(ValueError, match="PAD_ID"):
-        encode_padded_round(1, [], [PAD_ID], shape)
-    with pytest.raises(ValueError, match="seq"):
-        encode_padded_round(0, [], [], shape)

@@ -123,7 +123,7 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
 
 def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: PreTrainedTokenizerFast) -> None:
     """Guard cuts shorten drafts, so frame sizes reveal that a span was near; padded frames do not."""
-    from privacy.leakage import FrameShape, encode_padded_round
+    from core import wire
 
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(2, canary)
@@ -134,8 +134,9 @@ def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: 
     near = [int(guard.check([], s, char_tok).cut_at is not None or len(s) != 4) for s in result.sent]
     sizes = [len(f) for f in result.frames]
     assert size_channel(sizes, near).mutual_information_bits > 0.05
-    shape = FrameShape(commit_slots=4, draft_slots=max(len(s) for s in result.sent))
-    padded = [len(encode_padded_round(i + 1, [], s, shape)) for i, s in enumerate(result.sent)]
+    # The wire's own padded codec (a session that declared padded_frames, K = the longest round).
+    k = max(len(s) for s in result.sent)
+    padded = [len(wire.encode_round(i + 1, [], s, pad_to=k)) for i, s in enumerate(result.sent)]
     assert len(set(padded)) == 1
     assert size_channel(padded, near).mutual_information_bits == 0.0
 

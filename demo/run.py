@@ -1,0 +1,119 @@
+"""The demo's orchestration: a throwaway PKI, `server serve` on loopback, the device's generation
+over mutual TLS with an audit log, then `audit verify` on that log, as an auditor would."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from audit.cli import main as audit_cli
+from core.errors import ConfigError
+from core.models import default_cache_dir
+from sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
+from sdk.client import ClientConfig
+from sdk.context import Profile
+from sdk.device import Generation
+from server.pki import init_pki, issue_device
+
+__all__ = ["run_demo_over_tls", "verifier_process"]
+
+
+@contextmanager
+def verifier_process(
+    args: argparse.Namespace, pki_dir: Path, transcript_dir: Path | None = None, extra: Sequence[str] = ()
+) -> Iterator[Callable[[], int]]:
+    """Start `server serve` on 127.0.0.1 (a free port) with the PKI in `pki_dir`; stop it on exit.
+
+    Yields a function that waits until the verifier serves and returns its port, so the caller
+    can load its own model meanwhile.
+    """
+    port_file = pki_dir.parent / "port"
+    log_path = pki_dir.parent / "server.log"
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
+    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed)]
+    cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
+    if transcript_dir is not None:
+        cmd += ["--transcript-dir", str(transcript_dir)]
+    cmd += list(extra)
+    if args.cache_dir is not None:
+        cmd += ["--cache-dir", str(args.cache_dir)]
+    env = {**os.environ, "GRPC_VERBOSITY": os.environ.get("GRPC_VERBOSITY", "ERROR")}
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file, env=env, stdin=subprocess.DEVNULL)
+
+    def ready() -> int:
+        # The first run converts the embedded models (minutes); later runs load them in seconds.
+        deadline = time.monotonic() + 1800
+        while not port_file.exists():
+            if proc.poll() is not None:
+                lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
+                raise ConfigError(f"the demo verifier did not start: {lines[-1]}")
+            if time.monotonic() > deadline:
+                raise ConfigError("the demo verifier did not start within 30 minutes")
+            time.sleep(0.2)
+        return int(port_file.read_text())
+
+    try:
+        yield ready
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -> Generation:
+    """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS with
+    an audit log of everything that crossed, stop the verifier, then `audit verify` that log."""
+    if not session_params(args).method.uses_cloud:
+        return run(args, prompt, profile)
+    check_options(args, prompt, remote=True)
+    audit_dir = args.audit_dir or default_cache_dir() / "demo-audit" / time.strftime("%Y%m%d-%H%M%S")
+    if audit_dir.exists() and any(audit_dir.iterdir()):
+        raise ConfigError(f"the demo's audit folder {audit_dir} is not empty; pick another with --audit-dir")
+    audit_dir.mkdir(parents=True, exist_ok=True)
+    if audit_cli(["keygen", "--name", "demo-device", "--out", str(audit_dir)]) != 0:
+        raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}")
+    log_dir, transcript_dir = audit_dir / "log", audit_dir / "server-transcript"
+    with tempfile.TemporaryDirectory(prefix="specsteer-demo-") as tmp:
+        pki = init_pki(Path(tmp) / "pki")
+        issue_device(pki.directory, "demo-user")
+        log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
+        with verifier_process(args, pki.directory, transcript_dir) as ready:
+            specialist = load_specialist(args, profile)  # while the verifier loads its models
+            port = ready()
+            log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
+            timeouts = {"round_timeout": args.round_timeout, "connect_timeout": args.connect_timeout}
+            config = ClientConfig(
+                server=f"127.0.0.1:{port}",
+                pins=pki.pins,
+                cert=pki.device_cert("demo-user"),
+                key=pki.device_key("demo-user"),
+                fallback=not args.no_fallback,
+                guard=args.guard or "placeholder",
+                **{k: v for k, v in timeouts.items() if v is not None},
+            )
+            with audit_tap(log_dir, audit_dir / "demo-device.key", config.cert) as tap:
+                result = run_remote(args, prompt, specialist, config, tap)
+        log(args, "verifier stopped")
+    log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
+    verify_args = ["verify", str(log_dir), "--key", str(audit_dir / "demo-device.pub")]
+    verify_args += ["--server-transcript", str(transcript_dir / "server-transcript.jsonl")]
+    # With --json, stdout carries only the result object; the auditor's report goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        verified = audit_cli(verify_args)
+    if verified != 0:
+        raise ConfigError(f"audit verify failed on the demo's own log {log_dir}")
+    return result
