@@ -2,6 +2,7 @@
 
     python -m bench.guard_recall [--data /work/shared/data/commit-bodies-dev.jsonl] [--per-category 30]
                                  [--negatives 400] [--seed 0] [--draft-len 4] [--baseline REV]
+                                 [--ordinary FILE]
                                  [--out docs/results]
 
 Positives: sensitive spans in commit-body-like sentences, generated here from a seed with
@@ -577,7 +578,7 @@ def render(result: dict[str, Any]) -> str:
         "| **false positives** (ordinary sentences) | "
         + str(result["negatives"])
         + " | "
-        + " | ".join(f"{100 * r['false_positives_patterns'] / r['negatives']:.1f} %" for r in runs)
+        + " | ".join(f"{100 * r['false_positive_rate']:.1f} % ({r['false_positives']})" for r in runs)
         + " |"
     )
     lines.append(
@@ -621,6 +622,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--draft-len", type=int, default=4)
     parser.add_argument("--baseline", default=None, help="a git revision whose detectors to compare")
+    parser.add_argument(
+        "--ordinary", type=Path, default=None, help="ordinary sentences, one a line (default: dev data)"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args(list(argv) if argv is not None else None)
     if not args.data.is_file():
@@ -634,7 +638,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     # The guards' histories: the bodies of the first four dev users; ordinary text: the others' targets.
     histories = [[e["body"] for e in u["profile"] if e.get("body")] for u in users[:4]]
     samples = positives(rng, persons, args.per_category)
-    negatives = ordinary_sentences(users[4:], args.negatives, rng)
+    if args.ordinary is not None:
+        negatives = [line for line in args.ordinary.read_text().splitlines() if line.strip()][: args.negatives]
+    else:
+        negatives = ordinary_sentences(users[4:], args.negatives, rng)
     baseline = load_baseline(args.baseline) if args.baseline else None
     gs = guards(persons, histories, tok, baseline)
     order = ["baseline", "guard"] if baseline is not None else ["guard"]

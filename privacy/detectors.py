@@ -1,14 +1,18 @@
 """The egress guard: finds sensitive spans in a draft before it leaves the device.
 
-Pure: no I/O, no network, no logging of the text it sees. Three detectors, one guard:
+Pure: no I/O, no network, no logging of the text it sees. Every detector matches the folded text
+(`privacy.normalize.fold`: full-width forms, homoglyphs, zero-width characters and case hide
+nothing) and maps its spans back to the raw characters. Three detectors, one guard:
 
-* `PiiDetector` - personal-data patterns (emails, phone numbers, payment cards with a Luhn check,
-  IPv4/IPv6 addresses, URLs carrying credentials, IBANs with the mod-97 check).
+* `PiiDetector` - personal-data patterns (emails, also written out; phone numbers in national and
+  international formats; payment cards with a Luhn check; IPv4/IPv6 addresses; URLs carrying
+  credentials; IBANs with the country length and mod-97 check; street addresses).
 * `VerbatimNgramDetector` - runs of `n` or more Specialist tokens (default 8) that occur in the
   user's private history and not in the public prompt. The history's n-gram hashes are kept in a
   sorted array, so indexing 300 profile entries is one batched tokenizer call and some numpy.
 * `CanaryDetector` - registered strings: planted canaries, and the user's own identities (names
-  and emails from commit trailers, which the dataset's profiles carry).
+  and emails from commit trailers, which the dataset's profiles carry), with the forms they take
+  on the way out (`privacy.registered`: name variants, a canary's bare secret, hex and base64).
 
 `EgressGuard.inspect(committed_text, draft_text)` returns the sensitive spans that touch the draft,
 including spans that begin in already-committed text and continue into the draft.
@@ -19,7 +23,8 @@ Why "holds" exist. A span that is only *complete* in the next round would otherw
 prefix now: "john.doe@example.c" goes up in round i (not yet an email: one-letter TLD), the final
 "om" is blocked in round i+1, and the cloud already has the address. So every detector also
 reports a *hazard*: the earliest offset from which the end of the text could still grow into a
-span ("...@exam", "+1 415 55", "4111 1111", a prefix of a registered name). A hazard cuts the
+span ("jane.doe" before its "@", "...@exam", "+1 415 55", "4111 1111", a prefix of a registered
+name, the first digits of a canary's secret). A hazard cuts the
 draft like a span does, and sets `hold` so the device drafts a few tokens further locally (no
 round trip) until the hazard turns into a span or dissolves. A device that cannot look further
 (end of text, budget, look-ahead cap) treats the hold as a span: fail closed.
@@ -298,7 +303,7 @@ _DIGITS_HAZARD = re.compile(r"(?<![\w.,])(?:\+|\()?\d[\d .()/\n-]{0,24}\Z")
 _IPV6_HAZARD = re.compile(r"(?<![\w:.])[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){1,7}\Z")
 _URL_HAZARD = re.compile(r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://[^\s/?#@]*\Z")
 _IBAN_HAZARD = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{1,2}(?:[ \-]?[a-z0-9]{0,4}){0,8}\Z")
-_ADDRESS_GROWS = re.compile(r",?(?:\s*[a-z0-9-]{0,20}){0,3},?\s?")
+_ADDRESS_GROWS = re.compile(r"(?:,?\s*[a-z0-9-]{0,20}){0,4},?\s?")  # ", springfield, il 6270"
 _ADDRESS_HAZARD = re.compile(
     r"(?<![\w.\-/])\d{1,5}[a-z]?,?\s+(?:[a-z][a-z'.-]*\s*){0,4}\Z"
     r"|(?<![\w.\-/])(?:via|viale|piazza|corso|calle|avenida|plaza|rua|praca|flat|apt\.?|apartment|suite|unit)"
@@ -981,8 +986,10 @@ class EgressGuard:
         if hazard is not None:
             i = _first_touching(offs, hazard)
             # A hazard from the same token as a complete span means the span may still grow
-            # ("Jane" of "Jane Do"): hold rather than replace a part of it.
-            if i is not None and (cut is None or i <= cut):
+            # ("Jane" of "Jane Do"): hold rather than replace a part of it. (An address already
+            # complete before a trailing " d" stays that address; its end may still grow anyway.)
+            tie = i == cut and chosen is not None and not (chosen.kind == hazard.kind == EMAIL)
+            if i is not None and (cut is None or i < cut or tie):
                 cut, chosen, hold = i, hazard, True
         if cut is None or chosen is None or cut >= send:
             return GuardVerdict(None, spans=tuple(spans))

@@ -155,7 +155,9 @@ def plan_uplink(
     # so the cloud verifies the continuation in the same round instead of steering blind after it.
     while len(tokens) < span_end + draft_len and extend():
         pass
-    rest = min(draft_len, max(0, len(tokens) - span_end))
+    # A hold the look-ahead could not resolve is replaced up to where the device stopped looking;
+    # what follows it (possibly the rest of a character split across tokens) is not judged yet.
+    rest = 0 if verdict.hold else min(draft_len, max(0, len(tokens) - span_end))
     sent: list[int] = []
     if rest:
         after = check([*committed, *tokens[:span_end]], span_end, rest)

@@ -265,3 +265,31 @@ def test_a_hold_at_the_end_of_the_budget_is_decided_as_final(smol_tok) -> None:
     ids = smol_tok.encode("Write to kit_marlowe@example", add_special_tokens=False)
     plan = plan_uplink(guard, smol_tok, [], [], ids, more=lambda: None, eos_ids=frozenset(), draft_len=8)
     assert "marlowe" not in smol_tok.decode(plan.draft) and plan.decisions == [("cut", 1, "<EMAIL>")]
+
+
+def test_a_full_width_address_split_into_byte_tokens_never_goes_up(smol_tok) -> None:
+    """Each full-width character is three byte tokens: the guard folds the text, holds a token that
+    ends inside a character, and sends nothing of the address (not even one byte of it)."""
+    text = "Ask ｍａｒｉｓｏｌ．ｂｒｉｇｈｔｗａｔｅｒ＠ｅｘａｍｐｌｅ．ｉｎｖａｌｉｄ now."
+    guard = guard_for_profile(profile_for("email"), smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    eos = smol_tok.eos_token_id
+    ids = [*smol_tok.encode(text, add_special_tokens=False), eos]
+    sent: list[int] = []
+    p = 0
+    while p < len(ids):
+        script = iter(ids[p + 4 :])
+        plan = plan_uplink(
+            guard,
+            smol_tok,
+            ids[:p],
+            [],
+            ids[p : p + 4],
+            more=lambda s=script: next(s, None),
+            eos_ids=frozenset({eos}),
+            draft_len=4,
+        )
+        sent += plan.draft
+        p += plan.kept
+    uplink = smol_tok.decode(sent, skip_special_tokens=True)
+    assert uplink.startswith("Ask") and uplink.endswith("now.")
+    assert "\ufffd" not in uplink and not any("\uff00" <= c <= "\uffef" for c in uplink)
