@@ -1,14 +1,18 @@
 """The egress guard: finds sensitive spans in a draft before it leaves the device.
 
-Pure: no I/O, no network, no logging of the text it sees. Three detectors, one guard:
+Pure: no I/O, no network, no logging of the text it sees. Every detector matches the folded text
+(`privacy.normalize.fold`: full-width forms, homoglyphs, zero-width characters and case hide
+nothing) and maps its spans back to the raw characters. Three detectors, one guard:
 
-* `PiiDetector` - personal-data patterns (emails, phone numbers, payment cards with a Luhn check,
-  IPv4/IPv6 addresses, URLs carrying credentials, IBANs with the mod-97 check).
+* `PiiDetector` - personal-data patterns (emails, also written out; phone numbers in national and
+  international formats; payment cards with a Luhn check; IPv4/IPv6 addresses; URLs carrying
+  credentials; IBANs with the country length and mod-97 check; street addresses).
 * `VerbatimNgramDetector` - runs of `n` or more Specialist tokens (default 8) that occur in the
   user's private history and not in the public prompt. The history's n-gram hashes are kept in a
   sorted array, so indexing 300 profile entries is one batched tokenizer call and some numpy.
 * `CanaryDetector` - registered strings: planted canaries, and the user's own identities (names
-  and emails from commit trailers, which the dataset's profiles carry).
+  and emails from commit trailers, which the dataset's profiles carry), with the forms they take
+  on the way out (`privacy.registered`: name variants, a canary's bare secret, hex and base64).
 
 `EgressGuard.inspect(committed_text, draft_text)` returns the sensitive spans that touch the draft,
 including spans that begin in already-committed text and continue into the draft.
@@ -19,7 +23,8 @@ Why "holds" exist. A span that is only *complete* in the next round would otherw
 prefix now: "john.doe@example.c" goes up in round i (not yet an email: one-letter TLD), the final
 "om" is blocked in round i+1, and the cloud already has the address. So every detector also
 reports a *hazard*: the earliest offset from which the end of the text could still grow into a
-span ("...@exam", "+1 415 55", "4111 1111", a prefix of a registered name). A hazard cuts the
+span ("jane.doe" before its "@", "...@exam", "+1 415 55", "4111 1111", a prefix of a registered
+name, the first digits of a canary's secret). A hazard cuts the
 draft like a span does, and sets `hold` so the device drafts a few tokens further locally (no
 round trip) until the hazard turns into a span or dissolves. A device that cannot look further
 (end of text, budget, look-ahead cap) treats the hold as a span: fail closed.
@@ -36,7 +41,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -44,8 +49,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from core.session_types import GuardDecision
+from privacy.normalize import fold
+from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names
 
 __all__ = [
+    "ADDRESS",
     "CANARY",
     "CARD",
     "EMAIL",
@@ -80,6 +88,7 @@ IBAN = "iban"
 PRIVATE_NGRAM = "private-ngram"
 CANARY = "canary"
 NAME = "name"
+ADDRESS = "address"
 
 # One label per kind, so an audit record's placeholder names the kind without a separate field.
 # Every label fits audit.records' placeholder grammar ([A-Za-z0-9_[]<>{}:-]{1,32}).
@@ -93,10 +102,11 @@ PLACEHOLDERS: Mapping[str, str] = {
     PRIVATE_NGRAM: "<PRIVATE>",
     CANARY: "<SECRET>",
     NAME: "<NAME>",
+    ADDRESS: "<ADDRESS>",
 }
 
 # When spans of different kinds overlap, the merged span is named after the most specific kind.
-_PRIORITY = (CANARY, CARD, IBAN, URL_CREDENTIALS, EMAIL, PHONE, IP, NAME, PRIVATE_NGRAM)
+_PRIORITY = (CANARY, CARD, IBAN, URL_CREDENTIALS, EMAIL, PHONE, IP, ADDRESS, NAME, PRIVATE_NGRAM)
 
 
 def kind_of_placeholder(label: str) -> str | None:
@@ -152,7 +162,8 @@ class Detector:
 
 
 # ----------------------------------------------------------------------------------------------
-# Personal-data patterns
+# Personal-data patterns (all matched on `privacy.normalize.fold(text).text`: NFKC, confusables
+# folded, lower case; spans map back to the raw text)
 # ----------------------------------------------------------------------------------------------
 
 # File extensions that follow an '@' in build artifacts and retina images ("gcc@13--13.2.0.bottle.tar.gz",
@@ -163,40 +174,147 @@ _EXTENSIONS = (
 )
 _NOT_TLDS = frozenset(_EXTENSIONS.split())
 
-_EMAIL_RE = re.compile(
-    r"(?<![A-Za-z0-9._%+-])"
-    r"[A-Za-z0-9._%+-]{1,64}"
-    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
-    r"([A-Za-z]{2,24})"
-    r"(?![A-Za-z0-9-])"
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Top-level domains an address written out in words ("jane at example dot com") ends with: the
+# generic ones in common use, the reserved ones of RFC 2606/6761, and any two-letter country code.
+_WORD_TLDS = _words(
+    "com org net edu gov mil int info biz name pro mobi app dev io ai me co tv xyz online site tech email "
+    "cloud page blog shop store live world today space website club invalid test example local localhost "
+    "internal arpa"
 )
-# "+44 20 7946 0958", "+1 (415) 555-0132", "+4930123456": a country code that does not start with 0
-# (which rules out "+0.01" in benchmark tables), then digit groups with single separators.
-_PHONE_INTL_RE = re.compile(r"(?<![\w+.])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?!\d|[.-]\d)")
-# North American "(415) 555-0132", "415-555-0132", "415.555.0132"; dates (4-2-2) never fit 3-3-4.
-_PHONE_NANP_RE = re.compile(r"(?<![\w.+-])(?:\(\d{3}\)[ ]?|\d{3}[-. ])\d{3}[-. ]\d{4}(?![\w-]|\.\d)")
-# European national "030 1234567", "020 7946 0958", "0171-1234567": a trunk 0, no slashes (dates).
-_PHONE_NATIONAL_RE = re.compile(r"(?<![\w.+-])0\d{1,4}[ -]\d{3,8}(?:[ -]\d{2,4})?(?![\w-]|\.\d)")
-_CARD_RE = re.compile(r"(?<![\w.,-])\d(?:[ -]?\d){12,18}(?![\w-]|[.,]\d)")
+
+_L = r"[a-z0-9_%+-]"  # a character of an address's local part or a label, besides the dot
+_DOT = r"(?:\s*[\[\(\{<]\s*dot\s*[\]\)\}>]\s*|\s+dot\s+|\.)"
+_AT = r"(?P<at>\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*|\s+at\s+|\s*(?:@|%40|&#0*64;|&commat;)\s*)"
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+# An address in any of its written forms: "jane.doe@example.com", "jane dot doe at example dot com",
+# "jane.doe [at] example [dot] com", "jane.doe (at) example.com", "jane.doe @ example.com", "%40".
+_EMAIL_RE = re.compile(
+    rf"(?<![a-z0-9._%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
+    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[a-z]{{2,24}}))(?![a-z0-9-])"
+)
+_PLAIN_AT = re.compile(r"\s*@\s*")
+_WORD_DOT = re.compile(r"\s+dot\s+|[\[\(\{<]\s*dot")
+
+# Phone numbers: separators between digit groups are one of " . - /" (slashes after an area code,
+# "030/1234567"); the area code may sit in parentheses; the country code is "+CC" or "00CC".
+_PSEP = r"(?:[ .\-/]|\s?[/-]\s?)"
+_PHONE_INTL_RE = re.compile(
+    r"(?<![\w+.])(?:\+|\b00)[1-9]\d{0,2}(?:\s?\(0\))?(?:" + _PSEP + r"?\(?\d{1,5}\)?){1,7}(?!\d|[.\-/]\d)"
+)
+# National numbers with a trunk 0: "030 1234567", "06 12 34 56 78", "06.12.34.56.78", "0171/1234567",
+# "020 7946 0958", "03-1234-5678", "(030) 1234567", "0612345678".
+_PHONE_NATIONAL_RE = re.compile(
+    r"(?<![\w.+\-/])(?:\(0\d{1,5}\)|0\d{1,5})(?:" + _PSEP + r"\d{2,8}){1,5}(?![\w\-/]|\.\d)"
+    r"|(?<![\w.+\-/])0[1-9]\d{8,9}(?![\w\-/]|\.\d)"
+)
+# North American "(415) 555-0132", "415-555-0132", "1-415-555-0132", "415/555-0132"; dates never fit 3-3-4.
+_PHONE_NANP_RE = re.compile(r"(?<![\w.+\-/])(?:1[ .\-])?(?:\(\d{3}\)[ ]?|\d{3}[-. /])\d{3}[-. ]\d{4}(?![\w\-/]|\.\d)")
+# Spanish-style national mobiles without a trunk: "612 34 56 78".
+_PHONE_GROUPED_RE = re.compile(r"(?<![\w.+\-/])[6-9]\d{2}(?: \d{2}){3}(?![\w\-/]|\.\d)")
+
+# Card numbers: 13-19 digits, in groups separated by a space, a hyphen or a line break.
+_CARD_RE = re.compile(r"(?<![\w.,-])\d(?:(?:[ \-]|[ ]*\n[ ]*)?\d){12,18}(?![\w-]|[.,]\d)")
 _IPV4_RE = re.compile(
     r"(?<![\w.-])((?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))(?![\w-]|\.\d)"
 )
 # Version strings that happen to have four numeric parts ("Git 1.8.0.3", "version 2.39.2.1").
-_VERSION_CONTEXT = re.compile(r"(?i)(?:\bgit|\bversion|\brelease|\bv|\bsection|§|\bc\d\d)\s*$")
-_IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?:%[A-Za-z0-9]+)?(?![\w:])")
+_VERSION_CONTEXT = re.compile(r"(?:\bgit|\bversion|\brelease|\bv|\bsection|§|\bc\d\d)\s*$")
+_IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}(?:%[a-z0-9]+)?(?![\w:])")
 _URL_CREDENTIALS_RE = re.compile(
-    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{1,15}://"
-    r"(?:[^\s/?#@:]+:[^\s/?#@]+|[A-Za-z0-9_-]{20,})@[^\s/?#]+"
+    r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://"
+    r"(?:[^\s/?#@:]+:[^\s/?#@]+|[a-z0-9_-]{20,})@[^\s/?#]+"
 )
-_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+# IBANs in either case, grouped by fours or not: checked against the country's length and mod 97.
+_IBAN_RE = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ \-]?[a-z0-9]{4}){2,7}(?:[ \-]?[a-z0-9]{1,3})?(?![a-z0-9])")
+# ISO 13616 IBAN lengths by country (the SWIFT registry).
+_IBAN_LENGTHS = {
+    **dict.fromkeys(_words("NO"), 15),
+    **dict.fromkeys(_words("BE"), 16),
+    **dict.fromkeys(_words("DK FI FO GL NL SD"), 18),
+    **dict.fromkeys(_words("MK SI"), 19),
+    **dict.fromkeys(_words("AT BA EE KZ LT LU XK"), 20),
+    **dict.fromkeys(_words("CH CR HR LI LV"), 21),
+    **dict.fromkeys(_words("BG BH DE GB GE IE ME RS VA"), 22),
+    **dict.fromkeys(_words("AE GI IL IQ OM TL"), 23),
+    **dict.fromkeys(_words("AD CZ ES MD PK RO SA SE SK TN VG"), 24),
+    **dict.fromkeys(_words("EG PT ST"), 25),
+    **dict.fromkeys(_words("IS TR"), 26),
+    **dict.fromkeys(_words("FR GR IT MC MR SM"), 27),
+    **dict.fromkeys(_words("AL AZ BY CY DO GT HU LB PL SV"), 28),
+    **dict.fromkeys(_words("BR PS QA UA"), 29),
+    **dict.fromkeys(_words("JO KW MU"), 30),
+    **dict.fromkeys(_words("MT SC"), 31),
+    **dict.fromkeys(_words("LC"), 32),
+    **dict.fromkeys(_words("RU"), 33),
+}
 
-# Hazards: the end of the text could still grow into one of the patterns above.
-_HAZARD_TAIL = 96
-_EMAIL_HAZARD = re.compile(r"(?:[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]*|<[A-Za-z0-9._%+-]*)\Z")
-_DIGITS_HAZARD = re.compile(r"(?<![\w.,])(?:\+|\()?\d[\d .()-]{0,24}\Z")
-_IPV6_HAZARD = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{0,4}){1,7}\Z")
-_URL_HAZARD = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s/?#@]*\Z")
-_IBAN_HAZARD = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}[A-Z0-9 ]{0,30}\Z")
+# Street addresses: "221b baker street", "1600 pennsylvania avenue nw", "12 rue de la paix",
+# "hauptstrasse 5" ("straße" folds to "strasse"), "via roma 10", "calle mayor 5, 28013 madrid".
+_STREET_TYPES = (
+    r"street|st\.?|avenue|ave\.?|road|rd\.?|boulevard|blvd\.?|lane|ln\.?|drive|dr\.?|court|ct\.?|place|pl\.?"
+    r"|terrace|way|square|sq\.?|parkway|pkwy\.?|highway|hwy\.?|crescent|close|circle|cir\.?|trail|row|gardens"
+    r"|grove|mews|alley|plaza"
+)
+_FUNCTION_WORDS = _words(
+    "the a an of to in on at for and or but with this that these those is are was were be been it its "
+    "by from as into than then so not no all any each every our your their his her my we you they "
+    "more less most least same other another new old first last next after before about over under "
+    "minutes seconds hours days times lines bytes files commits tests ways steps"
+)
+_POSTCODE = (
+    r"(?:,?\s*(?:\d{4,5}|[a-z]{1,2}\d[a-z\d]?\s?\d[a-z]{2}|[a-z]{2}\s+\d{5}(?:-\d{4})?)"
+    r"(?:\s+[a-z][a-z-]{2,})?)?"
+)
+_ADDRESS_EN = re.compile(
+    r"(?<![\w.\-/])(?:(?:flat|apt\.?|apartment|suite|unit)\s*\d{1,4}[a-z]?,?\s+)?\d{1,5}[a-z]?,?\s+(?P<words>(?:[a-z][a-z'.-]*\s+){1,3})"
+    rf"(?:{_STREET_TYPES})(?![\w])(?:\s+(?:n|s|e|w|ne|nw|se|sw)\b)?"
+    rf"(?:,\s*[a-z][a-z-]{{2,}}(?:\s[a-z][a-z-]{{2,}})?{_POSTCODE[:-1]})?"  # a city only with its postcode
+)
+_ADDRESS_FR = re.compile(
+    r"(?<![\w.\-/])\d{1,4}(?:\s?(?:bis|ter))?,?\s+(?:rue|avenue|boulevard|bd|place|chemin|allee|impasse|quai|cours)"
+    r"\s+(?:(?:de|du|des|la|le|l'|d')\s*){0,2}[a-z][a-z'-]{2,}(?:-[a-z][a-z'-]+)*"
+    r"(?:,?\s*\d{5}(?:\s+[a-z][a-z-]{2,})?)?"
+)
+_ADDRESS_DE = re.compile(
+    r"(?<![\w.\-/])(?:[a-z][a-z-]{2,}\s(?=str(?:asse|\.)))?[a-z-]*(?:strasse|str\.|weg|platz|allee|gasse)\s+\d{1,4}[a-z]?"
+    r"(?![\w.])"
+    r"(?:,?\s*\d{4,5}(?:\s+[a-z][a-z-]{2,})?)?"
+)
+_ADDRESS_IBERIAN = re.compile(
+    r"(?<![\w.\-/])(?:via|viale|piazza|corso|calle|avenida|plaza|rua|praca)\s+(?:(?:de|del|la|di|da|do)\s+){0,2}"
+    r"[a-z][a-z'-]{2,}(?:\s+[a-z][a-z'-]{2,})?,?\s+\d{1,4}(?![\w.])(?:,?\s*\d{5}(?:\s+[a-z][a-z-]{2,})?)?"
+)
+
+# Hazards: the end of the text could still grow into one of the patterns above. An address's
+# local part is held before its "@" arrives ("jane.doe" of "jane.doe@example.com"), as are the
+# spelled-out forms ("jane dot doe at exa"): any run that a few more characters could turn into
+# an address stays on the device until it dissolves or completes.
+_HAZARD_TAIL = 128
+_DOTP = r"(?:\s*[\[\(\{<]\s*(?:d(?:o(?:t\s*[\]\)\}>]?\s*)?)?)?|\s+(?:d(?:o(?:t\s*)?)?)?|\.)"  # a dot, as far as written
+_ATP = r"(?:\s*[\[\(\{<]\s*(?:a(?:t\s*)?)?|\s+(?:a(?:t\s*)?)?|\s*@?|\s*%4?|\s*&(?:#\d*|c[a-z]*)?)"
+_AT_FULL = _AT.replace("?P<at>", "?:")
+_EMAIL_HAZARD = re.compile(
+    rf"(?<![a-z0-9._%+-]){_L}+(?:{_DOT}{_L}+)*"
+    rf"(?:{_DOTP}|{_ATP}|{_AT_FULL}(?:[a-z0-9-]+(?:{_DOT}[a-z0-9-]+)*{_DOTP}?)?)?\Z"
+    r"|<[a-z0-9._%+-]*\Z"
+)
+_BARE_WORD = re.compile(rf"{_L}+\.?")
+_DIGITS_HAZARD = re.compile(r"(?<![\w.,])(?:\+|\()?\d[\d .()/\n-]{0,24}\Z")
+_IPV6_HAZARD = re.compile(r"(?<![\w:.])[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){1,7}\Z")
+_URL_HAZARD = re.compile(r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://[^\s/?#@]*\Z")
+_IBAN_HAZARD = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{1,2}(?:[ \-]?[a-z0-9]{0,4}){0,8}\Z")
+_ADDRESS_GROWS = re.compile(r"(?:,?\s*[a-z0-9-]{0,20}){0,4},?\s?")  # ", springfield, il 6270"
+_ADDRESS_HAZARD = re.compile(
+    r"(?<![\w.\-/])\d{1,5}[a-z]?,?\s+(?:[a-z][a-z'.-]*\s*){0,4}\Z"
+    r"|(?<![\w.\-/])(?:via|viale|piazza|corso|calle|avenida|plaza|rua|praca|flat|apt\.?|apartment|suite|unit)"
+    r"(?:\s+[a-z0-9][a-z0-9'-]*,?){0,3}\s*\Z"
+    r"|(?<![\w.\-/])[a-z-]*(?:strasse|str\.|weg|platz|allee|gasse)\s*\d{0,4}\Z"
+)
 
 # Issuer prefixes of the major card networks; a Luhn-valid number outside them is a counter or ID.
 _CARD_PREFIX = re.compile(r"4|5[1-5]|222[1-9]|22[3-9]|2[3-6]|27[01]|2720|3[47]|3(?:0[0-5]|[68])|35|6011|64[4-9]|65|62")
@@ -214,122 +332,172 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _iban_ok(compact: str) -> bool:
-    if not 15 <= len(compact) <= 34:
+    compact = compact.upper()
+    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
         return False
     rearranged = compact[4:] + compact[:4]
     return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
 
 
+def _iban_length(raw: str) -> int:
+    """The length of the valid IBAN `raw` starts with (0 if none): the pattern may run on into a
+    following word ("es13 6428 ... 4064 before" ends with "befo" + "re")."""
+    parts = re.split(r"([ \-])", raw)
+    for j in range(len(parts), 0, -2):
+        head = "".join(parts[:j])
+        if _iban_ok(re.sub(r"[ \-]", "", head)):
+            return len(head)
+    return 0
+
+
 def _card_ok(raw: str) -> bool:
-    digits = re.sub(r"[ -]", "", raw)
+    groups = re.split(r"[ ]*\n[ ]*|[ \-]", raw)
+    digits = "".join(groups)
     if not 13 <= len(digits) <= 19 or not _CARD_PREFIX.match(digits) or not luhn_ok(digits):
         return False
-    seps = set(re.findall(r"[ -]", raw))
-    if not seps:
+    if len(groups) == 1:
         return True
-    # Typed or printed card numbers use one separator in fixed groups (4-4-4-4, Amex 4-6-5);
-    # "1 2 3 4 ..." or mixed separators are tables of numbers, not a card.
-    if len(seps) > 1:
+    # Typed or printed card numbers come in groups (4-4-4-4, Amex 4-6-5), possibly broken across
+    # a line; "1 2 3 4 ..." or mixed spaces and hyphens are tables of numbers, not a card.
+    if {" ", "-"} <= set(raw):
         return False
-    groups = [len(g) for g in re.split(r"[ -]", raw)]
-    return (groups[:-1] == [4] * (len(groups) - 1) and 1 <= groups[-1] <= 4) or groups in ([4, 6, 5], [4, 6, 4])
+    return all(len(g) >= 3 for g in groups[:-1])
 
 
 def _phone_ok(raw: str, *, lo: int, hi: int) -> bool:
-    digits = sum(ch.isdigit() for ch in raw)
-    return lo <= digits <= hi and raw.count("(") == raw.count(")")
+    digits = [c for c in raw if c.isdigit()]
+    if not lo <= len(digits) <= hi or raw.count("(") != raw.count(")"):
+        return False
+    # All zeros after the trunk or country code is padding ("0000 0000 0000"), not a line.
+    return any(c != "0" for c in digits[1:]) and len(set(re.findall(r"[./]", raw))) <= 1
+
+
+def _email_ok(m: re.Match[str]) -> bool:
+    tld, at, local, domain = m.group("tld"), m.group("at"), m.group("local"), m.group("domain")
+    if tld in _NOT_TLDS:
+        return False
+    if _PLAIN_AT.fullmatch(at) or "[" in at or "(" in at or "{" in at or "<" in at or "%" in at or "&" in at:
+        return True
+    # " at ": "look at github.com" is prose. Written-out addresses spell out a dot somewhere, or
+    # have an address-like local part ("jane.doe", "jdoe42", "j_doe"), and end in a real TLD.
+    if tld not in _WORD_TLDS and len(tld) != 2:
+        return False
+    return bool(_WORD_DOT.search(domain) or _WORD_DOT.search(local) or re.search(r"[._+\d]", local))
+
+
+def _address_ok(m: re.Match[str]) -> bool:
+    words = m.groupdict().get("words")
+    return words is None or not any(w in _FUNCTION_WORDS for w in words.split())
 
 
 class PiiDetector(Detector):
     """Personal-data patterns with validators that keep version numbers, dates and hashes out.
 
-    Decisions on tricky inputs (tested in tests/privacy/test_detectors.py):
+    Matching runs on the folded text (`privacy.normalize.fold`: full-width forms, homoglyphs,
+    zero-width characters and case do not hide anything). Decisions on tricky inputs (tested in
+    tests/privacy/test_detectors.py):
 
     * emails need a dotted domain with an alphabetic TLD of 2+ letters: `HEAD@{1}`, `a@b.c`
       (C macros), `user@localhost` are not emails; `git@github.com` and mailing-list Message-IDs
       (`<2024...@gmail.com>`) are, because they are address-shaped and often personal.
       Build artifacts (`gcc@13--13.2.0.bottle.tar.gz`, `icon@2x.png`) are not: their "TLD" is a file type.
-    * phones need a `+` country code, the 3-3-4 North American shape, or a national trunk `0`
-      and 9-11 digits; plain digit runs (timestamps, counts), dates, times and versions never match.
-    * cards need 13-19 digits, a known issuer prefix, the Luhn check and consistent grouping.
+      Written-out addresses ("jane dot doe at example dot com", "[at]", "(at)", " @ ", "%40") are
+      emails; "look at github.com" is not (a spelled-out " at " needs a spelled-out dot or an
+      address-like local part, and a real TLD).
+    * phones need a `+`/`00` country code, the 3-3-4 North American shape, a national trunk `0`
+      and 9-12 digits in groups of 2+ ("06 12 34 56 78", "030/1234567"), or the 3-2-2-2 shape
+      of a Spanish mobile; plain digit runs (timestamps, counts), dates, times and versions never match.
+    * cards need 13-19 digits, a known issuer prefix, the Luhn check and groups of 3+ digits
+      (a line break may split them).
+    * IBANs in either case need the country's registered length and the mod-97 check.
+    * street addresses need a house number and a street type ("221b Baker Street", "12 rue de la
+      Paix", "Hauptstraße 5", "Via Roma 10"); "after 5 minutes the drive" is prose.
     * IPv4 addresses exclude loopback/unspecified/broadcast, all-single-digit quads (C99 section
       "6.3.1.8", versions "1.8.0.3") and numbers right after "git", "version", "v", "section".
     * IPv6 addresses must parse, contain a decimal digit (C++ `a::b` does not) and not be loopback.
     * URL credentials: `scheme://user:password@host` or a token-like user of 20+ characters.
     """
 
-    KINDS = (EMAIL, PHONE, CARD, IP, URL_CREDENTIALS, IBAN)
+    KINDS = (EMAIL, PHONE, CARD, IP, URL_CREDENTIALS, IBAN, ADDRESS)
 
-    def __init__(self, kinds: Iterable[str] | None = None) -> None:
+    def __init__(self, kinds: Iterable[str] | None = None, *, hold_local_parts: bool = True) -> None:
         chosen = tuple(self.KINDS if kinds is None else kinds)
         unknown = sorted(set(chosen) - set(self.KINDS))
         if unknown:
             raise ValueError(f"unknown personal-data kind(s): {', '.join(unknown)}")
         self.kinds = frozenset(chosen)
+        self.hold_local_parts = hold_local_parts
 
     def find(self, text: str) -> list[Span]:
-        out: list[Span] = []
+        f = fold(text)
+        t = f.text
+        out: list[tuple[int, int, str]] = []
         k = self.kinds
         if EMAIL in k:
-            out += [Span(m.start(), m.end(), EMAIL) for m in _EMAIL_RE.finditer(text) if _tld_ok(m.group(1))]
+            out += [(m.start(), m.end(), EMAIL) for m in _EMAIL_RE.finditer(t) if _email_ok(m)]
         if URL_CREDENTIALS in k:
-            out += [Span(m.start(), m.end(), URL_CREDENTIALS) for m in _URL_CREDENTIALS_RE.finditer(text)]
+            out += [(m.start(), m.end(), URL_CREDENTIALS) for m in _URL_CREDENTIALS_RE.finditer(t)]
         if PHONE in k:
             out += [
-                Span(m.start(), m.end(), PHONE)
-                for m in _PHONE_INTL_RE.finditer(text)
-                if _phone_ok(m.group(), lo=8, hi=15)
+                (m.start(), m.end(), PHONE) for m in _PHONE_INTL_RE.finditer(t) if _phone_ok(m.group(), lo=8, hi=15)
             ]
-            out += [Span(m.start(), m.end(), PHONE) for m in _PHONE_NANP_RE.finditer(text)]
+            out += [(m.start(), m.end(), PHONE) for m in _PHONE_NANP_RE.finditer(t)]
             out += [
-                Span(m.start(), m.end(), PHONE)
-                for m in _PHONE_NATIONAL_RE.finditer(text)
-                if _phone_ok(m.group(), lo=9, hi=11)
+                (m.start(), m.end(), PHONE) for m in _PHONE_NATIONAL_RE.finditer(t) if _phone_ok(m.group(), lo=9, hi=12)
             ]
+            out += [(m.start(), m.end(), PHONE) for m in _PHONE_GROUPED_RE.finditer(t)]
         if CARD in k:
-            out += [Span(m.start(), m.end(), CARD) for m in _CARD_RE.finditer(text) if _card_ok(m.group())]
+            out += [(m.start(), m.end(), CARD) for m in _CARD_RE.finditer(t) if _card_ok(m.group())]
         if IP in k:
-            out += [Span(m.start(1), m.end(1), IP) for m in _IPV4_RE.finditer(text) if _ipv4_ok(text, m)]
-            out += [Span(m.start(), m.end(), IP) for m in _IPV6_RE.finditer(text) if _ipv6_ok(m.group())]
+            out += [(m.start(1), m.end(1), IP) for m in _IPV4_RE.finditer(t) if _ipv4_ok(t, m)]
+            out += [(m.start(), m.end(), IP) for m in _IPV6_RE.finditer(t) if _ipv6_ok(m.group())]
         if IBAN in k:
-            out += [
-                Span(m.start(), m.end(), IBAN) for m in _IBAN_RE.finditer(text) if _iban_ok(m.group().replace(" ", ""))
-            ]
+            out += [(m.start(), m.start() + n, IBAN) for m in _IBAN_RE.finditer(t) if (n := _iban_length(m.group()))]
+        if ADDRESS in k:
+            for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN):
+                out += [(m.start(), m.end(), ADDRESS) for m in pattern.finditer(t) if _address_ok(m)]
         # "+1 (415) 555-0132" is also a North American "(415) 555-0132": one finding, not two.
-        return _merge(out)
+        return _merge(Span(*f.span(a, b), kind) for a, b, kind in out if b > a)
 
     def hazard(self, text: str) -> Span | None:
         offset = max(0, len(text) - _HAZARD_TAIL)
-        tail = text[offset:]
+        f = fold(text[offset:])
+        tail = f.text
         found: list[Span] = []
         k = self.kinds
 
-        def add(pattern: re.Pattern[str], kind: str, ok: bool = True) -> None:
-            m = pattern.search(tail)
-            if m and ok:
-                found.append(Span(offset + m.start(), len(text), kind))
+        def add(m: re.Match[str] | None, kind: str) -> None:
+            if m:
+                found.append(Span(offset + f.raw_start(m.start()), len(text), kind))
 
         if EMAIL in k:
-            add(_EMAIL_HAZARD, EMAIL)
+            m = _EMAIL_HAZARD.search(tail)
+            # Without local-part holds, a bare word ("loop", "patch.") is not held; "jane.doe",
+            # "jane dot d" or anything with its "@" already written still is.
+            if m and not self.hold_local_parts and _BARE_WORD.fullmatch(m.group()):
+                m = None
+            add(m, EMAIL)
         if URL_CREDENTIALS in k:
-            add(_URL_HAZARD, URL_CREDENTIALS)
+            add(_URL_HAZARD.search(tail), URL_CREDENTIALS)
         if k & {PHONE, CARD, IP}:
             m = _DIGITS_HAZARD.search(tail)
             # Three digits can still become a phone, card or address; "+" or "(" announce a phone.
             if m and (sum(c.isdigit() for c in m.group()) >= 3 or m.group()[0] in "+("):
-                kind = PHONE if PHONE in k else CARD if CARD in k else IP
-                found.append(Span(offset + m.start(), len(text), kind))
+                add(m, PHONE if PHONE in k else CARD if CARD in k else IP)
         if IP in k:
             m = _IPV6_HAZARD.search(tail)
-            if m and any(c.isdigit() for c in m.group()):
-                found.append(Span(offset + m.start(), len(text), IP))
+            add(m if m and any(c.isdigit() for c in m.group()) else None, IP)
         if IBAN in k:
-            add(_IBAN_HAZARD, IBAN)
+            add(_IBAN_HAZARD.search(tail), IBAN)
+        if ADDRESS in k:
+            m = _ADDRESS_HAZARD.search(tail)
+            add(m if m and not any(w in _FUNCTION_WORDS for w in m.group().split()[1:]) else None, ADDRESS)
+            # A complete street may still take its postcode and city (", 75002 Paris").
+            for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN):
+                for m in pattern.finditer(tail):
+                    if _address_ok(m) and _ADDRESS_GROWS.fullmatch(tail, m.end()):
+                        add(m, ADDRESS)
         return min(found, default=None)
-
-
-def _tld_ok(tld: str) -> bool:
-    return tld.lower() not in _NOT_TLDS
 
 
 def _ipv4_ok(text: str, m: re.Match[str]) -> bool:
@@ -381,68 +549,160 @@ def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
 
 
 def _normalize(text: str) -> str:
-    # lower(), not casefold(): the regex matches with IGNORECASE, which does not expand "ß" to "ss".
-    return " ".join(text.split()).lower()
+    return " ".join(fold(text).text.split())
+
+
+_SEPARATOR = r"[\s.\-_/,:|]{0,2}"
+_LOOSE_TAIL = re.compile(r"[a-z0-9](?:[\s.\-_/,:|]{0,2}[a-z0-9])*[\s.\-_/,:|]{0,2}")
+_ENCODED_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789+/=_-"
 
 
 class CanaryDetector(Detector):
-    """Registered strings, matched case-insensitively with any whitespace between words.
+    """Registered strings and the forms they take on the way out, matched on the folded text.
 
-    `min_prefix` is the shortest prefix (in characters, starting at a word) that makes the end of
-    a text a hazard: shorter prefixes ("Te" of "Test User") would hold at nearly every word.
+    * the string itself, in any case, with any whitespace between words;
+    * a registered name's variants ("Doe, Jane", "J. Doe", "jane.doe"), and its first name alone
+      where that is unambiguous (`privacy.registered.unambiguous_first_names`);
+    * a canary's secret without its template phrase ("482913" of "my PIN is 482913"), also with
+      separators between its characters ("4 8 2 9 1 3", "48-29-13");
+    * the hex and base64 encodings of every registered string and secret; the whole encoded word
+      around a match is the span.
+
+    `min_prefix` is the shortest prefix (in characters, starting at a word) of a string or variant
+    that makes the end of a text a hazard; a secret's prefix holds from its first character.
+    `variants=False` matches the registered strings only (what a leakage report counts).
     """
 
-    def __init__(self, strings: Mapping[str, str] | Iterable[str], *, min_prefix: int = 4) -> None:
+    def __init__(
+        self,
+        strings: Mapping[str, str] | Iterable[str],
+        *,
+        min_prefix: int = 3,
+        variants: bool = True,
+        common_words: Iterable[str] = (),
+    ) -> None:
         items = strings.items() if isinstance(strings, Mapping) else ((s, CANARY) for s in strings)
+        raw: dict[str, str] = {}
         self.strings: dict[str, str] = {}
         for s, kind in items:
             if kind not in PLACEHOLDERS:
                 raise ValueError(f"unknown kind {kind!r} for a registered string")
             if s.strip():
+                raw[s.strip()] = kind
                 self.strings[_normalize(s)] = kind
+        exact = dict(self.strings)
+        cores: set[str] = set()
+        firsts: set[str] = set()
+        encoded: dict[str, str] = {}
+        if variants:
+            names = [n for n, kind in self.strings.items() if kind == NAME]
+            for n in names:
+                for v in name_variants(n):
+                    exact.setdefault(v, NAME)
+            common = {w.lower() for w in common_words}
+            firsts = {f for f in unambiguous_first_names(names) if f not in common}
+            raw_cores = {c: CANARY for s, kind in raw.items() if kind == CANARY for c in secret_cores(s)}
+            cores = {c for c in map(_normalize, raw_cores) if " " not in c}
+            encoded = encodings({**raw, **raw_cores})
+        self.exact = exact
+        self.first_names = frozenset(firsts) if variants else frozenset()
+        self._first_re = _alternation(self.first_names, _word_pattern)
+        self.cores = frozenset(cores)
+        self.encoded = encoded
         self.min_prefix = min_prefix
-        self._regex = self._compile()
+        self._exact_re = _alternation(exact, _word_pattern)
+        self._core_re = _alternation(cores, _loose_pattern)
+        self._encoded_re = _alternation(encoded, re.escape)
         self._prefixes: dict[str, str] = {}
-        for norm, kind in self.strings.items():
+        for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
             for n in range(min(min_prefix, len(norm)), len(norm)):
                 self._prefixes.setdefault(norm[:n], kind)
-        self._max_len = max((len(s) for s in self.strings), default=0)
-
-    def _compile(self) -> re.Pattern[str] | None:
-        if not self.strings:
-            return None
-        parts = []
-        for norm in sorted(self.strings, key=len, reverse=True):
-            body = r"\s+".join(re.escape(w) for w in norm.split(" "))
-            # Word boundaries only where the string itself starts or ends with a word character,
-            # so "user.one@example.invalid" still matches inside "<user.one@example.invalid>".
-            left = r"(?<!\w)" if norm[0].isalnum() or norm[0] == "_" else ""
-            right = r"(?!\w)" if norm[-1].isalnum() or norm[-1] == "_" else ""
-            parts.append(f"{left}{body}{right}")
-        return re.compile("|".join(parts), re.IGNORECASE)
+        self._core_prefixes = {c[:n] for c in cores for n in range(1, len(c))}
+        self._max_core = max(map(len, cores), default=0)
+        self._encoded_prefixes = {e[:n] for e in encoded for n in range(min(6, len(e)), len(e))}
+        self._max_len = max((len(s) for s in (*exact, *encoded)), default=0) + 2 * max(map(len, cores), default=0)
 
     def find(self, text: str) -> list[Span]:
-        if self._regex is None:
-            return []
-        return [
-            Span(m.start(), m.end(), self.strings.get(_normalize(m.group()), CANARY))
-            for m in self._regex.finditer(text)
-        ]
+        f = fold(text)
+        t = f.text
+        out: list[Span] = []
+        if self._exact_re is not None:
+            for m in self._exact_re.finditer(t):
+                out.append(Span(*f.span(m.start(), m.end()), self.exact.get(" ".join(m.group().split()), CANARY)))
+        if self._first_re is not None:
+            # A first name alone is a name only where it is written as one: "Jane", "JANE", not "jane".
+            for m in self._first_re.finditer(t):
+                a, b = f.span(m.start(), m.end())
+                if text[a].isupper():
+                    out.append(Span(a, b, NAME))
+        if self._core_re is not None:
+            out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
+        if self._encoded_re is not None:
+            for m in self._encoded_re.finditer(t):
+                a, b = m.start(), m.end()
+                while a > 0 and t[a - 1] in _ENCODED_CHARS:
+                    a -= 1
+                while b < len(t) and t[b] in _ENCODED_CHARS:
+                    b += 1
+                out.append(Span(*f.span(a, b), self.encoded.get(m.group(), CANARY)))
+        return _merge(out)
 
     def hazard(self, text: str) -> Span | None:
-        if not self._prefixes:
+        if not (self._prefixes or self._core_prefixes or self._encoded_prefixes):
             return None
-        offset = max(0, len(text) - 2 * self._max_len)
-        tail = text[offset:]
-        for m in re.finditer(r"(?<!\w)\w|(?<=\s)[^\w\s]|^[^\w\s]", tail):
-            candidate = _normalize(tail[m.start() :])
-            # A trailing space is kept: "test user " is still a prefix of "test user one".
-            if tail.endswith((" ", "\n", "\t")) and candidate:
-                candidate += " "
-            kind = self._prefixes.get(candidate)
-            if kind is not None:
-                return Span(offset + m.start(), len(text), kind)
-        return None
+        offset = max(0, len(text) - 2 * self._max_len - 8)
+        f = fold(text[offset:])
+        tail = f.text
+        best: int | None = None
+        kind_at: str = CANARY
+        if self._prefixes:
+            for m in re.finditer(r"(?<!\w)\w|(?<=\s)[^\w\s]|^[^\w\s]", tail):
+                candidate = " ".join(tail[m.start() :].split())
+                # A trailing space is kept: "test user " is still a prefix of "test user one".
+                if tail.endswith((" ", "\n")) and candidate:
+                    candidate += " "
+                kind = self._prefixes.get(candidate)
+                if kind is not None:
+                    best, kind_at = m.start(), kind
+                    break
+        if self._core_prefixes:
+            # "4 8 2" at the end may still become "4 8 2 9 1 3": from the earliest start that fits.
+            for m in re.finditer(r"(?<![a-z0-9])[a-z0-9]", tail[-3 * self._max_core - 3 :] if self._max_core else ""):
+                start = m.start() + max(0, len(tail) - 3 * self._max_core - 3)
+                rest = tail[start:]
+                if _LOOSE_TAIL.fullmatch(rest) and re.sub(r"[\s.\-_/,:|]", "", rest) in self._core_prefixes:
+                    if best is None or start < best:
+                        best, kind_at = start, CANARY
+                    break
+        if self._encoded_prefixes:
+            m = re.search(r"[a-z0-9+/=_-]+\Z", tail)
+            if m:
+                word = m.group()
+                for i in range(len(word)):
+                    if word[i:] in self._encoded_prefixes:
+                        start = m.start() + i
+                        if best is None or start < best:
+                            best, kind_at = start, CANARY
+                        break
+        return None if best is None else Span(offset + f.raw_start(best), len(text), kind_at)
+
+
+def _word_pattern(norm: str) -> str:
+    body = r"\s+".join(re.escape(w) for w in norm.split(" "))
+    # Word boundaries only where the string itself starts or ends with a word character,
+    # so "user.one@example.invalid" still matches inside "<user.one@example.invalid>".
+    left = r"(?<!\w)" if norm[0].isalnum() or norm[0] == "_" else ""
+    right = r"(?!\w)" if norm[-1].isalnum() or norm[-1] == "_" else ""
+    return f"{left}{body}{right}"
+
+
+def _loose_pattern(core: str) -> str:
+    return r"(?<![a-z0-9])" + _SEPARATOR.join(re.escape(c) for c in core) + r"(?![a-z0-9])"
+
+
+def _alternation(strings: Iterable[str], pattern: Callable[[str], str]) -> re.Pattern[str] | None:
+    ordered = sorted(set(strings), key=len, reverse=True)
+    return re.compile("|".join(pattern(s) for s in ordered)) if ordered else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -623,6 +883,7 @@ class EgressGuard:
         public_texts: Iterable[str] = (),
     ) -> EgressGuard:
         """The standard guard: personal-data patterns, verbatim history n-grams, identities and canaries."""
+        history = list(history)
         registered: dict[str, str] = dict(identities or {})
         registered.update({c: CANARY for c in canaries})
         detectors: list[Detector] = [
@@ -630,12 +891,23 @@ class EgressGuard:
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]
         if registered:
-            detectors.append(CanaryDetector(registered))
+            # Words the history writes in lower case are words, not names: "Will Smith"'s "Will"
+            # alone is not redacted in a history that says "we will".
+            words = {w for text in history for w in re.findall(r"(?<![A-Za-z])[a-z]{3,}(?![A-Za-z])", text)}
+            detectors.append(CanaryDetector(registered, common_words=words))
         return cls(tuple(detectors), policy)
 
     def for_prompt(self, prompt: str) -> EgressGuard:
         """The guard for one session: n-grams of the public prompt are not private."""
         return replace(self, detectors=tuple(d.for_prompt(prompt) for d in self.detectors))
+
+    def without_local_part_holds(self) -> EgressGuard:
+        """This guard, not holding a bare trailing word as a possible address local part (for the
+        end of a text: nothing more will be written, so a word stays a word)."""
+        detectors = [
+            PiiDetector(d.kinds, hold_local_parts=False) if isinstance(d, PiiDetector) else d for d in self.detectors
+        ]
+        return replace(self, detectors=tuple(detectors))
 
     def placeholder_for(self, kind: str) -> str:
         return self.placeholders.get(kind, "<PRIVATE>")
@@ -662,7 +934,13 @@ class EgressGuard:
         """The earliest place from which the end of the text could still grow into a span, if any."""
         start = max(0, len(committed_text) - self.context_chars)
         window = committed_text[start:] + draft_text
-        found = [h for d in self.detectors if (h := d.hazard(window)) is not None]
+        # A token that ends inside a multi-byte character decodes to U+FFFD: the character is not
+        # known yet ("ѕ" of a homoglyph address), so what precedes it is judged as if the text
+        # went on, and the partial character itself is held.
+        whole = window.rstrip("\ufffd")
+        found = [Span(h.start, len(window), h.kind) for d in self.detectors if (h := d.hazard(whole)) is not None]
+        if len(whole) < len(window):
+            found.append(Span(len(whole), len(window), PRIVATE_NGRAM))
         h = min(found, default=None)
         return None if h is None else Span(h.start + start, h.end + start, h.kind)
 
@@ -713,7 +991,11 @@ class EgressGuard:
         hold = False
         if hazard is not None:
             i = _first_touching(offs, hazard)
-            if i is not None and (cut is None or i < cut):
+            # A hazard from the same token as a complete span means the span may still grow
+            # ("Jane" of "Jane Do"): hold rather than replace a part of it. (An address already
+            # complete before a trailing " d" stays that address; its end may still grow anyway.)
+            tie = i == cut and chosen is not None and not (chosen.kind == hazard.kind == EMAIL)
+            if i is not None and (cut is None or i < cut or tie):
                 cut, chosen, hold = i, hazard, True
         if cut is None or chosen is None or cut >= send:
             return GuardVerdict(None, spans=tuple(spans))

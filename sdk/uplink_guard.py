@@ -101,28 +101,37 @@ def plan_uplink(
 ) -> UplinkPlan:
     """Decide what of `pending + draft` goes up. `committed` is the device's real text before `pending`.
 
-    `more()` drafts one more token on the device (None when it cannot: the budget is spent).
+    `more()` drafts one more token on the device (None when it cannot: the budget is spent, so the
+    text ends there and a bare last word is not held as a possible address local part).
     `draft_len` (K) bounds the draft sent after a placeholder.
     """
     tokens = [*pending, *draft]
     send = len(tokens)
+    spent = False  # `more()` said the budget is spent: the text ends where it is
 
     def check(before: Sequence[int], start: int, n_send: int) -> GuardVerdict:
         ended = bool(tokens) and tokens[-1] in eos_ids
-        return guard.check(before, tokens[start:], tokenizer, send=n_send, final=ended)
+        # At the end of the budget a bare last word cannot become an address any more; any other
+        # hold (a written "@", a secret's first digits) still fails closed.
+        g = guard.without_local_part_holds() if spent else guard
+        return g.check(before, tokens[start:], tokenizer, send=n_send, final=ended)
 
     def extend() -> bool:
         """Draft one more token locally; False at end of text, at the budget, or at the look-ahead cap."""
+        nonlocal spent
         if (tokens and tokens[-1] in eos_ids) or len(tokens) - send >= max_lookahead:
             return False
         token = more()
         if token is None:
+            spent = True  # nothing more will be written
             return False
         tokens.append(token)
         return True
 
     verdict = check(committed, 0, send)
     while verdict.hold and extend():
+        verdict = check(committed, 0, send)
+    if verdict.hold and spent:
         verdict = check(committed, 0, send)
     n_pending = len(pending)
 
@@ -148,10 +157,16 @@ def plan_uplink(
     # so the cloud verifies the continuation in the same round instead of steering blind after it.
     while len(tokens) < span_end + draft_len and extend():
         pass
-    rest = min(draft_len, max(0, len(tokens) - span_end))
+    # A hold the look-ahead could not resolve is replaced up to where the device stopped looking;
+    # what follows it (possibly the rest of a character split across tokens) is not judged yet.
+    rest = 0 if verdict.hold else min(draft_len, max(0, len(tokens) - span_end))
     sent: list[int] = []
     if rest:
         after = check([*committed, *tokens[:span_end]], span_end, rest)
+        while after.hold and extend():
+            after = check([*committed, *tokens[:span_end]], span_end, rest)
+        if after.hold and spent:
+            after = check([*committed, *tokens[:span_end]], span_end, rest)
         n = rest if after.cut_at is None else after.cut_at
         sent = tokens[span_end : span_end + n]
         if after.cut_at is not None:

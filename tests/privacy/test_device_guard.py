@@ -167,7 +167,9 @@ def test_guard_passes_clean_text_untouched(smol_tok) -> None:
         out = generate(specialist, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=32), verifier, guard=guard)
         results.append((out.text, verifier.sessions[0].rounds, out.stats.extra))
     assert results[0][:2] == results[1][:2]
-    assert not any(k.startswith("guard_") for k in results[1][2])
+    # Trailing words are held while the device drafts a token or two further (a word may be an
+    # address's local part), but nothing is cut or replaced.
+    assert not any(k.startswith("guard_") and k != "guard_lookahead_tokens" for k in results[1][2])
 
 
 def test_plan_cuts_a_draft_before_a_span_and_sends_the_clean_prefix(smol_tok) -> None:
@@ -224,3 +226,70 @@ def test_over_tls_the_audit_log_proves_every_placeholder_was_declared(tmp_path: 
     assert off[0].guard == ()
     assert on[1]["identity_hits"] == {} and on[1]["pattern_hits"] == {}
     assert off[1]["identity_hits"].get("email", 0) >= 1  # the report sees the leak of the control run
+
+
+@pytest.mark.parametrize("draft_len", [1, 4, 8])
+def test_an_address_local_part_never_goes_up_before_its_at(smol_tok, draft_len: int) -> None:
+    """Issue 14 item 2: the email hazard used to start at the "@", so a device drafting
+    "kit_marlowe" sent it in the rounds before (the cloud got `kit_marlowe<EMAIL>`)."""
+    target = "For questions write to kit_marlowe@example.net or call me"
+    profile = profile_for("email")
+    specialist, lm = scripted_pair(smol_tok, target, profile)
+    verifier = RecordingVerifier(CloudVerifier(lm, lm, seed=0), lm.vocab_size)
+    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER)
+    params = SessionParams(draft_len=draft_len)
+    out = generate(specialist, PROMPT, params, DecodeOptions(max_new_tokens=48), verifier, guard=guard)
+    sent = verifier.sessions[0].uplink_text(smol_tok)
+    assert "<EMAIL>" in sent and out.stats.fallback is None
+    assert "marlowe" not in sent and "kit" not in sent
+    if draft_len > 1:
+        # (With K = 1 the scripted cloud, which has no script after "<EMAIL>", steers this text
+        # elsewhere after the address; the uplink still never carries it.)
+        assert out.text == target
+        assert "call me" in sent  # the rest of the text still goes up
+
+
+def test_a_hold_at_the_end_of_the_budget_is_decided_as_final(smol_tok) -> None:
+    """The last word of a budget-limited text could be an address's local part, but nothing more
+    will be written: it goes up instead of becoming a placeholder. A written "@" still holds."""
+    profile = profile_for("email")
+    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    ids = smol_tok.encode("Fix the retry loop", add_special_tokens=False)
+    plan = plan_uplink(guard, smol_tok, [], [], ids, more=lambda: None, eos_ids=frozenset(), draft_len=8)
+    assert plan.draft == ids and plan.decisions == []
+    # With the budget not spent, the same tail is held while the device drafts further.
+    tail = iter(smol_tok.encode(" now.", add_special_tokens=False))
+    plan = plan_uplink(guard, smol_tok, [], [], ids, more=lambda: next(tail, None), eos_ids=frozenset(), draft_len=8)
+    assert plan.draft == ids and plan.lookahead >= 1
+    # "kit_marlowe@example" at the budget's end is no complete address, but it fails closed.
+    ids = smol_tok.encode("Write to kit_marlowe@example", add_special_tokens=False)
+    plan = plan_uplink(guard, smol_tok, [], [], ids, more=lambda: None, eos_ids=frozenset(), draft_len=8)
+    assert "marlowe" not in smol_tok.decode(plan.draft) and plan.decisions == [("cut", 1, "<EMAIL>")]
+
+
+def test_a_full_width_address_split_into_byte_tokens_never_goes_up(smol_tok) -> None:
+    """Each full-width character is three byte tokens: the guard folds the text, holds a token that
+    ends inside a character, and sends nothing of the address (not even one byte of it)."""
+    text = "Ask ｍａｒｉｓｏｌ．ｂｒｉｇｈｔｗａｔｅｒ＠ｅｘａｍｐｌｅ．ｉｎｖａｌｉｄ now."
+    guard = guard_for_profile(profile_for("email"), smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    eos = smol_tok.eos_token_id
+    ids = [*smol_tok.encode(text, add_special_tokens=False), eos]
+    sent: list[int] = []
+    p = 0
+    while p < len(ids):
+        script = iter(ids[p + 4 :])
+        plan = plan_uplink(
+            guard,
+            smol_tok,
+            ids[:p],
+            [],
+            ids[p : p + 4],
+            more=lambda s=script: next(s, None),
+            eos_ids=frozenset({eos}),
+            draft_len=4,
+        )
+        sent += plan.draft
+        p += plan.kept
+    uplink = smol_tok.decode(sent, skip_special_tokens=True)
+    assert uplink.startswith("Ask") and uplink.endswith("now.")
+    assert "\ufffd" not in uplink and not any("\uff00" <= c <= "\uffef" for c in uplink)

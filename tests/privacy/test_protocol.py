@@ -62,7 +62,9 @@ def test_placeholder_keeps_device_and_cloud_in_step(tok_name: str, request: pyte
     # The two views agree up to the first replaced span, and each replacement left one placeholder.
     placed = [p for d, _, p in result.decisions if d == "placeholder"]
     first = min(cloud_text.find(p) for p in placed)
-    assert first > 0 and real_text[:first] == cloud_text[:first]
+    # (The first placeholder may open the text: the look-ahead that resolves a trailing word's
+    # hold can show that the draft starts a verbatim history run.)
+    assert first >= 0 and real_text[:first] == cloud_text[:first]
     assert sum(cloud_text.count(p) for p in set(placed)) == len(placed)
     kinds = set(placed)
     assert {"<PHONE>", "<EMAIL>", "<SECRET>", "<PRIVATE>"} <= kinds
@@ -131,7 +133,9 @@ def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: 
     guard = build_guard(char_tok, 2, canary, Policy.PLACEHOLDER)
     result = sim.run(target, char_tok, guard)
     # Secret label per round: did the guard act on the text this round touched?
-    near = [int(guard.check([], s, char_tok).cut_at is not None or len(s) != 4) for s in result.sent]
+    # (Not counting the hold every trailing word gets as a possible address local part.)
+    words = guard.without_local_part_holds()
+    near = [int(words.check([], s, char_tok).cut_at is not None or len(s) != 4) for s in result.sent]
     sizes = [len(f) for f in result.frames]
     assert size_channel(sizes, near).mutual_information_bits > 0.05
     # The wire's own padded codec (a session that declared padded_frames, K = the longest round).

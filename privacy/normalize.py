@@ -1,0 +1,119 @@
+"""One normal form for every detector: what a text says, not how its characters are spelled.
+
+A leak need not use the characters a pattern expects: "ｊａｎｅ＠ｅｘａｍｐｌｅ．ｃｏｍ" (full width),
+"jаne@exаmple.com" (Cyrillic "а"), "ja\u200bne" (a zero-width space) or "JANE" all read as the
+plain text to a person. So the detectors never match the raw text: they match `fold(text).text`
+and map what they find back to the raw text with `Folded.span`, so the cut falls on the
+characters that were actually drafted.
+
+The fold, character by character (so every folded character knows where it came from):
+
+1. compatibility decomposition (NFKD): full-width and ligature forms, mathematical letters,
+   circled digits, non-breaking and ideographic spaces become their plain forms;
+2. combining marks and invisible format characters (zero-width spaces and joiners, soft hyphens,
+   bidirectional controls) are dropped: "jáne" and "ja\u200bne" are "jane";
+3. confusables: letters of other scripts that look like Latin letters (Cyrillic, Greek,
+   Armenian, Latin-extension look-alikes) and look-alike punctuation (dashes, dots, at signs,
+   slashes) become the ASCII character they imitate; the table follows Unicode's confusables
+   data (UTS #39) for the Latin lookalikes, not any one test set;
+4. case: lower case.
+
+Text that is already ASCII takes a fast path (only step 4).
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = ["CONFUSABLES", "Folded", "fold", "fold_string"]
+
+# Look-alikes of ASCII letters, digits and punctuation (after NFKD), from Unicode's confusables
+# for Latin: the characters an attacker reaches for because a reader cannot tell them apart.
+_PAIRS = {
+    # Cyrillic
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
+    "с": "c", "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "һ": "h",
+    "ԁ": "d", "ԛ": "q", "ԝ": "w", "ɡ": "g", "ү": "y", "ӏ": "l", "ԍ": "g", "ս": "u",
+    "А": "a", "В": "b", "Е": "e", "К": "k", "М": "m", "Н": "h", "О": "o", "Р": "p", "С": "c",
+    "Т": "t", "У": "y", "Х": "x", "Ѕ": "s", "І": "i", "Ј": "j", "Ԁ": "d", "Ԛ": "q", "Ԝ": "w",
+    "Ү": "y", "Ӏ": "l", "З": "3", "з": "3", "б": "6",
+    # Greek
+    "α": "a", "β": "b", "γ": "y", "ε": "e", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p",
+    "τ": "t", "υ": "u", "χ": "x", "ω": "w", "ϲ": "c", "ϳ": "j",
+    "Α": "a", "Β": "b", "Ε": "e", "Ζ": "z", "Η": "h", "Ι": "i", "Κ": "k", "Μ": "m", "Ν": "n",
+    "Ο": "o", "Ρ": "p", "Τ": "t", "Υ": "y", "Χ": "x", "Ϲ": "c",
+    # Armenian, Cherokee and Latin extensions that imitate ASCII letters
+    "օ": "o", "ց": "g", "հ": "h", "ո": "n", "ռ": "n", "ᴀ": "a", "ʙ": "b", "ᴄ": "c", "ᴅ": "d",
+    "ᴇ": "e", "ɢ": "g", "ʜ": "h", "ɪ": "i", "ᴊ": "j", "ᴋ": "k", "ʟ": "l", "ᴍ": "m", "ɴ": "n",
+    "ᴏ": "o", "ᴘ": "p", "ʀ": "r", "ꜱ": "s", "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ʏ": "y",
+    "ᴢ": "z", "ı": "i", "ȷ": "j", "ɑ": "a", "ɩ": "i", "ʋ": "u", "ℓ": "l", "ꮪ": "s", "Ꭰ": "d",
+    "Ꭼ": "e", "Ꮋ": "h", "Ꭻ": "j", "Ꮶ": "k", "Ꮮ": "l", "Ꮇ": "m", "Ꮲ": "p", "Ꮪ": "s", "Ꮤ": "w",
+    "ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ł": "l", "ħ": "h",
+    # punctuation
+    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-", "⁃": "-", "﹘": "-",
+    "ー": "-", "。": ".", "｡": ".", "·": ".", "・": ".", "٠": ".", "۔": ".", "⁄": "/", "∕": "/",
+    "⧸": "/", "＼": "\\", "∶": ":", "׃": ":", "˸": ":", "‚": ",", "،": ",", "ʻ": "'", "ʼ": "'",
+    "‘": "'", "’": "'", "“": '"', "”": '"', "ⓐ": "@", "\t": " ",
+}  # fmt: skip
+CONFUSABLES: dict[str, str] = dict(_PAIRS)
+
+_DROP = frozenset({"Mn", "Me", "Cf"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    out = []
+    for c in unicodedata.normalize("NFKD", ch):
+        if unicodedata.category(c) in _DROP:
+            continue
+        c = CONFUSABLES.get(c, c)
+        if unicodedata.category(c[0]) == "Zs":
+            c = " "
+        out.append(c)
+    return "".join(out).lower()
+
+
+@dataclass(frozen=True)
+class Folded:
+    """`text` folded, and for each folded character the raw `[start, end)` it came from."""
+
+    raw: str
+    text: str
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The raw range of folded `[start, end)` (an empty range maps to an empty raw range)."""
+        if start >= len(self.text):
+            return len(self.raw), len(self.raw)
+        a = self.starts[start]
+        b = self.ends[end - 1] if end > start else a
+        return a, b
+
+    def raw_start(self, start: int) -> int:
+        return self.starts[start] if start < len(self.text) else len(self.raw)
+
+
+@functools.lru_cache(maxsize=256)
+def fold(text: str) -> Folded:
+    """The normal form every detector matches on (see the module docstring); cached per text."""
+    if text.isascii():
+        folded = text.replace("\t", " ").lower()
+        idx = tuple(range(len(text)))
+        return Folded(text, folded, idx, tuple(i + 1 for i in idx))
+    parts: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for i, ch in enumerate(text):
+        f = ch.replace("\t", " ").lower() if ch.isascii() else _fold_char(ch)
+        parts.append(f)
+        starts.extend([i] * len(f))
+        ends.extend([i + 1] * len(f))
+    return Folded(text, "".join(parts), tuple(starts), tuple(ends))
+
+
+def fold_string(text: str) -> str:
+    """Only the folded text (for registering strings the detectors then look for)."""
+    return fold(text).text

@@ -1,0 +1,108 @@
+"""The forms a registered string can take on its way out, computed from the string itself.
+
+A canary or an identity leaks just as well in another spelling: "Doe, Jane" or "J. Doe" for the
+registered name "Jane Doe"; the secret "482913" of "my PIN is 482913" without its template phrase,
+or as "4 8 2 9 1 3"; the base64 or hex bytes of any of them. These functions derive those forms
+from what is registered (no list of attack strings), for `privacy.detectors.CanaryDetector`.
+Everything here works on folded strings (`privacy.normalize.fold_string`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = ["base64_fragments", "encodings", "name_variants", "secret_cores", "unambiguous_first_names"]
+
+# English words that are also common first names: alone, they say nothing about a person.
+_WORD_NAMES = frozenset(
+    str.split(
+        "will mark bill may june april august grant rich art pat sue bob frank jack rose lily hope faith joy "
+        "dawn chase hunter summer autumn skip max ray earl rob guy sky river iris amber ruby pearl crystal "
+        "victor victoria dean gene miles page reed wade lane cliff glen penny carol holly ivy jean lou "
+        "don jo al ed tom van red win sam del rod gay nick chip buck rusty sandy brook jay matt dick "
+        "john james paul david michael"
+    )
+)
+
+
+def name_variants(name: str) -> set[str]:
+    """ "jane q. doe" -> {"jane q. doe", "doe, jane", "doe jane", "j. doe", "j doe", "jane doe", "doe, j."}."""
+    words = name.split()
+    if len(words) < 2:
+        return {name}
+    first, last = words[0], words[-1]
+    initial = first[0]
+    out = {
+        name,
+        f"{first} {last}",
+        f"{last}, {first}",
+        f"{last} {first}",
+        f"{initial}. {last}",
+        f"{initial}.{last}",
+        f"{last}, {initial}.",
+        f"{first}.{last}",
+        f"{first}_{last}",
+    }
+    if len(words) > 2:
+        out.add(f"{last}, {' '.join(words[:-1])}")
+    return out
+
+
+def unambiguous_first_names(names: Iterable[str]) -> set[str]:
+    """First names that identify one registered person: 3+ letters, not shared, not a common word."""
+    firsts = [n.split()[0] for n in names if len(n.split()) >= 2]
+    return {f for f in firsts if len(f) >= 3 and f.isalpha() and firsts.count(f) == 1 and f not in _WORD_NAMES}
+
+
+_CORE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9]")
+
+
+def secret_cores(canary: str) -> set[str]:
+    """The part of a canary that is secret, without its template phrase ("my pin is 482913" -> "482913").
+
+    A word with a digit in it and 4+ characters is a secret; a canary without one is its own core.
+    """
+    cores = {w for w in _CORE.findall(canary) if len(w) >= 4 and any(c.isdigit() for c in w)}
+    return cores or {canary}
+
+
+def base64_fragments(data: bytes) -> set[str]:
+    """The base64 characters that `data` fixes wherever it sits in a longer encoded byte string.
+
+    base64 turns 3 bytes into 4 characters, so a string's encoding depends on its offset mod 3
+    within the encoded input. For each offset, only the characters whose 6 bits all come from
+    `data` are kept; one of the three then occurs in any encoding that contains `data`.
+    """
+    out: set[str] = set()
+    for offset in range(3):
+        padded = b"\0" * offset + data + b"\0\0\0"
+        enc = base64.b64encode(padded).decode()
+        lo = -(-8 * offset // 6)  # first character that starts at or after the data's first bit
+        hi = (8 * (offset + len(data))) // 6  # characters ending at or before its last bit
+        frag = enc[lo:hi]
+        if len(frag) >= 6:
+            out.add(frag)
+            out.add(frag.translate(str.maketrans("+/", "-_")))  # the URL-safe alphabet
+    return out
+
+
+def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]:
+    """{encoded form: kind} for each registered string of `min_len`+ characters: hex and base64.
+
+    Matched as folded (lower-case) substrings: hex case does not matter, and a base64 fragment of
+    8+ characters matching in another case by chance is as unlikely as any 40-bit collision.
+    """
+    out: dict[str, str] = {}
+    for text, kind in strings.items():
+        if len(text) < min_len:
+            continue
+        forms = {text, text.replace(" ", "")}
+        for form in forms:
+            data = form.encode()
+            out.setdefault(binascii.hexlify(data).decode(), kind)
+            for frag in base64_fragments(data):
+                out.setdefault(frag.lower(), kind)
+    return out
