@@ -7,8 +7,10 @@
 Every method runs on the main pair (`--specialist` -> `--generalist`, greedy); the alternative
 Specialist (`--alt-specialist`) adds its `slm-rag` and `specsteer` rows, so both pairs (the
 cross-vocabulary SmolLM2 and the same-vocabulary Qwen2.5-Coder 0.5B) are measured on the same queries.
-Queries go round-robin over users (each user's first query, then each user's second), so a
-partial run covers as many authors as possible. Each finished generation is appended to the runs
+Queries go round-robin over users (each user's first query, then each user's second), and a
+first pass runs only the rows of the central comparison (`slm-rag`, `llm`, `specsteer`) on every
+query before a second pass adds the others, so a partial run has as many paired queries and
+authors as possible. Each finished generation is appended to the runs
 log at once (a rerun skips what is there), and the tables are rewritten after every query:
 ROUGE-1/ROUGE-L means with standard errors, and the paired differences `specsteer - slm-rag` and
 `specsteer - llm` over the same queries with 95 % bootstrap intervals.
@@ -51,18 +53,19 @@ class Config:
     params: SessionParams
     pair: str = "main"  # "main": --specialist; "alt": --alt-specialist
     full_vocab: bool = False  # k = the Specialist's vocabulary size (in process the verifier allows it)
+    first_pass: bool = False  # run for every query before the other rows (the paired comparison)
 
 
 CONFIGS: tuple[Config, ...] = (
     Config("slm", SessionParams(method=Method.SLM)),
-    Config("slm-rag", SessionParams(method=Method.SLM_RAG)),
-    Config("llm", SessionParams(method=Method.LLM, draft_len=0, alpha=0.0)),
-    Config(SPECSTEER, SessionParams(gamma=0.5)),
+    Config("slm-rag", SessionParams(method=Method.SLM_RAG), first_pass=True),
+    Config("llm", SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), first_pass=True),
+    Config(SPECSTEER, SessionParams(gamma=0.5), first_pass=True),
     Config("specsteer gamma=0.1", SessionParams(gamma=0.1)),
     Config("specsteer gamma=0.5 literal", SessionParams(gamma=0.5, policy=CandidatePolicy.LITERAL)),
     Config("alt slm-rag", SessionParams(method=Method.SLM_RAG), pair="alt"),
     Config("alt specsteer gamma=0.5", SessionParams(gamma=0.5), pair="alt"),
-    # The slowest rows last, so a partial run has the paired rows first.
+    # The slowest rows last.
     Config("sd (K=4)", SessionParams(method=Method.SD)),
     # algorithm.md's fusion: z_G + alpha (z_S^c - z_S^0) over the whole vocabulary at every token.
     Config("fusion (alpha=1, full vocabulary)", SessionParams(method=Method.FUSION, draft_len=0), full_vocab=True),
@@ -164,10 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     pairs = Pairs(args.generalist)
     started = time.perf_counter()
-    for number, (user, query) in enumerate(queries, 1):
+    passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
+    total = len(queries) * len(passes)
+    for number, (user, query, todo) in enumerate([(u, q, todo) for todo in passes for u, q in queries], 1):
         if args.report_only:
             break
-        for config in configs:
+        for config in todo:
             key = (user["user_id"], query["subject"], config.label, args.max_new_tokens)
             if key in done:
                 continue
@@ -187,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f.write(json.dumps(row) + "\n")
             done[key] = row
             print(
-                f"[{time.strftime('%H:%M:%S')}] q{number}/{len(queries)} {user['user_id']} {config.label:36s} "
+                f"[{time.strftime('%H:%M:%S')}] step {number}/{total} {user['user_id']} {config.label:36s} "
                 f"R-L {row['rougeL']:.3f} acc {row['acceptance_rate']:.2f} {row['new_tokens']} tok "
                 f"{row['seconds']:.0f}s",
                 flush=True,

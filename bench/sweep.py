@@ -8,7 +8,8 @@ The defaults of `SessionParams` and the default Specialist are chosen here, on u
 setting are never the ones it is judged on. Each setting changes one knob from the base
 (gamma 0.5, alpha 1, K 4, k 10, guardrail) so its effect can be read alone. Every generation is
 appended to the runs log at once (a rerun resumes), and `sweep.{md,json}` are rewritten after each
-user with mean ROUGE-L, acceptance and tokens/s per setting.
+setting with mean ROUGE-L, acceptance and tokens/s per setting (over the queries every reported
+setting has finished).
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m bench.sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     pairs = Pairs(args.generalist)
     started = time.perf_counter()
-    for user, query in queries if not args.report_only else []:
-        for setting in settings:
+    # Setting by setting (each over all users), in the order of SETTINGS: the Specialist comparison
+    # first, so a partial sweep still decides the most consequential default on every user.
+    for setting in settings if not args.report_only else []:
+        for user, query in queries:
             key = (user["user_id"], query["subject"], setting.label, args.max_new_tokens)
             if key in done:
                 continue
@@ -128,7 +131,7 @@ def write_report(
     command: str,
     seconds: float,
 ) -> None:
-    """Per setting, over the queries where every setting is done (one query set for all rows)."""
+    """Per setting, over the queries it has finished (its n); a finished sweep has one query set."""
     complete = [
         (u, q)
         for u, q in queries
@@ -136,7 +139,8 @@ def write_report(
     ]
     summary = []
     for s in settings:
-        rows = [done[(u["user_id"], q["subject"], s.label, args.max_new_tokens)] for u, q in complete]
+        keys = [(u["user_id"], q["subject"], s.label, args.max_new_tokens) for u, q in queries]
+        rows = [done[k] for k in keys if k in done]
         if not rows:
             continue
         rl, rl_se = mean_se([r["rougeL"] for r in rows])
@@ -174,7 +178,8 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "# Sweep: gamma, alpha, K, k and the Specialist on dev users (greedy)",
         "",
         f"`{meta['command']}` — users {', '.join(meta['users'])} (never reported by `bench.quality`), "
-        f"{meta['queries_complete']} of {meta['queries_planned']} queries complete, "
+        f"{meta['queries_complete']} of {meta['queries_planned']} queries have every setting done (each row's n "
+        "counts its own), "
         f"max {meta['max_new_tokens']} new tokens, Generalist `{meta['generalist']}`. "
         "Each setting changes one knob of the base (gamma 0.5, alpha 1, K 4, k 10, guardrail).",
         "",
@@ -187,14 +192,16 @@ def markdown(summary: list[dict], meta: dict) -> str:
             f"| {s['setting']} | {s['specialist']} | {s['n']} | {s['rougeL']:.3f} ± {s['rougeL_se']:.3f} | "
             f"{s['rouge1']:.3f} ± {s['rouge1_se']:.3f} | {acc} | {s['tokens_per_second']:.2f} |"
         )
-    if summary:
-        best = max((s for s in summary if "slm-rag" not in s["setting"]), key=lambda s: s["rougeL"], default=None)
-        if best is not None:
-            spread = statistics.pstdev([s["rougeL"] for s in summary if "slm-rag" not in s["setting"]])
-            lines += [
-                "",
-                f"Best ROUGE-L: `{best['setting']}` ({best['rougeL']:.3f}; spread over settings {spread:.3f}).",
-            ]
+    steered = [s for s in summary if "slm-rag" not in s["setting"]]
+    full = max((s["n"] for s in steered), default=0)
+    best = max((s for s in steered if s["n"] == full), key=lambda s: s["rougeL"], default=None)
+    if best is not None:
+        spread = statistics.pstdev([s["rougeL"] for s in steered if s["n"] == full])
+        lines += [
+            "",
+            f"Best ROUGE-L among the settings with n = {full}: `{best['setting']}` ({best['rougeL']:.3f}; "
+            f"spread over those settings {spread:.3f}).",
+        ]
     return "\n".join(lines) + "\n"
 
 
