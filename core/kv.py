@@ -28,9 +28,14 @@ their KV entries to that cache, and returns their logits, shape [len(new), vocab
 
 
 class TokenSequence:
-    """`ids` is the sequence; the cache covers `ids[:cached]`; `_rows[n]` is the fp32
-    log-distribution of the token after the first n ids, kept for the positions a rollback may
-    return to (from the last truncation point on)."""
+    """`ids` is the sequence; the cache covers `_cache_ids` (`_cached` tokens); `_rows[n]` is the
+    fp32 log-distribution of the token after the first n of `_cache_ids`, kept for the positions a
+    rollback may return to (from the last truncation point on).
+
+    A rollback is lazy: `truncate` only shortens `ids`, and the cache is cropped at the next read,
+    to the longest prefix it shares with `ids` by then. So a rollback followed by pushing the same
+    tokens again (a cross-vocabulary re-tokenization that comes out as before) re-feeds nothing.
+    """
 
     def __init__(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None = None) -> None:
         if not prefix_ids:
@@ -39,8 +44,10 @@ class TokenSequence:
         self.ids: list[int] = list(prefix_ids)
         self._cache = self._new_cache()
         self._cached = 0
+        self._cache_ids: list[int] = []
         self._rows: dict[int, torch.Tensor] = {}
         self._runner: ForwardRunner = runner if runner is not None else single_forward
+        self._floor: int | None = None  # the lowest truncation point since the last reconcile
         self.forward_passes = 0
 
     def __len__(self) -> int:
@@ -49,10 +56,13 @@ class TokenSequence:
     @property
     def cache(self) -> DynamicCache:
         """The KV cache of `ids[:cached]` (a runner appends to it; nothing else should)."""
+        self._reconcile()
         return self._cache
 
     @property
     def cached(self) -> int:
+        """How many leading `ids` the cache covers (pending rollbacks applied first)."""
+        self._reconcile()
         return self._cached
 
     def push(self, tokens: Sequence[int]) -> None:
@@ -60,6 +70,7 @@ class TokenSequence:
         self.ids.extend(int(t) for t in tokens)
 
     def _sync(self) -> None:
+        self._reconcile()
         if self._cached >= len(self.ids):
             return
         new = self.ids[self._cached :]
@@ -69,6 +80,7 @@ class TokenSequence:
         for i in range(len(new)):
             self._rows[self._cached + i + 1] = rows[i]
         self._cached = len(self.ids)
+        self._cache_ids = list(self.ids)
 
     def next_logprobs(self) -> torch.Tensor:
         """log P(next token | all ids), shape [vocab]."""
@@ -77,20 +89,33 @@ class TokenSequence:
     def logprobs_at(self, n: int) -> torch.Tensor:
         """log P(token n+1 | ids[:n]) for a prefix length n at or after the last truncation."""
         self._sync()
-        if n not in self._rows:
+        if n not in self._rows or n > len(self.ids):
             raise IndexError(f"no distribution kept for prefix length {n}")
         return self._rows[n]
 
     def truncate(self, n: int) -> None:
         """Roll back to the first n ids. Distributions before n are dropped: the protocol only
-        ever truncates to a committed point, and later rollbacks never go behind it."""
+        ever truncates to a committed point, and later rollbacks never go behind it. The cache
+        itself is cropped lazily, on the next read (see the class docstring)."""
         if not 1 <= n <= len(self.ids):
             raise IndexError(f"cannot truncate a sequence of {len(self.ids)} tokens to {n}")
         del self.ids[n:]
-        keep = n if n in self._rows else n - 1  # without row n, re-feed the last token
-        if keep <= self._cached:
-            self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
-        self._rows = {m: row for m, row in self._rows.items() if n <= m <= self._cached}
+        self._floor = n if self._floor is None else min(self._floor, n)
+
+    def _reconcile(self) -> None:
+        """Apply pending rollbacks: crop the cache to what it shares with `ids`, keeping the row
+        for the end of `ids` (or re-feeding the last token when that row was dropped)."""
+        if self._floor is None:
+            return
+        floor, self._floor = self._floor, None
+        common = 0
+        limit = min(len(self.ids), self._cached)
+        while common < limit and self.ids[common] == self._cache_ids[common]:
+            common += 1
+        self._rows = {m: row for m, row in self._rows.items() if floor <= m <= common}
+        keep = common if common < len(self.ids) or common in self._rows else common - 1
+        self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
+        self._rows = {m: row for m, row in self._rows.items() if m <= self._cached}
 
     def _new_cache(self) -> DynamicCache:
         return recording_cache(self.model)
@@ -105,6 +130,7 @@ class TokenSequence:
             # A cache that cannot roll back that far is rebuilt from the start.
             self._cache = self._new_cache()
             self._cached = 0
+        del self._cache_ids[self._cached :]
 
     def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:
         """Sum of log P over each continuation's tokens after the current ids, shape [len].

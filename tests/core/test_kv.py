@@ -108,3 +108,23 @@ def test_sliding_window_layers_roll_back_past_the_window(char_tok) -> None:
     # Assert
     torch.testing.assert_close(got, full(gemma, [*ids[:8], 40, 41, 42])[-1], atol=1e-5, rtol=0)
     torch.testing.assert_close(got_after_second, full(gemma, [*ids[:8], 40])[-1], atol=1e-5, rtol=0)
+
+
+def test_rollback_then_pushing_the_same_tokens_refeeds_nothing(model) -> None:
+    # Prepare: a verified block, as a cross-vocabulary round leaves it.
+    seq = TokenSequence(model, [5, 6, 7])
+    seq.push([8, 9, 10])
+    seq.next_logprobs()
+    passes = seq.forward_passes
+    # Execute: roll back into it (re-tokenizing from a boundary), and the same tokens come out again.
+    seq.truncate(4)
+    seq.push([9, 10])
+    same = seq.next_logprobs()
+    seq.truncate(5)
+    seq.push([30])
+    diverged = seq.next_logprobs()
+    # Assert: the shared prefix stayed cached; only the diverging token was fed.
+    torch.testing.assert_close(same, full(model, [5, 6, 7, 8, 9, 10])[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(diverged, full(model, [5, 6, 7, 8, 9, 30])[-1], atol=1e-5, rtol=0)
+    assert seq.forward_passes == passes + 1
+    assert seq.cached == 6 and seq.cache.get_seq_length() == 6
