@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from core.steering import log_softmax
 
@@ -135,31 +136,71 @@ class TokenSequence:
     def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:
         """Sum of log P over each continuation's tokens after the current ids, shape [len].
 
-        Single-token continuations read the current distribution; longer ones (cross-vocabulary
-        candidates) run one batched forward on a copy of the cache, right-padded so padding never
-        affects the positions read.
+        Single-token continuations read the current distribution. Longer ones (cross-vocabulary
+        candidates) run one extra forward: where the cache is plain full attention, all their
+        tails go in one row after the shared cache, with a tree mask so each tail sees the past
+        and its own earlier tokens only, and the cache is cropped back after (no copy of the
+        cache, one small block); otherwise one batched forward on copies of the cache.
         """
         base = self.next_logprobs()
         scores = torch.stack([base[c[0]] for c in continuations]) if continuations else torch.zeros(0)
         longer = [i for i, c in enumerate(continuations) if len(c) > 1]
         if not longer:
             return scores
-        width = max(len(continuations[i]) for i in longer) - 1
-        batch = torch.zeros((len(longer), width), dtype=torch.long)
-        for row, i in enumerate(longer):
-            tail = list(continuations[i][:-1])
+        tails = [list(continuations[i][:-1]) for i in longer]
+        rows = self._tree_rows(tails) if _plain_cache(self._cache) else self._batched_rows(tails)
+        self.forward_passes += 1
+        scores = scores.clone()
+        for tail_rows, i in zip(rows, longer, strict=True):
+            c = continuations[i]
+            scores[i] = scores[i] + tail_rows[torch.arange(len(c) - 1), torch.tensor(c[1:])].sum()
+        return scores
+
+    def _tree_rows(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Log-distributions after each prefix of each tail, from one forward of all tails."""
+        past = self._cached
+        flat = [t for tail in tails for t in tail]
+        width = len(flat)
+        mask = torch.full((width, past + width), torch.finfo(torch.float32).min)
+        mask[:, :past] = 0.0
+        positions, offsets, at = [], [], 0
+        for tail in tails:
+            offsets.append(at)
+            for j in range(len(tail)):
+                mask[at + j, past + at : past + at + j + 1] = 0.0
+                positions.append(past + j)
+            at += len(tail)
+        try:
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=torch.tensor([flat], dtype=torch.long),
+                    attention_mask=mask[None, None],
+                    position_ids=torch.tensor([positions], dtype=torch.long),
+                    past_key_values=self._cache,
+                    use_cache=True,
+                )
+        finally:
+            self._cache.crop(past - self._cache.get_seq_length())  # drop the tails again
+        rows = log_softmax(out.logits[0])
+        return [rows[o : o + len(tail)] for o, tail in zip(offsets, tails, strict=True)]
+
+    def _batched_rows(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """As `_tree_rows`, one right-padded row per tail on a copy of the cache (any cache type)."""
+        width = max(len(t) for t in tails)
+        batch = torch.zeros((len(tails), width), dtype=torch.long)
+        for row, tail in enumerate(tails):
             batch[row, : len(tail)] = torch.tensor(tail)
         cache = copy.deepcopy(self._cache)
-        cache.batch_repeat_interleave(len(longer))
+        cache.batch_repeat_interleave(len(tails))
         with torch.inference_mode():
             out = self.model(input_ids=batch, past_key_values=cache, use_cache=True)
-        self.forward_passes += 1
         rows = log_softmax(out.logits)
-        scores = scores.clone()
-        for row, i in enumerate(longer):
-            c = continuations[i]
-            scores[i] = scores[i] + sum(rows[row, j, c[j + 1]] for j in range(len(c) - 1))
-        return scores
+        return [rows[r, : len(tail)] for r, tail in enumerate(tails)]
+
+
+def _plain_cache(cache: DynamicCache) -> bool:
+    """Every layer a plain full-attention `DynamicLayer` (a tree mask and a crop are exact there)."""
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def recording_cache(model: PreTrainedModel) -> DynamicCache:
