@@ -318,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
     p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference rows")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions of each bare forward (median)")
     p.add_argument(
         "--paper-target-step-ms",
         type=float,
@@ -341,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = _logger()
 
     sizes = sorted({1, k + 1, args.k_max + 1})
-    costs = measure_costs(s_lm, g_lm, prompts[0], sizes)
+    costs = measure_costs(s_lm, g_lm, prompts[0], sizes, args.reps)
     log(
         f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
