@@ -382,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(f"llama.cpp {role} {gguf.name}: {ref['tokens_per_second']:.1f} tok/s")
 
     rows: list[dict] = []
+    done: list[float] = []
+    write = _writer(args, argv, rows, costs, baseline, reference, len(prompts), log)
     with tempfile.TemporaryDirectory(prefix="specsteer-bench-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
         cert, key = issue_device(pki.directory, "bench")
@@ -414,31 +416,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     params = replace(method.params, draft_len=kb)
                                     todo.append(Run(f"specsteer gamma=0.5 (K={kb}, best)", params))
                 rows.append(_llm_row(rtt, llm_runs, llm_seconds))
+                done.append(rtt)
+                write(done)  # partial results survive a run cut short
         finally:
             server.stop(grace=0)
-
-    table, model = _analyse(rows, costs, args)
-    meta = {
-        "command": "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "queries": len(prompts),
-        "max_new_tokens": args.max_new_tokens,
-        "costs_seconds": costs.as_dict(),
-        "torch_threads": torch.get_num_threads(),
-        "specialist": args.specialist,
-        "generalist": args.generalist,
-        "quantize": args.quantize,
-        "draft_len": k,
-        "baseline": baseline,
-        "llamacpp": reference,
-        "cost_model": model,
-        "paper_target_step_ms": args.paper_target_step_ms,
-        "gpu_block_ratio": args.gpu_block_ratio,
-    }
-    (args.out / f"{args.tag}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
-    (args.out / f"{args.tag}.md").write_text(_markdown(table, meta, costs))
-    _plot(table, args.out / f"{args.tag}.png")
-    log(f"wrote {args.out}/{args.tag}.md, {args.tag}.json, {args.tag}.png")
     return 0
+
+
+def _writer(
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    rows: list[dict],
+    costs: Costs,
+    baseline: dict,
+    reference: dict,
+    queries: int,
+    log: Callable[[str], None],
+) -> Callable[[list[float]], None]:
+    def write(done: list[float]) -> None:
+        table, model = _analyse([dict(r) for r in rows if r["rtt_ms"] in done], costs, args, done)
+        meta = {
+            "command": "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "queries": queries,
+            "max_new_tokens": args.max_new_tokens,
+            "costs_seconds": costs.as_dict(),
+            "torch_threads": torch.get_num_threads(),
+            "specialist": args.specialist,
+            "generalist": args.generalist,
+            "quantize": args.quantize,
+            "draft_len": args.draft_len,
+            "baseline": baseline,
+            "llamacpp": reference,
+            "cost_model": model,
+            "paper_target_step_ms": args.paper_target_step_ms,
+            "gpu_block_ratio": args.gpu_block_ratio,
+            "rtts_done": done,
+        }
+        (args.out / f"{args.tag}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
+        (args.out / f"{args.tag}.md").write_text(_markdown(table, meta, costs))
+        _plot(table, args.out / f"{args.tag}.png")
+        log(f"wrote {args.out}/{args.tag}.md, {args.tag}.json, {args.tag}.png (RTTs {done})")
+
+    return write
 
 
 def _logger() -> Callable[[str], None]:
@@ -513,12 +532,14 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float]:
     return round_floor(costs, k, rtt), costs.verify_block(k)
 
 
-def _analyse(rows: list[dict], costs: Costs, args: argparse.Namespace) -> tuple[list[dict], dict]:
+def _analyse(
+    rows: list[dict], costs: Costs, args: argparse.Namespace, rtts: Sequence[float]
+) -> tuple[list[dict], dict]:
     k = args.draft_len
     steered = [r for r in rows if r["kind"] == "specsteer" and r["draft_len"] == k]
     pooled = sum(r["accepted_per_round"] * r["rounds"] for r in steered) / max(1, sum(r["rounds"] for r in steered))
     a = fit_acceptance(pooled, k) if steered else 0.0
-    for rtt in args.rtts:
+    for rtt in rtts:
         at = [r for r in rows if r["rtt_ms"] == rtt]
         llm = next(r for r in at if r["method"] == LLM)
         fusion = next(r for r in at if r["kind"] == "fusion")
@@ -538,7 +559,7 @@ def _analyse(rows: list[dict], costs: Costs, args: argparse.Namespace) -> tuple[
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g
-    best = {str(rtt): best_k(a, costs, rtt / 1000, args.k_max) for rtt in args.rtts}
+    best = {str(rtt): best_k(a, costs, rtt / 1000, args.k_max) for rtt in rtts}
     paper_step = args.paper_target_step_ms / 1000
     paper_d = PAPER_DRAFT_B / PAPER_TARGET_B
     kk = range(1, args.k_max + 1)
@@ -548,20 +569,20 @@ def _analyse(rows: list[dict], costs: Costs, args: argparse.Namespace) -> tuple[
         "predicted_tps_by_k_at_rtt0": {str(n): predicted_tps(a, n, costs, 0.0) for n in kk},
         "this_cpu": {"draft_ratio": d_ratio, "s0_ratio": s_ratio, "block_ratio_k_plus_1": cpu_ratio},
         "crossover_block_ratio": {
-            str(rtt): max(crossover_ratio(a, n, d_ratio, s_ratio, rtt / 1000 / g) for n in kk) for rtt in args.rtts
+            str(rtt): max(crossover_ratio(a, n, d_ratio, s_ratio, rtt / 1000 / g) for n in kk) for rtt in rtts
         },
         "projection_paper_pair": {
             str(rtt): max(
                 projected_speedup(a, n, paper_d, paper_d, args.gpu_block_ratio, rtt / 1000 / paper_step) for n in kk
             )
-            for rtt in args.rtts
+            for rtt in rtts
         },
         "projection_paper_pair_best_k": {
             str(rtt): max(
                 kk,
                 key=lambda n: projected_speedup(a, n, paper_d, paper_d, args.gpu_block_ratio, rtt / 1000 / paper_step),
             )
-            for rtt in args.rtts
+            for rtt in rtts
         },
     }
     return rows, model
