@@ -153,12 +153,13 @@ def quantize_linear(lm: CausalLM) -> CausalLM:
     """int8 dynamic quantization of every `nn.Linear` (weights int8 per tensor, activations
     quantized on the fly; fbgemm/x86 kernels, which need only AVX2). On CPUs where a K+1-token
     block is compute-bound this is the cheap way to cut both step and block cost; the embedding
-    (and so a tied output head's input side) stays fp32, and log-probabilities stay fp32."""
+    (and so a tied output head's input side) stays fp32, and log-probabilities stay fp32.
+    The model is converted in place (no second fp32 copy at peak): `lm` must not be used after."""
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices, once per layer
-        model = quantize_dynamic(lm.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False)
+        model = quantize_dynamic(lm.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     model.eval()
     return CausalLM(name=f"{lm.name} (int8)", model=model, tokenizer=lm.tokenizer, eos_ids=lm.eos_ids)
 

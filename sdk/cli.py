@@ -78,6 +78,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
+    p.add_argument(
+        "--quantize", choices=["fp32", "int8"], default="fp32", help="models' Linear layers (int8: dynamic, AVX2)"
+    )
     p.add_argument("--context-entries", type=int, default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
@@ -246,7 +249,7 @@ def _check(args: argparse.Namespace, prompt: str, *, remote: bool = False) -> tu
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     _log(args, f"loading Specialist {args.specialist}")
-    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
     lm = device_specialist(lm, getattr(args, "federation_state", None))
     return Specialist(lm, profile, context_entries=args.context_entries)
 
@@ -298,11 +301,11 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     params, options = _check(args, prompt)
     _log(args, f"loading Specialist {args.specialist}")
-    s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
     g_lm = None
     if params.method.uses_cloud:
         _log(args, f"loading Generalist {args.generalist}")
-        g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
+        g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
     local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, getattr(args, "federation_state", None))
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")
     _log(args, f"generating with {params.method.value}")
