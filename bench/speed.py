@@ -328,9 +328,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--gpu-block-ratio", type=float, default=1.1, help="assumed (K+1)-token block / step on a GPU (projection)"
     )
+    p.add_argument(
+        "--compare-quantize",
+        action="store_true",
+        help="only measure step and block costs of both models in fp32 and int8 (same run); write TAG_quantize.*",
+    )
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     k = args.draft_len
+    if args.compare_quantize:
+        return compare_quantize(args, argv)
 
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
     profile = Profile.from_obj(demo, source=str(DEMO))
@@ -458,6 +465,42 @@ def _writer(
         log(f"wrote {args.out}/{args.tag}.md, {args.tag}.json, {args.tag}.png (RTTs {done})")
 
     return write
+
+
+def compare_quantize(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """Step and block costs of each model in fp32, then int8 (loaded again and quantized), same run."""
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    prompt = task_prompt(demo["queries"][0]["subject"])
+    sizes = sorted({1, args.draft_len + 1, args.k_max + 1})
+    log = _logger()
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for spec in (args.specialist, args.generalist):
+        result[spec] = {}
+        for quantize in ("fp32", "int8"):
+            lm = load_causal_lm(spec, quantize=quantize)
+            result[spec][quantize] = {str(n): bare_forward_time(lm, prompt, n, args.reps) for n in sizes}
+            log(
+                f"{spec} {quantize}: "
+                + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in result[spec][quantize].items())
+            )
+            del lm
+    command = "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [
+        "# Step and block cost, fp32 vs int8 dynamic quantization (bare forwards, same run)",
+        "",
+        f"`{command}`, {torch.get_num_threads()} torch threads, median of {args.reps}.",
+        "",
+        "| model | tokens | fp32 ms | int8 ms | int8 / fp32 |",
+        "|---|---|---|---|---|",
+    ]
+    for spec, by in result.items():
+        for n in map(str, sizes):
+            fp, q8 = by["fp32"][n], by["int8"][n]
+            lines.append(f"| {spec} | {n} | {fp * 1e3:.0f} | {q8 * 1e3:.0f} | {q8 / fp:.2f} |")
+    (args.out / f"{args.tag}_quantize.json").write_text(json.dumps({"command": command, "seconds": result}, indent=2))
+    (args.out / f"{args.tag}_quantize.md").write_text("\n".join(lines) + "\n")
+    log(f"wrote {args.out}/{args.tag}_quantize.md")
+    return 0
 
 
 def _logger() -> Callable[[str], None]:
