@@ -318,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
     p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference rows")
+    p.add_argument(
+        "--timeout", type=float, default=900.0, help="round/idle timeout, s (a fallback is not a measurement)"
+    )
     p.add_argument("--reps", type=int, default=5, help="timed repetitions of each bare forward (median)")
     p.add_argument(
         "--paper-target-step-ms",
@@ -394,14 +397,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="specsteer-bench-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
         cert, key = issue_device(pki.directory, "bench")
-        config = ServerConfig(port=0, cert=pki.server_cert, key=pki.server_key, client_ca=pki.device_ca, seed=0)
+        # Timeouts far above any round here: on a loaded box a 1.5B round takes tens of seconds, and a
+        # timed-out round would end the session and finish locally (a fallback, not a measurement).
+        config = ServerConfig(
+            port=0,
+            cert=pki.server_cert,
+            key=pki.server_key,
+            client_ca=pki.device_ca,
+            seed=0,
+            idle_timeout=args.timeout,
+        )
         cloud = TimedCloud(g_lm, s_lm, max_top_k=config.max_top_k, seed=0)
         server, port = create_server(config, cloud=cloud)
         server.start()
         try:
             for rtt in args.rtts:
                 with DelayRelay(port, rtt_ms=rtt) as relay:
-                    client_config = ClientConfig(server=f"127.0.0.1:{relay.port}", pins=pki.pins, cert=cert, key=key)
+                    client_config = ClientConfig(
+                        server=f"127.0.0.1:{relay.port}",
+                        pins=pki.pins,
+                        cert=cert,
+                        key=key,
+                        round_timeout=args.timeout,
+                        connect_timeout=args.timeout,
+                    )
                     with SpecSteerClient.connect(specialist, client_config) as client:
                         todo = list(methods(k))
                         while todo:
@@ -414,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             rows.append(row)
                             log(
                                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
-                                f"cloud {row['cloud_seconds_per_round'] * 1e3:.0f} ms/round"
+                                f"cloud {row['cloud_seconds_per_round'] * 1e3:.0f} ms/round, "
+                                f"{row['fallbacks']} fallbacks"
                             )
                             if method.label.startswith("specsteer") and method.params.draft_len == k:
                                 a = fit_acceptance(row["accepted_per_round"], k)
