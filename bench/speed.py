@@ -1,20 +1,34 @@
-"""Speed benchmark (the shape of the paper's Table 4): tokens/s over gRPC+TLS at several RTTs.
+"""Speed benchmark (the shape of the paper's Table 4) with its cost model: tokens/s over gRPC+TLS at several RTTs.
 
-    python -m bench.speed [--rtts 0 20 50] [--queries 3] [--max-new-tokens 48] [--out docs/results]
+    python -m bench.speed [--rtts 0 20 50] [--queries 2] [--max-new-tokens 32] [--out docs/results]
+        [--specialist SPEC] [--generalist SPEC] [--quantize fp32|int8] [--draft-len 4] [--tag speed]
 
 A real verifier (`server.main.create_server`, TLS + mutual TLS with a throwaway PKI) serves on
 loopback; the device reaches it through `bench.netdelay.DelayRelay`, which adds each RTT in user
 space (these kernels have no netem; see the module). Every method generates the same queries
-of the demo user. Reported per RTT: tokens/s, speedup vs `llm` and vs `fusion`, payload and
-wire (TLS) bytes per token, round trips per token, and next to SpecSteer's measured speedup the
-analytic speculative-decoding bound from the measured acceptance rate and the measured costs
-of a draft step and a verify block, and the fraction of it achieved. Then the same cost model,
-projected to a paper-size pair (0.6B drafter / 32B target), labelled as a projection.
+of the demo user. Model specs are anything `core.models.load_causal_lm` takes (embedded name,
+folder, .gguf).
 
-`llm` is the Generalist alone in the cloud (the paper's vanilla reference): it needs one round
-trip for the whole answer, so its time is the Generalist's generation time plus one RTT.
-Device and verifier share this machine's 2 cores; they never compute at the same time in
-SpecSteer (the device waits for each verdict), so the sharing costs little, but it is stated.
+Measured in the same run, before any generation (bare forwards on a warm KV cache, median):
+the device's draft step, each cloud model's 1-token step and its n-token blocks (n = 1, K+1,
+K_max+1; a straight line through them gives block(n)). With those, every row gets
+- its *floor*: the round cost if nothing but those forwards and the RTT took time
+  (specsteer/sd: K draft steps + Generalist block(K+1) + generic Specialist block(K+1) + RTT;
+  fusion: a draft step + both cloud 1-token steps + RTT; llm: one Generalist step), and the
+  *analytic bound* = measured tokens per round / floor, with the fraction of it reached;
+- the verify round's measured cloud time (the server's `round()` calls, timed) against the two
+  cloud blocks alone: the engine's overhead;
+- the cost model's prediction from the acceptance alone (i.i.d. per-token acceptance a fitted to
+  the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a) tokens a round), as validation, and
+  the K that maximizes predicted tokens/s at each RTT (that K is then also run).
+Baselines in the same run: `llm` (the Generalist alone in the cloud, one RTT per answer) and
+plain `transformers` `generate` (greedy, same model, same dtype), compared per Generalist step;
+and, when `llama-cpp-python` is installed (extra `[llamacpp]`) and a model is a GGUF, llama.cpp's
+tokens/s for the same file. Then the validated cost model, labelled a projection: the crossover
+block/step ratio below which specsteer beats llm, and a paper-size 0.6B/32B pair.
+
+Device and verifier share this machine's cores; they never compute at the same time in SpecSteer
+(the device waits for each verdict), so the sharing costs little, but it is stated.
 """
 
 from __future__ import annotations
@@ -25,16 +39,17 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bench.netdelay import DelayRelay
 from bench.plotting import figure
-from core.kv import TokenSequence
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from core.kv import recording_cache
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm, locate_embedded_gguf
 from core.prompts import render_prompt, task_prompt
 from core.session_types import Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
@@ -44,10 +59,12 @@ from sdk.transport import InProcessVerifier
 from server.config import ServerConfig
 from server.main import create_server
 from server.pki import init_pki, issue_device
-from server.session import CloudVerifier
+from server.session import CloudSession, CloudVerifier
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 PAPER_DRAFT_B, PAPER_TARGET_B = 0.6, 32.0
+LLM = "llm (in cloud)"
+HF_GENERATE = "transformers generate"
 
 
 @dataclass(frozen=True)
@@ -56,152 +73,484 @@ class Run:
     params: SessionParams
 
 
-METHODS = (
-    Run("fusion", SessionParams(method=Method.FUSION, draft_len=0)),
-    Run("sd (K=4)", SessionParams(method=Method.SD)),
-    Run("specsteer gamma=0.5", SessionParams(gamma=0.5)),
-    Run("specsteer gamma=0.1", SessionParams(gamma=0.1)),
-)
+def methods(k: int) -> tuple[Run, ...]:
+    return (
+        Run("fusion", SessionParams(method=Method.FUSION, draft_len=0)),
+        Run(f"sd (K={k})", SessionParams(method=Method.SD, draft_len=k)),
+        Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k)),
+    )
 
 
-def measure_costs(s_lm: CausalLM, g_lm: CausalLM, prompt: str, k: int, reps: int = 8) -> dict[str, float]:
-    """Seconds for one Specialist decode step, one Generalist decode step, and a verify block
-    (Generalist + generic Specialist over K+1 tokens), with warm KV caches."""
+# --- costs: bare forwards, timed alone ---------------------------------------------------------
 
-    def step_time(lm: CausalLM, block: int) -> float:
-        seq = TokenSequence(lm.model, render_prompt(lm, prompt))
-        seq.next_logprobs()
+
+def bare_forward_time(lm: CausalLM, prompt: str, block: int, reps: int = 5) -> float:
+    """Median seconds of one bare forward of `block` tokens on a warm KV cache (the model alone:
+    no log-softmax, no bookkeeping), rolled back after each rep so the context length stays put."""
+    ids = render_prompt(lm, prompt)
+    cache = recording_cache(lm.model)
+    with torch.inference_mode():
+        lm.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]])  # ordinary text tokens
         times = []
-        for _ in range(reps):
-            base = len(seq)
-            seq.push(seq.ids[-block - 1 : -1])  # ordinary text tokens, whatever the vocabulary
+        for _ in range(reps + 1):
             start = time.perf_counter()
-            seq.next_logprobs()
+            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
             times.append(time.perf_counter() - start)
-            seq.truncate(base)
-        return statistics.median(times)
+            cache.crop(-block)
+    return statistics.median(times[1:])  # the first rep warms the allocator
 
+
+def block_costs(s_lm: CausalLM, g_lm: CausalLM, prompt: str, k: int, reps: int = 5) -> dict[str, float]:
+    """The cost model's inputs at K, each a bare forward timed alone: the device's draft step,
+    the Generalist's 1-token step and K+1-token block, and the generic Specialist's K+1-token block."""
     return {
-        "draft_step": step_time(s_lm, 1),
-        "target_step": step_time(g_lm, 1),
-        "verify_block": step_time(g_lm, k + 1) + step_time(s_lm, k + 1),
+        "draft_step": bare_forward_time(s_lm, prompt, 1, reps),
+        "g_step": bare_forward_time(g_lm, prompt, 1, reps),
+        "g_block": bare_forward_time(g_lm, prompt, k + 1, reps),
+        "s0_block": bare_forward_time(s_lm, prompt, k + 1, reps),
     }
 
 
-def sd_bound(acceptance: float, k: int, costs: dict[str, float], rtt: float, target_step: float) -> float:
-    """Analytic speedup over the target alone: expected tokens per round over the round's cost,
-    with i.i.d. per-token acceptance `acceptance` and a (steered) bonus token per full acceptance."""
-    a = min(acceptance, 0.999999)
-    tokens = (1 - a ** (k + 1)) / (1 - a)
-    round_cost = k * costs["draft_step"] + costs["verify_block"] + rtt
-    return tokens * target_step / round_cost
+@dataclass(frozen=True)
+class Costs:
+    """Seconds. `g_blocks`/`s_blocks`: measured block cost by block size (1 = a step)."""
+
+    draft_step: float
+    g_blocks: dict[int, float]
+    s_blocks: dict[int, float]
+
+    @property
+    def g_step(self) -> float:
+        return self.g_blocks[1]
+
+    @property
+    def s_step(self) -> float:
+        return self.s_blocks[1]
+
+    def g_block(self, n: int) -> float:
+        return self.g_blocks[n] if n in self.g_blocks else _line(self.g_blocks, n)
+
+    def s_block(self, n: int) -> float:
+        return self.s_blocks[n] if n in self.s_blocks else _line(self.s_blocks, n)
+
+    def verify_block(self, k: int) -> float:
+        """The cloud's floor for one round: both cloud models' K+1-token blocks."""
+        return self.g_block(k + 1) + self.s_block(k + 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "draft_step": self.draft_step,
+            "g_blocks": {str(n): v for n, v in self.g_blocks.items()},
+            "s0_blocks": {str(n): v for n, v in self.s_blocks.items()},
+        }
+
+
+def _line(points: dict[int, float], n: int) -> float:
+    """Least-squares line through the measured (block size, seconds) points, read at n."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    return max(my + slope * (n - mx), 0.0)
+
+
+def measure_costs(s_lm: CausalLM, g_lm: CausalLM, prompt: str, sizes: Sequence[int], reps: int = 5) -> Costs:
+    return Costs(
+        draft_step=bare_forward_time(s_lm, prompt, 1, reps),
+        g_blocks={n: bare_forward_time(g_lm, prompt, n, reps) for n in sizes},
+        s_blocks={n: bare_forward_time(s_lm, prompt, n, reps) for n in sizes},
+    )
+
+
+# --- the cost model ---------------------------------------------------------------------------
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens a round commits with i.i.d. per-token acceptance a: the accepted prefix plus one
+    recovery (on a rejection) or steered bonus token (on full acceptance)."""
+    if a >= 1:
+        return k + 1.0
+    return 1 + a * (1 - a**k) / (1 - a)
+
+
+def fit_acceptance(mean_accepted: float, k: int) -> float:
+    """The i.i.d. per-token acceptance a with a(1-a^K)/(1-a) = mean accepted per full round."""
+    target = min(max(mean_accepted, 0.0), k - 1e-9)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) - 1 < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def round_floor(costs: Costs, k: int, rtt: float) -> float:
+    """A speculative round at its floor: K draft steps, both cloud blocks, one RTT."""
+    return k * costs.draft_step + costs.verify_block(k) + rtt
+
+
+def predicted_tps(a: float, k: int, costs: Costs, rtt: float) -> float:
+    return expected_tokens(a, k) / round_floor(costs, k, rtt)
+
+
+def best_k(a: float, costs: Costs, rtt: float, k_max: int) -> int:
+    return max(range(1, k_max + 1), key=lambda k: predicted_tps(a, k, costs, rtt))
+
+
+def crossover_ratio(a: float, k: int, draft_ratio: float, s0_ratio: float, rtt_steps: float) -> float:
+    """The block/step ratio r below which a speculative round beats the target alone, when a
+    (K+1)-token block costs r steps for both cloud models (costs in units of a target step):
+    E(K) / (K d + r (1 + s) + rtt) > 1  <=>  r < (E(K) - K d - rtt) / (1 + s)."""
+    return (expected_tokens(a, k) - k * draft_ratio - rtt_steps) / (1 + s0_ratio)
+
+
+def projected_speedup(a: float, k: int, draft_ratio: float, s0_ratio: float, r: float, rtt_steps: float) -> float:
+    """Speedup over the target alone (which pays no per-token RTT), costs in target steps."""
+    return expected_tokens(a, k) / (k * draft_ratio + r * (1 + s0_ratio) + rtt_steps)
+
+
+# --- the cloud, timed -------------------------------------------------------------------------
+
+
+class TimedCloud(CloudVerifier):
+    """A `CloudVerifier` that records how long each session's `round()` takes (the verify round
+    as the server runs it: both models' forwards plus everything else the round does)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.round_seconds: list[float] = []
+
+    def open(self, prompt_ids: Sequence[int], params: SessionParams, **kwargs: Any) -> CloudSession:
+        session = super().open(prompt_ids, params, **kwargs)
+        inner: Callable[..., Any] = session.round
+
+        def timed(*args: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kw)
+            finally:
+                self.round_seconds.append(time.perf_counter() - start)
+
+        session.round = timed  # type: ignore[method-assign]
+        return session
+
+
+# --- baselines --------------------------------------------------------------------------------
+
+
+def hf_generate(g_lm: CausalLM, prompt: str, new_tokens: int) -> float:
+    """Seconds for plain `transformers` greedy `generate` of exactly `new_tokens` tokens."""
+    ids = torch.tensor([render_prompt(g_lm, prompt)])
+    eos = min(g_lm.eos_ids) if g_lm.eos_ids else 0
+    start = time.perf_counter()
+    with torch.inference_mode():
+        g_lm.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=eos,
+        )
+    return time.perf_counter() - start
+
+
+def gguf_of(spec: str) -> Path | None:
+    """The GGUF file behind a model spec, if there is one (for the llama.cpp reference)."""
+    path = Path(spec).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return path
+    try:
+        return locate_embedded_gguf(spec)
+    except Exception:
+        return None
+
+
+def llamacpp_reference(gguf: Path, prompt: str, new_tokens: int, k: int, threads: int) -> dict[str, float] | None:
+    """llama.cpp on the same GGUF: greedy tokens/s, a 1-token step and a K+1-token block with all
+    logits. None when `llama-cpp-python` is not installed (extra `[llamacpp]`)."""
+    try:
+        from llama_cpp import Llama  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    llm = Llama(model_path=str(gguf), n_ctx=2048, n_threads=threads, logits_all=True, verbose=False)
+    ids = llm.tokenize(prompt.encode("utf-8"))
+    llm.reset()
+    llm.eval(ids)
+    base = llm.n_tokens
+
+    def timed(tokens: list[int]) -> float:
+        times = []
+        for _ in range(4):
+            llm.n_tokens = base  # truncate the KV cache back to the prompt
+            start = time.perf_counter()
+            llm.eval(tokens)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    step = timed(ids[-1:])
+    block = timed((ids * (k + 1))[-(k + 1) :])
+    llm.reset()
+    start = time.perf_counter()
+    out = llm.create_completion(prompt, max_tokens=new_tokens, temperature=0.0)
+    seconds = time.perf_counter() - start
+    made = int(out["usage"]["completion_tokens"])
+    return {"tokens": made, "seconds": seconds, "tokens_per_second": made / seconds, "step": step, "block": block}
+
+
+# --- the run ----------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.speed", description=__doc__.splitlines()[0])
     p.add_argument("--rtts", type=float, nargs="+", default=[0.0, 20.0, 50.0], help="round-trip times, ms")
-    p.add_argument("--queries", type=int, default=3, help="demo-user queries per method and RTT")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--queries", type=int, default=2, help="demo-user queries per method and RTT")
+    p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--out", type=Path, default=Path("docs/results"))
+    p.add_argument("--tag", default="speed", help="output file stem: TAG.json, TAG.md, TAG.png")
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
+    p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="both models' Linear layers")
+    p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
+    p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
+    p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
+    p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference rows")
+    p.add_argument(
+        "--timeout", type=float, default=900.0, help="round/idle timeout, s (a fallback is not a measurement)"
+    )
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions of each bare forward (median)")
     p.add_argument(
         "--paper-target-step-ms",
         type=float,
         default=40.0,
         help="assumed decode step of a 32B target on a server GPU, for the projection only",
     )
+    p.add_argument(
+        "--gpu-block-ratio", type=float, default=1.1, help="assumed (K+1)-token block / step on a GPU (projection)"
+    )
+    p.add_argument(
+        "--compare-quantize",
+        action="store_true",
+        help="only measure step and block costs of both models in fp32 and int8 (same run); write TAG_quantize.*",
+    )
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    k = args.draft_len
+    if args.compare_quantize:
+        return compare_quantize(args, argv)
 
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
     profile = Profile.from_obj(demo, source=str(DEMO))
     prompts = [task_prompt(q["subject"]) for q in demo["queries"][: args.queries]]
-    s_lm = load_causal_lm(args.specialist)
-    g_lm = load_causal_lm(args.generalist)
+    s_lm = load_causal_lm(args.specialist, quantize=args.quantize)
+    g_lm = load_causal_lm(args.generalist, quantize=args.quantize)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
     specialist = Specialist(s_lm, profile)
-    k = METHODS[-1].params.draft_len
-    costs = measure_costs(s_lm, g_lm, prompts[0], k)
+    log = _logger()
+
+    sizes = sorted({1, k + 1, args.k_max + 1})
+    costs = measure_costs(s_lm, g_lm, prompts[0], sizes, args.reps)
+    log(
+        f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
+        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
+        + "; generic Specialist "
+        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.s_blocks.items())
+    )
 
     # llm: the Generalist alone, computed in the cloud; over a network it adds one RTT per answer.
-    cloud_local = CloudVerifier(g_lm, s_lm, seed=0)
+    cloud_local = TimedCloud(g_lm, s_lm, seed=0)
     local = InProcessVerifier(cloud_local.open, vocab_size=s_lm.vocab_size)
     llm_params = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0)
     llm_runs = [generate(specialist, q, llm_params, options, local) for q in prompts]
-    llm_tokens = max(1, sum(r.stats.new_tokens for r in llm_runs))
+    llm_steps = sum(r.stats.rounds for r in llm_runs)
     llm_seconds = sum(r.stats.seconds for r in llm_runs)
+    hf_seconds = sum(hf_generate(g_lm, q, r.stats.rounds) for q, r in zip(prompts, llm_runs, strict=True))
+    baseline = {
+        "llm_generalist_steps": llm_steps,
+        "llm_seconds": llm_seconds,
+        "llm_seconds_per_generalist_step": llm_seconds / max(1, llm_steps),
+        "hf_generate_seconds": hf_seconds,
+        "hf_generate_seconds_per_token": hf_seconds / max(1, llm_steps),
+        "llm_vs_hf_generate": hf_seconds / llm_seconds if llm_seconds else None,
+    }
+    log(
+        f"llm {llm_seconds / max(1, llm_steps) * 1e3:.0f} ms per Generalist step; transformers generate "
+        f"{hf_seconds / max(1, llm_steps) * 1e3:.0f} ms per token; llm reaches {baseline['llm_vs_hf_generate']:.2f}x"
+    )
+    reference = {}
+    if not args.no_llamacpp:
+        for role, spec in (("specialist", args.specialist), ("generalist", args.generalist)):
+            gguf = gguf_of(spec)
+            ref = (
+                llamacpp_reference(gguf, prompts[0], args.max_new_tokens, k, torch.get_num_threads()) if gguf else None
+            )
+            if ref is not None:
+                reference[role] = {"gguf": str(gguf), **ref}
+                log(f"llama.cpp {role} {gguf.name}: {ref['tokens_per_second']:.1f} tok/s")
 
     rows: list[dict] = []
+    done: list[float] = []
+    write = _writer(args, argv, rows, costs, baseline, reference, len(prompts), log)
     with tempfile.TemporaryDirectory(prefix="specsteer-bench-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
         cert, key = issue_device(pki.directory, "bench")
-        config = ServerConfig(port=0, cert=pki.server_cert, key=pki.server_key, client_ca=pki.device_ca, seed=0)
-        server, port = create_server(config, cloud=CloudVerifier(g_lm, s_lm, max_top_k=config.max_top_k, seed=0))
+        # Timeouts far above any round here: on a loaded box a 1.5B round takes tens of seconds, and a
+        # timed-out round would end the session and finish locally (a fallback, not a measurement).
+        config = ServerConfig(
+            port=0,
+            cert=pki.server_cert,
+            key=pki.server_key,
+            client_ca=pki.device_ca,
+            seed=0,
+            idle_timeout=args.timeout,
+        )
+        cloud = TimedCloud(g_lm, s_lm, max_top_k=config.max_top_k, seed=0)
+        server, port = create_server(config, cloud=cloud)
         server.start()
         try:
             for rtt in args.rtts:
                 with DelayRelay(port, rtt_ms=rtt) as relay:
-                    client_config = ClientConfig(server=f"127.0.0.1:{relay.port}", pins=pki.pins, cert=cert, key=key)
+                    client_config = ClientConfig(
+                        server=f"127.0.0.1:{relay.port}",
+                        pins=pki.pins,
+                        cert=cert,
+                        key=key,
+                        round_timeout=args.timeout,
+                        connect_timeout=args.timeout,
+                    )
                     with SpecSteerClient.connect(specialist, client_config) as client:
-                        for method in METHODS:
+                        todo = list(methods(k))
+                        while todo:
+                            method = todo.pop(0)
                             before = relay.upstream_bytes + relay.downstream_bytes
+                            timed_before = len(cloud.round_seconds)
                             runs = [client.generate(q, method.params, options) for q in prompts]
                             wire = relay.upstream_bytes + relay.downstream_bytes - before
-                            rows.append(_row(method.label, rtt, runs, wire))
-                            print(
-                                f"rtt {rtt:>4.0f} ms  {method.label:22s} {rows[-1]['tokens_per_second']:.2f} tok/s",
-                                flush=True,
+                            row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:])
+                            rows.append(row)
+                            log(
+                                f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
+                                f"cloud {row['cloud_seconds_per_round'] * 1e3:.0f} ms/round, "
+                                f"{row['fallbacks']} fallbacks"
                             )
-                llm_time = llm_seconds + len(prompts) * rtt / 1000
-                rows.append(
-                    {
-                        "method": "llm (in cloud)",
-                        "rtt_ms": rtt,
-                        "tokens": llm_tokens,
-                        "seconds": llm_time,
-                        "tokens_per_second": llm_tokens / llm_time,
-                        "round_trips_per_token": len(prompts) / llm_tokens,
-                        "acceptance": None,
-                        "uplink_bytes_per_token": None,
-                        "downlink_bytes_per_token": None,
-                        "wire_bytes_per_token": None,
-                        "fallbacks": 0,
-                    }
-                )
+                            if method.label.startswith("specsteer") and method.params.draft_len == k:
+                                a = fit_acceptance(row["accepted_per_round"], k)
+                                kb = best_k(a, costs, rtt / 1000, args.k_max)
+                                if kb != k and not args.no_best_k:
+                                    params = replace(method.params, draft_len=kb)
+                                    todo.append(Run(f"specsteer gamma=0.5 (K={kb}, best)", params))
+                rows.append(_llm_row(rtt, llm_runs, llm_seconds))
+                done.append(rtt)
+                write(done)  # partial results survive a run cut short
         finally:
             server.stop(grace=0)
-
-    table = _analyse(rows, costs, k, args.rtts, args.paper_target_step_ms / 1000)
-    meta = {
-        "command": "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "queries": len(prompts),
-        "max_new_tokens": args.max_new_tokens,
-        "costs_seconds": costs,
-        "torch_threads": torch.get_num_threads(),
-        "specialist": args.specialist,
-        "generalist": args.generalist,
-        "paper_target_step_ms": args.paper_target_step_ms,
-    }
-    (args.out / "speed.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
-    (args.out / "speed.md").write_text(_markdown(table, meta))
-    _plot(table, args.out / "speed.png")
-    print(f"wrote {args.out}/speed.md, speed.json, speed.png")
     return 0
 
 
-def _row(label: str, rtt: float, runs: list, wire_bytes: int) -> dict:
+def _writer(
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    rows: list[dict],
+    costs: Costs,
+    baseline: dict,
+    reference: dict,
+    queries: int,
+    log: Callable[[str], None],
+) -> Callable[[list[float]], None]:
+    def write(done: list[float]) -> None:
+        table, model = _analyse([dict(r) for r in rows if r["rtt_ms"] in done], costs, args, done)
+        meta = {
+            "command": "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "queries": queries,
+            "max_new_tokens": args.max_new_tokens,
+            "costs_seconds": costs.as_dict(),
+            "torch_threads": torch.get_num_threads(),
+            "specialist": args.specialist,
+            "generalist": args.generalist,
+            "quantize": args.quantize,
+            "draft_len": args.draft_len,
+            "baseline": baseline,
+            "llamacpp": reference,
+            "cost_model": model,
+            "paper_target_step_ms": args.paper_target_step_ms,
+            "gpu_block_ratio": args.gpu_block_ratio,
+            "rtts_done": done,
+        }
+        (args.out / f"{args.tag}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
+        (args.out / f"{args.tag}.md").write_text(_markdown(table, meta, costs))
+        _plot(table, args.out / f"{args.tag}.png")
+        log(f"wrote {args.out}/{args.tag}.md, {args.tag}.json, {args.tag}.png (RTTs {done})")
+
+    return write
+
+
+def compare_quantize(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """Step and block costs of each model in fp32, then int8 (loaded again and quantized), same run."""
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    prompt = task_prompt(demo["queries"][0]["subject"])
+    sizes = sorted({1, args.draft_len + 1, args.k_max + 1})
+    log = _logger()
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for spec in (args.specialist, args.generalist):
+        result[spec] = {}
+        for quantize in ("fp32", "int8"):
+            lm = load_causal_lm(spec, quantize=quantize)
+            result[spec][quantize] = {str(n): bare_forward_time(lm, prompt, n, args.reps) for n in sizes}
+            log(
+                f"{spec} {quantize}: "
+                + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in result[spec][quantize].items())
+            )
+            del lm
+    command = "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [
+        "# Step and block cost, fp32 vs int8 dynamic quantization (bare forwards, same run)",
+        "",
+        f"`{command}`, {torch.get_num_threads()} torch threads, median of {args.reps}.",
+        "",
+        "| model | tokens | fp32 ms | int8 ms | int8 / fp32 |",
+        "|---|---|---|---|---|",
+    ]
+    for spec, by in result.items():
+        for n in map(str, sizes):
+            fp, q8 = by["fp32"][n], by["int8"][n]
+            lines.append(f"| {spec} | {n} | {fp * 1e3:.0f} | {q8 * 1e3:.0f} | {q8 / fp:.2f} |")
+    (args.out / f"{args.tag}_quantize.json").write_text(json.dumps({"command": command, "seconds": result}, indent=2))
+    (args.out / f"{args.tag}_quantize.md").write_text("\n".join(lines) + "\n")
+    log(f"wrote {args.out}/{args.tag}_quantize.md")
+    return 0
+
+
+def _logger() -> Callable[[str], None]:
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True)
+
+    return log
+
+
+def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: list[float]) -> dict:
     tokens = max(1, sum(r.stats.new_tokens for r in runs))  # a run may end at once on end-of-sequence
     seconds = sum(r.stats.seconds for r in runs)
     drafted = sum(r.stats.drafted for r in runs)
+    rounds = max(1, sum(r.stats.rounds for r in runs))
     return {
-        "method": label,
+        "method": method.label,
+        "kind": method.params.method.value,
+        "draft_len": method.params.draft_len,
         "rtt_ms": rtt,
         "tokens": tokens,
         "seconds": seconds,
+        "rounds": rounds,
         "tokens_per_second": tokens / seconds,
-        "round_trips_per_token": sum(r.stats.rounds for r in runs) / tokens,
+        "tokens_per_round": tokens / rounds,
+        "round_trips_per_token": rounds / tokens,
         "acceptance": sum(r.stats.accepted for r in runs) / drafted if drafted else None,
+        "accepted_per_round": sum(r.stats.accepted for r in runs) / rounds,
+        "cloud_seconds_per_round": statistics.fmean(round_seconds) if round_seconds else 0.0,
         "uplink_bytes_per_token": sum(r.stats.uplink_bytes for r in runs) / tokens,
         "downlink_bytes_per_token": sum(r.stats.downlink_bytes for r in runs) / tokens,
         "wire_bytes_per_token": wire_bytes / tokens,
@@ -209,59 +558,194 @@ def _row(label: str, rtt: float, runs: list, wire_bytes: int) -> dict:
     }
 
 
+def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
+    tokens = max(1, sum(r.stats.new_tokens for r in runs))
+    rounds = max(1, sum(r.stats.rounds for r in runs))
+    total = seconds + len(runs) * rtt / 1000
+    return {
+        "method": LLM,
+        "kind": "llm",
+        "draft_len": 0,
+        "rtt_ms": rtt,
+        "tokens": tokens,
+        "seconds": total,
+        "rounds": rounds,
+        "tokens_per_second": tokens / total,
+        "tokens_per_round": tokens / rounds,
+        "round_trips_per_token": len(runs) / tokens,
+        "acceptance": None,
+        "accepted_per_round": 0.0,
+        "cloud_seconds_per_round": seconds / rounds,
+        "uplink_bytes_per_token": None,
+        "downlink_bytes_per_token": None,
+        "wire_bytes_per_token": None,
+        "fallbacks": 0,
+    }
+
+
+def _floor(row: dict, costs: Costs) -> tuple[float, float]:
+    """(round floor in seconds, cloud part of it) for a row's method."""
+    rtt = row["rtt_ms"] / 1000
+    if row["kind"] == "llm":
+        return costs.g_step, costs.g_step
+    if row["kind"] == "fusion":
+        cloud = costs.g_step + costs.s_step
+        return costs.draft_step + cloud + rtt, cloud
+    k = row["draft_len"]
+    return round_floor(costs, k, rtt), costs.verify_block(k)
+
+
 def _analyse(
-    rows: list[dict], costs: dict[str, float], k: int, rtts: Sequence[float], paper_target_step: float
-) -> list[dict]:
+    rows: list[dict], costs: Costs, args: argparse.Namespace, rtts: Sequence[float]
+) -> tuple[list[dict], dict]:
+    k = args.draft_len
+    steered = [r for r in rows if r["kind"] == "specsteer" and r["draft_len"] == k]
+    pooled = sum(r["accepted_per_round"] * r["rounds"] for r in steered) / max(1, sum(r["rounds"] for r in steered))
+    a = fit_acceptance(pooled, k) if steered else 0.0
     for rtt in rtts:
         at = [r for r in rows if r["rtt_ms"] == rtt]
-        llm = next(r for r in at if r["method"] == "llm (in cloud)")
-        fusion = next(r for r in at if r["method"] == "fusion")
+        llm = next(r for r in at if r["method"] == LLM)
+        fusion = next(r for r in at if r["kind"] == "fusion")
         for r in at:
             r["speedup_vs_llm"] = r["tokens_per_second"] / llm["tokens_per_second"]
             r["speedup_vs_fusion"] = r["tokens_per_second"] / fusion["tokens_per_second"]
-            if r["method"].startswith(("specsteer", "sd")) and r["acceptance"] is not None:
-                bound = sd_bound(r["acceptance"], k, costs, rtt / 1000, costs["target_step"])
-                r["analytic_bound_vs_llm"] = bound
-                r["fraction_of_bound"] = r["speedup_vs_llm"] / bound
-                # Projection: same acceptance and K, a 0.6B drafter and a 32B target. Decode cost
-                # scales with parameters; the verify block keeps its measured ratio to a step; the
-                # target step takes `paper_target_step` seconds (an assumption, stated in the table).
-                ratio = costs["verify_block"] / (costs["target_step"] + costs["draft_step"])
-                step = paper_target_step
-                proj = {"draft_step": step * PAPER_DRAFT_B / PAPER_TARGET_B, "verify_block": ratio * step}
-                r["projected_paper_pair_vs_llm"] = sd_bound(r["acceptance"], k, proj, rtt / 1000, step)
-    return rows
+            floor, cloud_floor = _floor(r, costs)
+            r["round_floor_seconds"] = floor
+            r["analytic_bound_tps"] = r["tokens_per_round"] / floor
+            r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
+            r["cloud_round_vs_floor"] = r["cloud_seconds_per_round"] / cloud_floor if cloud_floor else None
+            if r["kind"] in ("specsteer", "sd"):
+                row_a = fit_acceptance(r["accepted_per_round"], r["draft_len"])
+                r["fitted_acceptance"] = row_a
+                r["model_tps"] = predicted_tps(row_a, r["draft_len"], costs, rtt / 1000)
+                r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
+    g = costs.g_step
+    d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
+    cpu_ratio = costs.g_block(k + 1) / g
+    best = {str(rtt): best_k(a, costs, rtt / 1000, args.k_max) for rtt in rtts}
+    paper_step = args.paper_target_step_ms / 1000
+    paper_d = PAPER_DRAFT_B / PAPER_TARGET_B
+    kk = range(1, args.k_max + 1)
+    model = {
+        "fitted_acceptance": a,
+        "best_k_by_rtt": best,
+        "predicted_tps_by_k_at_rtt0": {str(n): predicted_tps(a, n, costs, 0.0) for n in kk},
+        "this_cpu": {"draft_ratio": d_ratio, "s0_ratio": s_ratio, "block_ratio_k_plus_1": cpu_ratio},
+        "crossover_block_ratio": {
+            str(rtt): max(crossover_ratio(a, n, d_ratio, s_ratio, rtt / 1000 / g) for n in kk) for rtt in rtts
+        },
+        "projection_paper_pair": {
+            str(rtt): max(
+                projected_speedup(a, n, paper_d, paper_d, args.gpu_block_ratio, rtt / 1000 / paper_step) for n in kk
+            )
+            for rtt in rtts
+        },
+        "projection_paper_pair_best_k": {
+            str(rtt): max(
+                kk,
+                key=lambda n: projected_speedup(a, n, paper_d, paper_d, args.gpu_block_ratio, rtt / 1000 / paper_step),
+            )
+            for rtt in rtts
+        },
+    }
+    return rows, model
 
 
-def _markdown(rows: list[dict], meta: dict) -> str:
-    c = meta["costs_seconds"]
+def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
+    k = meta["draft_len"]
+    b = meta["baseline"]
+    m = meta["cost_model"]
+    g = costs.g_step
     out = [
-        "# Speed over gRPC + TLS (embedded default pair)",
+        f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']})",
         "",
         f"`{meta['command']}` — {meta['queries']} demo queries × {meta['max_new_tokens']} new tokens per method "
-        f"and RTT; RTT added by a user-space delay relay (no netem on these kernels). Measured costs: draft step "
-        f"{c['draft_step'] * 1000:.0f} ms, Generalist step {c['target_step'] * 1000:.0f} ms, verify block "
-        f"(K+1 tokens, both cloud models) {c['verify_block'] * 1000:.0f} ms. The projection keeps the measured "
-        f"acceptance and K, scales the draft step by 0.6/32, and assumes a {meta['paper_target_step_ms']:.0f} ms "
-        "target step; it is a projection, not a measurement.",
+        f"and RTT, {meta['torch_threads']} torch threads on 2 shared cores; RTT added by a user-space delay relay "
+        "(no netem on these kernels).",
         "",
-        "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | round trips/token | uplink B/token | "
-        "downlink B/token | wire B/token (TLS) | analytic bound vs llm | fraction of bound | "
-        "**projection**: 0.6B/32B vs llm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "## Costs measured in this run (bare forwards on a warm KV cache, median)",
+        "",
+        "| block (tokens) | Generalist ms | generic Specialist ms | Generalist block / step |",
+        "|---|---|---|---|",
+    ]
+    for n in sorted(costs.g_blocks):
+        out.append(
+            f"| {n} | {costs.g_blocks[n] * 1e3:.0f} | {costs.s_blocks[n] * 1e3:.0f} | {costs.g_blocks[n] / g:.2f} |"
+        )
+    out += [
+        "",
+        f"Device draft step {costs.draft_step * 1e3:.0f} ms. Floor of a verify round at K={k} (both cloud "
+        f"blocks alone): {costs.verify_block(k) * 1e3:.0f} ms, beside one `llm` step of {g * 1e3:.0f} ms.",
+        "",
+        f"Baselines, same run: `llm` {b['llm_seconds_per_generalist_step'] * 1e3:.0f} ms per Generalist step, "
+        f"plain `transformers` `generate` {b['hf_generate_seconds_per_token'] * 1e3:.0f} ms per token "
+        f"(greedy, same model and dtype, same number of tokens): `llm` reaches "
+        f"**{b['llm_vs_hf_generate']:.2f}×** of `generate`.",
+    ]
+    if meta["llamacpp"]:
+        for role, ref in meta["llamacpp"].items():
+            out.append(
+                f"llama.cpp reference ({role}, `{Path(ref['gguf']).name}`, same GGUF): "
+                f"{ref['tokens_per_second']:.1f} tok/s, step {ref['step'] * 1e3:.0f} ms, "
+                f"{k + 1}-token block with all logits {ref['block'] * 1e3:.0f} ms."
+            )
+    else:
+        out.append("llama.cpp reference: `llama-cpp-python` not installed in this run (extra `[llamacpp]`).")
+    out += [
+        "",
+        "## Rows",
+        "",
+        "Floor: the round's forwards timed alone plus the RTT; bound = measured tokens per round / floor; "
+        "cloud round / floor: the server's measured `round()` time over the cloud part of the floor. "
+        "Model tok/s: the cost model's prediction from the fitted i.i.d. acceptance alone.",
+        "",
+        "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
+        "uplink B/token | downlink B/token | wire B/token (TLS) | cloud ms/round | cloud round / floor | "
+        "bound tok/s | fraction of bound | model tok/s | measured / model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
-    def f(v, fmt: str = "{:.2f}") -> str:
+    def f(v: float | None, fmt: str = "{:.2f}") -> str:
         return "—" if v is None else fmt.format(v)
 
     for r in rows:
         out.append(
             f"| {r['rtt_ms']:.0f} | {r['method']} | {r['tokens_per_second']:.2f} | {r['speedup_vs_llm']:.2f}× | "
-            f"{r['speedup_vs_fusion']:.2f}× | {f(r['acceptance'])} | {r['round_trips_per_token']:.2f} | "
-            f"{f(r['uplink_bytes_per_token'], '{:.1f}')} | {f(r['downlink_bytes_per_token'], '{:.1f}')} | "
-            f"{f(r['wire_bytes_per_token'], '{:.0f}')} | {f(r.get('analytic_bound_vs_llm'))} | "
-            f"{f(r.get('fraction_of_bound'))} | {f(r.get('projected_paper_pair_vs_llm'))} |"
+            f"{r['speedup_vs_fusion']:.2f}× | {f(r['acceptance'])} | {r['tokens_per_round']:.2f} | "
+            f"{r['round_trips_per_token']:.2f} | {f(r['uplink_bytes_per_token'], '{:.1f}')} | "
+            f"{f(r['downlink_bytes_per_token'], '{:.1f}')} | {f(r['wire_bytes_per_token'], '{:.0f}')} | "
+            f"{r['cloud_seconds_per_round'] * 1e3:.0f} | {f(r.get('cloud_round_vs_floor'))} | "
+            f"{r['analytic_bound_tps']:.2f} | {r['fraction_of_bound']:.2f} | {f(r.get('model_tps'))} | "
+            f"{f(r.get('measured_vs_model'))} |"
         )
+    cpu = m["this_cpu"]
+    out += [
+        "",
+        "## Cost model",
+        "",
+        f"Fitted i.i.d. acceptance (specsteer, K={k}, pooled over RTTs): a = {m['fitted_acceptance']:.3f}. "
+        "K that maximizes predicted tokens/s: "
+        + ", ".join(f"RTT {rtt} ms → K={kb}" for rtt, kb in m["best_k_by_rtt"].items())
+        + ".",
+        "",
+        f"This CPU: draft step / Generalist step = {cpu['draft_ratio']:.3f}, generic Specialist step / "
+        f"Generalist step = {cpu['s0_ratio']:.3f}, Generalist {k + 1}-token block / step = "
+        f"{cpu['block_ratio_k_plus_1']:.2f}.",
+        "",
+        "**Projection** (the cost model with the fitted acceptance; not a measurement): specsteer beats `llm` "
+        "when a (K+1)-token block costs less than r× a step, at the best K: "
+        + ", ".join(f"RTT {rtt} ms: r < {v:.2f}" for rtt, v in m["crossover_block_ratio"].items())
+        + f" (this CPU: {cpu['block_ratio_k_plus_1']:.2f}).",
+        "",
+        f"**Projection**, paper-size pair (0.6B drafter, 32B target, a {meta['paper_target_step_ms']:.0f} ms target "
+        f"step, drafter and generic copy at 0.6/32 of it, block = {meta['gpu_block_ratio']:.2f}× a step, same "
+        "acceptance): speedup over `llm` "
+        + ", ".join(
+            f"RTT {rtt} ms: {v:.2f}× (K={m['projection_paper_pair_best_k'][rtt]})"
+            for rtt, v in m["projection_paper_pair"].items()
+        )
+        + ".",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -269,12 +753,24 @@ def _plot(rows: list[dict], path: Path) -> None:
     with figure(path, (8, 4.5)) as ax:
         for method in dict.fromkeys(r["method"] for r in rows):
             mine = [r for r in rows if r["method"] == method]
-            ax.plot([r["rtt_ms"] for r in mine], [r["tokens_per_second"] for r in mine], marker="o", label=method)
+            line = ax.plot(
+                [r["rtt_ms"] for r in mine], [r["tokens_per_second"] for r in mine], marker="o", label=method
+            )[0]
+            if all("model_tps" in r for r in mine):
+                ax.plot(
+                    [r["rtt_ms"] for r in mine],
+                    [r["analytic_bound_tps"] for r in mine],
+                    linestyle=":",
+                    color=line.get_color(),
+                )
         ax.set_xlabel("round-trip time (ms)")
-        ax.set_ylabel("tokens / s")
+        ax.set_ylabel("tokens / s (dotted: analytic bound)")
         ax.set_title("Speed over gRPC + TLS")
         ax.legend(fontsize=8)
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["Costs", "TimedCloud", "block_costs", "expected_tokens", "fit_acceptance", "main"]

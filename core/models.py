@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ __all__ = [
     "default_cache_dir",
     "load_causal_lm",
     "locate_embedded_gguf",
+    "quantize_linear",
 ]
 
 DEFAULT_SPECIALIST = "smollm2-135m-instruct"
@@ -81,6 +83,8 @@ class CausalLM:
         """Width of the logits, which can exceed `len(tokenizer)` (padded embedding matrices)."""
         head = self.model.get_output_embeddings()
         weight = getattr(head, "weight", None)
+        if callable(weight) and not isinstance(weight, torch.Tensor):
+            weight = weight()  # an int8 dynamically quantized head exposes weight()
         if isinstance(weight, torch.Tensor):
             return int(weight.shape[0])
         return int(self.model.config.vocab_size)
@@ -194,12 +198,41 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "specsteer"
 
 
-def load_causal_lm(spec: str | Path, *, cache_dir: Path | None = None, progress: bool = True) -> CausalLM:
+def load_causal_lm(
+    spec: str | Path, *, cache_dir: Path | None = None, progress: bool = True, quantize: str | None = None
+) -> CausalLM:
     """Load a causal LM from a Hugging Face folder, a `.gguf` file or an embedded model name.
 
     A GGUF (including the embedded ones) is converted once into `cache_dir` and reloaded from
     there afterwards. Every failure is a `ModelLoadError` with a one-sentence message.
+    `quantize="int8"` then applies `quantize_linear` (None or "fp32": the fp32 weights as loaded).
     """
+    if quantize not in QUANTIZE_CHOICES:
+        choices = ", ".join(repr(q) for q in QUANTIZE_CHOICES if q is not None)
+        raise ModelLoadError(f"Unknown quantization {quantize!r}: use one of {choices}.")
+    lm = _load_spec(spec, cache_dir, progress)
+    return quantize_linear(lm) if quantize == "int8" else lm
+
+
+QUANTIZE_CHOICES: tuple[str | None, ...] = (None, "fp32", "int8")
+
+
+def quantize_linear(lm: CausalLM) -> CausalLM:
+    """int8 dynamic quantization of every `nn.Linear` (weights int8 per tensor, activations
+    quantized on the fly; fbgemm/x86 kernels, which need only AVX2). On CPUs where a K+1-token
+    block is compute-bound this is the cheap way to cut both step and block cost; the embedding
+    (and so a tied output head's input side) stays fp32, and log-probabilities stay fp32.
+    The model is converted in place (no second fp32 copy at peak): `lm` must not be used after."""
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notices, once per layer
+        model = quantize_dynamic(lm.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    model.eval()
+    return CausalLM(name=f"{lm.name} (int8)", model=model, tokenizer=lm.tokenizer, eos_ids=lm.eos_ids)
+
+
+def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool) -> CausalLM:
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if not str(spec).strip():
         raise ModelLoadError("No model given: pass a model folder, a .gguf file or an embedded model name.")

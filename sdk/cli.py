@@ -68,6 +68,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
+    p.add_argument(
+        "--quantize", choices=["fp32", "int8"], default="fp32", help="models' Linear layers (int8: dynamic, AVX2)"
+    )
     p.add_argument("--context-entries", type=int, default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
@@ -237,7 +240,7 @@ def check_options(
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     log(args, f"loading Specialist {args.specialist}")
-    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
     lm = device_specialist(lm, getattr(args, "federation_state", None))
     return Specialist(lm, profile, context_entries=args.context_entries)
 
@@ -296,12 +299,13 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     params, options = check_options(args, prompt)
     # The in-process verifier is cloud code, found by entry point: a missing one fails before the models load.
     factory = local_verifier_factory() if params.method.uses_cloud else None
+    quantize = getattr(args, "quantize", "fp32")
     log(args, f"loading Specialist {args.specialist}")
-    s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir)
+    s_lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize)
     g_lm = None
     if params.method.uses_cloud:
         log(args, f"loading Generalist {args.generalist}")
-        g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir)
+        g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir, quantize=quantize)
     federation_state = getattr(args, "federation_state", None)
     local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory)
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--specialist", help="generic Specialist copy (base weights, no personal adapter)")
     serve.add_argument("--cache-dir", type=Path, help="where converted models are kept")
     serve.add_argument(
+        "--quantize", choices=["fp32", "int8"], help="cloud models' Linear layers (default fp32; int8: dynamic, AVX2)"
+    )
+    serve.add_argument(
         "--adapters-dir", type=Path, help="federation's global adapter store: serve sessions that declare vN"
     )
     serve.add_argument("--tls-dir", type=Path, help="a `server pki init` directory: its server.pem/key, device-ca.pem")
@@ -98,6 +101,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "generalist": args.generalist,
         "specialist": args.specialist,
         "cache_dir": args.cache_dir,
+        "quantize": args.quantize,
         "adapters_dir": args.adapters_dir,
         **tls,
         "revoked_devices": tuple(args.revoke) if args.revoke else None,

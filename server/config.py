@@ -64,6 +64,7 @@ class ServerConfig:
     generalist: str = DEFAULT_GENERALIST
     specialist: str = DEFAULT_SPECIALIST
     cache_dir: Path | None = None
+    quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.models.quantize_linear)
     # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
     # version N are verified with global adapter vN merged into the generic Specialist.
     adapters_dir: Path | None = None
@@ -114,6 +115,8 @@ class ServerConfig:
             raise ConfigError(f"workers must be at least 1; got {self.workers}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError(f"torch_threads must be at least 1; got {self.torch_threads}")
+        if self.quantize not in ("fp32", "int8"):
+            raise ConfigError(f"quantize must be fp32 or int8; got {self.quantize!r}")
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching must be on or off (true or false); got {self.batching!r}")
         if not 1 <= self.max_batch <= MAX_BATCH:
@@ -143,6 +146,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "specialist": "specialist",
         "cache_dir": "cache_dir",
         "adapters_dir": "adapters_dir",
+        "quantize": "quantize",
     },
     "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
     "limits": {
@@ -170,7 +174,7 @@ _INTS = {
     "metrics_port",
     "max_batch",
 }
-_STRS = {"host", "generalist", "specialist", "metrics_host"}
+_STRS = {"host", "generalist", "specialist", "metrics_host", "quantize"}
 
 
 def _coerce(name: str, value: Any, base: Path, where: str) -> Any:

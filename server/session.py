@@ -213,6 +213,8 @@ class CloudSession:
             raise ProtocolError("the Generalist proposed no candidate the Specialist can spell")
         if params.method is Method.SD:
             return SteeringVector((cands[0].s_tokens,), (0.0,))
+        if params.policy is CandidatePolicy.GUARDRAIL:
+            cands = cands[: params.top_k]  # the guardrail sends the top k by P_G: score only those under P_S^0
         logp_g = torch.tensor([c.logp_g for c in cands])
         logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]) if alpha != 0 else None
         values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # finite (floored)

@@ -4,40 +4,47 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import speed
 from tests.tinymodels import save_tiny
 
 
-def test_speed_smoke_has_every_rtt_and_method(tmp_path, char_tok) -> None:
+def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok) -> None:
     # Prepare
     s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
     out = tmp_path / "results"
-    args = [
-        "--rtts",
-        "0",
-        "10",
-        "--queries",
-        "1",
-        "--max-new-tokens",
-        "5",
-        "--specialist",
-        str(s_dir),
-        "--generalist",
-        str(g_dir),
-        "--out",
-        str(out),
-    ]
+    args = ["--rtts", "0", "10", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4"]
+    args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]
     # Execute
     assert speed.main(args) == 0
     # Assert
-    rows = json.loads((out / "speed.json").read_text())["rows"]
+    data = json.loads((out / "speed.json").read_text())
+    rows, meta = data["rows"], data["meta"]
     methods = {r["method"] for r in rows}
-    assert methods == {"llm (in cloud)", "fusion", "sd (K=4)", "specsteer gamma=0.5", "specsteer gamma=0.1"}
+    assert {"llm (in cloud)", "fusion", "sd (K=4)", "specsteer gamma=0.5 (K=4)"} <= methods
     assert {r["rtt_ms"] for r in rows} == {0.0, 10.0}
     assert all(r["fallbacks"] == 0 for r in rows)
-    steered = [r for r in rows if r["method"].startswith("specsteer")]
-    assert all(
-        r["analytic_bound_vs_llm"] > 0 and r["wire_bytes_per_token"] > r["uplink_bytes_per_token"] for r in steered
-    )
-    assert (out / "speed.png").stat().st_size > 1000 and "projection" in (out / "speed.md").read_text()
+    steered = [r for r in rows if r["kind"] == "specsteer"]
+    assert all(r["analytic_bound_tps"] > 0 and r["fraction_of_bound"] > 0 for r in steered)
+    assert all(r["wire_bytes_per_token"] > r["uplink_bytes_per_token"] for r in steered)
+    assert all(r["cloud_seconds_per_round"] > 0 and r["cloud_round_vs_floor"] > 0 for r in steered)
+    assert meta["baseline"]["llm_vs_hf_generate"] > 0
+    assert set(meta["cost_model"]["best_k_by_rtt"]) == {"0.0", "10.0"}
+    assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
+
+
+def test_cost_model_fits_and_predicts_consistently() -> None:
+    # E(K) counts the accepted prefix plus one recovery/bonus token; the fit inverts it.
+    assert speed.expected_tokens(0.0, 4) == 1.0
+    assert speed.expected_tokens(1.0, 4) == 5.0
+    for a in (0.2, 0.5, 0.8):
+        assert speed.fit_acceptance(speed.expected_tokens(a, 4) - 1, 4) == pytest.approx(a, abs=1e-6)
+    costs = speed.Costs(draft_step=0.01, g_blocks={1: 1.0, 5: 1.0, 9: 1.0}, s_blocks={1: 0.1, 5: 0.1, 9: 0.1})
+    # With blocks as cheap as steps, longer drafts pay off at high acceptance; at zero, K=1 is best.
+    assert speed.best_k(0.9, costs, 0.0, 8) > 4
+    assert speed.best_k(0.0, costs, 0.0, 8) == 1
+    # The crossover ratio is where the projected speedup crosses 1.
+    r = speed.crossover_ratio(0.7, 4, 0.02, 0.02, 0.0)
+    assert speed.projected_speedup(0.7, 4, 0.02, 0.02, r, 0.0) == pytest.approx(1.0)

@@ -108,3 +108,47 @@ def test_sliding_window_layers_roll_back_past_the_window(char_tok) -> None:
     # Assert
     torch.testing.assert_close(got, full(gemma, [*ids[:8], 40, 41, 42])[-1], atol=1e-5, rtol=0)
     torch.testing.assert_close(got_after_second, full(gemma, [*ids[:8], 40])[-1], atol=1e-5, rtol=0)
+
+
+def test_rollback_then_pushing_the_same_tokens_refeeds_nothing(model) -> None:
+    # Prepare: a verified block, as a cross-vocabulary round leaves it.
+    seq = TokenSequence(model, [5, 6, 7])
+    seq.push([8, 9, 10])
+    seq.next_logprobs()
+    passes = seq.forward_passes
+    # Execute: roll back into it (re-tokenizing from a boundary), and the same tokens come out again.
+    seq.truncate(4)
+    seq.push([9, 10])
+    same = seq.next_logprobs()
+    seq.truncate(5)
+    seq.push([30])
+    diverged = seq.next_logprobs()
+    # Assert: the shared prefix stayed cached; only the diverging token was fed.
+    torch.testing.assert_close(same, full(model, [5, 6, 7, 8, 9, 10])[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(diverged, full(model, [5, 6, 7, 8, 9, 30])[-1], atol=1e-5, rtol=0)
+    assert seq.forward_passes == passes + 1
+    assert seq.cached == 6 and seq.cache.get_seq_length() == 6
+
+
+def test_multi_token_scoring_is_one_forward_that_copies_no_cache(model, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: a plain full-attention cache; copying it (once per candidate) was the round's main overhead.
+    import copy
+
+    seq = TokenSequence(model, [5, 6, 7, 8])
+    seq.next_logprobs()
+    passes = seq.forward_passes
+
+    def no_copy(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the cache was copied")
+
+    monkeypatch.setattr(copy, "deepcopy", no_copy)
+    conts = [(9,), (10, 11), (12, 13, 14), (15, 16)]
+    # Execute
+    scores = seq.score_continuations(conts)
+    # Assert: the same sums as full forwards, one pass, and the cache as it was.
+    for cont, score in zip(conts, scores, strict=True):
+        ref = full(model, [5, 6, 7, 8, *cont])
+        assert float(score) == pytest.approx(sum(float(ref[3 + j][t]) for j, t in enumerate(cont)), abs=1e-4)
+    assert seq.forward_passes == passes + 1
+    assert seq.cache.get_seq_length() == 4
+    torch.testing.assert_close(seq.next_logprobs(), full(model, [5, 6, 7, 8])[-1], atol=1e-5, rtol=0)

@@ -171,3 +171,35 @@ def test_align_segments_generalist_token_spanning_the_commit_point_joins_first_s
 def test_align_segments_never_closes_inside_a_character_or_past_last_shared_boundary() -> None:
     segments = align_segments([None, 2, 3], [2, 4], commit_end=0)
     assert [(s.s_start, s.s_stop) for s in segments] == [(0, 2)]  # token 2 ends at 3: not shared
+
+
+def test_top_indices_matches_a_full_stable_sort_with_ties_and_infinities() -> None:
+    from core.steering import top_indices
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        n = int(torch.randint(1, 300, (1,), generator=gen))
+        # Few distinct values, so ties cross the k-th place often; some -inf (masked tokens).
+        scores = torch.randint(0, 6, (n,), generator=gen).float()
+        scores[torch.rand(n, generator=gen) < 0.1] = -torch.inf
+        k = int(torch.randint(1, n + 2, (1,), generator=gen))
+        expected = torch.sort(scores, descending=True, stable=True).indices[:k]
+        assert torch.equal(top_indices(scores, k), expected), trial
+
+
+def test_top_indices_never_sorts_the_whole_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full stable sort of a 152k-entry row cost tens of ms per steering call; only the top is sorted now.
+    from core.steering import top_indices
+
+    sorted_sizes: list[int] = []
+    real_sort = torch.sort
+
+    def recording_sort(x: torch.Tensor, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        sorted_sizes.append(x.shape[-1])
+        return real_sort(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "sort", recording_sort)
+    row = torch.log_softmax(torch.randn(151_936, generator=torch.Generator().manual_seed(1)), dim=-1)
+    top = top_indices(row, 40)
+    assert torch.equal(top, real_sort(row, descending=True, stable=True).indices[:40])
+    assert max(sorted_sizes) < 1000
