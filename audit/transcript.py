@@ -178,14 +178,14 @@ def _parse_line(obj: object) -> str | None:
         return None
     keys = set(obj)
     if keys == {"stream", "device", "cert_sha256"}:
-        ok = _is_name(obj["device"]) and isinstance(obj["cert_sha256"], str) and _HEX64.fullmatch(obj["cert_sha256"])
-        return "begin" if ok else None
+        ok = _is_name(obj["device"]) and isinstance(obj["cert_sha256"], str)
+        return "begin" if ok and _HEX64.fullmatch(obj["cert_sha256"]) else None
     if keys == {"stream", "i", "len", "sha256"}:
         ok = _is_int(obj["i"]) and _is_int(obj["len"]) and isinstance(obj["sha256"], str)
         return "uplink" if ok and _HEX64.fullmatch(obj["sha256"]) else None
     if keys == {"stream", "end", "uplinks"}:
-        ok = isinstance(obj["end"], str) and _OUTCOME.fullmatch(obj["end"]) and _is_int(obj["uplinks"])
-        return "end" if ok else None
+        ok = isinstance(obj["end"], str) and _is_int(obj["uplinks"])
+        return "end" if ok and _OUTCOME.fullmatch(obj["end"]) else None
     return None
 
 

@@ -1,6 +1,10 @@
 """`sdk demo`: a personalized generation for the demo user shipped with the SDK.
 
-    sdk demo [--query N] [--in-process] [--audit-dir DIR] [decoding options]
+    sdk demo [--query N] [--in-process] [--no-baselines] [--audit-dir DIR] [decoding options]
+
+It ends on the product: what the device alone (`slm-rag`) and the cloud alone (`llm`) would have
+written for the same query, each with ROUGE-L against the author's real body, and last, clearly
+marked, the SpecSteer text with its stats.
 
 The `sdk` CLI parses the command line (so usage and `--help` stay one) and hands the words after
 `demo` to `main` through the `specsteer.sdk_commands` entry point; errors propagate back to it,
@@ -12,15 +16,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from core.errors import ConfigError
 from core.prompts import task_prompt
-from demo.run import run_demo_over_tls
+from core.session_types import Method
+from demo.run import run_as, run_demo_over_tls
 from sdk.cli import build_parser, demo_profile_path, print_result, run
 from sdk.cli import main as sdk_main
 from sdk.context import Profile
 
 __all__ = ["main"]
+
+# What a user would otherwise have: the private model alone, and the cloud model alone.
+BASELINES = {
+    Method.SLM_RAG: "Device alone (slm-rag: the Specialist with the private history, no cloud)",
+    Method.LLM: "Cloud alone (llm: the Generalist, which never sees the history)",
+}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -34,11 +46,47 @@ def main(argv: Sequence[str]) -> int:
     if not 0 <= args.query < len(queries):
         raise ConfigError(f"the demo user has queries 0 to {len(queries) - 1}; got {args.query}")
     prompt = task_prompt(queries[args.query]["subject"])
+    reference = queries[args.query].get("target") or None
+    method = Method(args.method)
+    baselines = [] if args.no_baselines else [m for m in BASELINES if m is not method]
     if not args.json:
-        print(f"Prompt (public):\n{prompt}\n\nGenerated ({args.method}):")
-    result = run(args, prompt, profile) if args.in_process else run_demo_over_tls(args, prompt, profile)
-    print_result(args, result, {"method": args.method, "prompt": prompt})
+        print(f"Prompt (public):\n{prompt}\n")
+    if args.in_process:
+        result = run(args, prompt, profile)
+        others = {m: run_as(args, m, prompt, profile) for m in baselines}
+    else:
+        result, others = run_demo_over_tls(args, prompt, profile, baselines)
+    if args.json:
+        extra: dict[str, Any] = {"method": args.method, "prompt": prompt, "rouge_l": rouge_l(result.text, reference)}
+        extra["baselines"] = {
+            m.value: {"text": g.text, "rouge_l": rouge_l(g.text, reference)} for m, g in others.items()
+        }
+        print_result(args, result, extra)
+        return 0
+    if others:
+        print("\n──── For comparison, the same query " + "─" * 40)
+        for m, generation in others.items():
+            print(f"\n{BASELINES[m]}{_score(generation.text, reference)}\n{generation.text.strip()}")
+    title = f"SpecSteer ({args.method}): the personalized, cloud-steered text{_score(result.text, reference)}"
+    print(f"\n════ {title} ════")
+    print_result(args, result, {})
     return 0
+
+
+def rouge_l(text: str, reference: str | None) -> float | None:
+    """ROUGE-L F1 (stemmed, as the benchmarks score) against the author's real body, if known."""
+    if reference is None:
+        return None
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:  # the scorer comes with the bench extra; the demo still runs without it
+        return None
+    return round(rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(reference, text)["rougeL"].fmeasure, 3)
+
+
+def _score(text: str, reference: str | None) -> str:
+    score = rouge_l(text, reference)
+    return "" if score is None else f"  [ROUGE-L {score:.3f} against the author's real body]"
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 from audit.cli import main as audit_cli
 from core.errors import ConfigError
 from core.models import default_cache_dir
+from core.session_types import Method
 from sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
 from sdk.client import ClientConfig
 from sdk.context import Profile
@@ -74,11 +75,16 @@ def verifier_process(
                 proc.wait()
 
 
-def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -> Generation:
+def run_demo_over_tls(
+    args: argparse.Namespace, prompt: str, profile: Profile, baselines: Sequence[Method] = ()
+) -> tuple[Generation, dict[Method, Generation]]:
     """Throwaway PKI, `server serve` on loopback, the demo user's generation over mutual TLS with
-    an audit log of everything that crossed, stop the verifier, then `audit verify` that log."""
+    an audit log of everything that crossed, stop the verifier, then `audit verify` that log.
+
+    `baselines` run on the same connection (a cloud method) or on the device alone, after the main
+    generation, and are logged and verified like it. Returns the main result and each baseline's."""
     if not session_params(args).method.uses_cloud:
-        return run(args, prompt, profile)
+        return run(args, prompt, profile), {m: run_as(args, m, prompt, profile) for m in baselines}
     check_options(args, prompt, remote=True)
     audit_dir = args.audit_dir or default_cache_dir() / "demo-audit" / time.strftime("%Y%m%d-%H%M%S")
     if audit_dir.exists() and any(audit_dir.iterdir()):
@@ -107,6 +113,7 @@ def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -
             )
             with audit_tap(log_dir, audit_dir / "demo-device.key", config.cert) as tap:
                 result = run_remote(args, prompt, specialist, config, tap)
+                others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
         log(args, "verifier stopped")
     log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
     verify_args = ["verify", str(log_dir), "--key", str(audit_dir / "demo-device.pub")]
@@ -116,4 +123,13 @@ def run_demo_over_tls(args: argparse.Namespace, prompt: str, profile: Profile) -
         verified = audit_cli(verify_args)
     if verified != 0:
         raise ConfigError(f"audit verify failed on the demo's own log {log_dir}")
-    return result
+    return result, others
+
+
+def with_method(args: argparse.Namespace, method: Method) -> argparse.Namespace:
+    """The same options for another method (as `sdk generate --method` would take them)."""
+    return argparse.Namespace(**{**vars(args), "method": method.value})
+
+
+def run_as(args: argparse.Namespace, method: Method, prompt: str, profile: Profile) -> Generation:
+    return run(with_method(args, method), prompt, profile)

@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--query", type=int, default=0, help="which of the demo user's queries (0-2)")
     demo.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
     demo.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="skip what the device alone (slm-rag) and the cloud alone (llm) would have written",
+    )
+    demo.add_argument(
         "--audit-dir",
         type=Path,
         help="where the demo keeps its audit log and key (default: a new folder under the cache directory)",

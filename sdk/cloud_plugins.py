@@ -65,7 +65,7 @@ def local_verifier_factory(lookup: Lookup | None = None) -> LocalVerifierFactory
     factory = _load(LOCAL_VERIFIER_GROUP, None, "the in-process verifier", lookup)
     if not callable(factory):
         raise ConfigError(f"the in-process verifier needs the cloud extra: {CLOUD_EXTRA_HINT}")
-    return factory  # type: ignore[return-value]
+    return factory
 
 
 def sdk_command(name: str, lookup: Lookup | None = None) -> Callable[[Sequence[str]], int]:
@@ -73,4 +73,4 @@ def sdk_command(name: str, lookup: Lookup | None = None) -> Callable[[Sequence[s
     command = _load(SDK_COMMANDS_GROUP, name, f"sdk {name}", lookup)
     if not callable(command):
         raise ConfigError(f"sdk {name} needs the cloud extra: {CLOUD_EXTRA_HINT}")
-    return command  # type: ignore[return-value]
+    return command

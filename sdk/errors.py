@@ -7,6 +7,7 @@
     ├── ModelLoadError             a model path or name that cannot be loaded
     ├── ProfileError               a private-history file that cannot be read or parsed
     ├── ProtocolError              a verifier message that breaks the session contract
+    │   └── ContractError          core.contract: a frame the one session contract refuses
     ├── VerifierLost               the verifier is unreachable or went away: a fault, not a breach
     └── VerifierRefused            the verifier failed TLS or pinning (or refused ours): never a fallback
 
@@ -17,6 +18,7 @@ The three device-only classes are defined next to the code that raises them (`sd
 
 from __future__ import annotations
 
+from core.contract import ContractError
 from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
 from sdk.pinning import PinningError
 from sdk.remote import VerifierRefused
@@ -25,6 +27,7 @@ from sdk.transport import VerifierLost
 __all__ = [
     "AdapterError",
     "ConfigError",
+    "ContractError",
     "ModelLoadError",
     "PinningError",
     "ProfileError",

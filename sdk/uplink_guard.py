@@ -136,9 +136,9 @@ def plan_uplink(
     n_pending = len(pending)
 
     def plan(
-        commit: list[int], literal: list[int], sent: list[int], kept: int, decisions: list[tuple[str, int, str]]
+        commit: list[int], literal: list[int], sent: list[int], kept: int, decisions: Sequence[tuple[str, int, str]]
     ) -> UplinkPlan:
-        return UplinkPlan(commit, literal, sent, tokens, n_pending, kept, decisions, lookahead=len(tokens) - send)
+        return UplinkPlan(commit, literal, sent, tokens, n_pending, kept, list(decisions), lookahead=len(tokens) - send)
 
     if verdict.cut_at is None:
         return plan(list(pending), [], list(draft), send, [])

@@ -208,8 +208,8 @@ def test_audit_verify_flags_a_placeholder_no_decision_declared(tmp_path: Path) -
 
 def _fusion_opened(rec: EgressRecorder) -> str:
     sid = rec.begin_session(vocab_size=VOCAB)
-    rec.uplink_serializer(sid)(wire.open_to_proto([1, 2, 3], SessionParams(method=Method.FUSION, draft_len=0)))
-    rec.uplink_serializer(sid)(wire.round_to_proto(1, [], []))
+    uplink_serializer(rec, sid)(wire.open_to_proto([1, 2, 3], SessionParams(method=Method.FUSION, draft_len=0)))
+    uplink_serializer(rec, sid)(wire.round_to_proto(1, [], []))
     return sid
 
 
@@ -220,11 +220,11 @@ def _dense(values: list[float]) -> bytes:
 def test_a_fusion_session_takes_one_dense_vector_and_then_any_single_token(rec: EgressRecorder) -> None:
     sid = _fusion_opened(rec)
     down = wire.verdict_to_proto(1, Verdict(0, FusionVector(_dense([-float(i) for i in range(VOCAB)]))))
-    verdict = rec.downlink_deserializer(sid)(down.SerializeToString())
+    verdict = downlink_deserializer(rec, sid)(down.SerializeToString())
     assert len(verdict.fusion.values) == 4 * VOCAB and not verdict.candidates
     # Any one token may be committed (the device fused over the whole vocabulary); two may not.
     _blocked(rec, sid, wire.round_to_proto(2, [41, 42], []).SerializeToString(), "not one of the last downlink")
-    rec.uplink_serializer(sid)(wire.round_to_proto(2, [41], []))
+    uplink_serializer(rec, sid)(wire.round_to_proto(2, [41], []))
     assert rec._sessions[sid].downlink_bytes == len(down.SerializeToString()) >= 4 * VOCAB
 
 
@@ -243,13 +243,13 @@ def test_a_dense_downlink_out_of_its_bounds_is_rejected(
 ) -> None:
     sid = _fusion_opened(rec) if fusion_session else _opened(rec)
     if not fusion_session:
-        rec.uplink_serializer(sid)(wire.round_to_proto(1, [], [4]))
+        uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4]))
     msg = pb.Downlink(seq=1, accepted=0)
     msg.fusion.values = _dense(values)
     if candidates:
         msg.candidates.add(token_ids=[1], value=0.0)
     with pytest.raises(ProtocolError, match=match):
-        rec.downlink_deserializer(sid)(msg.SerializeToString())
+        downlink_deserializer(rec, sid)(msg.SerializeToString())
     # The device's own parser says the same.
     with pytest.raises(ProtocolError, match=match):
         wire.decode_downlink(msg.SerializeToString(), max_top_k=3, vocab_size=VOCAB, fusion=fusion_session)

@@ -125,3 +125,28 @@ def test_demo_in_process_keeps_the_old_path(capsys, models_args) -> None:
 def test_demo_query_out_of_range(capsys, models_args) -> None:
     assert main(["demo", "--query", "7", *models_args]) == 1
     assert "queries 0 to 2" in capsys.readouterr().err
+
+
+def test_demo_ends_on_the_steered_text_after_both_baselines(capsys, models_args) -> None:
+    # Execute
+    code = main(["demo", "--in-process", "--max-new-tokens", "6", *models_args])
+    out = capsys.readouterr().out
+    # Assert: the device alone, then the cloud alone, then the product last, with its stats.
+    assert code == 0
+    device, cloud, steered = (
+        out.index("Device alone (slm-rag"),
+        out.index("Cloud alone (llm"),
+        out.index("════ SpecSteer"),
+    )
+    assert device < cloud < steered
+    assert out.count("ROUGE-L") == 3  # the demo user's real bodies are known
+    assert out.index("acceptance_rate") > steered
+
+
+def test_demo_json_carries_the_baselines_and_their_scores(capsys, models_args) -> None:
+    code = main(["demo", "--in-process", "--max-new-tokens", "6", "--json", *models_args])
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert code == 0 and set(out["baselines"]) == {"slm-rag", "llm"}
+    assert all(0.0 <= b["rouge_l"] <= 1.0 for b in out["baselines"].values()) and 0.0 <= out["rouge_l"] <= 1.0
+    no_baselines = main(["demo", "--in-process", "--no-baselines", "--max-new-tokens", "4", "--json", *models_args])
+    assert no_baselines == 0 and json.loads(capsys.readouterr().out.splitlines()[-1])["baselines"] == {}

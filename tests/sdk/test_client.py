@@ -11,6 +11,7 @@ from core.session_types import SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
+from sdk.uplink_guard import guard_setting
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, serve
@@ -44,7 +45,11 @@ def config(pki, live) -> ClientConfig:
 def expected(models, prompt: str, **kw) -> list[int]:
     s_lm, g_lm = models
     verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
-    return generate(Specialist(s_lm), prompt, SessionParams(**kw), DecodeOptions(max_new_tokens=16), verifier).token_ids
+    # The same egress guard as the client's default: its holds shape the rounds, and with the
+    # steered bonus token the rounds shape the text.
+    guard = guard_setting(None, s_lm.tokenizer, "placeholder")
+    options = DecodeOptions(max_new_tokens=16)
+    return generate(Specialist(s_lm), prompt, SessionParams(**kw), options, verifier, guard=guard).token_ids
 
 
 def test_one_client_many_generations(models, config, live) -> None:
