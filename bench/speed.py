@@ -225,7 +225,8 @@ class TimedCloud(CloudVerifier):
 
     def open(self, prompt_ids: Sequence[int], params: SessionParams, **kwargs: Any) -> CloudSession:
         session = super().open(prompt_ids, params, **kwargs)
-        inner: Callable[..., Any] = session.round
+        # The server hands each received frame to `round_frame` (`round` is the in-process entry).
+        inner: Callable[..., Any] = session.round_frame
 
         def timed(*args: Any, **kw: Any) -> Any:
             start = time.perf_counter()
@@ -234,7 +235,7 @@ class TimedCloud(CloudVerifier):
             finally:
                 self.round_seconds.append(time.perf_counter() - start)
 
-        session.round = timed  # type: ignore[method-assign]
+        session.round_frame = timed  # type: ignore[method-assign]
         return session
 
 
