@@ -25,11 +25,10 @@ from core.errors import ProfileError
 from privacy.vault import (
     ENV_KEY,
     ENV_PASSPHRASE,
-    EnvKeyProvider,
     KeyProvider,
-    PassphraseKeyProvider,
     ProfileVault,
     VaultError,
+    environment_key_provider,
     is_vault,
 )
 
@@ -72,14 +71,12 @@ def device_key_provider(data_file: Path) -> KeyProvider | None:
     """The key provider of a device whose history is sealed; None for a plaintext history."""
     if not is_vault(data_file):
         return None
-    raw_key, passphrase = os.environ.get(ENV_KEY), os.environ.get(ENV_PASSPHRASE)
-    if not raw_key and not passphrase:
-        raise ProfileError(f"The device's history is sealed: set {ENV_PASSPHRASE} (or {ENV_KEY}) to open it.")
+    inner = environment_key_provider("the device's history is sealed")
     # Cached by a hash of the secret, so a changed key in the environment is a different provider.
-    secret = f"key:{raw_key}" if raw_key else f"passphrase:{passphrase}"
+    raw_key = os.environ.get(ENV_KEY)
+    secret = f"key:{raw_key}" if raw_key else f"passphrase:{os.environ.get(ENV_PASSPHRASE)}"
     tag = hashlib.sha256(secret.encode("utf-8")).hexdigest()
     if tag not in _PROVIDERS:
-        inner: KeyProvider = EnvKeyProvider() if raw_key else PassphraseKeyProvider(str(passphrase))
         _PROVIDERS[tag] = CachedKeyProvider(inner)
     return _PROVIDERS[tag]
 

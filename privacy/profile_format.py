@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ProfileError
 from privacy.detectors import identities_from_trailers
 from privacy.vault import (
-    ENV_KEY,
-    ENV_PASSPHRASE,
-    EnvKeyProvider,
     KeyProvider,
-    PassphraseKeyProvider,
     ProfileVault,
     VaultError,
+    environment_key_provider,
     is_vault,
 )
 
@@ -74,7 +70,7 @@ def read_profile(path: str | Path, *, key_provider: KeyProvider | None = None) -
     source = str(p)
     if is_vault(p):
         try:
-            raw = ProfileVault.open(p, key_provider or _default_key_provider())
+            raw = ProfileVault.open(p, key_provider or environment_key_provider("the profile is encrypted"))
         except VaultError as exc:
             raise ProfileError(f"Cannot read profile {source}: {exc}.") from None
         return _from_bytes(raw, source, jsonl=None)
@@ -192,15 +188,6 @@ def _identities(items: list[object]) -> dict[str, str]:
         if isinstance(t, str)
     ]
     return identities_from_trailers(lines)
-
-
-def _default_key_provider() -> KeyProvider:
-    if os.environ.get(ENV_KEY):
-        return EnvKeyProvider()
-    passphrase = os.environ.get(ENV_PASSPHRASE)
-    if not passphrase:
-        raise ProfileError(f"the profile is encrypted: set {ENV_PASSPHRASE} (or {ENV_KEY}) to open it")
-    return PassphraseKeyProvider(passphrase)
 
 
 def _parse_user_id(obj: dict[str, object], source: str) -> str | None:

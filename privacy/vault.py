@@ -40,6 +40,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from core.errors import ProfileError
 from privacy.errors import VaultError, WrongKeyError
 
 __all__ = [
@@ -202,6 +203,20 @@ class EnvKeyProvider(StaticKeyProvider):
         if key is None or len(key) != KEY_BYTES:
             raise VaultError(f"{variable} must hold a 32-byte key as 64 hex digits or base64")
         super().__init__(key)
+
+
+def environment_key_provider(sealed: str) -> KeyProvider:
+    """The key provider the environment names: a raw key (`ENV_KEY`) first, else a passphrase.
+
+    `sealed` says what is sealed ("the profile is encrypted"); with neither variable set, the
+    `ProfileError` tells the user which ones to set.
+    """
+    if os.environ.get(ENV_KEY):
+        return EnvKeyProvider()
+    passphrase = os.environ.get(ENV_PASSPHRASE)
+    if not passphrase:
+        raise ProfileError(f"{sealed}: set {ENV_PASSPHRASE} (or {ENV_KEY}) to open it")
+    return PassphraseKeyProvider(passphrase)
 
 
 def _kcv(key: bytes) -> bytes:
