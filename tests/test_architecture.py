@@ -6,10 +6,11 @@ module level and inside functions alike), so a lazy import cannot hide an edge.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from tests.source_imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,21 +31,10 @@ OURS = set(ALLOWED)
 def imports_of(package: str) -> dict[str, set[str]]:
     """For each of our packages that `package` imports: the modules of `package` that import it."""
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        if "_pb2" in path.name:
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top in OURS and top != package:
-                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    for name, where in imported_names(package, generated=False):
+        top = name.split(".")[0]
+        if top in OURS and top != package:
+            found.setdefault(top, set()).add(where)
     return found
 
 

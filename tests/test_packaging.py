@@ -15,6 +15,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+from tests.source_imports import imported_names
+
 ROOT = Path(__file__).resolve().parents[1]
 OURS = {"core", "sdk", "server", "audit", "privacy", "federation", "demo", "bench", "tests", "tools"}
 DEVICE = ("core", "sdk", "audit", "privacy")  # what an app embeds (docs/architecture.md)
@@ -35,21 +37,12 @@ def _name(requirement: str) -> str:
 def _third_party_imports(package: str) -> dict[str, set[str]]:
     """Top-level third-party module names `package` imports, with the files that import them."""
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top not in OURS and top not in sys.stdlib_module_names and top != "__future__":
-                    # `google` is a namespace shared by several distributions; protobuf owns google.protobuf.
-                    key = "google.protobuf" if name.startswith("google.protobuf") else top
-                    found.setdefault(key, set()).add(str(path.relative_to(ROOT)))
+    for name, where in imported_names(package):
+        top = name.split(".")[0]
+        if top not in OURS and top not in sys.stdlib_module_names and top != "__future__":
+            # `google` is a namespace shared by several distributions; protobuf owns google.protobuf.
+            key = "google.protobuf" if name.startswith("google.protobuf") else top
+            found.setdefault(key, set()).add(where)
     return found
 
 

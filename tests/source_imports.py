@@ -1,0 +1,28 @@
+"""Every absolute import in a package's source, read with `ast` (module level and inside functions
+alike, so a lazy import cannot hide). Shared by the layering and the packaging tests."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imported_names(package: str, *, generated: bool = True) -> Iterator[tuple[str, str]]:
+    """(dotted module name, file relative to the repository) for each import in `package`;
+    `generated=False` leaves out the generated stubs (`*_pb2*`)."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if not generated and "_pb2" in path.name:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                yield name, str(path.relative_to(ROOT))
