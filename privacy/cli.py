@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--server-transcript", type=Path, help="only count uplinks the server logged receiving")
     r.add_argument("--canaries", type=Path, help="the canary file of the planted canaries")
     r.add_argument("--user", help="the user whose history and identities to look for (default: every user)")
-    r.add_argument("--tokenizer", default="smollm2-135m-instruct", help="the Specialist (model folder, .gguf or name)")
+    r.add_argument(
+        "--tokenizer", help="the Specialist (model folder, .gguf or name; default: the embedded default Specialist)"
+    )
     r.add_argument("--candidates", type=_positive_int, default=2000, help="sampled rival canaries per canary")
     r.add_argument("--ngram", type=_positive_int, default=8, help="verbatim run length in tokens (default 8)")
     r.add_argument("--seed", type=int, default=0)
@@ -156,9 +158,9 @@ def _print_budget(rows: list[dict[str, Any]]) -> None:
 # --- leakage report --------------------------------------------------------------------------------
 
 
-def _load_tokenizer(spec: str) -> Any:
-    path = Path(spec).expanduser()
-    if path.is_dir():
+def _load_tokenizer(spec: str | None) -> Any:
+    path = Path(spec).expanduser() if spec is not None else None
+    if path is not None and path.is_dir():
         from transformers import AutoTokenizer
 
         from privacy.data import PrivacyError
@@ -167,9 +169,9 @@ def _load_tokenizer(spec: str) -> Any:
             return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise PrivacyError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0]}") from None
-    from core.models import load_causal_lm
+    from core.models import DEFAULT_SPECIALIST, load_causal_lm
 
-    return load_causal_lm(spec, progress=False).tokenizer
+    return load_causal_lm(spec or DEFAULT_SPECIALIST, progress=False).tokenizer
 
 
 def leakage_report(

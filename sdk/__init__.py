@@ -5,7 +5,7 @@ What an app embeds, importable from `sdk` itself (the submodules are the impleme
     from sdk import ClientConfig, Profile, SpecSteerClient, load_causal_lm
 
     config = ClientConfig.from_file("device.toml")  # [verifier] server, pins, cert, key
-    specialist = load_causal_lm("smollm2-135m-instruct")  # the on-device model (the embedded default)
+    specialist = load_causal_lm("qwen2.5-coder-0.5b-instruct")  # the on-device model (the embedded default)
     with SpecSteerClient.connect(specialist, config, profile=Profile.from_file("profile.json")) as client:
         print(client.generate("Write the commit body for: retry a flaky fetch once", max_new_tokens=64).text)
 

@@ -4,7 +4,7 @@
 
     config = ClientConfig(server="verifier.example:50051", pins=Path("pins.txt"),
                           cert=Path("device.pem"), key=Path("device.key"))
-    with SpecSteerClient.connect(load_causal_lm("smollm2-135m-instruct"), config, profile=profile) as client:
+    with SpecSteerClient.connect(load_causal_lm("qwen2.5-coder-0.5b-instruct"), config, profile=profile) as client:
         result = client.generate("Write the body of a commit message for: refs: speed up lookups")
         print(result.text, result.stats.as_dict())
         for piece in client.stream("Another prompt"):     # text as each token commits

@@ -1,4 +1,5 @@
-"""The user's private history on the device: loading it, retrieving from it, and rendering it.
+"""The user's private history on the device: loading it, retrieving from it, and fitting it into the
+Specialist's context.
 
 Nothing in this module talks to the network. A `Profile` is what the on-device Specialist may read;
 the cloud Generalist never sees it. Commit trailers (``Signed-off-by: Name <email>`` and friends) are
@@ -21,18 +22,15 @@ import bm25s
 import numpy as np
 
 from core.errors import ConfigError
+from core.prompts import ENTRY_SEP, HEADER_GAP, SUBJECT_PREFIX, Example
 from privacy.profile_format import ProfileData, ProfileEntry, parse_profile_obj, read_profile
 from privacy.vault import KeyProvider
 
-__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "render_context"]
+__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "fit_context"]
 
 # Shared by indexing and querying: both sides must tokenize identically or terms never match.
 _STOPWORDS = "en"
 
-# render_context layout. The separator is a Markdown rule so a small LM sees clear entry boundaries.
-_SUBJECT_PREFIX = "Subject: "
-_HEADER_GAP = "\n\n"
-_ENTRY_SEP = "\n\n---\n\n"
 _TRIM_MARK = "…"
 # Below this many characters a trimmed body carries no usable style signal, so fewer, longer
 # examples beat many stubs.
@@ -117,43 +115,34 @@ class ProfileIndex:
         return np.asarray(self._retriever.get_scores_from_ids(token_ids), dtype=np.float64)
 
 
-def render_context(entries: Sequence[ProfileEntry], *, max_chars: int = 1800) -> str:
-    """Format retrieved entries as the Specialist's context, never longer than `max_chars`.
+def fit_context(entries: Sequence[ProfileEntry], *, max_chars: int = 1800) -> list[Example]:
+    """The retrieved entries as the Specialist's examples, whose text layout (`core.prompts.context_text`)
+    is never longer than `max_chars`.
 
-    Each entry becomes ``Subject: <subject>`` + blank line + body; entries are separated by a
-    ``---`` line and keep their given order (best first). When the bodies do not fit, the budget is
-    shared so short bodies stay whole and long ones are cut evenly, at a line break or word boundary,
-    ending with "…". Trailing entries are dropped rather than shrunk below a useful size.
+    Entries keep their given order (best first). When the bodies do not fit, the budget is shared
+    so short bodies stay whole and long ones are cut evenly, at a line break or word boundary,
+    ending with "…". Trailing entries are dropped rather than shrunk below a useful size; if not
+    even one subject line fits, there are no examples.
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0:
         raise ConfigError(f"max_chars must be a positive integer, not {max_chars!r}.")
-    if not entries:
-        return ""
-
-    headers = [_SUBJECT_PREFIX + " ".join(e.subject.split()) for e in entries]
+    subjects = [" ".join(e.subject.split()) for e in entries]
     # Blank lines at the edges of a body would only break the layout; inner spacing is style.
     bodies = [e.body.strip("\n").rstrip() for e in entries]
 
     def fixed_cost(k: int) -> int:
-        return sum(len(h) + len(_HEADER_GAP) for h in headers[:k]) + (k - 1) * len(_ENTRY_SEP)
+        return sum(len(SUBJECT_PREFIX) + len(s) + len(HEADER_GAP) for s in subjects[:k]) + (k - 1) * len(ENTRY_SEP)
 
     k = len(entries)
     while k > 0 and fixed_cost(k) > max_chars:
         k -= 1
     if k == 0:
-        # Not even one subject line fits: give what fits of the best one rather than nothing.
-        return _trim(headers[0], max_chars)
-
+        return []
     caps = _share_budget([len(b) for b in bodies[:k]], max_chars - fixed_cost(k))
     while k > 1 and any(cap < min(len(b), _MIN_BODY_CHARS) for cap, b in zip(caps, bodies, strict=False)):
         k -= 1
         caps = _share_budget([len(b) for b in bodies[:k]], max_chars - fixed_cost(k))
-
-    blocks: list[str] = []
-    for header, body, cap in zip(headers[:k], bodies[:k], caps, strict=True):
-        trimmed = _trim(body, cap)
-        blocks.append(f"{header}{_HEADER_GAP}{trimmed}" if trimmed else header)
-    return _ENTRY_SEP.join(blocks)
+    return [Example(s, _trim(b, cap)) for s, b, cap in zip(subjects[:k], bodies[:k], caps, strict=True)]
 
 
 def _share_budget(lengths: list[int], budget: int) -> list[int]:

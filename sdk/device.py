@@ -19,11 +19,11 @@ import torch
 from core.errors import ConfigError, ProtocolError
 from core.kv import TokenSequence
 from core.models import CausalLM
-from core.prompts import render_prompt
+from core.prompts import Example, render_prompt
 from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict
 from core.steering import choose, recovery_scores
 from privacy.detectors import EgressGuard, Tokenizer
-from sdk.context import Profile, ProfileIndex, render_context
+from sdk.context import Profile, ProfileIndex, fit_context
 from sdk.transport import Verifier, VerifierLost, VerifierSession
 from sdk.uplink_guard import UplinkPlan, plan_uplink
 
@@ -70,18 +70,18 @@ class Specialist:
         self.context_entries = context_entries
         self.context_chars = context_chars
 
-    def context_for(self, prompt: str) -> str | None:
+    def context_for(self, prompt: str) -> list[Example]:
+        """The author's earlier entries most relevant to `prompt`, fitted to `context_chars`."""
         if self._index is None:
-            return None
-        entries = self._index.retrieve(prompt, self.context_entries)
-        return render_context(entries, max_chars=self.context_chars) if entries else None
+            return []
+        return fit_context(self._index.retrieve(prompt, self.context_entries), max_chars=self.context_chars)
 
     def public_prompt_ids(self, prompt: str) -> list[int]:
         """The raw public prompt as token IDs: what goes up, with no template and no context."""
         return list(self.lm.tokenizer.encode(prompt, add_special_tokens=False))
 
     def private_prompt_ids(self, prompt: str, *, with_context: bool) -> list[int]:
-        return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else None)
+        return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else ())
 
     def decode(self, ids: Sequence[int]) -> str:
         # transformers types decode as `str | list[str]` (a list for a batch); one flat ID list is one str.

@@ -6,7 +6,7 @@
 
     [models]
     generalist = "qwen2.5-coder-1.5b-instruct"  # folder, .gguf file or embedded name
-    specialist = "smollm2-135m-instruct"  # the generic copy P_S^0: base weights, no personal adapter
+    specialist = "qwen2.5-coder-0.5b-instruct"  # the generic copy P_S^0: base weights, no personal adapter
     # cache_dir = "~/.cache/specsteer"
 
     [tls]                                 # required: the verifier never serves plaintext

@@ -25,7 +25,7 @@ from federation.task import (
     train_global_dp,
     train_personal,
 )
-from sdk.context import ProfileIndex, render_context
+from sdk.context import ProfileIndex, fit_context
 from tests.federation.conftest import FIXTURE_USERS
 from tests.tinymodels import save_tiny
 
@@ -59,22 +59,22 @@ def test_training_sequences_are_the_inference_prompt_then_the_body(tiny_chat_mod
         body_ids = list(ex.input_ids[ex.target_start :])
         # The prompt is exactly what slm-rag inference renders, for a context of at most context_chars.
         candidates = [e for e in index.retrieve(task_prompt(entry.subject), CFG.context_entries + 1) if e != entry]
-        renders = [render_prompt(sw.lm, task_prompt(entry.subject), None)]
+        renders = [render_prompt(sw.lm, task_prompt(entry.subject))]
         chars = CFG.context_chars
         while chars >= 40:
             renders.append(
                 render_prompt(
                     sw.lm,
                     task_prompt(entry.subject),
-                    render_context(candidates[: CFG.context_entries], max_chars=chars),
+                    fit_context(candidates[: CFG.context_entries], max_chars=chars),
                 )
             )
             chars //= 2
         assert prompt_ids in renders
         with_context += prompt_ids != renders[0]
         # The entry itself is never in its own context (that would teach copying the answer).
-        # (the task prompt names the subject once itself; a context entry would add a second).
-        assert sw.lm.tokenizer.decode(prompt_ids).count(f"Subject: {entry.subject}\n\n") == 1
+        # (the prompt asks about the subject once itself; the entry as an example would add a second).
+        assert sw.lm.tokenizer.decode(prompt_ids).count(task_prompt(entry.subject)) == 1
         expected_body = sw.lm.tokenizer.encode(entry.body.strip(), add_special_tokens=False)
         if body_ids[-1] == sw.lm.tokenizer.eos_token_id:
             assert body_ids[:-1] == expected_body

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import ConfigError, ProfileError
-from sdk.context import Profile, ProfileEntry, ProfileIndex, render_context
+from core.prompts import context_text
+from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_PROFILE = REPO / "sdk" / "data" / "demo_profile.json"
@@ -260,7 +261,12 @@ def test_indexing_and_retrieval_print_nothing(capfd: pytest.CaptureFixture[str])
     assert out == "" and err == ""
 
 
-# --- render_context -------------------------------------------------------------------------------
+# --- fit_context -------------------------------------------------------------------------------
+
+
+def render_context(entries: list[ProfileEntry], *, max_chars: int = 1800) -> str:
+    """The examples' text layout (what a base model reads)."""
+    return context_text(fit_context(entries, max_chars=max_chars))
 
 
 def test_render_context_layout_when_everything_fits() -> None:
@@ -269,6 +275,10 @@ def test_render_context_layout_when_everything_fits() -> None:
         "Subject: first subject\n\nBody one.\n\nSecond paragraph.\n\n---\n\nSubject: second"
     )
     assert render_context([]) == ""
+
+
+def test_fit_context_gives_no_examples_when_not_even_a_subject_line_fits() -> None:
+    assert fit_context([ProfileEntry("a long subject line", "body")], max_chars=12) == []
 
 
 @pytest.mark.parametrize("max_chars", [1, 8, 30, 120, 400, 700, 1200, 1800, 5000])
