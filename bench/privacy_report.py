@@ -71,9 +71,8 @@ from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
 from privacy.leakage import (
     CanarySpace,
     auroc,
-    canary_scores,
+    canary_exposure,
     counterfactual_ngram_leakage,
-    exposure,
     membership_score,
     plant_canary,
     size_channel,
@@ -269,7 +268,6 @@ def run_one(
     data: Path,
     canary_file: Path,
     options: DecodeOptions,
-    candidates: int,
     seed: int,
     scorer: rouge_scorer.RougeScorer,
 ) -> dict[str, Any]:
@@ -314,8 +312,6 @@ def run_one(
         server_transcript=transcript,
         canaries=canary_file,
         user=case.user_id,
-        candidates=candidates,
-        seed=seed,
     )
     uplinks = read_uplinks(log_dir, server_transcript=transcript)
     scores = scorer.score(case.query["target"], out.text)
@@ -382,18 +378,6 @@ def uplink_stream(row: dict[str, Any], tok: Any) -> str:
     )
 
 
-def exact_exposure(space: CanarySpace, secret: str, stream: str, everyone: Sequence[str] | None = None) -> float:
-    """Exposure with the exact rank among every secret of the space (about 30 s for 10^6 on this CPU).
-
-    `leakage_report` ranks the canary among sampled rivals; when none of them is supported as well
-    as the canary, the estimate sits at log2|R| whatever the true rank (say, among the few hundred
-    candidates sharing four leaked digits). Scoring the whole space resolves it.
-    """
-    others = [c for c in (everyone if everyone is not None else space.all_secrets()) if c != secret]
-    true = float(canary_scores(space, [secret], stream)[0])
-    return exposure(true, canary_scores(space, others, stream), space.size)
-
-
 # --- summary ----------------------------------------------------------------------------------------
 
 
@@ -415,7 +399,6 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
     labels = [c.label for c in CONFIGS]
     by_config: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     per_run: list[dict[str, Any]] = []
-    everyone: list[str] = []
     for case in cases:
         for label in labels:
             row = rows.get((case.user_id, case.query["subject"], label))
@@ -423,14 +406,10 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
                 continue
             # The secret itself (not only the rendered canary) anywhere in what the cloud saw.
             stream = uplink_stream(row, tok)
-            sampled = [c["exposure"] for c in row["leakage"]["canaries"]]
-            # Where the sampled rivals cannot resolve the rank (none beats or ties the canary), rank exactly.
-            if sampled and max(sampled) >= SPACE.bits - 1e-9:
-                everyone = everyone or SPACE.all_secrets()
-                exact = [exact_exposure(SPACE, case.secret, stream, everyone)]
-            else:
-                exact = sampled
-            row = {**row, "secret_in_uplink": case.secret in stream, "exposure": exact, "exposure_sampled": sampled}
+            # The exact rank among all of R, as `leakage_report` ranks it (also for rows logged by an
+            # older run that sampled rivals).
+            exact = [canary_exposure(SPACE, case.secret, stream)] if row["leakage"]["canaries"] else []
+            row = {**row, "secret_in_uplink": case.secret in stream, "exposure": exact}
             by_config[label].append(row)
             per_run.append(
                 {
@@ -438,7 +417,6 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
                     "query": row["subject"],
                     "config": label,
                     "exposure": row["exposure"],
-                    "exposure_sampled": row["exposure_sampled"],
                     "secret_in_uplink": row["secret_in_uplink"],
                     "rougeL": row["rougeL"],
                     "rounds": row["stats"]["rounds"],
@@ -561,7 +539,6 @@ def summarize_config(rows: list[dict[str, Any]], draft_slots: int) -> dict[str, 
         "exposure_mean": _mean(exposures),
         "exposure_max": max(exposures, default=math.nan),
         "exposures": exposures,
-        "exposures_sampled": [e for r in rows for e in r["exposure_sampled"]],
         "canary_verbatim_runs": sum(any(c["verbatim"] for c in r["leakage"]["canaries"]) for r in rows),
         "secret_in_uplink_runs": sum(r["secret_in_uplink"] for r in rows),
         "identity_hits": dict(sorted(identity.items())),
@@ -739,12 +716,10 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"* Canary: `{space['template']}` with {space['length']} symbols from `{space['alphabet']}` "
         f"(|R| = {space['size']:,}, {space['bits']:.2f} bits), one per user, planted as its own line after the first "
         "paragraph of the history entry BM25 retrieves first for the query, and registered in the guard of the "
-        f"guarded runs. Exposure = log2|R| − log2(rank), the rank estimated by `leakage_report` against "
-        f"{meta['candidates']} sampled rivals: ~1 bit says nothing, {space['bits']:.2f} means the canary is "
-        "singled out. When no sampled rival is supported as well as the canary the estimate saturates at the "
-        "maximum whatever the true rank, so those runs are re-ranked exactly against all |R| secrets "
-        "(`exact_exposure`, from the same audit-log stream): four leaked digits of six, for instance, leave "
-        "a few hundred candidates, about 12–13 bits, not 19.93.",
+        "guarded runs. Exposure = log2|R| − log2(rank), the canary's exact rank among all |R| secrets by how "
+        "well the audit log's uplink stream supports each (`privacy.leakage.canary_exposure`, the function "
+        f"`privacy leakage-report` uses): ~1 bit says nothing, {space['bits']:.2f} means the canary is singled "
+        "out; four leaked digits of six, for instance, leave 100 tied candidates, about 14.3 bits, not 19.93.",
         f'* Leaky control: the prompt is "{CONTROL_PROMPT}"; the only private context is the canary-bearing entry, '
         "cut to the canary line and its first paragraph; gamma = 0 (every draft accepted, so the uplink is exactly "
         "what the Specialist writes). The real Specialist does not reproduce the canary from its normal "
@@ -872,7 +847,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=None, help="audit logs, transcripts, canary file")
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
-    p.add_argument("--candidates", type=int, default=2000, help="sampled rival canaries per exposure")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     args = p.parse_args(argv)
@@ -921,7 +895,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     data=args.data,
                     canary_file=canary_file,
                     options=options,
-                    candidates=args.candidates,
                     seed=args.seed,
                     scorer=scorer,
                 )
@@ -948,7 +921,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "specialist": args.specialist,
         "generalist": args.generalist,
-        "candidates": args.candidates,
         "seed": args.seed,
         "control": {
             "prompt": CONTROL_PROMPT,

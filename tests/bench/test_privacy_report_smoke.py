@@ -29,8 +29,6 @@ def test_privacy_report_smoke_writes_table_json_and_plot(tmp_path, char_tok) -> 
         "6",
         "--limit",
         "1",
-        "--candidates",
-        "200",
         "--specialist",
         str(s_dir),
         "--generalist",
