@@ -588,6 +588,13 @@ def render(result: dict[str, Any]) -> str:
         + " | ".join(f"{100 * r['false_positives_patterns'] / r['negatives']:.1f} %" for r in runs)
         + " |"
     )
+    prev = result.get("previous")
+    if prev:
+        lines += [
+            "",
+            f"The result this run replaced (`{prev['command']}`) had guard false positives of "
+            f"{100 * prev['false_positive_rate']:.1f} % ({prev['false_positives']} of {prev['negatives']}).",
+        ]
     lines += ["", "False positives by the placeholder of the span the guard saw (a sentence may count twice):", ""]
     for r in runs:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["false_positives_by_placeholder"].items())) or "none"
@@ -612,6 +619,21 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {label} | {c['rounds']} | {c['lookahead_tokens']} |")
     lines += ["", f"Run time: {result['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def previous_result(path: Path) -> dict[str, Any] | None:
+    """The false positives of the result this run overwrites (its guard column), to state before/after."""
+    try:
+        old = json.loads(path.read_text())
+        guard = next(r for r in old["runs"] if r["label"] == "guard")
+        return {
+            "command": old["command"],
+            "false_positives": guard["false_positives"],
+            "negatives": guard["negatives"],
+            "false_positive_rate": guard["false_positive_rate"],
+        }
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -662,6 +684,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         "seconds": time.perf_counter() - start,
     }
     args.out.mkdir(parents=True, exist_ok=True)
+    result["previous"] = previous_result(args.out / "guard_recall.json")
     (args.out / "guard_recall.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     (args.out / "guard_recall.md").write_text(render(result))
     print(render(result))

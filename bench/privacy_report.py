@@ -2,7 +2,7 @@
 
     python -m bench.privacy_report [--data ../shared/data/commit-bodies-dev.jsonl] [--users 3]
                                    [--queries-per-user 2] [--max-new-tokens 48] [--limit N]
-                                   [--out docs/results] [--work DIR]
+                                   [--membership-pairs 100] [--out docs/results] [--work DIR]
 
 Every generation runs on the embedded default pair (greedy, SpecSteer's default SessionParams
 unless a configuration says otherwise) against a real verifier: `server.main.create_server` with a
@@ -21,7 +21,8 @@ retrieves first for the query (so it sits in the Specialist's private context):
     control/off, control/on               a deliberately leaky control (see CONTROL_PROMPT)
 
 and reports canary exposure, counterfactual n-gram leakage (n = 4, 8), membership AUROC and TPR at
-1 % FPR, personal-data hits, the per-round size channel (and the constant-size padded codec,
+1 % FPR (from those pairs, and from `--membership-pairs` more scored without generating: see
+`likelihood_membership`), personal-data hits, the per-round size channel (and the constant-size padded codec,
 measured offline), and the guard's quality cost (ROUGE-L against the real commit body), as
 docs/results/privacy.{md,json,png}. Finished generations are appended to
 docs/results/privacy.runs.jsonl, so an interrupted run resumes where it stopped; the audit logs,
@@ -43,7 +44,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +65,21 @@ from audit.verify import verify
 from bench.plotting import figure
 from core import wire
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
-from core.prompts import context_text, task_prompt
+from core.prompts import context_text, render_prompt, task_prompt
 from core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
 from privacy.cli import leakage_report
 from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
 from privacy.leakage import (
     CanarySpace,
     auroc,
-    canary_scores,
+    canary_exposure,
     counterfactual_ngram_leakage,
-    exposure,
     membership_score,
     plant_canary,
     size_channel,
     tpr_at_fpr,
 )
-from sdk.context import Profile, ProfileIndex
+from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
 from sdk.remote import RemoteVerifier, TlsIdentity
@@ -210,7 +210,7 @@ def build_cases(path: Path, users: int, per_user: int, seed: int) -> list[Case]:
             top = profile.entries.index(best)
             body = str(user["profile"][top].get("body", "")).strip("\n")
             # plant_canary appends its line to the text it is given. Given the whole body, the line
-            # would land past the context budget (render_context trims long bodies from the end), so
+            # would land past the context budget (fit_context trims long bodies from the end), so
             # it is planted into the first paragraph: its own line, right after it.
             head, sep, rest = body.partition("\n\n")
             (planted_head,), _ = plant_canary([head], canary, np.random.default_rng(seed))
@@ -269,7 +269,6 @@ def run_one(
     data: Path,
     canary_file: Path,
     options: DecodeOptions,
-    candidates: int,
     seed: int,
     scorer: rouge_scorer.RougeScorer,
 ) -> dict[str, Any]:
@@ -314,8 +313,6 @@ def run_one(
         server_transcript=transcript,
         canaries=canary_file,
         user=case.user_id,
-        candidates=candidates,
-        seed=seed,
     )
     uplinks = read_uplinks(log_dir, server_transcript=transcript)
     scores = scorer.score(case.query["target"], out.text)
@@ -382,16 +379,108 @@ def uplink_stream(row: dict[str, Any], tok: Any) -> str:
     )
 
 
-def exact_exposure(space: CanarySpace, secret: str, stream: str, everyone: Sequence[str] | None = None) -> float:
-    """Exposure with the exact rank among every secret of the space (about 30 s for 10^6 on this CPU).
+# --- membership without generating ------------------------------------------------------------------
+#
+# The paired runs above measure membership from generations: a real profile and the same profile
+# without one entry, each a full generation through the verifier, so n pairs cost 2n generations
+# (about 40 s each here) and the report has as many pairs as queries. The attack below needs no
+# generation, so it scales to hundreds of pairs in minutes. Along the real commit body y (the text
+# being written, teacher-forced), the device with private context c drafts, at every position t,
+# its greedy token d_t = argmax P_S(. | c, x, y<t): the first token of the draft that goes up after
+# y<t is committed. The attacker is the cloud, which holds the public Specialist's weights (it runs
+# P_S^0). To test whether a history entry e was in the device's context, it scores the drafts by
+# how much better e explains them than no context at all:
+#
+#     score = mean_t [ log P_S(d_t | e, x, y<t) - log P_S(d_t | x, y<t) ]
+#
+# Members: the profile's entry BM25 retrieves first for the query (so it is in the context c);
+# non-members: the same entry, scored on the drafts of the profile without it. Four forward passes
+# per pair, no sampling; the guard is off (it can only withhold drafted tokens).
 
-    `leakage_report` ranks the canary among sampled rivals; when none of them is supported as well
-    as the canary, the estimate sits at log2|R| whatever the true rank (say, among the few hundred
-    candidates sharing four leaked digits). Scoring the whole space resolves it.
-    """
-    others = [c for c in (everyone if everyone is not None else space.all_secrets()) if c != secret]
-    true = float(canary_scores(space, [secret], stream)[0])
-    return exposure(true, canary_scores(space, others, stream), space.size)
+
+@dataclass(frozen=True)
+class MembershipPair:
+    user_id: str
+    prompt: str
+    target: str  # the real commit body: the committed text the drafts are made along
+    profile: Profile  # the member side; the non-member side is the same profile without `entry`
+    entry: ProfileEntry  # the document whose membership is tested
+
+
+def membership_pairs(path: Path, count: int) -> list[MembershipPair]:
+    """Up to `count` pairs, one per (user, query), taking the users of the data file in turn."""
+    everyone = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queues = [[(u, q) for q in u["queries"] if q.get("target")] for u in everyone]
+    order = [queue[i] for i in range(max((len(q) for q in queues), default=0)) for queue in queues if i < len(queue)]
+    indexes: dict[str, tuple[Profile, ProfileIndex]] = {}
+    pairs = []
+    for user, query in order[:count]:
+        uid = str(user["user_id"])
+        if uid not in indexes:
+            profile = Profile.from_obj(user, source=uid)
+            indexes[uid] = (profile, ProfileIndex(profile))
+        profile, index = indexes[uid]
+        prompt = task_prompt(query["subject"])
+        pairs.append(MembershipPair(uid, prompt, str(query["target"]), profile, index.retrieve(prompt, 1)[0]))
+    return pairs
+
+
+def _next_token_logprobs(lm: CausalLM, prefix: Sequence[int], target: Sequence[int]) -> torch.Tensor:
+    """log P(. | prefix, target[:t]) for every t: one forward pass, rows aligned with `target`."""
+    ids = torch.tensor([[*prefix, *target]], dtype=torch.long)
+    with torch.inference_mode():
+        logits = lm.model(input_ids=ids).logits[0, len(prefix) - 1 : len(prefix) + len(target) - 1]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def draft_membership_score(drafts: torch.Tensor, with_entry: torch.Tensor, without: torch.Tensor) -> float:
+    """Mean log-likelihood ratio of the drafted tokens under the attacker's model with the entry
+    as its context vs with none (rows: positions; columns: the vocabulary)."""
+    picked = drafts.unsqueeze(-1)
+    return float((with_entry.gather(-1, picked) - without.gather(-1, picked)).mean())
+
+
+def likelihood_membership(lm: CausalLM, pairs: Sequence[MembershipPair], max_tokens: int) -> dict[str, Any]:
+    """AUROC and TPR at 1 % FPR of the draft likelihood-ratio attack over `pairs` (no generation)."""
+    tok = lm.tokenizer
+    member: list[float] = []
+    non: list[float] = []
+    changed = positions = 0
+    started = time.perf_counter()
+    for pair in pairs:
+        target = list(tok.encode(pair.target, add_special_tokens=False))[:max_tokens]
+        if not target:
+            continue
+        device = Specialist(lm, pair.profile)
+        without_entry = replace(pair.profile, entries=tuple(e for e in pair.profile.entries if e is not pair.entry))
+        drafts_member = _next_token_logprobs(lm, device.private_prompt_ids(pair.prompt, with_context=True), target)
+        drafts_non = _next_token_logprobs(
+            lm, Specialist(lm, without_entry).private_prompt_ids(pair.prompt, with_context=True), target
+        )
+        d_member, d_non = drafts_member.argmax(-1), drafts_non.argmax(-1)
+        context = fit_context([pair.entry], max_chars=device.context_chars)
+        with_entry = _next_token_logprobs(lm, render_prompt(lm, pair.prompt, context), target)
+        without = _next_token_logprobs(lm, render_prompt(lm, pair.prompt), target)
+        member.append(draft_membership_score(d_member, with_entry, without))
+        non.append(draft_membership_score(d_non, with_entry, without))
+        changed += int((d_member != d_non).sum())
+        positions += len(target)
+    if not member:
+        return {"pairs": 0}
+    return {
+        "pairs": len(member),
+        "users": len({p.user_id for p in pairs}),
+        "tokens_per_text": max_tokens,
+        "auroc": auroc(member, non),
+        "tpr_at_1pct_fpr": tpr_at_fpr(member, non, 0.01),
+        "member_score_mean": _mean(member),
+        "non_member_score_mean": _mean(non),
+        "drafts_changed_share": changed / positions,
+        "member_scores": member,
+        "non_member_scores": non,
+        "seconds": round(time.perf_counter() - started, 1),
+        "score": "mean over the drafted tokens of log P_S(d | entry, x, y<t) - log P_S(d | x, y<t)",
+    }
 
 
 # --- summary ----------------------------------------------------------------------------------------
@@ -415,7 +504,6 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
     labels = [c.label for c in CONFIGS]
     by_config: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     per_run: list[dict[str, Any]] = []
-    everyone: list[str] = []
     for case in cases:
         for label in labels:
             row = rows.get((case.user_id, case.query["subject"], label))
@@ -423,14 +511,10 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
                 continue
             # The secret itself (not only the rendered canary) anywhere in what the cloud saw.
             stream = uplink_stream(row, tok)
-            sampled = [c["exposure"] for c in row["leakage"]["canaries"]]
-            # Where the sampled rivals cannot resolve the rank (none beats or ties the canary), rank exactly.
-            if sampled and max(sampled) >= SPACE.bits - 1e-9:
-                everyone = everyone or SPACE.all_secrets()
-                exact = [exact_exposure(SPACE, case.secret, stream, everyone)]
-            else:
-                exact = sampled
-            row = {**row, "secret_in_uplink": case.secret in stream, "exposure": exact, "exposure_sampled": sampled}
+            # The exact rank among all of R, as `leakage_report` ranks it (also for rows logged by an
+            # older run that sampled rivals).
+            exact = [canary_exposure(SPACE, case.secret, stream)] if row["leakage"]["canaries"] else []
+            row = {**row, "secret_in_uplink": case.secret in stream, "exposure": exact}
             by_config[label].append(row)
             per_run.append(
                 {
@@ -438,7 +522,6 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
                     "query": row["subject"],
                     "config": label,
                     "exposure": row["exposure"],
-                    "exposure_sampled": row["exposure_sampled"],
                     "secret_in_uplink": row["secret_in_uplink"],
                     "rougeL": row["rougeL"],
                     "rounds": row["stats"]["rounds"],
@@ -561,7 +644,6 @@ def summarize_config(rows: list[dict[str, Any]], draft_slots: int) -> dict[str, 
         "exposure_mean": _mean(exposures),
         "exposure_max": max(exposures, default=math.nan),
         "exposures": exposures,
-        "exposures_sampled": [e for r in rows for e in r["exposure_sampled"]],
         "canary_verbatim_runs": sum(any(c["verbatim"] for c in r["leakage"]["canaries"]) for r in rows),
         "secret_in_uplink_runs": sum(r["secret_in_uplink"] for r in rows),
         "identity_hits": dict(sorted(identity.items())),
@@ -709,6 +791,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         row("acceptance rate", lambda _, c: _fmt(c["acceptance"])),
         row("uplink bytes per new token", lambda _, c: _fmt(c["uplink_bytes_per_token"], ".1f")),
         row("seconds per generation (shared CPU)", lambda _, c: _fmt(c["seconds_mean"], ".0f")),
+        *membership_lines(summary.get("membership_likelihood")),
         "",
         "Leaky control, run by run (what the cloud received, from the audit log):",
         "",
@@ -739,12 +822,10 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"* Canary: `{space['template']}` with {space['length']} symbols from `{space['alphabet']}` "
         f"(|R| = {space['size']:,}, {space['bits']:.2f} bits), one per user, planted as its own line after the first "
         "paragraph of the history entry BM25 retrieves first for the query, and registered in the guard of the "
-        f"guarded runs. Exposure = log2|R| − log2(rank), the rank estimated by `leakage_report` against "
-        f"{meta['candidates']} sampled rivals: ~1 bit says nothing, {space['bits']:.2f} means the canary is "
-        "singled out. When no sampled rival is supported as well as the canary the estimate saturates at the "
-        "maximum whatever the true rank, so those runs are re-ranked exactly against all |R| secrets "
-        "(`exact_exposure`, from the same audit-log stream): four leaked digits of six, for instance, leave "
-        "a few hundred candidates, about 12–13 bits, not 19.93.",
+        "guarded runs. Exposure = log2|R| − log2(rank), the canary's exact rank among all |R| secrets by how "
+        "well the audit log's uplink stream supports each (`privacy.leakage.canary_exposure`, the function "
+        f"`privacy leakage-report` uses): ~1 bit says nothing, {space['bits']:.2f} means the canary is singled "
+        "out; four leaked digits of six, for instance, leave 100 tied candidates, about 14.3 bits, not 19.93.",
         f'* Leaky control: the prompt is "{CONTROL_PROMPT}"; the only private context is the canary-bearing entry, '
         "cut to the canary line and its first paragraph; gamma = 0 (every draft accepted, so the uplink is exactly "
         "what the Specialist writes). The real Specialist does not reproduce the canary from its normal "
@@ -770,6 +851,28 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "(`audit.verify`); spans are never logged, only their kind.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def membership_lines(m: dict[str, Any] | None) -> list[str]:
+    """The draft likelihood attack's table (see `likelihood_membership`), if it ran."""
+    if not m or not m.get("pairs"):
+        return []
+    n = m["pairs"]
+    return [
+        "",
+        f"Membership without generating: {n} member/non-member pairs from {m['users']} users (one per query; "
+        f"the entry BM25 retrieves first, in the context or removed from the profile), the first "
+        f"{m['tokens_per_text']} tokens of each real commit body as the committed text, guard off. The attacker "
+        "scores the device's greedy drafts along it by the mean log-likelihood ratio of the entry as the "
+        "public Specialist's context vs no context (`likelihood_membership`: no sampling, four forward passes "
+        f"per pair, {m['seconds']:.0f} s in all). AUROC resolution 1/{n * n}; TPR at 1% FPR allows "
+        f"{int(0.01 * n)} false positive(s) of {n}.",
+        "",
+        "| pairs | AUROC | TPR at 1% FPR | mean score, members / non-members | drafted tokens changed by the entry |",
+        "|---|---|---|---|---|",
+        f"| {n} | {m['auroc']:.3f} | {m['tpr_at_1pct_fpr']:.2f} | {m['member_score_mean']:+.3f} / "
+        f"{m['non_member_score_mean']:+.3f} | {m['drafts_changed_share']:.1%} |",
+    ]
 
 
 def control_rows(summary: dict[str, Any]) -> list[str]:
@@ -872,8 +975,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=None, help="audit logs, transcripts, canary file")
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
-    p.add_argument("--candidates", type=int, default=2000, help="sampled rival canaries per exposure")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--membership-pairs",
+        type=int,
+        default=100,
+        help="member/non-member pairs of the draft likelihood attack, no generation (0: skip)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     args = p.parse_args(argv)
     if not args.data.is_file():
@@ -921,7 +1029,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     data=args.data,
                     canary_file=canary_file,
                     options=options,
-                    candidates=args.candidates,
                     seed=args.seed,
                     scorer=scorer,
                 )
@@ -940,6 +1047,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if k[3] == args.max_new_tokens and k[4] == args.seed and r["config"] in {c.label for c in configs}
     }
     summary = summarize(rows, cases, tok)
+    if args.membership_pairs > 0:
+        pairs = membership_pairs(args.data, args.membership_pairs)
+        summary["membership_likelihood"] = likelihood_membership(s_lm, pairs, args.max_new_tokens)
+        m = summary["membership_likelihood"]
+        print(f"membership, draft likelihood attack: {m['pairs']} pairs, AUROC {m.get('auroc', math.nan):.3f}")
     meta = {
         "command": " ".join(["python -m bench.privacy_report", *(argv if argv is not None else sys.argv[1:])]),
         "queries": len(cases),
@@ -948,8 +1060,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "specialist": args.specialist,
         "generalist": args.generalist,
-        "candidates": args.candidates,
         "seed": args.seed,
+        "membership_pairs": args.membership_pairs,
         "control": {
             "prompt": CONTROL_PROMPT,
             "gamma": CONTROL_PARAMS.gamma,

@@ -2,7 +2,7 @@
 
     privacy budget [--state-dir D] [--device NAME|DIR] [--json]
     privacy leakage-report --data FILE --audit-log DIR [--server-transcript FILE] [--canaries FILE]
-                           [--user ID] [--tokenizer MODEL] [--candidates N] [--ngram N] [--seed S] [--json]
+                           [--user ID] [--tokenizer MODEL] [--ngram N] [--json]
     privacy seal PROFILE --out VAULT          passphrase from $SPECSTEER_VAULT_PASSPHRASE or a prompt
 
 Exit status: 0 on success, 1 when an input is unusable (one sentence on stderr), 2 for usage errors.
@@ -65,9 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--tokenizer", help="the Specialist (model folder, .gguf or name; default: the embedded default Specialist)"
     )
-    r.add_argument("--candidates", type=_positive_int, default=2000, help="sampled rival canaries per canary")
     r.add_argument("--ngram", type=_positive_int, default=8, help="verbatim run length in tokens (default 8)")
-    r.add_argument("--seed", type=int, default=0)
     r.add_argument("--json", action="store_true")
 
     s = sub.add_parser("seal", help="encrypt a profile file into a vault (AES-256-GCM, scrypt passphrase)")
@@ -182,21 +180,18 @@ def leakage_report(
     server_transcript: Path | None = None,
     canaries: Path | None = None,
     user: str | None = None,
-    candidates: int = 2000,
     ngram: int = 8,
-    seed: int = 0,
 ) -> dict[str, Any]:
-    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure,
+    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure
+    (the canary's exact rank among every secret of its space, `privacy.leakage.canary_exposure`),
     verbatim history runs, per-round sizes, and the guard's decisions.
 
     Paired measurements (counterfactual n-grams, membership AUROC) need two runs and are computed
     with `privacy.leakage` by the benchmark that produced them.
     """
-    import numpy as np
-
     from privacy.data import PrivacyError, read_canaries, read_uplinks, read_users
     from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
-    from privacy.leakage import canary_scores, exposure, size_channel
+    from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
 
     users = read_users(data)
     if user is not None:
@@ -234,17 +229,15 @@ def leakage_report(
     exposures: list[dict[str, Any]] = []
     if canaries is not None:
         space, planted = read_canaries(canaries)
-        rng = np.random.default_rng(seed)
+        if space.size > MAX_RANKED_SPACE:
+            raise PrivacyError(f"{canaries}: a canary space of {space.size} secrets is too large to rank exactly")
         for c in planted:
             if user is not None and c.user_id not in (None, user):
                 continue
-            rivals = space.sample(rng, min(candidates, space.size - 1), exclude=[c.secret])
-            true = float(canary_scores(space, [c.secret], stream)[0])
-            e = exposure(true, canary_scores(space, rivals, stream), space.size)
             exposures.append(
                 {
                     "user_id": c.user_id,
-                    "exposure": e,
+                    "exposure": canary_exposure(space, c.secret, stream),
                     "max_exposure": space.bits,
                     "verbatim": space.render(c.secret) in stream,
                 }
@@ -347,9 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server_transcript=args.server_transcript,
                 canaries=args.canaries,
                 user=args.user,
-                candidates=args.candidates,
                 ngram=args.ngram,
-                seed=args.seed,
             )
             if args.json:
                 print(json.dumps(report, indent=2))

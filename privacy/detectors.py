@@ -8,8 +8,10 @@ nothing) and maps its spans back to the raw characters. Three detectors, one gua
   international formats; payment cards with a Luhn check; IPv4/IPv6 addresses; URLs carrying
   credentials; IBANs with the country length and mod-97 check; street addresses).
 * `VerbatimNgramDetector` - runs of `n` or more Specialist tokens (default 8) that occur in the
-  user's private history and not in the public prompt. The history's n-gram hashes are kept in a
-  sorted array, so indexing 300 profile entries is one batched tokenizer call and some numpy.
+  user's private history and not in the public prompt, and copy a passage (three words or more, or
+  `2 n` tokens of anything): not a date, a number or one identifier that ordinary text repeats. The
+  history's n-gram hashes are kept in a sorted array, so indexing 300 profile entries is one
+  batched tokenizer call and some numpy.
 * `CanaryDetector` - registered strings: planted canaries, and the user's own identities (names
   and emails from commit trailers, which the dataset's profiles carry), with the forms they take
   on the way out (`privacy.registered`: name variants, a canary's bare secret, hex and base64).
@@ -76,6 +78,7 @@ __all__ = [
     "identities_from_trailers",
     "kind_of_placeholder",
     "luhn_ok",
+    "run_words",
     "token_offsets",
 ]
 
@@ -760,13 +763,35 @@ class VerbatimNgramDetector(Detector):
     (`find`, which re-tokenizes with the Specialist tokenizer and maps back to characters). A hash
     collision can only over-redact, never let a span through. `public_texts` removes n-grams that
     are common outside the user's history (boilerplate), trading some protection for quality.
+
+    A run counts when it copies a passage: at least `min_words` words (`run_words`: pieces between
+    spaces with two letters or more), or `long_run` tokens (default `2 n`) whatever it is made of.
+    Eight tokens are a phrase of prose, but only four digits of a date to a tokenizer that splits
+    digits (SmolLM2's ", 2018-0" of "(subject, 2018-07-13)", which every commit reference ends
+    with), or one hyphenated identifier ("/check-non-portable-shell"): public forms that ordinary
+    text repeats. Numbers and single identifiers that are personal are the pattern and
+    registered-string detectors' to find; a longer copy of anything still counts. `min_words=0`
+    counts every run of `n` tokens (a leakage measurement's strict reading).
     """
 
-    def __init__(self, history_hashes: np.ndarray, tokenizer: Tokenizer, n: int, exclude: np.ndarray | None = None):
+    def __init__(
+        self,
+        history_hashes: np.ndarray,
+        tokenizer: Tokenizer,
+        n: int,
+        exclude: np.ndarray | None = None,
+        *,
+        min_words: int = 3,
+        long_run: int | None = None,
+    ):
         if n < 2:
             raise ValueError(f"a verbatim n-gram needs n >= 2 tokens; got {n}")
+        if min_words < 0:
+            raise ValueError(f"min_words must be >= 0; got {min_words}")
         self.n = n
         self.tokenizer = tokenizer
+        self.min_words = min_words
+        self.long_run = 2 * n if long_run is None else max(long_run, n)
         hashes = np.unique(np.asarray(history_hashes, dtype=np.uint64))
         if exclude is not None and exclude.size:
             hashes = hashes[~_contains(np.unique(exclude), hashes)]
@@ -774,22 +799,31 @@ class VerbatimNgramDetector(Detector):
 
     @classmethod
     def from_texts(
-        cls, history: Iterable[str], tokenizer: Tokenizer, *, n: int = 8, public_texts: Iterable[str] = ()
+        cls,
+        history: Iterable[str],
+        tokenizer: Tokenizer,
+        *,
+        n: int = 8,
+        public_texts: Iterable[str] = (),
+        min_words: int = 3,
+        long_run: int | None = None,
     ) -> VerbatimNgramDetector:
         """Index the private history (e.g. each entry's subject and body) once per device."""
         hashes = _hashes_of_many(_encode_all(tokenizer, history), n)
         exclude = _hashes_of_many(_encode_all(tokenizer, public_texts), n)
-        return cls(hashes, tokenizer, n, exclude)
+        return cls(hashes, tokenizer, n, exclude, min_words=min_words, long_run=long_run)
 
     def for_prompt(self, prompt: str) -> VerbatimNgramDetector:
         exclude = _window_hashes(_encode_all(self.tokenizer, [prompt])[0], self.n)
-        return VerbatimNgramDetector(self.hashes, self.tokenizer, self.n, exclude)
+        return VerbatimNgramDetector(
+            self.hashes, self.tokenizer, self.n, exclude, min_words=self.min_words, long_run=self.long_run
+        )
 
     def __len__(self) -> int:
         return int(self.hashes.size)
 
     def find_ids(self, ids: Sequence[int]) -> list[tuple[int, int]]:
-        """Maximal runs `[a, b)` of token positions covered by private n-grams."""
+        """Maximal runs `[a, b)` of token positions covered by private n-grams that copy a passage."""
         hits = _contains(self.hashes, _window_hashes(ids, self.n))
         runs: list[tuple[int, int]] = []
         for i in np.flatnonzero(hits).tolist():
@@ -797,12 +831,33 @@ class VerbatimNgramDetector(Detector):
                 runs[-1] = (runs[-1][0], i + self.n)
             else:
                 runs.append((i, i + self.n))
-        return runs
+        return [(a, b) for a, b in runs if self._is_passage(ids, a, b)]
+
+    def _is_passage(self, ids: Sequence[int], a: int, b: int) -> bool:
+        if self.min_words == 0 or b - a >= self.long_run:
+            return True
+        return run_words(_decode(self.tokenizer, [int(t) for t in ids[a:b]])) >= self.min_words
 
     def find(self, text: str) -> list[Span]:
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
         offsets = enc["offset_mapping"]
         return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
+
+
+# Scripts written without spaces between words: each character counts as a word of its own.
+_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def run_words(text: str) -> int:
+    """Words in `text`: pieces between white space with at least two letters (a number, a date or
+    punctuation is none; "non-portable-shell" is one), plus one per character of a script written
+    without spaces (Han, kana, Thai)."""
+    words = 0
+    for piece in text.split():
+        unspaced = len(_UNSPACED.findall(piece))
+        words += unspaced if unspaced else int(len(_LETTER.findall(piece)) >= 2)
+    return words
 
 
 def _contains(sorted_set: np.ndarray, queries: np.ndarray) -> np.ndarray:

@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_RANKED_SPACE",
     "CanarySpace",
     "NgramLeakage",
     "SizeChannel",
     "auroc",
+    "canary_exposure",
+    "canary_rank",
     "canary_scores",
     "counterfactual_ngram_leakage",
     "exposure",
@@ -150,6 +153,120 @@ def support_score(candidate_text: str, secret: str, stream: str) -> float:
 def canary_scores(space: CanarySpace, secrets_: Sequence[str], stream: str) -> np.ndarray:
     """`support_score` of each secret's rendering against `stream`."""
     return np.array([support_score(space.render(s), s, stream) for s in secrets_], dtype=np.float64)
+
+
+# The largest space `canary_rank` enumerates (about a second per million secrets on one core).
+MAX_RANKED_SPACE = 10**8
+_CHUNK = 1 << 20
+
+
+def canary_rank(space: CanarySpace, secret: str, stream: str) -> float:
+    """The exact rank of `secret` among every secret of `space` by `support_score` against `stream`
+    (1 = best supported; the others that tie with it count half, as in `exposure`).
+
+    Every secret of R is scored, vectorized: a secret's score depends only on how many of its
+    leading symbols follow the template's opening somewhere in the stream (and, for a secret that
+    follows it in full, how much of the template's end comes next), and on the longest run of its
+    symbols that occurs anywhere in the stream. Both are looked up among the stream's substrings
+    for a whole chunk of secrets at once, so |R| = 10^6 takes about a second. The result equals
+    scoring each of the |R| - 1 others with `canary_scores` and passing them to `exposure` (the
+    tests check it on small spaces); spaces above `MAX_RANKED_SPACE` are refused, not estimated.
+    """
+    space.render(secret)  # raises for a secret outside the space
+    if space.size > MAX_RANKED_SPACE:
+        raise ValueError(f"a canary space of {space.size} secrets is too large to rank exactly")
+    true = support_score(space.render(secret), secret, stream)
+    found = _StreamRuns(space, stream)
+    above = ties = 0
+    for start in range(0, space.size, _CHUNK):
+        scores = found.scores(np.arange(start, min(start + _CHUNK, space.size), dtype=np.int64))
+        above += int(np.count_nonzero(scores > true))
+        ties += int(np.count_nonzero(scores == true))
+    return 1.0 + above + 0.5 * (ties - 1)  # the secret ties with itself once
+
+
+def canary_exposure(space: CanarySpace, secret: str, stream: str) -> float:
+    """Exposure of `secret` in `stream` with its exact rank among all of R (`canary_rank`)."""
+    return exposure_from_rank(canary_rank(space, secret, stream), space.size)
+
+
+class _StreamRuns:
+    """What of a canary space the stream spells: its runs of alphabet symbols, as numbers."""
+
+    def __init__(self, space: CanarySpace, stream: str) -> None:
+        self.space = space
+        self.stream = stream
+        self.base, self.length = len(space.alphabet), space.length
+        index = {c: i for i, c in enumerate(space.alphabet)}
+        symbols = np.array([index.get(c, -1) for c in stream], dtype=np.int64)
+        self.head, self.tail = space.template.split("{secret}")
+        self.head_found = self.head in stream
+        starts = np.array(
+            [p + len(self.head) for p in _occurrences(stream, self.head)] if self.head_found else [], dtype=np.int64
+        )
+        # runs[k]: every run of k symbols anywhere in the stream; following[k]: the runs of k
+        # symbols right after an occurrence of the template's opening. Both as sorted numbers.
+        self.runs: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        self.following: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        for k in range(1, self.length + 1):
+            codes, valid = self._codes(symbols, k)
+            self.runs.append(np.unique(codes[valid]))
+            after = starts[starts <= symbols.size - k]
+            self.following.append(np.unique(codes[after][valid[after]]))
+
+    def _codes(self, symbols: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if symbols.size < k:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        windows = np.lib.stride_tricks.sliding_window_view(symbols, k)
+        weights = self.base ** np.arange(k - 1, -1, -1, dtype=np.int64)
+        return windows @ weights, np.asarray((windows >= 0).all(axis=1), dtype=bool)
+
+    def scores(self, numbers: np.ndarray) -> np.ndarray:
+        """`support_score` of the secrets numbered `numbers` (secret i spells i in base |alphabet|)."""
+        base, length = self.base, self.length
+        digits = np.empty((numbers.size, length), dtype=np.int64)
+        rest = numbers.copy()
+        for j in range(length - 1, -1, -1):
+            digits[:, j] = rest % base
+            rest //= base
+
+        def window(i: int, k: int) -> np.ndarray:
+            code = np.zeros(numbers.size, dtype=np.int64)
+            for j in range(i, i + k):
+                code = code * base + digits[:, j]
+            return code
+
+        # A secret with a window of k symbols in the stream has one of every shorter length: the
+        # longest such run is the number of lengths k with a hit.
+        longest = np.zeros(numbers.size, dtype=np.int64)
+        for k in range(1, length + 1):
+            if not self.runs[k].size:
+                break
+            longest += np.any([np.isin(window(i, k), self.runs[k]) for i in range(length - k + 1)], axis=0)
+
+        head, stream = self.head, self.stream
+        if not self.head_found:  # the rendering's longest prefix in the stream is a prefix of the opening
+            prefix = np.full(numbers.size, next(k for k in range(len(head), -1, -1) if head[:k] in stream))
+        else:
+            prefix = np.full(numbers.size, len(head), dtype=np.int64)
+            for j in range(1, length + 1):
+                if not self.following[j].size:
+                    break
+                prefix += np.isin(window(0, j), self.following[j])
+            # The few secrets that follow the opening in full: the template's end may follow them too.
+            for i in np.flatnonzero(prefix == len(head) + length).tolist():
+                rendered = head + "".join(self.space.alphabet[d] for d in digits[i]) + self.tail
+                prefix[i] = next(k for k in range(len(rendered), -1, -1) if rendered[:k] in stream)
+        return prefix + longest / (length + 1)
+
+
+def _occurrences(stream: str, sub: str) -> list[int]:
+    """Every start of `sub` in `stream`, overlapping ones included."""
+    out, p = [], stream.find(sub)
+    while p != -1:
+        out.append(p)
+        p = stream.find(sub, p + 1)
+    return out
 
 
 def exposure_from_rank(rank: float, space_size: int) -> float:

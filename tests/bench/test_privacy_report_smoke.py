@@ -1,11 +1,17 @@
-"""The privacy benchmark's smoke run: one query, every configuration, tiny models, over real TLS."""
+"""The privacy benchmark's smoke run: one query, every configuration, tiny models, over real TLS;
+and the membership attack that scores many pairs without generating."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import pytest
+import torch
+
 from bench import privacy_report
+from core.models import load_causal_lm
 from privacy.data import read_canaries
 from tests.tinymodels import save_tiny
 
@@ -29,12 +35,12 @@ def test_privacy_report_smoke_writes_table_json_and_plot(tmp_path, char_tok) -> 
         "6",
         "--limit",
         "1",
-        "--candidates",
-        "200",
         "--specialist",
         str(s_dir),
         "--generalist",
         str(g_dir),
+        "--membership-pairs",
+        "100",
         "--out",
         str(out),
         "--work",
@@ -77,9 +83,55 @@ def test_privacy_report_smoke_writes_table_json_and_plot(tmp_path, char_tok) -> 
     assert rendered not in table and rendered not in (out / "privacy.json").read_text()
     assert "python -m bench.privacy_report" in table and "membership AUROC (1 pairs)" in table
     assert "leaky control, guard on" in table
+    # The likelihood attack: every (user, query) of the fixture is a pair (3 users x 4 queries < 100).
+    lm = summary["membership_likelihood"]
+    assert lm["pairs"] == 12 and lm["users"] == 3 and len(lm["member_scores"]) == len(lm["non_member_scores"]) == 12
+    assert 0.0 <= lm["auroc"] <= 1.0 and 0.0 <= lm["tpr_at_1pct_fpr"] <= 1.0
+    assert "Membership without generating: 12 member/non-member pairs" in table
     assert (out / "privacy.png").stat().st_size > 1000
     # A second run resumes from the log instead of generating again.
     runs = (out / privacy_report.RUNS_LOG).read_text().count("\n")
     assert runs == len(privacy_report.CONFIGS)
     assert privacy_report.main(args) == 0
     assert (out / privacy_report.RUNS_LOG).read_text().count("\n") == runs
+
+
+def test_membership_pairs_take_users_in_turn_and_the_entry_is_in_the_member_context_only(char_tok) -> None:
+    pairs = privacy_report.membership_pairs(FIXTURES, 5)
+    assert [p.user_id for p in pairs] == ["u04", "u09", "u12", "u04", "u09"]
+    assert len(privacy_report.membership_pairs(FIXTURES, 1000)) == 12
+    for p in pairs:
+        assert p.entry in p.profile.entries and p.target
+        # BM25 puts the entry first in the member's context.
+        assert privacy_report.ProfileIndex(p.profile).retrieve(p.prompt, 1)[0] is p.entry
+
+
+def test_likelihood_membership_generates_nothing_and_scores_each_pair(tmp_path, char_tok, monkeypatch) -> None:
+    lm = load_causal_lm(str(save_tiny(tmp_path, char_tok, seed=1, name="s", layers=1, hidden=32)), progress=False)
+
+    def no_generation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the likelihood attack must not generate")
+
+    monkeypatch.setattr(privacy_report, "generate", no_generation)
+    monkeypatch.setattr(lm.model, "generate", no_generation)
+    calls = 0
+    forward = lm.model.forward
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", counting)
+    pairs = privacy_report.membership_pairs(FIXTURES, 6)
+    m = privacy_report.likelihood_membership(lm, pairs, max_tokens=8)
+    assert m["pairs"] == 6 and calls == 4 * 6  # four forward passes a pair, no decoding loop
+    assert len(m["member_scores"]) == 6 and 0.0 <= m["drafts_changed_share"] <= 1.0
+
+
+def test_draft_membership_score_is_the_mean_log_likelihood_ratio_of_the_drafts() -> None:
+    with_entry = torch.log(torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]))
+    without = torch.log(torch.tensor([[0.25, 0.5, 0.25], [0.2, 0.4, 0.4]]))
+    score = privacy_report.draft_membership_score(torch.tensor([0, 1]), with_entry, without)
+    assert score == pytest.approx((math.log(2) + math.log(2)) / 2)
+    assert privacy_report.draft_membership_score(torch.tensor([1, 2]), with_entry, without) < 0

@@ -66,7 +66,8 @@ def test_base_model_reads_the_examples_as_one_text_block(bpe_tok: PreTrainedToke
     prompt = "Write it."
     block = context_text(EXAMPLES)
     assert block == (
-        f"Subject: {EXAMPLES[0].subject}\n\n{EXAMPLES[0].body}\n\n---\n\nSubject: {EXAMPLES[1].subject}\n\n{EXAMPLES[1].body}"
+        f"Subject: {EXAMPLES[0].subject}\n\n{EXAMPLES[0].body}\n\n---\n\n"
+        f"Subject: {EXAMPLES[1].subject}\n\n{EXAMPLES[1].body}"
     )
     assert render_prompt(lm, prompt, EXAMPLES) == bpe_tok.encode(
         f"{CONTEXT_HEADER}\n\n{block}\n\n---\n\n{prompt}\n\n", add_special_tokens=True

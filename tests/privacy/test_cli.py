@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -168,7 +169,6 @@ def report(which: str, planted: dict[str, Path], tok: PreTrainedTokenizerFast, *
         tokenizer=tok,
         canaries=planted["canaries"],
         user="u04",
-        candidates=500,
         **kw,  # type: ignore[arg-type]
     )
 
@@ -193,6 +193,32 @@ def test_guard_on_report_shows_no_leak(planted: dict[str, Path], char_tok: PreTr
     assert r["guard_decisions"]["placeholder/<SECRET>"] == 1
     assert r["guard_decisions"]["placeholder/<PHONE>"] == 1
     assert r["problems"] == []
+
+
+def test_leakage_report_ranks_a_partly_leaked_canary_exactly(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four of the six digits went up. The 100 secrets that start with them tie with the canary
+    (rank 50.5 of 10^6, 14.27 bits); 2,000 sampled rivals would almost never hold one of them
+    and would put the canary at the 19.93-bit maximum."""
+    space = CanarySpace()
+    write_canaries(tmp_path / "canaries.json", space, [Canary("u04", "402913")])
+    ids = char_tok.encode("Fixed the flaky test; my PIN is 4029 (cut here).", add_special_tokens=False)
+    prompt = char_tok.encode("t4014: support Git version strings", add_special_tokens=False)
+    record(sim.Run(sent=[ids[i : i + 4] for i in range(0, len(ids), 4)]), tmp_path / "log", prompt, len(char_tok))
+    exact = math.log2(space.size) - math.log2(1 + 99 / 2)
+    r = leakage_report(
+        data=FIXTURES, audit_log=tmp_path / "log", tokenizer=char_tok, canaries=tmp_path / "canaries.json", user="u04"
+    )
+    (c,) = r["canaries"]
+    assert c["exposure"] == pytest.approx(exact) and not c["verbatim"]
+    # The command line reports the same exact number.
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path / "log"), "--user", "u04"]
+    args += ["--canaries", str(tmp_path / "canaries.json"), "--tokenizer", str(tok_dir), "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["canaries"][0]["exposure"] == pytest.approx(exact)
 
 
 def test_uplinks_the_server_never_received_are_not_counted(
@@ -220,8 +246,6 @@ def test_leakage_report_cli(
         "u04",
         "--tokenizer",
         str(tok_dir),
-        "--candidates",
-        "200",
     ]
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

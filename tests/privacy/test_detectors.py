@@ -197,7 +197,8 @@ def test_registered_string_prefix_is_a_hazard_only_from_a_word_start_and_min_len
 
 def test_verbatim_ngrams_on_ids_need_n_tokens_and_respect_the_prompt(char_tok: PreTrainedTokenizerFast) -> None:
     history = ["the frobnicator leaks when the queue is full"]
-    d = VerbatimNgramDetector.from_texts(history, char_tok, n=8)
+    # min_words=0: every run of n tokens counts (the passage rule has its own test below).
+    d = VerbatimNgramDetector.from_texts(history, char_tok, n=8, min_words=0)
     enc = lambda s: char_tok.encode(s, add_special_tokens=False)  # noqa: E731
     assert d.find_ids(enc("xx frobnica yy")) == [(2, 11)]  # " frobnica" is 9 chars: two 8-grams, one run
     assert d.find_ids(enc("xx frobnic yy")) == [(2, 10)]  # " frobnic": exactly 8
@@ -205,9 +206,45 @@ def test_verbatim_ngrams_on_ids_need_n_tokens_and_respect_the_prompt(char_tok: P
     # n-grams that the public prompt contains are not private.
     assert d.for_prompt("about the frobnicator").find_ids(enc("the frobnicator")) == []
     # ... and boilerplate can be excluded up front.
-    d2 = VerbatimNgramDetector.from_texts(history, char_tok, n=8, public_texts=["when the queue is full"])
+    d2 = VerbatimNgramDetector.from_texts(history, char_tok, n=8, public_texts=["when the queue is full"], min_words=0)
     assert d2.find_ids(enc("when the queue is full")) == []
     assert d2.find_ids(enc("leaks when")) != []
+
+
+def test_verbatim_runs_of_public_forms_do_not_fire_and_private_passages_still_do(
+    smol_tok: PreTrainedTokenizerFast,
+) -> None:
+    """A date, a commit id or one identifier that the history shares with ordinary text is not a
+    copied passage, though SmolLM2 spells it in 8+ tokens (one token per digit)."""
+    history = [
+        "Since 0123abcd45 (t/check-non-portable-shell: detect bashisms, 2018-07-13) the lint runs early.",
+        "The staging box with the payroll export lives under my desk in room four, next to the printer.",
+        "Door code 4417 0815 2342 1234 9876, backup 5555 0000 1111.",
+    ]
+    d = VerbatimNgramDetector.from_texts(history, smol_tok, n=8)
+    enc = lambda s: smol_tok.encode(s, add_special_tokens=False)  # noqa: E731
+    # Ordinary text quoting other commits repeats the history's public forms: no span.
+    for ordinary in (
+        "Before 16ed6c97cc (diff-parseopt: convert --inter-hunk-context, 2018-07-24), the option was parsed twice.",
+        "All callers are checked by the t/check-non-portable-shell script since 2019.",
+    ):
+        assert d.find(ordinary) == [], ordinary
+        assert d.find_ids(enc(ordinary)) == [], ordinary
+    # The strict reading (every run of n tokens) still sees them: what the passage rule removes.
+    strict = VerbatimNgramDetector.from_texts(history, smol_tok, n=8, min_words=0)
+    assert strict.find_ids(enc("Before abc (x, 2018-07-24), y")) != []
+    # A copied private passage still fires, on IDs and on text...
+    leak = "As agreed, the staging box with the payroll export lives under my desk."
+    spans = d.find(leak)
+    assert [s.kind for s in spans] == [PRIVATE_NGRAM]
+    assert "payroll export lives under my desk" in leak[spans[0].start : spans[0].end]
+    assert d.find_ids(enc(leak)) != []
+    # ... and so does a long copy of anything: 2n tokens of digits are not a date's fragment.
+    assert d.find("code 4417 0815 2342 1234 9876 ok") != []
+    from privacy.detectors import run_words
+
+    assert run_words(", 2018-0") == 0 and run_words("/check-non-portable-shell") == 1
+    assert run_words("lives under my desk") == 4 and run_words("給与の書類") == 5
 
 
 def test_verbatim_ngrams_on_text_map_back_to_characters(bpe_tok: PreTrainedTokenizerFast) -> None:

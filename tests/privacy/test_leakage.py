@@ -9,8 +9,11 @@ import pytest
 
 from core import wire
 from privacy.leakage import (
+    MAX_RANKED_SPACE,
     CanarySpace,
     auroc,
+    canary_exposure,
+    canary_rank,
     canary_scores,
     counterfactual_ngram_leakage,
     exposure,
@@ -80,6 +83,50 @@ def test_exposure_end_to_end_on_a_small_space() -> None:
     silent = "text without it"
     e0 = exposure(canary_scores(space, [secret], silent)[0], canary_scores(space, others, silent), space.size)
     assert e0 < 2.0
+
+
+def _rank_by_scoring_everyone(space: CanarySpace, secret: str, stream: str) -> float:
+    """The reference: `support_score` of every other secret, ranked as `exposure` ranks them."""
+    true = canary_scores(space, [secret], stream)[0]
+    others = canary_scores(space, [s for s in space.all_secrets() if s != secret], stream)
+    return 1.0 + float(np.sum(others > true)) + 0.5 * float(np.sum(others == true))
+
+
+@pytest.mark.parametrize(
+    ("template", "alphabet", "length"),
+    [("my PIN is {secret}", "0123", 4), ("{secret}", "01", 5), ("k{secret}!", "012", 3), ("pin {secret} end", "ab", 4)],
+)
+def test_canary_rank_equals_scoring_every_secret(template: str, alphabet: str, length: int) -> None:
+    space = CanarySpace(template=template, alphabet=alphabet, length=length)
+    rng = np.random.default_rng(length)
+    everyone = space.all_secrets()
+    for _ in range(25):
+        secret = everyone[int(rng.integers(len(everyone)))]
+        rendered = space.render(secret)
+        pieces = [
+            rendered[: int(rng.integers(0, len(rendered) + 1))],
+            space.render(everyone[int(rng.integers(len(everyone)))]),
+            secret[int(rng.integers(0, length)) :],
+            "".join(rng.choice(list(alphabet + " kpin!my"), int(rng.integers(0, 10)))),
+        ]
+        stream = "\n".join(p for p in pieces if rng.random() < 0.7)
+        assert canary_rank(space, secret, stream) == _rank_by_scoring_everyone(space, secret, stream), stream
+        assert canary_exposure(space, secret, stream) == pytest.approx(
+            exposure_from_rank(_rank_by_scoring_everyone(space, secret, stream), space.size)
+        )
+
+
+def test_canary_rank_of_a_partial_leak_in_the_full_space() -> None:
+    space = CanarySpace()  # 10^6 secrets
+    # Four of six digits went up: the 100 secrets starting 4029 tie (the others rank below them),
+    # so the canary's rank is 1 + 99/2 whatever sample of rivals one would have drawn.
+    assert canary_rank(space, "402913", "so: my PIN is 4029 (cut)") == 50.5
+    assert canary_exposure(space, "402913", "my PIN is 402913") == pytest.approx(space.bits)
+    # Nothing of it: every secret ties, rank (10^6 + 1) / 2, about one bit.
+    assert canary_rank(space, "402913", "no digits here") == (space.size + 1) / 2
+    with pytest.raises(ValueError, match="too large"):
+        canary_rank(CanarySpace(length=9), "123456789", "")
+    assert CanarySpace(length=8).size <= MAX_RANKED_SPACE
 
 
 def test_plant_canary() -> None:
