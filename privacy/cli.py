@@ -16,7 +16,6 @@ import getpass
 import json
 import os
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ from core.cli import EXIT_ERROR, EXIT_OK
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
-__all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
+__all__ = ["budget_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothing heavy at start
@@ -172,108 +171,6 @@ def _load_tokenizer(spec: str) -> Any:
     return load_causal_lm(spec, progress=False).tokenizer
 
 
-def leakage_report(
-    *,
-    data: Path,
-    audit_log: Path,
-    tokenizer: Any,
-    server_transcript: Path | None = None,
-    canaries: Path | None = None,
-    user: str | None = None,
-    candidates: int = 2000,
-    ngram: int = 8,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure,
-    verbatim history runs, per-round sizes, and the guard's decisions.
-
-    Paired measurements (counterfactual n-grams, membership AUROC) need two runs and are computed
-    with `privacy.leakage` by the benchmark that produced them.
-    """
-    import numpy as np
-
-    from privacy.data import PrivacyError, read_canaries, read_uplinks, read_users
-    from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
-    from privacy.leakage import canary_scores, exposure, size_channel
-
-    users = read_users(data)
-    if user is not None:
-        users = [u for u in users if u.user_id == user]
-        if not users:
-            raise PrivacyError(f"the data file {data} has no user {user!r}")
-    log = read_uplinks(audit_log, server_transcript=server_transcript)
-
-    def decode(ids: Sequence[int]) -> str:
-        return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    identities: dict[str, str] = {}
-    for u in users:
-        identities.update(u.identities())
-    ident = CanaryDetector(identities)
-    pii = PiiDetector()
-    verbatim = VerbatimNgramDetector.from_texts([t for u in users for t in u.history_texts()], tokenizer, n=ngram)
-
-    texts: list[str] = []
-    identity_hits: Counter[str] = Counter()
-    pattern_hits: Counter[str] = Counter()
-    runs = run_tokens = 0
-    for s in log.sessions:
-        det = verbatim.for_prompt(decode(s.prompt_ids))
-        for view in s.views():
-            text = decode(view)
-            texts.append(text)
-            identity_hits.update(sp.kind for sp in ident.find(text))
-            pattern_hits.update(sp.kind for sp in pii.find(text))
-            found = det.find_ids(view)
-            runs += len(found)
-            run_tokens += sum(b - a for a, b in found)
-    stream = "\n".join(texts)
-
-    exposures: list[dict[str, Any]] = []
-    if canaries is not None:
-        space, planted = read_canaries(canaries)
-        rng = np.random.default_rng(seed)
-        for c in planted:
-            if user is not None and c.user_id not in (None, user):
-                continue
-            rivals = space.sample(rng, min(candidates, space.size - 1), exclude=[c.secret])
-            true = float(canary_scores(space, [c.secret], stream)[0])
-            e = exposure(true, canary_scores(space, rivals, stream), space.size)
-            exposures.append(
-                {
-                    "user_id": c.user_id,
-                    "exposure": e,
-                    "max_exposure": space.bits,
-                    "verbatim": space.render(c.secret) in stream,
-                }
-            )
-
-    sizes = [n for s in log.sessions for n in s.round_sizes]
-    size_counts = Counter(sizes)
-    return {
-        "sessions": len(log.sessions),
-        "rounds": len(sizes),
-        "uplink_tokens": sum(len(t) for s in log.sessions for t in s.device_tokens()),
-        "uplink_bytes": sum(s.uplink_bytes for s in log.sessions),
-        "identity_hits": dict(sorted(identity_hits.items())),
-        "pattern_hits": dict(sorted(pattern_hits.items())),
-        "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
-        "canaries": exposures,
-        "round_sizes": {
-            "distinct": len(size_counts),
-            "histogram": {str(k): v for k, v in sorted(size_counts.items())},
-            # Sizes against the session they belong to: a constant-size uplink gives 0 bits.
-            "bits_about_session": size_channel(
-                sizes, [i for i, s in enumerate(log.sessions) for _ in s.round_sizes]
-            ).mutual_information_bits
-            if sizes
-            else 0.0,
-        },
-        "guard_decisions": {f"{d}/{p}": n for (d, p), n in sorted(log.guard.items())},
-        "problems": log.problems,
-    }
-
-
 def _print_leakage(r: dict[str, Any]) -> None:
     print(f"{r['sessions']} session(s), {r['rounds']} round(s), {r['uplink_tokens']} device tokens uplinked")
     hits = ", ".join(f"{k} {v}" for k, v in r["identity_hits"].items()) or "none"
@@ -338,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print_budget(rows)
             return EXIT_OK
         if args.command == "leakage-report":
+            from privacy.report import leakage_report
+
             report = leakage_report(
                 data=args.data,
                 audit_log=args.audit_log,

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from core.cli import EXIT_ERROR
@@ -335,10 +334,6 @@ def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, 
     print()
     for key, value in result.stats.as_dict().items():
         print(f"  {key}: {value}")
-
-
-def demo_profile_path() -> Path:
-    return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

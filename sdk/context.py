@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import bm25s
@@ -24,7 +25,7 @@ from core.errors import ConfigError
 from privacy.profile_format import ProfileData, ProfileEntry, parse_profile_obj, read_profile
 from privacy.vault import KeyProvider
 
-__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "render_context"]
+__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "demo_profile_path", "render_context"]
 
 # Shared by indexing and querying: both sides must tokenize identically or terms never match.
 _STOPWORDS = "en"
@@ -186,3 +187,8 @@ def _trim(text: str, limit: int) -> str:
         cut = budget
     head = text[:cut].rstrip()
     return head + _TRIM_MARK if head else ""
+
+
+def demo_profile_path() -> Path:
+    """The demo user's profile shipped with the SDK (`sdk demo`, and `federation run` without --data)."""
+    return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))

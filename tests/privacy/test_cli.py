@@ -15,10 +15,11 @@ from audit.note import SigningKey
 from audit.transcript import ServerTranscript
 from core import wire
 from core.session_types import SessionParams, SteeringVector, Verdict
-from privacy.cli import leakage_report, main
+from privacy.cli import main
 from privacy.data import Canary, read_uplinks, write_canaries
 from privacy.detectors import Policy
 from privacy.leakage import CanarySpace
+from privacy.report import leakage_report
 from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
 from tests.privacy import sim
 from tests.privacy.test_protocol import FIXTURES, build_guard, leaky_target

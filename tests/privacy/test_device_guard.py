@@ -23,8 +23,8 @@ from audit.verify import verify
 from core.errors import ProtocolError
 from core.models import CausalLM
 from core.session_types import SessionParams, Verdict
-from privacy.cli import leakage_report
 from privacy.detectors import PLACEHOLDERS, Policy
+from privacy.report import leakage_report
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import RecorderTap
