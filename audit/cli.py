@@ -35,19 +35,9 @@ from audit.note import (
     write_key_pair,
 )
 from audit.verify import UNPROVEN, Report, inspect, verify
-from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN
+from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
-
-
-def _nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pi = sub.add_parser("prove-inclusion", help="an RFC 9162 inclusion proof of one record under a signed checkpoint")
     pi.add_argument("log", type=Path, metavar="LOG")
-    pi.add_argument("index", type=_nonnegative, metavar="INDEX", help="the record's index")
-    pi.add_argument("--size", type=_nonnegative, help="the checkpoint's tree size (default: the latest checkpoint)")
+    pi.add_argument("index", type=whole_number(0), metavar="INDEX", help="the record's index")
+    pi.add_argument("--size", type=whole_number(0), help="the checkpoint's tree size (default: the latest checkpoint)")
     pi.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
     pi.add_argument("--json", action="store_true")
 

@@ -20,13 +20,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR
 from core.cli import Parser as _Parser
+from core.cli import reported, whole_number
 from core.errors import ConfigError, SpecSteerError
 from federation.run_options import RunOptions
 
@@ -53,21 +53,8 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_count = _int_at_least(0)
+_positive_int = whole_number(1)
+_count = whole_number(0)
 
 
 def _positive_float(text: str) -> float:
@@ -363,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from federation.offline import go_offline, quiet_flower
 
     go_offline()  # before Flower or Hugging Face is imported by any command
-    try:
+
+    def command() -> int:
         if args.command == "status":
             result = status(args)
             if args.json:
@@ -376,12 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return schedule(args)
         _print_summary(args, run_once(args))
         return 0
-    except SpecSteerError as exc:
-        print(f"federation: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("federation: interrupted", file=sys.stderr)
-        return 130
+
+    return reported("federation", command)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR, EXIT_OK
+from core.cli import EXIT_ERROR, EXIT_OK, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
@@ -29,16 +29,6 @@ __all__ = ["budget_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothing heavy at start
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--canaries", type=Path, help="the canary file of the planted canaries")
     r.add_argument("--user", help="the user whose history and identities to look for (default: every user)")
     r.add_argument("--tokenizer", default="smollm2-135m-instruct", help="the Specialist (model folder, .gguf or name)")
-    r.add_argument("--candidates", type=_positive_int, default=2000, help="sampled rival canaries per canary")
-    r.add_argument("--ngram", type=_positive_int, default=8, help="verbatim run length in tokens (default 8)")
+    r.add_argument("--candidates", type=whole_number(1), default=2000, help="sampled rival canaries per canary")
+    r.add_argument("--ngram", type=whole_number(1), default=8, help="verbatim run length in tokens (default 8)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--json", action="store_true")
 
