@@ -18,7 +18,6 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -27,21 +26,18 @@ from pathlib import Path
 from audit import merkle, records
 from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
-from audit.note import Checkpoint, NoteError, SigningKey, VerifierKey, load_verifier_key, open_checkpoint
+from audit.note import (
+    Checkpoint,
+    NoteError,
+    VerifierKey,
+    load_verifier_key,
+    open_checkpoint,
+    write_key_pair,
+)
 from audit.verify import UNPROVEN, Report, inspect, verify
-from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN
+from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
-
-
-def _nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pi = sub.add_parser("prove-inclusion", help="an RFC 9162 inclusion proof of one record under a signed checkpoint")
     pi.add_argument("log", type=Path, metavar="LOG")
-    pi.add_argument("index", type=_nonnegative, metavar="INDEX", help="the record's index")
-    pi.add_argument("--size", type=_nonnegative, help="the checkpoint's tree size (default: the latest checkpoint)")
+    pi.add_argument("index", type=whole_number(0), metavar="INDEX", help="the record's index")
+    pi.add_argument("--size", type=whole_number(0), help="the checkpoint's tree size (default: the latest checkpoint)")
     pi.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
     pi.add_argument("--json", action="store_true")
 
@@ -250,17 +246,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    key = SigningKey.generate(args.name)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.name.replace("/", "_")
-    private, public = args.out / f"{stem}.key", args.out / f"{stem}.pub"
-    for path in (private, public):
-        if path.exists():
-            raise AuditError(f"{path} already exists; a log key is never overwritten")
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from the first byte
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(f"{key}\n")
-    public.write_text(f"{key.verifier}\n", encoding="utf-8")
+    private, public = write_key_pair(args.name, args.out)
     print(f"signing key  {private} (keep it on the device)\nverifier key {public} (give it to auditors)")
     return EXIT_OK
 

@@ -167,6 +167,24 @@ def load_verifier_key(path: Path) -> VerifierKey:
     return VerifierKey.parse(text)
 
 
+def write_key_pair(name: str, out: Path) -> tuple[Path, Path]:
+    """A new log key pair in `out`: `NAME.key` (the signer key, 0600 from the first byte) and
+    `NAME.pub` (the verifier key an auditor holds); '/' in the name becomes '_' in the file names.
+    Returns (private, public). An existing key file is never overwritten."""
+    key = SigningKey.generate(name)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("/", "_")
+    private, public = out / f"{stem}.key", out / f"{stem}.pub"
+    for path in (private, public):
+        if path.exists():
+            raise KeyFileError(f"{path} already exists; a log key is never overwritten")
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from the first byte
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(f"{key}\n")
+    public.write_text(f"{key.verifier}\n", encoding="utf-8")
+    return private, public
+
+
 def _check_text(text: str) -> None:
     if not text.endswith("\n") or "\n\n" in text or text.startswith("\n"):
         raise NoteError("a note text is non-empty lines, each ending in a newline")

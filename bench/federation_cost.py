@@ -4,8 +4,8 @@
         [--personal-steps 1] [--max-len 128] [--threads 1] [--no-secagg] [--model NAME|PATH]
         [--data ../shared/data/commit-bodies-dev.jsonl] [--limit] [--out docs/results]
 
-Three configurations of one real ``federation run --simulation`` (the CLI's own run config and
-device list from `federation.cli`, the real ServerApp and ClientApps joined by
+Three configurations of one real ``federation run --simulation`` (the run config and device list
+the CLI builds, from `federation.run_options`, the real ServerApp and ClientApps joined by
 `federation.simulation.run_in_process`): plain SGD on the global adapter (``--no-dp``, the
 baseline), Opacus DP-SGD (the default), and DP-SGD with SecAgg+ (``--secagg``; ``--no-secagg``
 drops that row). Same devices, same data, same model, same steps: the first ``--clients`` users of
@@ -51,13 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.plotting import figure
+from federation.run_options import RunOptions
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
-# (id, label, extra `federation run` options); the first is the baseline every ratio divides by.
-CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("sgd", "no DP (SGD)", ("--no-dp",)),
-    ("dp", "DP-SGD", ()),
-    ("dp-secagg", "DP-SGD + SecAgg+", ("--secagg",)),
+# (id, label, DP, SecAgg+); the first is the baseline every ratio divides by.
+CASES: tuple[tuple[str, str, bool, bool], ...] = (
+    ("sgd", "no DP (SGD)", False, False),
+    ("dp", "DP-SGD", True, False),
+    ("dp-secagg", "DP-SGD + SecAgg+", True, True),
 )
 # What the fork server imports once, so each configuration's process starts in a second.
 PRELOAD = [
@@ -65,7 +66,7 @@ PRELOAD = [
     "opacus",
     "peft",
     "transformers",
-    "federation.cli",
+    "federation.run_options",
     "federation.client_app",
     "federation.server_app",
     "federation.secagg",
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.clients < 2 or args.rounds < 1 or args.history < 6 or args.threads < 1:
         print("bench.federation_cost: error: need --clients >= 2, --rounds >= 1, --history >= 6", file=sys.stderr)
         return 1
-    cases = [c for c in CASES if not (args.no_secagg and "--secagg" in c[2])]
+    cases = [c for c in CASES if not (args.no_secagg and c[3])]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-fedcost-") as tmp:
         work = Path(tmp)
@@ -108,11 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         results = []
         try:
-            for case_id, label, extra in cases:
+            for case_id, label, dp, secagg in cases:
+                options = _run_options(args, work / "data.jsonl", work / case_id, dp=dp, secagg=secagg)
                 spec = {
                     "id": case_id,
                     "label": label,
-                    "argv": _run_argv(args, work / "data.jsonl", work / case_id, extra),
+                    "options": options,
+                    "argv": _run_argv(options),
                     "threads": args.threads,
                     "result": str(work / f"{case_id}.json"),
                 }
@@ -178,14 +181,30 @@ def _write_subset(source: Path, target: Path, clients: int, history: int) -> lis
     return users
 
 
-def _run_argv(args: argparse.Namespace, data: Path, state: Path, extra: Sequence[str]) -> list[str]:
-    """The `federation run --simulation` command line of one configuration."""
-    argv = ["run", "--simulation", "--rounds", str(args.rounds), "--clients", str(args.clients)]
-    argv += ["--data", str(data), "--state-dir", str(state), "--dp-steps", str(args.dp_steps)]
-    argv += ["--personal-steps", str(args.personal_steps), "--max-len", str(args.max_len)]
-    if args.model:
-        argv += ["--model", str(args.model)]
-    return [*argv, *extra]
+def _run_options(args: argparse.Namespace, data: Path, state: Path, *, dp: bool, secagg: bool) -> RunOptions:
+    """One configuration's `federation run --simulation`."""
+    return RunOptions(
+        state_dir=state,
+        rounds=args.rounds,
+        clients=args.clients,
+        data=data,
+        model=args.model or None,
+        dp=dp,
+        secagg=secagg,
+        dp_steps=args.dp_steps,
+        personal_steps=args.personal_steps,
+        max_len=args.max_len,
+    )
+
+
+def _run_argv(options: RunOptions) -> list[str]:
+    """The `federation run` command line that asks for `options` (printed, and kept in the results)."""
+    argv = ["run", "--simulation", "--rounds", str(options.rounds), "--clients", str(options.clients)]
+    argv += ["--data", str(options.data), "--state-dir", str(options.state_dir), "--dp-steps", str(options.dp_steps)]
+    argv += ["--personal-steps", str(options.personal_steps), "--max-len", str(options.max_len)]
+    if options.model:
+        argv += ["--model", str(options.model)]
+    return [*argv, *(["--no-dp"] if not options.dp else []), *(["--secagg"] if options.secagg else [])]
 
 
 def _run_isolated(spec: dict[str, Any]) -> bool:
@@ -366,17 +385,17 @@ def measure_case(spec: dict[str, Any]) -> None:
     """One configuration, start to finish, in this (fresh) process; writes its result to spec['result']."""
     import torch
 
-    from federation.cli import _quiet_flower, build_parser, run_config_from_args, simulation_nodes
     from federation.client_app import app as client_app
+    from federation.offline import quiet_flower
     from federation.server_app import ServerSettings, ensure_initial_version
     from federation.simulation import deflated_bytes, run_in_process
     from federation.task import TaskConfig, specialist_for
 
     torch.set_num_threads(int(spec["threads"]))
-    _quiet_flower(False)
-    args = build_parser().parse_args(spec["argv"])
-    config = run_config_from_args(args)
-    nodes = simulation_nodes(args)
+    quiet_flower(False)
+    options: RunOptions = spec["options"]
+    config = options.run_config()
+    nodes = options.simulation_nodes()
     for node in nodes:
         node["threads"] = int(spec["threads"])
     load_before = os.getloadavg()

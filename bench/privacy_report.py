@@ -10,7 +10,7 @@ throwaway PKI, gRPC over mutual TLS on loopback, one server (and one server tran
 generation. The device records every uplink and downlink in its own signed audit log
 (`audit.egress.EgressRecorder` behind `sdk.egress.RecorderTap`), and every number below is
 computed from those logs, restricted to the uplinks the server's transcript says arrived
-(`privacy.data.read_uplinks`, `privacy.cli.leakage_report`), never from the device's token lists.
+(`privacy.data.read_uplinks`, `privacy.report.leakage_report`), never from the device's token lists.
 
 For each (user, query) of the selection, with the user's canary planted in the history entry BM25
 retrieves first for the query (so it sits in the Specialist's private context):
@@ -67,7 +67,6 @@ from core import wire
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, default_cache_dir, load_causal_lm
 from core.prompts import context_text, render_prompt, task_prompt
 from core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
-from privacy.cli import leakage_report
 from privacy.data import Canary, UplinkSession, read_uplinks, write_canaries
 from privacy.leakage import (
     CanarySpace,
@@ -79,6 +78,7 @@ from privacy.leakage import (
     size_channel,
     tpr_at_fpr,
 )
+from privacy.report import leakage_report
 from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
@@ -743,7 +743,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         "Every generation ran through a real verifier (gRPC, mutual TLS, loopback, throwaway PKI) and was "
         "recorded in the device's signed audit log; every number is computed from those logs, restricted to "
-        "the uplinks the server's transcript says it received (`privacy.cli.leakage_report`, "
+        "the uplinks the server's transcript says it received (`privacy.report.leakage_report`, "
         "`privacy.data.read_uplinks`).",
         "",
         "| metric | " + " | ".join(head for _, head in cols) + " |",

@@ -136,6 +136,58 @@ def run_one(
 _SCORER = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
 
 
+class RunsLog:
+    """A benchmark's runs log: one finished generation a JSON line, appended the moment it is done,
+    so a rerun skips what is there (`bench.quality`, and `bench.sweep` with its own log).
+
+    Rows are keyed by (user, subject, label, max new tokens): a rerun with another length does not
+    mix in rows of the old one. `field` is the row's label field (`config`; the sweep's `setting`).
+    """
+
+    def __init__(self, path: Path, field: str) -> None:
+        self.path = path
+        self.field = field
+        self.done: dict[Key, dict] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.done[(row["user"], row["subject"], row[field], row.get("max_new_tokens", 0))] = row
+
+    def run(
+        self,
+        pairs: Pairs,
+        specialist_name: str,
+        user: dict,
+        query: dict,
+        label: str,
+        params: SessionParams,
+        max_new_tokens: int,
+        *,
+        full_vocab: bool = False,
+        step: str = "",
+        width: int = 36,
+    ) -> None:
+        """`run_one` under `label` unless the log has it; appended and reported on one line at once."""
+        key = (user["user_id"], query["subject"], label, max_new_tokens)
+        if key in self.done:
+            return
+        row = {
+            self.field: label,
+            **run_one(pairs, specialist_name, user, query, params, max_new_tokens, full_vocab=full_vocab),
+        }
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        self.done[key] = row
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {step}{user['user_id']} {label:{width}s} "
+            f"R-L {row['rougeL']:.3f} acc {row['acceptance_rate']:.2f} {row['new_tokens']} tok "
+            f"{row['seconds']:.0f}s",
+            flush=True,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.quality", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -158,9 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = load_queries(args.data, args.users, args.queries_per_user)[: args.limit]
     configs = [c for c in CONFIGS if args.configs is None or c.label in args.configs]
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.runs if args.runs is not None else args.out / "quality.runs.jsonl"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    done = _read_log(log)
+    runs = RunsLog(args.runs if args.runs is not None else args.out / "quality.runs.jsonl", "config")
     command = "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:])
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
@@ -173,32 +223,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_only:
             break
         for config in todo:
-            key = (user["user_id"], query["subject"], config.label, args.max_new_tokens)
-            if key in done:
-                continue
-            row = {
-                "config": config.label,
-                **run_one(
-                    pairs,
-                    names[config.pair],
-                    user,
-                    query,
-                    config.params,
-                    args.max_new_tokens,
-                    full_vocab=config.full_vocab,
-                ),
-            }
-            with log.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-            done[key] = row
-            print(
-                f"[{time.strftime('%H:%M:%S')}] step {number}/{total} {user['user_id']} {config.label:36s} "
-                f"R-L {row['rougeL']:.3f} acc {row['acceptance_rate']:.2f} {row['new_tokens']} tok "
-                f"{row['seconds']:.0f}s",
-                flush=True,
+            runs.run(
+                pairs,
+                names[config.pair],
+                user,
+                query,
+                config.label,
+                config.params,
+                args.max_new_tokens,
+                full_vocab=config.full_vocab,
+                step=f"step {number}/{total} ",
             )
-        write_report(args, queries, configs, done, names, command, time.perf_counter() - started)
-    write_report(args, queries, configs, done, names, command, time.perf_counter() - started)
+        write_report(args, queries, configs, runs.done, names, command, time.perf_counter() - started)
+    write_report(args, queries, configs, runs.done, names, command, time.perf_counter() - started)
     print(f"wrote {args.out}/quality.md, quality.json, quality.png", flush=True)
     return 0
 
@@ -221,11 +258,7 @@ def write_report(
         for label in labels
         if (u["user_id"], q["subject"], label, args.max_new_tokens) in done
     ]
-    complete = [
-        (u, q)
-        for u, q in queries
-        if all((u["user_id"], q["subject"], label, args.max_new_tokens) in done for label in labels)
-    ]
+    complete = complete_queries(queries, labels, done, args.max_new_tokens)
     summary = summarize(rows, labels)
     paired = paired_differences(rows, [label for label in labels if "specsteer" in label])
     meta = {
@@ -257,16 +290,15 @@ def write_report(
         plot(summary, args.out / "quality.png")
 
 
-def _read_log(path: Path) -> dict[Key, dict]:
-    """Finished generations by (user, subject, config, max new tokens): a rerun with another
-    length does not mix in rows of the old one."""
-    done: dict[Key, dict] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[(row["user"], row["subject"], row["config"], row.get("max_new_tokens", 0))] = row
-    return done
+def complete_queries(
+    queries: list[tuple[dict, dict]], labels: Sequence[str], done: dict[Key, dict], max_new_tokens: int
+) -> list[tuple[dict, dict]]:
+    """The queries every one of `labels` has finished."""
+    return [
+        (u, q)
+        for u, q in queries
+        if all((u["user_id"], q["subject"], label, max_new_tokens) in done for label in labels)
+    ]
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
@@ -284,6 +316,23 @@ def bootstrap_ci(diffs: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES
     return means[int(0.025 * (resamples - 1))], means[math.ceil(0.975 * (resamples - 1))]
 
 
+def scores(rows: list[dict]) -> dict:
+    """Over finished generations (one per query): their number, ROUGE-1 and ROUGE-L means with
+    standard errors, the acceptance of every drafted token, and tokens per second."""
+    r1, r1_se = mean_se([r["rouge1"] for r in rows])
+    rl, rl_se = mean_se([r["rougeL"] for r in rows])
+    drafted = sum(r["drafted"] for r in rows)
+    return {
+        "n": len(rows),
+        "rouge1": r1,
+        "rouge1_se": r1_se,
+        "rougeL": rl,
+        "rougeL_se": rl_se,
+        "acceptance": sum(r["accepted"] for r in rows) / drafted if drafted else math.nan,
+        "tokens_per_second": sum(r["new_tokens"] for r in rows) / max(1e-9, sum(r["seconds"] for r in rows)),
+    }
+
+
 def summarize(rows: list[dict], labels: list[str]) -> list[dict]:
     """Per config: ROUGE means with standard errors over queries, acceptance, speed."""
     out = []
@@ -291,20 +340,11 @@ def summarize(rows: list[dict], labels: list[str]) -> list[dict]:
         mine = [r for r in rows if r["config"] == label]
         if not mine:
             continue
-        r1, r1_se = mean_se([r["rouge1"] for r in mine])
-        rl, rl_se = mean_se([r["rougeL"] for r in mine])
-        drafted = sum(r["drafted"] for r in mine)
         out.append(
             {
                 "config": label,
                 "specialist": mine[0].get("specialist", ""),
-                "n": len(mine),
-                "rouge1": r1,
-                "rouge1_se": r1_se,
-                "rougeL": rl,
-                "rougeL_se": rl_se,
-                "acceptance": sum(r["accepted"] for r in mine) / drafted if drafted else math.nan,
-                "tokens_per_second": sum(r["new_tokens"] for r in mine) / max(1e-9, sum(r["seconds"] for r in mine)),
+                **scores(mine),
                 "uplink_bytes_per_token": sum(r["uplink_bytes"] for r in mine)
                 / max(1, sum(r["new_tokens"] for r in mine)),
                 "downlink_bytes_per_token": sum(r["downlink_bytes"] for r in mine)

@@ -24,13 +24,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench.quality import DEFAULT_DATA, Pairs, load_queries, mean_se, run_one
+from bench.quality import DEFAULT_DATA, Key, Pairs, RunsLog, complete_queries, load_queries, scores
 from core.models import DEFAULT_GENERALIST
 from core.session_types import Method, SessionParams
 
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
 SMOLLM2 = "smollm2-135m-instruct"
 BASE = SessionParams(gamma=0.5, alpha=1.0, draft_len=4, top_k=10)
+# A summary row's scores (`bench.quality.scores`), in the order sweep.json has always had them.
+SUMMARY_FIELDS = ("n", "rougeL", "rougeL_se", "rouge1", "rouge1_se", "acceptance", "tokens_per_second")
 
 
 @dataclass(frozen=True)
@@ -81,83 +83,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = load_queries(args.data, args.users, args.queries_per_user, skip_users=args.skip_users)
     settings = [s for s in SETTINGS if args.settings is None or s.label in args.settings]
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.runs if args.runs is not None else args.out / "sweep.runs.jsonl"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    done = _read_log(log)
+    runs = RunsLog(args.runs if args.runs is not None else args.out / "sweep.runs.jsonl", "setting")
     command = "python -m bench.sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     pairs = Pairs(args.generalist)
     started = time.perf_counter()
     # Setting by setting (each over all users), in the order of SETTINGS: the Specialist comparison
     # first, so a partial sweep still decides the most consequential default on every user.
     for setting in settings if not args.report_only else []:
+        model = remap.get(setting.specialist, setting.specialist)
         for user, query in queries:
-            key = (user["user_id"], query["subject"], setting.label, args.max_new_tokens)
-            if key in done:
-                continue
-            model = remap.get(setting.specialist, setting.specialist)
-            row = {
-                "setting": setting.label,
-                **run_one(pairs, model, user, query, setting.params, args.max_new_tokens),
-            }
-            with log.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-            done[key] = row
-            print(
-                f"[{time.strftime('%H:%M:%S')}] {user['user_id']} {setting.label:18s} R-L {row['rougeL']:.3f} "
-                f"acc {row['acceptance_rate']:.2f} {row['new_tokens']} tok {row['seconds']:.0f}s",
-                flush=True,
-            )
-        write_report(args, queries, settings, done, command, time.perf_counter() - started)
-    write_report(args, queries, settings, done, command, time.perf_counter() - started)
+            runs.run(pairs, model, user, query, setting.label, setting.params, args.max_new_tokens, width=18)
+        write_report(args, queries, settings, runs.done, command, time.perf_counter() - started)
+    write_report(args, queries, settings, runs.done, command, time.perf_counter() - started)
     print(f"wrote {args.out}/sweep.md, sweep.json", flush=True)
     return 0
-
-
-def _read_log(path: Path) -> dict[tuple[str, str, str, int], dict]:
-    done: dict[tuple[str, str, str, int], dict] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[(row["user"], row["subject"], row["setting"], row["max_new_tokens"])] = row
-    return done
 
 
 def write_report(
     args: argparse.Namespace,
     queries: list[tuple[dict, dict]],
     settings: list[Setting],
-    done: dict[tuple[str, str, str, int], dict],
+    done: dict[Key, dict],
     command: str,
     seconds: float,
 ) -> None:
     """Per setting, over the queries it has finished (its n); a finished sweep has one query set."""
-    complete = [
-        (u, q)
-        for u, q in queries
-        if all((u["user_id"], q["subject"], s.label, args.max_new_tokens) in done for s in settings)
-    ]
+    complete = complete_queries(queries, [s.label for s in settings], done, args.max_new_tokens)
     summary = []
     for s in settings:
         keys = [(u["user_id"], q["subject"], s.label, args.max_new_tokens) for u, q in queries]
         rows = [done[k] for k in keys if k in done]
         if not rows:
             continue
-        rl, rl_se = mean_se([r["rougeL"] for r in rows])
-        r1, r1_se = mean_se([r["rouge1"] for r in rows])
-        drafted = sum(r["drafted"] for r in rows)
+        stats = scores(rows)
         summary.append(
             {
                 "setting": s.label,
                 "specialist": s.specialist,
                 "params": {k: str(v) for k, v in asdict(s.params).items()},
-                "n": len(rows),
-                "rougeL": rl,
-                "rougeL_se": rl_se,
-                "rouge1": r1,
-                "rouge1_se": r1_se,
-                "acceptance": sum(r["accepted"] for r in rows) / drafted if drafted else math.nan,
-                "tokens_per_second": sum(r["new_tokens"] for r in rows) / max(1e-9, sum(r["seconds"] for r in rows)),
+                **{k: stats[k] for k in SUMMARY_FIELDS},
             }
         )
     meta = {

@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
-__all__ = ["EXIT_ERROR", "EXIT_FAILED", "EXIT_OK", "EXIT_UNPROVEN", "EXIT_USAGE", "Parser"]
+from core.errors import SpecSteerError
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNPROVEN",
+    "EXIT_USAGE",
+    "Parser",
+    "reported",
+    "whole_number",
+]
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the command could not do what was asked; stderr says why in one sentence
 EXIT_FAILED = EXIT_ERROR  # `audit verify`: a check failed (the report says which)
 EXIT_USAGE = 2  # the command line itself is wrong
 EXIT_UNPROVEN = 3  # `audit verify` without a key: every check passed, but authenticity is unproven
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command ended by SIGINT
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,3 +44,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number of at least `minimum` (a usage error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {value}")
+        return value
+
+    return parse
+
+
+def reported(prog: str, command: Callable[[], int]) -> int:
+    """`command()`'s exit code; a `SpecSteerError` is printed as one sentence `PROG: error: MESSAGE`
+    (exit 1) and Ctrl-C as `PROG: interrupted` (exit 130), never as a traceback."""
+    try:
+        return command()
+    except SpecSteerError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -22,9 +22,9 @@ from core.errors import ConfigError
 from core.prompts import task_prompt
 from core.session_types import Method
 from demo.run import run_as, run_demo_over_tls
-from sdk.cli import build_parser, demo_profile_path, print_result, run
+from sdk.cli import build_parser, print_result, run
 from sdk.cli import main as sdk_main
-from sdk.context import Profile
+from sdk.context import Profile, demo_profile_path
 
 __all__ = ["main"]
 

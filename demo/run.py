@@ -4,7 +4,6 @@ over mutual TLS with an audit log, then `audit verify` on that log, as an audito
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from audit.cli import main as audit_cli
+from audit.errors import AuditError
+from audit.note import load_verifier_key, write_key_pair
+from audit.verify import inspect
 from core.errors import ConfigError
 from core.models import default_cache_dir
 from core.session_types import Method
@@ -90,8 +91,11 @@ def run_demo_over_tls(
     if audit_dir.exists() and any(audit_dir.iterdir()):
         raise ConfigError(f"the demo's audit folder {audit_dir} is not empty; pick another with --audit-dir")
     audit_dir.mkdir(parents=True, exist_ok=True)
-    if audit_cli(["keygen", "--name", "demo-device", "--out", str(audit_dir)]) != 0:
-        raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}")
+    try:
+        private, public = write_key_pair("demo-device", audit_dir)
+    except (AuditError, OSError) as exc:
+        raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}: {exc}") from None
+    print(f"signing key  {private} (keep it on the device)\nverifier key {public} (give it to auditors)")
     log_dir, transcript_dir = audit_dir / "log", audit_dir / "server-transcript"
     with tempfile.TemporaryDirectory(prefix="specsteer-demo-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
@@ -111,18 +115,20 @@ def run_demo_over_tls(
                 guard=args.guard or "placeholder",
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
-            with audit_tap(log_dir, audit_dir / "demo-device.key", config.cert) as tap:
+            with audit_tap(log_dir, private, config.cert) as tap:
                 result = run_remote(args, prompt, specialist, config, tap)
                 others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
         log(args, "verifier stopped")
     log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
-    verify_args = ["verify", str(log_dir), "--key", str(audit_dir / "demo-device.pub")]
-    verify_args += ["--server-transcript", str(transcript_dir / "server-transcript.jsonl")]
+    # `audit verify LOG --key PUB --server-transcript FILE`: every check, against the key the auditor holds.
+    report = inspect(
+        log_dir, key=load_verifier_key(public), server_transcript=transcript_dir / "server-transcript.jsonl"
+    )
     # With --json, stdout carries only the result object; the auditor's report goes to stderr.
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
-        verified = audit_cli(verify_args)
-    if verified != 0:
-        raise ConfigError(f"audit verify failed on the demo's own log {log_dir}")
+    (sys.stderr if args.json else sys.stdout).write(report.render())
+    if not report.ok:
+        failed = ", ".join(c.name for c in report.checks if not c.ok)
+        raise ConfigError(f"audit verify failed on the demo's own log {log_dir} ({failed}); see the report above")
     return result, others
 
 

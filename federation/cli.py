@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR
 from core.cli import Parser as _Parser
+from core.cli import reported, whole_number
 from core.errors import ConfigError, SpecSteerError
+from federation.run_options import RunOptions
 
 __all__ = ["main", "parse_duration"]
 
@@ -52,21 +53,8 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_count = _int_at_least(0)
+_positive_int = whole_number(1)
+_count = whole_number(0)
 
 
 def _positive_float(text: str) -> float:
@@ -147,75 +135,24 @@ def build_parser() -> argparse.ArgumentParser:
 # --- run ----------------------------------------------------------------------------------------
 
 
-def run_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The Flower run config (shared by the ServerApp and every ClientApp) these options describe."""
-    config: dict[str, Any] = {
-        "server-state-dir": str((args.state_dir / "server").expanduser().resolve()),
-        "num-server-rounds": args.rounds,
-        "min-clients": args.min_clients or (args.clients if args.simulation else 2),
-    }
-    optional = {
-        "model": args.model,
-        "noise-multiplier": args.noise_multiplier,
-        "dp-steps": args.dp_steps,
-        "personal-steps": args.personal_steps,
-        "max-len": args.max_len,
-        "round-timeout": args.round_timeout,
-    }
-    config.update({k: v for k, v in optional.items() if v is not None})
-    if args.no_dp:
-        config["dp"] = False
-    if args.secagg:
-        config["secagg"] = True
-    if args.simulation and (args.min_clients or 0) > args.clients:
-        raise ConfigError(f"--min-clients {args.min_clients} is more than the {args.clients} simulated devices.")
-    return config
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """What `run` / `schedule` options ask for (`federation.run_options` turns it into configs).
 
-
-def simulation_nodes(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Node configs of the simulated devices: one user each, or shards of a single user's history."""
-    from federation.atrest import device_key_provider
-    from federation.task import _users_in
-
-    data = args.data
-    if data is None:
-        from sdk.cli import demo_profile_path
-
-        data = demo_profile_path()
-        _log(args, f"no --data: splitting the SDK's demo history {args.clients} ways, one part per device")
-    data = Path(data).expanduser()
-    if not data.is_file():
-        raise ConfigError(f"The data file {data} does not exist.")
-    users = _users_in(data, device_key_provider(data))
-    nodes: list[dict[str, Any]] = []
-    for i in range(args.clients):
-        node: dict[str, Any] = {"data-file": str(data.resolve()), "partition-id": i}
-        if len(users) > 1:
-            if args.clients > len(users):
-                raise ConfigError(f"{data} holds {len(users)} users, fewer than the {args.clients} devices asked for.")
-            node["user-id"] = str(users[i].get("user_id"))
-        else:
-            node["num-partitions"] = args.clients
-        label = node.get("user-id") or f"part{i}"
-        node["state-dir"] = str((args.state_dir / "devices" / label).expanduser().resolve())
-        if args.epsilon is not None:
-            node["epsilon-budget"] = args.epsilon
-        if args.no_dp:
-            # In a simulation the operator owns the simulated devices, so their policy follows --no-dp.
-            node["dp-required"] = False
-        nodes.append(node)
-    return nodes
+    Every option is named as its `RunOptions` field, except `--no-dp` (`dp`)."""
+    named = {f.name: getattr(args, f.name) for f in fields(RunOptions) if f.name != "dp"}
+    return RunOptions(**named, dp=not args.no_dp)
 
 
 def run_once(args: argparse.Namespace, *, timeout: float | None = None) -> dict[str, Any]:
     """One run; with `timeout`, a SuperLink submission is killed when it passes."""
-    config = run_config_from_args(args)
+    options = run_options(args)
+    config = options.run_config()
     if args.simulation:
         if args.superlink or args.root_certificates or args.insecure:
             raise ConfigError("--root-certificates and --insecure only apply with --superlink.")
         from federation.simulation import run_in_process
 
-        nodes = simulation_nodes(args)
+        nodes = options.simulation_nodes(lambda message: _log(args, message))
         _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
         summary, _ = run_in_process(config, nodes)
         return summary
@@ -408,21 +345,13 @@ def _log(args: argparse.Namespace, message: str) -> None:
     print(f"federation: {message}", file=sys.stderr, flush=True)
 
 
-def _quiet_flower(verbose: bool) -> None:
-    if verbose:
-        return
-    # Flower sets its logger to DEBUG when first imported, so import it before lowering the level.
-    import flwr.supercore.logger  # noqa: F401
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from federation.offline import go_offline
+    from federation.offline import go_offline, quiet_flower
 
     go_offline()  # before Flower or Hugging Face is imported by any command
-    try:
+
+    def command() -> int:
         if args.command == "status":
             result = status(args)
             if args.json:
@@ -430,17 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 _print_status(result)
             return 0
-        _quiet_flower(args.verbose)
+        quiet_flower(args.verbose)
         if args.command == "schedule":
             return schedule(args)
         _print_summary(args, run_once(args))
         return 0
-    except SpecSteerError as exc:
-        print(f"federation: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("federation: interrupted", file=sys.stderr)
-        return 130
+
+    return reported("federation", command)
 
 
 if __name__ == "__main__":

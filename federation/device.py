@@ -51,6 +51,7 @@ import torch
 from core.errors import ConfigError
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
+from federation.errors import NotEligible, PolicyRefusal
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
 from federation.task import (
@@ -78,14 +79,6 @@ DEFAULT_MIN_NOISE = 1.0
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
-
-
-class NotEligible(ConfigError):
-    """The device's eligibility flags say it must not take part right now."""
-
-
-class PolicyRefusal(ConfigError):
-    """The run asks for less privacy than the device's policy allows."""
 
 
 @dataclass(frozen=True)

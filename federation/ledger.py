@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from federation.errors import BudgetExhausted
 from privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
 
 __all__ = [
@@ -45,10 +45,6 @@ __all__ = [
     "atomic_write_json",
     "epsilon_of",
 ]
-
-
-class BudgetExhausted(ConfigError):
-    """Training this round would push the device's ε past its budget."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Flower and Hugging Face strictly offline: no telemetry, no update checks, no installs, no hub.
+"""Flower and Hugging Face strictly offline: no telemetry, no update checks, no installs, no hub;
+and Flower's own log kept to warnings unless asked for (`quiet_flower`).
 
 Called explicitly where a run starts (the CLI, the in-process simulation, the Flower apps'
 handlers) rather than on import, so importing `federation` as a library leaves the caller's
@@ -7,10 +8,11 @@ environment alone. Explicit settings already in the environment win.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import MutableMapping
 
-__all__ = ["OFFLINE_ENV", "go_offline"]
+__all__ = ["OFFLINE_ENV", "go_offline", "quiet_flower"]
 
 OFFLINE_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -26,3 +28,13 @@ def go_offline(environ: MutableMapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     for key, value in OFFLINE_ENV.items():
         env.setdefault(key, value)
+
+
+def quiet_flower(verbose: bool) -> None:
+    """Flower's own log at WARNING and above, unless `verbose`."""
+    if verbose:
+        return
+    # Flower sets its logger to DEBUG when first imported, so import it before lowering the level.
+    import flwr.supercore.logger  # noqa: F401
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)

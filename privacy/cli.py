@@ -16,30 +16,19 @@ import getpass
 import json
 import os
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR, EXIT_OK
+from core.cli import EXIT_ERROR, EXIT_OK, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
-__all__ = ["budget_report", "leakage_report", "main", "read_ledger"]
+__all__ = ["budget_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothing heavy at start
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--tokenizer", help="the Specialist (model folder, .gguf or name; default: the embedded default Specialist)"
     )
-    r.add_argument("--ngram", type=_positive_int, default=8, help="verbatim run length in tokens (default 8)")
+    r.add_argument("--ngram", type=whole_number(1), default=8, help="verbatim run length in tokens (default 8)")
     r.add_argument("--json", action="store_true")
 
     s = sub.add_parser("seal", help="encrypt a profile file into a vault (AES-256-GCM, scrypt passphrase)")
@@ -172,103 +161,6 @@ def _load_tokenizer(spec: str | None) -> Any:
     return load_causal_lm(spec or DEFAULT_SPECIALIST, progress=False).tokenizer
 
 
-def leakage_report(
-    *,
-    data: Path,
-    audit_log: Path,
-    tokenizer: Any,
-    server_transcript: Path | None = None,
-    canaries: Path | None = None,
-    user: str | None = None,
-    ngram: int = 8,
-) -> dict[str, Any]:
-    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure
-    (the canary's exact rank among every secret of its space, `privacy.leakage.canary_exposure`),
-    verbatim history runs, per-round sizes, and the guard's decisions.
-
-    Paired measurements (counterfactual n-grams, membership AUROC) need two runs and are computed
-    with `privacy.leakage` by the benchmark that produced them.
-    """
-    from privacy.data import PrivacyError, read_canaries, read_uplinks, read_users
-    from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
-    from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
-
-    users = read_users(data)
-    if user is not None:
-        users = [u for u in users if u.user_id == user]
-        if not users:
-            raise PrivacyError(f"the data file {data} has no user {user!r}")
-    log = read_uplinks(audit_log, server_transcript=server_transcript)
-
-    def decode(ids: Sequence[int]) -> str:
-        return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-    identities: dict[str, str] = {}
-    for u in users:
-        identities.update(u.identities())
-    ident = CanaryDetector(identities)
-    pii = PiiDetector()
-    verbatim = VerbatimNgramDetector.from_texts([t for u in users for t in u.history_texts()], tokenizer, n=ngram)
-
-    texts: list[str] = []
-    identity_hits: Counter[str] = Counter()
-    pattern_hits: Counter[str] = Counter()
-    runs = run_tokens = 0
-    for s in log.sessions:
-        det = verbatim.for_prompt(decode(s.prompt_ids))
-        for view in s.views():
-            text = decode(view)
-            texts.append(text)
-            identity_hits.update(sp.kind for sp in ident.find(text))
-            pattern_hits.update(sp.kind for sp in pii.find(text))
-            found = det.find_ids(view)
-            runs += len(found)
-            run_tokens += sum(b - a for a, b in found)
-    stream = "\n".join(texts)
-
-    exposures: list[dict[str, Any]] = []
-    if canaries is not None:
-        space, planted = read_canaries(canaries)
-        if space.size > MAX_RANKED_SPACE:
-            raise PrivacyError(f"{canaries}: a canary space of {space.size} secrets is too large to rank exactly")
-        for c in planted:
-            if user is not None and c.user_id not in (None, user):
-                continue
-            exposures.append(
-                {
-                    "user_id": c.user_id,
-                    "exposure": canary_exposure(space, c.secret, stream),
-                    "max_exposure": space.bits,
-                    "verbatim": space.render(c.secret) in stream,
-                }
-            )
-
-    sizes = [n for s in log.sessions for n in s.round_sizes]
-    size_counts = Counter(sizes)
-    return {
-        "sessions": len(log.sessions),
-        "rounds": len(sizes),
-        "uplink_tokens": sum(len(t) for s in log.sessions for t in s.device_tokens()),
-        "uplink_bytes": sum(s.uplink_bytes for s in log.sessions),
-        "identity_hits": dict(sorted(identity_hits.items())),
-        "pattern_hits": dict(sorted(pattern_hits.items())),
-        "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
-        "canaries": exposures,
-        "round_sizes": {
-            "distinct": len(size_counts),
-            "histogram": {str(k): v for k, v in sorted(size_counts.items())},
-            # Sizes against the session they belong to: a constant-size uplink gives 0 bits.
-            "bits_about_session": size_channel(
-                sizes, [i for i, s in enumerate(log.sessions) for _ in s.round_sizes]
-            ).mutual_information_bits
-            if sizes
-            else 0.0,
-        },
-        "guard_decisions": {f"{d}/{p}": n for (d, p), n in sorted(log.guard.items())},
-        "problems": log.problems,
-    }
-
-
 def _print_leakage(r: dict[str, Any]) -> None:
     print(f"{r['sessions']} session(s), {r['rounds']} round(s), {r['uplink_tokens']} device tokens uplinked")
     hits = ", ".join(f"{k} {v}" for k, v in r["identity_hits"].items()) or "none"
@@ -333,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print_budget(rows)
             return EXIT_OK
         if args.command == "leakage-report":
+            from privacy.report import leakage_report
+
             report = leakage_report(
                 data=args.data,
                 audit_log=args.audit_log,

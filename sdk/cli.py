@@ -23,12 +23,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from core.cli import EXIT_ERROR
 from core.cli import Parser as _Parser
-from core.errors import ConfigError, SpecSteerError
+from core.cli import reported
+from core.errors import ConfigError
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
@@ -337,27 +336,20 @@ def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, 
         print(f"  {key}: {value}")
 
 
-def demo_profile_path() -> Path:
-    return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(words)
-    try:
+
+    def command() -> int:
         if args.command == "demo":
             # The demo runs a verifier and audits its log: cloud code, registered by the cloud package.
             return sdk_command("demo")(words[words.index("demo") + 1 :])
         profile = Profile.from_file(args.profile) if args.profile is not None else None
         result = run(args, args.prompt, profile)
         print_result(args, result, {"method": args.method})
-    except SpecSteerError as exc:
-        print(f"sdk: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("sdk: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return 0
+
+    return reported("sdk", command)
 
 
 if __name__ == "__main__":

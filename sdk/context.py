@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import bm25s
@@ -26,7 +27,7 @@ from core.prompts import ENTRY_SEP, HEADER_GAP, SUBJECT_PREFIX, Example
 from privacy.profile_format import ProfileData, ProfileEntry, parse_profile_obj, read_profile
 from privacy.vault import KeyProvider
 
-__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "fit_context"]
+__all__ = ["Profile", "ProfileEntry", "ProfileIndex", "demo_profile_path", "fit_context"]
 
 # Shared by indexing and querying: both sides must tokenize identically or terms never match.
 _STOPWORDS = "en"
@@ -175,3 +176,8 @@ def _trim(text: str, limit: int) -> str:
         cut = budget
     head = text[:cut].rstrip()
     return head + _TRIM_MARK if head else ""
+
+
+def demo_profile_path() -> Path:
+    """The demo user's profile shipped with the SDK (`sdk demo`, and `federation run` without --data)."""
+    return Path(str(resources.files("sdk").joinpath("data/demo_profile.json")))

@@ -26,9 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from core.cli import EXIT_ERROR
+from core.cli import EXIT_ERROR, reported
 from core.cli import Parser as _Parser
-from core.errors import SpecSteerError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,19 +174,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # gRPC logs every refused handshake on stderr; keep its errors only (set the variable to override).
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    try:
-        if args.command == "serve":
-            return serve(args)
-        return pki_command(args)
-    except SpecSteerError as exc:
-        print(f"server: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except OSError as exc:
-        print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("server: interrupted", file=sys.stderr)
-        return 130
+
+    def command() -> int:
+        try:
+            return serve(args) if args.command == "serve" else pki_command(args)
+        except OSError as exc:
+            print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+            return EXIT_ERROR
+
+    return reported("server", command)
 
 
 if __name__ == "__main__":

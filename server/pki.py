@@ -32,13 +32,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from core.errors import ConfigError
 from sdk.pinning import spki_pin
+from server.errors import PkiError
 
 __all__ = [
     "DEVICE_NAME",
     "Issued",
     "Pki",
+    "PkiError",
     "init_pki",
     "issue_device",
     "issue_leaf",
@@ -53,10 +54,6 @@ DEVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 SERVER_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
 CA_DAYS = 3650
 LEAF_DAYS = 397  # the CA/Browser Forum's ceiling for a leaf: rotation is routine, not an event
-
-
-class PkiError(ConfigError):
-    """A PKI directory or certificate that cannot be created or used."""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,6 @@ import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from audit.errors import AuditError
 from audit.identity import cert_sha256
 from core import wire
 from core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
@@ -123,13 +122,14 @@ class VerifierService:
         certs = context.auth_context().get("x509_pem_cert") or []
         if len(certs) != 1:
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "no client certificate names a device")
-        name = device_name(certs[0])
+        try:
+            cert = x509.load_pem_x509_certificate(certs[0])  # parsed once: the name and the fingerprint
+        except ValueError:
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate cannot be read") from None
+        name = device_name(cert)
         if name in self._revoked:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
-        try:
-            return Device(name, cert_sha256(certs[0]))
-        except AuditError:
-            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate does not parse") from None
+        return Device(name, cert_sha256(cert))
 
     def _admit(self, state: _Stream) -> None:
         """Count the stream against its device from its first moment, or refuse it at once."""
@@ -343,16 +343,12 @@ class _Stream:
         self.ended = False
 
 
-def device_name(cert_pem: bytes) -> str:
+def device_name(cert: x509.Certificate) -> str:
     """The one device name a client certificate carries, or an UNAUTHENTICATED refusal.
 
     gRPC's `x509_common_name` reports only the first CN (and "" for none), so the certificate
     itself is read: exactly one CN, and it must follow the device-name rule of `server pki`.
     """
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
-        raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate cannot be read") from None
     names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if len(names) != 1:
         raise _Abort(

@@ -10,9 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def imported_names(package: str, *, generated: bool = True) -> Iterator[tuple[str, str]]:
+def imported_names(package: str, *, generated: bool = True, members: bool = False) -> Iterator[tuple[str, str]]:
     """(dotted module name, file relative to the repository) for each import in `package`;
-    `generated=False` leaves out the generated stubs (`*_pb2*`)."""
+    `generated=False` leaves out the generated stubs (`*_pb2*`); `members=True` also names what a
+    `from X import y` takes (`X.y`), so `from sdk import cli` is seen as `sdk.cli`."""
     for path in sorted((ROOT / package).rglob("*.py")):
         if not generated and "_pb2" in path.name:
             continue
@@ -22,6 +23,8 @@ def imported_names(package: str, *, generated: bool = True) -> Iterator[tuple[st
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
+                if members:
+                    names += [f"{node.module}.{alias.name}" for alias in node.names]
             else:
                 continue
             for name in names:

@@ -6,6 +6,7 @@ module level and inside functions alike), so a lazy import cannot hide an edge.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,42 @@ def test_every_top_level_package_is_placed() -> None:
 def test_the_device_sdk_never_imports_the_cloud_or_federation() -> None:
     deps = imports_of("sdk")
     assert "server" not in deps and "federation" not in deps, deps
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def command_modules() -> set[str]:
+    """The modules behind the console scripts (`[project.scripts]`): `sdk.cli`, `server.cli`, ...
+
+    `core.cli` is no command: it is the CLI plumbing (parser, exit codes) every command imports."""
+    return {target.split(":")[0] for target in _pyproject()["scripts"].values()}
+
+
+def sdk_command_packages() -> set[str]:
+    """Packages that plug a command into `sdk` (the `specsteer.sdk_commands` entry points, such as
+    `sdk demo` = `demo.cli:main`): they extend the `sdk` CLI, parse with its parser and run its flow."""
+    commands = _pyproject()["entry-points"]["specsteer.sdk_commands"]
+    return {target.split(":")[0].split(".")[0] for target in commands.values()}
+
+
+def test_no_package_uses_another_packages_command_line_as_a_library() -> None:
+    """A command line is a front end (options, printing, exit codes): what two packages share lives
+    in a library module both call, never in one's `cli`. The one exception is a registered `sdk`
+    command, which is part of the `sdk` CLI (docs/architecture.md)."""
+    commands = command_modules()
+    assert {"sdk.cli", "server.cli", "audit.cli", "privacy.cli", "federation.cli"} <= commands
+    plugins = sdk_command_packages()
+    assert plugins == {"demo"}
+    wrong: dict[str, set[str]] = {}
+    for package in sorted(ALLOWED):
+        for name, where in imported_names(package, generated=False, members=True):
+            for command in commands:
+                owner = command.split(".")[0]
+                if owner == package or not (name == command or name.startswith(command + ".")):
+                    continue
+                if command == "sdk.cli" and package in plugins:
+                    continue
+                wrong.setdefault(command, set()).add(where)
+    assert not wrong, {command: sorted(where) for command, where in wrong.items()}

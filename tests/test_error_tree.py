@@ -1,8 +1,9 @@
 """One error tree per package, rooted at `core.errors.SpecSteerError`, found in one place.
 
-`audit` and `privacy` define every error in their `errors` module; the device SDK gathers its
-errors in `sdk.errors` (which `sdk` re-exports). A CLI catches `SpecSteerError` alone, so an error
-class outside the tree would escape as a traceback.
+`audit`, `privacy`, `server` and `federation` define every error in their `errors` module (which
+also gathers the lower layers' errors they raise); the device SDK gathers its errors in `sdk.errors`
+(which `sdk` re-exports). A CLI catches `SpecSteerError` alone, so an error class outside the tree
+would escape as a traceback.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _public_errors(package: str) -> dict[str, type[BaseException]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["audit", "privacy"])
+@pytest.mark.parametrize("package", ["audit", "privacy", "server", "federation"])
 def test_every_error_is_defined_in_the_package_errors_module(package: str) -> None:
     errors = _public_errors(package)
     assert errors, package
@@ -45,7 +46,7 @@ def test_every_error_is_defined_in_the_package_errors_module(package: str) -> No
     assert not elsewhere, f"define these in {package}/errors.py: {elsewhere}"
 
 
-@pytest.mark.parametrize("package", ["core", "audit", "privacy", "sdk"])
+@pytest.mark.parametrize("package", ["core", "audit", "privacy", "sdk", "server", "federation"])
 def test_every_error_is_under_the_root(package: str) -> None:
     outside = sorted(name for name, cls in _public_errors(package).items() if not issubclass(cls, SpecSteerError))
     assert not outside, f"not under SpecSteerError: {outside}"
@@ -57,3 +58,23 @@ def test_sdk_errors_gathers_every_device_error() -> None:
     missing = sorted(name for name, cls in _public_errors("sdk").items() if cls not in gathered)
     assert not missing, f"add to sdk/errors.py: {missing}"
     assert set(_public_errors("core").values()) <= gathered
+
+
+@pytest.mark.parametrize(
+    ("package", "moved"),
+    [
+        ("server", {"server.pki": ["PkiError"]}),
+        (
+            "federation",
+            {"federation.ledger": ["BudgetExhausted"], "federation.device": ["NotEligible", "PolicyRefusal"]},
+        ),
+    ],
+)
+def test_the_errors_module_is_where_the_old_imports_lead(package: str, moved: dict[str, list[str]]) -> None:
+    """Errors gathered into `<package>.errors` are still exported where they were defined before."""
+    errors = importlib.import_module(f"{package}.errors")
+    for module, names in moved.items():
+        for name in names:
+            assert getattr(importlib.import_module(module), name) is getattr(errors, name)
+    defined = {cls for cls in _public_errors(package).values()}
+    assert defined <= {getattr(errors, name) for name in errors.__all__}

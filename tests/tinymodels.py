@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import string
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import gguf
 import numpy as np
@@ -31,6 +33,8 @@ from transformers import (
 )
 
 from core.models import CausalLM, locate_embedded_gguf
+
+Model = TypeVar("Model", bound=PreTrainedModel)
 
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 # Fixed ids 0..3 so tests can hard-code them.
@@ -142,6 +146,7 @@ def tiny_llama(
     intermediate: int | None = None,
     max_positions: int = 1024,
     initializer_range: float = 0.2,
+    cls: type[LlamaForCausalLM] = LlamaForCausalLM,
 ) -> LlamaForCausalLM:
     """A random fp32 Llama over `tokenizer`'s vocabulary, identical for identical arguments.
 
@@ -163,14 +168,7 @@ def tiny_llama(
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
     )
-    # fork_rng keeps the caller's global torch RNG untouched, so building a model never changes
-    # what a later sampling test draws.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.to(torch.float32)
-    model.eval()
-    return model
+    return _seeded(lambda: cls(config), seed)
 
 
 def tiny_gemma(
@@ -194,9 +192,15 @@ def tiny_gemma(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    return _seeded(lambda: Gemma3ForCausalLM(config), seed)
+
+
+def _seeded(build: Callable[[], Model], seed: int) -> Model:
+    """`build()` with torch seeded to `seed`, in fp32 and eval mode. fork_rng keeps the caller's global
+    torch RNG untouched, so building a model never changes what a later sampling test draws."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Gemma3ForCausalLM(config)
+        model = build()
     model.to(torch.float32)
     model.eval()
     return model
@@ -232,20 +236,87 @@ def scripted_lm(
     bigram model with a real KV cache. Used as a Specialist that deterministically writes a given
     text (the leaky "verbatim copy" control) and, as its own cloud copy, a verifier that accepts it.
     """
-    model = tiny_llama(tokenizer, seed=0, layers=1, hidden=64)
-    layer = model.model.layers[0]
+    model = _bare_llama(tokenizer)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        layer.self_attn.o_proj.weight.zero_()
-        layer.mlp.down_proj.weight.zero_()
         emb = model.model.embed_tokens.weight
         emb.copy_(torch.randn_like(emb))
         head = model.lm_head.weight
-        head.zero_()
         for a, b in successors.items():
             # After RMSNorm the hidden state is emb[a] / |emb[a]| * sqrt(hidden): logit_b = strength * sqrt(hidden).
             head[b] += strength * emb[a] / emb[a].norm()
     return CausalLM.from_parts(name, model, tokenizer)
+
+
+def uniform_lm(
+    tokenizer: PreTrainedTokenizerFast, ids: Sequence[int], *, name: str = "uniform", strength: float = 30.0
+) -> CausalLM:
+    """A real one-layer Llama whose next token is uniform over `ids` (logit `strength`, every other 0),
+    whatever came before.
+
+    Every token has one embedding, so every position has one hidden state. As the cloud's Generalist
+    and generic Specialist at once, it accepts every draft (P_G = P_S^0: a log ratio of 0, up to float
+    rounding) and sends all of `ids` as steering candidates (k >= len(set(ids))), each with v = 0:
+    the device's recovery is its own choice whenever that is one of `ids`.
+    """
+    model = _bare_llama(tokenizer)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        emb = model.model.embed_tokens.weight
+        u = torch.randn(emb.shape[1])
+        emb.copy_(u.expand_as(emb))
+        # The final RMSNorm makes the hidden state u / |u| * sqrt(hidden): this row gives `strength`.
+        model.lm_head.weight[sorted(set(ids))] = strength * u / (u.norm() * math.sqrt(emb.shape[1]))
+    return CausalLM.from_parts(name, model, tokenizer)
+
+
+class _PositionalLlama(LlamaForCausalLM):
+    """A Llama whose logits at sequence position p gain `strength` at token `script[p]` (`positional_lm`)."""
+
+    script: dict[int, int]
+    strength: float
+
+    def forward(self, input_ids=None, past_key_values=None, **kwargs):  # type: ignore[no-untyped-def]
+        start = 0 if past_key_values is None else past_key_values.get_seq_length()
+        out = super().forward(input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+        for i in range(out.logits.shape[1]):
+            token = self.script.get(start + i)
+            if token is not None:
+                out.logits[:, i, token] += self.strength
+        return out
+
+
+def positional_lm(
+    tokenizer: PreTrainedTokenizerFast,
+    script: Mapping[int, int],
+    *,
+    name: str = "positional",
+    strength: float = 30.0,
+) -> CausalLM:
+    """A real one-layer Llama (with its KV cache) whose greedy choice after the first p + 1 tokens of
+    its sequence is `script[p]`, whatever those tokens are (every other logit 0).
+
+    Unlike `scripted_lm` it can write any text, repeated tokens included, from a known offset: a
+    Specialist that copies a long private text token by token (the leaky "verbatim copy" control),
+    through rollbacks and recoveries, since a position's choice never depends on what came before.
+    """
+    model = _bare_llama(tokenizer, cls=_PositionalLlama, max_positions=4096)
+    assert isinstance(model, _PositionalLlama)
+    model.script = dict(script)
+    model.strength = strength
+    return CausalLM.from_parts(name, model, tokenizer)
+
+
+def _bare_llama(tokenizer: PreTrainedTokenizerFast, **llama_kwargs: Any) -> LlamaForCausalLM:
+    """One layer whose attention and MLP add nothing (the residual stream is the current token's
+    embedding) and whose LM head is zero: the scripted models above write their own head."""
+    model = tiny_llama(tokenizer, seed=0, layers=1, hidden=64, **llama_kwargs)
+    layer = model.model.layers[0]
+    with torch.no_grad():
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+    return model
 
 
 def save_tiny(

@@ -14,10 +14,12 @@ from audit.note import (
     SigningKey,
     VerifierKey,
     key_id,
+    load_signing_key,
     load_verifier_key,
     open_checkpoint,
     open_note,
     sign_checkpoint,
+    write_key_pair,
 )
 
 VECTOR = json.loads((Path(__file__).parents[1] / "assets" / "audit" / "signed_note_vector.json").read_text())
@@ -97,3 +99,12 @@ def test_an_auditor_key_file_must_be_public(tmp_path: Path) -> None:
     with pytest.raises(KeyFileError, match="private signing key"):
         load_verifier_key(tmp_path / "d.key")
     assert "PRIVATE" not in repr(key)
+
+
+def test_write_key_pair_is_what_audit_keygen_and_the_demo_write(tmp_path: Path) -> None:
+    private, public = write_key_pair("acme.example/device-7", tmp_path / "keys")
+    assert (private.name, public.name) == ("acme.example_device-7.key", "acme.example_device-7.pub")
+    assert private.stat().st_mode & 0o077 == 0
+    assert load_verifier_key(public) == load_signing_key(private).verifier
+    with pytest.raises(KeyFileError, match="already exists"):
+        write_key_pair("acme.example/device-7", tmp_path / "keys")

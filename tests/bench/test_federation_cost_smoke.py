@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bench import federation_cost
+from federation.cli import build_parser, run_options
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
@@ -22,6 +23,9 @@ def test_federation_cost_smoke_reports_dp_against_sgd(tmp_path, bpe_tok) -> None
     result = json.loads((out / "federation_cost_smoke.json").read_text())
     cases = {c["id"]: c for c in result["cases"]}
     assert list(cases) == ["sgd", "dp", "dp-secagg"]
+    # The command line each case records asks `federation run` for the run config it measured.
+    for case in cases.values():
+        assert run_options(build_parser().parse_args(case["argv"])).run_config() == case["run_config"]
     assert cases["dp"]["dp"] and not cases["sgd"]["dp"] and cases["dp-secagg"]["secagg"]
     for case in cases.values():
         (rnd,) = case["rounds"]

@@ -115,3 +115,21 @@ def test_sweep_smoke_reports_every_setting(tmp_path: Path, tiny_dirs: tuple[Path
     runs = (out / "sweep.runs.jsonl").read_text().count("\n")
     assert sweep.main(args) == 0
     assert (out / "sweep.runs.jsonl").read_text().count("\n") == runs
+
+
+def test_the_runs_log_keys_rows_by_their_label_and_skips_what_is_done(tmp_path: Path, capsys) -> None:
+    """`bench.quality` and `bench.sweep` share one runs log reader and writer (`RunsLog`)."""
+    from core.session_types import SessionParams
+
+    log = tmp_path / "deep" / "sweep.runs.jsonl"
+    assert quality.RunsLog(log, "setting").done == {} and log.parent.is_dir()
+    rows = [
+        {"user": "u1", "subject": "s", "setting": "base", "max_new_tokens": 4},
+        {"user": "u1", "subject": "s", "setting": "older"},  # a row from before lengths were logged
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = quality.RunsLog(log, "setting")
+    assert set(runs.done) == {("u1", "s", "base", 4), ("u1", "s", "older", 0)}
+    # What the log has is not generated again (no model is touched: `pairs` is never used).
+    runs.run(None, "model", {"user_id": "u1"}, {"subject": "s"}, "base", SessionParams(), 4)  # type: ignore[arg-type]
+    assert capsys.readouterr().out == "" and log.read_text().count("\n") == 2

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Parser
+from core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, reported, whole_number
+from core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIS = ["sdk/cli.py", "server/cli.py", "audit/cli.py", "privacy/cli.py", "federation/cli.py"]
@@ -27,7 +28,35 @@ def test_a_usage_error_exits_2_with_the_usage_and_one_sentence(capsys) -> None:
 
 
 def test_the_exit_codes() -> None:
-    assert (EXIT_OK, EXIT_ERROR, EXIT_USAGE) == (0, 1, 2)
+    assert (EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED) == (0, 1, 2, 130)
+
+
+def test_a_whole_number_option(capsys) -> None:
+    parser = Parser(prog="tool")
+    parser.add_argument("--count", type=whole_number(1))
+    assert parser.parse_args(["--count", "3"]).count == 3
+    for value, message in (("0", "must be at least 1: 0"), ("x", "not a whole number: 'x'")):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["--count", value])
+        assert exc.value.code == EXIT_USAGE
+        assert capsys.readouterr().err.rstrip().endswith(f"argument --count: {message}")
+
+
+def test_a_command_reports_our_errors_and_ctrl_c_in_one_line(capsys) -> None:
+    assert reported("tool", lambda: 0) == EXIT_OK
+
+    def fails() -> int:
+        raise ConfigError("the widget is missing")
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert reported("tool", fails) == EXIT_ERROR
+    assert capsys.readouterr().err == "tool: error: the widget is missing\n"
+    assert reported("tool", interrupted) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "tool: interrupted\n"
+    with pytest.raises(ValueError):  # a bug is no user error: it keeps its traceback
+        reported("tool", lambda: int("x"))
 
 
 @pytest.mark.parametrize("path", CLIS)

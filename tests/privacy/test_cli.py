@@ -14,15 +14,18 @@ from audit.egress import EgressRecorder
 from audit.log import AuditLog
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
-from core import wire
-from core.session_types import SessionParams, SteeringVector, Verdict
-from privacy.cli import leakage_report, main
+from core.session_types import SessionParams
+from privacy.cli import main
 from privacy.data import Canary, read_uplinks, write_canaries
 from privacy.detectors import Policy
 from privacy.leakage import CanarySpace
+from privacy.report import leakage_report
 from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
-from tests.privacy import sim
-from tests.privacy.test_protocol import FIXTURES, build_guard, leaky_target
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.egress import RecorderTap
+from server.session import CloudVerifier
+from tests.privacy.test_protocol import FIXTURES, build_guard, candidates, copying_pair, leaky_target, prompt_of
+from tests.verifier_harness import make_pki, remote, serve
 
 # -- budget ----------------------------------------------------------------------------------------
 
@@ -116,38 +119,11 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # -- leakage report ----------------------------------------------------------------------------------
 
 
-def record(run: sim.Run, log_dir: Path, prompt_ids: list[int], vocab: int, transcript: Path | None = None) -> None:
-    """Write a simulated session through the real egress recorder (and, optionally, a server transcript)."""
-    key = SigningKey.generate("device.test/privacy")
-    server = ServerTranscript.open(transcript, durable=False) if transcript else None
-    with AuditLog.open(log_dir, key) as log:
-        rec = EgressRecorder(log)
-        sid = rec.begin_session(vocab_size=vocab, max_top_k=4)
-        stream = "s1"
-        if server:
-            server.begin_stream(stream, "device", "0" * 64)
-
-        def up(payload: bytes) -> None:
-            rec.record_uplink(sid, payload)
-            if server:
-                server.record_uplink(stream, payload)
-
-        up(wire.encode_open(prompt_ids, SessionParams(draft_len=16, top_k=4)))
-        decisions = iter(run.decisions)
-        for seq, sent in enumerate(run.sent, start=1):
-            up(wire.encode_round(seq, [], sent))
-            verdict = Verdict(len(sent), SteeringVector(((5,),), (0.0,)))
-            rec.record_downlink(sid, wire.encode_downlink(seq, verdict))
-        for decision, count, placeholder in decisions:
-            rec.record_guard_decision(sid, decision=decision, count=count, placeholder=placeholder)
-        up(wire.encode_close(len(run.sent) + 1))
-    if server:
-        server.close()
-
-
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory, char_tok: PreTrainedTokenizerFast) -> dict[str, Path]:
-    """Two device logs of the same leaky text: guard off (the control) and guard on; plus the canary file."""
+    """Two device audit logs of the same leaky text, guard off (the control) and guard on, written
+    by the real device loop over mutual TLS to a real verifier that keeps a transcript; and the
+    canary file. The Specialist copies the text; the cloud accepts every draft (`test_protocol`)."""
     root = tmp_path_factory.mktemp("leak")
     space = CanarySpace()
     secret = space.sample(np.random.default_rng(7))[0]
@@ -155,11 +131,26 @@ def planted(tmp_path_factory: pytest.TempPathFactory, char_tok: PreTrainedTokeni
     write_canaries(root / "canaries.json", space, [Canary("u04", secret)])
     text, _, _ = leaky_target(0, canary)
     target = char_tok.encode(text, add_special_tokens=False)
-    prompt = char_tok.encode("t4014: support Git version strings", add_special_tokens=False)
-    record(sim.run(target, char_tok, None), root / "off", prompt, len(char_tok))
-    guarded = sim.run(target, char_tok, build_guard(char_tok, 0, canary, Policy.PLACEHOLDER))
-    record(guarded, root / "on", prompt, len(char_tok), transcript=root / "server.jsonl")
-    return {"root": root, "canaries": root / "canaries.json"}
+    prompt = prompt_of(0)
+    specialist, cloud = copying_pair(char_tok, target, prompt)
+    params = SessionParams(top_k=candidates(char_tok, target))
+    options = DecodeOptions(max_new_tokens=len(target) + 1)
+    key = SigningKey.generate("device.test/privacy")
+    pki = make_pki(root)
+    verifier = CloudVerifier(cloud, cloud, seed=0, max_top_k=params.top_k)
+    with serve(verifier, pki, transcript_dir=root / "transcript") as (_, port):
+        for label, guard in (("off", None), ("on", build_guard(char_tok, 0, canary, Policy.PLACEHOLDER))):
+            with (
+                AuditLog.open(root / label, key) as log,
+                remote(port, pki, vocab_size=specialist.vocab_size, tap=RecorderTap(EgressRecorder(log))) as device,
+            ):
+                out = generate(Specialist(specialist), prompt, params, options, device, guard=guard)
+            assert out.token_ids == target and out.stats.fallback is None
+    return {
+        "root": root,
+        "canaries": root / "canaries.json",
+        "transcript": root / "transcript" / "server-transcript.jsonl",
+    }
 
 
 def report(which: str, planted: dict[str, Path], tok: PreTrainedTokenizerFast, **kw: object) -> dict:
@@ -185,7 +176,7 @@ def test_leaky_control_shows_the_leak(planted: dict[str, Path], char_tok: PreTra
 
 
 def test_guard_on_report_shows_no_leak(planted: dict[str, Path], char_tok: PreTrainedTokenizerFast) -> None:
-    r = report("on", planted, char_tok, server_transcript=planted["root"] / "server.jsonl")
+    r = report("on", planted, char_tok, server_transcript=planted["transcript"])
     assert r["identity_hits"] == {} and r["pattern_hits"] == {}
     assert r["verbatim_runs"]["runs"] == 0
     (c,) = r["canaries"]
@@ -203,9 +194,19 @@ def test_leakage_report_ranks_a_partly_leaked_canary_exactly(
     and would put the canary at the 19.93-bit maximum."""
     space = CanarySpace()
     write_canaries(tmp_path / "canaries.json", space, [Canary("u04", "402913")])
-    ids = char_tok.encode("Fixed the flaky test; my PIN is 4029 (cut here).", add_special_tokens=False)
-    prompt = char_tok.encode("t4014: support Git version strings", add_special_tokens=False)
-    record(sim.Run(sent=[ids[i : i + 4] for i in range(0, len(ids), 4)]), tmp_path / "log", prompt, len(char_tok))
+    # The real device loop writes the log: the Specialist copies a text that holds four of the digits.
+    target = char_tok.encode("Fixed the flaky test; my PIN is 4029 (cut here).", add_special_tokens=False)
+    prompt = "t4014: support Git version strings"
+    specialist, cloud = copying_pair(char_tok, target, prompt)
+    params = SessionParams(top_k=candidates(char_tok, target))
+    pki = make_pki(tmp_path)
+    with (
+        serve(CloudVerifier(cloud, cloud, seed=0, max_top_k=params.top_k), pki) as (_, port),
+        AuditLog.open(tmp_path / "log", SigningKey.generate("device.test/privacy")) as log,
+        remote(port, pki, vocab_size=specialist.vocab_size, tap=RecorderTap(EgressRecorder(log))) as device,
+    ):
+        out = generate(Specialist(specialist), prompt, params, DecodeOptions(max_new_tokens=len(target) + 1), device)
+    assert out.token_ids == target
     exact = math.log2(space.size) - math.log2(1 + 99 / 2)
     r = leakage_report(
         data=FIXTURES, audit_log=tmp_path / "log", tokenizer=char_tok, canaries=tmp_path / "canaries.json", user="u04"

@@ -23,8 +23,8 @@ from audit.verify import verify
 from core.errors import ProtocolError
 from core.models import CausalLM
 from core.session_types import SessionParams, Verdict
-from privacy.cli import leakage_report
 from privacy.detectors import PLACEHOLDERS, Policy
+from privacy.report import leakage_report
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import RecorderTap
@@ -65,9 +65,17 @@ def profile_for(case: str) -> Profile:
 
 @dataclass
 class Recorded:
-    """What one session put on the wire, round by round: (commit, literal, draft)."""
+    """What one session put on the wire, round by round: (commit, literal, draft); how many draft
+    tokens the cloud accepted, the round frame's bytes, and the guard decisions put on record before it."""
 
     rounds: list[tuple[list[int], list[int], list[int]]] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    frame_sizes: list[int] = field(default_factory=list)
+    decisions: list[list[tuple[str, int, str]]] = field(default_factory=list)
+
+    def committed(self) -> list[int]:
+        """The text the cloud committed: each round's commit, placeholder and accepted draft."""
+        return [t for (c, lit, d), n in zip(self.rounds, self.accepted, strict=True) for t in (*c, *lit, *d[:n])]
 
     def uplink_text(self, tok: PreTrainedTokenizerFast) -> str:
         return tok.decode([t for c, lit, d in self.rounds for t in (*c, *lit, *d)], skip_special_tokens=True)
@@ -86,13 +94,25 @@ class RecordingVerifier:
         record = Recorded()
         self.sessions.append(record)
         self.opened.append(session)
-        real_round = session.round
+        real_round, real_decision = session.round, session.guard_decision
+        decided: list[tuple[str, int, str]] = []
 
         def round_(commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
             record.rounds.append((list(commit), list(literal), list(draft)))
-            return real_round(commit, draft, literal)
+            record.decisions.append(decided.copy())
+            decided.clear()
+            before = session.uplink_bytes
+            verdict = real_round(commit, draft, literal)
+            record.frame_sizes.append(session.uplink_bytes - before)
+            record.accepted.append(verdict.accepted)
+            return verdict
+
+        def decision(decision: str, count: int, placeholder: str) -> None:
+            decided.append((decision, count, placeholder))
+            real_decision(decision, count, placeholder)
 
         session.round = round_  # type: ignore[method-assign]
+        session.guard_decision = decision  # type: ignore[method-assign]
         return session
 
 

@@ -1,19 +1,32 @@
 """Placeholder substitution keeps device and cloud in step; the leaky control is detected;
-with the guard on, no planted canary or profile identity reaches the uplink (fixture users)."""
+with the guard on, no planted canary or profile identity reaches the uplink (fixture users).
+
+Every run is the real device loop (`sdk.device.generate` with `sdk.uplink_guard`) through the wire
+format, in process. The Specialist is a real (tiny) Llama scripted to copy a fixture user's private
+text token by token (the deliberately leaky "verbatim copy" control: private history, identities,
+canaries), and the cloud accepts every draft and offers every token of that text as a candidate,
+so the device's text is the copy and the only thing deciding what goes up is the guard.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
+from core.models import CausalLM
+from core.session_types import SessionParams
 from privacy.data import read_users
 from privacy.detectors import EgressGuard, PiiDetector, Policy
 from privacy.leakage import CanarySpace, canary_scores, exposure, size_channel
-from tests.privacy import sim
+from sdk.device import DecodeOptions, Generation, Specialist, generate
+from server.session import CloudVerifier
+from tests.privacy.test_device_guard import Recorded, RecordingVerifier
+from tests.tinymodels import positional_lm, uniform_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "users.jsonl"
 PHONE = "+1 415 555 0132"
@@ -37,7 +50,69 @@ def build_guard(tok: PreTrainedTokenizerFast, user_index: int, canary: str, poli
     user = read_users(FIXTURES)[user_index]
     return EgressGuard.for_profile(
         user.history_texts(), tok, identities=user.identities(), canaries=[canary], policy=policy
-    ).for_prompt(user.queries[0]["subject"])
+    ).for_prompt(prompt_of(user_index))
+
+
+def prompt_of(user_index: int) -> str:
+    """The public prompt of a fixture user's session (their first query)."""
+    return str(read_users(FIXTURES)[user_index].queries[0]["subject"])
+
+
+def copying_pair(tok: PreTrainedTokenizerFast, target: list[int], prompt: str) -> tuple[CausalLM, CausalLM]:
+    """(Specialist, cloud model): the Specialist writes `target` after `prompt`, then ends; the cloud
+    (Generalist and generic copy at once, `CloudVerifier(cloud, cloud)`) accepts every draft and
+    sends every token of `target` as a candidate (with `SessionParams(top_k=candidates(...))`)."""
+    specialist = positional_lm(tok, {})
+    prefix = len(Specialist(specialist).private_prompt_ids(prompt, with_context=False))
+    # The logits after the first `prefix` tokens (at position prefix - 1) choose the first written token.
+    specialist.model.script = dict(enumerate([*target, tok.eos_token_id], start=prefix - 1))
+    return specialist, uniform_lm(tok, [*target, tok.eos_token_id], name="cloud")
+
+
+def candidates(tok: PreTrainedTokenizerFast, target: list[int]) -> int:
+    """The steering k that offers every token the copy may need: its distinct tokens and the end."""
+    return len({*target, tok.eos_token_id})
+
+
+@dataclass
+class Copied:
+    """One generation of the copy: the user's text (`real`), what went up round by round, and the
+    guard's decisions (the last one may be keep-local, after the last round)."""
+
+    out: Generation
+    record: Recorded
+    decisions: list[tuple[str, int, str]]
+
+    @property
+    def real(self) -> list[int]:
+        return self.out.token_ids
+
+    @property
+    def cloud(self) -> list[int]:
+        """What the cloud committed (every round's commit, placeholder and accepted draft)."""
+        return self.record.committed()
+
+    @property
+    def sent(self) -> list[list[int]]:
+        """The tokens each round put on the wire: commit, placeholder, draft."""
+        return [[*c, *lit, *d] for c, lit, d in self.record.rounds]
+
+    def uplink_text(self, tok: PreTrainedTokenizerFast) -> str:
+        return self.record.uplink_text(tok)
+
+
+def copy_text(
+    tok: PreTrainedTokenizerFast, target: list[int], guard: EgressGuard | None, prompt: str, **params: object
+) -> Copied:
+    """The real device loop over the copy of `target`, in process; the cloud accepts every draft."""
+    specialist, cloud = copying_pair(tok, target, prompt)
+    verifier = RecordingVerifier(CloudVerifier(cloud, cloud, seed=0), cloud.vocab_size)
+    session = SessionParams(top_k=candidates(tok, target), **params)  # type: ignore[arg-type]
+    options = DecodeOptions(max_new_tokens=len(target) + 1)
+    out = generate(Specialist(specialist), prompt, session, options, verifier, guard=guard)
+    record = verifier.sessions[0]
+    assert record.accepted == [len(d) for _, _, d in record.rounds]  # the cloud accepted every draft
+    return Copied(out, record, list(verifier.opened[0].guard_decisions))
 
 
 @pytest.mark.parametrize("tok_name", ["char_tok", "smol_tok"])
@@ -46,10 +121,10 @@ def test_placeholder_keeps_device_and_cloud_in_step(tok_name: str, request: pyte
     canary = "my PIN is 402913"
     text, idents, _ = leaky_target(0, canary)
     target = tok.encode(text, add_special_tokens=False)
-    result = sim.run(target, tok, build_guard(tok, 0, canary, Policy.PLACEHOLDER))
+    result = copy_text(tok, target, build_guard(tok, 0, canary, Policy.PLACEHOLDER), prompt_of(0))
 
-    # Generation completes and the user's text holds every real span...
-    assert result.real == target
+    # Generation completes on the cloud path and the user's text holds every real span...
+    assert result.real == target and result.out.stats.fallback is None
     real_text = tok.decode(result.real)
     assert canary in real_text and PHONE in real_text
     # ... while the cloud's committed text and everything sent hold placeholders instead.
@@ -74,12 +149,13 @@ def test_keep_local_sends_nothing_from_the_first_span_on(char_tok: PreTrainedTok
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(1, canary)
     target = char_tok.encode(text, add_special_tokens=False)
-    result = sim.run(target, char_tok, build_guard(char_tok, 1, canary, Policy.KEEP_LOCAL))
-    assert result.real == target
-    assert result.decisions[-1][0] == "keep-local" and result.local_tail
+    result = copy_text(char_tok, target, build_guard(char_tok, 1, canary, Policy.KEEP_LOCAL), prompt_of(1))
+    assert result.real == target and result.out.stats.fallback == "guard-keep-local"
     sent = [t for s in result.sent for t in s]
+    local_tail = result.real[len(sent) :]  # what the device wrote after the session ended
+    assert result.decisions[-1][0] == "keep-local" and local_tail
     assert sent == target[: len(sent)]  # a clean prefix of the text, nothing substituted
-    assert len(sent) + len(result.local_tail) == len(target)
+    assert len(sent) + len(local_tail) == len(target)
 
 
 @pytest.mark.parametrize("user_index", [0, 1, 2])
@@ -94,20 +170,22 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
     target = smol_tok.encode(text, add_special_tokens=False)
     rivals = space.sample(rng, 500, exclude=[secret])
 
-    def measure(result: sim.Run) -> tuple[float, int, int]:
+    def measure(result: Copied) -> tuple[float, int, int]:
         uplink = result.uplink_text(smol_tok)
         e = exposure(canary_scores(space, [secret], uplink)[0], canary_scores(space, rivals, uplink), space.size)
         ident_hits = sum(uplink.count(s) for s in idents)
         pii_hits = len(PiiDetector().find(uplink))
         return e, ident_hits, pii_hits
 
-    leaky = sim.run(target, smol_tok, None)
+    leaky = copy_text(smol_tok, target, None, prompt_of(user_index))
     e_off, ident_off, pii_off = measure(leaky)
     # The control proves the test can see a leak: the canary is singled out, identities are there.
     assert e_off > space.bits - 1
     assert ident_off >= 3 and pii_off >= 2
 
-    guarded = sim.run(target, smol_tok, build_guard(smol_tok, user_index, canary, Policy.PLACEHOLDER))
+    guarded = copy_text(
+        smol_tok, target, build_guard(smol_tok, user_index, canary, Policy.PLACEHOLDER), prompt_of(user_index)
+    )
     e_on, ident_on, pii_on = measure(guarded)
     assert ident_on == 0 and pii_on == 0
     assert canary not in guarded.uplink_text(smol_tok)
@@ -116,8 +194,7 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
     # And no verbatim run of 8+ history tokens went up.
     from privacy.detectors import VerbatimNgramDetector
 
-    prompt = read_users(FIXTURES)[user_index].queries[0]["subject"]
-    det = VerbatimNgramDetector.from_texts(history, smol_tok, n=8).for_prompt(prompt)
+    det = VerbatimNgramDetector.from_texts(history, smol_tok, n=8).for_prompt(prompt_of(user_index))
     # Rounds are shorter than 8 tokens, so look at the stream the cloud committed, across rounds.
     assert det.find_ids(guarded.cloud) == []
     assert sum(b - a for a, b in det.find_ids(leaky.cloud)) > 40
@@ -125,24 +202,25 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
 
 def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: PreTrainedTokenizerFast) -> None:
     """Guard cuts shorten drafts, so frame sizes reveal that a span was near; padded frames do not."""
-    from core import wire
-
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(2, canary)
     target = char_tok.encode(text, add_special_tokens=False)
     guard = build_guard(char_tok, 2, canary, Policy.PLACEHOLDER)
-    result = sim.run(target, char_tok, guard)
-    # Secret label per round: did the guard act on the text this round touched?
-    # (Not counting the hold every trailing word gets as a possible address local part.)
-    words = guard.without_local_part_holds()
-    near = [int(words.check([], s, char_tok).cut_at is not None or len(s) != 4) for s in result.sent]
-    sizes = [len(f) for f in result.frames]
+    result = copy_text(char_tok, target, guard, prompt_of(2))
+    # Secret label per round: did the guard act on the text this round carries (a cut or a
+    # placeholder put on record before it), or is its draft short of K = 4 (the text's end)?
+    # (The hold every trailing word gets as a possible address local part is no decision.)
+    near = [
+        int(bool(decided) or len(d) != 4)
+        for decided, (_, _, d) in zip(result.record.decisions, result.record.rounds, strict=True)
+    ]
+    sizes = result.record.frame_sizes
     assert size_channel(sizes, near).mutual_information_bits > 0.05
-    # The wire's own padded codec (a session that declared padded_frames, K = the longest round).
-    k = max(len(s) for s in result.sent)
-    padded = [len(wire.encode_round(i + 1, [], s, pad_to=k)) for i, s in enumerate(result.sent)]
-    assert len(set(padded)) == 1
-    assert size_channel(padded, near).mutual_information_bits == 0.0
+    # The wire's own padded codec: the same copy in a session that declared padded_frames (K = 4).
+    padded = copy_text(char_tok, target, guard, prompt_of(2), padded_frames=True)
+    assert padded.real == result.real and padded.record.rounds == result.record.rounds
+    assert len(set(padded.record.frame_sizes)) == 1
+    assert size_channel(padded.record.frame_sizes, near).mutual_information_bits == 0.0
 
 
 def test_fixture_file_is_what_the_tests_assume() -> None:

@@ -274,6 +274,33 @@ def test_revoked_device_is_refused(live, pki) -> None:
     assert code is C.PERMISSION_DENIED and "'mallory' is revoked" in details
 
 
+def test_the_client_certificate_is_parsed_once(live, pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device's name and its fingerprint come from one parse of the certificate gRPC verified."""
+    from cryptography import x509
+
+    from audit.identity import DeviceIdentity
+    from server.service import Device
+
+    server, _ = live
+    pem = pki.device_cert("alice").read_bytes()
+    real = x509.load_pem_x509_certificate
+    parses: list[bytes] = []
+
+    def counting(data: bytes, *args: object) -> x509.Certificate:
+        parses.append(data)
+        return real(data, *args)
+
+    class Context:
+        def auth_context(self) -> dict[str, list[bytes]]:
+            return {"x509_pem_cert": [pem]}
+
+    monkeypatch.setattr(x509, "load_pem_x509_certificate", counting)
+    device = server.service._device(Context())
+    assert parses == [pem]
+    monkeypatch.undo()
+    assert device == Device("alice", DeviceIdentity.from_pem(pem).cert_sha256)
+
+
 def test_a_vanishing_client_harms_nobody(channel, live, models, pki) -> None:
     server, port = live
     before = server.metrics.value("specsteer_sessions_total", {"outcome": "vanished"})

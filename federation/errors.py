@@ -1,0 +1,45 @@
+"""The federation's errors, in one place, under `core.errors.SpecSteerError` so one `except` in a CLI catches all.
+
+    SpecSteerError              core.errors: the root every package's errors hang from
+    ├── ConfigError             a bad option, run config or node config
+    │   ├── AdapterError        core.errors: an adapter folder that is missing, damaged or for another model
+    │   ├── BudgetExhausted     training this round would push the device's ε past its budget
+    │   ├── NotEligible         the device's eligibility flags say it must not take part right now
+    │   ├── PolicyRefusal       the run asks for less privacy than the device's policy allows
+    │   └── LedgerError         privacy.errors: a device's DP ledger is damaged (also a PrivacyError)
+    ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
+    └── ProfileError            core.errors: a device's data file cannot be read or parsed
+
+A device refuses a round with `BudgetExhausted`, `NotEligible` or `PolicyRefusal`; they are
+defined here (`federation.ledger` and `federation.device` still export them). The others come
+from the layers below and are gathered here, so a caller imports its `except` clauses from one module.
+"""
+
+from __future__ import annotations
+
+from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, SpecSteerError
+from privacy.errors import LedgerError
+
+__all__ = [
+    "AdapterError",
+    "BudgetExhausted",
+    "ConfigError",
+    "LedgerError",
+    "ModelLoadError",
+    "NotEligible",
+    "PolicyRefusal",
+    "ProfileError",
+    "SpecSteerError",
+]
+
+
+class BudgetExhausted(ConfigError):
+    """Training this round would push the device's ε past its budget."""
+
+
+class NotEligible(ConfigError):
+    """The device's eligibility flags say it must not take part right now."""
+
+
+class PolicyRefusal(ConfigError):
+    """The run asks for less privacy than the device's policy allows."""

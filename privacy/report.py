@@ -1,0 +1,114 @@
+"""The leakage report over one device's audit log: what the cloud received, measured.
+
+`leakage_report` rebuilds every uplink from the log (`privacy.data.read_uplinks`, optionally only
+those a server transcript says arrived) and counts identity hits, personal-data patterns, verbatim
+history runs, canary exposure, per-round sizes and the guard's decisions. `privacy leakage-report`
+prints it; `bench.privacy_report` computes it for each of its runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from privacy.data import read_canaries, read_uplinks, read_users
+from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
+from privacy.errors import PrivacyError
+from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
+
+__all__ = ["leakage_report"]
+
+
+def leakage_report(
+    *,
+    data: Path,
+    audit_log: Path,
+    tokenizer: Any,
+    server_transcript: Path | None = None,
+    canaries: Path | None = None,
+    user: str | None = None,
+    ngram: int = 8,
+) -> dict[str, Any]:
+    """Leakage measured on one audit log: identity hits, personal-data patterns, canary exposure
+    (the canary's exact rank among every secret of its space, `privacy.leakage.canary_exposure`),
+    verbatim history runs, per-round sizes, and the guard's decisions.
+
+    Paired measurements (counterfactual n-grams, membership AUROC) need two runs and are computed
+    with `privacy.leakage` by the benchmark that produced them.
+    """
+    users = read_users(data)
+    if user is not None:
+        users = [u for u in users if u.user_id == user]
+        if not users:
+            raise PrivacyError(f"the data file {data} has no user {user!r}")
+    log = read_uplinks(audit_log, server_transcript=server_transcript)
+
+    def decode(ids: Sequence[int]) -> str:
+        return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    identities: dict[str, str] = {}
+    for u in users:
+        identities.update(u.identities())
+    ident = CanaryDetector(identities)
+    pii = PiiDetector()
+    verbatim = VerbatimNgramDetector.from_texts([t for u in users for t in u.history_texts()], tokenizer, n=ngram)
+
+    texts: list[str] = []
+    identity_hits: Counter[str] = Counter()
+    pattern_hits: Counter[str] = Counter()
+    runs = run_tokens = 0
+    for s in log.sessions:
+        det = verbatim.for_prompt(decode(s.prompt_ids))
+        for view in s.views():
+            text = decode(view)
+            texts.append(text)
+            identity_hits.update(sp.kind for sp in ident.find(text))
+            pattern_hits.update(sp.kind for sp in pii.find(text))
+            found = det.find_ids(view)
+            runs += len(found)
+            run_tokens += sum(b - a for a, b in found)
+    stream = "\n".join(texts)
+
+    exposures: list[dict[str, Any]] = []
+    if canaries is not None:
+        space, planted = read_canaries(canaries)
+        if space.size > MAX_RANKED_SPACE:
+            raise PrivacyError(f"{canaries}: a canary space of {space.size} secrets is too large to rank exactly")
+        for c in planted:
+            if user is not None and c.user_id not in (None, user):
+                continue
+            exposures.append(
+                {
+                    "user_id": c.user_id,
+                    "exposure": canary_exposure(space, c.secret, stream),
+                    "max_exposure": space.bits,
+                    "verbatim": space.render(c.secret) in stream,
+                }
+            )
+
+    sizes = [n for s in log.sessions for n in s.round_sizes]
+    size_counts = Counter(sizes)
+    return {
+        "sessions": len(log.sessions),
+        "rounds": len(sizes),
+        "uplink_tokens": sum(len(t) for s in log.sessions for t in s.device_tokens()),
+        "uplink_bytes": sum(s.uplink_bytes for s in log.sessions),
+        "identity_hits": dict(sorted(identity_hits.items())),
+        "pattern_hits": dict(sorted(pattern_hits.items())),
+        "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
+        "canaries": exposures,
+        "round_sizes": {
+            "distinct": len(size_counts),
+            "histogram": {str(k): v for k, v in sorted(size_counts.items())},
+            # Sizes against the session they belong to: a constant-size uplink gives 0 bits.
+            "bits_about_session": size_channel(
+                sizes, [i for i, s in enumerate(log.sessions) for _ in s.round_sizes]
+            ).mutual_information_bits
+            if sizes
+            else 0.0,
+        },
+        "guard_decisions": {f"{d}/{p}": n for (d, p), n in sorted(log.guard.items())},
+        "problems": log.problems,
+    }

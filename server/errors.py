@@ -1,0 +1,35 @@
+"""The verifier's errors, in one place, under `core.errors.SpecSteerError` so one `except` in a CLI catches all.
+
+    SpecSteerError              core.errors: the root every package's errors hang from
+    ├── ConfigError             a bad option, config file, model setting or adapter request
+    │   ├── AdapterError        core.errors: a global adapter folder that is missing or damaged
+    │   └── PkiError            a PKI directory or certificate that cannot be created or used
+    ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
+    ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
+    └── ProtocolError           core.errors: a device message that breaks the session contract
+        └── ContractError       core.contract: a frame the one session contract refuses
+
+`PkiError` is defined here (`server.pki` still exports it); the others come from the layers below
+and are gathered here, so a caller imports its `except` clauses from one module. A refusal inside
+the gRPC service (`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
+"""
+
+from __future__ import annotations
+
+from core.contract import ContractError
+from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+
+__all__ = [
+    "AdapterError",
+    "ConfigError",
+    "ContractError",
+    "ModelLoadError",
+    "PkiError",
+    "ProfileError",
+    "ProtocolError",
+    "SpecSteerError",
+]
+
+
+class PkiError(ConfigError):
+    """A PKI directory or certificate that cannot be created or used."""
