@@ -85,14 +85,15 @@ def load_queries(path: Path, users: int, per_user: int, *, skip_users: int = 0) 
 class Pairs:
     """Loads each model once and keeps one in-process verifier per Specialist."""
 
-    def __init__(self, generalist: str) -> None:
+    def __init__(self, generalist: str, quantize: str = "fp32") -> None:
         self._generalist_name = generalist
+        self._quantize = quantize
         self._lms: dict[str, CausalLM] = {}
         self._verifiers: dict[str, InProcessVerifier] = {}
 
     def lm(self, name: str) -> CausalLM:
         if name not in self._lms:
-            self._lms[name] = load_causal_lm(name)
+            self._lms[name] = load_causal_lm(name, quantize=self._quantize)
         return self._lms[name]
 
     def verifier(self, specialist: str) -> InProcessVerifier:
@@ -203,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--alt-specialist", default=None, help="default: the other candidate Specialist")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
+    p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="every model's Linear layers")
     args = p.parse_args(argv)
     if not args.data.is_file():
         print(f"bench.quality: error: no data file at {args.data}", file=sys.stderr)
@@ -215,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
 
-    pairs = Pairs(args.generalist)
+    pairs = Pairs(args.generalist, args.quantize)
     started = time.perf_counter()
     passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
     total = len(queries) * len(passes)
@@ -270,6 +272,7 @@ def write_report(
         "specialist": names["main"],
         "alt_specialist": names["alt"],
         "generalist": args.generalist,
+        "quantize": args.quantize,
         "wall_seconds_this_run": round(seconds, 1),
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "configs": [
@@ -395,7 +398,7 @@ def markdown(summary: list[dict], paired: list[dict], meta: dict) -> str:
         f"`{meta['command']}` — {meta['queries_complete']} of {meta['queries_planned']} planned queries have every "
         f"row done (from {meta['users_complete']} users); each row's n counts the queries it has finished, "
         "each paired difference the queries both rows have; "
-        f"max {meta['max_new_tokens']} new tokens, Generalist `{meta['generalist']}`, "
+        f"max {meta['max_new_tokens']} new tokens, {meta.get('quantize', 'fp32')}, Generalist `{meta['generalist']}`, "
         f"Specialist `{meta['specialist']}` (rows prefixed `alt`: `{meta['alt_specialist']}`).",
         "",
         "| config | n | ROUGE-1 (± se) | ROUGE-L (± se) | acceptance | tok/s | uplink B/token | downlink B/token |",

@@ -85,9 +85,13 @@ class CausalLM:
     def vocab_size(self) -> int:
         """Width of the logits, which can exceed `len(tokenizer)` (padded embedding matrices)."""
         head = self.model.get_output_embeddings()
+        # fp32 and int8 Linear heads both carry out_features. An int8 head's weight() unpacks the
+        # whole matrix (3 s for Qwen's 151,936 rows), and the cloud asks once a session and
+        # fusion once a token.
+        out_features = getattr(head, "out_features", None)
+        if isinstance(out_features, int):
+            return out_features
         weight = getattr(head, "weight", None)
-        if callable(weight) and not isinstance(weight, torch.Tensor):
-            weight = weight()  # an int8 dynamically quantized head exposes weight()
         if isinstance(weight, torch.Tensor):
             return int(weight.shape[0])
         return int(self.model.config.vocab_size)

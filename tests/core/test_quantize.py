@@ -32,3 +32,18 @@ def test_unknown_quantization_is_one_sentence(tmp_path, char_tok) -> None:
     folder = save_tiny(tmp_path, char_tok, seed=4)
     with pytest.raises(ModelLoadError, match="Unknown quantization 'int4'"):
         load_causal_lm(folder, quantize="int4")
+
+
+def test_int8_vocab_size_never_unpacks_the_head(tmp_path, char_tok, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Unpacking an int8 head costs seconds on a real model; the cloud reads vocab_size every
+    # session (and fusion every token), so it must come from the layer's shape alone.
+    folder = save_tiny(tmp_path, char_tok, seed=4)
+    expected = load_causal_lm(folder).vocab_size
+    int8 = load_causal_lm(folder, quantize="int8")
+    head = int8.model.get_output_embeddings()
+
+    def unpacked() -> None:
+        raise AssertionError("vocab_size unpacked the int8 head's weights")
+
+    monkeypatch.setattr(head, "weight", unpacked)
+    assert int8.vocab_size == expected
