@@ -224,17 +224,30 @@ def _read_users(path: Path, count: int, history: int) -> list[dict[str, Any]]:
 
 def _train(args: argparse.Namespace, data: Path, state: Path, *, dp: bool) -> dict[str, Any]:
     """One `federation run --simulation` of the given data; the run's summary, adapters and ledgers."""
-    from federation.cli import build_parser as federation_parser
-    from federation.cli import run_config_from_args, simulation_nodes
+    from federation.offline import quiet_flower
+    from federation.run_options import RunOptions
     from federation.simulation import run_in_process
 
+    options = RunOptions(
+        state_dir=state,
+        rounds=args.rounds,
+        clients=args.users,
+        data=data,
+        model=str(args.model),
+        dp=dp,
+        epsilon=args.epsilon,
+        noise_multiplier=args.noise_multiplier if dp else None,
+        dp_steps=args.dp_steps,
+        personal_steps=0,
+        max_len=args.max_len,
+    )
+    # The `federation run` command line that asks for the same run (printed).
     argv = ["run", "--simulation", "--rounds", str(args.rounds), "--clients", str(args.users)]
     argv += ["--data", str(data), "--state-dir", str(state), "--model", str(args.model)]
     argv += ["--dp-steps", str(args.dp_steps), "--personal-steps", "0", "--max-len", str(args.max_len)]
     argv += ["--epsilon", repr(args.epsilon)]
     argv += ["--noise-multiplier", repr(args.noise_multiplier)] if dp else ["--no-dp"]
-    fed_args = federation_parser().parse_args(argv)
-    config = run_config_from_args(fed_args)
+    config = options.run_config()
     # Run-config keys the CLI has no option for (every TaskConfig field is one).
     config.update(
         {
@@ -245,12 +258,12 @@ def _train(args: argparse.Namespace, data: Path, state: Path, *, dp: bool) -> di
             "seed": args.seed,
         }
     )
-    nodes = simulation_nodes(fed_args)
+    nodes = options.simulation_nodes()
     for node in nodes:
         node["threads"] = args.threads
     label = RUNS["on" if dp else "off"][1] + (f" (σ = {args.noise_multiplier:g})" if dp else "")
     print(f"== {label}: federation {shlex.join(argv)} (+ {json.dumps({k: config[k] for k in ('lr', 'lora-rank')})})")
-    _quiet_flower()
+    quiet_flower(False)
     t0 = time.perf_counter()
     summary, _ = run_in_process(config, nodes)
     seconds = time.perf_counter() - t0
@@ -303,15 +316,6 @@ def _held_out_loss(state: Path, run_id: Any) -> float | None:
         if event.get("event") == "evaluate" and event.get("run_id") == run_id:
             loss = event.get("loss-global")
     return float(loss) if isinstance(loss, int | float) else None
-
-
-def _quiet_flower() -> None:
-    """Flower logs every message at INFO; the `federation` CLI shows warnings only, and so does this."""
-    import logging
-
-    import flwr.supercore.logger  # noqa: F401  (Flower sets its level when first imported)
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)
 
 
 def _exposures(items: Sequence[LikelihoodExposure]) -> list[dict[str, Any]]:

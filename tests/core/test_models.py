@@ -124,7 +124,7 @@ def test_embedded_registry() -> None:
         "qwen2.5-coder-1.5b-instruct",
         "qwen2.5-coder-0.5b-instruct",
     }
-    assert DEFAULT_SPECIALIST == "smollm2-135m-instruct"
+    assert DEFAULT_SPECIALIST == "qwen2.5-coder-0.5b-instruct"
     assert DEFAULT_GENERALIST == "qwen2.5-coder-1.5b-instruct"
     qwen15 = EMBEDDED_MODELS["qwen2.5-coder-1.5b-instruct"].split
     qwen05 = EMBEDDED_MODELS["qwen2.5-coder-0.5b-instruct"].split
