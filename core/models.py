@@ -59,7 +59,7 @@ __all__ = [
 
 # Same tokenizer as the Generalist (token-by-token verification, the paper's same-family setting)
 # and, on the dev users, a better private writer than SmolLM2-135M, which loops on its own phrases
-# (docs/results/quality.md); SmolLM2 stays selectable as the cheaper, cross-vocabulary drafter.
+# (docs/results/README.md, Sweep); SmolLM2 stays selectable as the cheaper, cross-vocabulary drafter.
 DEFAULT_SPECIALIST = "qwen2.5-coder-0.5b-instruct"
 # An instruction-tuned 1.5B that writes on-task text; Gemma 3 270M (a base model that wrote worse
 # than the Specialist) stays selectable by name.
