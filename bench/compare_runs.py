@@ -16,18 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.quality import bootstrap_ci, mean_se
-
-
-def _rows(path: Path) -> dict[tuple[str, str, str, int], dict]:
-    with path.open(encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return {(r["user"], r["subject"], r["config"], r["max_new_tokens"]): r for r in rows}
+from bench.quality import RunsLog, bootstrap_ci, mean_se
 
 
 def compare(runs: Path, baseline: Path) -> list[dict]:
     """One entry per configuration present in both logs."""
-    a, b = _rows(runs), _rows(baseline)
+    a, b = RunsLog(runs, "config").done, RunsLog(baseline, "config").done
     shared = sorted(set(a) & set(b))
     out = []
     for config in sorted({k[2] for k in shared}):
