@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bench.speed import DEMO, block_costs
+from bench.speed import DEMO, measure_costs
 from core.models import DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import SessionParams
@@ -66,18 +66,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         pstats.Stats(prof, stream=out).strip_dirs().sort_stats(key).print_stats(args.top)
         print(f"--- cProfile by {key} ---")
         print(_trim(out.getvalue()), flush=True)
-    costs = block_costs(s_lm, g_lm, prompt, params.draft_len)
-    floor = costs["g_block"] + costs["s0_block"]
+    k = params.draft_len
+    device_ids = specialist.private_prompt_ids(prompt, with_context=True)
+    costs = measure_costs(s_lm, g_lm, device_ids, prompt, [1, k + 1])
+    floor = costs.verify_block(k)
     print(
         f"torch threads {torch.get_num_threads()}; {run.stats.new_tokens} tokens in {rounds} rounds, "
-        f"{seconds:.2f} s; {seconds / rounds * 1000:.0f} ms a round (device drafting included)",
+        f"{seconds:.2f} s; {seconds / rounds * 1000:.0f} ms a round (device drafting and the prefills included)",
         flush=True,
     )
     print(
-        "floor, timed alone on warm caches: "
-        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in costs.items())
-        + f"; cloud floor (G block + S0 block) {floor * 1000:.0f} ms; "
-        f"round with K drafts at the floor {(floor + params.draft_len * costs['draft_step']) * 1000:.0f} ms"
+        f"timed alone: draft step {costs.draft_step * 1000:.0f} ms, Generalist {k + 1}-token block "
+        f"{costs.g_block(k + 1) * 1000:.0f} ms, generic Specialist {k + 1}-token block "
+        f"{costs.s_block(k + 1) * 1000:.0f} ms; prefills: device {costs.device_prefill * 1000:.0f} ms, "
+        f"Generalist {costs.g_prefill * 1000:.0f} ms, generic Specialist {costs.s_prefill * 1000:.0f} ms; "
+        f"cloud floor {floor * 1000:.0f} ms; round with K drafts at the floor "
+        f"{(floor + k * costs.draft_step) * 1000:.0f} ms"
     )
     return 0
 

@@ -52,6 +52,7 @@ from core.kv import recording_cache
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm, locate_embedded_gguf
 from core.prompts import render_prompt, task_prompt
 from core.session_types import Method, SessionParams
+from core.wire import encode_open
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Specialist, generate
@@ -84,10 +85,10 @@ def methods(k: int) -> tuple[Run, ...]:
 # --- costs: bare forwards, timed alone ---------------------------------------------------------
 
 
-def bare_forward_time(lm: CausalLM, prompt: str, block: int, reps: int = 5) -> float:
-    """Median seconds of one bare forward of `block` tokens on a warm KV cache (the model alone:
-    no log-softmax, no bookkeeping), rolled back after each rep so the context length stays put."""
-    ids = render_prompt(lm, prompt)
+def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
+    """Median seconds of one bare forward of `block` tokens on a warm KV cache of `ids` (the model
+    alone: no log-softmax, no bookkeeping), rolled back after each rep so the context stays put."""
+    ids = list(ids)
     cache = recording_cache(lm.model)
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
@@ -101,24 +102,32 @@ def bare_forward_time(lm: CausalLM, prompt: str, block: int, reps: int = 5) -> f
     return statistics.median(times[1:])  # the first rep warms the allocator
 
 
-def block_costs(s_lm: CausalLM, g_lm: CausalLM, prompt: str, k: int, reps: int = 5) -> dict[str, float]:
-    """The cost model's inputs at K, each a bare forward timed alone: the device's draft step,
-    the Generalist's 1-token step and K+1-token block, and the generic Specialist's K+1-token block."""
-    return {
-        "draft_step": bare_forward_time(s_lm, prompt, 1, reps),
-        "g_step": bare_forward_time(g_lm, prompt, 1, reps),
-        "g_block": bare_forward_time(g_lm, prompt, k + 1, reps),
-        "s0_block": bare_forward_time(s_lm, prompt, k + 1, reps),
-    }
+def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
+    """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
+    tokens = torch.tensor([list(ids)])
+    times = []
+    with torch.inference_mode():
+        for _ in range(reps + 1):
+            cache = recording_cache(lm.model)
+            start = time.perf_counter()
+            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
 
 
 @dataclass(frozen=True)
 class Costs:
-    """Seconds. `g_blocks`/`s_blocks`: measured block cost by block size (1 = a step)."""
+    """Seconds. `g_blocks`/`s_blocks`: measured block cost by block size (1 = a step), on the
+    cloud's prompt; `draft_step`: on the device's prompt (with the retrieved examples). The
+    prefills are the once-a-session costs: the device's private prompt (before Open), and each
+    cloud model's public prompt (at Open)."""
 
     draft_step: float
     g_blocks: dict[int, float]
     s_blocks: dict[int, float]
+    device_prefill: float = 0.0
+    g_prefill: float = 0.0
+    s_prefill: float = 0.0
 
     @property
     def g_step(self) -> float:
@@ -143,6 +152,9 @@ class Costs:
             "draft_step": self.draft_step,
             "g_blocks": {str(n): v for n, v in self.g_blocks.items()},
             "s0_blocks": {str(n): v for n, v in self.s_blocks.items()},
+            "device_prefill": self.device_prefill,
+            "g_prefill": self.g_prefill,
+            "s0_prefill": self.s_prefill,
         }
 
 
@@ -155,11 +167,19 @@ def _line(points: dict[int, float], n: int) -> float:
     return max(my + slope * (n - mx), 0.0)
 
 
-def measure_costs(s_lm: CausalLM, g_lm: CausalLM, prompt: str, sizes: Sequence[int], reps: int = 5) -> Costs:
+def measure_costs(
+    s_lm: CausalLM, g_lm: CausalLM, device_ids: Sequence[int], prompt: str, sizes: Sequence[int], reps: int = 5
+) -> Costs:
+    """Every cost the model uses, timed alone: `device_ids` is the device's private prompt, `prompt`
+    the public one the cloud renders for each of its models."""
+    g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
     return Costs(
-        draft_step=bare_forward_time(s_lm, prompt, 1, reps),
-        g_blocks={n: bare_forward_time(g_lm, prompt, n, reps) for n in sizes},
-        s_blocks={n: bare_forward_time(s_lm, prompt, n, reps) for n in sizes},
+        draft_step=bare_forward_time(s_lm, device_ids, 1, reps),
+        g_blocks={n: bare_forward_time(g_lm, g_ids, n, reps) for n in sizes},
+        s_blocks={n: bare_forward_time(s_lm, s_ids, n, reps) for n in sizes},
+        device_prefill=bare_prefill_time(s_lm, device_ids),
+        g_prefill=bare_prefill_time(g_lm, g_ids),
+        s_prefill=bare_prefill_time(s_lm, s_ids),
     )
 
 
@@ -353,12 +373,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = _logger()
 
     sizes = sorted({1, k + 1, args.k_max + 1})
-    costs = measure_costs(s_lm, g_lm, prompts[0], sizes, args.reps)
+    device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
+    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps)
     log(
         f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
         + "; generic Specialist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.s_blocks.items())
+        + f"; prefills: device {costs.device_prefill * 1e3:.0f} ms ({len(device_ids)} tokens), Generalist "
+        f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms"
     )
 
     # llm: the Generalist alone, computed in the cloud; over a network it adds one RTT per answer.
@@ -430,7 +453,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             timed_before = len(cloud.round_seconds)
                             runs = [client.generate(q, method.params, options) for q in prompts]
                             wire = relay.upstream_bytes + relay.downstream_bytes - before
-                            row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:])
+                            opens = sum(
+                                len(encode_open(specialist.public_prompt_ids(q), method.params)) for q in prompts
+                            )
+                            row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:], opens)
                             rows.append(row)
                             log(
                                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
@@ -499,7 +525,8 @@ def compare_quantize(args: argparse.Namespace, argv: Sequence[str] | None) -> in
         result[spec] = {}
         for quantize in ("fp32", "int8"):
             lm = load_causal_lm(spec, quantize=quantize)
-            result[spec][quantize] = {str(n): bare_forward_time(lm, prompt, n, args.reps) for n in sizes}
+            ids = render_prompt(lm, prompt)
+            result[spec][quantize] = {str(n): bare_forward_time(lm, ids, n, args.reps) for n in sizes}
             log(
                 f"{spec} {quantize}: "
                 + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in result[spec][quantize].items())
@@ -533,7 +560,8 @@ def _logger() -> Callable[[str], None]:
     return log
 
 
-def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: list[float]) -> dict:
+def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: list[float], open_bytes: int) -> dict:
+    """`open_bytes`: the Open messages' uplink (the prompt's token IDs, once a session)."""
     tokens = max(1, sum(r.stats.new_tokens for r in runs))  # a run may end at once on end-of-sequence
     seconds = sum(r.stats.seconds for r in runs)
     drafted = sum(r.stats.drafted for r in runs)
@@ -543,6 +571,7 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "kind": method.params.method.value,
         "draft_len": method.params.draft_len,
         "rtt_ms": rtt,
+        "generations": len(runs),
         "tokens": tokens,
         "seconds": seconds,
         "rounds": rounds,
@@ -553,6 +582,8 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "accepted_per_round": sum(r.stats.accepted for r in runs) / rounds,
         "cloud_seconds_per_round": statistics.fmean(round_seconds) if round_seconds else 0.0,
         "uplink_bytes_per_token": sum(r.stats.uplink_bytes for r in runs) / tokens,
+        "uplink_open_bytes_per_generation": open_bytes / len(runs),
+        "uplink_round_bytes_per_token": (sum(r.stats.uplink_bytes for r in runs) - open_bytes) / tokens,
         "downlink_bytes_per_token": sum(r.stats.downlink_bytes for r in runs) / tokens,
         "wire_bytes_per_token": wire_bytes / tokens,
         "fallbacks": sum(1 for r in runs if r.stats.fallback),
@@ -568,6 +599,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "kind": "llm",
         "draft_len": 0,
         "rtt_ms": rtt,
+        "generations": len(runs),
         "tokens": tokens,
         "seconds": total,
         "rounds": rounds,
@@ -578,22 +610,30 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "accepted_per_round": 0.0,
         "cloud_seconds_per_round": seconds / rounds,
         "uplink_bytes_per_token": None,
+        "uplink_open_bytes_per_generation": None,
+        "uplink_round_bytes_per_token": None,
         "downlink_bytes_per_token": None,
         "wire_bytes_per_token": None,
         "fallbacks": 0,
     }
 
 
-def _floor(row: dict, costs: Costs) -> tuple[float, float]:
-    """(round floor in seconds, cloud part of it) for a row's method."""
+def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
+    """(once-a-session floor, round floor, cloud part of the round floor), seconds, for a row's
+    method. Once a session: the device's prefill (methods that read its private prompt) and each
+    cloud model's prefill at Open (the generic Specialist only where its P_S^0 is read); `llm`
+    pays its one RTT there."""
     rtt = row["rtt_ms"] / 1000
     if row["kind"] == "llm":
-        return costs.g_step, costs.g_step
+        return costs.g_prefill + rtt, costs.g_step, costs.g_step
+    session = costs.device_prefill + costs.g_prefill
     if row["kind"] == "fusion":
         cloud = costs.g_step + costs.s_step
-        return costs.draft_step + cloud + rtt, cloud
+        return session + costs.s_prefill, costs.draft_step + cloud + rtt, cloud
     k = row["draft_len"]
-    return round_floor(costs, k, rtt), costs.verify_block(k)
+    if row["kind"] != "sd":
+        session += costs.s_prefill
+    return session, round_floor(costs, k, rtt), costs.verify_block(k)
 
 
 def _analyse(
@@ -610,15 +650,23 @@ def _analyse(
         for r in at:
             r["speedup_vs_llm"] = r["tokens_per_second"] / llm["tokens_per_second"]
             r["speedup_vs_fusion"] = r["tokens_per_second"] / fusion["tokens_per_second"]
-            floor, cloud_floor = _floor(r, costs)
+            session, floor, cloud_floor = _floor(r, costs)
+            sessions = r["generations"] * session
+            r["session_floor_seconds"] = session
             r["round_floor_seconds"] = floor
-            r["analytic_bound_tps"] = r["tokens_per_round"] / floor
+            # The bound: this row's generations at the floor, i.e. its sessions' prefills plus its
+            # measured rounds, each costing only its forwards and the RTT.
+            r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor)
             r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
+            if r["kind"] == "llm":  # its rounds are timed with the session's prefill
+                cloud_floor += costs.g_prefill * r["generations"] / r["rounds"]
             r["cloud_round_vs_floor"] = r["cloud_seconds_per_round"] / cloud_floor if cloud_floor else None
             if r["kind"] in ("specsteer", "sd"):
                 row_a = fit_acceptance(r["accepted_per_round"], r["draft_len"])
                 r["fitted_acceptance"] = row_a
-                r["model_tps"] = predicted_tps(row_a, r["draft_len"], costs, rtt / 1000)
+                # The model predicts the rounds from the acceptance alone: tokens / E(K) of them.
+                rounds = r["tokens"] / expected_tokens(row_a, r["draft_len"])
+                r["model_tps"] = r["tokens"] / (sessions + rounds * floor)
                 r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
@@ -675,8 +723,11 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         )
     out += [
         "",
-        f"Device draft step {costs.draft_step * 1e3:.0f} ms. Floor of a verify round at K={k} (both cloud "
-        f"blocks alone): {costs.verify_block(k) * 1e3:.0f} ms, beside one `llm` step of {g * 1e3:.0f} ms.",
+        f"Device draft step {costs.draft_step * 1e3:.0f} ms (on its private prompt). Floor of a verify round at "
+        f"K={k} (both cloud blocks alone): {costs.verify_block(k) * 1e3:.0f} ms, beside one `llm` step of "
+        f"{g * 1e3:.0f} ms. Once a session: the device's prefill of its private prompt "
+        f"{costs.device_prefill * 1e3:.0f} ms (before Open), the cloud's prefill at Open: Generalist "
+        f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms.",
         "",
         f"Baselines, same run: `llm` {b['llm_seconds_per_generalist_step'] * 1e3:.0f} ms per Generalist step, "
         f"plain `transformers` `generate` {b['hf_generate_seconds_per_token'] * 1e3:.0f} ms per token "
@@ -696,14 +747,17 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "",
         "## Rows",
         "",
-        "Floor: the round's forwards timed alone plus the RTT; bound = measured tokens per round / floor; "
-        "cloud round / floor: the server's measured `round()` time over the cloud part of the floor. "
-        "Model tok/s: the cost model's prediction from the fitted i.i.d. acceptance alone.",
+        "Floor: the round's forwards timed alone plus the RTT; bound = the row's tokens over its floor time "
+        "(each session's prefills plus its measured rounds at the floor); cloud round / floor: the server's "
+        "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
+        "`llm`'s steps include it, and so does its floor). Model tok/s: the cost model's prediction, the same "
+        "floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per token, "
+        "then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",
         "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
-        "uplink B/token | downlink B/token | wire B/token (TLS) | cloud ms/round | cloud round / floor | "
-        "bound tok/s | fraction of bound | model tok/s | measured / model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "uplink B/token | rounds' uplink B/token | Open B | downlink B/token | wire B/token (TLS) | "
+        "cloud ms/round | cloud round / floor | bound tok/s | fraction of bound | model tok/s | measured / model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -714,6 +768,8 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
             f"| {r['rtt_ms']:.0f} | {r['method']} | {r['tokens_per_second']:.2f} | {r['speedup_vs_llm']:.2f}× | "
             f"{r['speedup_vs_fusion']:.2f}× | {f(r['acceptance'])} | {r['tokens_per_round']:.2f} | "
             f"{r['round_trips_per_token']:.2f} | {f(r['uplink_bytes_per_token'], '{:.1f}')} | "
+            f"{f(r['uplink_round_bytes_per_token'], '{:.1f}')} | "
+            f"{f(r['uplink_open_bytes_per_generation'], '{:.0f}')} | "
             f"{f(r['downlink_bytes_per_token'], '{:.1f}')} | {f(r['wire_bytes_per_token'], '{:.0f}')} | "
             f"{r['cloud_seconds_per_round'] * 1e3:.0f} | {f(r.get('cloud_round_vs_floor'))} | "
             f"{r['analytic_bound_tps']:.2f} | {r['fraction_of_bound']:.2f} | {f(r.get('model_tps'))} | "
@@ -774,4 +830,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["Costs", "TimedCloud", "block_costs", "expected_tokens", "fit_acceptance", "main"]
+__all__ = ["Costs", "TimedCloud", "expected_tokens", "fit_acceptance", "main", "measure_costs"]

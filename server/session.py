@@ -129,6 +129,12 @@ class CloudSession:
             )
         else:
             self.g = SharedVocabGeneralist(verifier.generalist, g_prompt, runner=runner)
+        # Prefill at Open, not in the first round: the device does not wait for Open to be
+        # answered, so over a network the prefill overlaps its first drafts; every round then feeds
+        # only its own block; and a prompt the models cannot take is refused at Open.
+        self.g.next_logprobs()
+        if _reads_generic_specialist(params):
+            self.s0.next_logprobs()
 
     def stats(self) -> dict[str, float]:
         """Counters the device cannot see for itself (cross-vocabulary boundary sharing)."""
@@ -243,6 +249,14 @@ class CloudSession:
 
     def close(self) -> None:
         self.closed = True
+
+
+def _reads_generic_specialist(params: SessionParams) -> bool:
+    """Whether a session ever reads P_S^0: `sd` verifies and steers by P_G alone, and `llm`
+    without alpha steers by P_G alone."""
+    if params.method is Method.SD:
+        return False
+    return params.alpha != 0 or (params.method is not Method.LLM and params.draft_len > 0)
 
 
 def fusion_vector(logp_g: torch.Tensor, logp_s0: torch.Tensor | None, alpha: float, vocab_size: int) -> FusionVector:

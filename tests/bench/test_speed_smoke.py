@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -29,6 +30,10 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     steered = [r for r in rows if r["kind"] == "specsteer"]
     assert all(r["analytic_bound_tps"] > 0 and r["fraction_of_bound"] > 0 for r in steered)
     assert all(r["wire_bytes_per_token"] > r["uplink_bytes_per_token"] for r in steered)
+    # The Open's prompt IDs are counted apart from the rounds' uplink.
+    assert all(0 < r["uplink_round_bytes_per_token"] < r["uplink_bytes_per_token"] for r in steered)
+    assert all(r["uplink_open_bytes_per_generation"] > 0 for r in steered)
+    assert all(meta["costs_seconds"][key] > 0 for key in ("device_prefill", "g_prefill", "s0_prefill"))
     assert all(r["cloud_seconds_per_round"] > 0 and r["cloud_round_vs_floor"] > 0 for r in steered)
     assert meta["baseline"]["llm_vs_hf_generate"] > 0
     assert set(meta["cost_model"]["best_k_by_rtt"]) == {"0.0", "10.0"}
@@ -48,3 +53,42 @@ def test_cost_model_fits_and_predicts_consistently() -> None:
     # The crossover ratio is where the projected speedup crosses 1.
     r = speed.crossover_ratio(0.7, 4, 0.02, 0.02, 0.0)
     assert speed.projected_speedup(0.7, 4, 0.02, 0.02, r, 0.0) == pytest.approx(1.0)
+
+
+def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_its_rounds() -> None:
+    # Prepare: a Generalist step of 1 s, cheap blocks, and prefills that dwarf a round.
+    costs = speed.Costs(
+        draft_step=0.1,
+        g_blocks={1: 1.0, 5: 1.5},
+        s_blocks={1: 0.2, 5: 0.3},
+        device_prefill=4.0,
+        g_prefill=6.0,
+        s_prefill=2.0,
+    )
+    a = 0.6
+    e = speed.expected_tokens(a, 4)
+    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0}
+    steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "tokens": 64, "rounds": 20}
+    steer |= {"tokens_per_round": 3.2, "accepted_per_round": e - 1, "cloud_seconds_per_round": 1.8}
+    sd = {**steer, "method": "sd", "kind": "sd"}
+    fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "tokens": 64, "rounds": 64}
+    fusion |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
+    llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "tokens": 64, "rounds": 64}
+    llm |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
+    rows = [steer, sd, fusion, llm]
+    for r in rows:
+        r["tokens_per_second"] = 1.0
+    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
+    # Execute
+    out, _ = speed._analyse(rows, costs, args, [0.0])
+    by = {r["method"]: r for r in out}
+    # Assert: specsteer pays every prefill once a session; sd never reads P_S^0; llm only the Generalist's.
+    round_floor = 4 * 0.1 + 1.5 + 0.3
+    assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor))
+    assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 10.0 + 20 * round_floor))
+    assert by["fusion"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
+    assert by[speed.LLM]["analytic_bound_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
+    # The model predicts the rounds from the acceptance: 64 / E(4) of them, at the same floor.
+    assert by["specsteer"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 / e * round_floor))
+    # llm's timed steps include its prefill, and so does the floor they are compared with.
+    assert by[speed.LLM]["cloud_round_vs_floor"] == pytest.approx(1.2 / (1.0 + 2 * 6.0 / 64))
