@@ -16,6 +16,7 @@ For each (user, query) of the selection, with the user's canary planted in the h
 retrieves first for the query (so it sits in the Specialist's private context):
 
     off / on / keep-local                 the real profile; guard off, placeholder, keep-local
+    on/padded                             as `on`, the session declaring padded frames (one Round size on the wire)
     off/swapped, on/swapped               the same prompt with another dev user's profile
     off/non-member, on/non-member         the real profile without the canary-bearing entry
     control/off, control/on               a deliberately leaky control (see CONTROL_PROMPT)
@@ -118,12 +119,14 @@ class Config:
     label: str
     guard: str | None  # None (off), "placeholder" or "keep-local"
     profile: str  # "real" (canary planted), "swapped", "non-member", "control"
+    padded: bool = False  # the session declares padded_frames: every Round on the wire has one size
 
 
 CONFIGS: tuple[Config, ...] = (
     Config("off", None, "real"),
     Config("on", "placeholder", "real"),
     Config("keep-local", "keep-local", "real"),
+    Config("on/padded", "placeholder", "real", padded=True),
     Config("off/swapped", None, "swapped"),
     Config("on/swapped", "placeholder", "swapped"),
     Config("off/non-member", None, "non-member"),
@@ -136,6 +139,7 @@ MAIN = (
     ("off", "guard off"),
     ("on", "guard on (placeholder)"),
     ("keep-local", "guard on (keep-local)"),
+    ("on/padded", "guard on, padded frames on the wire"),
     ("control/off", "leaky control, guard off"),
     ("control/on", "leaky control, guard on"),
 )
@@ -286,7 +290,7 @@ def run_one(
         guard = guard_for_profile(profile, tok, config.guard, canaries=canaries)
     control = config.profile == "control"
     prompt = CONTROL_PROMPT if control else case.prompt
-    params = CONTROL_PARAMS if control else SessionParams()
+    params = replace(CONTROL_PARAMS if control else SessionParams(), padded_frames=config.padded)
     with (
         loopback.serve(transcript) as port,
         AuditLog.open(log_dir, loopback.key, device=DeviceIdentity.from_pem(loopback.identity.cert_chain)) as log,
@@ -587,15 +591,15 @@ def summarize(rows: dict[tuple[str, str, str], dict[str, Any]], cases: list[Case
 
     quality: dict[str, Any] = {}
     base = {(r["user"], r["subject"]): r for r in by_config["off"]}
-    for label in ("on", "keep-local"):
+    for label in ("on", "keep-local", "on/padded"):
         diffs = [
             r["rougeL"] - base[(r["user"], r["subject"])]["rougeL"]
-            for r in by_config[label]
+            for r in by_config.get(label, [])
             if (r["user"], r["subject"]) in base
         ]
         same = sum(
             r["text"] == base[(r["user"], r["subject"])]["text"]
-            for r in by_config[label]
+            for r in by_config.get(label, [])
             if (r["user"], r["subject"]) in base
         )
         if diffs:

@@ -34,6 +34,7 @@ Device and verifier share this machine's cores; they never compute at the same t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -72,6 +73,7 @@ HF_GENERATE = "transformers generate"
 class Run:
     label: str
     params: SessionParams
+    guard: str = "placeholder"  # the client's egress guard (`ClientConfig.guard`; the default)
 
 
 def methods(k: int) -> tuple[Run, ...]:
@@ -79,6 +81,8 @@ def methods(k: int) -> tuple[Run, ...]:
         Run("fusion", SessionParams(method=Method.FUSION, draft_len=0)),
         Run(f"sd (K={k})", SessionParams(method=Method.SD, draft_len=k)),
         Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k)),
+        # What the default egress guard costs: its holds draft look-ahead tokens and shorten drafts.
+        Run(f"specsteer gamma=0.5 (K={k}, guard off)", SessionParams(gamma=0.5, draft_len=k), guard="off"),
     )
 
 
@@ -143,9 +147,10 @@ class Costs:
     def s_block(self, n: int) -> float:
         return self.s_blocks[n] if n in self.s_blocks else _line(self.s_blocks, n)
 
-    def verify_block(self, k: int) -> float:
-        """The cloud's floor for one round: both cloud models' K+1-token blocks."""
-        return self.g_block(k + 1) + self.s_block(k + 1)
+    def verify_block(self, k: int, *, generic: bool = True) -> float:
+        """The cloud's floor for one round: both cloud models' K+1-token blocks (the Generalist's
+        alone for `sd`, which never reads P_S^0)."""
+        return self.g_block(k + 1) + (self.s_block(k + 1) if generic else 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -207,9 +212,9 @@ def fit_acceptance(mean_accepted: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def round_floor(costs: Costs, k: int, rtt: float) -> float:
-    """A speculative round at its floor: K draft steps, both cloud blocks, one RTT."""
-    return k * costs.draft_step + costs.verify_block(k) + rtt
+def round_floor(costs: Costs, k: int, rtt: float, *, generic: bool = True) -> float:
+    """A speculative round at its floor: K draft steps, the cloud blocks, one RTT."""
+    return k * costs.draft_step + costs.verify_block(k, generic=generic) + rtt
 
 
 def predicted_tps(a: float, k: int, costs: Costs, rtt: float) -> float:
@@ -372,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     specialist = Specialist(s_lm, profile)
     log = _logger()
 
-    sizes = sorted({1, k + 1, args.k_max + 1})
+    sizes = range(1, max(k, args.k_max) + 2)  # every block a round can feed: no K's floor is interpolated
     device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
     costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps)
     log(
@@ -445,10 +450,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         round_timeout=args.timeout,
                         connect_timeout=args.timeout,
                     )
-                    with SpecSteerClient.connect(specialist, client_config) as client:
+                    with contextlib.ExitStack() as clients:
+                        by_guard: dict[str, SpecSteerClient] = {}
                         todo = list(methods(k))
                         while todo:
                             method = todo.pop(0)
+                            if method.guard not in by_guard:
+                                guarded = replace(client_config, guard=method.guard)
+                                by_guard[method.guard] = clients.enter_context(
+                                    SpecSteerClient.connect(specialist, guarded)
+                                )
+                            client = by_guard[method.guard]
                             before = relay.upstream_bytes + relay.downstream_bytes
                             timed_before = len(cloud.round_seconds)
                             runs = [client.generate(q, method.params, options) for q in prompts]
@@ -463,7 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"cloud {row['cloud_seconds_per_round'] * 1e3:.0f} ms/round, "
                                 f"{row['fallbacks']} fallbacks"
                             )
-                            if method.label.startswith("specsteer") and method.params.draft_len == k:
+                            default = method.guard == Run.guard
+                            if method.label.startswith("specsteer") and method.params.draft_len == k and default:
                                 a = fit_acceptance(row["accepted_per_round"], k)
                                 kb = best_k(a, costs, rtt / 1000, args.k_max)
                                 if kb != k and not args.no_best_k:
@@ -570,6 +583,9 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "method": method.label,
         "kind": method.params.method.value,
         "draft_len": method.params.draft_len,
+        "guard": method.guard,
+        # Tokens the egress guard drafted past the draft to resolve a hold (then rolled back).
+        "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -598,6 +614,8 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "method": LLM,
         "kind": "llm",
         "draft_len": 0,
+        "guard": None,
+        "guard_lookahead_tokens": 0,
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -631,9 +649,10 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
         cloud = costs.g_step + costs.s_step
         return session + costs.s_prefill, costs.draft_step + cloud + rtt, cloud
     k = row["draft_len"]
-    if row["kind"] != "sd":
+    generic = row["kind"] != "sd"
+    if generic:
         session += costs.s_prefill
-    return session, round_floor(costs, k, rtt), costs.verify_block(k)
+    return session, round_floor(costs, k, rtt, generic=generic), costs.verify_block(k, generic=generic)
 
 
 def _analyse(
@@ -654,9 +673,10 @@ def _analyse(
             sessions = r["generations"] * session
             r["session_floor_seconds"] = session
             r["round_floor_seconds"] = floor
-            # The bound: this row's generations at the floor, i.e. its sessions' prefills plus its
-            # measured rounds, each costing only its forwards and the RTT.
-            r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor)
+            # The bound: this row's generations at the floor, i.e. its sessions' prefills, its measured
+            # rounds, each costing only its forwards and the RTT, and the guard's look-ahead drafts.
+            lookahead = r["guard_lookahead_tokens"] * costs.draft_step
+            r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor + lookahead)
             r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
             if r["kind"] == "llm":  # its rounds are timed with the session's prefill
                 cloud_floor += costs.g_prefill * r["generations"] / r["rounds"]
@@ -666,7 +686,7 @@ def _analyse(
                 r["fitted_acceptance"] = row_a
                 # The model predicts the rounds from the acceptance alone: tokens / E(K) of them.
                 rounds = r["tokens"] / expected_tokens(row_a, r["draft_len"])
-                r["model_tps"] = r["tokens"] / (sessions + rounds * floor)
+                r["model_tps"] = r["tokens"] / (sessions + rounds * floor + lookahead)
                 r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
@@ -748,16 +768,18 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "## Rows",
         "",
         "Floor: the round's forwards timed alone plus the RTT; bound = the row's tokens over its floor time "
-        "(each session's prefills plus its measured rounds at the floor); cloud round / floor: the server's "
+        "(each session's prefills, its measured rounds at the floor, and the draft steps the egress guard took "
+        "to resolve its holds, the look-ahead column); cloud round / floor: the server's "
         "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
         "`llm`'s steps include it, and so does its floor). Model tok/s: the cost model's prediction, the same "
         "floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per token, "
         "then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",
         "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
+        "guard look-ahead tokens/token | "
         "uplink B/token | rounds' uplink B/token | Open B | downlink B/token | wire B/token (TLS) | "
         "cloud ms/round | cloud round / floor | bound tok/s | fraction of bound | model tok/s | measured / model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -767,7 +789,8 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         out.append(
             f"| {r['rtt_ms']:.0f} | {r['method']} | {r['tokens_per_second']:.2f} | {r['speedup_vs_llm']:.2f}× | "
             f"{r['speedup_vs_fusion']:.2f}× | {f(r['acceptance'])} | {r['tokens_per_round']:.2f} | "
-            f"{r['round_trips_per_token']:.2f} | {f(r['uplink_bytes_per_token'], '{:.1f}')} | "
+            f"{r['round_trips_per_token']:.2f} | {r['guard_lookahead_tokens'] / r['tokens']:.2f} | "
+            f"{f(r['uplink_bytes_per_token'], '{:.1f}')} | "
             f"{f(r['uplink_round_bytes_per_token'], '{:.1f}')} | "
             f"{f(r['uplink_open_bytes_per_generation'], '{:.0f}')} | "
             f"{f(r['downlink_bytes_per_token'], '{:.1f}')} | {f(r['wire_bytes_per_token'], '{:.0f}')} | "

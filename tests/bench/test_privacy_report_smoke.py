@@ -64,7 +64,10 @@ def test_privacy_report_smoke_writes_table_json_and_plot(tmp_path, char_tok) -> 
         assert 0 <= c["canary_verbatim_runs"] <= c["secret_in_uplink_runs"] <= 1
     assert len(summary["runs"]) == len(configs) and all(r["audit_verified"] for r in summary["runs"])
     # The canary sits in the private context of the runs that should have it, and only there.
-    for label in ("off", "on", "keep-local", "control/off", "control/on"):
+    # Padded frames on the wire: every Round the audit log recorded has one size.
+    assert configs["on/padded"]["size_channel"]["distinct_sizes"] == 1
+    assert configs["on/padded"]["round_bytes_mean"] == configs["on/padded"]["padded"]["round_bytes"]
+    for label in ("off", "on", "keep-local", "on/padded", "control/off", "control/on"):
         assert configs[label]["canary_in_context"] == 1, label
     for label in ("off/swapped", "on/swapped", "off/non-member", "on/non-member"):
         assert configs[label]["canary_in_context"] == 0, label

@@ -25,6 +25,7 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     rows, meta = data["rows"], data["meta"]
     methods = {r["method"] for r in rows}
     assert {"llm (in cloud)", "fusion", "sd (K=4)", "specsteer gamma=0.5 (K=4)"} <= methods
+    assert {r["guard"] for r in rows if r["kind"] == "specsteer"} == {"placeholder", "off"}
     assert {r["rtt_ms"] for r in rows} == {0.0, 10.0}
     assert all(r["fallbacks"] == 0 for r in rows)
     steered = [r for r in rows if r["kind"] == "specsteer"]
@@ -67,25 +68,29 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     )
     a = 0.6
     e = speed.expected_tokens(a, 4)
-    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0}
+    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0}
     steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "tokens": 64, "rounds": 20}
     steer |= {"tokens_per_round": 3.2, "accepted_per_round": e - 1, "cloud_seconds_per_round": 1.8}
+    guarded = {**steer, "method": "specsteer, guard", "guard_lookahead_tokens": 10}
     sd = {**steer, "method": "sd", "kind": "sd"}
     fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "tokens": 64, "rounds": 64}
     fusion |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
     llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "tokens": 64, "rounds": 64}
     llm |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
-    rows = [steer, sd, fusion, llm]
+    rows = [steer, guarded, sd, fusion, llm]
     for r in rows:
         r["tokens_per_second"] = 1.0
     args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
     # Execute
     out, _ = speed._analyse(rows, costs, args, [0.0])
     by = {r["method"]: r for r in out}
-    # Assert: specsteer pays every prefill once a session; sd never reads P_S^0; llm only the Generalist's.
+    # Assert: specsteer pays every prefill once a session; sd never reads P_S^0 (no prefill, no block);
+    # llm pays only the Generalist's prefill.
     round_floor = 4 * 0.1 + 1.5 + 0.3
     assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor))
-    assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 10.0 + 20 * round_floor))
+    # The guard's look-ahead tokens are device draft steps the floor pays too.
+    assert by["specsteer, guard"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor + 10 * 0.1))
+    assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 10.0 + 20 * (4 * 0.1 + 1.5)))
     assert by["fusion"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
     assert by[speed.LLM]["analytic_bound_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
     # The model predicts the rounds from the acceptance: 64 / E(4) of them, at the same floor.
