@@ -847,14 +847,72 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "mutual information pooled over the config's runs (biased upward on few rounds, so it errs toward "
         "reporting a channel). The wire's padded codec (`core.wire` PaddedRound, "
         f"commit_slots={shape['commit_slots']}, draft_slots={shape['draft_slots']}) re-encodes the same rounds "
-        "offline (a session declares it with padded_frames), so this shows what it would close, not what was sent. "
-        "The number of rounds per session is still visible either way.",
+        "offline; the `on/padded` column sent them on the wire (the session declared padded_frames), so its "
+        "round sizes are what the cloud saw. The number of rounds per session is still visible either way.",
         "* Personal-data hits: the user's trailer names/emails and `PiiDetector` patterns in the decoded uplink, "
         "and runs of 8+ tokens copied from the user's history (`leakage_report`).",
         "* Guard decisions: the device's `stats.extra` counters and the guard-decision records of the audit logs "
         "(`audit.verify`); spans are never logged, only their kind.",
+        *adapter_canary_lines(summary.get("adapter_canary", [])),
     ]
     return "\n".join(lines) + "\n"
+
+
+def adapter_canary_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The part of a `bench.adapter_canary` result this page reports: the released global adapter's
+    exposure of each planted canary beside the controls' and the ε the devices' ledgers claim."""
+    settings = result["settings"]
+    epsilons = {
+        key: [d["epsilon"] for d in run.get("devices", []) if d.get("epsilon") is not None]
+        for key, run in result["runs"].items()
+    }
+    losses = {
+        key: [d["held_out_loss"] for d in run.get("devices", []) if d.get("held_out_loss") is not None]
+        for key, run in result["runs"].items()
+    }
+    return {
+        "command": result["command"],
+        "model": settings["model"],
+        "lr": settings["lr"],
+        "rounds": settings["rounds"],
+        "dp_steps": settings["dp_steps"],
+        "bits": result["canary"]["bits"],
+        "labels": {key: model["label"] for key, model in result["models"].items()},
+        "planted": result["planted"],
+        "controls_mean": {key: model["controls_summary"]["mean"] for key, model in result["models"].items()},
+        "epsilon": epsilons,
+        "held_out_loss": losses,
+    }
+
+
+def adapter_canary_lines(results: list[dict[str, Any]]) -> list[str]:
+    if not results:
+        return []
+    lines = [
+        "",
+        "## The released global adapter: Secret-Sharer canaries (`bench.adapter_canary`)",
+        "",
+        "Canaries planted in one device's history, real federated rounds with and without DP-SGD, then every "
+        "secret of the canary space ranked by the likelihood the model with the released global adapter gives "
+        "it (details: `adapter_canary.md`). Exposure in bits; a model that knows nothing scores about 1.44 on "
+        "average.",
+        "",
+        "| run | lr | model version | planted canary exposure (rank) | controls, mean | ε the ledgers claim | "
+        "held-out loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for key, label in r["labels"].items():
+            planted = ", ".join(f"{c['exposure'][key]:.2f} ({c['rank'][key]:.0f})" for c in r["planted"])
+            eps = ", ".join(f"{e:.2f}" for e in r["epsilon"].get(key, [])) or "—"
+            loss = ", ".join(f"{x:.2f}" for x in r["held_out_loss"].get(key, [])) or "—"
+            lines.append(
+                f"| {r['model']}, {r['rounds']} round(s) x {r['dp_steps']} steps | {r['lr']} | {label} | {planted} | "
+                f"{r['controls_mean'][key]:.2f} | {eps} | {loss} |"
+            )
+    lines.append("")
+    lines += [f"`{r['command']}`" for r in results]
+    return lines
 
 
 def membership_lines(m: dict[str, Any] | None) -> list[str]:
@@ -987,7 +1045,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="member/non-member pairs of the draft likelihood attack, no generation (0: skip)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    p.add_argument(
+        "--adapter-canary",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="bench.adapter_canary result JSONs to report beside (the released global adapter's exposure)",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite privacy.md/png from OUT/privacy.json and --adapter-canary; generate nothing",
+    )
     args = p.parse_args(argv)
+    try:
+        adapter = [adapter_canary_summary(json.loads(path.read_text(encoding="utf-8"))) for path in args.adapter_canary]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"bench.privacy_report: error: cannot read an --adapter-canary result: {exc}", file=sys.stderr)
+        return 1
+    if args.report_only:
+        return report_only(args.out, adapter)
     if not args.data.is_file():
         print(f"bench.privacy_report: error: no data file at {args.data}", file=sys.stderr)
         return 1
@@ -1051,6 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if k[3] == args.max_new_tokens and k[4] == args.seed and r["config"] in {c.label for c in configs}
     }
     summary = summarize(rows, cases, tok)
+    summary["adapter_canary"] = adapter
     if args.membership_pairs > 0:
         pairs = membership_pairs(args.data, args.membership_pairs)
         summary["membership_likelihood"] = likelihood_membership(s_lm, pairs, args.max_new_tokens)
@@ -1079,6 +1157,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "privacy.md").write_text(markdown(summary, meta))
     plot(summary, args.out / "privacy.png")
     print(f"wrote {args.out}/privacy.md, privacy.json, privacy.png (audit logs under {work})")
+    return 0
+
+
+def report_only(out: Path, adapter: list[dict[str, Any]]) -> int:
+    """Rewrite the page and plot from `out/privacy.json`, with these adapter-canary summaries."""
+    path = out / "privacy.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"bench.privacy_report: error: no readable results at {path}: {exc}", file=sys.stderr)
+        return 1
+    data["summary"]["adapter_canary"] = adapter
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    (out / "privacy.md").write_text(markdown(data["summary"], data["meta"]))
+    plot(data["summary"], out / "privacy.png")
+    print(f"wrote {out}/privacy.md, privacy.json, privacy.png")
     return 0
 
 

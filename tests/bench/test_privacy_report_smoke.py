@@ -91,6 +91,13 @@ def test_privacy_report_smoke_writes_table_json_and_plot(tmp_path, char_tok) -> 
     assert lm["pairs"] == 12 and lm["users"] == 3 and len(lm["member_scores"]) == len(lm["non_member_scores"]) == 12
     assert 0.0 <= lm["auroc"] <= 1.0 and 0.0 <= lm["tpr_at_1pct_fpr"] <= 1.0
     assert "Membership without generating: 12 member/non-member pairs" in table
+    # The page is rendered again from its JSON with an adapter-canary result beside it, nothing rerun.
+    adapter = tmp_path / "adapter.json"
+    adapter.write_text(json.dumps(_adapter_result("python -m bench.adapter_canary --lr 0.02")))
+    assert privacy_report.main(["--report-only", "--adapter-canary", str(adapter), "--out", str(out)]) == 0
+    again = (out / "privacy.md").read_text()
+    assert again.startswith(table.rstrip("\n")) and "The released global adapter" in again
+    assert "`python -m bench.adapter_canary --lr 0.02`" in again
     assert (out / "privacy.png").stat().st_size > 1000
     # A second run resumes from the log instead of generating again.
     runs = (out / privacy_report.RUNS_LOG).read_text().count("\n")
@@ -138,3 +145,37 @@ def test_draft_membership_score_is_the_mean_log_likelihood_ratio_of_the_drafts()
     score = privacy_report.draft_membership_score(torch.tensor([0, 1]), with_entry, without)
     assert score == pytest.approx((math.log(2) + math.log(2)) / 2)
     assert privacy_report.draft_membership_score(torch.tensor([1, 2]), with_entry, without) < 0
+
+
+def _adapter_result(command: str) -> dict:
+    """The fields of a `bench.adapter_canary` result that the privacy page reads."""
+    models = {
+        "base": {"label": "base model", "controls_summary": {"mean": 1.3}},
+        "dp": {"label": "DP-SGD (σ = 1)", "controls_summary": {"mean": 1.5}},
+    }
+    return {
+        "command": command,
+        "settings": {"model": "tiny", "lr": 0.02, "rounds": 1, "dp_steps": 4},
+        "canary": {"bits": 13.29},
+        "models": models,
+        "runs": {"dp": {"devices": [{"epsilon": 4.44, "held_out_loss": 3.9}]}},
+        "planted": [{"exposure": {"base": 0.33, "dp": 3.2}, "rank": {"base": 7931.0, "dp": 1087.0}}],
+    }
+
+
+def test_report_only_adds_the_adapter_canary_to_the_page_and_refuses_a_bad_result(tmp_path) -> None:
+    # Prepare: a finished run's results (only what the page needs) and one adapter-canary result.
+    out = tmp_path / "results"
+    out.mkdir()
+    good, bad = tmp_path / "adapter.json", tmp_path / "broken.json"
+    good.write_text(json.dumps(_adapter_result("python -m bench.adapter_canary --lr 0.02")))
+    bad.write_text(json.dumps({"command": "x"}))
+    summary = privacy_report.adapter_canary_summary(_adapter_result("c"))
+    # Execute / Assert: the summary keeps each version's exposure, the controls and the claimed ε.
+    assert summary["planted"][0]["exposure"]["dp"] == 3.2 and summary["epsilon"] == {"dp": [4.44]}
+    lines = "\n".join(privacy_report.adapter_canary_lines([summary]))
+    assert "3.20 (1087)" in lines and "0.33 (7931)" in lines and "4.44" in lines and "`c`" in lines
+    # A result without the fields is refused with a sentence and exit code 1, before anything runs.
+    assert privacy_report.main(["--adapter-canary", str(bad), "--report-only", "--out", str(out)]) == 1
+    # --report-only without results to render is refused too.
+    assert privacy_report.main(["--adapter-canary", str(good), "--report-only", "--out", str(out)]) == 1
