@@ -4,13 +4,14 @@
                                    [--queries-per-user 2] [--max-new-tokens 48] [--limit N]
                                    [--membership-pairs 100] [--out docs/results] [--work DIR]
 
-Every generation runs on the embedded default pair (greedy, SpecSteer's default SessionParams
-unless a configuration says otherwise) against a real verifier: `server.main.create_server` with a
-throwaway PKI, gRPC over mutual TLS on loopback, one server (and one server transcript) per
-generation. The device records every uplink and downlink in its own signed audit log
-(`audit.egress.EgressRecorder` behind `sdk.egress.RecorderTap`), and every number below is
-computed from those logs, restricted to the uplinks the server's transcript says arrived
-(`privacy.data.read_uplinks`, `privacy.report.leakage_report`), never from the device's token lists.
+Every generation runs on `--specialist` -> `--generalist` (the embedded default pair unless given;
+greedy, SpecSteer's default SessionParams unless a configuration says otherwise) against a real
+verifier: `server.main.create_server` with a throwaway PKI, gRPC over mutual TLS on loopback, one
+server (and one server transcript) per generation. The device records every uplink and downlink in
+its own signed audit log (`audit.egress.EgressRecorder` behind `sdk.egress.RecorderTap`), and every
+number below is computed from those logs, restricted to the uplinks the server's transcript says
+arrived (`privacy.data.read_uplinks`, `privacy.report.leakage_report`), never from the device's
+token lists.
 
 For each (user, query) of the selection, with the user's canary planted in the history entry BM25
 retrieves first for the query (so it sits in the Specialist's private context):
@@ -738,7 +739,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
 
     n_pairs = max((p["membership"] or {}).get("pairs", 0) for p in paired.values()) if paired else 0
     lines = [
-        "# Privacy: what the cloud received, guard off and on (commit-bodies-dev, embedded default pair)",
+        f"# Privacy: what the cloud received, guard off and on (commit-bodies-dev, {meta['specialist']} -> "
+        f"{meta['generalist']})",
         "",
         f"`{meta['command']}` — {meta['queries']} queries from {meta['users']} users ({', '.join(meta['user_ids'])}), "
         f"max {meta['max_new_tokens']} new tokens, greedy, Specialist `{meta['specialist']}`, "
@@ -855,6 +857,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "(`audit.verify`); spans are never logged, only their kind.",
         *adapter_canary_lines(summary.get("adapter_canary", [])),
     ]
+    if meta.get("report_command"):
+        lines += ["", f"This page was rendered from `privacy.json` by `{meta['report_command']}`."]
     return "\n".join(lines) + "\n"
 
 
@@ -911,7 +915,7 @@ def adapter_canary_lines(results: list[dict[str, Any]]) -> list[str]:
                 f"{r['controls_mean'][key]:.2f} | {eps} | {loss} |"
             )
     lines.append("")
-    lines += [f"`{r['command']}`" for r in results]
+    lines += [f"- `{r['command']}`" for r in results]
     return lines
 
 
@@ -1064,7 +1068,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.privacy_report: error: cannot read an --adapter-canary result: {exc}", file=sys.stderr)
         return 1
     if args.report_only:
-        return report_only(args.out, adapter)
+        command = " ".join(["python -m bench.privacy_report", *(argv if argv is not None else sys.argv[1:])])
+        return report_only(args.out, adapter, command)
     if not args.data.is_file():
         print(f"bench.privacy_report: error: no data file at {args.data}", file=sys.stderr)
         return 1
@@ -1160,7 +1165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def report_only(out: Path, adapter: list[dict[str, Any]]) -> int:
+def report_only(out: Path, adapter: list[dict[str, Any]], command: str) -> int:
     """Rewrite the page and plot from `out/privacy.json`, with these adapter-canary summaries."""
     path = out / "privacy.json"
     try:
@@ -1169,6 +1174,7 @@ def report_only(out: Path, adapter: list[dict[str, Any]]) -> int:
         print(f"bench.privacy_report: error: no readable results at {path}: {exc}", file=sys.stderr)
         return 1
     data["summary"]["adapter_canary"] = adapter
+    data["meta"]["report_command"] = command
     path.write_text(json.dumps(data, indent=2) + "\n")
     (out / "privacy.md").write_text(markdown(data["summary"], data["meta"]))
     plot(data["summary"], out / "privacy.png")
