@@ -9,18 +9,26 @@ space (these kernels have no netem; see the module). Every method generates the 
 of the demo user. Model specs are anything `core.models.load_causal_lm` takes (embedded name,
 folder, .gguf).
 
-Measured in the same run, before any generation (bare forwards on a warm KV cache, median):
-the device's draft step, each cloud model's 1-token step and its n-token blocks (n = 1, K+1,
-K_max+1; a straight line through them gives block(n)). With those, every row gets
+Measured in the same run, before any generation (bare forwards, median): the device's draft step
+on its private prompt (the retrieved examples included), each cloud model's n-token blocks on a
+warm cache of the public prompt for every n from 1 to K_max+1, and the three once-a-session
+prefills (the device's private prompt before Open, each cloud model's public prompt at Open). With
+those, every row gets
 - its *floor*: the round cost if nothing but those forwards and the RTT took time
-  (specsteer/sd: K draft steps + Generalist block(K+1) + generic Specialist block(K+1) + RTT;
-  fusion: a draft step + both cloud 1-token steps + RTT; llm: one Generalist step), and the
-  *analytic bound* = measured tokens per round / floor, with the fraction of it reached;
-- the verify round's measured cloud time (the server's `round()` calls, timed) against the two
+  (specsteer: K draft steps + Generalist block(K+1) + generic Specialist block(K+1) + RTT; sd the
+  same without the generic Specialist, which it never reads; fusion: a draft step + both cloud
+  1-token steps + RTT; llm: one Generalist step), and the *analytic bound*: the row's tokens over
+  its sessions' prefills plus its measured rounds at the floor plus the draft steps the egress
+  guard took to resolve its holds, with the fraction of it reached;
+- the verify round's measured cloud time (the server's `round()` calls, timed) against the
   cloud blocks alone: the engine's overhead;
-- the cost model's prediction from the acceptance alone (i.i.d. per-token acceptance a fitted to
-  the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a) tokens a round), as validation, and
-  the K that maximizes predicted tokens/s at each RTT (that K is then also run).
+- the cost model's prediction: the same floor with the rounds predicted from the acceptance alone
+  (i.i.d. per-token acceptance a fitted to the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a)
+  tokens a round), as validation, and the K that maximizes predicted steady-state tokens/s at each
+  RTT (that K is then also run);
+- the uplink split into the rounds' bytes per committed token and the Open's bytes (the prompt's
+  IDs, once a session).
+SpecSteer also runs with the client's egress guard off, to show what the default guard costs.
 Baselines in the same run: `llm` (the Generalist alone in the cloud, one RTT per answer) and
 plain `transformers` `generate` (greedy, same model, same dtype), compared per Generalist step;
 and, when `llama-cpp-python` is installed (extra `[llamacpp]`) and a model is a GGUF, llama.cpp's
