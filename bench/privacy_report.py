@@ -1158,11 +1158,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "generation_seconds_sum": round(sum(r["stats"]["seconds"] for r in rows.values()), 1),
         "configs": [{"label": c.label, "guard": c.guard, "profile": c.profile} for c in configs],
     }
-    (args.out / "privacy.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")
-    (args.out / "privacy.md").write_text(markdown(summary, meta))
-    plot(summary, args.out / "privacy.png")
-    print(f"wrote {args.out}/privacy.md, privacy.json, privacy.png (audit logs under {work})")
+    write_page(args.out, meta, summary)
+    print(f"audit logs under {work}")
     return 0
+
+
+def write_page(out: Path, meta: dict[str, Any], summary: dict[str, Any]) -> None:
+    """privacy.json (meta and summary), privacy.md and privacy.png in `out`."""
+    (out / "privacy.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")
+    (out / "privacy.md").write_text(markdown(summary, meta))
+    plot(summary, out / "privacy.png")
+    print(f"wrote {out}/privacy.md, privacy.json, privacy.png")
 
 
 def report_only(out: Path, adapter: list[dict[str, Any]], command: str) -> int:
@@ -1175,10 +1181,7 @@ def report_only(out: Path, adapter: list[dict[str, Any]], command: str) -> int:
         return 1
     data["summary"]["adapter_canary"] = adapter
     data["meta"]["report_command"] = command
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    (out / "privacy.md").write_text(markdown(data["summary"], data["meta"]))
-    plot(data["summary"], out / "privacy.png")
-    print(f"wrote {out}/privacy.md, privacy.json, privacy.png")
+    write_page(out, data["meta"], data["summary"])
     return 0
 
 

@@ -69,7 +69,7 @@ from sdk.transport import InProcessVerifier
 from server.config import ServerConfig
 from server.main import create_server
 from server.pki import init_pki, issue_device
-from server.session import CloudSession, CloudVerifier
+from server.session import CloudSession, CloudVerifier, reads_generic_specialist
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 PAPER_DRAFT_B, PAPER_TARGET_B = 0.6, 32.0
@@ -81,7 +81,7 @@ HF_GENERATE = "transformers generate"
 class Run:
     label: str
     params: SessionParams
-    guard: str = "placeholder"  # the client's egress guard (`ClientConfig.guard`; the default)
+    guard: str = ClientConfig.guard  # the client's egress guard (default: the client's default)
 
 
 def methods(k: int) -> tuple[Run, ...]:
@@ -483,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"cloud {row['cloud_seconds_per_round'] * 1e3:.0f} ms/round, "
                                 f"{row['fallbacks']} fallbacks"
                             )
-                            default = method.guard == Run.guard
+                            default = method.guard == ClientConfig.guard
                             if method.label.startswith("specsteer") and method.params.draft_len == k and default:
                                 a = fit_acceptance(row["accepted_per_round"], k)
                                 kb = best_k(a, costs, rtt / 1000, args.k_max)
@@ -592,6 +592,7 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "kind": method.params.method.value,
         "draft_len": method.params.draft_len,
         "guard": method.guard,
+        "reads_generic_specialist": reads_generic_specialist(method.params),
         # Tokens the egress guard drafted past the draft to resolve a hold (then rolled back).
         "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
         "rtt_ms": rtt,
@@ -623,6 +624,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "kind": "llm",
         "draft_len": 0,
         "guard": None,
+        "reads_generic_specialist": False,  # llm without alpha: P_G alone
         "guard_lookahead_tokens": 0,
         "rtt_ms": rtt,
         "generations": len(runs),
@@ -647,19 +649,17 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
 def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     """(once-a-session floor, round floor, cloud part of the round floor), seconds, for a row's
     method. Once a session: the device's prefill (methods that read its private prompt) and each
-    cloud model's prefill at Open (the generic Specialist only where its P_S^0 is read); `llm`
-    pays its one RTT there."""
+    cloud model's prefill at Open (the generic Specialist only where the session reads its P_S^0,
+    by the server's own rule); `llm` pays its one RTT there."""
     rtt = row["rtt_ms"] / 1000
     if row["kind"] == "llm":
         return costs.g_prefill + rtt, costs.g_step, costs.g_step
-    session = costs.device_prefill + costs.g_prefill
+    generic = row["reads_generic_specialist"]
+    session = costs.device_prefill + costs.g_prefill + (costs.s_prefill if generic else 0.0)
     if row["kind"] == "fusion":
-        cloud = costs.g_step + costs.s_step
-        return session + costs.s_prefill, costs.draft_step + cloud + rtt, cloud
+        cloud = costs.g_step + (costs.s_step if generic else 0.0)
+        return session, costs.draft_step + cloud + rtt, cloud
     k = row["draft_len"]
-    generic = row["kind"] != "sd"
-    if generic:
-        session += costs.s_prefill
     return session, round_floor(costs, k, rtt, generic=generic), costs.verify_block(k, generic=generic)
 
 

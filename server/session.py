@@ -133,7 +133,7 @@ class CloudSession:
         # answered, so over a network the prefill overlaps its first drafts; every round then feeds
         # only its own block; and a prompt the models cannot take is refused at Open.
         self.g.next_logprobs()
-        if _reads_generic_specialist(params):
+        if reads_generic_specialist(params):
             self.s0.next_logprobs()
 
     def stats(self) -> dict[str, float]:
@@ -251,7 +251,7 @@ class CloudSession:
         self.closed = True
 
 
-def _reads_generic_specialist(params: SessionParams) -> bool:
+def reads_generic_specialist(params: SessionParams) -> bool:
     """Whether a session ever reads P_S^0: `sd` verifies and steers by P_G alone, and `llm`
     without alpha steers by P_G alone."""
     if params.method is Method.SD:

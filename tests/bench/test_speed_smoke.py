@@ -70,12 +70,15 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     e = speed.expected_tokens(a, 4)
     base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0}
     steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "tokens": 64, "rounds": 20}
+    steer["reads_generic_specialist"] = True
     steer |= {"tokens_per_round": 3.2, "accepted_per_round": e - 1, "cloud_seconds_per_round": 1.8}
     guarded = {**steer, "method": "specsteer, guard", "guard_lookahead_tokens": 10}
-    sd = {**steer, "method": "sd", "kind": "sd"}
+    sd = {**steer, "method": "sd", "kind": "sd", "reads_generic_specialist": False}
     fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "tokens": 64, "rounds": 64}
+    fusion["reads_generic_specialist"] = True
     fusion |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
     llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "tokens": 64, "rounds": 64}
+    llm["reads_generic_specialist"] = False
     llm |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
     rows = [steer, guarded, sd, fusion, llm]
     for r in rows:
