@@ -12,14 +12,16 @@ folder, .gguf).
 Measured in the same run, before any generation (bare forwards, median): the device's draft step
 on its private prompt (the retrieved examples included), each cloud model's n-token blocks on a
 warm cache of the public prompt for every n from 1 to K_max+1, and the three once-a-session
-prefills (the device's private prompt before Open, each cloud model's public prompt at Open). With
-those, every row gets
+prefills (the device's private prompt before Open, each cloud model's public prompt at Open). The
+same forwards are timed again just before each RTT's rows, and those rows are held to them: this
+machine's speed drifts over a run, and drift is not engine overhead. With those, every row gets
 - its *floor*: the round cost if nothing but those forwards and the RTT took time
   (specsteer: K draft steps + Generalist block(K+1) + generic Specialist block(K+1) + RTT; sd the
   same without the generic Specialist, which it never reads; fusion: a draft step + both cloud
   1-token steps + RTT; llm: one Generalist step), and the *analytic bound*: the row's tokens over
-  its sessions' prefills plus its measured rounds at the floor plus the draft steps the egress
-  guard took to resolve its holds, with the fraction of it reached;
+  its sessions' prefills plus its measured rounds at the floor plus the draft steps beyond K (the
+  egress guard's look-ahead to resolve its holds, and P_S^c after a fully accepted draft for the
+  steered bonus token), with the fraction of it reached;
 - the verify round's measured cloud time (the server's `round()` calls, timed) against the
   cloud blocks alone: the engine's overhead;
 - the cost model's prediction: the same floor with the rounds predicted from the acceptance alone
@@ -35,8 +37,9 @@ and, when `llama-cpp-python` is installed (extra `[llamacpp]`) and a model is a 
 tokens/s for the same file. Then the validated cost model, labelled a projection: the crossover
 block/step ratio below which specsteer beats llm, and a paper-size 0.6B/32B pair.
 
-Device and verifier share this machine's cores; they never compute at the same time in SpecSteer
-(the device waits for each verdict), so the sharing costs little, but it is stated.
+Device and verifier share this machine's cores. They compute at the same time only while the
+cloud prefills at Open and the device drafts its first block (the device waits for every verdict),
+so the sharing costs little, but it is stated.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -430,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows: list[dict] = []
     done: list[float] = []
-    write = _writer(args, argv, rows, costs, baseline, reference, len(prompts), log)
+    floors: dict[float, Costs] = {}
+    write = _writer(args, argv, rows, costs, floors, baseline, reference, len(prompts), log)
     with tempfile.TemporaryDirectory(prefix="specsteer-bench-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
         cert, key = issue_device(pki.directory, "bench")
@@ -449,6 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.start()
         try:
             for rtt in args.rtts:
+                floors[rtt] = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps)
+                log(
+                    f"rtt {rtt:>4.0f} ms  floor re-timed: draft step {floors[rtt].draft_step * 1e3:.0f} ms, "
+                    f"verify blocks at K={k} {floors[rtt].verify_block(k) * 1e3:.0f} ms"
+                )
                 with DelayRelay(port, rtt_ms=rtt) as relay:
                     client_config = ClientConfig(
                         server=f"127.0.0.1:{relay.port}",
@@ -486,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             default = method.guard == ClientConfig.guard
                             if method.label.startswith("specsteer") and method.params.draft_len == k and default:
                                 a = fit_acceptance(row["accepted_per_round"], k)
-                                kb = best_k(a, costs, rtt / 1000, args.k_max)
+                                kb = best_k(a, floors[rtt], rtt / 1000, args.k_max)
                                 if kb != k and not args.no_best_k:
                                     params = replace(method.params, draft_len=kb)
                                     todo.append(Run(f"specsteer gamma=0.5 (K={kb}, best)", params))
@@ -503,18 +512,20 @@ def _writer(
     argv: Sequence[str] | None,
     rows: list[dict],
     costs: Costs,
+    floors: Mapping[float, Costs],
     baseline: dict,
     reference: dict,
     queries: int,
     log: Callable[[str], None],
 ) -> Callable[[list[float]], None]:
     def write(done: list[float]) -> None:
-        table, model = _analyse([dict(r) for r in rows if r["rtt_ms"] in done], costs, args, done)
+        table, model = _analyse([dict(r) for r in rows if r["rtt_ms"] in done], costs, args, done, floors)
         meta = {
             "command": "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
             "queries": queries,
             "max_new_tokens": args.max_new_tokens,
             "costs_seconds": costs.as_dict(),
+            "floors_by_rtt_seconds": {str(rtt): floors[rtt].as_dict() for rtt in done},
             "torch_threads": torch.get_num_threads(),
             "specialist": args.specialist,
             "generalist": args.generalist,
@@ -595,6 +606,8 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "reads_generic_specialist": reads_generic_specialist(method.params),
         # Tokens the egress guard drafted past the draft to resolve a hold (then rolled back).
         "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
+        # A fully accepted round's steered bonus reads P_S^c after the whole draft: one more draft step.
+        "bonus_tokens": sum(r.stats.bonus_tokens for r in runs),
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -626,6 +639,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "guard": None,
         "reads_generic_specialist": False,  # llm without alpha: P_G alone
         "guard_lookahead_tokens": 0,
+        "bonus_tokens": 0,
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -664,9 +678,17 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
 
 
 def _analyse(
-    rows: list[dict], costs: Costs, args: argparse.Namespace, rtts: Sequence[float]
+    rows: list[dict],
+    costs: Costs,
+    args: argparse.Namespace,
+    rtts: Sequence[float],
+    floors: Mapping[float, Costs] | None = None,
 ) -> tuple[list[dict], dict]:
+    """`costs`: timed at the start, beside `llm`; `floors`: the same forwards timed again just
+    before each RTT's rows, so a machine that speeds up or slows down during the run does not
+    show as engine overhead (each row is held to the costs of its own stretch of the run)."""
     k = args.draft_len
+    floors = floors or {}
     steered = [r for r in rows if r["kind"] == "specsteer" and r["draft_len"] == k]
     pooled = sum(r["accepted_per_round"] * r["rounds"] for r in steered) / max(1, sum(r["rounds"] for r in steered))
     a = fit_acceptance(pooled, k) if steered else 0.0
@@ -675,31 +697,33 @@ def _analyse(
         llm = next(r for r in at if r["method"] == LLM)
         fusion = next(r for r in at if r["kind"] == "fusion")
         for r in at:
+            c = costs if r["kind"] == "llm" else floors.get(rtt, costs)  # llm's steps ran at the start
             r["speedup_vs_llm"] = r["tokens_per_second"] / llm["tokens_per_second"]
             r["speedup_vs_fusion"] = r["tokens_per_second"] / fusion["tokens_per_second"]
-            session, floor, cloud_floor = _floor(r, costs)
+            session, floor, cloud_floor = _floor(r, c)
             sessions = r["generations"] * session
             r["session_floor_seconds"] = session
             r["round_floor_seconds"] = floor
             # The bound: this row's generations at the floor, i.e. its sessions' prefills, its measured
-            # rounds, each costing only its forwards and the RTT, and the guard's look-ahead drafts.
-            lookahead = r["guard_lookahead_tokens"] * costs.draft_step
-            r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor + lookahead)
+            # rounds, each costing only its forwards and the RTT, and the draft steps beyond K a round:
+            # the guard's look-ahead and, for a steered bonus, P_S^c after the whole draft.
+            extra_steps = (r["guard_lookahead_tokens"] + r["bonus_tokens"]) * c.draft_step
+            r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor + extra_steps)
             r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
             if r["kind"] == "llm":  # its rounds are timed with the session's prefill
-                cloud_floor += costs.g_prefill * r["generations"] / r["rounds"]
+                cloud_floor += c.g_prefill * r["generations"] / r["rounds"]
             r["cloud_round_vs_floor"] = r["cloud_seconds_per_round"] / cloud_floor if cloud_floor else None
             if r["kind"] in ("specsteer", "sd"):
                 row_a = fit_acceptance(r["accepted_per_round"], r["draft_len"])
                 r["fitted_acceptance"] = row_a
                 # The model predicts the rounds from the acceptance alone: tokens / E(K) of them.
                 rounds = r["tokens"] / expected_tokens(row_a, r["draft_len"])
-                r["model_tps"] = r["tokens"] / (sessions + rounds * floor + lookahead)
+                r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
                 r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g
-    best = {str(rtt): best_k(a, costs, rtt / 1000, args.k_max) for rtt in rtts}
+    best = {str(rtt): best_k(a, floors.get(rtt, costs), rtt / 1000, args.k_max) for rtt in rtts}
     paper_step = args.paper_target_step_ms / 1000
     paper_d = PAPER_DRAFT_B / PAPER_TARGET_B
     kk = range(1, args.k_max + 1)
@@ -757,6 +781,16 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         f"{costs.device_prefill * 1e3:.0f} ms (before Open), the cloud's prefill at Open: Generalist "
         f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms.",
         "",
+        "Each RTT's rows are held to the same forwards timed again just before them (the machine's speed "
+        "drifts over a run): "
+        + "; ".join(
+            f"RTT {float(rtt):.0f} ms: draft step {f['draft_step'] * 1e3:.0f} ms, verify blocks at K={k} "
+            f"{(f['g_blocks'][str(k + 1)] + f['s0_blocks'][str(k + 1)]) * 1e3:.0f} ms, Generalist step "
+            f"{f['g_blocks']['1'] * 1e3:.0f} ms"
+            for rtt, f in meta["floors_by_rtt_seconds"].items()
+        )
+        + ". `llm` ran at the start and is held to the table above.",
+        "",
         f"Baselines, same run: `llm` {b['llm_seconds_per_generalist_step'] * 1e3:.0f} ms per Generalist step, "
         f"plain `transformers` `generate` {b['hf_generate_seconds_per_token'] * 1e3:.0f} ms per token "
         f"(greedy, same model and dtype, same number of tokens): `llm` reaches "
@@ -776,8 +810,9 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "## Rows",
         "",
         "Floor: the round's forwards timed alone plus the RTT; bound = the row's tokens over its floor time "
-        "(each session's prefills, its measured rounds at the floor, and the draft steps the egress guard took "
-        "to resolve its holds, the look-ahead column); cloud round / floor: the server's "
+        "(each session's prefills, its measured rounds at the floor, the draft steps the egress guard took "
+        "to resolve its holds, the look-ahead column, and one draft step per steered bonus token, which reads "
+        "P_S^c after the whole draft); cloud round / floor: the server's "
         "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
         "`llm`'s steps include it, and so does its floor). Model tok/s: the cost model's prediction, the same "
         "floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per token, "

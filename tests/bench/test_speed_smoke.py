@@ -37,7 +37,7 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert all(meta["costs_seconds"][key] > 0 for key in ("device_prefill", "g_prefill", "s0_prefill"))
     assert all(r["cloud_seconds_per_round"] > 0 and r["cloud_round_vs_floor"] > 0 for r in steered)
     assert meta["baseline"]["llm_vs_hf_generate"] > 0
-    assert set(meta["cost_model"]["best_k_by_rtt"]) == {"0.0", "10.0"}
+    assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
 
 
@@ -68,11 +68,12 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     )
     a = 0.6
     e = speed.expected_tokens(a, 4)
-    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0}
+    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_tokens": 0}
     steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "tokens": 64, "rounds": 20}
     steer["reads_generic_specialist"] = True
     steer |= {"tokens_per_round": 3.2, "accepted_per_round": e - 1, "cloud_seconds_per_round": 1.8}
     guarded = {**steer, "method": "specsteer, guard", "guard_lookahead_tokens": 10}
+    bonus = {**steer, "method": "specsteer, bonus", "bonus_tokens": 6}
     sd = {**steer, "method": "sd", "kind": "sd", "reads_generic_specialist": False}
     fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "tokens": 64, "rounds": 64}
     fusion["reads_generic_specialist"] = True
@@ -80,7 +81,7 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "tokens": 64, "rounds": 64}
     llm["reads_generic_specialist"] = False
     llm |= {"tokens_per_round": 1.0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1.2}
-    rows = [steer, guarded, sd, fusion, llm]
+    rows = [steer, guarded, bonus, sd, fusion, llm]
     for r in rows:
         r["tokens_per_second"] = 1.0
     args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
@@ -93,6 +94,8 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor))
     # The guard's look-ahead tokens are device draft steps the floor pays too.
     assert by["specsteer, guard"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor + 10 * 0.1))
+    # So is P_S^c after a fully accepted draft, which a steered bonus token reads.
+    assert by["specsteer, bonus"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor + 6 * 0.1))
     assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 10.0 + 20 * (4 * 0.1 + 1.5)))
     assert by["fusion"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
     assert by[speed.LLM]["analytic_bound_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
@@ -100,3 +103,30 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     assert by["specsteer"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 / e * round_floor))
     # llm's timed steps include its prefill, and so does the floor they are compared with.
     assert by[speed.LLM]["cloud_round_vs_floor"] == pytest.approx(1.2 / (1.0 + 2 * 6.0 / 64))
+
+
+def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
+    # Prepare: the machine runs at half speed by the time the RTT 50 rows run; the rows measure
+    # exactly the same rounds at both RTTs, each at its own floor's pace (a drift-free engine).
+    fast = speed.Costs(draft_step=0.1, g_blocks={1: 1.0, 5: 1.5}, s_blocks={1: 0.2, 5: 0.3}, g_prefill=1.0)
+    slow = speed.Costs(draft_step=0.2, g_blocks={1: 2.0, 5: 3.0}, s_blocks={1: 0.4, 5: 0.6}, g_prefill=2.0)
+    common = {"generations": 1, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_tokens": 0, "tokens": 32}
+    common |= {"accepted_per_round": 2.2, "tokens_per_round": 3.2, "rounds": 10, "reads_generic_specialist": True}
+    rows = []
+    for rtt, pace in ((0.0, 1.0), (50.0, 2.0)):
+        steer = {**common, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "rtt_ms": rtt}
+        steer |= {"cloud_seconds_per_round": 1.8 * pace, "tokens_per_second": 32 / (10 * (0.4 + 1.8) * pace)}
+        fusion = {**common, "method": "fusion", "kind": "fusion", "draft_len": 0, "rtt_ms": rtt, "rounds": 32}
+        fusion |= {"cloud_seconds_per_round": 1.2 * pace, "tokens_per_second": 0.5}
+        llm = {**common, "method": speed.LLM, "kind": "llm", "draft_len": 0, "rtt_ms": rtt, "rounds": 32}
+        llm |= {"cloud_seconds_per_round": 1.0, "tokens_per_second": 1.0, "reads_generic_specialist": False}
+        rows += [steer, fusion, llm]
+    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
+    # Execute
+    out, _ = speed._analyse(rows, fast, args, [0.0, 50.0], {0.0: fast, 50.0: slow})
+    # Assert: the slow stretch is not read as engine overhead; llm (timed at the start) keeps the start's costs.
+    steered = {r["rtt_ms"]: r for r in out if r["kind"] == "specsteer"}
+    assert steered[50.0]["cloud_round_vs_floor"] == pytest.approx(steered[0.0]["cloud_round_vs_floor"]) == 1.0
+    assert steered[50.0]["round_floor_seconds"] == pytest.approx(2 * 2.2 + 0.05)
+    llms = [r for r in out if r["kind"] == "llm"]
+    assert all(r["cloud_round_vs_floor"] == pytest.approx(1.0 / (1.0 + 1.0 / 32)) for r in llms)
