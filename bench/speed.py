@@ -606,8 +606,9 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "reads_generic_specialist": reads_generic_specialist(method.params),
         # Tokens the egress guard drafted past the draft to resolve a hold (then rolled back).
         "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
-        # A fully accepted round's steered bonus reads P_S^c after the whole draft: one more draft step.
-        "bonus_tokens": sum(r.stats.bonus_tokens for r in runs),
+        # A fully accepted round's steered bonus reads P_S^c after the whole draft: one more draft
+        # step. sd's bonus is P_G's own token, and alpha 0 ranks by v alone: neither reads P_S^c.
+        "bonus_draft_steps": sum(r.stats.bonus_tokens for r in runs) if reads_specialist_at_recovery(method) else 0,
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -628,6 +629,11 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
     }
 
 
+def reads_specialist_at_recovery(method: Run) -> bool:
+    """Whether the device reads P_S^c to choose among the steering candidates (`sdk.device._recover`)."""
+    return method.params.method is Method.SPECSTEER and method.params.alpha > 0
+
+
 def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
     tokens = max(1, sum(r.stats.new_tokens for r in runs))
     rounds = max(1, sum(r.stats.rounds for r in runs))
@@ -639,7 +645,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "guard": None,
         "reads_generic_specialist": False,  # llm without alpha: P_G alone
         "guard_lookahead_tokens": 0,
-        "bonus_tokens": 0,
+        "bonus_draft_steps": 0,
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -707,7 +713,7 @@ def _analyse(
             # The bound: this row's generations at the floor, i.e. its sessions' prefills, its measured
             # rounds, each costing only its forwards and the RTT, and the draft steps beyond K a round:
             # the guard's look-ahead and, for a steered bonus, P_S^c after the whole draft.
-            extra_steps = (r["guard_lookahead_tokens"] + r["bonus_tokens"]) * c.draft_step
+            extra_steps = (r["guard_lookahead_tokens"] + r["bonus_draft_steps"]) * c.draft_step
             r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor + extra_steps)
             r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
             if r["kind"] == "llm":  # its rounds are timed with the session's prefill

@@ -41,6 +41,18 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
 
 
+def test_only_a_steered_bonus_that_reads_the_device_model_is_charged_a_draft_step() -> None:
+    # sd's bonus is P_G's own token; alpha 0 ranks the candidates by v alone; neither reads P_S^c.
+    assert speed.reads_specialist_at_recovery(speed.Run("s", speed.SessionParams(gamma=0.5, draft_len=4)))
+    assert not speed.reads_specialist_at_recovery(
+        speed.Run("sd", speed.SessionParams(method=speed.Method.SD, draft_len=4, alpha=0.0))
+    )
+    assert not speed.reads_specialist_at_recovery(
+        speed.Run("sd", speed.SessionParams(method=speed.Method.SD, draft_len=4))
+    )
+    assert not speed.reads_specialist_at_recovery(speed.Run("a0", speed.SessionParams(alpha=0.0, draft_len=4)))
+
+
 def test_cost_model_fits_and_predicts_consistently() -> None:
     # E(K) counts the accepted prefix plus one recovery/bonus token; the fit inverts it.
     assert speed.expected_tokens(0.0, 4) == 1.0
@@ -68,12 +80,12 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     )
     a = 0.6
     e = speed.expected_tokens(a, 4)
-    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_tokens": 0}
+    base = {"rtt_ms": 0.0, "generations": 2, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_draft_steps": 0}
     steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "tokens": 64, "rounds": 20}
     steer["reads_generic_specialist"] = True
     steer |= {"tokens_per_round": 3.2, "accepted_per_round": e - 1, "cloud_seconds_per_round": 1.8}
     guarded = {**steer, "method": "specsteer, guard", "guard_lookahead_tokens": 10}
-    bonus = {**steer, "method": "specsteer, bonus", "bonus_tokens": 6}
+    bonus = {**steer, "method": "specsteer, bonus", "bonus_draft_steps": 6}
     sd = {**steer, "method": "sd", "kind": "sd", "reads_generic_specialist": False}
     fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "tokens": 64, "rounds": 64}
     fusion["reads_generic_specialist"] = True
@@ -110,7 +122,7 @@ def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
     # exactly the same rounds at both RTTs, each at its own floor's pace (a drift-free engine).
     fast = speed.Costs(draft_step=0.1, g_blocks={1: 1.0, 5: 1.5}, s_blocks={1: 0.2, 5: 0.3}, g_prefill=1.0)
     slow = speed.Costs(draft_step=0.2, g_blocks={1: 2.0, 5: 3.0}, s_blocks={1: 0.4, 5: 0.6}, g_prefill=2.0)
-    common = {"generations": 1, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_tokens": 0, "tokens": 32}
+    common = {"generations": 1, "fallbacks": 0, "guard_lookahead_tokens": 0, "bonus_draft_steps": 0, "tokens": 32}
     common |= {"accepted_per_round": 2.2, "tokens_per_round": 3.2, "rounds": 10, "reads_generic_specialist": True}
     rows = []
     for rtt, pace in ((0.0, 1.0), (50.0, 2.0)):
