@@ -14,7 +14,7 @@ commit bodies), split into sentences, without trailer lines and without sentence
 "@" or a name from the data's trailers (those are personal data, not ordinary text).
 
 Every sentence runs through the device's decision path as it is on the wire: tokenized with the
-Specialist's tokenizer (SmolLM2), drafted K tokens a round by a scripted device whose cloud accepts
+default Specialist's tokenizer, drafted K tokens a round by a scripted device whose cloud accepts
 every draft (the leaky copy control), each round planned by `sdk.uplink_guard.plan_uplink` with
 the placeholder policy and the user's guard (`guard_for_profile`: the synthetic identities in the
 history's trailers, a registered canary "my PIN is dddddd", and a real dev user's history for the
@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.models import DEFAULT_SPECIALIST, locate_embedded_gguf
 from privacy.detectors import EgressGuard, PiiDetector, luhn_ok
 from sdk.context import Profile
 from sdk.uplink_guard import guard_for_profile, plan_uplink
@@ -437,10 +438,8 @@ def caught(tok: Any, sample: Sample, outcome: Outcome, offsets: list[tuple[int, 
 
 
 def specialist_tokenizer() -> Any:
-    """The embedded Specialist's tokenizer (SmolLM2), read from its GGUF without loading the weights."""
+    """The default Specialist's tokenizer, read from its GGUF without loading the weights."""
     from transformers import AutoTokenizer
-
-    from core.models import DEFAULT_SPECIALIST, locate_embedded_gguf
 
     gguf = locate_embedded_gguf(DEFAULT_SPECIALIST)
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
@@ -562,7 +561,8 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"{result['positives']} sensitive spans (synthetic identities, seed {result['seed']}) in commit-body-like "
         f"sentences and {result['negatives']} ordinary sentences of the dev data's query targets, each run "
-        f"end to end through `plan_uplink` on SmolLM2 token IDs, K = {result['draft_len']} drafted tokens a round, "
+        f"end to end through `plan_uplink` on {result.get('tokenizer', 'smollm2-135m-instruct')} token IDs, "
+        f"K = {result['draft_len']} drafted tokens a round, "
         "placeholder policy, a cloud that accepts every draft. A span counts as caught when none of the tokens "
         "overlapping it went up in the clear; an ordinary sentence is a false positive when any of its tokens "
         "did not go up as drafted. Goal: recall >= 95 % in every category, false positives <= 2 %.",
@@ -677,6 +677,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         "command": command,
         "seed": args.seed,
         "draft_len": args.draft_len,
+        "tokenizer": DEFAULT_SPECIALIST,
         "positives": len(samples),
         "negatives": len(negatives),
         "runs": runs,

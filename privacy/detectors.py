@@ -1023,7 +1023,7 @@ class EgressGuard:
         if not 0 <= send <= len(new):
             raise ValueError(f"send must be in [0, {len(new)}]; got {send}")
         ctx = list(committed_ids[-self.context_tokens :]) if self.context_tokens else []
-        text, offs = token_offsets(tokenizer, ctx, new)
+        text, offs, split = _token_bounds(tokenizer, ctx, new)
         boundary = offs[0]
         spans = self.inspect(text[:boundary], text[boundary:])
         # The wire carries IDs: match private n-grams on the IDs as drafted, too (a draft need not
@@ -1040,12 +1040,12 @@ class EgressGuard:
         cut: int | None = None
         chosen: Span | None = None
         for s in spans:
-            i = _first_touching(offs, s)
+            i = _first_touching(offs, s, split)
             if i is not None and (cut is None or i < cut):
                 cut, chosen = i, s
         hold = False
         if hazard is not None:
-            i = _first_touching(offs, hazard)
+            i = _first_touching(offs, hazard, split)
             # A hazard from the same token as a complete span means the span may still grow
             # ("Jane" of "Jane Do"): hold rather than replace a part of it. (An address already
             # complete before a trailing " d" stays that address; its end may still grow anyway.)
@@ -1078,18 +1078,29 @@ def token_offsets(tokenizer: Tokenizer, context: Sequence[int], new: Sequence[in
     """Decoded `context + new`, and the character offset where each new token starts (plus the end).
 
     Offsets come from decoding growing prefixes. Where a prefix does not decode to a prefix of the
-    whole (a token splits a multi-byte character), the offset falls back to the common prefix,
-    which only widens the token's range: the guard errs toward cutting.
+    whole (a token splits a multi-byte character), the offset falls back to the common prefix: the
+    split character counts as the later token's (`_token_bounds` also says which ones split).
     """
+    full, offs, _ = _token_bounds(tokenizer, context, new)
+    return full, offs
+
+
+def _token_bounds(
+    tokenizer: Tokenizer, context: Sequence[int], new: Sequence[int]
+) -> tuple[str, list[int], list[bool]]:
+    """`token_offsets`, plus for each offset whether it falls inside a character (the token before
+    it carries some of that character's bytes, the token after it the rest)."""
     ids = list(context) + list(new)
     full = _decode(tokenizer, ids)
     offs: list[int] = []
+    split: list[bool] = []
     for i in range(len(new) + 1):
         prefix = _decode(tokenizer, ids[: len(context) + i]) if i < len(new) else full
         offs.append(_common_prefix(prefix, full))
+        split.append(not full.startswith(prefix))
     for i in range(len(offs) - 2, -1, -1):
         offs[i] = min(offs[i], offs[i + 1])
-    return full, offs
+    return full, offs, split
 
 
 def _decode(tokenizer: Tokenizer, ids: list[int]) -> str:
@@ -1114,10 +1125,16 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def _first_touching(offs: list[int], span: Span) -> int | None:
-    """The first new token whose characters overlap `span` (a span before all new tokens touches none)."""
+def _first_touching(offs: list[int], span: Span, split: Sequence[bool] = ()) -> int | None:
+    """The first new token whose characters overlap `span` (a span before all new tokens touches none).
+
+    A token that ends inside a character (`split[i + 1]`) carries bytes of it: it touches that
+    character too, so the first bytes of a span's first character never go up ahead of the cut.
+    """
     for i in range(len(offs) - 1):
         a, b = offs[i], offs[i + 1]
+        if i + 1 < len(split) and split[i + 1]:
+            b += 1
         if (a < span.end and b > span.start) or (a == b and span.start <= a < span.end):
             return i
     return None

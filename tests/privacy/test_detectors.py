@@ -376,6 +376,22 @@ def test_token_offsets_survive_split_multibyte_characters(bpe_tok: PreTrainedTok
     assert offs == sorted(offs)
 
 
+def test_no_byte_of_a_spans_first_character_goes_up_ahead_of_the_cut() -> None:
+    # Prepare: a byte-level BPE whose token "Ġï¼" is a space plus the first two bytes of a
+    # full-width letter (as Qwen's tokenizer splits " Ｍａｒｉｓｏｌ"); the name is registered.
+    from tests.tinymodels import SAMPLE_TEXTS, bpe_tokenizer
+
+    tok = bpe_tokenizer([*SAMPLE_TEXTS, " ".join(chr(0xFF21 + i) for i in range(26))], vocab_size=400)
+    guard = EgressGuard.for_profile([], tok, identities={"Marisol Brightwater": NAME})
+    committed = ids(tok, "This reproduces the setup that")
+    new = ids(tok, " Ｍａｒｉｓｏｌ Ｂｒｉｇｈｔｗａｔｅｒ described it.")
+    assert tok.decode(new[:1]) == " \ufffd"  # the first token ends inside "Ｍ"
+    # Execute
+    verdict = guard.check(committed, new, tok)
+    # Assert: the cut comes before that token: none of "Ｍ"'s bytes reach the cloud.
+    assert verdict.cut_at == 0 and verdict.kind == NAME
+
+
 def test_guard_on_a_real_tokenizer_redacts_an_identity_across_tokens(smol_tok: PreTrainedTokenizerFast) -> None:
     g = guard_for(smol_tok)
     text = "Thanks.\n\nSigned-off-by: Test User One <user.one@example.invalid>\n"
