@@ -561,7 +561,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"{result['positives']} sensitive spans (synthetic identities, seed {result['seed']}) in commit-body-like "
         f"sentences and {result['negatives']} ordinary sentences of the dev data's query targets, each run "
-        f"end to end through `plan_uplink` on {result.get('tokenizer', 'smollm2-135m-instruct')} token IDs, "
+        f"end to end through `plan_uplink` on {result['tokenizer']} token IDs, "
         f"K = {result['draft_len']} drafted tokens a round, "
         "placeholder policy, a cloud that accepts every draft. A span counts as caught when none of the tokens "
         "overlapping it went up in the clear; an ordinary sentence is a false positive when any of its tokens "

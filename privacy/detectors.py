@@ -1125,7 +1125,7 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def _first_touching(offs: list[int], span: Span, split: Sequence[bool] = ()) -> int | None:
+def _first_touching(offs: list[int], span: Span, split: Sequence[bool]) -> int | None:
     """The first new token whose characters overlap `span` (a span before all new tokens touches none).
 
     A token that ends inside a character (`split[i + 1]`) carries bytes of it: it touches that
@@ -1133,7 +1133,7 @@ def _first_touching(offs: list[int], span: Span, split: Sequence[bool] = ()) -> 
     """
     for i in range(len(offs) - 1):
         a, b = offs[i], offs[i + 1]
-        if i + 1 < len(split) and split[i + 1]:
+        if split[i + 1]:
             b += 1
         if (a < span.end and b > span.start) or (a == b and span.start <= a < span.end):
             return i

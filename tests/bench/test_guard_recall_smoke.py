@@ -33,6 +33,7 @@ def test_guard_recall_smoke(smol_tok) -> None:
         "command": "test",
         "seed": 0,
         "draft_len": 4,
+        "tokenizer": "smollm2-135m-instruct",
         "positives": len(samples),
         "negatives": len(negatives),
         "runs": [run],
@@ -41,4 +42,5 @@ def test_guard_recall_smoke(smol_tok) -> None:
         },
         "seconds": 0.0,
     }
-    assert "| email: plain | 2 | 100.0 % |" in render(result)
+    page = render(result)
+    assert "| email: plain | 2 | 100.0 % |" in page and "on smollm2-135m-instruct token IDs" in page
