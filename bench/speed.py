@@ -608,7 +608,9 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
         # A fully accepted round's steered bonus reads P_S^c after the whole draft: one more draft
         # step. sd's bonus is P_G's own token, and alpha 0 ranks by v alone: neither reads P_S^c.
-        "bonus_draft_steps": sum(r.stats.bonus_tokens for r in runs) if reads_specialist_at_recovery(method) else 0,
+        "bonus_draft_steps": (
+            sum(r.stats.bonus_tokens for r in runs) if reads_specialist_at_recovery(method.params) else 0
+        ),
         "rtt_ms": rtt,
         "generations": len(runs),
         "tokens": tokens,
@@ -629,9 +631,10 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
     }
 
 
-def reads_specialist_at_recovery(method: Run) -> bool:
-    """Whether the device reads P_S^c to choose among the steering candidates (`sdk.device._recover`)."""
-    return method.params.method is Method.SPECSTEER and method.params.alpha > 0
+def reads_specialist_at_recovery(params: SessionParams) -> bool:
+    """Whether the device reads P_S^c to choose among the steering candidates (`sdk.device._recover`;
+    the device-side twin of `server.session.reads_generic_specialist`)."""
+    return params.method is Method.SPECSTEER and params.alpha > 0
 
 
 def _llm_row(rtt: float, runs: list, seconds: float) -> dict:

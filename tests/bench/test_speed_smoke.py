@@ -43,14 +43,10 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
 
 def test_only_a_steered_bonus_that_reads_the_device_model_is_charged_a_draft_step() -> None:
     # sd's bonus is P_G's own token; alpha 0 ranks the candidates by v alone; neither reads P_S^c.
-    assert speed.reads_specialist_at_recovery(speed.Run("s", speed.SessionParams(gamma=0.5, draft_len=4)))
-    assert not speed.reads_specialist_at_recovery(
-        speed.Run("sd", speed.SessionParams(method=speed.Method.SD, draft_len=4, alpha=0.0))
-    )
-    assert not speed.reads_specialist_at_recovery(
-        speed.Run("sd", speed.SessionParams(method=speed.Method.SD, draft_len=4))
-    )
-    assert not speed.reads_specialist_at_recovery(speed.Run("a0", speed.SessionParams(alpha=0.0, draft_len=4)))
+    assert speed.reads_specialist_at_recovery(speed.SessionParams(gamma=0.5, draft_len=4))
+    assert not speed.reads_specialist_at_recovery(speed.SessionParams(method=speed.Method.SD, draft_len=4, alpha=0.0))
+    assert not speed.reads_specialist_at_recovery(speed.SessionParams(method=speed.Method.SD, draft_len=4))
+    assert not speed.reads_specialist_at_recovery(speed.SessionParams(alpha=0.0, draft_len=4))
 
 
 def test_cost_model_fits_and_predicts_consistently() -> None:
