@@ -48,11 +48,14 @@ class DelayRelay:
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(
-            self._pipe(client_r, server_w, upstream=True),
-            self._pipe(server_r, client_w, upstream=False),
-            return_exceptions=True,
-        )
+        # Only `close` cancels a handler. Ending it normally keeps Python 3.11's stream callback,
+        # which calls exception() on the finished task, from logging the CancelledError.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pipe(client_r, server_w, upstream=True),
+                self._pipe(server_r, client_w, upstream=False),
+                return_exceptions=True,
+            )
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool) -> None:
         # Chunks are stamped on arrival and released in order one one-way delay later, so the

@@ -32,6 +32,7 @@ from pathlib import Path
 from rouge_score import rouge_scorer
 
 from bench.plotting import figure
+from core.linear import LINEAR_KERNELS, resolve_linear_kernel
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import CandidatePolicy, Method, SessionParams
@@ -85,15 +86,16 @@ def load_queries(path: Path, users: int, per_user: int, *, skip_users: int = 0) 
 class Pairs:
     """Loads each model once and keeps one in-process verifier per Specialist."""
 
-    def __init__(self, generalist: str, quantize: str = "fp32") -> None:
+    def __init__(self, generalist: str, quantize: str = "fp32", linear_kernel: str | None = None) -> None:
         self._generalist_name = generalist
         self._quantize = quantize
+        self._linear_kernel = linear_kernel
         self._lms: dict[str, CausalLM] = {}
         self._verifiers: dict[str, InProcessVerifier] = {}
 
     def lm(self, name: str) -> CausalLM:
         if name not in self._lms:
-            self._lms[name] = load_causal_lm(name, quantize=self._quantize)
+            self._lms[name] = load_causal_lm(name, quantize=self._quantize, linear_kernel=self._linear_kernel)
         return self._lms[name]
 
     def verifier(self, specialist: str) -> InProcessVerifier:
@@ -205,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--alt-specialist", default=None, help="default: the other candidate Specialist")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
     p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="every model's Linear layers")
+    p.add_argument(
+        "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
+    )
     args = p.parse_args(argv)
     if not args.data.is_file():
         print(f"bench.quality: error: no data file at {args.data}", file=sys.stderr)
@@ -217,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
 
-    pairs = Pairs(args.generalist, args.quantize)
+    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel)
     started = time.perf_counter()
     passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
     total = len(queries) * len(passes)
@@ -273,6 +278,7 @@ def write_report(
         "alt_specialist": names["alt"],
         "generalist": args.generalist,
         "quantize": args.quantize,
+        "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
         "wall_seconds_this_run": round(seconds, 1),
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "configs": [

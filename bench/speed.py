@@ -61,6 +61,7 @@ import torch
 from bench.netdelay import DelayRelay
 from bench.plotting import figure
 from core.kv import recording_cache
+from core.linear import LINEAR_KERNELS, onednn_available, resolve_linear_kernel, use_linear_kernel
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm, locate_embedded_gguf
 from core.prompts import render_prompt, task_prompt
 from core.session_types import Method, SessionParams
@@ -351,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
     p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="both models' Linear layers")
+    p.add_argument(
+        "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
+    )
     p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
     p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
@@ -359,6 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=900.0, help="round/idle timeout, s (a fallback is not a measurement)"
     )
     p.add_argument("--reps", type=int, default=5, help="timed repetitions of each bare forward (median)")
+    p.add_argument(
+        "--baseline-reps", type=int, default=3, help="turns llm and transformers generate each take (median)"
+    )
     p.add_argument(
         "--paper-target-step-ms",
         type=float,
@@ -373,17 +380,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only measure step and block costs of both models in fp32 and int8 (same run); write TAG_quantize.*",
     )
+    p.add_argument(
+        "--compare-kernels",
+        action="store_true",
+        help="only measure both models' step and block costs on torch's and oneDNN's Linear kernel (TAG_kernels.*)",
+    )
+    p.add_argument("--kernel-rounds", type=int, default=3, help="turns each kernel takes in --compare-kernels")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     k = args.draft_len
     if args.compare_quantize:
         return compare_quantize(args, argv)
+    if args.compare_kernels:
+        return compare_kernels(args, argv)
 
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
     profile = Profile.from_obj(demo, source=str(DEMO))
     prompts = [task_prompt(q["subject"]) for q in demo["queries"][: args.queries]]
-    s_lm = load_causal_lm(args.specialist, quantize=args.quantize)
-    g_lm = load_causal_lm(args.generalist, quantize=args.quantize)
+    s_lm = load_causal_lm(args.specialist, quantize=args.quantize, linear_kernel=args.linear_kernel)
+    g_lm = load_causal_lm(args.generalist, quantize=args.quantize, linear_kernel=args.linear_kernel)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
     specialist = Specialist(s_lm, profile)
     log = _logger()
@@ -404,11 +419,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cloud_local = TimedCloud(g_lm, s_lm, seed=0)
     local = InProcessVerifier(cloud_local.open, vocab_size=s_lm.vocab_size)
     llm_params = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0)
-    llm_runs = [generate(specialist, q, llm_params, options, local) for q in prompts]
+    # llm and generate take turns, and each keeps its median: a single pair of runs a minute long
+    # reads this machine's drift (about 10 %) as a difference between them.
+    llm_times, hf_times = [], []
+    for _ in range(args.baseline_reps):
+        llm_runs = [generate(specialist, q, llm_params, options, local) for q in prompts]
+        llm_times.append(sum(r.stats.seconds for r in llm_runs))
+        hf_times.append(sum(hf_generate(g_lm, q, r.stats.rounds) for q, r in zip(prompts, llm_runs, strict=True)))
     llm_steps = sum(r.stats.rounds for r in llm_runs)
-    llm_seconds = sum(r.stats.seconds for r in llm_runs)
-    hf_seconds = sum(hf_generate(g_lm, q, r.stats.rounds) for q, r in zip(prompts, llm_runs, strict=True))
+    llm_seconds, hf_seconds = statistics.median(llm_times), statistics.median(hf_times)
     baseline = {
+        "reps": args.baseline_reps,
         "llm_generalist_steps": llm_steps,
         "llm_seconds": llm_seconds,
         "llm_seconds_per_generalist_step": llm_seconds / max(1, llm_steps),
@@ -530,6 +551,7 @@ def _writer(
             "specialist": args.specialist,
             "generalist": args.generalist,
             "quantize": args.quantize,
+            "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
             "draft_len": args.draft_len,
             "baseline": baseline,
             "llamacpp": reference,
@@ -548,38 +570,90 @@ def _writer(
 
 def compare_quantize(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Step and block costs of each model in fp32, then int8 (loaded again and quantized), same run."""
-    demo = json.loads(DEMO.read_text(encoding="utf-8"))
-    prompt = task_prompt(demo["queries"][0]["subject"])
-    sizes = sorted({1, args.draft_len + 1, args.k_max + 1})
+    prompt = task_prompt(json.loads(DEMO.read_text(encoding="utf-8"))["queries"][0]["subject"])
+    sizes = _compared_sizes(args)
     log = _logger()
     result: dict[str, dict[str, dict[str, float]]] = {}
     for spec in (args.specialist, args.generalist):
         result[spec] = {}
         for quantize in ("fp32", "int8"):
-            lm = load_causal_lm(spec, quantize=quantize)
+            lm = load_causal_lm(spec, quantize=quantize, linear_kernel=args.linear_kernel)
             ids = render_prompt(lm, prompt)
             result[spec][quantize] = {str(n): bare_forward_time(lm, ids, n, args.reps) for n in sizes}
-            log(
-                f"{spec} {quantize}: "
-                + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in result[spec][quantize].items())
-            )
+            log(f"{spec} {quantize}: " + _costs_line(result[spec][quantize]))
             del lm
+    title = f"fp32 (Linear kernel {resolve_linear_kernel(args.linear_kernel)}) vs int8 dynamic quantization"
+    return _write_comparison(args, argv, "quantize", title, result, sizes)
+
+
+def compare_kernels(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """Step and block costs of each fp32 model on torch's Linear kernel (MKL) and on oneDNN, same run.
+
+    One loaded model switches kernel in place, and the kernels take turns over `--kernel-rounds`
+    rounds (median of the rounds' medians), so both see the same spells of this machine's drift.
+    """
+    if not onednn_available():
+        print("bench.speed: --compare-kernels needs oneDNN, which this torch build does not have.", file=sys.stderr)
+        return 2
+    prompt = task_prompt(json.loads(DEMO.read_text(encoding="utf-8"))["queries"][0]["subject"])
+    sizes = _compared_sizes(args)
+    log = _logger()
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for spec in (args.specialist, args.generalist):
+        lm = load_causal_lm(spec, linear_kernel="torch")
+        ids = render_prompt(lm, prompt)
+        runs: dict[str, dict[str, list[float]]] = {k: {str(n): [] for n in sizes} for k in ("torch", "onednn")}
+        for _ in range(args.kernel_rounds):
+            for kernel, by_size in runs.items():
+                use_linear_kernel(lm.model, kernel)
+                for n in sizes:
+                    by_size[str(n)].append(bare_forward_time(lm, ids, n, args.reps))
+        result[spec] = {k: {n: statistics.median(v) for n, v in by.items()} for k, by in runs.items()}
+        for kernel, costs in result[spec].items():
+            log(f"{spec} {kernel}: " + _costs_line(costs))
+        del lm
+    title = "fp32 on torch's Linear kernel (MKL) vs oneDNN"
+    return _write_comparison(args, argv, "kernels", title, result, sizes)
+
+
+def _compared_sizes(args: argparse.Namespace) -> list[int]:
+    return sorted({1, 2, args.draft_len + 1, args.k_max + 1})
+
+
+def _costs_line(costs: dict[str, float]) -> str:
+    return ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.items())
+
+
+def _write_comparison(
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    stem: str,
+    title: str,
+    result: dict[str, dict[str, dict[str, float]]],
+    sizes: Sequence[int],
+) -> int:
+    """TAG_STEM.md and .json: each model's costs under two variants, their ratio and each block over its step."""
     command = "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    a, b = next(iter(result.values())).keys()
     lines = [
-        "# Step and block cost, fp32 vs int8 dynamic quantization (bare forwards, same run)",
+        f"# Step and block cost, {title} (bare forwards, same run)",
         "",
         f"`{command}`, {torch.get_num_threads()} torch threads, median of {args.reps}.",
         "",
-        "| model | tokens | fp32 ms | int8 ms | int8 / fp32 |",
-        "|---|---|---|---|---|",
+        f"| model | tokens | {a} ms | {b} ms | {b} / {a} | {a} block / step | {b} block / step |",
+        "|---|---|---|---|---|---|---|",
     ]
     for spec, by in result.items():
         for n in map(str, sizes):
-            fp, q8 = by["fp32"][n], by["int8"][n]
-            lines.append(f"| {spec} | {n} | {fp * 1e3:.0f} | {q8 * 1e3:.0f} | {q8 / fp:.2f} |")
-    (args.out / f"{args.tag}_quantize.json").write_text(json.dumps({"command": command, "seconds": result}, indent=2))
-    (args.out / f"{args.tag}_quantize.md").write_text("\n".join(lines) + "\n")
-    log(f"wrote {args.out}/{args.tag}_quantize.md")
+            x, y = by[a][n], by[b][n]
+            lines.append(
+                f"| {spec} | {n} | {x * 1e3:.0f} | {y * 1e3:.0f} | {y / x:.2f} "
+                f"| {x / by[a]['1']:.2f} | {y / by[b]['1']:.2f} |"
+            )
+    out = args.out / f"{args.tag}_{stem}"
+    out.with_suffix(".json").write_text(json.dumps({"command": command, "seconds": result}, indent=2) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    _logger()(f"wrote {out}.md")
     return 0
 
 
@@ -767,7 +841,8 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
     m = meta["cost_model"]
     g = costs.g_step
     out = [
-        f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']})",
+        f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']}"
+        + (f", Linear kernel {meta['linear_kernel']})" if meta.get("linear_kernel") else ")"),
         "",
         f"`{meta['command']}` — {meta['queries']} demo queries × {meta['max_new_tokens']} new tokens per method "
         f"and RTT, {meta['torch_threads']} torch threads on 2 shared cores; RTT added by a user-space delay relay "
@@ -802,7 +877,8 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "",
         f"Baselines, same run: `llm` {b['llm_seconds_per_generalist_step'] * 1e3:.0f} ms per Generalist step, "
         f"plain `transformers` `generate` {b['hf_generate_seconds_per_token'] * 1e3:.0f} ms per token "
-        f"(greedy, same model and dtype, same number of tokens): `llm` reaches "
+        f"(greedy, same model and dtype, same number of tokens; each the median of {b.get('reps', 1)} turns, "
+        "taken alternately): `llm` reaches "
         f"**{b['llm_vs_hf_generate']:.2f}×** of `generate`.",
     ]
     if meta["llamacpp"]:

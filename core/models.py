@@ -43,6 +43,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from core.errors import ModelLoadError
+from core.linear import resolve_linear_kernel, use_linear_kernel
 
 __all__ = [
     "DEFAULT_GENERALIST",
@@ -206,19 +207,30 @@ def default_cache_dir() -> Path:
 
 
 def load_causal_lm(
-    spec: str | Path, *, cache_dir: Path | None = None, progress: bool = True, quantize: str | None = None
+    spec: str | Path,
+    *,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    quantize: str | None = None,
+    linear_kernel: str | None = None,
 ) -> CausalLM:
     """Load a causal LM from a Hugging Face folder, a `.gguf` file or an embedded model name.
 
     A GGUF (including the embedded ones) is converted once into `cache_dir` and reloaded from
     there afterwards. Every failure is a `ModelLoadError` with a one-sentence message.
     `quantize="int8"` then applies `quantize_linear` (None or "fp32": the fp32 weights as loaded).
+    fp32 Linear layers run on `linear_kernel` (`core.linear`; default `$SPECSTEER_LINEAR_KERNEL`,
+    else "auto": oneDNN where available).
     """
     if quantize not in QUANTIZE_CHOICES:
         choices = ", ".join(repr(q) for q in QUANTIZE_CHOICES if q is not None)
         raise ModelLoadError(f"Unknown quantization {quantize!r}: use one of {choices}.")
+    kernel = resolve_linear_kernel(linear_kernel)  # a bad choice fails before a minute of loading
     lm = _load_spec(spec, cache_dir, progress)
-    return quantize_linear(lm) if quantize == "int8" else lm
+    if quantize == "int8":
+        return quantize_linear(lm)
+    use_linear_kernel(lm.model, kernel)
+    return lm
 
 
 QUANTIZE_CHOICES: tuple[str | None, ...] = (None, "fp32", "int8")
@@ -232,6 +244,7 @@ def quantize_linear(lm: CausalLM) -> CausalLM:
     The model is converted in place (no second fp32 copy at peak): `lm` must not be used after."""
     from torch.ao.quantization import quantize_dynamic
 
+    use_linear_kernel(lm.model, "torch")  # quantize_dynamic converts exact nn.Linear layers only
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices, once per layer
         model = quantize_dynamic(lm.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bench import speed
+from core.linear import onednn_available
 from tests.tinymodels import save_tiny
 
 
@@ -36,7 +37,7 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert all(r["uplink_open_bytes_per_generation"] > 0 for r in steered)
     assert all(meta["costs_seconds"][key] > 0 for key in ("device_prefill", "g_prefill", "s0_prefill"))
     assert all(r["cloud_seconds_per_round"] > 0 and r["cloud_round_vs_floor"] > 0 for r in steered)
-    assert meta["baseline"]["llm_vs_hf_generate"] > 0
+    assert meta["baseline"]["llm_vs_hf_generate"] > 0 and meta["baseline"]["reps"] == 3
     assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
 
@@ -138,3 +139,19 @@ def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
     assert steered[50.0]["round_floor_seconds"] == pytest.approx(2 * 2.2 + 0.05)
     llms = [r for r in out if r["kind"] == "llm"]
     assert all(r["cloud_round_vs_floor"] == pytest.approx(1.0 / (1.0 + 1.0 / 32)) for r in llms)
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+def test_compare_kernels_times_both_kernels_on_every_block_size_and_leaves_the_results(tmp_path, char_tok) -> None:
+    s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
+    out = tmp_path / "results"
+    args = ["--compare-kernels", "--reps", "1", "--kernel-rounds", "2", "--draft-len", "2", "--k-max", "3"]
+    assert speed.main([*args, "--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]) == 0
+    seconds = json.loads((out / "speed_kernels.json").read_text())["seconds"]
+    assert set(seconds) == {str(s_dir), str(g_dir)}
+    for by_kernel in seconds.values():
+        assert set(by_kernel) == {"torch", "onednn"}
+        assert all(set(costs) == {"1", "2", "3", "4"} and min(costs.values()) > 0 for costs in by_kernel.values())
+    page = (out / "speed_kernels.md").read_text()
+    assert "| onednn / torch |" in page and page.count(f"| {g_dir} |") == 4
