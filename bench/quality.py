@@ -37,7 +37,8 @@ from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_c
 from core.prompts import task_prompt
 from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.context import Profile
-from sdk.device import DecodeOptions, Specialist, generate
+from sdk.device import DecodeOptions, Drafter, Specialist, generate
+from sdk.llamacpp import DRAFTERS, drafter_for
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 
@@ -86,17 +87,27 @@ def load_queries(path: Path, users: int, per_user: int, *, skip_users: int = 0) 
 class Pairs:
     """Loads each model once and keeps one in-process verifier per Specialist."""
 
-    def __init__(self, generalist: str, quantize: str = "fp32", linear_kernel: str | None = None) -> None:
+    def __init__(
+        self, generalist: str, quantize: str = "fp32", linear_kernel: str | None = None, drafter: str = "torch"
+    ) -> None:
         self._generalist_name = generalist
         self._quantize = quantize
         self._linear_kernel = linear_kernel
+        self._drafter_kind = drafter
         self._lms: dict[str, CausalLM] = {}
+        self._drafters: dict[str, Drafter | None] = {}
         self._verifiers: dict[str, InProcessVerifier] = {}
 
     def lm(self, name: str) -> CausalLM:
         if name not in self._lms:
             self._lms[name] = load_causal_lm(name, quantize=self._quantize, linear_kernel=self._linear_kernel)
         return self._lms[name]
+
+    def drafter(self, specialist: str) -> Drafter | None:
+        """The device's drafter for `specialist` (None: its torch model drafts)."""
+        if specialist not in self._drafters:
+            self._drafters[specialist] = drafter_for(self._drafter_kind, specialist, self.lm(specialist))
+        return self._drafters[specialist]
 
     def verifier(self, specialist: str) -> InProcessVerifier:
         if specialist not in self._verifiers:
@@ -118,7 +129,8 @@ def run_one(
 ) -> dict:
     """One generation, scored against the author's real body; the row the runs log keeps."""
     s_lm = pairs.lm(specialist_name)
-    specialist = Specialist(s_lm, Profile.from_obj(user, source=user["user_id"]))
+    profile = Profile.from_obj(user, source=user["user_id"])
+    specialist = Specialist(s_lm, profile, drafter=pairs.drafter(specialist_name))
     if full_vocab:
         params = replace(params, top_k=s_lm.vocab_size)
     verifier = pairs.verifier(specialist_name) if params.method.uses_cloud else None
@@ -210,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
+    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
     args = p.parse_args(argv)
     if not args.data.is_file():
         print(f"bench.quality: error: no data file at {args.data}", file=sys.stderr)
@@ -222,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
 
-    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel)
+    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel, args.drafter)
     started = time.perf_counter()
     passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
     total = len(queries) * len(passes)
@@ -279,6 +292,7 @@ def write_report(
         "generalist": args.generalist,
         "quantize": args.quantize,
         "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
+        "drafter": args.drafter,
         "wall_seconds_this_run": round(seconds, 1),
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "configs": [

@@ -68,7 +68,8 @@ from core.session_types import Method, SessionParams
 from core.wire import encode_open
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
-from sdk.device import DecodeOptions, Specialist, generate
+from sdk.device import DecodeOptions, Drafter, Specialist, generate
+from sdk.llamacpp import DRAFTERS, drafter_for
 from sdk.transport import InProcessVerifier
 from server.config import ServerConfig
 from server.main import create_server
@@ -184,17 +185,46 @@ def _line(points: dict[int, float], n: int) -> float:
     return max(my + slope * (n - mx), 0.0)
 
 
+def drafter_times(drafter: Drafter, ids: Sequence[int], reps: int = 5) -> tuple[float, float]:
+    """Median seconds of the device drafter's step on a warm cache of `ids`, and of its prefill of
+    `ids`, through its own sequences (with the log-softmax the device reads, ~1 ms)."""
+    prefills, steps = [], []
+    for _ in range(3 + 1):
+        seq = drafter.sequence(ids)
+        start = time.perf_counter()
+        seq.next_logprobs()
+        prefills.append(time.perf_counter() - start)
+    for _ in range(reps + 1):
+        seq.push(ids[-1:])
+        start = time.perf_counter()
+        seq.next_logprobs()
+        steps.append(time.perf_counter() - start)
+        seq.truncate(len(ids))
+    return statistics.median(steps[1:]), statistics.median(prefills[1:])
+
+
 def measure_costs(
-    s_lm: CausalLM, g_lm: CausalLM, device_ids: Sequence[int], prompt: str, sizes: Sequence[int], reps: int = 5
+    s_lm: CausalLM,
+    g_lm: CausalLM,
+    device_ids: Sequence[int],
+    prompt: str,
+    sizes: Sequence[int],
+    reps: int = 5,
+    drafter: Drafter | None = None,
 ) -> Costs:
     """Every cost the model uses, timed alone: `device_ids` is the device's private prompt, `prompt`
-    the public one the cloud renders for each of its models."""
+    the public one the cloud renders for each of its models. The device's costs are its `drafter`'s
+    when it has one."""
     g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
+    if drafter is None:
+        draft_step, device_prefill = bare_forward_time(s_lm, device_ids, 1, reps), bare_prefill_time(s_lm, device_ids)
+    else:
+        draft_step, device_prefill = drafter_times(drafter, device_ids, reps)
     return Costs(
-        draft_step=bare_forward_time(s_lm, device_ids, 1, reps),
+        draft_step=draft_step,
         g_blocks={n: bare_forward_time(g_lm, g_ids, n, reps) for n in sizes},
         s_blocks={n: bare_forward_time(s_lm, s_ids, n, reps) for n in sizes},
-        device_prefill=bare_prefill_time(s_lm, device_ids),
+        device_prefill=device_prefill,
         g_prefill=bare_prefill_time(g_lm, g_ids),
         s_prefill=bare_prefill_time(s_lm, s_ids),
     )
@@ -355,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
+    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
     p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
     p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
@@ -400,12 +431,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     s_lm = load_causal_lm(args.specialist, quantize=args.quantize, linear_kernel=args.linear_kernel)
     g_lm = load_causal_lm(args.generalist, quantize=args.quantize, linear_kernel=args.linear_kernel)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
-    specialist = Specialist(s_lm, profile)
+    drafter = drafter_for(args.drafter, args.specialist, s_lm)
+    specialist = Specialist(s_lm, profile, drafter=drafter)
     log = _logger()
 
     sizes = range(1, max(k, args.k_max) + 2)  # every block a round can feed: no K's floor is interpolated
     device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
-    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps)
+    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter)
     log(
         f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
@@ -474,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.start()
         try:
             for rtt in args.rtts:
-                floors[rtt] = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps)
+                floors[rtt] = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter)
                 log(
                     f"rtt {rtt:>4.0f} ms  floor re-timed: draft step {floors[rtt].draft_step * 1e3:.0f} ms, "
                     f"verify blocks at K={k} {floors[rtt].verify_block(k) * 1e3:.0f} ms"
@@ -552,6 +584,7 @@ def _writer(
             "generalist": args.generalist,
             "quantize": args.quantize,
             "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
+            "drafter": args.drafter,
             "draft_len": args.draft_len,
             "baseline": baseline,
             "llamacpp": reference,
@@ -842,7 +875,8 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
     g = costs.g_step
     out = [
         f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']}"
-        + (f", Linear kernel {meta['linear_kernel']})" if meta.get("linear_kernel") else ")"),
+        + (f", Linear kernel {meta['linear_kernel']}" if meta.get("linear_kernel") else "")
+        + (f", device drafter {meta['drafter']})" if meta.get("drafter", "torch") != "torch" else ")"),
         "",
         f"`{meta['command']}` — {meta['queries']} demo queries × {meta['max_new_tokens']} new tokens per method "
         f"and RTT, {meta['torch_threads']} torch threads on 2 shared cores; RTT added by a user-space delay relay "

@@ -8,11 +8,16 @@ Who runs a forward is injectable: by default `single_forward` (one sequence on i
 the verifier injects a runner that merges the pending forwards of concurrent sessions of one
 model into one padded forward (`server/kv_batch.py`, scheduled by `server/batching.py`), which
 leaves each sequence's cache and rows as its own forward would, up to float rounding.
+
+The bookkeeping (rows kept, rollback, continuation scoring) is `CachedSequence`; `TokenSequence`
+runs it on a Hugging Face model, and the device's llama.cpp drafter (`sdk/llamacpp.py`) on a
+llama.cpp context.
 """
 
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import torch
@@ -20,36 +25,43 @@ from transformers import DynamicCache, PreTrainedModel
 
 from core.steering import log_softmax
 
-__all__ = ["ForwardRunner", "TokenSequence", "recording_cache", "single_forward"]
+__all__ = ["CachedSequence", "ForwardRunner", "TokenSequence", "recording_cache", "single_forward"]
 
 ForwardRunner = Callable[["TokenSequence", Sequence[int]], torch.Tensor]
 """Feeds `new` ids to `seq.model` after `seq.cache` (which covers `seq.ids[:seq.cached]`), appends
 their KV entries to that cache, and returns their logits, shape [len(new), vocab]."""
 
 
-class TokenSequence:
-    """`ids` is the sequence; the cache covers `ids[:cached]`; `_rows[n]` is the fp32
+class CachedSequence(ABC):
+    """A growing token sequence on some backend's KV cache, with rollback: the bookkeeping every
+    backend shares. `ids` is the sequence; the cache covers `ids[:cached]`; `_rows[n]` is the fp32
     log-distribution of the token after the first n ids, kept for the positions a rollback may
-    return to (from the last truncation point on)."""
+    return to (from the last truncation point on). A backend may return logits for only the last
+    few tokens of a forward; a rollback to a position without a row re-feeds its last token."""
 
-    def __init__(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None = None) -> None:
+    def __init__(self, prefix_ids: Sequence[int]) -> None:
         if not prefix_ids:
             raise ValueError("a token sequence needs at least one prefix token")
-        self.model = model
         self.ids: list[int] = list(prefix_ids)
-        self._cache = self._new_cache()
         self._cached = 0
         self._rows: dict[int, torch.Tensor] = {}
-        self._runner: ForwardRunner = runner if runner is not None else single_forward
         self.forward_passes = 0
+
+    @abstractmethod
+    def _forward(self, new: Sequence[int]) -> torch.Tensor:
+        """Feed `new` after the cached ids and extend the cache; logits of the last m >= 1 of them, [m, vocab]."""
+
+    @abstractmethod
+    def _crop(self, keep: int) -> None:
+        """Cut the cache to the first `keep` ids (or rebuild it from nothing) and set `_cached`."""
+
+    @abstractmethod
+    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """For each tail, the logits [len(tail), vocab] of feeding it after all of `ids`, leaving
+        the cache as it was."""
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    @property
-    def cache(self) -> DynamicCache:
-        """The KV cache of `ids[:cached]` (a runner appends to it; nothing else should)."""
-        return self._cache
 
     @property
     def cached(self) -> int:
@@ -62,12 +74,11 @@ class TokenSequence:
     def _sync(self) -> None:
         if self._cached >= len(self.ids):
             return
-        new = self.ids[self._cached :]
-        logits = self._runner(self, new)
+        rows = log_softmax(self._forward(self.ids[self._cached :]))
         self.forward_passes += 1
-        rows = log_softmax(logits)
-        for i in range(len(new)):
-            self._rows[self._cached + i + 1] = rows[i]
+        first = len(self.ids) - rows.shape[0] + 1
+        for i in range(rows.shape[0]):
+            self._rows[first + i] = rows[i]
         self._cached = len(self.ids)
 
     def next_logprobs(self) -> torch.Tensor:
@@ -92,6 +103,43 @@ class TokenSequence:
             self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
         self._rows = {m: row for m, row in self._rows.items() if n <= m <= self._cached}
 
+    def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Sum of log P over each continuation's tokens after the current ids, shape [len].
+
+        Single-token continuations read the current distribution; longer ones (cross-vocabulary
+        candidates) need the backend to feed their tails (`_tail_logits`).
+        """
+        base = self.next_logprobs()
+        scores = torch.stack([base[c[0]] for c in continuations]) if continuations else torch.zeros(0)
+        longer = [i for i, c in enumerate(continuations) if len(c) > 1]
+        if not longer:
+            return scores
+        tails = self._tail_logits([list(continuations[i][:-1]) for i in longer])
+        self.forward_passes += 1
+        scores = scores.clone()
+        for logits, i in zip(tails, longer, strict=True):
+            c, rows = continuations[i], log_softmax(logits)
+            scores[i] = scores[i] + sum(rows[j, c[j + 1]] for j in range(len(c) - 1))
+        return scores
+
+
+class TokenSequence(CachedSequence):
+    """A sequence on a Hugging Face model's `DynamicCache`; every forward keeps all its rows."""
+
+    def __init__(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None = None) -> None:
+        super().__init__(prefix_ids)
+        self.model = model
+        self._cache = self._new_cache()
+        self._runner: ForwardRunner = runner if runner is not None else single_forward
+
+    @property
+    def cache(self) -> DynamicCache:
+        """The KV cache of `ids[:cached]` (a runner appends to it; nothing else should)."""
+        return self._cache
+
+    def _forward(self, new: Sequence[int]) -> torch.Tensor:
+        return self._runner(self, new)
+
     def _new_cache(self) -> DynamicCache:
         return recording_cache(self.model)
 
@@ -106,34 +154,18 @@ class TokenSequence:
             self._cache = self._new_cache()
             self._cached = 0
 
-    def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Sum of log P over each continuation's tokens after the current ids, shape [len].
-
-        Single-token continuations read the current distribution; longer ones (cross-vocabulary
-        candidates) run one batched forward on a copy of the cache, right-padded so padding never
-        affects the positions read.
-        """
-        base = self.next_logprobs()
-        scores = torch.stack([base[c[0]] for c in continuations]) if continuations else torch.zeros(0)
-        longer = [i for i, c in enumerate(continuations) if len(c) > 1]
-        if not longer:
-            return scores
-        width = max(len(continuations[i]) for i in longer) - 1
-        batch = torch.zeros((len(longer), width), dtype=torch.long)
-        for row, i in enumerate(longer):
-            tail = list(continuations[i][:-1])
-            batch[row, : len(tail)] = torch.tensor(tail)
+    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """One batched forward on a copy of the cache, right-padded so padding never affects the
+        positions read."""
+        width = max(len(t) for t in tails)
+        batch = torch.zeros((len(tails), width), dtype=torch.long)
+        for row, tail in enumerate(tails):
+            batch[row, : len(tail)] = torch.tensor(list(tail))
         cache = copy.deepcopy(self._cache)
-        cache.batch_repeat_interleave(len(longer))
+        cache.batch_repeat_interleave(len(tails))
         with torch.inference_mode():
             out = self.model(input_ids=batch, past_key_values=cache, use_cache=True)
-        self.forward_passes += 1
-        rows = log_softmax(out.logits)
-        scores = scores.clone()
-        for row, i in enumerate(longer):
-            c = continuations[i]
-            scores[i] = scores[i] + sum(rows[row, j, c[j + 1]] for j in range(len(c) - 1))
-        return scores
+        return [out.logits[row, : len(tail)] for row, tail in enumerate(tails)]
 
 
 def recording_cache(model: PreTrainedModel) -> DynamicCache:

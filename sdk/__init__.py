@@ -29,6 +29,7 @@ from sdk.errors import (
     VerifierLost,
     VerifierRefused,
 )
+from sdk.llamacpp import LlamaCppDrafter
 
 __all__ = [
     "CandidatePolicy",
@@ -40,6 +41,7 @@ __all__ = [
     "GenerationSettings",
     "GenerationStats",
     "GenerationStream",
+    "LlamaCppDrafter",
     "Method",
     "ModelLoadError",
     "PinningError",

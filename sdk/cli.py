@@ -33,8 +33,9 @@ from core.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionP
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.cloud_plugins import LocalVerifierFactory, local_verifier_factory, sdk_command
 from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
+from sdk.device import DecodeOptions, Drafter, Generation, Specialist, generate
 from sdk.egress import EgressTap, RecorderTap
+from sdk.llamacpp import DRAFTERS, check_drafter_installed, drafter_for
 from sdk.transport import InProcessVerifier
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
@@ -69,6 +70,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
     p.add_argument(
         "--quantize", choices=["fp32", "int8"], default="fp32", help="models' Linear layers (int8: dynamic, AVX2)"
+    )
+    p.add_argument(
+        "--drafter",
+        choices=DRAFTERS,
+        default="torch",
+        help="where the Specialist's forwards run (llamacpp: its GGUF, the [llamacpp] extra)",
     )
     p.add_argument("--context-entries", type=int, default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -177,6 +184,7 @@ def build_local(
     context_entries: int,
     federation_state: Path | None = None,
     factory: LocalVerifierFactory | None = None,
+    drafter: Drafter | None = None,
 ) -> LocalRun:
     """The device's Specialist and, if a Generalist is given, the in-process verifier beside it.
 
@@ -184,7 +192,7 @@ def build_local(
     (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
     """
     device_lm = device_specialist(specialist_lm, federation_state)
-    specialist = Specialist(device_lm, profile, context_entries=context_entries)
+    specialist = Specialist(device_lm, profile, context_entries=context_entries, drafter=drafter)
     if generalist_lm is None:
         return LocalRun(specialist, None)
     make = factory or local_verifier_factory()
@@ -198,6 +206,11 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
     from core.adapters import load_device_specialist
 
     return load_device_specialist(base, federation_state)[0]
+
+
+def device_drafter(args: argparse.Namespace, lm: CausalLM) -> Drafter | None:
+    """The `--drafter` for the Specialist `lm` (None: its torch model drafts)."""
+    return drafter_for(getattr(args, "drafter", "torch"), args.specialist, lm)
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
@@ -237,6 +250,14 @@ def check_options(
     options = DecodeOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
+    drafter = getattr(args, "drafter", "torch")
+    if drafter != "torch":
+        if getattr(args, "federation_state", None) is not None:
+            # The adapters are merged into the torch model only: drafting without them would drop them.
+            raise ConfigError(
+                f"--drafter {drafter} runs the base GGUF, without --federation-state's adapters: use --drafter torch"
+            )
+        check_drafter_installed(drafter)
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     return params, options
@@ -245,8 +266,9 @@ def check_options(
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     log(args, f"loading Specialist {args.specialist}")
     lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
+    drafter = device_drafter(args, lm)
     lm = device_specialist(lm, getattr(args, "federation_state", None))
-    return Specialist(lm, profile, context_entries=args.context_entries)
+    return Specialist(lm, profile, context_entries=args.context_entries, drafter=drafter)
 
 
 def run_remote(
@@ -311,7 +333,8 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
         log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir, quantize=quantize)
     federation_state = getattr(args, "federation_state", None)
-    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory)
+    drafter = device_drafter(args, s_lm)
+    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory, drafter)
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")
     log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)

@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import cast
+from typing import Protocol, cast
 
 import numpy as np
 import torch
 
 from core.errors import ConfigError, ProtocolError
-from core.kv import TokenSequence
+from core.kv import CachedSequence, TokenSequence
 from core.models import CausalLM
 from core.prompts import Example, render_prompt
 from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict
@@ -53,8 +53,18 @@ class Generation:
     fallback_detail: str | None = None  # what went wrong with the verifier, when stats.fallback is set
 
 
+class Drafter(Protocol):
+    """Runs the Specialist's forwards on another backend (`sdk.llamacpp.LlamaCppDrafter`)."""
+
+    def sequence(self, prefix_ids: Sequence[int]) -> CachedSequence: ...
+
+
 class Specialist:
-    """The on-device model plus the user's private history (optional) and its BM25 index."""
+    """The on-device model plus the user's private history (optional) and its BM25 index.
+
+    `drafter`, if given, runs the model's forwards instead of `lm.model` (the same weights on a
+    faster backend); `lm` still gives the tokenizer, chat template and end-of-sequence ids.
+    """
 
     def __init__(
         self,
@@ -63,8 +73,10 @@ class Specialist:
         *,
         context_entries: int = 3,
         context_chars: int = 1800,
+        drafter: Drafter | None = None,
     ) -> None:
         self.lm = lm
+        self.drafter = drafter
         self.profile = profile
         self._index = ProfileIndex(profile) if profile is not None and profile.entries else None
         self.context_entries = context_entries
@@ -82,6 +94,12 @@ class Specialist:
 
     def private_prompt_ids(self, prompt: str, *, with_context: bool) -> list[int]:
         return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else ())
+
+    def sequence(self, prefix_ids: Sequence[int]) -> CachedSequence:
+        """A new KV-cached sequence of the Specialist's forwards, starting at `prefix_ids`."""
+        if self.drafter is not None:
+            return self.drafter.sequence(prefix_ids)
+        return TokenSequence(self.lm.model, prefix_ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         # transformers types decode as `str | list[str]` (a list for a batch); one flat ID list is one str.
@@ -113,7 +131,7 @@ def generate(
         raise ConfigError("the prompt is empty")
     start = time.perf_counter()
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
-    seq = TokenSequence(specialist.lm.model, ids)
+    seq = specialist.sequence(ids)
     rng = torch.Generator().manual_seed(options.seed)
     state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
     lost: VerifierLost | None = None
@@ -193,7 +211,7 @@ def _draw(logprobs: torch.Tensor, sampling: bool, options: DecodeOptions, rng: t
 
 
 def _local_loop(
-    seq: TokenSequence, sampling: bool, options: DecodeOptions, state: _State, rng: torch.Generator
+    seq: CachedSequence, sampling: bool, options: DecodeOptions, state: _State, rng: torch.Generator
 ) -> None:
     """The Specialist alone (slm, slm-rag, and finishing locally when the cloud is gone)."""
     while state.remaining > 0:
@@ -232,7 +250,7 @@ class _Uplink:
 
 def _steered_loop(
     uplink: _Uplink,
-    seq: TokenSequence,
+    seq: CachedSequence,
     params: SessionParams,
     options: DecodeOptions,
     state: _State,
@@ -295,7 +313,7 @@ def _steered_loop(
 
 
 def _look_ahead(
-    seq: TokenSequence, limit: int, sampling: bool, options: DecodeOptions, rng: torch.Generator
+    seq: CachedSequence, limit: int, sampling: bool, options: DecodeOptions, rng: torch.Generator
 ) -> int | None:
     """Draft one more token on the device (the guard resolving a hold), unless `seq` is at `limit`."""
     if len(seq) >= limit:
@@ -306,7 +324,7 @@ def _look_ahead(
 
 
 def _recover(
-    seq: TokenSequence, verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+    seq: CachedSequence, verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: torch.Generator
 ) -> tuple[int, ...]:
     """Pick a candidate by v + alpha * log P_S^c."""
     assert verdict.steering is not None
@@ -326,7 +344,7 @@ def _recover(
 
 
 def _fuse(
-    seq: TokenSequence, fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+    seq: CachedSequence, fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: torch.Generator
 ) -> int:
     """Token-level fusion over the whole vocabulary: the token by v + alpha * log P_S^c, i.e.
     log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T)."""
@@ -338,7 +356,7 @@ def _fuse(
 
 
 def _score_for_argmax(
-    seq: TokenSequence, candidates: Sequence[tuple[int, ...]], values: torch.Tensor, alpha: float
+    seq: CachedSequence, candidates: Sequence[tuple[int, ...]], values: torch.Tensor, alpha: float
 ) -> torch.Tensor:
     """log P_S^c of each candidate, exact wherever it can change the argmax.
 

@@ -53,7 +53,7 @@ def test_the_base_install_has_no_cloud_flower_or_opacus() -> None:
 
 # Optional features of the device packages that need an extra, imported only inside the function
 # that needs them and failing there with a sentence naming the extra (module, file) -> extra.
-OPTIONAL = {("opacus", "privacy/ledger.py"): "federation"}
+OPTIONAL = {("opacus", "privacy/ledger.py"): "federation", ("llama_cpp", "sdk/llamacpp.py"): "llamacpp"}
 
 
 def test_the_device_packages_import_only_base_dependencies() -> None:

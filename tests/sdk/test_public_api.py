@@ -33,6 +33,7 @@ PUBLIC = [
     "GenerationSettings",
     "GenerationStats",
     "GenerationStream",
+    "LlamaCppDrafter",
     "Method",
     "ModelLoadError",
     "PinningError",
