@@ -2,6 +2,8 @@
 
     python -m bench.speed [--rtts 0 20 50] [--queries 2] [--max-new-tokens 32] [--out docs/results]
         [--specialist SPEC] [--generalist SPEC] [--quantize fp32|int8] [--draft-len 4] [--tag speed]
+        [--drafter torch|llamacpp]
+    python -m bench.speed --compare-kernels | --compare-quantize | --compare-drafters
 
 A real verifier (`server.main.create_server`, TLS + mutual TLS with a throwaway PKI) serves on
 loopback; the device reaches it through `bench.netdelay.DelayRelay`, which adds each RTT in user
@@ -36,6 +38,10 @@ plain `transformers` `generate` (greedy, same model, same dtype), compared per G
 and, when `llama-cpp-python` is installed (extra `[llamacpp]`) and a model is a GGUF, llama.cpp's
 tokens/s for the same file. Then the validated cost model, labelled a projection: the crossover
 block/step ratio below which specsteer beats llm, and a paper-size 0.6B/32B pair.
+
+`--drafter llamacpp` runs the device's forwards on llama.cpp over the Specialist's GGUF
+(`sdk/llamacpp.py`), and its draft step and prefill are timed through it; `--compare-drafters` only
+times those two on torch and on llama.cpp, taking turns in one process (TAG_drafters.*).
 
 Device and verifier share this machine's cores. They compute at the same time only while the
 cloud prefills at Open and the device drafts its first block (the device waits for every verdict),
@@ -416,7 +422,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only measure both models' step and block costs on torch's and oneDNN's Linear kernel (TAG_kernels.*)",
     )
-    p.add_argument("--kernel-rounds", type=int, default=3, help="turns each kernel takes in --compare-kernels")
+    p.add_argument(
+        "--compare-drafters",
+        action="store_true",
+        help="only measure the device's draft step and prefill on torch and on llama.cpp (TAG_drafters.*)",
+    )
+    p.add_argument(
+        "--kernel-rounds", type=int, default=3, help="turns each variant takes in --compare-kernels/--compare-drafters"
+    )
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     k = args.draft_len
@@ -424,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return compare_quantize(args, argv)
     if args.compare_kernels:
         return compare_kernels(args, argv)
+    if args.compare_drafters:
+        return compare_drafters(args, argv)
 
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
     profile = Profile.from_obj(demo, source=str(DEMO))
@@ -511,6 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"rtt {rtt:>4.0f} ms  floor re-timed: draft step {floors[rtt].draft_step * 1e3:.0f} ms, "
                     f"verify blocks at K={k} {floors[rtt].verify_block(k) * 1e3:.0f} ms"
                 )
+                # llm again, in this RTT's spell of the machine: compared with rows timed minutes later,
+                # the start's llm would read the drift as a speedup or a slowdown.
+                llm_rtt = [generate(specialist, q, llm_params, options, local) for q in prompts]
+                log(f"rtt {rtt:>4.0f} ms  llm re-timed: {_tokens_per_second(llm_rtt):.2f} tok/s in process")
                 with DelayRelay(port, rtt_ms=rtt) as relay:
                     client_config = ClientConfig(
                         server=f"127.0.0.1:{relay.port}",
@@ -552,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 if kb != k and not args.no_best_k:
                                     params = replace(method.params, draft_len=kb)
                                     todo.append(Run(f"specsteer gamma=0.5 (K={kb}, best)", params))
-                rows.append(_llm_row(rtt, llm_runs, llm_seconds))
+                rows.append(_llm_row(rtt, llm_rtt, sum(r.stats.seconds for r in llm_rtt)))
                 done.append(rtt)
                 write(done)  # partial results survive a run cut short
         finally:
@@ -647,6 +666,52 @@ def compare_kernels(args: argparse.Namespace, argv: Sequence[str] | None) -> int
         del lm
     title = "fp32 on torch's Linear kernel (MKL) vs oneDNN"
     return _write_comparison(args, argv, "kernels", title, result, sizes)
+
+
+def compare_drafters(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """The device's draft step and its private prompt's prefill on torch and on llama.cpp (the
+    same GGUF), taking turns over `--kernel-rounds` rounds in one process."""
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    lm = load_causal_lm(args.specialist, linear_kernel=args.linear_kernel)
+    drafter = drafter_for("llamacpp", args.specialist, lm)
+    assert drafter is not None
+    ids = Specialist(lm, Profile.from_obj(demo, source=str(DEMO))).private_prompt_ids(
+        task_prompt(demo["queries"][0]["subject"]), with_context=True
+    )
+    log = _logger()
+    turns: dict[str, dict[str, list[float]]] = {d: {"step": [], "prefill": []} for d in ("torch", "llamacpp")}
+    for _ in range(args.kernel_rounds):
+        for name, times in turns.items():
+            if name == "torch":
+                step, prefill = bare_forward_time(lm, ids, 1, args.reps), bare_prefill_time(lm, ids)
+            else:
+                step, prefill = drafter_times(drafter, ids, args.reps)
+            times["step"].append(step)
+            times["prefill"].append(prefill)
+            log(f"{name}: step {step * 1e3:.0f} ms, prefill of {len(ids)} tokens {prefill * 1e3:.0f} ms")
+    result = {d: {what: statistics.median(v) for what, v in by.items()} for d, by in turns.items()}
+    command = "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    t, f = result["torch"], result["llamacpp"]
+    lines = [
+        f"# The device's drafter: torch (Linear kernel {resolve_linear_kernel(args.linear_kernel)}) vs llama.cpp, "
+        f"{args.specialist} (same run)",
+        "",
+        f"`{command}`: on the demo user's private prompt ({len(ids)} tokens with its retrieved examples); "
+        f"{torch.get_num_threads()} threads; each the median of {args.kernel_rounds} alternating turns, each turn the "
+        f"median of {args.reps} steps (3 prefills). llama.cpp's times include the log-softmax the device reads.",
+        "",
+        "| cost | torch ms | llama.cpp ms | torch / llama.cpp |",
+        "|---|---|---|---|",
+        f"| draft step | {t['step'] * 1e3:.0f} | {f['step'] * 1e3:.0f} | {t['step'] / f['step']:.2f}x |",
+        f"| prefill | {t['prefill'] * 1e3:.0f} | {f['prefill'] * 1e3:.0f} | {t['prefill'] / f['prefill']:.2f}x |",
+    ]
+    out = args.out / f"{args.tag}_drafters"
+    out.with_suffix(".json").write_text(
+        json.dumps({"command": command, "prompt_tokens": len(ids), "seconds": result, "turns": turns}, indent=2) + "\n"
+    )
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    log(f"wrote {out}.md")
+    return 0
 
 
 def _compared_sizes(args: argparse.Namespace) -> list[int]:
@@ -744,6 +809,10 @@ def reads_specialist_at_recovery(params: SessionParams) -> bool:
     return params.method is Method.SPECSTEER and params.alpha > 0
 
 
+def _tokens_per_second(runs: list) -> float:
+    return sum(r.stats.new_tokens for r in runs) / max(1e-9, sum(r.stats.seconds for r in runs))
+
+
 def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
     tokens = max(1, sum(r.stats.new_tokens for r in runs))
     rounds = max(1, sum(r.stats.rounds for r in runs))
@@ -813,7 +882,7 @@ def _analyse(
         llm = next(r for r in at if r["method"] == LLM)
         fusion = next(r for r in at if r["kind"] == "fusion")
         for r in at:
-            c = costs if r["kind"] == "llm" else floors.get(rtt, costs)  # llm's steps ran at the start
+            c = floors.get(rtt, costs)
             r["speedup_vs_llm"] = r["tokens_per_second"] / llm["tokens_per_second"]
             r["speedup_vs_fusion"] = r["tokens_per_second"] / fusion["tokens_per_second"]
             session, floor, cloud_floor = _floor(r, c)
@@ -907,7 +976,7 @@ def _markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
             f"{f['g_blocks']['1'] * 1e3:.0f} ms"
             for rtt, f in meta["floors_by_rtt_seconds"].items()
         )
-        + ". `llm` ran at the start and is held to the table above.",
+        + ". `llm` runs again in each RTT's block, just after those forwards, and is held to them too.",
         "",
         f"Baselines, same run: `llm` {b['llm_seconds_per_generalist_step'] * 1e3:.0f} ms per Generalist step, "
         f"plain `transformers` `generate` {b['hf_generate_seconds_per_token'] * 1e3:.0f} ms per token "

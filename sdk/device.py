@@ -56,6 +56,8 @@ class Generation:
 class Drafter(Protocol):
     """Runs the Specialist's forwards on another backend (`sdk.llamacpp.LlamaCppDrafter`)."""
 
+    model_name: str  # the `CausalLM.name` whose weights it runs
+
     def sequence(self, prefix_ids: Sequence[int]) -> CachedSequence: ...
 
 
@@ -75,6 +77,12 @@ class Specialist:
         context_chars: int = 1800,
         drafter: Drafter | None = None,
     ) -> None:
+        if drafter is not None and drafter.model_name != lm.name:
+            # e.g. a Specialist with adapters merged in (`+personal`): the drafter would drop them.
+            raise ConfigError(
+                f"the drafter runs {drafter.model_name} but the Specialist is {lm.name}: "
+                "a drafter must run the Specialist's own weights"
+            )
         self.lm = lm
         self.drafter = drafter
         self.profile = profile

@@ -90,6 +90,7 @@ class LlamaCppDrafter:
         if not gguf.is_file():
             raise ConfigError(f"no GGUF file at {gguf}")
         self.gguf = gguf
+        self.model_name = lm.name
         self.context_tokens = context_tokens or DEFAULT_CONTEXT_TOKENS
         threads = threads or torch.get_num_threads() or os.cpu_count() or 1
         try:

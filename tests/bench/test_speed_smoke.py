@@ -128,17 +128,37 @@ def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
         fusion = {**common, "method": "fusion", "kind": "fusion", "draft_len": 0, "rtt_ms": rtt, "rounds": 32}
         fusion |= {"cloud_seconds_per_round": 1.2 * pace, "tokens_per_second": 0.5}
         llm = {**common, "method": speed.LLM, "kind": "llm", "draft_len": 0, "rtt_ms": rtt, "rounds": 32}
-        llm |= {"cloud_seconds_per_round": 1.0, "tokens_per_second": 1.0, "reads_generic_specialist": False}
+        llm |= {"cloud_seconds_per_round": 1.0 * pace, "tokens_per_second": 1.0 / pace}
+        llm |= {"reads_generic_specialist": False}
         rows += [steer, fusion, llm]
     args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
     # Execute
     out, _ = speed._analyse(rows, fast, args, [0.0, 50.0], {0.0: fast, 50.0: slow})
-    # Assert: the slow stretch is not read as engine overhead; llm (timed at the start) keeps the start's costs.
+    # Assert: the slow stretch is not read as engine overhead, for llm (timed again at each RTT) either.
     steered = {r["rtt_ms"]: r for r in out if r["kind"] == "specsteer"}
     assert steered[50.0]["cloud_round_vs_floor"] == pytest.approx(steered[0.0]["cloud_round_vs_floor"]) == 1.0
     assert steered[50.0]["round_floor_seconds"] == pytest.approx(2 * 2.2 + 0.05)
     llms = [r for r in out if r["kind"] == "llm"]
     assert all(r["cloud_round_vs_floor"] == pytest.approx(1.0 / (1.0 + 1.0 / 32)) for r in llms)
+    assert steered[50.0]["speedup_vs_llm"] == pytest.approx(steered[0.0]["speedup_vs_llm"])
+
+
+def test_llm_is_timed_again_in_each_rtts_block(tmp_path, char_tok, monkeypatch) -> None:
+    # Each RTT's llm row comes from its own generations, not the start's: count llm generations.
+    s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
+    calls: list[str] = []
+    real = speed.generate
+
+    def counting(specialist, prompt, params, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(params.method.value)
+        return real(specialist, prompt, params, *args, **kwargs)
+
+    monkeypatch.setattr(speed, "generate", counting)
+    argv = ["--rtts", "0", "5", "--queries", "1", "--max-new-tokens", "4", "--reps", "1", "--baseline-reps", "1"]
+    argv += ["--k-max", "2", "--draft-len", "2", "--no-best-k", "--no-llamacpp", "--out", str(tmp_path / "out")]
+    assert speed.main([*argv, "--specialist", str(s_dir), "--generalist", str(g_dir)]) == 0
+    assert calls.count("llm") == 1 + 2  # the baseline against generate, then once per RTT
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")

@@ -170,6 +170,16 @@ def test_a_sequence_past_the_context_is_refused_with_the_size(tiny_pair) -> None
 
 
 @needs_llamacpp
+def test_a_specialist_with_merged_adapters_refuses_a_drafter_of_its_base_weights(tiny_pair) -> None:
+    lm, gguf = tiny_pair
+    drafter = drafter_for("llamacpp", str(gguf), lm)
+    assert drafter is not None
+    merged = CausalLM.from_parts(f"{lm.name}+personal", lm.model, lm.tokenizer)
+    with pytest.raises(ConfigError, match=r"the drafter runs .* but the Specialist is .*\+personal"):
+        Specialist(merged, drafter=drafter)
+
+
+@needs_llamacpp
 def test_a_drafter_of_another_vocabulary_is_refused(tiny_pair, char_tok) -> None:
     _, gguf = tiny_pair
     other = CausalLM.from_parts("char", tiny_llama(char_tok, seed=1), char_tok)
@@ -206,3 +216,20 @@ def test_the_cli_drafts_on_llamacpp_when_asked(tiny_pair, tmp_path: Path, capsys
     assert sdk_main([*argv, "--specialist", str(gguf)]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert fast["text"] == ref["text"] and fast["text"]
+
+
+@needs_llamacpp
+def test_bench_compares_the_two_drafters_in_turns_and_leaves_the_results(
+    tiny_pair, tmp_path: Path, monkeypatch
+) -> None:
+    from bench import speed
+
+    _, gguf = tiny_pair
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "results"
+    args = ["--compare-drafters", "--reps", "1", "--kernel-rounds", "2", "--specialist", str(gguf), "--out", str(out)]
+    assert speed.main(args) == 0
+    result = json.loads((out / "speed_drafters.json").read_text())
+    assert set(result["seconds"]) == {"torch", "llamacpp"}
+    assert all(len(times) == 2 and min(times) > 0 for by in result["turns"].values() for times in by.values())
+    assert "| draft step |" in (out / "speed_drafters.md").read_text()
