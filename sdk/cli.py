@@ -264,8 +264,12 @@ def check_options(
 
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
+    """The device's Specialist for a remote verifier (in process, `run` loads both models)."""
     log(args, f"loading Specialist {args.specialist}")
-    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=getattr(args, "quantize", "fp32"))
+    # With another drafter and a remote verifier nothing here runs the torch model: skip its weights.
+    weights = getattr(args, "drafter", "torch") == "torch" or getattr(args, "federation_state", None) is not None
+    quantize = getattr(args, "quantize", "fp32")
+    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize, weights=weights)
     drafter = device_drafter(args, lm)
     lm = device_specialist(lm, getattr(args, "federation_state", None))
     return Specialist(lm, profile, context_entries=args.context_entries, drafter=drafter)

@@ -65,7 +65,8 @@ class Specialist:
     """The on-device model plus the user's private history (optional) and its BM25 index.
 
     `drafter`, if given, runs the model's forwards instead of `lm.model` (the same weights on a
-    faster backend); `lm` still gives the tokenizer, chat template and end-of-sequence ids.
+    faster backend); `lm` still gives the tokenizer, chat template and end-of-sequence ids, and
+    may then be loaded without weights (`load_causal_lm(..., weights=False)`).
     """
 
     def __init__(
@@ -82,6 +83,11 @@ class Specialist:
             raise ConfigError(
                 f"the drafter runs {drafter.model_name} but the Specialist is {lm.name}: "
                 "a drafter must run the Specialist's own weights"
+            )
+        if drafter is None and not lm.has_weights:
+            raise ConfigError(
+                f"the Specialist {lm.name} was loaded without weights: give it a drafter that runs them "
+                "(sdk.LlamaCppDrafter), or load it with weights"
             )
         self.lm = lm
         self.drafter = drafter

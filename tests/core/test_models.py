@@ -103,6 +103,20 @@ def test_eos_ids_merge_tokenizer_and_generation_config(tmp_path: Path, char_tok:
     assert lm.eos_ids == frozenset({EOS_ID, 7, 9})
 
 
+def test_a_model_loaded_without_weights_keeps_tokenizer_shapes_and_eos_but_holds_no_storage(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast
+) -> None:
+    folder = save_tiny(tmp_path, char_tok, seed=0)
+    GenerationConfig(eos_token_id=[7, 9], bos_token_id=2).save_pretrained(str(folder))
+    full = load_causal_lm(folder, progress=False)
+    lean = load_causal_lm(folder, progress=False, weights=False, quantize="int8")
+
+    assert full.has_weights and not lean.has_weights
+    assert all(p.device.type == "meta" for p in lean.model.parameters())
+    assert (lean.name, lean.vocab_size, lean.eos_ids) == (full.name, full.vocab_size, full.eos_ids)
+    assert lean.tokenizer.encode(PROMPT) == full.tokenizer.encode(PROMPT)
+
+
 def test_chat_template_detected(tmp_path: Path) -> None:
     tokenizer = char_tokenizer()  # a private copy: the session fixture must stay template-free
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
@@ -322,6 +336,18 @@ def test_gguf_converted_once_then_reused(
     load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
     assert (len(conversions), len(hashes)) == (1, 2)
     assert _converted_folders(cache) == [folder]
+
+
+def test_a_gguf_loaded_without_weights_converts_once_and_reuses_the_conversion(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    conversions = _count_calls(monkeypatch, "_convert_gguf")
+    lean = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False, weights=False)
+    full = load_causal_lm(tiny_gguf, cache_dir=cache, progress=False)
+    assert len(conversions) == 1
+    assert not lean.has_weights and full.has_weights
+    assert lean.vocab_size == full.vocab_size and lean.eos_ids == full.eos_ids
 
 
 def test_gguf_cache_matches_direct_gguf_load(tiny_gguf: Path, tmp_path: Path, bpe_tok: PreTrainedTokenizerFast) -> None:

@@ -20,6 +20,7 @@ from core.errors import ConfigError
 from core.kv import CachedSequence, TokenSequence
 from core.models import CausalLM, load_causal_lm
 from core.session_types import SessionParams
+from sdk.cli import build_parser, load_specialist
 from sdk.cli import main as sdk_main
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.llamacpp import DRAFTERS, check_drafter_installed, drafter_for, gguf_for
@@ -91,6 +92,15 @@ def test_a_federated_specialist_cannot_draft_on_the_base_gguf(tmp_path: Path, ca
     err = capsys.readouterr().err
     assert "without --federation-state's adapters: use --drafter torch" in err
     assert "Traceback" not in err
+
+
+def test_a_specialist_without_weights_needs_a_drafter(tmp_path: Path, bpe_tok) -> None:
+    folder = tmp_path / "tiny"
+    tiny_llama(bpe_tok, seed=1).save_pretrained(str(folder))
+    bpe_tok.save_pretrained(str(folder))
+    weightless = load_causal_lm(folder, progress=False, weights=False)
+    with pytest.raises(ConfigError, match="was loaded without weights: give it a drafter"):
+        Specialist(weightless)
 
 
 # --- llama.cpp on a tiny F32 GGUF: the torch model's own weights ---------------------------------
@@ -196,14 +206,30 @@ def test_a_steered_generation_drafting_on_llamacpp_commits_what_the_torch_device
     verifier = InProcessVerifier(cloud.open, vocab_size=lm.vocab_size)
     params, options = SessionParams(gamma=0.5, draft_len=3), DecodeOptions(max_new_tokens=24)
     prompt = "the cat sat on the mat"
+    # The device's torch model without weights: the drafter runs them, the tokenizer stays.
+    weightless = load_causal_lm(str(gguf), cache_dir=gguf.parent / "cache", progress=False, weights=False)
     # Execute
     fast = generate(Specialist(lm, drafter=drafter_for("llamacpp", str(gguf), lm)), prompt, params, options, verifier)
+    lean_specialist = Specialist(weightless, drafter=drafter_for("llamacpp", str(gguf), weightless))
+    lean = generate(lean_specialist, prompt, params, options, verifier)
     ref = generate(Specialist(lm), prompt, params, options, verifier)
     # Assert: same tokens, and the round trips really ran (drafts, rejections and recoveries).
-    assert fast.token_ids == ref.token_ids
+    assert fast.token_ids == lean.token_ids == ref.token_ids
     assert fast.stats.rounds == ref.stats.rounds > 1
     assert fast.stats.recoveries == ref.stats.recoveries > 0
     assert fast.stats.accepted == ref.stats.accepted
+    assert not weightless.has_weights
+
+
+@needs_llamacpp
+def test_a_remote_device_drafting_on_llamacpp_loads_no_torch_weights(tiny_pair, tmp_path: Path) -> None:
+    _, gguf = tiny_pair
+    argv = ["generate", "--prompt", "hi", "--specialist", str(gguf), "--cache-dir", str(gguf.parent / "cache")]
+    lean = load_specialist(build_parser().parse_args([*argv, "--drafter", "llamacpp"]), None)
+    full = load_specialist(build_parser().parse_args(argv), None)
+    assert lean.drafter is not None and not lean.lm.has_weights
+    assert full.drafter is None and full.lm.has_weights
+    assert lean.private_prompt_ids("hi", with_context=False) == full.private_prompt_ids("hi", with_context=False)
 
 
 @needs_llamacpp
