@@ -1,8 +1,9 @@
-"""The Specialist's forwards on llama.cpp: the same GGUF, about 4x cheaper steps on a CPU.
+"""The Specialist's forwards on llama.cpp: the same GGUF, about 3x cheaper steps on a CPU.
 
 On this project's 2-core machines a step of the embedded 0.5B Specialist costs ~100 ms in torch
-fp32 and ~24 ms in llama.cpp on the GGUF that model was converted from, with the same greedy
-tokens (the GGUF's Q8_0 weights are what the fp32 model holds, dequantized). Drafting is most of
+fp32 and ~30 ms in llama.cpp on the GGUF that model was converted from (the GGUF's Q8_0 weights
+are what the fp32 model holds, dequantized; llama.cpp's f16 cache and Q8_0 dot products move the
+logits by ~1e-3, so greedy texts part only at near-ties, docs/results/drafter_quality.md). Drafting is most of
 the device's time in a round, so this is the device's fast path; the cloud stays on torch, whose
 exactness tests and batching it needs.
 
