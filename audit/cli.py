@@ -2,7 +2,7 @@
 
     audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...] [--json]
     audit show LOG [--json]                         the sessions in a log, one line each
-    audit prove-inclusion LOG INDEX [--size N] [--key PUBKEY] [--json]
+    audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
     audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE]
     audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
 
@@ -35,13 +35,13 @@ from audit.note import (
     write_key_pair,
 )
 from audit.verify import UNPROVEN, Report, inspect, verify
-from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, whole_number
+from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="audit", description="check a SpecSteer device's tamper-evident egress log")
+    parser = command_parser("audit", "check a SpecSteer device's tamper-evident egress log")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def evidence_options(p: argparse.ArgumentParser) -> None:
@@ -61,18 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     s = sub.add_parser("show", help="list the sessions in a log")
-    s.add_argument("log", type=Path, metavar="LOG")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("log", type=Path, metavar="LOG", help="the audit log directory")
+    s.add_argument("--json", action="store_true", help="print the sessions as one JSON object")
 
     pi = sub.add_parser("prove-inclusion", help="an RFC 9162 inclusion proof of one record under a signed checkpoint")
-    pi.add_argument("log", type=Path, metavar="LOG")
-    pi.add_argument("index", type=whole_number(0), metavar="INDEX", help="the record's index")
+    pi.add_argument("log", type=Path, metavar="LOG", help="the audit log directory")
+    pi.add_argument("--index", type=whole_number(0), metavar="N", help="the record's index (0 is the first)")
+    # The index was once positional; `LOG N` still works (with N right after LOG: argparse fills an
+    # optional positional at its first chance).
+    pi.add_argument(
+        "index_word", nargs="?", type=whole_number(0), metavar="N", help="the same, without --index, right after LOG"
+    )
     pi.add_argument("--size", type=whole_number(0), help="the checkpoint's tree size (default: the latest checkpoint)")
     pi.add_argument("--key", type=Path, metavar="PUBKEY", help="the device log's verifier key file you hold")
-    pi.add_argument("--json", action="store_true")
+    pi.add_argument("--json", action="store_true", help="print the proof as one JSON object")
 
     e = sub.add_parser("export", help="write an evidence bundle: log, checkpoints, public key, report")
-    e.add_argument("log", type=Path, metavar="LOG")
+    e.add_argument("log", type=Path, metavar="LOG", help="the audit log directory")
     e.add_argument("--out", type=Path, required=True, help="a new (or empty) directory for the bundle")
     evidence_options(e)
 
@@ -251,6 +256,17 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _record_index(parser: argparse.ArgumentParser, option: int | None, word: int | None) -> int:
+    """The record `prove-inclusion` proves: `--index N`, or the bare `N` older scripts pass."""
+    if option is not None:
+        if word is not None and word != option:
+            parser.error(f"prove-inclusion got two record indexes: --index {option} and {word}")
+        return option
+    if word is None:
+        parser.error("prove-inclusion needs the record's index: --index N")
+    return word
+
+
 COMMANDS = {
     "verify": _cmd_verify,
     "show": _cmd_show,
@@ -261,7 +277,10 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "prove-inclusion":
+        args.index = _record_index(parser, args.index, args.index_word)
     try:
         return COMMANDS[args.command](args)
     except SpecSteerError as exc:

@@ -47,6 +47,7 @@ from audit.errors import AuditError, KeyFileError, LogCorruptError
 from audit.identity import DeviceIdentity
 from audit.note import Checkpoint as CheckpointBody
 from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from core.fileio import fsync_folder
 from core.session_types import WIRE_MAX_TOP_K
 from core.wire import pb
 
@@ -274,14 +275,6 @@ def _is_close(payload: bytes) -> bool:
 # -- writing -------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -379,8 +372,8 @@ class AuditLog:
 
     def _create(self) -> None:
         (self.directory / SEGMENTS_DIR).mkdir(mode=0o700, exist_ok=True)
-        _fsync_dir(self.directory)
-        _fsync_dir(self.directory.resolve().parent)
+        fsync_folder(self.directory)
+        fsync_folder(self.directory.resolve().parent)
         self._open_segment(0)
         self.append(
             records.KIND_HEADER,
@@ -468,7 +461,7 @@ class AuditLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(torn_dir)
+            fsync_folder(torn_dir)
             f.truncate(torn.offset)
             f.flush()
             os.fsync(f.fileno())
@@ -502,7 +495,7 @@ class AuditLog:
         self._seg_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._seg_first = first
         if created:
-            _fsync_dir(seg_dir)
+            fsync_folder(seg_dir)
 
     def _track(self, kind: str, session: str | None, payload: bytes | None) -> None:
         if session is None:
@@ -590,7 +583,7 @@ class AuditLog:
             finally:
                 os.close(fd)
             if created:
-                _fsync_dir(self.directory)
+                fsync_folder(self.directory)
             self._latest = (self.size, body.root, note)
             return note
 

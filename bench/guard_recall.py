@@ -44,8 +44,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.models import DEFAULT_SPECIALIST, locate_embedded_gguf
-from privacy.detectors import EgressGuard, PiiDetector, luhn_ok
+from core.gguf_cache import locate_embedded_gguf
+from core.model_registry import DEFAULT_SPECIALIST
+from privacy.guard import EgressGuard
+from privacy.pii import PiiDetector, luhn_ok
 from sdk.context import Profile
 from sdk.uplink_guard import guard_for_profile, plan_uplink
 

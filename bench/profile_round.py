@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bench.speed import DEMO, measure_costs
+from bench.speed_timing import DEMO, measure_costs
 from core.models import DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import SessionParams

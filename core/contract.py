@@ -36,11 +36,11 @@ from google.protobuf.message import DecodeError
 
 from core import wire
 from core.errors import ProtocolError
+from core.limits import WIRE_MAX_TOP_K
 from core.session_types import (
     ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
-    WIRE_MAX_TOP_K,
     AnyOneToken,
     GuardDecision,
     Method,
@@ -110,12 +110,8 @@ class Phase(StrEnum):
 
 
 def _outside(ids: Iterable[int], vocab_size: int | None, what: str) -> list[Violation]:
-    if vocab_size is None:
-        return []
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if not bad:
-        return []
-    return [Violation(Area.UPLINK, f"{what} token ID {bad[0]} is outside the vocabulary of {vocab_size}")]
+    problem = wire.vocabulary_violation(ids, vocab_size, what)
+    return [] if problem is None else [Violation(Area.UPLINK, problem)]
 
 
 @dataclass
@@ -466,9 +462,9 @@ class SessionState:
                         f"candidate {i} has {len(cand.token_ids)} tokens (1 to {MAX_CANDIDATE_TOKENS} allowed)",
                     )
                 )
-            bad = [t for t in cand.token_ids if t >= self.vocab_size]
-            if bad:
-                out.append(Violation(Area.DOWNLINK, f"candidate {i} has token ID(s) {bad[:5]} outside the vocabulary"))
+            problem = wire.vocabulary_violation(cand.token_ids, self.vocab_size, f"candidate {i}")
+            if problem is not None:
+                out.append(Violation(Area.DOWNLINK, problem))
             if not math.isfinite(cand.value):
                 out.append(Violation(Area.DOWNLINK, f"candidate {i} has a non-finite value {cand.value}"))
         problem = wire.fusion_violation(msg, fusion=self.fusion, vocab_size=self.vocab_size)

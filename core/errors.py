@@ -34,3 +34,13 @@ class ProfileError(SpecSteerError):
 
 class ProtocolError(SpecSteerError):
     """A message broke the Draft-Verify-Recover session contract."""
+
+
+def one_line(exc: BaseException) -> str:
+    """`exc`'s message as one sentence without its final period, at most 300 characters.
+
+    Library messages (transformers') span lines and paragraphs; the CLIs print one sentence.
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = text.rstrip(".")
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from core.models import CausalLM
+if TYPE_CHECKING:  # annotations only: the device's retrieval imports this without torch
+    from core.models import CausalLM
 
 __all__ = [
     "CONTEXT_HEADER",

@@ -8,10 +8,16 @@ prompt token IDs once, then `Round`s of token IDs; the cloud answers each round 
 from __future__ import annotations
 
 import math
+import numbers
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
+from typing import TypeVar
 
 from core.errors import ConfigError
+from core.limits import WIRE_MAX_TOP_K as WIRE_MAX_TOP_K  # the sizes of a session live in core.limits
 
 # Bounds every party enforces; the wire encodes gamma and alpha in fixed point at these resolutions,
 # so an uplink cannot smuggle arbitrary floats.
@@ -20,10 +26,11 @@ GAMMA_MAX = 1000.0  # finite gammas above this are pointless (every draft reject
 ALPHA_SCALE = 1000  # alpha in thousandths
 ALPHA_MAX = 10.0
 MAX_DRAFT_LEN = 32  # K
-WIRE_MAX_TOP_K = 64  # the verifier's default cap on k over a network (algorithm.md, step 4)
 MAX_CANDIDATE_TOKENS = 8  # Specialist tokens per cross-vocabulary candidate string
 MAX_LITERAL_TOKENS = 16  # Specialist tokens of one guard placeholder (Round.literal_ids)
 MAX_ADAPTER_VERSION = 2**31 - 1
+
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class GuardDecision(StrEnum):
@@ -80,8 +87,10 @@ class SessionParams:
     padded_frames: bool = False  # constant-size rounds on the wire (core/wire.py, PaddedRound)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.method, Method):
-            raise ConfigError(f"unknown method {self.method!r}")
+        # An app may name the method and policy as the CLI does ("slm"); the fields hold the enums.
+        object.__setattr__(self, "method", _member(Method, "method", self.method))
+        object.__setattr__(self, "policy", _member(CandidatePolicy, "policy", self.policy))
+        check_setting_types(type(self), vars(self))
         if math.isnan(self.gamma) or self.gamma < 0 or (math.isfinite(self.gamma) and self.gamma > GAMMA_MAX):
             raise ConfigError(f"gamma must be 0, +inf, or in (0, {GAMMA_MAX:g}]; got {self.gamma}")
         if math.isfinite(self.gamma) and self.gamma != round(self.gamma * GAMMA_SCALE) / GAMMA_SCALE:
@@ -102,6 +111,54 @@ class SessionParams:
             raise ConfigError("sd runs in greedy mode only: its sampling rule would need the draft probabilities")
         if not (0 <= self.adapter_version <= MAX_ADAPTER_VERSION):
             raise ConfigError(f"adapter version must be in [0, {MAX_ADAPTER_VERSION}]")
+
+
+def _member(enum: type[_E], name: str, value: object) -> _E:
+    """`value` as a member of `enum`: the member itself or its value ("slm" for `Method.SLM`)."""
+    if isinstance(value, enum):
+        return value
+    choices = ", ".join(m.value for m in enum)
+    if isinstance(value, str):
+        try:
+            return enum(value)
+        except ValueError:
+            raise ConfigError(f"unknown {name} {value!r}: choose one of {choices}") from None
+    raise ConfigError(f"{name} must be a {enum.__name__} or one of {choices}; got {type(value).__name__} {value!r}")
+
+
+_KINDS = {bool: "True or False", int: "a whole number (int)", float: "a number (int or float)"}
+
+
+@cache
+def _field_kinds(cls: type) -> dict[str, object]:
+    return {name: kind for name, kind in typing.get_type_hints(cls).items() if kind in _KINDS}
+
+
+def setting_type_problem(name: str, value: object, kind: object) -> str | None:
+    """Why `value` cannot be setting `name` declared as `kind` (bool, int or float), if it cannot.
+
+    A typed API refuses a string ("0.5") rather than guess; a bool is no number here, though
+    Python counts it as one, so `top_k=True` is refused too.
+    """
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    else:
+        return None
+    return None if ok else f"{name} must be {_KINDS[kind]}; got {type(value).__name__} {value!r}"
+
+
+def check_setting_types(cls: type, values: Mapping[str, object]) -> None:
+    """A `ConfigError` naming the first of `values` that is not of the type its bool, int or float
+    field of the dataclass `cls` declares (`SessionParams`, `sdk.device.DecodeOptions`)."""
+    kinds = _field_kinds(cls)
+    for name, value in values.items():
+        problem = setting_type_problem(name, value, kinds.get(name))
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """SpecSteer's decision rules, as pure functions. This is where acceptance is decided.
 
-Everything here follows `shared/docs/algorithm.md`: no I/O, no models, no globals, randomness
+Everything here follows `docs/algorithm.md`: no I/O, no models, no globals, randomness
 passed in. Device code (`sdk/device.py`) and cloud code (`server/session.py`) both call it.
 Log-probabilities are fp32 log-softmax values.
 

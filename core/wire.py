@@ -7,7 +7,7 @@ with a specific message, so nothing malformed reaches a session.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +129,16 @@ def verdict_to_proto(seq: int, verdict: Verdict) -> pb.Downlink:
     return msg
 
 
+def vocabulary_violation(ids: Iterable[int], vocab_size: int | None, what: str) -> str | None:
+    """What is wrong with `ids` for a vocabulary of `vocab_size` (None: no vocabulary to check), if
+    anything: the first token ID outside it. The one vocabulary check of the parsers here and the
+    session contract (`core.contract`)."""
+    if vocab_size is None:
+        return None
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    return None if bad is None else f"{what} token ID {bad} is outside the vocabulary of {vocab_size}"
+
+
 def fusion_downlink_bytes(vocab_size: int) -> int:
     """An upper bound on one fusion downlink's serialized size (4 bytes per vocabulary entry plus
     the envelope), for transports whose message caps must let it through."""
@@ -168,8 +178,9 @@ def verdict_from_proto(msg: pb.Downlink, *, max_top_k: int, vocab_size: int, fus
     for i, cand in enumerate(msg.candidates):
         if not 1 <= len(cand.token_ids) <= MAX_CANDIDATE_TOKENS:
             raise ProtocolError(f"downlink candidate {i} has {len(cand.token_ids)} tokens")
-        if any(t >= vocab_size for t in cand.token_ids):
-            raise ProtocolError(f"downlink candidate {i} has a token ID outside the vocabulary")
+        problem = vocabulary_violation(cand.token_ids, vocab_size, f"downlink candidate {i}")
+        if problem is not None:
+            raise ProtocolError(problem)
         if not math.isfinite(cand.value):
             raise ProtocolError(f"downlink candidate {i} has a non-finite value")
         candidates.append(tuple(cand.token_ids))
@@ -244,11 +255,9 @@ def unknown_fields(msg: Message, path: str = "") -> list[str]:
 
 
 def _check_ids(ids: Sequence[int], vocab_size: int | None, what: str) -> None:
-    if vocab_size is None:
-        return
-    for t in ids:
-        if t >= vocab_size:
-            raise ProtocolError(f"{what} token ID {t} is outside the vocabulary of {vocab_size}")
+    problem = vocabulary_violation(ids, vocab_size, what)
+    if problem is not None:
+        raise ProtocolError(problem)
 
 
 def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:

@@ -18,7 +18,7 @@ from audit.errors import AuditError
 from audit.note import load_verifier_key, write_key_pair
 from audit.verify import inspect
 from core.errors import ConfigError
-from core.models import default_cache_dir
+from core.gguf_cache import default_cache_dir
 from core.session_types import Method
 from sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
 from sdk.client import ClientConfig

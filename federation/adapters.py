@@ -29,7 +29,8 @@ from core.adapters import (
     read_adapter,
     sha256_file,
 )
-from federation.ledger import atomic_write_bytes, atomic_write_json
+from core.fileio import atomic_write
+from federation.ledger import atomic_write_json
 
 __all__ = [
     "ADAPTER_WEIGHTS",
@@ -73,7 +74,7 @@ def write_adapter(
         if seal is not None:
             seal(tmp / ADAPTER_WEIGHTS, raw)
         else:
-            atomic_write_bytes(tmp / ADAPTER_WEIGHTS, raw)
+            atomic_write(tmp / ADAPTER_WEIGHTS, raw)
         atomic_write_json(tmp / ADAPTER_CONFIG, lora_config)
         manifest = {
             "format": MANIFEST_FORMAT,

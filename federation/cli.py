@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.cli import Parser as _Parser
-from core.cli import reported, whole_number
+from core.cli import bad_value, command_parser, number, reported, whole_number
 from core.errors import ConfigError, SpecSteerError
 from federation.run_options import RunOptions
 
@@ -46,31 +46,22 @@ def parse_duration(text: str) -> float:
     else:
         parts = _DURATION.findall(raw)
         if not parts or "".join(n + u for n, u in parts) != raw:
-            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 15m, 6h, 1d, 1h30m)")
+            raise bad_value(f"not a duration: {text!r} (use e.g. 30s, 15m, 6h, 1d, 1h30m)")
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not seconds > 0 or not math.isfinite(seconds):
-        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
+        raise bad_value(f"the duration must be positive: {text!r}")
     return seconds
 
 
 _positive_int = whole_number(1)
 _count = whole_number(0)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
+_positive_float = number(positive=True)
 
 
 def _address(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"not a HOST:PORT address: {text!r}")
+        raise bad_value(f"not a HOST:PORT address: {text!r}")
     return text
 
 
@@ -101,7 +92,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="federation", description="federated LoRA tuning of per-device Specialists")
+    parser = command_parser("federation", "federated LoRA tuning of per-device Specialists")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run federated rounds once")
     _add_run_options(run)
@@ -126,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(schedule)
     status = sub.add_parser("status", help="show adapter versions, recent runs and device ledgers")
-    status.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
+    status.add_argument(
+        "--state-dir", type=Path, default=DEFAULT_STATE, help=f"the federation's state (default {DEFAULT_STATE})"
+    )
     status.add_argument("--device", type=Path, action="append", default=[], help="a device state folder (repeatable)")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     return parser
 
 

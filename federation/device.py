@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Mapping
@@ -49,6 +48,7 @@ import numpy as np
 import torch
 
 from core.errors import ConfigError
+from core.fileio import append_line
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
 from federation.errors import NotEligible, PolicyRefusal
@@ -382,10 +382,7 @@ class Device:
         if provider is not None:
             append_sealed_log(self.state_dir / SEALED_LOG, provider, {"time": time.time(), **clean})
             return
-        with (self.state_dir / "rounds.jsonl").open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"time": time.time(), **clean}) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_line(self.state_dir / "rounds.jsonl", json.dumps({"time": time.time(), **clean}))
 
 
 def ledger_policy(ledger: Ledger) -> DevicePolicy:

@@ -24,14 +24,13 @@ import contextlib
 import fcntl
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.fileio import atomic_write
 from federation.errors import BudgetExhausted
 from privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
 
@@ -41,7 +40,6 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "RoundEntry",
-    "atomic_write_bytes",
     "atomic_write_json",
     "epsilon_of",
 ]
@@ -257,20 +255,7 @@ def _check_budget(epsilon_budget: float, delta: float, accountant: str, min_nois
         raise LedgerError(f"The minimum noise multiplier must be 0 or more, not {min_noise!r}.")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write bytes so that readers see the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
 def atomic_write_json(path: Path, data: object) -> None:
     """Write JSON so that readers see the old file or the new one, never a torn one."""
-    atomic_write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(data, indent=1) + "\n")

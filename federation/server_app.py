@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from core.fileio import append_line
 from core.models import load_causal_lm
 from federation.adapters import AdapterError
 from federation.offline import go_offline
@@ -241,10 +241,7 @@ def _run_fedavg(
 
 def _append_run_log(path: Path, summary: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(summary) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_line(path, json.dumps(summary))
 
 
 app = ServerApp()

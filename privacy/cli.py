@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR, EXIT_OK, whole_number
+from core.cli import EXIT_ERROR, EXIT_OK, command_parser, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
 
@@ -32,7 +32,7 @@ LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="privacy", description="DP budgets, uplink leakage measurement, encrypted profile vault")
+    parser = command_parser("privacy", "DP budgets, uplink leakage measurement, encrypted profile vault")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("budget", help="the federation's ε ledger of each device")
@@ -55,11 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", help="the Specialist (model folder, .gguf or name; default: the embedded default Specialist)"
     )
     r.add_argument("--ngram", type=whole_number(1), default=8, help="verbatim run length in tokens (default 8)")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     s = sub.add_parser("seal", help="encrypt a profile file into a vault (AES-256-GCM, scrypt passphrase)")
-    s.add_argument("profile", type=Path, metavar="PROFILE")
-    s.add_argument("--out", type=Path, required=True, metavar="VAULT")
+    s.add_argument("profile", type=Path, metavar="PROFILE", help="the plaintext profile (JSON/JSONL) to encrypt")
+    s.add_argument("--out", type=Path, required=True, metavar="VAULT", help="the vault file to write")
     return parser
 
 

@@ -28,7 +28,7 @@ from audit.transcript import read_transcript
 from core import wire
 from core.errors import ProtocolError
 from core.wire import pb
-from privacy.detectors import identities_from_trailers
+from privacy.canaries import identities_from_trailers
 from privacy.errors import PrivacyError
 from privacy.leakage import CanarySpace
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ProfileError
-from privacy.detectors import identities_from_trailers
+from privacy.canaries import identities_from_trailers
 from privacy.vault import (
     KeyProvider,
     ProfileVault,

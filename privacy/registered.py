@@ -3,7 +3,7 @@
 A canary or an identity leaks just as well in another spelling: "Doe, Jane" or "J. Doe" for the
 registered name "Jane Doe"; the secret "482913" of "my PIN is 482913" without its template phrase,
 or as "4 8 2 9 1 3"; the base64 or hex bytes of any of them. These functions derive those forms
-from what is registered (no list of attack strings), for `privacy.detectors.CanaryDetector`.
+from what is registered (no list of attack strings), for `privacy.canaries.CanaryDetector`.
 Everything here works on folded strings (`privacy.normalize.fold_string`).
 """
 

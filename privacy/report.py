@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from privacy.canaries import CanaryDetector
 from privacy.data import read_canaries, read_uplinks, read_users
-from privacy.detectors import CanaryDetector, PiiDetector, VerbatimNgramDetector
 from privacy.errors import PrivacyError
 from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
+from privacy.ngrams import VerbatimNgramDetector
+from privacy.pii import PiiDetector
 
 __all__ = ["leakage_report"]
 

@@ -31,7 +31,6 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from core.errors import ProfileError
+from core.fileio import atomic_write
 from privacy.errors import VaultError, WrongKeyError
 
 __all__ = [
@@ -306,21 +306,6 @@ def _atomic_write(target: Path, data: bytes) -> None:
     folder = target.parent if str(target.parent) else Path(".")
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        atomic_write(target, data, mode=0o600)
     except OSError as exc:
         raise VaultError(f"cannot write the vault {target}: {exc.strerror or type(exc).__name__}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        raise VaultError(f"cannot write the vault {target}: {exc.strerror or type(exc).__name__}") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)

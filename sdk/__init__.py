@@ -11,14 +11,16 @@ What an app embeds, importable from `sdk` itself (the submodules are the impleme
 
 `__all__` below is the public API; tests/sdk/test_public_api.py guards it (and tests/sdk/test_readme.py
 runs the README's copy of these lines against a real verifier on loopback).
+
+The names whose modules import torch and transformers (seconds and hundreds of MB) load on first
+use (PEP 562), so `import sdk`, `sdk.errors` and `sdk --help` do not pay for a model until one runs.
 """
 
-from core.models import CausalLM, load_causal_lm
+import importlib
+import typing
+
 from core.session_types import CandidatePolicy, GenerationStats, Method, SessionParams
 from sdk._version import __version__
-from sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist
 from sdk.errors import (
     ConfigError,
     ModelLoadError,
@@ -29,7 +31,13 @@ from sdk.errors import (
     VerifierLost,
     VerifierRefused,
 )
-from sdk.llamacpp import LlamaCppDrafter
+
+if typing.TYPE_CHECKING:  # what a type checker sees; at run time `__getattr__` imports these on first use
+    from core.models import CausalLM, load_causal_lm
+    from sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
+    from sdk.context import Profile
+    from sdk.device import DecodeOptions, Generation, Specialist
+    from sdk.llamacpp import LlamaCppDrafter
 
 __all__ = [
     "CandidatePolicy",
@@ -57,3 +65,31 @@ __all__ = [
     "__version__",
     "load_causal_lm",
 ]
+
+# Public name -> the module that defines it, for the names imported on first use.
+_LAZY = {
+    "CausalLM": "core.models",
+    "load_causal_lm": "core.models",
+    "ClientConfig": "sdk.client",
+    "GenerationSettings": "sdk.client",
+    "GenerationStream": "sdk.client",
+    "SpecSteerClient": "sdk.client",
+    "Profile": "sdk.context",
+    "DecodeOptions": "sdk.device",
+    "Generation": "sdk.device",
+    "Specialist": "sdk.device",
+    "LlamaCppDrafter": "sdk.llamacpp",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -18,53 +18,61 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+# Only what building the parser needs is imported here: torch and transformers (seconds, hundreds of
+# MB) load inside the commands that run a model, so `sdk --help` and argparse's usage errors stay instant.
 from core.cli import Parser as _Parser
-from core.cli import reported
+from core.cli import command_parser, finite_float, number, reported, whole_number
 from core.errors import ConfigError
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from core.session_types import WIRE_MAX_TOP_K, CandidatePolicy, Method, SessionParams
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.cloud_plugins import LocalVerifierFactory, local_verifier_factory, sdk_command
+from core.limits import WIRE_MAX_TOP_K
+from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from core.session_types import CandidatePolicy, Method, SessionParams
+from sdk.cloud_plugins import local_verifier_factory, sdk_command
 from sdk.context import Profile
-from sdk.device import DecodeOptions, Drafter, Generation, Specialist, generate
-from sdk.egress import EgressTap, RecorderTap
-from sdk.llamacpp import DRAFTERS, check_drafter_installed, drafter_for
-from sdk.transport import InProcessVerifier
+from sdk.drafters import DRAFTERS
+from sdk.egress import RecorderTap
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
-
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError("NaN is not allowed")
-    return value
+if TYPE_CHECKING:
+    from core.models import CausalLM
+    from sdk.client import ClientConfig
+    from sdk.cloud_plugins import LocalVerifierFactory
+    from sdk.device import DecodeOptions, Drafter, Generation, Specialist
+    from sdk.egress import EgressTap
+    from sdk.transport import InProcessVerifier
 
 
 def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="specsteer", choices=[m.value for m in Method], help="decoding method")
-    p.add_argument("--gamma", type=_float, default=0.5, help="acceptance threshold (0 = accept all, inf = none)")
-    p.add_argument("--alpha", type=_float, default=1.0, help="steering strength")
-    p.add_argument("--top-k", type=int, default=10, help="steering candidates per recovery")
-    p.add_argument("--draft-len", type=int, default=4, help="K, tokens drafted per round")
-    p.add_argument("--policy", default="guardrail", choices=[c.value for c in CandidatePolicy])
+    p.add_argument(
+        "--gamma", type=number(infinity=True), default=0.5, help="acceptance threshold (0 = accept all, inf = none)"
+    )
+    p.add_argument("--alpha", type=finite_float, default=1.0, help="steering strength")
+    p.add_argument("--top-k", type=whole_number(), default=10, help="steering candidates per recovery")
+    p.add_argument("--draft-len", type=whole_number(), default=4, help="K, tokens drafted per round")
+    p.add_argument(
+        "--policy",
+        default="guardrail",
+        choices=[c.value for c in CandidatePolicy],
+        help="how the cloud picks steering candidates: the Generalist's top k (guardrail) or the k largest steering "
+        "values (literal)",
+    )
     p.add_argument("--no-bonus", action="store_true", help="no steered token after a fully accepted draft")
     p.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
     p.add_argument(
         "--padded-frames", action="store_true", help="constant-size uplink rounds (hide how many tokens each carries)"
     )
-    p.add_argument("--temperature", type=_float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=finite_float, default=1.0, help="sampling temperature (with --sampling)")
+    p.add_argument("--seed", type=whole_number(), default=0, help="seed of the sampling draws (with --sampling)")
+    p.add_argument(
+        "--max-new-tokens", type=whole_number(), default=128, help="most tokens to generate (default 128; demo 64)"
+    )
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--generalist", default=DEFAULT_GENERALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
@@ -77,7 +85,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         default="torch",
         help="where the Specialist's forwards run (llamacpp: its GGUF, the [llamacpp] extra)",
     )
-    p.add_argument("--context-entries", type=int, default=3, help="profile entries retrieved as context")
+    p.add_argument("--context-entries", type=whole_number(), default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--guard",
@@ -91,8 +99,15 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fallback", action="store_true", help="fail instead of finishing locally if the verifier is lost"
     )
-    p.add_argument("--round-timeout", type=_float, default=None, help="seconds to wait for each verdict (default 30)")
-    p.add_argument("--connect-timeout", type=_float, default=None, help="seconds to connect (default 10)")
+    p.add_argument(
+        "--round-timeout",
+        type=number(positive=True),
+        default=None,
+        help="seconds to wait for each verdict (default 30)",
+    )
+    p.add_argument(
+        "--connect-timeout", type=number(positive=True), default=None, help="seconds to connect (default 10)"
+    )
 
 
 def _add_remote_options(p: argparse.ArgumentParser) -> None:
@@ -109,7 +124,7 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sdk", description="SpecSteer on-device SDK")
+    parser = command_parser("sdk", "SpecSteer on-device SDK")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="generate text for a prompt")
     gen.add_argument("--prompt", required=True, help="the public prompt (sent to the cloud as token IDs)")
@@ -123,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_options(gen)
     _add_remote_options(gen)
     demo = sub.add_parser("demo", help="personalized generation for the demo user shipped with the SDK")
-    demo.add_argument("--query", type=int, default=0, help="which of the demo user's queries (0-2)")
+    demo.add_argument("--query", type=whole_number(), default=0, help="which of the demo user's queries (0-2)")
     demo.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
     demo.add_argument(
         "--no-baselines",
@@ -191,6 +206,8 @@ def build_local(
     The verifier comes from `factory`, by default the one the cloud package registers
     (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
     """
+    from sdk.device import Specialist
+
     device_lm = device_specialist(specialist_lm, federation_state)
     specialist = Specialist(device_lm, profile, context_entries=context_entries, drafter=drafter)
     if generalist_lm is None:
@@ -210,11 +227,15 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
 
 def device_drafter(args: argparse.Namespace, lm: CausalLM) -> Drafter | None:
     """The `--drafter` for the Specialist `lm` (None: its torch model drafts)."""
+    from sdk.llamacpp import drafter_for
+
     return drafter_for(getattr(args, "drafter", "torch"), args.specialist, lm)
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
     """The remote verifier's settings from --client-config and flags, or None to run in-process."""
+    from sdk.client import ClientConfig
+
     flags = {
         "server": getattr(args, "server", None),
         "pins": getattr(args, "pins", None),
@@ -244,6 +265,9 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
 def check_options(
     args: argparse.Namespace, prompt: str, *, remote: bool = False
 ) -> tuple[SessionParams, DecodeOptions]:
+    from sdk.device import DecodeOptions
+    from sdk.llamacpp import check_drafter_installed
+
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
         raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
@@ -265,6 +289,9 @@ def check_options(
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     """The device's Specialist for a remote verifier (in process, `run` loads both models)."""
+    from core.models import load_causal_lm
+    from sdk.device import Specialist
+
     log(args, f"loading Specialist {args.specialist}")
     # With another drafter and a remote verifier nothing here runs the torch model: skip its weights.
     weights = getattr(args, "drafter", "torch") == "torch" or getattr(args, "federation_state", None) is not None
@@ -279,6 +306,8 @@ def run_remote(
     args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig, tap: EgressTap | None = None
 ) -> Generation:
     """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
+    from sdk.client import SpecSteerClient
+
     params, options = check_options(args, prompt)
     with SpecSteerClient.connect(specialist, config, tap=tap) as client:
         log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
@@ -318,6 +347,9 @@ def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = N
 
 
 def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
+    from core.models import load_causal_lm
+    from sdk.device import generate
+
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
         check_options(args, prompt, remote=True)

@@ -19,18 +19,20 @@ egress guard first (`ClientConfig.guard`, "placeholder" by default; see `sdk/upl
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from core.errors import ConfigError, SpecSteerError
 from core.models import CausalLM
 from core.session_types import CandidatePolicy, Method, SessionParams
-from core.tomlfile import read_toml
-from privacy.detectors import EgressGuard
+from core.tomlfile import load_dataclass
+from privacy.guard import EgressGuard
+from sdk.cloud_plugins import local_verifier_factory
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import EgressTap
@@ -49,14 +51,15 @@ class GenerationSettings(TypedDict, total=False):
     with the two dataclasses.
     """
 
-    # SessionParams: declared to the cloud.
-    method: Method
+    # SessionParams: declared to the cloud. The method and policy may be named as the CLI names them
+    # ("slm", "literal").
+    method: Method | str
     sampling: bool
     gamma: float
     alpha: float
     top_k: int
     draft_len: int
-    policy: CandidatePolicy
+    policy: CandidatePolicy | str
     bonus: bool
     adapter_version: int
     padded_frames: bool
@@ -91,13 +94,18 @@ class ClientConfig:
     key: Path
     anchors: Path | None = None
     server_name: str | None = None
-    connect_timeout: float = 10.0
-    round_timeout: float = 30.0
+    connect_timeout: float = field(default=10.0, metadata={"toml": "a number of seconds"})
+    round_timeout: float = field(default=30.0, metadata={"toml": "a number of seconds"})
     fallback: bool = True
     guard: str = "placeholder"
 
     def __post_init__(self) -> None:
         check_guard_setting(self.guard)
+        for name in ("connect_timeout", "round_timeout"):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number of seconds; got {value!r}")
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""
@@ -107,43 +115,12 @@ class ClientConfig:
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> ClientConfig:
         """Read `[verifier]` from a TOML file; keyword overrides that are not None win."""
-        path = Path(path)
-        data = read_toml(path)
-        unknown_sections = set(data) - {"verifier"}
-        if unknown_sections:
-            raise ConfigError(f"config file {path}: unknown section [{sorted(unknown_sections)[0]}]")
-        table = data.get("verifier", {})
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        base = Path(path).resolve().parent
-        for key, value in table.items():
-            if key not in known:
-                raise ConfigError(f"config file {path}: unknown key {key!r} in [verifier]")
-            values[key] = _coerce(key, value, base, f"{path}: [verifier] {key}")
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        missing = [k for k in ("server", "pins", "cert", "key") if k not in values]
-        if missing:
-            raise ConfigError(f"config file {path}: [verifier] needs {', '.join(missing)}")
-        return cls(**values)
+        return load_dataclass(cls, path, {"verifier": {f.name: f.name for f in fields(cls)}}, overrides)
 
 
-def _coerce(key: str, value: Any, base: Path, where: str) -> Any:
-    if key in ("pins", "cert", "key", "anchors"):
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where} must be a path string")
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else base / p
-    if key in ("server", "server_name", "guard"):
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where} must be a non-empty string")
-        return value
-    if key in ("connect_timeout", "round_timeout"):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number of seconds")
-        return float(value)
-    if not isinstance(value, bool):  # fallback
-        raise ConfigError(f"{where} must be true or false")
-    return value
+def _check_prompt(prompt: object) -> None:
+    if not isinstance(prompt, str):
+        raise ConfigError(f"the prompt must be a string; got {type(prompt).__name__}")
 
 
 class _Cancelled(Exception):
@@ -220,14 +197,50 @@ class SpecSteerClient:
         fallback: bool = True,
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
-        guard: EgressGuard | None = None,
+        guard: EgressGuard | str = "placeholder",
     ) -> None:
+        """`guard` is an `EgressGuard` or a setting of `GUARD_SETTINGS`; the uplink is guarded unless
+        it says "off" in so many words (a privacy SDK fails closed: `None` is refused, not read as off)."""
         self.specialist = specialist
         self.verifier = verifier
         self.fallback = fallback
-        self.guard = guard
+        self.guard = self._guard(guard)
         self.params = params or SessionParams()
         self.options = options or DecodeOptions()
+
+    def _guard(self, guard: EgressGuard | str) -> EgressGuard | None:
+        if isinstance(guard, EgressGuard):
+            return guard
+        if not isinstance(guard, str):
+            raise ConfigError(f"guard must be an EgressGuard or one of placeholder, keep-local, off; got {guard!r}")
+        return guard_setting(self.specialist.profile, self.specialist.lm.tokenizer, guard)
+
+    @classmethod
+    def in_process(
+        cls,
+        specialist: Specialist | CausalLM,
+        generalist: CausalLM,
+        *,
+        profile: Profile | None = None,
+        guard: EgressGuard | str = "placeholder",
+        seed: int = 0,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+    ) -> SpecSteerClient:
+        """A client whose verifier runs in this process (the `[cloud]` extra): the quick start, and a
+        test bed. Frames still pass through the wire format, so the byte counts are real."""
+        specialist = cls._specialist(specialist, profile)
+        # Found by entry point, not imported: the device SDK holds no cloud code (docs/architecture.md).
+        verifier = local_verifier_factory()(specialist.lm, generalist, seed=seed, federation_state=None)
+        return cls(specialist, verifier, params=params, options=options, guard=guard)
+
+    @staticmethod
+    def _specialist(specialist: Specialist | CausalLM, profile: Profile | None) -> Specialist:
+        if isinstance(specialist, CausalLM):
+            return Specialist(specialist, profile)
+        if profile is not None:
+            raise ConfigError("pass the profile inside the Specialist or with a model, not both")
+        return specialist
 
     @classmethod
     def connect(
@@ -241,10 +254,7 @@ class SpecSteerClient:
         options: DecodeOptions | None = None,
     ) -> SpecSteerClient:
         """Check the pin set and device identity now (fail fast); the channel dials on first use."""
-        if isinstance(specialist, CausalLM):
-            specialist = Specialist(specialist, profile)
-        elif profile is not None:
-            raise ConfigError("pass the profile inside the Specialist or with a model, not both")
+        specialist = cls._specialist(specialist, profile)
         verifier = RemoteVerifier(
             config.server,
             config.identity(),
@@ -254,8 +264,7 @@ class SpecSteerClient:
             round_timeout=config.round_timeout,
             tap=tap,
         )
-        guard = guard_setting(specialist.profile, specialist.lm.tokenizer, config.guard)
-        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options, guard=guard)
+        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options, guard=config.guard)
 
     def _settings(
         self, params: SessionParams | None, options: DecodeOptions | None, overrides: GenerationSettings
@@ -283,6 +292,7 @@ class SpecSteerClient:
         **overrides: Unpack[GenerationSettings],
     ) -> Generation:
         """One generation. `overrides` are SessionParams/DecodeOptions fields, e.g. gamma=0.1, max_new_tokens=64."""
+        _check_prompt(prompt)
         params, options = self._settings(params, options, overrides)
         return self._run(prompt, params, options, on_commit)
 
@@ -294,6 +304,7 @@ class SpecSteerClient:
         **overrides: Unpack[GenerationSettings],
     ) -> GenerationStream:
         """Like `generate`, but yields text pieces as tokens commit; `.result` holds the `Generation`."""
+        _check_prompt(prompt)
         params, options = self._settings(params, options, overrides)
 
         return GenerationStream(lambda on_commit: self._run(prompt, params, options, on_commit), self.specialist.decode)

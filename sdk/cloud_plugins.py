@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.errors import ConfigError
-from core.models import CausalLM
-from sdk.transport import InProcessVerifier
+
+if TYPE_CHECKING:  # annotations only: the `sdk` CLI reads the plugins before any model is needed
+    from core.models import CausalLM
+    from sdk.transport import InProcessVerifier
 
 __all__ = [
     "CLOUD_EXTRA_HINT",

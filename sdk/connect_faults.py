@@ -8,11 +8,18 @@ or behind a balancer with no healthy backend is a transport fault: the device ma
 on its own (`VerifierLost`).
 
 gRPC reports both as UNAVAILABLE with free-text details, so the cause is read from those details,
-identity failures first. One shape is ambiguous: with TLS 1.3 a verifier that rejects the
-device's certificate does so after the device's side of the handshake is done, and gRPC only says
-"Socket closed", as it would for a verifier that died right then. For that shape the device asks
-the peer directly (`certificate_refusal`): one more TLS handshake with the same pinned anchors and
-certificate, no application byte sent, reading the TLS alert the verifier answers with.
+identity failures first, then the network's own failures (refused, reset, timed out, no route, no
+name). A cause that is neither is refused too: only a failure known to be the network's may end
+in a fallback, so a new or local failure (a device key gRPC cannot use) is never read as an
+outage.
+
+One shape is ambiguous: with TLS 1.3 a verifier that rejects the device's certificate does so
+after the device's side of the handshake is done, and gRPC only says "Socket closed", as it would
+for a verifier that accepted the device and then went away. For that shape the device asks the
+peer directly (`certificate_refusal`): one more handshake with the same pinned anchors and
+certificate, no application byte sent, in TLS 1.2 where the peer allows it. There the verifier's
+Finished comes only after it has checked the device's certificate, so a refusal ends the
+handshake itself, and a peer that completes it has accepted the device (closing then is a fault).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import re
 import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,22 +46,34 @@ _IDENTITY_FAILURES: tuple[tuple[str, str], ...] = (
     ("WRONG_VERSION_NUMBER", "it does not speak TLS"),
     ("CERTIFICATE_VERIFY_FAILED", "its certificate does not chain to a pinned anchor"),
 )
-# Markers of the transport failing under the handshake: nothing was checked and nothing failed one.
+# Markers of the transport failing under the handshake or the stream: nothing was checked and
+# nothing failed one. Only these (and the ambiguous "Socket closed") may end in a fallback.
 _TRANSPORT_FAULTS = (
     "Handshake read failed",
     "Handshake write failed",
     "Connection reset",
     "Connection refused",
+    "Connection aborted",
+    "Connection timed out",
     "Broken pipe",
-    "Failed to connect",
+    "Failed to connect to remote host",
     "End of TCP stream",
     "DNS resolution failed",
-    "Connection timed out",
+    "Domain name not found",
+    "Name or service not known",
+    "Temporary failure in name resolution",
     "Network is unreachable",
+    "Host is unreachable",
     "No route to host",
     "no healthy upstream",
+    "Deadline Exceeded",
+    "Timeout occurred",
+    "keepalive watchdog timeout",
+    "GOAWAY received",
+    "Stream removed",
+    "RST_STREAM",
 )
-# A TLS protocol error that is none of the above: fail closed, as a refusal.
+# A TLS protocol error that is none of the above; checked after them, like any unknown cause.
 _TLS_PROTOCOL_ERRORS = ("SSL_ERROR_SSL", "TSI_")
 # The TLS alerts by which a verifier refuses the device's certificate.
 _CERTIFICATE_ALERTS = {
@@ -71,13 +91,17 @@ _CERTIFICATE_ALERTS = {
 class ConnectFault:
     """What a failed connection means: `refused` (a check failed; `meaning` says which) or not."""
 
-    def __init__(self, refused: bool, meaning: str, *, ambiguous: bool = False) -> None:
+    def __init__(self, refused: bool, meaning: str, *, ambiguous: bool = False, unknown: bool = False) -> None:
         self.refused = refused
         self.meaning = meaning
         self.ambiguous = ambiguous  # "Socket closed" after the handshake: ask the peer
+        self.unknown = unknown  # refused only because the cause is not known to be the network's
 
     def __repr__(self) -> str:
-        return f"ConnectFault(refused={self.refused}, meaning={self.meaning!r}, ambiguous={self.ambiguous})"
+        return (
+            f"ConnectFault(refused={self.refused}, meaning={self.meaning!r}, ambiguous={self.ambiguous}, "
+            f"unknown={self.unknown})"
+        )
 
 
 def specific_cause(detail: str) -> str:
@@ -100,7 +124,8 @@ def classify(detail: str, host: str) -> ConnectFault:
         return ConnectFault(True, "the TLS handshake failed")
     if "socket closed" in lowered:
         return ConnectFault(False, "the verifier closed the connection", ambiguous=True)
-    return ConnectFault(False, "the connection failed")
+    # Fail closed: a cause not known to be the network's is no reason to finish locally.
+    return ConnectFault(True, "the connection failed for a reason that is not a network fault", unknown=True)
 
 
 def certificate_refusal(
@@ -116,37 +141,88 @@ def certificate_refusal(
     """If the verifier at host:port refuses this device's certificate, the refusal; else None.
 
     One TLS handshake against the pinned anchors (a peer that fails them is not asked anything:
-    None), then a read of what the peer says first: a verifier that accepts the device opens with
-    its HTTP/2 settings; one that refuses it sends a certificate alert or (gRPC's own servers)
-    closes the connection without a byte. No application byte is ever written.
+    None), in TLS 1.2 unless the peer speaks only TLS 1.3, then a read of what the peer says
+    first. No application byte is ever written; `timeout` bounds the whole probe.
+
+    TLS 1.2: the verifier checks the device's certificate before its Finished, so a refusal is a
+    certificate alert or (gRPC's own servers) the connection closed inside the handshake; a
+    completed handshake means the device was accepted, whatever the peer does next.
+    TLS 1.3: the device's side is done first; a refusal is an alert or a close without a byte
+    (it cannot be told from a verifier that went away: fail closed, as a refusal).
     """
-    context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["h2"])
+    deadline = time.monotonic() + timeout
+    contexts = []
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
+        context.minimum_version = context.maximum_version = version
+        context.set_alpn_protocols(["h2"])
+        contexts.append(context)
     if cert_chain_pem and key_pem:
         try:
             with _key_files(cert_chain_pem, key_pem) as (cert_path, key_path):
-                context.load_cert_chain(str(cert_path), str(key_path))
+                for context in contexts:
+                    context.load_cert_chain(str(cert_path), str(key_path))
         except (ssl.SSLError, OSError):
             return None  # this probe cannot present the identity gRPC did: it proves nothing
+    name = server_name or host
+    answer = _ask(host, port, contexts[0], name, deadline, tls12=True)
+    if answer is _NO_TLS12:
+        answer = _ask(host, port, contexts[1], name, deadline, tls12=False)
+    return answer if isinstance(answer, str) else None
+
+
+class _NoTls12:
+    """The peer refused TLS 1.2: ask again in TLS 1.3."""
+
+
+_NO_TLS12 = _NoTls12()
+# How OpenSSL names a peer that does not speak the offered TLS version.
+_VERSION_REFUSED = (
+    "TLSV1_ALERT_PROTOCOL_VERSION",
+    "UNSUPPORTED_PROTOCOL",
+    "WRONG_SSL_VERSION",
+    "NO_PROTOCOLS_AVAILABLE",
+)
+_CLOSED_IN_HANDSHAKE = "it does not accept this device's certificate (it ended the handshake)"
+_CLOSED_AFTER_HANDSHAKE = "it does not accept this device's certificate (it closed the connection after the handshake)"
+
+
+def _ask(
+    host: str, port: int, context: ssl.SSLContext, name: str, deadline: float, *, tls12: bool
+) -> str | _NoTls12 | None:
+    """One probe handshake: the refusal it reads, `_NO_TLS12`, or None (no refusal shown)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=server_name or host) as tls,
-        ):
-            tls.settimeout(timeout)
-            first = tls.recv(1)
-    except ssl.SSLError as exc:
-        return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
+        raw = socket.create_connection((host, port), timeout=left)
     except OSError:
         return None
-    # A gRPC verifier that accepts the device speaks first (its HTTP/2 settings). One that proved
-    # itself against the pinned anchors and then closes without a byte has refused the device.
-    return (
-        "it does not accept this device's certificate (it closed the connection after the handshake)"
-        if not first
-        else None
-    )
+    with raw, context.wrap_socket(raw, server_hostname=name, do_handshake_on_connect=False) as tls:
+        try:
+            tls.settimeout(max(deadline - time.monotonic(), 0.001))
+            tls.do_handshake()
+        except ssl.SSLError as exc:
+            reason = str(exc.reason or "")
+            if tls12 and reason in _VERSION_REFUSED:
+                return _NO_TLS12
+            if tls12 and isinstance(exc, ssl.SSLEOFError):
+                return _CLOSED_IN_HANDSHAKE
+            return _CERTIFICATE_ALERTS.get(reason)
+        except ConnectionResetError:
+            return _CLOSED_IN_HANDSHAKE if tls12 else None
+        except OSError:
+            return None
+        try:
+            tls.settimeout(max(deadline - time.monotonic(), 0.001))
+            first = tls.recv(1)
+        except ssl.SSLError as exc:
+            return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
+        except OSError:
+            return None
+    # Accepted in TLS 1.2: closing now is a verifier going away. In TLS 1.3 a gRPC verifier that
+    # accepts the device speaks first (its HTTP/2 settings); one that closes without a byte refused it.
+    return None if tls12 or first else _CLOSED_AFTER_HANDSHAKE
 
 
 @contextlib.contextmanager

@@ -11,18 +11,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol, cast
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
 
 from core.errors import ConfigError, ProtocolError
 from core.kv import CachedSequence, TokenSequence
+from core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
 from core.models import CausalLM
 from core.prompts import Example, render_prompt
-from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict
+from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict, check_setting_types
 from core.steering import choose, recovery_scores
-from privacy.detectors import EgressGuard, Tokenizer
+from privacy.guard import EgressGuard
+from privacy.spans import Tokenizer
 from sdk.context import Profile, ProfileIndex, fit_context
 from sdk.transport import Verifier, VerifierLost, VerifierSession
 from sdk.uplink_guard import UplinkPlan, plan_uplink
@@ -39,10 +41,12 @@ class DecodeOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max-new-tokens must be at least 1; got {self.max_new_tokens}")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be positive; got {self.temperature}")
+        check_setting_types(type(self), vars(self))
+        problem = max_new_tokens_problem(self.max_new_tokens)
+        if problem is not None:
+            raise ConfigError(problem)
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"temperature must be a finite positive number; got {self.temperature}")
 
 
 @dataclass
@@ -51,6 +55,14 @@ class Generation:
     token_ids: list[int]  # Specialist vocabulary, without the final end-of-sequence token
     stats: GenerationStats = field(default_factory=GenerationStats)
     fallback_detail: str | None = None  # what went wrong with the verifier, when stats.fallback is set
+
+
+@runtime_checkable
+class CheckedVerifier(Protocol):
+    """A verifier that refuses out-of-bounds requests up front (`sdk.remote.RemoteVerifier`, whose k
+    cap is the network's): `generate` asks it before the device computes anything."""
+
+    def check(self, prompt_ids: Sequence[int], params: SessionParams) -> None: ...
 
 
 class Drafter(Protocol):
@@ -144,6 +156,7 @@ def generate(
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     start = time.perf_counter()
+    public_ids = _checked_request(specialist, prompt, params, verifier) if params.method.uses_cloud else []
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
     seq = specialist.sequence(ids)
     rng = torch.Generator().manual_seed(options.seed)
@@ -151,12 +164,11 @@ def generate(
     lost: VerifierLost | None = None
     kept_local: str | None = None
     if params.method.uses_cloud:
-        if verifier is None:
-            raise ConfigError(f"method {params.method.value} needs a verifier")
+        assert verifier is not None  # _checked_request refused a missing one
         if params.draft_len > 0 or params.alpha != 0:
             seq.next_logprobs()  # prefill the private prompt before holding a verifier session
         try:
-            session = verifier.open(specialist.public_prompt_ids(prompt), params)
+            session = verifier.open(public_ids, params)
         except VerifierLost as exc:
             lost = exc
             if fallback:
@@ -189,6 +201,24 @@ def generate(
     return Generation(
         specialist.decode(token_ids), token_ids, state.stats, fallback_detail=str(lost) if lost is not None else None
     )
+
+
+def _checked_request(
+    specialist: Specialist, prompt: str, params: SessionParams, verifier: Verifier | None
+) -> list[int]:
+    """The public prompt's token IDs, once the request is known to be within the protocol's limits
+    (`core.limits`): refused here, in milliseconds, rather than by the verifier after the device's
+    prefill or as a frame the network will not carry."""
+    if verifier is None:
+        raise ConfigError(f"method {params.method.value} needs a verifier")
+    public_ids = specialist.public_prompt_ids(prompt)
+    vocab = specialist.lm.vocab_size
+    problem = prompt_length_problem(len(public_ids)) or top_k_problem(params.top_k, vocab, remote=False)
+    if problem is not None:
+        raise ConfigError(problem)
+    if isinstance(verifier, CheckedVerifier):
+        verifier.check(public_ids, params)
+    return public_ids
 
 
 class _State:

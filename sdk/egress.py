@@ -11,6 +11,7 @@ Downlinks reach the tap as received, before they are parsed, so malformed ones a
     egress = Egress(tap)                                   # tap: anything shaped like `EgressTap`
     session = egress.begin(vocab_size=49152, max_top_k=10)
     payload = session.uplink(wire.encode_round(1, [], [5, 6]))   # tap saw it; now send it
+    session.sent(payload)                                  # the transport handed it to the network
     session.downlink(received_bytes)
     session.guard_decision("placeholder", 1, "<EMAIL>")    # the guard replaced a span (before that round)
     session.fallback("verifier-lost")                      # the device finished locally
@@ -119,11 +120,17 @@ class EgressSession:
         self.ended = False  # a fallback (or another abnormal end) is on record
 
     def uplink(self, payload: bytes) -> bytes:
-        """Show `payload` to the tap; return it for sending. The tap raising means: do not send."""
+        """Show `payload` to the tap; return it for sending. The tap raising means: do not send.
+
+        Not counted yet: the transport calls `sent` once the bytes are handed to the network, so a
+        frame that never leaves (the stream broke first) is on record but not in the byte counts."""
         self._tap.on_uplink(self.session_id, payload)
+        return payload
+
+    def sent(self, payload: bytes) -> None:
+        """Count `payload`, which the transport has handed to the network."""
         self.uplink_bytes += len(payload)
         self.uplinks += 1
-        return payload
 
     def downlink(self, payload: bytes) -> bytes:
         self.downlink_bytes += len(payload)

@@ -25,8 +25,10 @@ import numpy as np
 import torch
 
 from core.errors import ConfigError
+from core.gguf_cache import locate_embedded_gguf
 from core.kv import CachedSequence
-from core.models import CausalLM, locate_embedded_gguf
+from core.models import CausalLM
+from sdk.drafters import DRAFTERS
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -40,10 +42,6 @@ __all__ = [
 
 DEFAULT_CONTEXT_TOKENS = 8192  # the device's private prompt plus a generation; ~100 MB of KV for the 0.5B
 INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python builds from source, about 15-45 min)"
-
-
-DRAFTERS = ("torch", "llamacpp")
-"""Where the device's Specialist runs its forwards: torch (the loaded model; the default) or llama.cpp."""
 
 
 def drafter_for(kind: str, spec: str, lm: CausalLM) -> LlamaCppDrafter | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from core.errors import ConfigError
+from core.pins import spki_pin
 
 __all__ = ["MIN_PINS", "PinSet", "PinningError", "load_pin_set", "spki_pin"]
 
@@ -40,12 +40,6 @@ _PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICA
 
 class PinningError(ConfigError):
     """The pin set or its anchors cannot be trusted as given; nothing is sent."""
-
-
-def spki_pin(cert: x509.Certificate) -> str:
-    """The OkHttp-style pin of a certificate's public key: sha256/<base64 SPKI digest>."""
-    spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256/" + base64.b64encode(hashlib.sha256(spki).digest()).decode()
 
 
 @dataclass(frozen=True)

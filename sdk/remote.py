@@ -21,7 +21,8 @@ Errors, all `SpecSteerError`s:
 Every uplink is serialized here and passes through `sdk.egress` before gRPC sees it (gRPC's own
 serializer is the identity), so the tap holds exactly the bytes that went out. Compression is
 off, retries are off (a retried stream would resend uplinks the tap saw once), and message sizes
-are capped both ways.
+are capped both ways (`core.limits`). A session's `uplink_bytes` counts what gRPC wrote: a frame the
+tap saw but a broken stream never carried is on record, not in the count.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +39,15 @@ import grpc
 
 from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
-from core.session_types import WIRE_MAX_TOP_K, Method, SessionParams, Verdict
+from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K, prompt_length_problem, top_k_problem
+from core.session_types import Method, SessionParams, Verdict
 from sdk.connect_faults import certificate_refusal, classify, specific_cause
+from sdk.device_credentials import check_device_credentials
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
 from sdk.transport import VerifierLost
 
 __all__ = [
-    "MAX_DOWNLINK_BYTES",
-    "MAX_UPLINK_BYTES",
     "RemoteSession",
     "RemoteVerifier",
     "TlsIdentity",
@@ -53,10 +55,6 @@ __all__ = [
     "split_target",
 ]
 
-# The largest uplink is an Open with the verifier's maximum prompt (4096 IDs, at most 5 bytes each);
-# the largest downlink is 64 candidates of 8 IDs and a float. Both caps leave room, nothing more.
-MAX_UPLINK_BYTES = 32 * 1024
-MAX_DOWNLINK_BYTES = 16 * 1024
 HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
 
 
@@ -81,10 +79,7 @@ class TlsIdentity:
             raise ConfigError(f"{exc.filename} does not exist") from None
         except OSError as exc:
             raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
-        if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
-            raise ConfigError(f"{cert} holds no PEM certificate")
-        if b"PRIVATE KEY-----" not in key_pem:
-            raise ConfigError(f"{key} holds no PEM private key")
+        check_device_credentials(cert_pem, key_pem, cert_path=Path(cert), key_path=Path(key))
         return cls(pin_set, cert_pem, key_pem)
 
     def credentials(self) -> grpc.ChannelCredentials:
@@ -107,6 +102,8 @@ class RemoteVerifier:
     `vocab_size` is the Specialist's: downlinks naming other token IDs are refused. `round_timeout`
     bounds each round trip; `connect_timeout` bounds the TLS connection before a session starts.
     """
+
+    max_top_k = WIRE_MAX_TOP_K  # the largest k a session may declare over the network (core.limits)
 
     def __init__(
         self,
@@ -161,43 +158,47 @@ class RemoteVerifier:
             if self._channel is None:
                 self._channel = self._new_channel()
             channel = self._channel
+        # One deadline for the whole attempt: the wait, then (only for a failed channel) the
+        # questions about why, so a failure reads within the connect timeout, not twice it.
+        deadline = time.monotonic() + self.connect_timeout
         state = _await_connectivity(channel, self.connect_timeout)
         if state is grpc.ChannelConnectivity.READY:
             return channel
-        detail = self._probe(channel)
+        if state is None:  # still connecting: a probe would only wait again
+            self._drop(channel, close=True)
+            raise VerifierLost(
+                "verifier-unreachable",
+                f"the verifier at {self.target} did not connect within {self.connect_timeout:g} s",
+            )
+        detail = self._probe(channel, deadline)
         self._drop(channel, close=True)  # not connected: nothing can be streaming on it
-        raise self._connect_error(state, detail)
+        raise self._connect_error(detail, deadline)
 
-    def _probe(self, channel: grpc.Channel) -> str:
-        """Why the channel is not ready: a health check fails fast with gRPC's own explanation."""
+    def _probe(self, channel: grpc.Channel, deadline: float) -> str:
+        """Why the channel failed: a health check fails at once with gRPC's own explanation."""
         check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(HEALTH_CHECK_METHOD)
         try:
-            check(b"", timeout=min(self.connect_timeout, 5.0), wait_for_ready=False)
+            check(b"", timeout=_left(deadline, floor=0.1), wait_for_ready=False)
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"
         return "the connection was not ready in time"
 
-    def _connect_error(self, state: grpc.ChannelConnectivity | None, detail: str) -> SpecSteerError:
+    def _connect_error(self, detail: str, deadline: float) -> SpecSteerError:
         """A failed check is a refusal; a verifier that is down or went away is `VerifierLost`."""
         fault = classify(detail, self.server_name or self.host)
         if fault.ambiguous:
-            refusal = self._certificate_refusal()
+            refusal = self._certificate_refusal(deadline)
             if refusal is not None:
                 return VerifierRefused(f"the verifier at {self.target} refused this device: {refusal}; nothing sent")
         if fault.refused:
             return VerifierRefused(
                 f"refused the verifier at {self.target}: {fault.meaning}; nothing was sent ({_last_words(detail)})"
             )
-        if state is None:
-            return VerifierLost(
-                "verifier-unreachable",
-                f"the verifier at {self.target} did not connect within {self.connect_timeout:g} s",
-            )
         return VerifierLost(
             "verifier-unreachable", f"the verifier at {self.target} is unreachable ({_last_words(detail)})"
         )
 
-    def _certificate_refusal(self) -> str | None:
+    def _certificate_refusal(self, deadline: float) -> str | None:
         """Ask the peer whether it refuses this device's certificate (see `sdk.connect_faults`)."""
         port = int(self.target.rpartition(":")[2])
         return certificate_refusal(
@@ -207,7 +208,9 @@ class RemoteVerifier:
             cert_chain_pem=self.identity.cert_chain,
             key_pem=self.identity.key,
             server_name=self.server_name,
-            timeout=min(self.connect_timeout, 5.0),
+            # A refusal arrives within milliseconds of the handshake; the floor only keeps a
+            # channel that failed right at the deadline from being read as no refusal.
+            timeout=_left(deadline, floor=0.5),
         )
 
     def _drop(self, channel: grpc.Channel, *, close: bool) -> None:
@@ -224,9 +227,15 @@ class RemoteVerifier:
 
     # -- sessions --------------------------------------------------------------------------------
 
+    def check(self, prompt_ids: Sequence[int], params: SessionParams) -> None:
+        """Refuse (`ConfigError`) what the protocol's limits (`core.limits`) would make the verifier
+        refuse, before anything is dialled, computed or sent."""
+        problem = prompt_length_problem(len(prompt_ids)) or top_k_problem(params.top_k, self.max_top_k, remote=True)
+        if problem is not None:
+            raise ConfigError(problem)
+
     def open(self, prompt_ids: Sequence[int], params: SessionParams) -> RemoteSession:
-        if params.top_k > WIRE_MAX_TOP_K:
-            raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
+        self.check(prompt_ids, params)
         channel = self._ready_channel()
         max_top_k = min(params.top_k, WIRE_MAX_TOP_K)
         egress = self.egress.begin(vocab_size=self.vocab_size, max_top_k=max_top_k)
@@ -268,6 +277,8 @@ class RemoteSession:
         self._reader: threading.Thread | None = None
         self._broken: SpecSteerError | None = None
         self._refused_by_tap = False
+        self._in_flight: bytes | None = None  # taken by gRPC, not yet known to be written (_request_iter)
+        self._in_flight_lock = threading.Lock()
         self.verifier_stats: dict[str, float] = {}
         self.pad_to: int | None = None  # the session's K if it declared padded frames
         self.fusion = False  # the session declared method fusion: a dense fusion vector may come down
@@ -281,23 +292,39 @@ class RemoteSession:
         return self._egress.downlink_bytes
 
     def _request_iter(self) -> Iterator[bytes]:
+        # gRPC writes the frame it takes from here, and comes back for the next one only once that
+        # write has completed, and never if the stream ended first (then the frame it took was not
+        # sent). So a frame counts as sent when gRPC comes back, when the verifier answers it, or
+        # when the stream ends normally (the verifier read everything, Close included).
         while True:
             item = self._requests.get()
             if item is _END:
                 return
             assert isinstance(item, bytes)
+            with self._in_flight_lock:
+                self._in_flight = item
             yield item
+            self._sent()
+
+    def _sent(self) -> None:
+        """Count the frame gRPC last took, now known to have been written."""
+        with self._in_flight_lock:
+            if self._in_flight is not None:
+                self._egress.sent(self._in_flight)
+                self._in_flight = None
 
     def _read(self, call: Iterator[bytes]) -> None:
         # Each downlink goes to the egress tap (the audit log) on receipt, not when a round takes
         # it: one still queued when the session is cancelled is on record too.
         try:
             for raw in call:
+                self._sent()  # a downlink answers the frame last sent (one round is out at a time)
                 try:
                     self._responses.put(self._egress.downlink(raw))
                 except SpecSteerError as exc:  # the tap refused it: it is logged, never used
                     self._responses.put(exc)
                     return
+            self._sent()
             self._responses.put(_END)
         except grpc.RpcError as exc:
             self._responses.put(exc)
@@ -305,6 +332,14 @@ class RemoteSession:
     def _send(self, payload: bytes) -> None:
         # The tap sees the bytes first; if it refuses them, they are never queued for gRPC, and
         # the stream ends here (no Close; the session's record ends with an `egress-refused` end).
+        # A frame over the channel's cap would be refused by gRPC after the tap saw it, looking like
+        # a busy verifier: refuse it here, before the tap.
+        if len(payload) > MAX_UPLINK_BYTES:
+            self._broken = ProtocolError(
+                f"an uplink of {len(payload):,} bytes is over the protocol's {MAX_UPLINK_BYTES:,}; nothing was sent"
+            )
+            self._cancel()
+            raise self._broken
         try:
             checked = self._egress.uplink(payload)
         except BaseException as exc:
@@ -337,7 +372,9 @@ class RemoteSession:
             return self._broken
         if code is grpc.StatusCode.UNAVAILABLE:
             fault = classify(details, self._verifier.server_name or self._verifier.host)
-            if fault.refused:
+            # Mid-stream the handshake is long done and the verifier accepted this device: a cause
+            # that names no failed check (a verifier shutting down: "Cancelling all calls") is a loss.
+            if fault.refused and not fault.unknown:
                 self._broken = VerifierRefused(
                     f"refused the verifier at {where}: {fault.meaning} ({_last_words(details)})"
                 )
@@ -448,6 +485,10 @@ def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelCo
         channel.unsubscribe(watch)
     last = seen[-1] if seen else None
     return last if last in final else None
+
+
+def _left(deadline: float, *, floor: float) -> float:
+    return max(deadline - time.monotonic(), floor)
 
 
 def _last_words(detail: str) -> str:

@@ -1,4 +1,4 @@
-"""Where the egress guard decides what of a round goes up (the device side of `privacy.detectors`).
+"""Where the egress guard decides what of a round goes up (the device side of `privacy.guard`).
 
 Before every round the device calls `plan_uplink` with the tokens it is about to send: the pending
 recovery (its pick among the cloud's candidates) and the fresh draft. The plan says what to send
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from core.errors import ConfigError
 from core.session_types import GuardDecision
-from privacy.detectors import EgressGuard, GuardVerdict, Policy, Tokenizer
+from privacy.guard import EgressGuard, GuardVerdict, Policy
+from privacy.spans import Tokenizer
 from sdk.context import Profile
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]

@@ -26,18 +26,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from core.cli import EXIT_ERROR, reported
+from core.cli import EXIT_ERROR, command_parser, finite_float, reported, whole_number
 from core.cli import Parser as _Parser
+from core.fileio import atomic_write
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="server", description="the SpecSteer cloud verifier")
+    parser = command_parser("server", "the SpecSteer cloud verifier")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the verifier (gRPC over mutual TLS)")
     serve.add_argument("--config", type=Path, help="TOML config file; options below override it")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one)")
+    serve.add_argument("--port", type=whole_number(), help="port (default 50051; 0 picks a free one)")
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     serve.add_argument("--generalist", help="Generalist: folder, .gguf file or embedded name")
     serve.add_argument("--specialist", help="generic Specialist copy (base weights, no personal adapter)")
@@ -53,39 +54,50 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--key", type=Path, help="server private key (PEM)")
     serve.add_argument("--client-ca", type=Path, help="CA that signs device certificates (PEM)")
     serve.add_argument("--revoke", action="append", metavar="DEVICE", help="refuse this device name (repeatable)")
-    serve.add_argument("--max-sessions", type=int)
-    serve.add_argument("--max-sessions-per-device", type=int)
-    serve.add_argument("--idle-timeout", type=float, help="seconds without an uplink before a session expires")
-    serve.add_argument("--open-timeout", type=float, help="seconds a new stream may take to send its Open (10)")
-    serve.add_argument("--max-top-k", type=int, help="largest steering top-k a device may ask for")
-    serve.add_argument("--workers", type=int, help="threads running sessions' jobs (batching: at least 2 x max-batch)")
-    serve.add_argument("--torch-threads", type=int)
+    serve.add_argument("--max-sessions", type=whole_number(), help="most sessions open at once (default 64)")
+    serve.add_argument(
+        "--max-sessions-per-device", type=whole_number(), help="most sessions one device may hold open (default 8)"
+    )
+    serve.add_argument("--idle-timeout", type=finite_float, help="seconds without an uplink before a session expires")
+    serve.add_argument("--open-timeout", type=finite_float, help="seconds a new stream may take to send its Open (10)")
+    serve.add_argument("--max-top-k", type=whole_number(), help="largest steering top-k a device may ask for")
+    serve.add_argument(
+        "--workers", type=whole_number(), help="threads running sessions' jobs (batching: at least 2 x max-batch)"
+    )
+    serve.add_argument("--torch-threads", type=whole_number(), help="threads of each torch forward (default: torch's)")
     serve.add_argument(
         "--batching",
         choices=["on", "off"],
         help="merge concurrent sessions' forwards of one model into one padded forward (default on)",
     )
-    serve.add_argument("--max-batch", type=int, help="most sequences in one merged forward (default 8)")
+    serve.add_argument("--max-batch", type=whole_number(), help="most sequences in one merged forward (default 8)")
     serve.add_argument(
-        "--batch-wait-ms", type=float, help="longest a forward waits for running sessions to join it (default 5)"
+        "--batch-wait-ms", type=finite_float, help="longest a forward waits for running sessions to join it (default 5)"
     )
-    serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (0: any)")
+    serve.add_argument("--metrics-port", type=whole_number(), help="serve Prometheus metrics on this port (0: any)")
     serve.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
     serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
-    serve.add_argument("--seed", type=int, help="seed for sampling-mode acceptance draws")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--seed", type=whole_number(), help="seed for sampling-mode acceptance draws")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="what the server logs (default info)",
+    )
 
     pki = sub.add_parser("pki", help="make a working PKI for the verifier and its devices")
     pki_sub = pki.add_subparsers(dest="pki_command", required=True, parser_class=_Parser)
     init = pki_sub.add_parser("init", help="dev CA, server certificate, backup anchor, device CA, pins")
-    init.add_argument("--dir", type=Path, required=True)
+    init.add_argument("--dir", type=Path, required=True, help="a new directory for the PKI")
     init.add_argument("--host", action="append", help="server host name or IP (default: localhost, 127.0.0.1, ::1)")
     issue = pki_sub.add_parser("issue-device", help="a client certificate for one device")
-    issue.add_argument("--dir", type=Path, required=True)
-    issue.add_argument("--name", required=True)
+    issue.add_argument("--dir", type=Path, required=True, help="the `server pki init` directory")
+    issue.add_argument("--name", required=True, help="the device's name (its certificate's CN; `--revoke` takes it)")
     rotate = pki_sub.add_parser("rotate-server", help="a fresh server certificate; running servers reload it")
-    rotate.add_argument("--dir", type=Path, required=True)
-    rotate.add_argument("--issuer", default="ca", choices=["ca", "backup-ca"])
+    rotate.add_argument("--dir", type=Path, required=True, help="the `server pki init` directory")
+    rotate.add_argument(
+        "--issuer", default="ca", choices=["ca", "backup-ca"], help="the anchor that signs it (default ca)"
+    )
     return parser
 
 
@@ -122,9 +134,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write_port_file(path: Path, port: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{port}\n")
-    os.replace(tmp, path)  # readers never see a half-written number
+    atomic_write(path, f"{port}\n", mode=0o644)  # readers never see a half-written number
 
 
 def serve(args: argparse.Namespace) -> int:

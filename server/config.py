@@ -42,14 +42,14 @@ Unknown sections or keys are errors: a typo must not silently fall back to a def
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.session_types import WIRE_MAX_TOP_K
-from core.tomlfile import read_toml
+from core.tomlfile import load_dataclass
 
 __all__ = ["MAX_BATCH", "ServerConfig", "load_config"]
 
@@ -64,24 +64,24 @@ class ServerConfig:
     generalist: str = DEFAULT_GENERALIST
     specialist: str = DEFAULT_SPECIALIST
     cache_dir: Path | None = None
-    quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.models.quantize_linear)
+    quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.quantize.quantize_linear)
     # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
     # version N are verified with global adapter vN merged into the generic Specialist.
     adapters_dir: Path | None = None
     cert: Path | None = None
     key: Path | None = None
     client_ca: Path | None = None
-    revoked_devices: tuple[str, ...] = ()
+    revoked_devices: tuple[str, ...] = field(default=(), metadata={"toml": "a list of device names"})
     max_sessions: int = 64
     max_sessions_per_device: int = 8
-    idle_timeout: float = 60.0
-    open_timeout: float = 10.0
+    idle_timeout: float = field(default=60.0, metadata={"toml": "a number of seconds"})
+    open_timeout: float = field(default=10.0, metadata={"toml": "a number of seconds"})
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
     batching: bool = True
     max_batch: int = 8
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = field(default=5.0, metadata={"toml": "a number of milliseconds"})
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     transcript_dir: Path | None = None
@@ -162,74 +162,8 @@ _LAYOUT: dict[str, dict[str, str]] = {
     "metrics": {"port": "metrics_port", "host": "metrics_host"},
     "audit": {"transcript_dir": "transcript_dir"},
 }
-_PATHS = {"cache_dir", "adapters_dir", "cert", "key", "client_ca", "transcript_dir"}
-_INTS = {
-    "port",
-    "seed",
-    "max_sessions",
-    "max_sessions_per_device",
-    "max_top_k",
-    "workers",
-    "torch_threads",
-    "metrics_port",
-    "max_batch",
-}
-_STRS = {"host", "generalist", "specialist", "metrics_host", "quantize"}
-
-
-def _coerce(name: str, value: Any, base: Path, where: str) -> Any:
-    if name in _PATHS:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where} must be a path string")
-        path = Path(value).expanduser()
-        return path if path.is_absolute() else base / path
-    if name in _INTS:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be an integer; got {value!r}")
-        return value
-    if name in ("idle_timeout", "open_timeout"):
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be a number of seconds; got {value!r}")
-        return float(value)
-    if name == "batch_wait_ms":
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be a number of milliseconds; got {value!r}")
-        return float(value)
-    if name == "batching":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false; got {value!r}")
-        return value
-    if name == "revoked_devices":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where} must be a list of device names")
-        return tuple(value)
-    if name in _STRS:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where} must be a non-empty string")
-        return value
-    raise AssertionError(name)
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServerConfig:
     """Read `path` (TOML) if given, apply `overrides` (field name -> value; None means unset)."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        data = read_toml(path)
-        base = Path(path).resolve().parent
-        for section, table in data.items():
-            if section not in _LAYOUT:
-                raise ConfigError(f"config file {path}: unknown section [{section}]")
-            if not isinstance(table, dict):
-                raise ConfigError(f"config file {path}: [{section}] must be a table")
-            for key, value in table.items():
-                if key not in _LAYOUT[section]:
-                    raise ConfigError(f"config file {path}: unknown key {key!r} in [{section}]")
-                name = _LAYOUT[section][key]
-                values[name] = _coerce(name, value, base, f"{path}: [{section}] {key}")
-    known = {f.name for f in fields(ServerConfig)}
-    for name, value in (overrides or {}).items():
-        if name not in known:
-            raise ConfigError(f"unknown setting {name!r}")
-        if value is not None:
-            values[name] = value
-    return ServerConfig(**values)
+    return load_dataclass(ServerConfig, path, _LAYOUT, overrides)

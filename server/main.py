@@ -30,8 +30,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from core import wire
 from core.errors import ConfigError
+from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from core.models import CausalLM
-from sdk.remote import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics
@@ -47,6 +47,7 @@ log = logging.getLogger("server")
 class _Files:
     signature: tuple[tuple[int, int, int], ...]
     config: grpc.ServerCertificateConfiguration
+    client_cas: tuple[x509.Certificate, ...]  # the device CAs: the only anchors of a device's path
 
 
 class CertificateSource:
@@ -94,11 +95,16 @@ class CertificateSource:
         if not client_cas:
             raise ConfigError(f"{ca_path} holds no CA certificate for devices")
         config = grpc.ssl_server_certificate_configuration([(key_pem, chain_pem)], root_certificates=ca_pem)
-        return _Files(signature, config)
+        return _Files(signature, config, tuple(client_cas))
 
     @property
     def initial(self) -> grpc.ServerCertificateConfiguration:
         return self._current.config
+
+    @property
+    def device_cas(self) -> tuple[x509.Certificate, ...]:
+        """The device CAs gRPC trusts now (reloaded with the files), for `server.device_identity`."""
+        return self._current.client_cas
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         """gRPC calls this before each handshake: a new configuration if the files changed, else None."""
@@ -237,7 +243,15 @@ class VerifierServer:
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             compression=grpc.Compression.NoCompression,
         )
-        self.service = VerifierService(self.cloud, config, self.metrics, self.scheduler, self.transcript)
+        certificates = self.certificates
+        self.service = VerifierService(
+            self.cloud,
+            config,
+            self.metrics,
+            self.scheduler,
+            self.transcript,
+            device_cas=lambda: certificates.device_cas,
+        )
         server.add_generic_rpc_handlers((self.service.handler(),))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from sdk.pinning import spki_pin
+from core.fileio import atomic_write
+from core.pins import spki_pin
 from server.errors import PkiError
 
 __all__ = [
@@ -94,6 +94,20 @@ def _name(common_name: str, org: str = "SpecSteer") -> x509.Name:
     )
 
 
+def _usage(*, digital_signature: bool = False, key_cert_sign: bool = False, crl_sign: bool = False) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=digital_signature,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=key_cert_sign,
+        crl_sign=crl_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def new_ca(common_name: str, *, days: int = CA_DAYS, not_before: dt.datetime | None = None) -> Issued:
     """A self-signed CA that may sign leaves only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -108,20 +122,7 @@ def new_ca(common_name: str, *, days: int = CA_DAYS, not_before: dt.datetime | N
         .not_valid_before(start)
         .not_valid_after(start + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_usage(key_cert_sign=True, crl_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -165,6 +166,8 @@ def issue_leaf(
         .not_valid_before(start)
         .not_valid_after(start + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        # A leaf signs its TLS handshakes and nothing else (the device verifier checks this).
+        .add_extension(_usage(digital_signature=True), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
             critical=False,
@@ -193,12 +196,8 @@ def pins_file_text(anchors: Sequence[tuple[str, x509.Certificate]]) -> str:
 
 
 def _write(path: Path, data: bytes, *, private: bool = False) -> None:
-    # Write then rename, so a running server reloading its certificate never reads half a file.
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    # Atomic, so a running server reloading its certificate never reads half a file.
+    atomic_write(path, data, mode=0o600 if private else 0o644)
 
 
 def write_issued(directory: Path, stem: str, issued: Issued) -> tuple[Path, Path]:

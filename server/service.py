@@ -17,7 +17,9 @@ specific status:
                          the (much shorter) open timeout of a new stream
     RESOURCE_EXHAUSTED   the verifier (or this device) is at its session or stream cap; an oversize
                          frame (gRPC refuses it before it reaches this code)
-    UNAUTHENTICATED      the client certificate does not name exactly one valid device
+    UNAUTHENTICATED      the client certificate has no valid X.509 path to the device CA
+                         (`server.device_identity`: path length, key usage, EKU clientAuth,
+                         validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
 
 One device cannot lock the others out: its streams are counted from the moment they start (not
@@ -37,6 +39,7 @@ import logging
 import secrets
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +54,7 @@ from core.errors import ProtocolError
 from core.session_types import Verdict
 from server.batching import Scheduler
 from server.config import ServerConfig
+from server.device_identity import DeviceCertificates, NotADevice
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
@@ -87,7 +91,11 @@ class _Abort(Exception):
 
 
 class VerifierService:
-    """Serves `CloudVerifier` sessions over gRPC; `handler()` is what the server registers."""
+    """Serves `CloudVerifier` sessions over gRPC; `handler()` is what the server registers.
+
+    `device_cas` returns the device CAs a client certificate's path must end at (the server's
+    client CA file, as loaded now); without it no certificate is a device's.
+    """
 
     def __init__(
         self,
@@ -96,6 +104,8 @@ class VerifierService:
         metrics: Metrics,
         scheduler: Scheduler,
         transcript: TranscriptSink | None = None,
+        *,
+        device_cas: Callable[[], Sequence[x509.Certificate]] = tuple,
     ) -> None:
         self.cloud = cloud
         self.config = config
@@ -107,6 +117,7 @@ class VerifierService:
         self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
         self._open = 0
         self._revoked = frozenset(config.revoked_devices)
+        self._devices = DeviceCertificates(device_cas)
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(self.session)  # bytes in, bytes out
@@ -119,13 +130,22 @@ class VerifierService:
     # -- identity ----------------------------------------------------------------------------------
 
     def _device(self, context: grpc.aio.ServicerContext) -> Device:
-        certs = context.auth_context().get("x509_pem_cert") or []
+        auth = context.auth_context()
+        certs = auth.get("x509_pem_cert") or []
         if len(certs) != 1:
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "no client certificate names a device")
         try:
-            cert = x509.load_pem_x509_certificate(certs[0])  # parsed once: the name and the fingerprint
+            cert = x509.load_pem_x509_certificate(certs[0])  # parsed once: the path, the name, the fingerprint
+            # The rest of what the peer presented: candidate intermediates, never anchors.
+            presented = [
+                c for pem in auth.get("x509_pem_cert_chain") or [] for c in x509.load_pem_x509_certificates(pem)
+            ]
         except ValueError:
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "the client certificate cannot be read") from None
+        try:
+            self._devices.verify(cert, presented)
+        except NotADevice as exc:
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         name = device_name(cert)
         if name in self._revoked:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")

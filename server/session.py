@@ -15,6 +15,7 @@ from core import wire
 from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
 from core.kv import ForwardRunner, TokenSequence
+from core.limits import prompt_length_problem
 from core.models import CausalLM
 from core.prompts import render_prompt
 from core.session_types import (
@@ -29,7 +30,6 @@ from core.steering import steering_candidates, steering_values, top_indices, ver
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
 from server.vocab import TextCodec, same_vocabulary
 
-MAX_PROMPT_TOKENS = 4096
 # Cross-vocabulary candidates are drawn from this many times k of the Generalist's top tokens,
 # since some drop out (special tokens, partial characters, duplicates); the literal policy ranks by v
 # within that pool, as scoring every Generalist token under P_S^0 would cost a forward per token.
@@ -103,11 +103,9 @@ class CloudSession:
         s_vocab = verifier.specialist.vocab_size
         if not prompt_ids:
             raise ProtocolError("the prompt is empty")
-        if len(prompt_ids) > MAX_PROMPT_TOKENS:
-            raise ProtocolError(f"the prompt has {len(prompt_ids)} tokens, more than {MAX_PROMPT_TOKENS}")
-        bad = [t for t in prompt_ids if not 0 <= t < s_vocab]
-        if bad:
-            raise ProtocolError(f"prompt token ID {bad[0]} is outside the vocabulary of {s_vocab}")
+        problem = prompt_length_problem(len(prompt_ids)) or wire.vocabulary_violation(prompt_ids, s_vocab, "prompt")
+        if problem is not None:
+            raise ProtocolError(problem)
         if not params.method.uses_cloud:
             raise ProtocolError(f"method {params.method.value} opens no cloud session")
         if verifier.max_top_k is not None and params.top_k > verifier.max_top_k:

@@ -9,12 +9,17 @@ read from the source (module level and inside functions alike), as tests/test_ar
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 import tomllib
+from collections.abc import Callable
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
+from core.errors import SpecSteerError
 from tests.source_imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,12 +94,38 @@ def test_typing_markers_ship_with_the_packages() -> None:
         assert "py.typed" in data[package], f"py.typed of {package} is not in package-data"
 
 
-def test_optional_features_import_their_extra_lazily_and_name_it() -> None:
-    for (module, path), extra in OPTIONAL.items():
-        source = (ROOT / path).read_text(encoding="utf-8")
-        tree = ast.parse(source)
+def test_optional_features_import_their_extra_lazily() -> None:
+    for module, path in OPTIONAL:
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
         top_level = {
             alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names
         } | {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
         assert module not in top_level, f"{path} imports {module} at module level: the base install would break"
-        assert f"[{extra}]" in source, f"{path} must say which extra brings {module}"
+
+
+def _use_opacus() -> None:
+    from privacy.ledger import _epsilon_cached, epsilon_of
+
+    _epsilon_cached.cache_clear()  # an earlier test's answer would skip the import
+    epsilon_of([(1.0, 0.01, 1)], 1e-5)
+
+
+def _use_llama_cpp() -> None:
+    from sdk.llamacpp import check_drafter_installed
+
+    check_drafter_installed("llamacpp")
+
+
+@pytest.mark.parametrize(("module", "use"), [("opacus", _use_opacus), ("llama_cpp", _use_llama_cpp)])
+def test_a_feature_without_its_extra_names_the_extra_to_install(
+    module: str, use: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = next(e for (m, _), e in OPTIONAL.items() if m == module)
+    # As in a base install: the module cannot be imported or found.
+    monkeypatch.setitem(sys.modules, module, None)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real_find_spec(name, *a)
+    )
+    with pytest.raises(SpecSteerError, match=re.escape(f"pip install 'specsteer-sdk[{extra}]'")):
+        use()

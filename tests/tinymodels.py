@@ -32,7 +32,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from core.models import CausalLM, locate_embedded_gguf
+from core.gguf_cache import locate_embedded_gguf
+from core.models import CausalLM
 
 Model = TypeVar("Model", bound=PreTrainedModel)
 

@@ -1,4 +1,4 @@
-"""Every tampering the issue lists is caught by `verify`, with a message naming the record at fault."""
+"""Every kind of tampering with a log is caught by `verify`, with a message naming the record at fault."""
 
 from __future__ import annotations
 

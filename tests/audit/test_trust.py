@@ -1,5 +1,5 @@
-"""What an auditor is told must be true (issue 13, items 2, 3, 5, 6): no unsigned tail passes, no
-key means no VERIFIED, a hostile tail cannot stall the reader, and repair evidence is checked."""
+"""What an auditor is told must be true: no unsigned tail passes, no key means no VERIFIED, a
+hostile tail cannot stall the reader, and repair evidence is checked."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _failure_text(directory: Path, **kwargs: object) -> str:
     return "\n".join(m for c in info.value.report.checks for m in c.failures)
 
 
-# -- item 2: records after the last signed checkpoint are not VERIFIED --------------------------
+# -- records after the last signed checkpoint are not VERIFIED ----------------------------------
 
 
 def _forged_session_frames(start: int) -> bytes:
@@ -61,6 +61,22 @@ def test_an_unsigned_tail_fails_even_with_key_and_checkpoint(tmp_path: Path) -> 
     assert not cp["ok"] and f"records {n} to {n + 1} are not covered by any signed checkpoint" in cp["failures"][0]
 
 
+def test_one_unsigned_record_after_the_last_checkpoint_fails(tmp_path: Path) -> None:
+    """A single forged record (here a device binding) is as unsigned as a whole forged session."""
+    built = build_log(tmp_path, sessions=1)
+    n = len(scan_log(built.directory).records)
+    forged = records.build(n, records.KIND_DEVICE, {"device": "mallory", "cert_sha256": "b2" * 32})
+    with _last_segment(built.directory).open("ab") as f:
+        f.write(frame(forged))
+    with pytest.raises(VerificationFailed) as info:
+        verify(built.directory, key=built.key.verifier)
+    report = info.value.report
+    assert report.verdict == FAILED
+    assert [c.name for c in report.checks if not c.ok] == ["checkpoints"]
+    (cp,) = [c for c in report.checks if c.name == "checkpoints"]
+    assert f"records {n} to {n} are not covered by any signed checkpoint" in cp.failures[0]
+
+
 def verify_json(argv: list[str]) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -69,7 +85,7 @@ def verify_json(argv: list[str]) -> dict:
 
 
 def test_an_honest_log_is_signed_at_every_session_end(tmp_path: Path) -> None:
-    """The design that makes item 2 a plain failure: every session end signs, so honest logs have no tail."""
+    """The design that makes an unsigned tail a plain failure: every session end signs, so honest logs have none."""
     built = build_log(tmp_path, sessions=0)
     with AuditLog.open(built.directory, built.key) as log:
         rec = EgressRecorder(log)
@@ -83,7 +99,7 @@ def test_an_honest_log_is_signed_at_every_session_end(tmp_path: Path) -> None:
     verify(built.directory, key=built.key.verifier)
 
 
-# -- item 3: no key, no VERIFIED ------------------------------------------------------------------
+# -- no key, no VERIFIED -------------------------------------------------------------------------
 
 
 def test_without_a_key_a_resigned_log_is_unproven_not_verified(
@@ -109,7 +125,7 @@ def test_without_a_key_a_resigned_log_is_unproven_not_verified(
     assert main(["verify", str(real.directory), "--key", str(real.pub), "--json"]) == EXIT_OK
 
 
-# -- item 5: a hostile log cannot stall the verifier ----------------------------------------------
+# -- a hostile log cannot stall the verifier -------------------------------------------------------
 
 
 class _HashBudget:
@@ -169,7 +185,7 @@ def test_only_a_torn_final_frame_is_a_torn_write(tmp_path: Path) -> None:
     verify(built.directory, key=built.key.verifier)
 
 
-# -- item 6: repair evidence is checked -----------------------------------------------------------
+# -- repair evidence is checked --------------------------------------------------------------------
 
 
 def _repaired(tmp_path: Path) -> BuiltLog:

@@ -1,4 +1,4 @@
-"""Two devices, one real verifier over mutual TLS, one transcript (issue 13, items 1 and 4, must-show).
+"""Two devices, one real verifier over mutual TLS, one transcript: the server's witness per device.
 
 Both honest logs verify against the one transcript with `--key`; a log that claims the other
 device's stream fails; a log rolled back to an earlier signed size passes on its own (no witness)
@@ -111,7 +111,7 @@ def _failures(report: dict) -> str:
     return "\n".join(m for c in report["checks"] for m in c["failures"])
 
 
-# -- item 1: the transcript is per device ------------------------------------------------------------
+# -- the transcript is per device -------------------------------------------------------------------
 
 
 def test_both_devices_verify_against_one_transcript(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
@@ -316,7 +316,7 @@ TAMPERS: dict[str, Callable[[Run, Path], str]] = {
 }
 
 
-@pytest.mark.parametrize("tamper", list(TAMPERS))  # the 14 classes issue 13 lists
+@pytest.mark.parametrize("tamper", list(TAMPERS))  # the 14 classes of tampering with a log
 def test_each_tamper_class_fails_with_key_and_witnessed_transcript(
     run: Run, tmp_path: Path, tamper: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import privacy_report
+from bench import privacy_page, privacy_report
 from core.models import load_causal_lm
+from privacy import membership
 from privacy.data import read_canaries
 from tests.tinymodels import save_tiny
 
@@ -142,9 +143,9 @@ def test_likelihood_membership_generates_nothing_and_scores_each_pair(tmp_path, 
 def test_draft_membership_score_is_the_mean_log_likelihood_ratio_of_the_drafts() -> None:
     with_entry = torch.log(torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]))
     without = torch.log(torch.tensor([[0.25, 0.5, 0.25], [0.2, 0.4, 0.4]]))
-    score = privacy_report.draft_membership_score(torch.tensor([0, 1]), with_entry, without)
+    score = membership.draft_membership_score(torch.tensor([0, 1]), with_entry, without)
     assert score == pytest.approx((math.log(2) + math.log(2)) / 2)
-    assert privacy_report.draft_membership_score(torch.tensor([1, 2]), with_entry, without) < 0
+    assert membership.draft_membership_score(torch.tensor([1, 2]), with_entry, without) < 0
 
 
 def _adapter_result(command: str) -> dict:
@@ -170,10 +171,10 @@ def test_report_only_adds_the_adapter_canary_to_the_page_and_refuses_a_bad_resul
     good, bad = tmp_path / "adapter.json", tmp_path / "broken.json"
     good.write_text(json.dumps(_adapter_result("python -m bench.adapter_canary --lr 0.02")))
     bad.write_text(json.dumps({"command": "x"}))
-    summary = privacy_report.adapter_canary_summary(_adapter_result("c"))
+    summary = privacy_page.adapter_canary_summary(_adapter_result("c"))
     # Execute / Assert: the summary keeps each version's exposure, the controls and the claimed ε.
     assert summary["planted"][0]["exposure"]["dp"] == 3.2 and summary["epsilon"] == {"dp": [4.44]}
-    lines = "\n".join(privacy_report.adapter_canary_lines([summary]))
+    lines = "\n".join(privacy_page.adapter_canary_lines([summary]))
     assert "3.20 (1087)" in lines and "0.33 (7931)" in lines and "4.44" in lines and "`c`" in lines
     # A result without the fields is refused with a sentence and exit code 1, before anything runs.
     assert privacy_report.main(["--adapter-canary", str(bad), "--report-only", "--out", str(out)]) == 1

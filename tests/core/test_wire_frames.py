@@ -46,5 +46,17 @@ def test_downlink_with_unknown_fields_is_refused() -> None:
         wire.decode_downlink(raw, max_top_k=2, vocab_size=10)
 
 
-def test_session_method_names_the_proto_service() -> None:
-    assert wire.SESSION_METHOD == "/specsteer.v1.Verifier/Session"
+def test_session_method_is_the_path_a_client_generated_from_the_proto_calls() -> None:
+    """A third-party client built from verifier.proto must reach the method our client and server use."""
+    from core.proto import verifier_pb2_grpc
+
+    class RecordingChannel:
+        def __init__(self) -> None:
+            self.methods: list[str] = []
+
+        def stream_stream(self, method: str, **_: object) -> None:
+            self.methods.append(method)
+
+    channel = RecordingChannel()
+    verifier_pb2_grpc.VerifierStub(channel)
+    assert channel.methods == [wire.SESSION_METHOD]

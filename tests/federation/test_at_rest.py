@@ -1,4 +1,4 @@
-"""Issue 14 #7: a federation device's data at rest.
+"""A federation device's data at rest.
 
 A device reads a sealed history (`privacy seal`), and what it derives from it (the personal
 adapter, its round log) is sealed with the same key; new passphrase vaults use scrypt n = 2^17

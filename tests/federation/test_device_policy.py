@@ -1,4 +1,4 @@
-"""Issue 14 #4-#6 through real runs: the device's DP policy, commit-level sequences, nothing sent in the clear.
+"""Through real runs: the device's DP policy, commit-level sequences, nothing sent in the clear.
 
 Every run here is the project's real ServerApp and ClientApps (`run_in_process`), with real
 Opacus where a device trains. Refusals happen before the model is loaded, so they cost little.

@@ -1,8 +1,8 @@
-"""Issue 15 (a, b, e): the federation package's place in the house, read from the source.
+"""The federation package's place in the house, read from the imports.
 
-(a) the device SDK and the cloud server read adapters through `core.adapters`, never `federation`;
-(b) no import cycle inside `federation` (secagg <-> server_app shared their round bookkeeping);
-(e) importing `federation` leaves the environment alone; the entry points make it offline.
+The device SDK and the cloud server read adapters through `core.adapters`, never `federation`;
+there is no import cycle inside `federation` (secagg <-> server_app shared their round
+bookkeeping); importing `federation` leaves the environment alone; the entry points make it offline.
 """
 
 from __future__ import annotations

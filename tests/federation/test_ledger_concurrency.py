@@ -1,4 +1,4 @@
-"""Issue 13 #13: two runs on one device, in two processes, never lose a ledger update."""
+"""Two runs on one device, in two processes, never lose a ledger update."""
 
 from __future__ import annotations
 

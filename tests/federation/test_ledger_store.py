@@ -39,7 +39,7 @@ def test_ledger_persists_and_refuses_once_spent(tmp_path: Path) -> None:
     with pytest.raises(BudgetExhausted, match="Privacy budget exhausted"):
         again.check(1.0, 0.1, 10)
     assert Ledger.load(path, epsilon_budget=budget, delta=1e-5).refusals == 1
-    # No temporary files left; the lock file is what serializes writers (issue 13 #13).
+    # No temporary files left; the lock file is what serializes writers.
     assert sorted(p.name for p in path.parent.iterdir()) == ["ledger.json", "ledger.json.lock"]
     saved = json.loads(path.read_text())
     assert saved["accountant"] == "rdp" and saved["delta"] == 1e-5

@@ -67,7 +67,7 @@ def test_dp_rounds_produce_versions_ledgers_and_device_copies(tiny_bpe_model: Pa
         assert ledger["epsilon_spent"] == pytest.approx(expected, rel=1e-9)
         first, second = (r["epsilon_after"] for r in ledger["rounds"])
         assert 0 < first < second == pytest.approx(expected)
-    # ε stays on the device (issue 14 #6): it depends on the history's size.
+    # ε stays on the device: it depends on the history's size.
     assert all("epsilon" not in r["train_metrics"] for r in summary["rounds"])
 
     # The device kept the version it received after the last round, byte for byte the server's.
@@ -132,7 +132,7 @@ def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, m
 
     first, second = summary["rounds"]
     assert first["replies"] == 1 and first["version_out"] == 1
-    # The crash is a refusal whose cause stays in the device's own log, not on the wire (issue 14 #6).
+    # The crash is a refusal whose cause stays in the device's own log, not on the wire.
     assert first["refusals"] == [UNAVAILABLE]
     log = (tmp_path / "device1" / "rounds.jsonl").read_text()
     assert "RuntimeError: connection lost mid-training" in log
@@ -168,7 +168,7 @@ def test_budget_exhaustion_refuses_before_training(tiny_bpe_model: Path, tmp_pat
     assert first["version_out"] == 1
     assert second["version_out"] is None and second["replies"] == 0
     assert all("Privacy budget exhausted" in reason for reason in second["refusals"])
-    # No ε figure in the reason: the projected ε depends on the history's size (issue 14 #6).
+    # No ε figure in the reason: the projected ε depends on the history's size.
     assert not any(ch.isdigit() for reason in second["refusals"] for ch in reason)
     for i in range(2):
         ledger = Ledger.load(tmp_path / f"device{i}" / "ledger.json", epsilon_budget=budget, delta=1e-5)

@@ -17,7 +17,7 @@ from audit.transcript import ServerTranscript
 from core.session_types import SessionParams
 from privacy.cli import main
 from privacy.data import Canary, read_uplinks, write_canaries
-from privacy.detectors import Policy
+from privacy.guard import Policy
 from privacy.leakage import CanarySpace
 from privacy.report import leakage_report
 from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault

@@ -23,7 +23,7 @@ from audit.verify import verify
 from core.errors import ProtocolError
 from core.models import CausalLM
 from core.session_types import SessionParams, Verdict
-from privacy.detectors import PLACEHOLDERS, Policy
+from privacy.guard import PLACEHOLDERS, Policy
 from privacy.report import leakage_report
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
@@ -250,7 +250,7 @@ def test_over_tls_the_audit_log_proves_every_placeholder_was_declared(tmp_path: 
 
 @pytest.mark.parametrize("draft_len", [1, 4, 8])
 def test_an_address_local_part_never_goes_up_before_its_at(smol_tok, draft_len: int) -> None:
-    """Issue 14 item 2: the email hazard used to start at the "@", so a device drafting
+    """The email hazard used to start at the "@", so a device drafting
     "kit_marlowe" sent it in the rounds before (the cloud got `kit_marlowe<EMAIL>`)."""
     target = "For questions write to kit_marlowe@example.net or call me"
     profile = profile_for("email")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.detectors import EMAIL, NAME, PHONE, CanaryDetector, PiiDetector
+from privacy.canaries import CanaryDetector
 from privacy.normalize import fold, fold_string
+from privacy.pii import PiiDetector
+from privacy.spans import EMAIL, NAME, PHONE
 
 
 @pytest.mark.parametrize(

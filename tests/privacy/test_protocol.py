@@ -21,8 +21,9 @@ from transformers import PreTrainedTokenizerFast
 from core.models import CausalLM
 from core.session_types import SessionParams
 from privacy.data import read_users
-from privacy.detectors import EgressGuard, PiiDetector, Policy
+from privacy.guard import EgressGuard, Policy
 from privacy.leakage import CanarySpace, canary_scores, exposure, size_channel
+from privacy.pii import PiiDetector
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from server.session import CloudVerifier
 from tests.privacy.test_device_guard import Recorded, RecordingVerifier
@@ -192,7 +193,7 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
     # Without the canary on the wire its rivals tie with it at best: exposure of a coin flip or so.
     assert e_on < 4.0
     # And no verbatim run of 8+ history tokens went up.
-    from privacy.detectors import VerbatimNgramDetector
+    from privacy.ngrams import VerbatimNgramDetector
 
     det = VerbatimNgramDetector.from_texts(history, smol_tok, n=8).for_prompt(prompt_of(user_index))
     # Rounds are shorter than 8 tokens, so look at the stream the cloud committed, across rounds.

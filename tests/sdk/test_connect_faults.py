@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -13,16 +16,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
+from core.errors import ConfigError
 from core.session_types import SessionParams
+from sdk.cli import main as cli_main
 from sdk.connect_faults import classify
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
+from sdk.transport import VerifierLost
 from server import pki as pki_mod
 from server.session import CloudVerifier
-from tests.tinymodels import tiny_lm
+from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import RecordingTap, free_port, make_pki, remote, serve
 
 PROMPT = "Hello there"
@@ -161,7 +169,158 @@ def test_a_verifier_that_refuses_the_device_certificate_is_a_refusal_not_an_outa
         ("Peer name 127.0.0.2 is not in peer certificate; Hostname Verification Check failed", True),
         ("SSL_ERROR_SSL: error:100000f7:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER", True),
         ("Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: something new", True),  # fail closed
+        (
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
+            "Failed to create security handshaker.",
+            True,
+        ),
+        ("UNAVAILABLE: ipv4:127.0.0.1:1: a cause no gRPC release has printed yet", True),
+        ("UNAVAILABLE: ipv4:127.0.0.1:1: recvmsg:Connection reset by peer (104)", False),
+        ("DEADLINE_EXCEEDED: Deadline Exceeded", False),
+        ("UNAVAILABLE: DNS resolution failed for nowhere.invalid:443: C-ares status is not ARES_SUCCESS", False),
+        ("UNAVAILABLE: ipv4:10.0.0.1:443: Failed to connect to remote host: Timeout occurred: FD Shutdown", False),
+        ("UNAVAILABLE: ipv4:10.0.0.1:443: Failed to connect to remote host: No route to host", False),
     ],
 )
 def test_causes_are_read_from_the_specific_detail(detail: str, refused: bool) -> None:
     assert classify(detail, "127.0.0.1").refused is refused
+
+
+# -- misconfiguration fails closed, before any connection (issue 29, item 6) -------------------
+
+
+def _other_key(tmp_path, pki) -> Path:
+    """A valid device key that is not alice's: the misconfiguration of issue 29."""
+    other = pki_mod.issue_leaf(pki_mod.load_issued(pki.directory, "device-ca"), "alice", client=True)
+    _, key = pki_mod.write_issued(tmp_path, "other", other)
+    return key
+
+
+def test_a_key_that_is_not_the_certificates_is_one_sentence_before_connecting(pki, tmp_path) -> None:
+    key = _other_key(tmp_path, pki)
+    with pytest.raises(ConfigError) as info:
+        TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), key)
+    message = str(info.value)
+    assert message == f"the key in {key} is not the key of the certificate in {pki.device_cert('alice')}"
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("key-not-pem", "holds no PEM private key that can be read"),
+        ("key-encrypted", "is encrypted"),
+        ("cert-not-pem", "holds no PEM certificate that can be read"),
+        ("cert-expired", "is not valid now"),
+        ("cert-not-yet-valid", "is not valid now"),
+    ],
+)
+def test_unusable_device_credentials_are_refused_at_load(pki, tmp_path, case, message) -> None:
+    device_ca = pki_mod.load_issued(pki.directory, "device-ca")
+    cert, key = pki.device_cert("alice"), pki.device_key("alice")
+    if case == "key-not-pem":
+        key = tmp_path / "k.pem"
+        key.write_bytes(b"-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    elif case == "key-encrypted":
+        issued = pki_mod.load_issued(pki.directory / "devices", "alice")
+        key = tmp_path / "k.pem"
+        key.write_bytes(
+            issued.key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.BestAvailableEncryption(b"secret"),
+            )
+        )
+    elif case == "cert-not-pem":
+        cert = tmp_path / "c.pem"
+        cert.write_bytes(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    else:
+        start = dt.datetime.now(dt.UTC) + (dt.timedelta(days=-30) if case == "cert-expired" else dt.timedelta(days=2))
+        cert, key = pki_mod.write_issued(
+            tmp_path, case, pki_mod.issue_leaf(device_ca, "alice", client=True, not_before=start, days=1)
+        )
+    with pytest.raises(ConfigError, match=message):
+        TlsIdentity.from_files(pki.pins, cert, key)
+
+
+def test_the_cli_refuses_a_mismatched_key_with_one_sentence_and_no_fallback(pki, tmp_path, char_tok, capsys) -> None:
+    specialist_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    key = _other_key(tmp_path, pki)
+    args = ["generate", "--prompt", PROMPT, "--max-new-tokens", "4", "--specialist", str(specialist_dir)]
+    args += ["--server", f"127.0.0.1:{free_port()}", "--pins", str(pki.pins)]
+    args += ["--cert", str(pki.device_cert("alice")), "--key", str(key)]
+    capsys.readouterr()  # the model folder's own progress output
+    code = cli_main(args)
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.strip().splitlines() == [
+        f"sdk: error: the key in {key} is not the key of the certificate in {pki.device_cert('alice')}"
+    ]
+    assert "fallback" not in captured.out + captured.err
+
+
+def test_a_cause_gRPC_gives_that_is_no_network_fault_is_a_refusal(pki, models, tmp_path) -> None:
+    # The same mismatch, handed to gRPC directly (past the load check): its cause ("Failed to
+    # create security handshaker") is no network fault, so the device must not finish locally.
+    key = _other_key(tmp_path, pki)
+    ident = TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), pki.device_key("alice"))
+    mismatched = TlsIdentity(ident.pins, ident.cert_chain, key.read_bytes())
+    tap = RecordingTap()
+    specialist = Specialist(models[0], None)
+    cloud = CloudVerifier(models[1], models[0], seed=0, max_top_k=64)
+    with (
+        serve(cloud, pki) as (_, port),
+        RemoteVerifier(f"127.0.0.1:{port}", mismatched, vocab_size=99, tap=tap, connect_timeout=5.0) as verifier,
+        pytest.raises(VerifierRefused, match="not a network fault"),
+    ):
+        generate(specialist, PROMPT, SessionParams(draft_len=3), DecodeOptions(max_new_tokens=6), verifier)
+    assert tap.uplinks == [] and tap.fallbacks == []
+
+
+# -- the smaller shapes of issue 29, item 7 -------------------------------------------------------
+
+
+def _tls_then_close(pki, folder: Path) -> Callable[[socket.socket], None]:
+    """A peer with the verifier's own certificate that completes the handshake, then closes."""
+    server = pki_mod.load_issued(pki.directory, "server")
+    (folder / "chain.pem").write_bytes(server.chain_pem)
+    (folder / "key.pem").write_bytes(server.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "chain.pem", folder / "key.pem")
+    context.set_alpn_protocols(["h2"])
+    context.verify_mode = ssl.CERT_OPTIONAL
+    context.load_verify_locations(cadata=pki_mod.load_issued(pki.directory, "device-ca").cert_pem.decode())
+
+    def handle(conn: socket.socket) -> None:
+        try:
+            tls = context.wrap_socket(conn, server_side=True)
+        except OSError:
+            conn.close()
+            return
+        tls.settimeout(0.2)
+        with contextlib.suppress(OSError):
+            tls.recv(65536)  # the client's HTTP/2 preface, unanswered
+        tls.close()
+
+    return handle
+
+
+def test_a_tls_peer_that_accepts_then_closes_means_fallback(pki, models, tmp_path) -> None:
+    tap = RecordingTap()
+    specialist = Specialist(models[0], None)
+    with (
+        tcp_peer(_tls_then_close(pki, tmp_path)) as port,
+        remote(port, pki, vocab_size=99, tap=tap, connect_timeout=3.0) as v,
+    ):
+        result = generate(specialist, PROMPT, SessionParams(draft_len=3), DecodeOptions(max_new_tokens=6), v)
+    assert result.stats.fallback == "verifier-unreachable", result.stats.fallback
+    assert tap.uplinks == []
+
+
+@pytest.mark.parametrize("shape", ["accepts and never answers", "nothing listening"])
+def test_a_failed_connection_takes_no_longer_than_the_connect_timeout(pki, shape) -> None:
+    with DEAD_VERIFIERS[shape]() as port, remote(port, pki, vocab_size=99, connect_timeout=1.5) as verifier:
+        start = time.monotonic()
+        with pytest.raises(VerifierLost):
+            verifier.open([1, 2, 3], SessionParams(draft_len=3))
+        elapsed = time.monotonic() - start
+    assert elapsed < 1.5 + 0.5, elapsed

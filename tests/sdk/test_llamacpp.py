@@ -23,7 +23,7 @@ from core.session_types import SessionParams
 from sdk.cli import build_parser, load_specialist
 from sdk.cli import main as sdk_main
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.llamacpp import DRAFTERS, check_drafter_installed, drafter_for, gguf_for
+from sdk.llamacpp import check_drafter_installed, drafter_for, gguf_for
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_llama, write_tiny_gguf
@@ -62,7 +62,6 @@ def test_a_backend_keeping_last_rows_only_rolls_back_into_a_block_by_refeeding_o
 
 def test_the_drafter_choice_is_torch_or_llamacpp_and_anything_else_is_refused(bpe_tok) -> None:
     lm = CausalLM.from_parts("tiny", tiny_llama(bpe_tok, seed=1), bpe_tok)
-    assert DRAFTERS == ("torch", "llamacpp")
     assert drafter_for("torch", "tiny", lm) is None
     with pytest.raises(ConfigError, match="unknown drafter 'onnx'; choose one of: torch, llamacpp"):
         drafter_for("onnx", "tiny", lm)

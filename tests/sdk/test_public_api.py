@@ -14,6 +14,8 @@ from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import pytest
+
 import sdk
 from core.errors import SpecSteerError
 from core.session_types import SessionParams
@@ -68,12 +70,26 @@ def test_all_is_the_public_api_sorted() -> None:
 
 def test_every_public_name_in_the_package_is_exported() -> None:
     # Submodules become attributes once imported; everything else not underscored must be in __all__.
+    # dir() lists the names `sdk` imports on first use too (its `__dir__`), and getattr loads them.
     public = [
         name
-        for name, value in vars(sdk).items()
-        if (not name.startswith("_") or name == "__version__") and not isinstance(value, types.ModuleType)
+        for name in dir(sdk)
+        if (not name.startswith("_") or name == "__version__") and not isinstance(getattr(sdk, name), types.ModuleType)
     ]
-    assert sorted(public) == PUBLIC
+    assert public == PUBLIC
+
+
+def test_every_lazily_imported_name_is_the_defining_modules_own() -> None:
+    from core import models
+    from sdk import client, context, device, llamacpp
+
+    for name in PUBLIC:
+        exported = getattr(sdk, name)
+        for module in (models, client, context, device, llamacpp):
+            if name in vars(module):
+                assert exported is vars(module)[name], name
+    with pytest.raises(AttributeError, match="no attribute 'NotAName'"):
+        _ = sdk.NotAName  # type: ignore[attr-defined]
 
 
 def test_the_names_an_app_needs_are_there() -> None:

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core import wire
+from core.limits import MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
 from core.proto import verifier_pb2 as pb
 from core.session_types import SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
-from sdk.remote import MAX_UPLINK_BYTES
 from sdk.transport import InProcessVerifier
-from server.session import MAX_PROMPT_TOKENS, CloudVerifier
+from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 
@@ -136,7 +136,7 @@ BAD_INPUT = [
         "prompt-over-token-cap",
         [wire.encode_open([5] * (MAX_PROMPT_TOKENS + 1), SessionParams())],
         C.INVALID_ARGUMENT,
-        f"more than {MAX_PROMPT_TOKENS}",
+        f"the verifier takes at most {MAX_PROMPT_TOKENS}",
     ),
     (
         "frame-over-size-cap",

@@ -1,13 +1,12 @@
-"""Issue 15 (c, d): one ledger parser and one x509 builder.
+"""Federation shares its parsers and builders with the rest of the project, so they cannot drift apart.
 
-(c) `federation.ledger` (the device) and `privacy budget` (the auditor) read a ledger through the
-same parser, so a ledger one accepts the other cannot reject, with the same sentence;
-(d) the loopback TLS material of `federation.deploy` comes from `server.pki`'s builder.
+`federation.ledger` (the device) and `privacy budget` (the auditor) read a ledger through the same
+parser, so a ledger one accepts the other cannot reject, with the same sentence; the loopback TLS
+material of `federation.deploy` is `server.pki`'s, extensions and all.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from cryptography import x509
 from federation.deploy import write_loopback_certificates
 from federation.ledger import Ledger, LedgerError
 from privacy.cli import main as privacy_main
-from tests.test_architecture import ROOT
 
 GOOD = {
     "format": 1,
@@ -53,13 +51,6 @@ def test_device_and_auditor_reject_a_damaged_ledger_alike(
     assert str(device.value) in auditor
 
 
-def test_one_ledger_parser_in_privacy() -> None:
-    # Neither side parses the format itself: both go through privacy.ledger.
-    for path in (ROOT / "federation" / "ledger.py", ROOT / "privacy" / "cli.py"):
-        source = path.read_text(encoding="utf-8")
-        assert "privacy.ledger" in source and '"history"' not in source, path
-
-
 def test_loopback_certificates_come_from_server_pki(tmp_path: Path) -> None:
     made = write_loopback_certificates(tmp_path)
     ca = x509.load_pem_x509_certificate(made.ca.read_bytes())
@@ -72,9 +63,3 @@ def test_loopback_certificates_come_from_server_pki(tmp_path: Path) -> None:
     sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert {str(n.value) for n in sans} == {"localhost", "127.0.0.1", "::1"}
     assert (made.key.stat().st_mode & 0o777) == 0o600
-    builders = [
-        node
-        for node in ast.walk(ast.parse((ROOT / "federation" / "deploy.py").read_text(encoding="utf-8")))
-        if isinstance(node, ast.Attribute) and node.attr == "CertificateBuilder"
-    ]
-    assert not builders, "federation/deploy.py builds certificates itself"

@@ -1,0 +1,110 @@
+"""What the speed benchmark times alone: bare forwards and prefills of each model, the device's draft step.
+
+Every cost is the median of a few repetitions after one that warms the allocator, on the demo
+user's prompts (`DEMO`), so the cost model (`bench.cost_model`) reads this machine's forwards and
+nothing else.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from bench.cost_model import Costs
+from core.kv import recording_cache
+from core.models import CausalLM
+from core.prompts import render_prompt
+from sdk.device import Drafter
+
+__all__ = ["DEMO", "bare_forward_time", "bare_prefill_time", "drafter_times", "logger", "measure_costs"]
+
+DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
+
+
+def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
+    """Median seconds of one bare forward of `block` tokens on a warm KV cache of `ids` (the model
+    alone: no log-softmax, no bookkeeping), rolled back after each rep so the context stays put."""
+    ids = list(ids)
+    cache = recording_cache(lm.model)
+    with torch.inference_mode():
+        lm.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]])  # ordinary text tokens
+        times = []
+        for _ in range(reps + 1):
+            start = time.perf_counter()
+            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - start)
+            cache.crop(-block)
+    return statistics.median(times[1:])  # the first rep warms the allocator
+
+
+def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
+    """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
+    tokens = torch.tensor([list(ids)])
+    times = []
+    with torch.inference_mode():
+        for _ in range(reps + 1):
+            cache = recording_cache(lm.model)
+            start = time.perf_counter()
+            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def drafter_times(drafter: Drafter, ids: Sequence[int], reps: int = 5) -> tuple[float, float]:
+    """Median seconds of the device drafter's step on a warm cache of `ids`, and of its prefill of
+    `ids`, through its own sequences (with the log-softmax the device reads, ~1 ms)."""
+    prefills, steps = [], []
+    for _ in range(3 + 1):
+        seq = drafter.sequence(ids)
+        start = time.perf_counter()
+        seq.next_logprobs()
+        prefills.append(time.perf_counter() - start)
+    for _ in range(reps + 1):
+        seq.push(ids[-1:])
+        start = time.perf_counter()
+        seq.next_logprobs()
+        steps.append(time.perf_counter() - start)
+        seq.truncate(len(ids))
+    return statistics.median(steps[1:]), statistics.median(prefills[1:])
+
+
+def measure_costs(
+    s_lm: CausalLM,
+    g_lm: CausalLM,
+    device_ids: Sequence[int],
+    prompt: str,
+    sizes: Sequence[int],
+    reps: int = 5,
+    drafter: Drafter | None = None,
+) -> Costs:
+    """Every cost the model uses, timed alone: `device_ids` is the device's private prompt, `prompt`
+    the public one the cloud renders for each of its models. The device's costs are its `drafter`'s
+    when it has one."""
+    g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
+    if drafter is None:
+        draft_step, device_prefill = bare_forward_time(s_lm, device_ids, 1, reps), bare_prefill_time(s_lm, device_ids)
+    else:
+        draft_step, device_prefill = drafter_times(drafter, device_ids, reps)
+    return Costs(
+        draft_step=draft_step,
+        g_blocks={n: bare_forward_time(g_lm, g_ids, n, reps) for n in sizes},
+        s_blocks={n: bare_forward_time(s_lm, s_ids, n, reps) for n in sizes},
+        device_prefill=device_prefill,
+        g_prefill=bare_prefill_time(g_lm, g_ids),
+        s_prefill=bare_prefill_time(s_lm, s_ids),
+    )
+
+
+def logger() -> Callable[[str], None]:
+    """A progress log: each line stamped with the seconds since the log was made."""
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True)
+
+    return log

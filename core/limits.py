@@ -1,0 +1,67 @@
+"""The protocol's size limits, one place for the device and the verifier to read them.
+
+The verifier enforces every one of these on what it receives; the device checks the same numbers
+before it computes or sends anything, so an out-of-bounds request fails in well under a second with
+one sentence instead of after a prefill (a 100,000-character prompt took 30-45 s of forwards on the
+device before the verifier refused it) or as a transport error that looks like a busy verifier.
+
+The bounds of each field of the session parameters and rounds (K, gamma, alpha, candidate and
+placeholder lengths) live beside the values in `core.session_types`; these are the sizes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MAX_DOWNLINK_BYTES",
+    "MAX_NEW_TOKENS",
+    "MAX_PROMPT_TOKENS",
+    "MAX_UPLINK_BYTES",
+    "WIRE_MAX_TOP_K",
+    "max_new_tokens_problem",
+    "prompt_length_problem",
+    "top_k_problem",
+]
+
+# The public prompt's token IDs in the Open: the verifier prefills two models on them, so this bounds
+# the work (and KV memory) one device can ask for before its first round.
+MAX_PROMPT_TOKENS = 4096
+
+# Steering candidates per downlink over a network (algorithm.md, step 4): a verifier may cap k lower,
+# never higher. In-process, k may be as large as the vocabulary (full-vocabulary oracles).
+WIRE_MAX_TOP_K = 64
+
+# Tokens one generation may add. A session's models hold the prompt and the generation in one KV
+# cache: the largest prompt plus this fills 8192 positions, the context of the smallest model the SDK
+# embeds (SmolLM2-135M) and of the llama.cpp drafter's default cache. Nothing this project generates
+# comes near it (a commit body is ~100 tokens); it is there to refuse absurd values up front.
+MAX_NEW_TOKENS = 4096
+
+# Message caps both ways, on the gRPC channel of both ends. The largest uplink is an Open with
+# MAX_PROMPT_TOKENS IDs of at most 5 varint bytes each (~20 KiB); the largest top-k downlink is
+# WIRE_MAX_TOP_K candidates of 8 IDs and a float (~3.5 KiB). Both caps leave room, nothing more; a
+# fusion session's dense downlink is bounded by the vocabulary instead (`core.wire.fusion_downlink_bytes`).
+MAX_UPLINK_BYTES = 32 * 1024
+MAX_DOWNLINK_BYTES = 16 * 1024
+
+
+def prompt_length_problem(n_tokens: int) -> str | None:
+    """Why a public prompt of `n_tokens` token IDs cannot open a session, if it cannot."""
+    if n_tokens > MAX_PROMPT_TOKENS:
+        return f"the prompt has {n_tokens:,} tokens; the verifier takes at most {MAX_PROMPT_TOKENS}"
+    return None
+
+
+def top_k_problem(top_k: int, cap: int, *, remote: bool) -> str | None:
+    """Why `top_k` is refused under `cap` (a network verifier's k cap, or the vocabulary in-process)."""
+    if top_k <= cap:
+        return None
+    if remote:
+        return f"top-k must be at most {cap} with a remote verifier; got {top_k}"
+    return f"top-k must be at most the vocabulary of {cap} tokens; got {top_k}"
+
+
+def max_new_tokens_problem(max_new_tokens: int) -> str | None:
+    """Why `max_new_tokens` is out of bounds, if it is."""
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        return f"max-new-tokens must be in [1, {MAX_NEW_TOKENS}]; got {max_new_tokens}"
+    return None

@@ -1,0 +1,196 @@
+"""Registered strings: planted canaries and the user's own identities (`CanaryDetector`), and the
+identities a history's commit trailers name (`identities_from_trailers`).
+
+A registered string is also found in the forms it takes on the way out (`privacy.registered`:
+name variants, a canary's bare secret, hex and base64), on the folded text
+(`privacy.normalize.fold`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+from privacy.normalize import fold
+from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names
+from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
+
+__all__ = ["CanaryDetector", "identities_from_trailers"]
+
+_TRAILER_RE = re.compile(r"^\s*[A-Za-z][A-Za-z-]*\s*:\s*(?P<name>[^<>]*?)\s*(?:<(?P<email>[^<>\s]+@[^<>\s]+)>)?\s*$")
+
+
+def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
+    """Names and emails in trailer lines such as `Signed-off-by: Name <email>`, as {string: kind}.
+
+    Names shorter than two words are skipped: a single first name ("Jeff") is too common a word to
+    redact everywhere, and the guard would then hold at every capitalized word.
+    """
+    out: dict[str, str] = {}
+    for line in trailers:
+        m = _TRAILER_RE.match(line)
+        if not m:
+            continue
+        name, email = m.group("name").strip(), m.group("email")
+        if email:
+            out[email] = EMAIL
+        if len(name.split()) >= 2 and "@" not in name:
+            out[name] = NAME
+    return out
+
+
+def _normalize(text: str) -> str:
+    return " ".join(fold(text).text.split())
+
+
+_SEPARATOR = r"[\s.\-_/,:|]{0,2}"
+_LOOSE_TAIL = re.compile(r"[a-z0-9](?:[\s.\-_/,:|]{0,2}[a-z0-9])*[\s.\-_/,:|]{0,2}")
+_ENCODED_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789+/=_-"
+
+
+class CanaryDetector(Detector):
+    """Registered strings and the forms they take on the way out, matched on the folded text.
+
+    * the string itself, in any case, with any whitespace between words;
+    * a registered name's variants ("Doe, Jane", "J. Doe", "jane.doe"), and its first name alone
+      where that is unambiguous (`privacy.registered.unambiguous_first_names`);
+    * a canary's secret without its template phrase ("482913" of "my PIN is 482913"), also with
+      separators between its characters ("4 8 2 9 1 3", "48-29-13");
+    * the hex and base64 encodings of every registered string and secret; the whole encoded word
+      around a match is the span.
+
+    `min_prefix` is the shortest prefix (in characters, starting at a word) of a string or variant
+    that makes the end of a text a hazard; a secret's prefix holds from its first character.
+    `variants=False` matches the registered strings only (what a leakage report counts).
+    """
+
+    def __init__(
+        self,
+        strings: Mapping[str, str] | Iterable[str],
+        *,
+        min_prefix: int = 3,
+        variants: bool = True,
+        common_words: Iterable[str] = (),
+    ) -> None:
+        items = strings.items() if isinstance(strings, Mapping) else ((s, CANARY) for s in strings)
+        raw: dict[str, str] = {}
+        self.strings: dict[str, str] = {}
+        for s, kind in items:
+            if kind not in KINDS:
+                raise ValueError(f"unknown kind {kind!r} for a registered string")
+            if s.strip():
+                raw[s.strip()] = kind
+                self.strings[_normalize(s)] = kind
+        exact = dict(self.strings)
+        cores: set[str] = set()
+        firsts: set[str] = set()
+        encoded: dict[str, str] = {}
+        if variants:
+            names = [n for n, kind in self.strings.items() if kind == NAME]
+            for n in names:
+                for v in name_variants(n):
+                    exact.setdefault(v, NAME)
+            common = {w.lower() for w in common_words}
+            firsts = {f for f in unambiguous_first_names(names) if f not in common}
+            raw_cores = {c: CANARY for s, kind in raw.items() if kind == CANARY for c in secret_cores(s)}
+            cores = {c for c in map(_normalize, raw_cores) if " " not in c}
+            encoded = encodings({**raw, **raw_cores})
+        self.exact = exact
+        self.first_names = frozenset(firsts) if variants else frozenset()
+        self._first_re = _alternation(self.first_names, _word_pattern)
+        self.cores = frozenset(cores)
+        self.encoded = encoded
+        self.min_prefix = min_prefix
+        self._exact_re = _alternation(exact, _word_pattern)
+        self._core_re = _alternation(cores, _loose_pattern)
+        self._encoded_re = _alternation(encoded, re.escape)
+        self._prefixes: dict[str, str] = {}
+        for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
+            for n in range(min(min_prefix, len(norm)), len(norm)):
+                self._prefixes.setdefault(norm[:n], kind)
+        self._core_prefixes = {c[:n] for c in cores for n in range(1, len(c))}
+        self._max_core = max(map(len, cores), default=0)
+        self._encoded_prefixes = {e[:n] for e in encoded for n in range(min(6, len(e)), len(e))}
+        self._max_len = max((len(s) for s in (*exact, *encoded)), default=0) + 2 * max(map(len, cores), default=0)
+
+    def find(self, text: str) -> list[Span]:
+        f = fold(text)
+        t = f.text
+        out: list[Span] = []
+        if self._exact_re is not None:
+            for m in self._exact_re.finditer(t):
+                out.append(Span(*f.span(m.start(), m.end()), self.exact.get(" ".join(m.group().split()), CANARY)))
+        if self._first_re is not None:
+            # A first name alone is a name only where it is written as one: "Jane", "JANE", not "jane".
+            for m in self._first_re.finditer(t):
+                a, b = f.span(m.start(), m.end())
+                if text[a].isupper():
+                    out.append(Span(a, b, NAME))
+        if self._core_re is not None:
+            out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
+        if self._encoded_re is not None:
+            for m in self._encoded_re.finditer(t):
+                a, b = m.start(), m.end()
+                while a > 0 and t[a - 1] in _ENCODED_CHARS:
+                    a -= 1
+                while b < len(t) and t[b] in _ENCODED_CHARS:
+                    b += 1
+                out.append(Span(*f.span(a, b), self.encoded.get(m.group(), CANARY)))
+        return merge_spans(out)
+
+    def hazard(self, text: str) -> Span | None:
+        if not (self._prefixes or self._core_prefixes or self._encoded_prefixes):
+            return None
+        offset = max(0, len(text) - 2 * self._max_len - 8)
+        f = fold(text[offset:])
+        tail = f.text
+        best: int | None = None
+        kind_at: str = CANARY
+        if self._prefixes:
+            for m in re.finditer(r"(?<!\w)\w|(?<=\s)[^\w\s]|^[^\w\s]", tail):
+                candidate = " ".join(tail[m.start() :].split())
+                # A trailing space is kept: "test user " is still a prefix of "test user one".
+                if tail.endswith((" ", "\n")) and candidate:
+                    candidate += " "
+                kind = self._prefixes.get(candidate)
+                if kind is not None:
+                    best, kind_at = m.start(), kind
+                    break
+        if self._core_prefixes:
+            # "4 8 2" at the end may still become "4 8 2 9 1 3": from the earliest start that fits.
+            for m in re.finditer(r"(?<![a-z0-9])[a-z0-9]", tail[-3 * self._max_core - 3 :] if self._max_core else ""):
+                start = m.start() + max(0, len(tail) - 3 * self._max_core - 3)
+                rest = tail[start:]
+                if _LOOSE_TAIL.fullmatch(rest) and re.sub(r"[\s.\-_/,:|]", "", rest) in self._core_prefixes:
+                    if best is None or start < best:
+                        best, kind_at = start, CANARY
+                    break
+        if self._encoded_prefixes:
+            m = re.search(r"[a-z0-9+/=_-]+\Z", tail)
+            if m:
+                word = m.group()
+                for i in range(len(word)):
+                    if word[i:] in self._encoded_prefixes:
+                        start = m.start() + i
+                        if best is None or start < best:
+                            best, kind_at = start, CANARY
+                        break
+        return None if best is None else Span(offset + f.raw_start(best), len(text), kind_at)
+
+
+def _word_pattern(norm: str) -> str:
+    body = r"\s+".join(re.escape(w) for w in norm.split(" "))
+    # Word boundaries only where the string itself starts or ends with a word character,
+    # so "user.one@example.invalid" still matches inside "<user.one@example.invalid>".
+    left = r"(?<!\w)" if norm[0].isalnum() or norm[0] == "_" else ""
+    right = r"(?!\w)" if norm[-1].isalnum() or norm[-1] == "_" else ""
+    return f"{left}{body}{right}"
+
+
+def _loose_pattern(core: str) -> str:
+    return r"(?<![a-z0-9])" + _SEPARATOR.join(re.escape(c) for c in core) + r"(?![a-z0-9])"
+
+
+def _alternation(strings: Iterable[str], pattern: Callable[[str], str]) -> re.Pattern[str] | None:
+    ordered = sorted(set(strings), key=len, reverse=True)
+    return re.compile("|".join(pattern(s) for s in ordered)) if ordered else None

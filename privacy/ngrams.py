@@ -1,0 +1,180 @@
+"""Verbatim private n-grams: runs of Specialist tokens that copy a passage of the user's private
+history and are not in the public prompt (`VerbatimNgramDetector`).
+
+The history's n-gram hashes (a rolling polynomial hash, vectorized with numpy) are kept in a
+sorted array, so indexing 300 profile entries is one batched tokenizer call and some numpy.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, decode
+
+__all__ = ["VerbatimNgramDetector", "run_words"]
+
+_HASH_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    # splitmix64's finalizer: a polynomial hash mod 2^64 keeps structure in its low bits.
+    h = h ^ (h >> np.uint64(30))
+    h = h * np.uint64(0xBF58476D1CE4E5B9)
+    h = h ^ (h >> np.uint64(27))
+    h = h * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+@functools.lru_cache(maxsize=8)
+def _powers(n: int) -> np.ndarray:
+    powers = np.ones(n, dtype=np.uint64)
+    # Arithmetic mod 2^64 is the point: overflow wraps, as the hash intends.
+    with np.errstate(over="ignore"):
+        for i in range(n - 2, -1, -1):
+            powers[i] = powers[i + 1] * _HASH_BASE
+    powers.flags.writeable = False
+    return powers
+
+
+def _window_hashes(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Hash of every window of `n` consecutive ids, as uint64 (the rolling polynomial hash, vectorized)."""
+    arr = np.asarray(ids, dtype=np.uint64)
+    if arr.size < n:
+        return np.zeros(0, dtype=np.uint64)
+    windows = np.lib.stride_tricks.sliding_window_view(arr + np.uint64(1), n)
+    with np.errstate(over="ignore"):
+        return _mix(windows @ _powers(n))
+
+
+def _hashes_of_many(sequences: Sequence[Sequence[int]], n: int) -> np.ndarray:
+    """Window hashes of many sequences in one pass; windows that straddle two sequences are dropped."""
+    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+    if not lengths.size or lengths.sum() < n:
+        return np.zeros(0, dtype=np.uint64)
+    flat = np.concatenate([np.asarray(s, dtype=np.uint64) for s in sequences])
+    which = np.repeat(np.arange(lengths.size), lengths)
+    hashes = _window_hashes(flat, n)
+    return hashes[which[: hashes.size] == which[n - 1 :]]
+
+
+class VerbatimNgramDetector(Detector):
+    """Runs of `n`+ Specialist tokens that occur in the private history and not in the public prompt.
+
+    Matching works on token IDs (`find_ids`, what actually goes on the wire) and on text
+    (`find`, which re-tokenizes with the Specialist tokenizer and maps back to characters). A hash
+    collision can only over-redact, never let a span through. `public_texts` removes n-grams that
+    are common outside the user's history (boilerplate), trading some protection for quality.
+
+    A run counts when it copies a passage: at least `min_words` words (`run_words`: pieces between
+    spaces with two letters or more), or `long_run` tokens (default `2 n`) whatever it is made of.
+    Eight tokens are a phrase of prose, but only four digits of a date to a tokenizer that splits
+    digits (SmolLM2's ", 2018-0" of "(subject, 2018-07-13)", which every commit reference ends
+    with), or one hyphenated identifier ("/check-non-portable-shell"): public forms that ordinary
+    text repeats. Numbers and single identifiers that are personal are the pattern and
+    registered-string detectors' to find; a longer copy of anything still counts. `min_words=0`
+    counts every run of `n` tokens (a leakage measurement's strict reading).
+    """
+
+    def __init__(
+        self,
+        history_hashes: np.ndarray,
+        tokenizer: Tokenizer,
+        n: int,
+        exclude: np.ndarray | None = None,
+        *,
+        min_words: int = 3,
+        long_run: int | None = None,
+    ):
+        if n < 2:
+            raise ValueError(f"a verbatim n-gram needs n >= 2 tokens; got {n}")
+        if min_words < 0:
+            raise ValueError(f"min_words must be >= 0; got {min_words}")
+        self.n = n
+        self.tokenizer = tokenizer
+        self.min_words = min_words
+        self.long_run = 2 * n if long_run is None else max(long_run, n)
+        hashes = np.unique(np.asarray(history_hashes, dtype=np.uint64))
+        if exclude is not None and exclude.size:
+            hashes = hashes[~_contains(np.unique(exclude), hashes)]
+        self.hashes = hashes
+
+    @classmethod
+    def from_texts(
+        cls,
+        history: Iterable[str],
+        tokenizer: Tokenizer,
+        *,
+        n: int = 8,
+        public_texts: Iterable[str] = (),
+        min_words: int = 3,
+        long_run: int | None = None,
+    ) -> VerbatimNgramDetector:
+        """Index the private history (e.g. each entry's subject and body) once per device."""
+        hashes = _hashes_of_many(_encode_all(tokenizer, history), n)
+        exclude = _hashes_of_many(_encode_all(tokenizer, public_texts), n)
+        return cls(hashes, tokenizer, n, exclude, min_words=min_words, long_run=long_run)
+
+    def for_prompt(self, prompt: str) -> VerbatimNgramDetector:
+        exclude = _window_hashes(_encode_all(self.tokenizer, [prompt])[0], self.n)
+        return VerbatimNgramDetector(
+            self.hashes, self.tokenizer, self.n, exclude, min_words=self.min_words, long_run=self.long_run
+        )
+
+    def __len__(self) -> int:
+        return int(self.hashes.size)
+
+    def find_ids(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """Maximal runs `[a, b)` of token positions covered by private n-grams that copy a passage."""
+        hits = _contains(self.hashes, _window_hashes(ids, self.n))
+        runs: list[tuple[int, int]] = []
+        for i in np.flatnonzero(hits).tolist():
+            if runs and i <= runs[-1][1]:
+                runs[-1] = (runs[-1][0], i + self.n)
+            else:
+                runs.append((i, i + self.n))
+        return [(a, b) for a, b in runs if self._is_passage(ids, a, b)]
+
+    def _is_passage(self, ids: Sequence[int], a: int, b: int) -> bool:
+        if self.min_words == 0 or b - a >= self.long_run:
+            return True
+        return run_words(decode(self.tokenizer, [int(t) for t in ids[a:b]])) >= self.min_words
+
+    def find(self, text: str) -> list[Span]:
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        offsets = enc["offset_mapping"]
+        return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
+
+
+# Scripts written without spaces between words: each character counts as a word of its own.
+_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def run_words(text: str) -> int:
+    """Words in `text`: pieces between white space with at least two letters (a number, a date or
+    punctuation is none; "non-portable-shell" is one), plus one per character of a script written
+    without spaces (Han, kana, Thai)."""
+    words = 0
+    for piece in text.split():
+        unspaced = len(_UNSPACED.findall(piece))
+        words += unspaced if unspaced else int(len(_LETTER.findall(piece)) >= 2)
+    return words
+
+
+def _contains(sorted_set: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Membership of each query in a sorted unique array (binary search; np.isin re-sorts the set)."""
+    if not sorted_set.size or not queries.size:
+        return np.zeros(queries.size, dtype=bool)
+    idx = np.minimum(np.searchsorted(sorted_set, queries), sorted_set.size - 1)
+    return sorted_set[idx] == queries
+
+
+def _encode_all(tokenizer: Tokenizer, texts: Iterable[str]) -> list[list[int]]:
+    batch = [t for t in texts if t]
+    if not batch:
+        return [[]]
+    return list(tokenizer(batch, add_special_tokens=False)["input_ids"])  # type: ignore[operator]

@@ -1,0 +1,101 @@
+"""The Python API at the door (issue 31): settings named as the CLI names them, and wrong types
+refused as one `ConfigError` naming the setting, never a bare TypeError from deep inside."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from core.session_types import CandidatePolicy, Method, SessionParams
+from sdk.client import ClientConfig, SpecSteerClient
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.transport import InProcessVerifier
+from server.session import CloudVerifier
+from tests.tinymodels import tiny_lm
+
+
+@pytest.fixture(scope="module")
+def models(char_tok):
+    return tiny_lm(char_tok, seed=11, name="s"), tiny_lm(char_tok, seed=22, name="g")
+
+
+@pytest.fixture
+def client(models):
+    s_lm, g_lm = models
+    verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
+    with SpecSteerClient(Specialist(s_lm), verifier, options=DecodeOptions(max_new_tokens=6)) as c:
+        yield c
+
+
+def test_the_method_and_policy_may_be_named_as_the_cli_names_them(models, client) -> None:
+    # Prepare: what the enums give.
+    want = generate(Specialist(models[0]), "Hi", SessionParams(method=Method.SLM), DecodeOptions(max_new_tokens=6))
+    # Execute / Assert
+    assert client.generate("Hi", method="slm").token_ids == want.token_ids
+    params = SessionParams(method="sd", policy="literal")  # type: ignore[arg-type]
+    assert params.method is Method.SD and params.policy is CandidatePolicy.LITERAL
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"method": "beam"}, "unknown method 'beam': choose one of slm, slm-rag, llm, sd, fusion, specsteer"),
+        ({"method": 3}, "method must be a Method or one of slm, "),
+        ({"policy": "best"}, "unknown policy 'best'"),
+        ({"max_new_tokens": "5"}, "max_new_tokens must be a whole number (int); got str '5'"),
+        ({"seed": 1.5}, "seed must be a whole number (int); got float 1.5"),
+        ({"gamma": "0.5"}, "gamma must be a number (int or float); got str '0.5'"),
+        ({"top_k": True}, "top_k must be a whole number (int); got bool True"),
+        ({"sampling": 1}, "sampling must be True or False; got int 1"),
+        ({"temperature": "hot"}, "temperature must be a number (int or float); got str 'hot'"),
+        ({"gamma": math.nan}, "gamma must be 0, +inf, or in"),
+        ({"alpha": math.inf}, "alpha must be in [0, 10]"),
+        ({"temperature": math.inf}, "temperature must be a finite positive number; got inf"),
+        ({"temperature": math.nan}, "temperature must be a finite positive number; got nan"),
+    ],
+)
+def test_a_wrong_setting_is_one_config_error_naming_it(client, settings, message) -> None:
+    for call in (client.generate, client.stream):
+        with pytest.raises(ConfigError) as exc:
+            call("Hi", **settings)
+        assert message in str(exc.value)
+
+
+def test_a_prompt_that_is_not_text_is_refused(client) -> None:
+    for prompt in (None, b"Hi", 3):
+        with pytest.raises(ConfigError, match=f"the prompt must be a string; got {type(prompt).__name__}"):
+            client.generate(prompt)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="the prompt must be a string"):
+            client.stream(prompt)  # type: ignore[arg-type]
+
+
+def test_session_params_check_their_types_themselves() -> None:
+    with pytest.raises(ConfigError, match="draft_len must be a whole number"):
+        SessionParams(draft_len="4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="bonus must be True or False"):
+        SessionParams(bonus="yes")  # type: ignore[arg-type]
+    # An int is a number; math.inf is a documented gamma (reject every draft).
+    assert SessionParams(gamma=1, alpha=0).gamma == 1 and SessionParams(gamma=math.inf).gamma == math.inf
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.inf, math.nan, "10", True])
+def test_a_client_config_refuses_a_timeout_that_is_no_positive_number(timeout) -> None:
+    with pytest.raises(ConfigError, match="round_timeout must be a positive number of seconds"):
+        ClientConfig(server="h:1", pins=Path("p"), cert=Path("c"), key=Path("k"), round_timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_new_tokens": "5"}, "max_new_tokens must be a whole number (int); got str '5'"),
+        ({"seed": None}, "seed must be a whole number (int); got NoneType None"),
+        ({"temperature": math.inf}, "temperature must be a finite positive number; got inf"),
+    ],
+)
+def test_decode_options_built_directly_refuse_wrong_types_as_a_config_error(options, message) -> None:
+    with pytest.raises(ConfigError) as exc:
+        DecodeOptions(**options)
+    assert message in str(exc.value)
