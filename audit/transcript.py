@@ -17,6 +17,15 @@ does not hold fails the check: egress that bypassed the recorder, or a log cut b
 server witnessed. The `end` line is the server's witness statement: how many uplinks it saw on the
 stream when the stream ended.
 
+The device's own `device-cert` records cannot pick which streams are compared: every certificate
+the server saw under a name the log binds must be bound by the log too (a certificate record
+rewritten to a made-up fingerprint would otherwise hide all of the device's streams), and a
+certificate bound under one name that the server saw under another fails. Order is compared too,
+by causality rather than by position, so that concurrent sessions raise no false alarm: if a
+session received a downlink before another session's first uplink was logged, the server, which
+records each uplink before it answers, must have received the first session's first uplink
+before the other's (within one transcript file; replicas share no clock).
+
 On a gRPC server, take the raw bytes (`request_deserializer=bytes`, i.e. identity) so the hash is
 over exactly what arrived, call `begin_stream` once the peer is authenticated, `record_uplink(stream,
 raw)` for every frame before parsing it, and `end_stream` when the stream is over.
@@ -29,9 +38,9 @@ import json
 import os
 import re
 import threading
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -163,6 +172,7 @@ class Stream:
     line: int  # where it begins
     entries: list[TranscriptEntry] = field(default_factory=list)
     end: str | None = None  # the outcome, once the server wrote the stream's end
+    source: int = 0  # which transcript file (of several replicas'): line numbers order only within one
 
 
 @dataclass
@@ -257,20 +267,23 @@ def merge(transcripts: Sequence[Transcript]) -> Transcript:
             if name in out.info:
                 out.problems.append(f"stream {name} appears in two transcripts")
                 continue
-            out.info[name], out.streams[name] = stream, stream.entries
+            out.info[name] = replace(stream, source=i)
+            out.streams[name] = stream.entries
     return out
 
 
 @dataclass(frozen=True)
 class DeviceSession:
     """What the device logged for one session: its uplinks as (record index, sha256), how it ended,
-    and the certificate its log bound when the session began (None if it bound none)."""
+    the certificate its log bound when the session began (None if it bound none), and the record
+    index of its first downlink (None if it received none)."""
 
     session_id: str
     uplinks: Sequence[tuple[int, str]]
     fell_back: bool
     cert_sha256: str | None = None
     device: str | None = None  # the name the log binds with that certificate
+    first_downlink: int | None = None
 
 
 @dataclass
@@ -280,55 +293,142 @@ class Comparison:
     matched: int = 0
 
 
-def compare(device: Sequence[DeviceSession], transcript: Transcript) -> Comparison:
-    """Match each certificate's server streams to the device sessions bound to it, hash for hash.
+MAX_ORDER_REPORTS = 5  # a reordered log names its first few reorderings; the rest are counted
 
-    Only streams sent with a certificate the log binds are compared: other devices' streams are
-    none of this log's business, and a session is never matched with another device's stream.
+
+def compare(
+    device: Sequence[DeviceSession], transcript: Transcript, bindings: Iterable[tuple[str, str]] = ()
+) -> Comparison:
+    """Match each certificate's server streams to the device sessions bound to it, hash for hash and in order.
+
+    `bindings` are the (name, certificate sha256) pairs of the log's `device-cert` records, sessions
+    or none. Streams of other names are other devices' and none of this log's business; but every
+    certificate the server saw under a name the log binds must be bound by the log, or the log
+    could hide its device's streams behind a certificate record naming a made-up fingerprint.
     """
     result = Comparison(failures=list(transcript.problems))
-    certs = sorted({d.cert_sha256 for d in device if d.cert_sha256 is not None})
+    bound = list(dict.fromkeys([*bindings, *((d.device, d.cert_sha256) for d in device if d.device and d.cert_sha256)]))
+    certs = sorted({c for _, c in bound} | {d.cert_sha256 for d in device if d.cert_sha256 is not None})
     for d in device:
         if d.cert_sha256 is None and d.uplinks:
             result.failures.append(
                 f"device session {d.session_id[:8]}… (uplinks from record {d.uplinks[0][0]}) began before the log "
                 "bound a device certificate (no device-cert record), so no server stream can be attributed to it"
             )
+    _check_bindings(bound, transcript, result)
+    pairs: list[tuple[DeviceSession, Stream]] = []
     for cert in certs:
         streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
         sessions = [d for d in device if d.cert_sha256 == cert]
         names = sorted({s.device for s in transcript.info.values() if s.cert_sha256 == cert})
-        names = names or sorted({d.device for d in sessions if d.device is not None})
+        never = "" if names else "; the server never saw this certificate"
+        names = names or sorted({n for n, c in bound if c == cert})
         who = f"device {', '.join(names) or '?'} (certificate sha256 {cert[:16]}…)"
-        result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}")
-        _compare_one(sessions, streams, who, result)
-    others = {s.cert_sha256 for s in transcript.info.values()} - set(certs)
+        result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}{never}")
+        pairs += _compare_one(sessions, streams, who, result)
+    _check_order(pairs, result)
+    ours = {n for n, _ in bound}
+    others = {s.cert_sha256 for s in transcript.info.values() if s.device not in ours} - set(certs)
     if others:
         n = sum(1 for s in transcript.info.values() if s.cert_sha256 in others)
-        result.notes.append(f"{n} stream(s) of {len(others)} other certificate(s) were not compared with this log")
+        result.notes.append(
+            f"{n} stream(s) of {len(others)} other certificate(s) were not compared with this log (they name "
+            "other devices)"
+        )
     return result
 
 
-def _compare_one(device: Sequence[DeviceSession], streams: Sequence[Stream], who: str, result: Comparison) -> None:
-    unmatched = [d for d in device if d.uplinks]
+def _check_bindings(bound: Sequence[tuple[str, str]], transcript: Transcript, result: Comparison) -> None:
+    """Every certificate the server saw under the log's device names is bound, each under its own name."""
+    names = {n for n, _ in bound}
+    certs = {c for _, c in bound}
+    seen_as: dict[str, set[str]] = defaultdict(set)
+    unbound: dict[tuple[str, str], list[Stream]] = defaultdict(list)
+    for s in transcript.info.values():
+        seen_as[s.cert_sha256].add(s.device)
+        if s.device in names and s.cert_sha256 not in certs:
+            unbound[(s.device, s.cert_sha256)].append(s)
+    for name, cert in bound:
+        for other in sorted(seen_as.get(cert, set()) - {name}):
+            result.failures.append(
+                f"the log binds certificate sha256 {cert[:16]}… to device {name}, but the server saw that "
+                f"certificate as device {other}: a certificate has one name, so the log's device-cert record is false"
+            )
+    for (name, cert), streams in sorted(unbound.items()):
+        uplinks = sum(len(s.entries) for s in streams)
+        result.failures.append(
+            f"the server received {len(streams)} stream(s) ({uplinks} uplink(s)) from device {name} with certificate "
+            f"sha256 {cert[:16]}…, which this log never binds (from transcript line {streams[0].line}): a device's "
+            "log records every certificate it uses, so its device-cert records were rewritten or it leaves out "
+            "that certificate's sessions"
+        )
+
+
+def _check_order(pairs: Sequence[tuple[DeviceSession, Stream]], result: Comparison) -> None:
+    """Fail where the log orders two matched sessions in a way the server's transcript rules out.
+
+    The server records each uplink before it answers, and the device logs each uplink before it
+    sends it and each downlink once it has arrived. So if session A's first downlink is logged
+    before session B's first uplink, the server received A's first uplink before B's. Sessions
+    that overlapped without such a downlink (concurrent ones) may reach the server in either order.
+    """
+    found: list[str] = []
+    for source in sorted({s.source for _, s in pairs}):
+        group = [(d, s) for d, s in pairs if s.source == source and d.uplinks]
+        answered = sorted((p for p in group if p[0].first_downlink is not None), key=lambda p: p[0].first_downlink or 0)
+        k = 0
+        latest: tuple[DeviceSession, Stream] | None = None  # of the sessions answered so far, the latest at the server
+        for later, stream in sorted(group, key=lambda p: p[0].uplinks[0][0]):
+            start = later.uplinks[0][0]
+            while k < len(answered) and (answered[k][0].first_downlink or 0) < start:
+                if latest is None or answered[k][1].entries[0].line > latest[1].entries[0].line:
+                    latest = answered[k]
+                k += 1
+            if latest is None or latest[1].entries[0].line < stream.entries[0].line:
+                continue
+            earlier, seen = latest
+            found.append(
+                f"device session {earlier.session_id[:8]}… received a downlink (record {earlier.first_downlink}) "
+                f"before device session {later.session_id[:8]}… sent its first uplink (record {start}), yet the server "
+                f"received stream {stream.name} (first uplink at transcript line {stream.entries[0].line}) before "
+                f"stream {seen.name} (line {seen.entries[0].line}): the sessions were reordered in the log"
+            )
+    result.failures += found[:MAX_ORDER_REPORTS]
+    if len(found) > MAX_ORDER_REPORTS:
+        result.failures.append(f"{len(found) - MAX_ORDER_REPORTS} more session(s) are out of the server's order")
+
+
+def _compare_one(
+    device: Sequence[DeviceSession], streams: Sequence[Stream], who: str, result: Comparison
+) -> list[tuple[DeviceSession, Stream]]:
+    """Match sessions to streams and record what does not match; return the pairs that can be ordered.
+
+    Streams with identical uplinks that were matched to several sessions (one prompt run twice
+    with the same parameters) are not returned: which stream is whose, and so their order, is
+    unknown.
+    """
+    unmatched = sorted((d for d in device if d.uplinks), key=lambda d: d.uplinks[0][0])
     by_hashes: dict[tuple[str, ...], list[DeviceSession]] = defaultdict(list)
     for d in unmatched:
         by_hashes[tuple(h for _, h in d.uplinks)].append(d)
+    pairs: list[tuple[DeviceSession, Stream]] = []
     leftovers: list[Stream] = []
-    for stream in streams:
+    for stream in sorted(streams, key=lambda s: (s.source, s.entries[0].line)):
         key = tuple(e.sha256 for e in stream.entries)
         if by_hashes.get(key):
             d = by_hashes[key].pop(0)
             unmatched.remove(d)
+            pairs.append((d, stream))
             result.matched += 1
         else:
             leftovers.append(stream)
     for stream in leftovers:
         key = tuple(e.sha256 for e in stream.entries)
         # A device that fell back may have logged uplinks that never arrived: a prefix is fine then.
-        prefix = next((d for d in unmatched if d.fell_back and tuple(h for _, h in d.uplinks)[: len(key)] == key), None)
+        prefix = next((d for d in unmatched if d.fell_back and _starts_with(d, key)), None)
         if prefix is not None:
             unmatched.remove(prefix)
+            pairs.append((prefix, stream))
             result.matched += 1
             result.notes.append(
                 f"server stream {stream.name} received {len(key)} of the {len(prefix.uplinks)} uplinks of device "
@@ -337,14 +437,26 @@ def _compare_one(device: Sequence[DeviceSession], streams: Sequence[Stream], who
             continue
         result.failures.append(_explain_stray(stream, unmatched, who))
     for d in unmatched:
-        if d.fell_back:
+        first = d.uplinks[0][0]
+        if d.fell_back and d.first_downlink is None:
             result.notes.append(f"device session {d.session_id[:8]}… fell back; the server has no stream for it")
+        elif d.fell_back:
+            # The server records uplinks before it answers them, so an answered session has a stream.
+            result.failures.append(
+                f"device session {d.session_id[:8]}… (uplinks from record {first}) fell back after a downlink "
+                f"(record {d.first_downlink}), yet the server has no matching record of its uplinks from {who}"
+            )
         else:
-            first = d.uplinks[0][0]
             result.failures.append(
                 f"device session {d.session_id[:8]}… (uplinks from record {first}) closed normally but the server "
                 f"has no matching record of its {len(d.uplinks)} uplinks from {who}"
             )
+    streams_per_key = Counter(tuple(e.sha256 for e in s.entries) for _, s in pairs)
+    return [(d, s) for d, s in pairs if streams_per_key[tuple(e.sha256 for e in s.entries)] == 1]
+
+
+def _starts_with(session: DeviceSession, hashes: tuple[str, ...]) -> bool:
+    return tuple(h for _, h in session.uplinks[: len(hashes)]) == hashes
 
 
 def _explain_stray(stream: Stream, device: Sequence[DeviceSession], who: str) -> str:

@@ -8,8 +8,9 @@ Checks, in order: log integrity (framing, checksums, segments, record schema, po
 evidence under torn/); the log key; every checkpoint (signature, origin, root over the records,
 forks, truncation, and no record left unsigned after the latest); the auditor's previous
 checkpoint (consistency, RFC 9162 §2.1.4); uplinks; downlinks; session structure; and, given
-them, the verifier's transcripts, compared only with the streams of the certificate(s) the log
-binds (the witness that catches a log cut back below what the server received).
+them, the verifier's transcripts: the streams of the certificate(s) the log binds, hash for hash
+and in causal order, and every certificate the server saw under the log's device name (the
+witness that catches a log cut back below what the server received, or rewritten around it).
 
 The verdict (`Report.verdict`) is VERIFIED only when every check passed against a key the auditor
 holds; without one it is UNPROVEN, since the log was checked against the key it declares itself.
@@ -400,6 +401,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
     spans: dict[str, list[int]] = {}
     uplinks: dict[str, list[tuple[int, str]]] = defaultdict(list)
     counters: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    first_downlink: dict[str, int] = {}
     bound: tuple[str, str] | None = None  # (name, certificate) the latest device-cert record binds
     certs: dict[str, tuple[str, str] | None] = {}
 
@@ -449,6 +451,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             assert rec.payload is not None
             counts[Area.DOWNLINK] += 1
             counters[sid][1] += 1
+            first_downlink.setdefault(sid, rec.index)
             violations, commit = state.examine_downlink(rec.payload)
         elif rec.kind == records.KIND_FALLBACK:
             violations, commit = state.examine_fallback(rec.fields["reason"])
@@ -474,7 +477,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             )
         )  # fmt: skip
         name, cert = certs[sid] or (None, None)
-        device.append(DeviceSession(sid, uplinks[sid], state.phase.value == "fell back", cert, name))
+        fell_back = state.phase.value == "fell back"
+        device.append(DeviceSession(sid, uplinks[sid], fell_back, cert, name, first_downlink.get(sid)))
     interrupted = [s for s in summaries if s.ended == "fallback (interrupted)"]
     if interrupted:
         notes.append(f"{len(interrupted)} session(s) were interrupted (the device process ended mid-session)")
@@ -515,9 +519,9 @@ def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str
     return Check(name, not failures, summary, tuple(failures), tuple(notes or ()))
 
 
-def _transcript(device: list[DeviceSession], paths: Sequence[Path]) -> Check:
-    result = compare(device, merge([read_transcript(p) for p in paths]))
-    summary = f"{result.matched} server stream(s) of this device match device sessions hash for hash"
+def _transcript(device: list[DeviceSession], paths: Sequence[Path], bindings: Sequence[tuple[str, str]]) -> Check:
+    result = compare(device, merge([read_transcript(p) for p in paths]), bindings)
+    summary = f"{result.matched} server stream(s) of this device match device sessions hash for hash, in order"
     if result.failures:
         summary = f"{len(result.failures)} mismatch(es) between the server's transcript and the device's log"
     return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(result.notes))
@@ -569,12 +573,13 @@ def inspect(
     session_checks, summaries, device = _sessions(ctx)
     checks.extend(session_checks)
     paths = _paths(server_transcript)
+    devices = _devices(ctx)
     if paths:
-        checks.append(_transcript(device, paths))
+        checks.append(_transcript(device, paths, devices))
     not_covered = NOT_COVERED if paths else (*NOT_COVERED, NO_WITNESS)
     return Report(
         str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,
-        authenticated=key is not None, devices=_devices(ctx),
+        authenticated=key is not None, devices=devices,
     )  # fmt: skip
 
 

@@ -33,14 +33,12 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
+from server.errors import NotADevice
+
 __all__ = ["DeviceCertificates", "NotADevice"]
 
 # cryptography's messages end by naming the certificate's Python repr: not for a device's eyes.
 _ENCOUNTERED = re.compile(r"\s*\(encountered processing <Certificate.*$", re.DOTALL)
-
-
-class NotADevice(Exception):
-    """The client certificate is not a valid device certificate under the device CA; says why."""
 
 
 def _leaf_key_usage(policy: Policy, cert: x509.Certificate, usage: x509.KeyUsage | None) -> None:

@@ -4,12 +4,13 @@
     ├── ConfigError             a bad option, config file, model setting or adapter request
     │   ├── AdapterError        core.errors: a global adapter folder that is missing or damaged
     │   └── PkiError            a PKI directory or certificate that cannot be created or used
+    ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
     └── ProtocolError           core.errors: a device message that breaks the session contract
         └── ContractError       core.contract: a frame the one session contract refuses
 
-`PkiError` is defined here (`server.pki` still exports it); the others come from the layers below
+`PkiError` (which `server.pki` still exports) and `NotADevice` are defined here; the others come from the layers below
 and are gathered here, so a caller imports its `except` clauses from one module. A refusal inside
 the gRPC service (`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
 """
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "ContractError",
     "ModelLoadError",
+    "NotADevice",
     "PkiError",
     "ProfileError",
     "ProtocolError",
@@ -33,3 +35,7 @@ __all__ = [
 
 class PkiError(ConfigError):
     """A PKI directory or certificate that cannot be created or used."""
+
+
+class NotADevice(SpecSteerError):
+    """The client certificate is not a valid device certificate under the device CA; says why."""

@@ -1,4 +1,4 @@
-"""What every command line owes its user (issue 31): `--version`, help on every option, no silent
+"""What every command line owes its user: `--version`, help on every option, no silent
 abbreviations, and one line for a number that is not one.
 
 The walk covers every subcommand of the five console scripts (`sdk demo` is parsed by `sdk`'s parser).

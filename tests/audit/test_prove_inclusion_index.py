@@ -1,4 +1,4 @@
-"""`audit prove-inclusion LOG --index N`, as the README writes it (issue 31), and the older `LOG N`."""
+"""`audit prove-inclusion LOG --index N`, as the README writes it, and the older `LOG N`."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def _fail_text(built: BuiltLog, transcript: Path) -> str:
 def test_a_matching_transcript_passes(tmp_path: Path) -> None:
     built = build_log(tmp_path, sessions=3)
     streams = list(_device_uplinks(built).values())
-    _server_saw(tmp_path / "server.jsonl", streams[::-1])  # the server's order need not be the device's
+    _server_saw(tmp_path / "server.jsonl", streams)  # in the log's order (test_transcript_binding.py: order)
     report = verify(built.directory, key=built.key.verifier, server_transcript=tmp_path / "server.jsonl")
     assert (
         report.checks[-1].name == "server transcript"

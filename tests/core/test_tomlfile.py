@@ -1,4 +1,4 @@
-"""The one TOML-to-dataclass loader (issue 31): both configs (device and verifier) read through it,
+"""The one TOML-to-dataclass loader: both configs (device and verifier) read through it,
 so unknown keys, wrong types and missing keys are refused alike, in one message style."""
 
 from __future__ import annotations

@@ -186,11 +186,11 @@ def test_causes_are_read_from_the_specific_detail(detail: str, refused: bool) ->
     assert classify(detail, "127.0.0.1").refused is refused
 
 
-# -- misconfiguration fails closed, before any connection (issue 29, item 6) -------------------
+# -- misconfiguration fails closed, before any connection ---------------------------------
 
 
 def _other_key(tmp_path, pki) -> Path:
-    """A valid device key that is not alice's: the misconfiguration of issue 29."""
+    """A valid device key that is not alice's: a misconfigured device."""
     other = pki_mod.issue_leaf(pki_mod.load_issued(pki.directory, "device-ca"), "alice", client=True)
     _, key = pki_mod.write_issued(tmp_path, "other", other)
     return key
@@ -276,7 +276,7 @@ def test_a_cause_gRPC_gives_that_is_no_network_fault_is_a_refusal(pki, models, t
     assert tap.uplinks == [] and tap.fallbacks == []
 
 
-# -- the smaller shapes of issue 29, item 7 -------------------------------------------------------
+# -- a peer that closes after the handshake, and the connect deadline ------------------------
 
 
 def _tls_then_close(pki, folder: Path) -> Callable[[socket.socket], None]:

@@ -1,4 +1,4 @@
-"""The Python API at the door (issue 31): settings named as the CLI names them, and wrong types
+"""The Python API at the door: settings named as the CLI names them, and wrong types
 refused as one `ConfigError` naming the setting, never a bare TypeError from deep inside."""
 
 from __future__ import annotations
@@ -99,3 +99,16 @@ def test_decode_options_built_directly_refuse_wrong_types_as_a_config_error(opti
     with pytest.raises(ConfigError) as exc:
         DecodeOptions(**options)
     assert message in str(exc.value)
+
+
+def test_every_way_to_build_a_client_guards_the_uplink_unless_told_off(models) -> None:
+    s_lm, g_lm = models
+    verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
+    # The constructor and in_process guard by default, as connect() does.
+    assert SpecSteerClient(Specialist(s_lm), verifier).guard is not None
+    with SpecSteerClient.in_process(s_lm, g_lm) as local:
+        assert local.guard is not None
+    # Off only when said in so many words; None is no way to say it.
+    assert SpecSteerClient(Specialist(s_lm), verifier, guard="off").guard is None
+    with pytest.raises(ConfigError, match="guard must be an EgressGuard or one of"):
+        SpecSteerClient(Specialist(s_lm), verifier, guard=None)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
-"""A device is who its certificate path says, checked as X.509 by `cryptography`: the attacks of
-issue 29 item 3 against a live verifier over mutual TLS, then the policy's edges one by one."""
+"""A device is who its certificate path says, checked as X.509 by `cryptography`: certificate
+attacks against a live verifier over mutual TLS, then the policy's edges one by one."""
 
 from __future__ import annotations
 
