@@ -129,6 +129,9 @@ def _serve_and_run(
     # And all N devices draft on this machine's 2 cores, beside the verifier: a device can take
     # longer than the default 60 s idle timeout between its rounds, which real devices would not.
     extra = ["--max-sessions-per-device", str(max(args.sessions)), "--idle-timeout", "900"]
+    # One certificate: no newcomer to reserve slots for. Sessions past the cap queue for a slot
+    # (none falls back as verifier-busy), and on 2 shared cores a slot can take minutes to free.
+    extra += ["--reserved-sessions", "0", "--queue-timeout", "900", "--max-queued-opens", str(max(args.sessions))]
     extra += ["--batching", mode, "--max-batch", str(args.max_batch), "--metrics-port", str(metrics_port)]
     with verifier_process(server_args, pki.directory, extra=extra) as ready:
         port = ready()

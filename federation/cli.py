@@ -28,6 +28,7 @@ from typing import Any
 from core.cli import Parser as _Parser
 from core.cli import bad_value, command_parser, number, reported, whole_number
 from core.errors import ConfigError, SpecSteerError
+from federation.attempts import TOKEN_KEY, Attempt
 from federation.run_options import RunOptions
 
 __all__ = ["main", "parse_duration"]
@@ -81,7 +82,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secagg", action="store_true", help="SecAgg+: the server sees only the devices' average")
     p.add_argument("--epsilon", type=_positive_float, help="each simulated device's total ε budget (default 8)")
     p.add_argument("--noise-multiplier", type=_positive_float, help="DP-SGD noise multiplier (default 1.0)")
-    p.add_argument("--dp-steps", type=_count, help="DP-SGD steps on the global adapter per round (default 4)")
+    p.add_argument(
+        "--dp-steps",
+        type=_count,
+        help="DP-SGD steps proposed per round; each device takes what its ε budget affords, up to it (default 4)",
+    )
     p.add_argument("--personal-steps", type=_count, help="personal adapter steps per round (default 8)")
     p.add_argument("--max-len", type=_positive_int, help="tokens per training sequence (default 256)")
     p.add_argument("--round-timeout", type=_positive_float, help="seconds to wait for device replies (default 3600)")
@@ -136,10 +141,18 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**named, dp=not args.no_dp)
 
 
-def run_once(args: argparse.Namespace, *, timeout: float | None = None) -> dict[str, Any]:
-    """One run; with `timeout`, a SuperLink submission is killed when it passes."""
+def run_once(
+    args: argparse.Namespace, *, timeout: float | None = None, attempt: Attempt | None = None
+) -> dict[str, Any]:
+    """One run; with `timeout`, a SuperLink submission is killed when it passes.
+
+    With `attempt` (the scheduler's), the run publishes only while the attempt holds its lease,
+    and an in-process simulation stops at its next message once the attempt is revoked.
+    """
     options = run_options(args)
     config = options.run_config()
+    if attempt is not None:
+        config[TOKEN_KEY] = attempt.token
     if args.simulation:
         if args.superlink or args.root_certificates or args.insecure:
             raise ConfigError("--root-certificates and --insecure only apply with --superlink.")
@@ -147,7 +160,7 @@ def run_once(args: argparse.Namespace, *, timeout: float | None = None) -> dict[
 
         nodes = options.simulation_nodes(lambda message: _log(args, message))
         _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
-        summary, _ = run_in_process(config, nodes)
+        summary, _ = run_in_process(config, nodes, cancelled=None if attempt is None else attempt.cancelled)
         return summary
     if args.data is not None or args.epsilon is not None:
         raise ConfigError(
@@ -187,12 +200,16 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 def schedule(args: argparse.Namespace) -> int:
     """Start a run every `--every` seconds; a failed run is logged with its cause and the schedule goes on.
 
-    Each attempt has a deadline (`--run-timeout`, default the period but at least an hour): a
-    submission to a SuperLink is killed when it passes, and an in-process simulation that overruns
-    is abandoned (it cannot be killed) and counted as failed. A failed attempt is retried after
-    `--retry-backoff`, doubling each time, as long as the retry would still start within the
-    period. The time of the last start is kept in the state folder, so a restarted scheduler waits
-    out the rest of the period instead of running at once.
+    Each attempt has a deadline (`--run-timeout`, default the period but at least an hour) and a
+    lease on publishing (`federation.attempts`). When the deadline passes the lease is revoked,
+    so nothing the attempt finishes later is published; a submission to a SuperLink is killed,
+    and an in-process simulation (which cannot be killed) stops at its next message. A failed
+    attempt is retried after `--retry-backoff`, doubling each time, as long as the retry would
+    still start within the period; a retry is a new run with a new lease, and after an
+    in-process simulation it starts only once the cancelled one has stopped (they would share
+    this process's model and the devices' ledger locks). The time of the last start is kept in
+    the state folder, so a restarted scheduler waits out the rest of the period instead of
+    running at once.
     """
     state = args.state_dir.expanduser() / "schedule.json"
     stop = threading.Event()
@@ -203,6 +220,7 @@ def schedule(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
     deadline = float(args.run_timeout or max(args.every, MIN_DEFAULT_DEADLINE))
+    cancelled: list[threading.Thread] = []  # in-process runs revoked at their deadline, maybe still finishing
     periods = 0
     while not stop.is_set():
         last = _read_last_start(state)
@@ -213,14 +231,16 @@ def schedule(args: argparse.Namespace) -> int:
                 break
         started = time.time()
         _write_last_start(state, started)
-        _run_period(args, started, deadline, stop)
+        _run_period(args, started, deadline, stop, cancelled)
         periods += 1
         if args.max_runs is not None and periods >= args.max_runs:
             break
     return 0
 
 
-def _run_period(args: argparse.Namespace, started: float, deadline: float, stop: threading.Event) -> bool:
+def _run_period(
+    args: argparse.Namespace, started: float, deadline: float, stop: threading.Event, cancelled: list[threading.Thread]
+) -> bool:
     """One scheduled run and its retries within the period; True if an attempt succeeded."""
     backoff = float(args.retry_backoff)
     for attempt in range(int(args.retries) + 1):
@@ -232,8 +252,10 @@ def _run_period(args: argparse.Namespace, started: float, deadline: float, stop:
             if stop.wait(backoff):
                 return False
             backoff *= 2
+        if not _wait_for_cancelled(args, cancelled, started + args.every, stop):
+            return False
         try:
-            summary = _attempt(args, deadline)
+            summary = _attempt(args, deadline, cancelled)
         except Exception as exc:  # any failure of one run is logged; the schedule must keep going
             print(f"federation: run failed: {_cause(exc)}", file=sys.stderr, flush=True)
             continue
@@ -242,13 +264,33 @@ def _run_period(args: argparse.Namespace, started: float, deadline: float, stop:
     return False
 
 
-def _attempt(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
-    """`run_once` with a deadline: it runs in a worker thread that is abandoned if it overruns."""
+def _wait_for_cancelled(
+    args: argparse.Namespace, cancelled: list[threading.Thread], until: float, stop: threading.Event
+) -> bool:
+    """Wait (at most until `until`) for cancelled in-process runs to stop; False if one still runs."""
+    told = False
+    while cancelled:
+        if not cancelled[0].is_alive():
+            cancelled.pop(0)
+            continue
+        if stop.is_set() or time.time() >= until:
+            _log(args, "the cancelled run is still finishing in this process; no new attempt in this period")
+            return False
+        if not told:
+            _log(args, "waiting for the cancelled run to stop before the next attempt")
+            told = True
+        cancelled[0].join(min(1.0, max(0.0, until - time.time())))
+    return True
+
+
+def _attempt(args: argparse.Namespace, deadline: float, cancelled: list[threading.Thread]) -> dict[str, Any]:
+    """`run_once` with a deadline and a fresh lease: it runs in a worker thread, revoked if it overruns."""
+    attempt = Attempt.open(run_options(args).server_dir)
     result: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            result["summary"] = run_once(args, timeout=deadline)
+            result["summary"] = run_once(args, timeout=deadline, attempt=attempt)
         except BaseException as exc:  # handed to the scheduler's thread, which logs it
             result["error"] = exc
 
@@ -256,7 +298,14 @@ def _attempt(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
     worker.start()
     worker.join(deadline)
     if worker.is_alive():
-        raise ConfigError(f"the run did not finish within its deadline of {deadline:g} s")
+        published = attempt.revoke()
+        if args.simulation:
+            cancelled.append(worker)
+        before = f" (it had published {', '.join(published)} before it)" if published else ""
+        raise ConfigError(
+            f"the run did not finish within its deadline of {deadline:g} s; it was cancelled and nothing "
+            f"it finishes later is published{before}"
+        )
     if "error" in result:
         raise result["error"]
     return result["summary"]

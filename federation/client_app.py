@@ -3,12 +3,14 @@
 What a device sends back (and nothing else):
 
 * train: the *global* adapter's arrays after DP-SGD (personal adapter disabled during that
-  training), and a MetricRecord ``{"weight": 1, "dp-steps": k}``. Every device weighs the same,
-  and ε stays on the device (it depends on the history's size): a reply at all means the round
-  was within the device's budget.
+  training), in key order, and a MetricRecord ``{"weight": 1}``. Every device weighs the same.
+  The number of steps the device chose, its ε and whether it sat the round out for lack of
+  budget (then the arrays are the ones it received) all depend on the history's size, so none
+  is sent: every train reply has this one shape.
 * evaluate: ``{"weight": 1}``. Held-out losses are not DP; they stay in the device's own log.
 * a refusal: a Flower error reply with one of a few fixed sentences (not eligible, a run asking
-  for less privacy than the device's policy, budget spent, or "could not take part"). No path,
+  for less privacy than the device's policy, or "could not take part"); none depends on the
+  history. No path,
   user id or exception text leaves the device; the cause goes to the device's own log.
 
 The personal adapter is read from and written to the device's state folder only.
@@ -127,7 +129,8 @@ def handle_train(msg: Message, context: Context) -> Message:
         )
     except Exception as exc:  # any failure is a refusal; what it was stays on the device
         return _refuse(msg, context, device, exc, "train")
-    metrics = {"weight": 1, "dp-steps": int(result.steps)}
+    # Nothing that depends on the history's size: not the steps the device chose, not its ε.
+    metrics = {"weight": 1}
     if _is_legacy(msg, "fitins"):
         # Under SecAgg+ the mod masks these arrays before they leave; num_examples=1 weighs devices equally.
         ordered = [result.arrays[k] for k in sorted(result.arrays)]
@@ -135,7 +138,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         return Message(compat.fitres_to_recorddict(fitres, False), reply_to=msg)
     reply = RecordDict(
         {
-            "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in result.arrays.items()}),
+            "arrays": ArrayRecord({k: Array(np.ascontiguousarray(result.arrays[k])) for k in sorted(result.arrays)}),
             "metrics": MetricRecord(metrics),
         }
     )

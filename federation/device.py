@@ -29,6 +29,11 @@ change it, and a later node config that differs is refused):
     dp-required          false lets runs train without DP (default true; simulations with --no-dp)
     accountant           rdp or prv (default rdp)
 
+and, not fixed in the ledger, ``max-dp-steps``: the most DP steps one round may take (default 64).
+The run's ``dp-steps`` is only a proposal: the device trains as many steps, up to it and
+``max-dp-steps``, as its budget affords for its own history, and sits a round out (replying with
+the adapter it received, in the same shape) when it can afford none.
+
 A run asking for less (no DP, less noise, another δ) is refused with a reason that names only the
 settings, never the device's data.
 """
@@ -57,14 +62,17 @@ from federation.store import AdapterStore, version_dir
 from federation.task import (
     GLOBAL,
     PERSONAL,
+    DeviceData,
     DeviceDatasets,
     DPRoundResult,
     SpecialistWithAdapters,
     TaskConfig,
     device_datasets,
+    dp_sample_rate,
     evaluate_loss,
     load_user,
     specialist_for,
+    split_profile,
     train_global_dp,
     train_personal,
 )
@@ -76,6 +84,7 @@ __all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "DevicePolicy", "NotEligible", "P
 DEFAULT_EPSILON_BUDGET = 8.0
 DEFAULT_DELTA = 1e-5
 DEFAULT_MIN_NOISE = 1.0
+DEFAULT_MAX_DP_STEPS = 64
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -90,6 +99,8 @@ class DevicePolicy:
     min_noise_multiplier: float = DEFAULT_MIN_NOISE
     dp_required: bool = True
     accountant: str = "rdp"
+    # The most DP steps one round may take, whatever the run proposes (compute and pacing; not fixed in the ledger).
+    max_dp_steps: int = DEFAULT_MAX_DP_STEPS
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -100,9 +111,12 @@ class DevicePolicy:
                 min_noise_multiplier=float(node.get("min-noise-multiplier", DEFAULT_MIN_NOISE)),
                 dp_required=_as_bool(node.get("dp-required", True)),
                 accountant=str(node.get("accountant", "rdp")),
+                max_dp_steps=int(node.get("max-dp-steps", DEFAULT_MAX_DP_STEPS)),
             )
         except (TypeError, ValueError):
             raise ConfigError("The device's DP policy in its node config is not a set of numbers.") from None
+        if policy.max_dp_steps < 0:
+            raise ConfigError("The device's max-dp-steps must be 0 or more.")
         if policy.accountant not in ACCOUNTANTS:
             raise ConfigError(f"The device's accountant must be one of {', '.join(ACCOUNTANTS)}.")
         return policy
@@ -230,16 +244,21 @@ class Device:
 
     # --- rounds --------------------------------------------------------------------------------
 
-    def _prepare(self, arrays: Mapping[str, np.ndarray], version: int) -> tuple[SpecialistWithAdapters, DeviceDatasets]:
-        sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
-        data = load_user(
+    def _load(self) -> DeviceData:
+        """The device's history, read (and unsealed) but not tokenized."""
+        return load_user(
             self.data_file,
             user_id=self.user_id,
             index=self.partition_id,
             shards=self.num_partitions,
             key_provider=self.key_provider,
         )
-        sets = device_datasets(sw, data, self.cfg)
+
+    def _prepare(
+        self, arrays: Mapping[str, np.ndarray], version: int, data: DeviceData | None = None
+    ) -> tuple[SpecialistWithAdapters, DeviceDatasets]:
+        sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
+        sets = device_datasets(sw, data if data is not None else self._load(), self.cfg)
         sw.set_adapter_weights(GLOBAL, arrays)
         self._keep_global(arrays, version, sw)
         self._load_personal(sw)
@@ -248,35 +267,60 @@ class Device:
     def train_round(
         self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
     ) -> DPRoundResult:
-        """Train personal (kept) then global with DP (returned).
+        """Train personal (kept) then global with DP (returned), as many DP steps as the device affords.
 
-        Refuses if ineligible, if the run asks for less privacy than the device's policy, or if the
-        round would exceed the budget. The run's δ and accountant are the device's own (checked).
+        Refuses if ineligible or if the run asks for less privacy than the device's policy: both
+        decided from the run and the device's settings alone, before its history is read. The
+        run's ``dp-steps`` is only a proposal: the device trains the most steps, up to it and its
+        own ``max-dp-steps``, that stay within its ε budget for its own history. A device that can
+        afford none (or has no usable sequence) sits the round out with a reply of the same shape
+        as a trained one: the adapter it received, unchanged. So whether a device takes part, and
+        what its reply looks like, says nothing about the size of its history. The run's δ and
+        accountant are the device's own (checked).
         """
         self.check_eligible(policy)
         # The ledger fixes the policy when it is created; a later node config cannot loosen it.
         ledger = self.ledger() if self.cfg.dp or self.dp_policy.dp_required or self.ledger_path.exists() else None
         fixed = self.dp_policy if ledger is None else ledger_policy(ledger)
         fixed.refuse_less(self.cfg)
+        steps = min(self.cfg.dp_steps, self.dp_policy.max_dp_steps)
         if not self.cfg.dp:
-            return self._train(arrays, version, None, run_id=run_id, server_round=server_round)
+            return self._train(arrays, version, None, steps, run_id=run_id, server_round=server_round)
         assert ledger is not None
         # The lock is held for the whole round: two runs on one device cannot both pass the budget check.
         with ledger.hold():
-            return self._train(arrays, version, ledger, run_id=run_id, server_round=server_round)
+            return self._train(arrays, version, ledger, steps, run_id=run_id, server_round=server_round)
 
     def _train(
-        self, arrays: Mapping[str, np.ndarray], version: int, ledger: Ledger | None, *, run_id: int, server_round: int
+        self,
+        arrays: Mapping[str, np.ndarray],
+        version: int,
+        ledger: Ledger | None,
+        steps: int,
+        *,
+        run_id: int,
+        server_round: int,
     ) -> DPRoundResult:
-        sw, sets = self._prepare(arrays, version)
+        data = self._load()
         cfg = self.cfg
+        # The DP set holds one sequence per training entry: counting entries needs no tokenizing.
+        entries = len(split_profile(data.profile, cfg.holdout)[0])
+        proposed = steps
         if ledger is not None:
             cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
-            if len(sets.dp_train) and cfg.dp_steps:
-                from federation.task import dp_sample_rate
-
-                # Before training on the data: an exhausted device does no work at all.
-                ledger.check(cfg.noise_multiplier, dp_sample_rate(len(sets.dp_train), cfg.batch_size), cfg.dp_steps)
+            # Decided before any per-entry work: a device that can afford nothing does none.
+            steps = self._affordable(ledger, cfg, entries, steps)
+            if proposed and not steps:
+                return self._skip(arrays, ledger, "budget", run_id=run_id, server_round=server_round)
+        sw, sets = self._prepare(arrays, version, data)
+        n = len(sets.dp_train)
+        if ledger is not None and n != entries:
+            # Some entries left no room for a body at this max-len: fewer sequences, a higher rate.
+            steps = self._affordable(ledger, cfg, n, steps)
+        if n == 0 or (proposed and not steps):
+            why = "no usable sequence" if n == 0 else "budget"
+            return self._skip(arrays, ledger, why, run_id=run_id, server_round=server_round)
+        cfg = replace(cfg, dp_steps=steps)
         seed = _device_seed(self, run_id, server_round)
         personal_loss = train_personal(sw, sets.personal_train, cfg, seed=seed)
         self._save_personal(sw, version)
@@ -296,14 +340,39 @@ class Device:
                 "run_id": run_id,
                 "server_round": server_round,
                 "adapter_version_in": version,
-                "examples": len(sets.dp_train),
+                "examples": n,
                 "personal_loss": personal_loss,
                 "dp_steps": result.steps,
+                "dp_steps_proposed": self.cfg.dp_steps,
                 "epsilon": result.epsilon,
                 "update_norm": result.update_norm,
             }
         )
         return result
+
+    def _affordable(self, ledger: Ledger, cfg: TaskConfig, n: int, most: int) -> int:
+        if n == 0 or most == 0:
+            return 0
+        # The rate Opacus's Poisson loader will use for n sequences; ε grows with it.
+        return ledger.affordable_steps(cfg.noise_multiplier, dp_sample_rate(n, cfg.batch_size), most)
+
+    def _skip(
+        self, arrays: Mapping[str, np.ndarray], ledger: Ledger | None, why: str, *, run_id: int, server_round: int
+    ) -> DPRoundResult:
+        """Sit the round out: send back the adapter received, unchanged, in the shape of a trained reply."""
+        if ledger is not None and why == "budget":
+            ledger.count_refusal()
+        self.log({"event": "skipped", "reason": why, "run_id": run_id, "server_round": server_round})
+        return DPRoundResult(
+            arrays={k: np.array(v, dtype=np.float32) for k, v in arrays.items()},
+            steps=0,
+            sample_rate=0.0,
+            noise_multiplier=self.cfg.noise_multiplier,
+            epsilon=ledger.epsilon_spent if ledger is not None else math.inf,
+            delta=ledger.delta if ledger is not None else self.cfg.delta,
+            accountant=ledger.accountant if ledger is not None else "none",
+            update_norm=0.0,
+        )
 
     def evaluate_round(
         self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int

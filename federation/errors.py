@@ -8,6 +8,7 @@
     │   ├── PolicyRefusal       the run asks for less privacy than the device's policy allows
     │   └── LedgerError         privacy.errors: a device's DP ledger is damaged (also a PrivacyError)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
+    ├── AttemptRevoked          a scheduled attempt that lost its right to publish (it timed out)
     └── ProfileError            core.errors: a device's data file cannot be read or parsed
 
 A device refuses a round with `BudgetExhausted`, `NotEligible` or `PolicyRefusal`; they are
@@ -22,6 +23,7 @@ from privacy.errors import LedgerError
 
 __all__ = [
     "AdapterError",
+    "AttemptRevoked",
     "BudgetExhausted",
     "ConfigError",
     "LedgerError",
@@ -43,3 +45,7 @@ class NotEligible(ConfigError):
 
 class PolicyRefusal(ConfigError):
     """The run asks for less privacy than the device's policy allows."""
+
+
+class AttemptRevoked(SpecSteerError):
+    """A scheduled attempt's right to publish was revoked (it overran its deadline or was superseded)."""

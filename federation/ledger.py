@@ -192,6 +192,26 @@ class Ledger:
                 raise BudgetExhausted("Privacy budget exhausted: this round would exceed the device's ε budget.")
         return projected
 
+    def affordable_steps(self, noise_multiplier: float, sample_rate: float, most: int) -> int:
+        """The most DP-SGD steps, up to `most`, that one more round can take within the budget (0: none)."""
+        if not (noise_multiplier > 0 and math.isfinite(noise_multiplier)):
+            raise LedgerError(f"The noise multiplier must be a positive number, not {noise_multiplier!r}.")
+        low, high = 0, max(0, int(most))
+        # ε grows with the number of steps, so the largest affordable count is found by bisection.
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.project(noise_multiplier, sample_rate, mid) <= self.epsilon_budget:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def count_refusal(self) -> None:
+        """Note a round the device sat out for lack of budget (the count is in `privacy budget`)."""
+        with self.hold():
+            self.refusals += 1
+            self.save()
+
     def record(
         self,
         *,

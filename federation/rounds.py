@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError
+from federation.attempts import TOKEN_KEY, publishing
 from federation.store import AdapterStore
 
 __all__ = ["RUN_LOG", "RoundRecord", "ServerSettings", "VersionedRounds"]
@@ -35,6 +36,7 @@ class ServerSettings:
     secagg: bool = False
     secagg_shares: float = 1.0  # SecAgg+ num_shares as a share of the sampled devices
     secagg_threshold: float = 0.67  # shares needed to reconstruct a dropped device's mask
+    attempt_token: str | None = None  # a scheduled attempt's right to publish (federation.attempts)
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> ServerSettings:
@@ -51,6 +53,7 @@ class ServerSettings:
                 secagg=str(config.get("secagg", False)).lower() in ("1", "true"),
                 secagg_shares=float(config.get("secagg-shares", 1.0)),
                 secagg_threshold=float(config.get("secagg-threshold", 0.67)),
+                attempt_token=str(config[TOKEN_KEY]) if config.get(TOKEN_KEY) not in (None, "") else None,
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"Invalid server setting in the run config: {exc}.") from None
@@ -78,9 +81,19 @@ class VersionedRounds:
     """A strategy's version counter and round log; mixed into both FedAvg variants."""
 
     def _init_versions(
-        self, *, store: AdapterStore, version: int, lora_config: dict[str, Any], base: str, run_id: int
+        self,
+        *,
+        store: AdapterStore,
+        version: int,
+        lora_config: dict[str, Any],
+        base: str,
+        run_id: int,
+        settings: ServerSettings | None = None,
     ) -> None:
         self.store = store
+        # A scheduled attempt publishes only while it holds the lease (federation.attempts).
+        self.state_dir = settings.state_dir if settings is not None else store.root.parent
+        self.attempt_token = settings.attempt_token if settings is not None else None
         self.version = version
         self.lora_config = lora_config
         self.base = base
@@ -102,19 +115,20 @@ class VersionedRounds:
     ) -> int:
         """Store an aggregate as the next version (before the next round starts); returns it."""
         new = self.version + 1
-        self.store.save(
-            new,
-            tensors,
-            self.lora_config,
-            base=self.base,
-            extra={
-                "parent_version": self.version,
-                "run_id": self.run_id,
-                "server_round": server_round,
-                "devices": devices,
-                **extra,
-            },
-        )
+        with publishing(self.state_dir, self.attempt_token, f"v{new}"):
+            self.store.save(
+                new,
+                tensors,
+                self.lora_config,
+                base=self.base,
+                extra={
+                    "parent_version": self.version,
+                    "run_id": self.run_id,
+                    "server_round": server_round,
+                    "devices": devices,
+                    **extra,
+                },
+            )
         self.version = new
         if self.rounds:
             self.rounds[-1].version_out = new

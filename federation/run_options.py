@@ -40,10 +40,15 @@ class RunOptions:
     max_len: int | None = None
     round_timeout: float | None = None
 
+    @property
+    def server_dir(self) -> Path:
+        """The server's state folder: adapter versions, the run log, a scheduled attempt's lease."""
+        return (self.state_dir / "server").expanduser().resolve()
+
     def run_config(self) -> dict[str, Any]:
         """The Flower run config (shared by the ServerApp and every ClientApp) of this run."""
         config: dict[str, Any] = {
-            "server-state-dir": str((self.state_dir / "server").expanduser().resolve()),
+            "server-state-dir": str(self.server_dir),
             "num-server-rounds": self.rounds,
             "min-clients": self.min_clients or (self.clients if self.simulation else 2),
         }

@@ -54,10 +54,13 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
         lora_config: dict[str, Any],
         base: str,
         run_id: int,
+        settings: ServerSettings | None = None,
         **kwargs: Any,
     ) -> None:
         LegacyFedAvg.__init__(self, fit_metrics_aggregation_fn=_mean_metrics, **kwargs)
-        self._init_versions(store=store, version=version, lora_config=lora_config, base=base, run_id=run_id)
+        self._init_versions(
+            store=store, version=version, lora_config=lora_config, base=base, run_id=run_id, settings=settings
+        )
         self.keys = keys
 
     def configure_fit(
@@ -115,6 +118,7 @@ def run_secagg(
         lora_config=lora_config,
         base=base,
         run_id=run_id,
+        settings=settings,
         fraction_fit=settings.fraction_train,
         fraction_evaluate=settings.fraction_evaluate,
         min_fit_clients=max(2, settings.min_clients),

@@ -16,6 +16,8 @@ Run config keys read here (besides `federation.task.TaskConfig`'s):
     secagg             true: Flower's SecAgg+ (legacy workflow, federation/secagg.py), the server
                        sees only the sum of the devices' adapters (default false)
     secagg-shares, secagg-threshold   SecAgg+ shares and reconstruction threshold (fractions)
+    attempt-token      set by `federation schedule`: the run publishes only while this attempt holds
+                       the lease in server-state-dir (federation.attempts); a timed-out one cannot
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from flwr.serverapp.strategy import FedAvg
 from core.fileio import append_line
 from core.models import load_causal_lm
 from federation.adapters import AdapterError
+from federation.attempts import publishing
 from federation.offline import go_offline
 from federation.rounds import RUN_LOG, RoundRecord, ServerSettings, VersionedRounds
 from federation.store import AdapterStore
@@ -63,10 +66,13 @@ class VersionedFedAvg(VersionedRounds, FedAvg):
         base: str,
         run_id: int,
         wait_for_nodes: float = 3600.0,
+        settings: ServerSettings | None = None,
         **kwargs: Any,
     ) -> None:
         FedAvg.__init__(self, weighted_by_key="weight", **kwargs)
-        self._init_versions(store=store, version=version, lora_config=lora_config, base=base, run_id=run_id)
+        self._init_versions(
+            store=store, version=version, lora_config=lora_config, base=base, run_id=run_id, settings=settings
+        )
         self.wait_for_nodes = wait_for_nodes
 
     def configure_train(
@@ -200,7 +206,9 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
         "version_out": version,
         "rounds": [r.__dict__ for r in rounds],
     }
-    _append_run_log(settings.state_dir / RUN_LOG, summary)
+    # The run log is published history too: a revoked attempt adds no line to it.
+    with publishing(settings.state_dir, settings.attempt_token, "run log"):
+        _append_run_log(settings.state_dir / RUN_LOG, summary)
     return summary
 
 
@@ -220,6 +228,7 @@ def _run_fedavg(
         lora_config=lora_config,
         base=base,
         run_id=run_id,
+        settings=settings,
         fraction_train=settings.fraction_train,
         fraction_evaluate=settings.fraction_evaluate,
         min_train_nodes=settings.min_clients,

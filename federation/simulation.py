@@ -10,16 +10,23 @@ inspect (and count) what a device sends.
 A node can be made to drop out: ``dropout(message) -> True`` makes it vanish for that message
 (no reply, like a phone that loses its connection), and a ClientApp that raises is turned into an
 error reply, as a SuperNode does.
+
+A run can be cancelled (``cancelled``, an event `federation schedule` sets when an attempt
+overruns its deadline): the grid then delivers no further message and hands back no further
+reply, raising `AttemptRevoked` into the ServerApp, which stops there. A device already inside
+its ClientApp finishes that message (a thread cannot be killed); its reply is dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
+import threading
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import InflatableObject, get_all_nested_objects
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+
+from federation.errors import AttemptRevoked
 
 __all__ = ["LocalGrid", "SimNode", "deflated_bytes", "run_in_process"]
 
@@ -63,8 +72,16 @@ class Delivery:
 class LocalGrid(Grid):
     """A Flower `Grid` whose SuperNodes are ClientApps in this process."""
 
-    def __init__(self, nodes: Sequence[SimNode], *, run_id: int, run_config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[SimNode],
+        *,
+        run_id: int,
+        run_config: Mapping[str, Any],
+        cancelled: threading.Event | None = None,
+    ) -> None:
         self.nodes = {n.node_id: n for n in nodes}
+        self.cancelled = cancelled
         self.run_config = dict(run_config)
         self._run = Run.create_empty(run_id)
         self._pending: dict[str, Message] = {}
@@ -114,7 +131,12 @@ class LocalGrid(Grid):
         # dropped out simply has none, exactly as if the timeout had expired.
         return list(self.pull_messages(list(self.push_messages(messages))))
 
+    def _check_cancelled(self) -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise AttemptRevoked("The run was cancelled: its attempt overran its deadline.")
+
     def _deliver(self, message_id: str, msg: Message) -> None:
+        self._check_cancelled()
         node = self.nodes[msg.metadata.dst_node_id]
         if node.dropout is not None and node.dropout(msg):
             self.deliveries.append(Delivery(msg, None, []))
@@ -134,12 +156,40 @@ class LocalGrid(Grid):
             reason = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=delivered)
+        self._check_cancelled()  # a device that finished after the cancel: its reply never arrives
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
         self._replies[message_id] = reply
         self.deliveries.append(Delivery(msg, reply, deflated_bytes(reply)))
 
 
 _RUN_IDS = itertools.count(1)
+_IDENTITY_LOCK = threading.Lock()
+_IDENTITY_USERS = 0
+_IDENTITY_SAVED = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+
+
+@contextlib.contextmanager
+def _server_identity(run_id: int) -> Iterator[None]:
+    """Flower's process-wide task identity, set while any simulation runs and restored after the last.
+
+    Flower stamps new messages with it. A simulation abandoned by the scheduler may still be
+    running when the retry starts: restoring the saved identity as each run ends would unset it
+    under the other (``TaskIdentity.run_id is not set``), so only the last one out restores it.
+    `LocalGrid` stamps each message's run id itself, so overlapping runs never mix their ids.
+    """
+    global _IDENTITY_USERS, _IDENTITY_SAVED
+    with _IDENTITY_LOCK:
+        if _IDENTITY_USERS == 0:
+            _IDENTITY_SAVED = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+        _IDENTITY_USERS += 1
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE_ID, 0
+    try:
+        yield
+    finally:
+        with _IDENTITY_LOCK:
+            _IDENTITY_USERS -= 1
+            if _IDENTITY_USERS == 0:
+                TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = _IDENTITY_SAVED
 
 
 def run_in_process(
@@ -150,10 +200,12 @@ def run_in_process(
     client_app: ClientApp | None = None,
     run_id: int | None = None,
     dropouts: Mapping[int, Callable[[Message], bool]] | None = None,
+    cancelled: threading.Event | None = None,
 ) -> tuple[dict[str, Any], LocalGrid]:
     """Run the ServerApp against one ClientApp per node config; returns (run summary, grid).
 
-    `dropouts` maps a node's index to a predicate that makes it vanish for a message.
+    `dropouts` maps a node's index to a predicate that makes it vanish for a message; setting
+    `cancelled` stops the run at its next message (`AttemptRevoked`).
     """
     from federation.client_app import app as default_client
     from federation.offline import go_offline
@@ -168,18 +220,14 @@ def run_in_process(
         SimNode(node_id=1000 + i, node_config=dict(cfg), app=client, dropout=(dropouts or {}).get(i))
         for i, cfg in enumerate(node_configs)
     ]
-    grid = LocalGrid(nodes, run_id=rid, run_config=run_config)
+    grid = LocalGrid(nodes, run_id=rid, run_config=run_config, cancelled=cancelled)
     context = Context(
         run_id=rid, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(), run_config=dict(run_config)
     )
     # Flower stamps new messages with the identity of the process's task; in a deployment the
     # runtime sets it, here this process is the ServerApp's task.
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = rid, SUPERLINK_NODE_ID, 0
-    try:
+    with _server_identity(rid):
         server(grid, context)
-    finally:
-        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
     log = Path(str(run_config["server-state-dir"])).expanduser() / RUN_LOG
     summaries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
     mine = [s for s in summaries if s.get("run_id") == rid]

@@ -2,6 +2,8 @@
 
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
                  --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
+                 [--round-idle-timeout S] [--queue-timeout S] [--stream-rate R] [--stream-burst N]
+                 [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S]
                  [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
@@ -26,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from core.cli import EXIT_ERROR, command_parser, finite_float, reported, whole_number
+from core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
 from core.cli import Parser as _Parser
 from core.fileio import atomic_write
 
@@ -60,6 +62,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--idle-timeout", type=finite_float, help="seconds without an uplink before a session expires")
     serve.add_argument("--open-timeout", type=finite_float, help="seconds a new stream may take to send its Open (10)")
+    serve.add_argument(
+        "--round-idle-timeout",
+        type=number(positive=True),
+        help="while another Open waits for a slot, end sessions silent this many seconds since their last verdict (5)",
+    )
+    serve.add_argument(
+        "--queue-timeout",
+        type=number(),
+        help="seconds an Open that finds the verifier full waits for a slot before refusal (5; 0: refuse at once)",
+    )
+    serve.add_argument(
+        "--max-queued-opens",
+        type=whole_number(0),
+        help="most Opens waiting for a slot at once (default 2 x max-sessions)",
+    )
+    serve.add_argument(
+        "--reserved-sessions",
+        type=whole_number(0),
+        help="session slots only devices holding no session may take (default max-sessions / 8)",
+    )
+    serve.add_argument(
+        "--stream-rate", type=number(positive=True), help="streams one device may start per second after its burst (4)"
+    )
+    serve.add_argument(
+        "--stream-burst",
+        type=whole_number(1),
+        help="streams one device may start at once (default 2 x max-sessions-per-device)",
+    )
+    serve.add_argument(
+        "--handshake-timeout",
+        type=number(positive=True),
+        help="seconds a connection has for its TLS handshake and first HTTP/2 frame (5)",
+    )
+    serve.add_argument(
+        "--connection-idle-timeout",
+        type=number(positive=True),
+        help="seconds a connection with no open stream is kept (300)",
+    )
     serve.add_argument("--max-top-k", type=whole_number(), help="largest steering top-k a device may ask for")
     serve.add_argument(
         "--workers", type=whole_number(), help="threads running sessions' jobs (batching: at least 2 x max-batch)"
@@ -120,6 +160,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_sessions_per_device": args.max_sessions_per_device,
         "idle_timeout": args.idle_timeout,
         "open_timeout": args.open_timeout,
+        "round_idle_timeout": args.round_idle_timeout,
+        "queue_timeout": args.queue_timeout,
+        "max_queued_opens": args.max_queued_opens,
+        "reserved_sessions": args.reserved_sessions,
+        "stream_rate": args.stream_rate,
+        "stream_burst": args.stream_burst,
+        "handshake_timeout": args.handshake_timeout,
+        "connection_idle_timeout": args.connection_idle_timeout,
         "max_top_k": args.max_top_k,
         "workers": args.workers,
         "torch_threads": args.torch_threads,

@@ -19,7 +19,15 @@
     max_sessions = 64
     max_sessions_per_device = 8
     idle_timeout = 60.0                   # seconds without an uplink before a session expires
+    round_idle_timeout = 5.0              # ... or this many while another Open waits for a slot
     open_timeout = 10.0                   # seconds a new stream may take to send its Open
+    queue_timeout = 5.0                   # seconds an Open at the cap waits for a slot (0: refuse at once)
+    # max_queued_opens = 128              # Opens waiting at once (default: 2 x max_sessions)
+    # reserved_sessions = 8               # slots only devices with no session may take (default: max_sessions / 8)
+    stream_rate = 4.0                     # streams a device may start per second, after ...
+    # stream_burst = 16                   # ... a burst of this many (default: 2 x max_sessions_per_device)
+    handshake_timeout = 5.0               # seconds for a connection's TLS handshake and first HTTP/2 frame
+    connection_idle_timeout = 300.0       # seconds a connection with no stream stays open
     max_top_k = 64
     workers = 1                           # threads running sessions' jobs (with batching: at least 2 * max_batch)
     # torch_threads = 2
@@ -76,6 +84,16 @@ class ServerConfig:
     max_sessions_per_device: int = 8
     idle_timeout: float = field(default=60.0, metadata={"toml": "a number of seconds"})
     open_timeout: float = field(default=10.0, metadata={"toml": "a number of seconds"})
+    # Fair admission (server/admission.py): the short deadline while others wait, the queue, the reserve.
+    round_idle_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
+    queue_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
+    max_queued_opens: int | None = None
+    reserved_sessions: int | None = None
+    stream_rate: float = field(default=4.0, metadata={"toml": "a number of streams per second"})
+    stream_burst: int | None = None
+    # Before authentication: what gRPC core enforces per connection (server/main.py).
+    handshake_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
+    connection_idle_timeout: float = field(default=300.0, metadata={"toml": "a number of seconds"})
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
@@ -96,6 +114,21 @@ class ServerConfig:
         (which would refuse every device alike)."""
         return 16 * (self.max_sessions + self.extra_streams)
 
+    @property
+    def queue_length(self) -> int:
+        """Most Opens waiting for a slot at once: twice the cap unless set."""
+        return 2 * self.max_sessions if self.max_queued_opens is None else self.max_queued_opens
+
+    @property
+    def reserve(self) -> int:
+        """Slots kept for devices holding no session: an eighth of the cap unless set."""
+        return self.max_sessions // 8 if self.reserved_sessions is None else self.reserved_sessions
+
+    @property
+    def burst(self) -> int:
+        """Streams a device may start at once before `stream_rate` applies: twice its session cap unless set."""
+        return 2 * self.max_sessions_per_device if self.stream_burst is None else self.stream_burst
+
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in [0, 65535]; got {self.port}")
@@ -109,6 +142,21 @@ class ServerConfig:
             raise ConfigError(f"idle_timeout must be a positive number of seconds; got {self.idle_timeout}")
         if not (math.isfinite(self.open_timeout) and self.open_timeout > 0):
             raise ConfigError(f"open_timeout must be a positive number of seconds; got {self.open_timeout}")
+        for name in ("round_idle_timeout", "stream_rate", "handshake_timeout", "connection_idle_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number; got {value}")
+        if not (math.isfinite(self.queue_timeout) and self.queue_timeout >= 0):
+            raise ConfigError(f"queue_timeout must be a number of seconds, 0 or more; got {self.queue_timeout}")
+        if self.max_queued_opens is not None and self.max_queued_opens < 0:
+            raise ConfigError(f"max_queued_opens must be 0 or more; got {self.max_queued_opens}")
+        if self.reserved_sessions is not None and not 0 <= self.reserved_sessions < self.max_sessions:
+            raise ConfigError(
+                f"reserved_sessions must be in [0, {self.max_sessions - 1}] (below max_sessions); "
+                f"got {self.reserved_sessions}"
+            )
+        if self.stream_burst is not None and self.stream_burst < 1:
+            raise ConfigError(f"stream_burst must be at least 1; got {self.stream_burst}")
         if not 1 <= self.max_top_k <= WIRE_MAX_TOP_K:
             raise ConfigError(f"max_top_k must be in [1, {WIRE_MAX_TOP_K}]; got {self.max_top_k}")
         if self.workers < 1:
@@ -154,6 +202,14 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "max_sessions_per_device": "max_sessions_per_device",
         "idle_timeout": "idle_timeout",
         "open_timeout": "open_timeout",
+        "round_idle_timeout": "round_idle_timeout",
+        "queue_timeout": "queue_timeout",
+        "max_queued_opens": "max_queued_opens",
+        "reserved_sessions": "reserved_sessions",
+        "stream_rate": "stream_rate",
+        "stream_burst": "stream_burst",
+        "handshake_timeout": "handshake_timeout",
+        "connection_idle_timeout": "connection_idle_timeout",
         "max_top_k": "max_top_k",
         "workers": "workers",
         "torch_threads": "torch_threads",

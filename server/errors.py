@@ -5,14 +5,16 @@
     │   ├── AdapterError        core.errors: a global adapter folder that is missing or damaged
     │   └── PkiError            a PKI directory or certificate that cannot be created or used
     ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
+    ├── NoSessionSlot           no session slot for a device within the queue's wait (it may fall back)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
     └── ProtocolError           core.errors: a device message that breaks the session contract
         └── ContractError       core.contract: a frame the one session contract refuses
 
-`PkiError` (which `server.pki` still exports) and `NotADevice` are defined here; the others come from the layers below
-and are gathered here, so a caller imports its `except` clauses from one module. A refusal inside
-the gRPC service (`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
+`PkiError` (which `server.pki` still exports), `NotADevice` and `NoSessionSlot` are defined here; the
+others come from the layers below and are gathered here, so a caller imports its `except` clauses
+from one module. A refusal inside the gRPC service (`server.service._Abort`) is no error a caller
+sees: it ends a stream with a status.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "ConfigError",
     "ContractError",
     "ModelLoadError",
+    "NoSessionSlot",
     "NotADevice",
     "PkiError",
     "ProfileError",
@@ -39,3 +42,7 @@ class PkiError(ConfigError):
 
 class NotADevice(SpecSteerError):
     """The client certificate is not a valid device certificate under the device CA; says why."""
+
+
+class NoSessionSlot(SpecSteerError):
+    """No session slot within the wait (or the queue is full): the device is told why and may fall back."""

@@ -38,7 +38,7 @@ from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
 
-__all__ = ["CertificateSource", "VerifierServer", "build_cloud", "create_server"]
+__all__ = ["CertificateSource", "VerifierServer", "build_cloud", "connection_limits", "create_server", "fd_headroom"]
 
 log = logging.getLogger("server")
 
@@ -181,6 +181,71 @@ def _open_transcript(directory: Path) -> TranscriptSink:
     return ServerTranscript.open(directory / "server-transcript.jsonl")
 
 
+# Keepalive: the server pings a connection silent this long and drops it if no answer comes within
+# the timeout, so a peer that vanished without a FIN (a phone off the network) frees its streams.
+_KEEPALIVE_MS = 60_000
+_KEEPALIVE_TIMEOUT_MS = 20_000
+# No connection lives longer than this; its streams then get the grace to finish (a session lasts
+# seconds to minutes), and the device's channel reconnects for the next one.
+_MAX_CONNECTION_AGE_MS = 2 * 3600 * 1000
+_MAX_CONNECTION_AGE_GRACE_MS = 10 * 60 * 1000
+
+
+def connection_limits(config: ServerConfig) -> list[tuple[str, int]]:
+    """What gRPC core enforces per connection, before and after authentication.
+
+    gRPC Python has no cap on the number of connections (in total or per source address): those
+    belong to a fronting proxy or the firewall (docs/security.md). What it can bound is how long
+    each connection may take and hold.
+    """
+    return [
+        # One deadline for the TCP accept to the TLS handshake's end and the client's first
+        # HTTP/2 SETTINGS frame: a connection that never speaks is closed after it (gRPC: 120 s).
+        ("grpc.server_handshake_timeout_ms", round(config.handshake_timeout * 1000)),
+        # A connection with no stream for this long is closed (a GOAWAY; clients reconnect).
+        ("grpc.max_connection_idle_ms", round(config.connection_idle_timeout * 1000)),
+        ("grpc.max_connection_age_ms", _MAX_CONNECTION_AGE_MS),
+        ("grpc.max_connection_age_grace_ms", _MAX_CONNECTION_AGE_GRACE_MS),
+        ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+        # A client may not ping an idle connection more than once a minute (gRPC's default is
+        # 5 minutes, with the connection closed after two strikes): pings cost the server work.
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 60_000),
+        ("grpc.http2.max_ping_strikes", 2),
+        # Streams on one connection: one device's stream cap, plus room for its health checks.
+        # More is refused by the servicer anyway; here they queue on the client, not in server memory.
+        ("grpc.max_concurrent_streams", config.max_sessions_per_device + config.extra_streams),
+    ]
+
+
+_FD_SPARE = 256  # descriptors beside the devices' connections: model files, transcript, metrics, logs
+
+
+def fd_headroom(config: ServerConfig) -> int:
+    """Raise the open-file limit to its hard maximum; refuse to start if the caps cannot fit under it.
+
+    Every device connection is a descriptor, so with fewer than one per session (plus the server's
+    own) the verifier would refuse connections at its cap, not above it. More headroom also makes
+    a connection flood (which only a fronting proxy caps) cost the attacker more. Returns the limit.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass  # e.g. an unlimited hard limit the kernel will not grant: keep the soft one
+    need = config.max_sessions + config.extra_streams + _FD_SPARE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise ConfigError(
+            f"the open-file limit is {soft}, below the {need} descriptors {config.max_sessions} sessions need "
+            "(one per session plus the server's own): raise it (ulimit -n) or lower max_sessions"
+        )
+    return soft
+
+
 class VerifierServer:
     """A bound (not yet started) verifier; `start`, `stop`, `wait`. Thread-safe."""
 
@@ -239,6 +304,7 @@ class VerifierServer:
                 ),
                 # Without this a second process could bind the same port and take half the devices.
                 ("grpc.so_reuseport", 0),
+                *connection_limits(config),
             ],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
             compression=grpc.Compression.NoCompression,
@@ -322,6 +388,7 @@ def create_server(
     The TLS files are checked first, so a bad certificate fails in a second, not after the models load.
     """
     certificates = CertificateSource(*config.require_tls())
+    fd_headroom(config)
     if cloud is None:
         cloud = build_cloud(config)
     server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)

@@ -13,19 +13,27 @@ specific status:
     FAILED_PRECONDITION  messages out of order: a Round or Close before Open (no session is open
                          on the stream: unknown session), a second Open, a gap in Round seq, a
                          Round after the session ended, a commit that is not a candidate
-    DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout, or no Open within
+    DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout (or the round-idle
+                         timeout, while a device with fewer sessions waits), or no Open within
                          the (much shorter) open timeout of a new stream
-    RESOURCE_EXHAUSTED   the verifier (or this device) is at its session or stream cap; an oversize
+    RESOURCE_EXHAUSTED   the verifier is at its session cap (after the queue wait), this device is
+                         at its stream cap or starts streams faster than its rate; an oversize
                          frame (gRPC refuses it before it reaches this code)
     UNAUTHENTICATED      the client certificate has no valid X.509 path to the device CA
                          (`server.device_identity`: path length, key usage, EKU clientAuth,
                          validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
 
-One device cannot lock the others out: its streams are counted from the moment they start (not
-from their Open), a device holds at most `max_sessions_per_device` streams at once, and a stream
-that has not sent Open within `open_timeout` seconds is ended. gRPC's own concurrent-call limit is
-only a backstop far above what these caps allow, so a flood is refused here, per device, at once.
+One device cannot lock the others out (`server.admission` has the rule): a device may start
+`stream_burst` streams at once, then `stream_rate` per second (the rest are refused before any
+frame is read, so a looping device cannot grow the transcript without bound); its streams are
+counted from the moment they start (at most `max_sessions_per_device`, open or half-open); a
+stream that has not sent Open within `open_timeout` seconds is ended. Session slots are shared
+fairly: the last `reserved_sessions` slots go only to devices holding no session, an Open that
+finds no slot waits up to `queue_timeout` seconds (freed slots go to the waiting device holding
+the fewest), and while a device holding fewer sessions waits, a session silent for
+`round_idle_timeout` seconds after its last verdict is ended. gRPC's own concurrent-call limit
+is only a backstop far above these caps, so a flood is refused here, per device, at once.
 
 A client that vanishes only ends its own session; model work already started finishes, its result
 is dropped, and the session's caches go with it.
@@ -52,9 +60,11 @@ from core import wire
 from core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
 from core.errors import ProtocolError
 from core.session_types import Verdict
+from server.admission import SessionSlots, StreamRate
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.device_identity import DeviceCertificates, NotADevice
+from server.errors import NoSessionSlot
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
@@ -62,6 +72,8 @@ from server.session import CloudSession, CloudVerifier
 __all__ = ["Device", "TranscriptSink", "VerifierService"]
 
 log = logging.getLogger("server")
+
+_THROTTLE_LOG_EVERY = 10.0  # seconds between the aggregated log lines of throttled streams
 
 
 class TranscriptSink(Protocol):
@@ -113,9 +125,10 @@ class VerifierService:
         self.scheduler = scheduler
         self.transcript = transcript
         self.vocab_size = cloud.specialist.vocab_size
-        self._per_device: Counter[str] = Counter()  # open sessions per device
+        self._slots = SessionSlots(config.max_sessions, reserved=config.reserve, max_queued=config.queue_length)
+        self._rate = StreamRate(config.stream_rate, config.burst)
+        self._throttle_logged = 0.0
         self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
-        self._open = 0
         self._revoked = frozenset(config.revoked_devices)
         self._devices = DeviceCertificates(device_cas)
 
@@ -125,7 +138,12 @@ class VerifierService:
 
     @property
     def open_sessions(self) -> int:
-        return self._open
+        return self._slots.open
+
+    @property
+    def waiting_opens(self) -> int:
+        """Opens waiting in the queue for a session slot."""
+        return self._slots.waiting
 
     # -- identity ----------------------------------------------------------------------------------
 
@@ -160,6 +178,15 @@ class VerifierService:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"device {name!r} already has {self.config.max_sessions_per_device} open sessions or half-open streams",
             )
+        # Metered after the cap: the bucket counts the streams that are served and reach the transcript.
+        if not self._rate.allow(name):
+            self._log_throttled()
+            raise _Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"device {name!r} starts streams faster than {self.config.stream_rate:g} per second "
+                f"(after a burst of {self.config.burst}); slow down",
+                outcome="throttled",
+            )
         self._streams[name] += 1
         state.admitted = True
 
@@ -180,7 +207,8 @@ class VerifierService:
             outcome = abort.outcome
             self.metrics.rejected_messages.labels(abort.code.name).inc()
             who = state.device.name if state.device else "?"
-            log.info("stream %s (device %s) refused: %s: %s", stream, who, abort.code.name, abort.message)
+            if outcome != "throttled":  # a looping device must not flood the log either: `_log_throttled`
+                log.info("stream %s (device %s) refused: %s: %s", stream, who, abort.code.name, abort.message)
             await context.abort(abort.code, abort.message)
         except asyncio.CancelledError:
             outcome = "vanished"  # the client went away (or the server is stopping)
@@ -190,22 +218,64 @@ class VerifierService:
                 self.transcript.end_stream(stream, outcome)  # the witness statement: all it received
             self._release(state, outcome)
 
+    def _log_throttled(self) -> None:
+        """One line per device every few seconds for throttled streams, however many there were."""
+        now = time.monotonic()
+        if now - self._throttle_logged < _THROTTLE_LOG_EVERY:
+            return
+        self._throttle_logged = now
+        for name, count in self._rate.drain_refused().items():
+            log.info("device %s throttled: %d stream(s) refused over the stream rate", name, count)
+
     async def _read(self, state: _Stream, context: grpc.aio.ServicerContext) -> bytes | None:
         # A stream without a session yet gets only the short Open deadline: held half-open
         # streams would otherwise tie up capacity for the whole idle timeout.
         opening = state.session is None and not state.ended
         timeout = self.config.open_timeout if opening else self.config.idle_timeout
+        read = asyncio.ensure_future(context.read())
         try:
-            raw = await asyncio.wait_for(context.read(), timeout=timeout)
-        except TimeoutError:
-            what = "no Open" if opening else "no uplink"
-            raise _Abort(
-                grpc.StatusCode.DEADLINE_EXCEEDED, f"session expired: {what} for {timeout:g} s", outcome="expired"
-            ) from None
+            if state.counted:
+                expired = await self._session_silence(read, state, timeout)
+            else:
+                done, _ = await asyncio.wait({read}, timeout=timeout)
+                expired = None if done else f"no {'Open' if opening else 'uplink'} for {timeout:g} s"
+            if expired is not None:
+                raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"session expired: {expired}", outcome="expired")
+            raw = read.result()
+        finally:
+            if not read.done():
+                read.cancel()
         if raw is grpc.aio.EOF:
             return None
         assert isinstance(raw, bytes)
         return raw
+
+    async def _session_silence(self, read: asyncio.Future[Any], state: _Stream, timeout: float) -> str | None:
+        """Wait for an open session's next uplink: None when it came, else why the session expired.
+
+        The clock starts once the last verdict is written, so the models' time never counts. After
+        `round_idle_timeout` seconds of silence the session keeps its slot only while no device
+        holding fewer sessions than this one's waits for a slot (`SessionSlots.starves`).
+        """
+        assert state.device is not None
+        name = state.device.name
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        short = min(self.config.round_idle_timeout, timeout)
+        done, _ = await asyncio.wait({read}, timeout=short)
+        while not done:
+            left = deadline - loop.time()
+            if left <= 0:
+                return f"no uplink for {timeout:g} s"
+            if self._slots.starves(name):
+                return f"no uplink for {short:g} s while a device holding fewer sessions waits for a slot"
+            changed = asyncio.ensure_future(self._slots.changed().wait())
+            try:
+                done, _ = await asyncio.wait({read, changed}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+            done &= {read}
+        return None
 
     async def _serve(self, state: _Stream, context: grpc.aio.ServicerContext) -> str:
         while True:
@@ -241,19 +311,16 @@ class VerifierService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"Open refused: top-k {frame.params.top_k} is above this verifier's maximum {self.config.max_top_k}",
             )
-        if self._open >= self.config.max_sessions:
-            raise _Abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the verifier is at its cap of {self.config.max_sessions} sessions; try again later",
-            )
-        if self._per_device[state.device.name] >= self.config.max_sessions_per_device:
+        if self._slots.held[state.device.name] >= self.config.max_sessions_per_device:
             raise _Abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"device {state.device.name!r} already has {self.config.max_sessions_per_device} open sessions",
             )
-        # Count the session before the prefill runs, so concurrent Opens cannot overshoot the cap.
-        self._open += 1
-        self._per_device[state.device.name] += 1
+        # The slot is taken before the prefill runs, so concurrent Opens cannot overshoot the cap.
+        try:
+            await self._slots.acquire(state.device.name, self.config.queue_timeout)
+        except NoSessionSlot as exc:
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
         state.counted = True
         self.metrics.sessions_active.inc()
         start = time.perf_counter()
@@ -327,10 +394,7 @@ class VerifierService:
         if state.counted:
             assert state.device is not None
             state.counted = False
-            self._open -= 1
-            self._per_device[state.device.name] -= 1
-            if not self._per_device[state.device.name]:
-                del self._per_device[state.device.name]
+            self._slots.release(state.device.name)
             self.metrics.sessions_active.dec()
 
     def _release(self, state: _Stream, outcome: str) -> None:

@@ -180,7 +180,8 @@ def test_frozen_verifier_times_out_and_the_device_finishes(tmp_path, models, mod
 
 def test_verifier_at_capacity_means_finishing_locally(models, pki) -> None:
     s_lm, g_lm = models
-    with serve(CloudVerifier(g_lm, s_lm, seed=0), pki, max_sessions=1) as (server, port):
+    # The device's Open waits 0.5 s in the queue, then it falls back.
+    with serve(CloudVerifier(g_lm, s_lm, seed=0), pki, max_sessions=1, queue_timeout=0.5) as (server, port):
         hold = threading.Event()
 
         def frames():

@@ -40,8 +40,12 @@ def models(char_tok):
 
 @pytest.fixture(scope="module")
 def live(models, pki):
-    """One verifier for the module; tests that need other limits start their own."""
-    with serve(CloudVerifier(models[1], models[0], seed=0, max_top_k=64), pki, revoked_devices=("mallory",)) as s:
+    """One verifier for the module; tests that need other limits start their own.
+
+    Its tests send hundreds of streams a second from one device on purpose: no stream rate here."""
+    cloud = CloudVerifier(models[1], models[0], seed=0, max_top_k=64)
+    unmetered = {"stream_rate": 1e6, "stream_burst": 10**6}
+    with serve(cloud, pki, revoked_devices=("mallory",), **unmetered) as s:
         yield s
 
 
@@ -231,10 +235,10 @@ def test_an_idle_session_expires(models, pki) -> None:
 
 
 def test_session_caps_refuse_politely(models, pki) -> None:
-    with serve(CloudVerifier(models[1], models[0], seed=0), pki, max_sessions=2, max_sessions_per_device=1) as (
-        server,
-        port,
-    ):
+    # A short queue: carol's Open waits 0.3 s for a slot, then is refused (before the held
+    # sessions' round-idle deadline could end them).
+    limits = {"max_sessions": 2, "max_sessions_per_device": 1, "queue_timeout": 0.3}
+    with serve(CloudVerifier(models[1], models[0], seed=0), pki, **limits) as (server, port):
         alice = [grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "alice").credentials()) for _ in range(2)]
         bob = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "bob").credentials())
         gate = threading.Event()
@@ -258,7 +262,7 @@ def test_session_caps_refuse_politely(models, pki) -> None:
             time.sleep(0.02)
         carol = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "mallory").credentials())
         _, code, details = raw_stream(carol, [OPEN])
-        assert code is C.RESOURCE_EXHAUSTED and "at its cap of 2 sessions" in details
+        assert code is C.RESOURCE_EXHAUSTED and "at its cap of 2 sessions and none freed within 0.3 s" in details
         gate.set()
         for call in (held, bob_held):
             list(call)
