@@ -156,7 +156,7 @@ def generate(
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     start = time.perf_counter()
-    public_ids = _checked_request(specialist, prompt, params, verifier) if params.method.uses_cloud else []
+    public_ids = _checked_request(specialist, prompt, params, verifier)
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
     seq = specialist.sequence(ids)
     rng = torch.Generator().manual_seed(options.seed)
@@ -208,12 +208,18 @@ def _checked_request(
 ) -> list[int]:
     """The public prompt's token IDs, once the request is known to be within the protocol's limits
     (`core.limits`): refused here, in milliseconds, rather than by the verifier after the device's
-    prefill or as a frame the network will not carry."""
+    prefill or as a frame the network will not carry. The prompt limit holds for the device-only
+    methods too (`verifier` None), so a prompt runs the same way whichever method it is sent with;
+    they send nothing, so they return no IDs."""
+    public_ids = specialist.public_prompt_ids(prompt)
+    problem = prompt_length_problem(len(public_ids))
+    if problem is not None:
+        raise ConfigError(problem)
+    if not params.method.uses_cloud:
+        return []
     if verifier is None:
         raise ConfigError(f"method {params.method.value} needs a verifier")
-    public_ids = specialist.public_prompt_ids(prompt)
-    vocab = specialist.lm.vocab_size
-    problem = prompt_length_problem(len(public_ids)) or top_k_problem(params.top_k, vocab, remote=False)
+    problem = top_k_problem(params.top_k, specialist.lm.vocab_size, remote=False)
     if problem is not None:
         raise ConfigError(problem)
     if isinstance(verifier, CheckedVerifier):
