@@ -12,6 +12,10 @@ leaves each sequence's cache and rows as its own forward would, up to float roun
 The bookkeeping (rows kept, rollback, continuation scoring) is `CachedSequence`; `TokenSequence`
 runs it on a Hugging Face model, and the device's llama.cpp drafter (`sdk/llamacpp.py`) on a
 llama.cpp context.
+
+The model may sit on a GPU in any dtype: its inputs are built on its device, its rows stay there
+as fp32 log-probabilities, and a caller reads a block's few values back at once (`block_logprobs`)
+rather than one synchronising scalar a token.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from core.steering import log_softmax
 
-__all__ = ["CachedSequence", "ForwardRunner", "TokenSequence", "recording_cache", "single_forward"]
+__all__ = ["CachedSequence", "ForwardRunner", "TokenSequence", "model_device", "recording_cache", "single_forward"]
 
 ForwardRunner = Callable[["TokenSequence", Sequence[int]], torch.Tensor]
 """Feeds `new` ids to `seq.model` after `seq.cache` (which covers `seq.ids[:seq.cached]`), appends
@@ -92,6 +96,16 @@ class CachedSequence(ABC):
             raise IndexError(f"no distribution kept for prefix length {n}")
         return self._rows[n]
 
+    def block_logprobs(self, start: int, tokens: Sequence[int]) -> tuple[list[float], list[int]]:
+        """For each j: log P(tokens[j] | ids[:start + j]) and the most likely token there (the
+        first on ties), read back from the rows' device in one copy."""
+        if not tokens:
+            return [], []
+        rows = torch.stack([self.logprobs_at(start + j) for j in range(len(tokens))])
+        picked = torch.tensor(list(tokens), dtype=torch.long, device=rows.device).unsqueeze(1)
+        logps = rows.gather(1, picked).squeeze(1)
+        return logps.tolist(), rows.argmax(dim=-1).tolist()
+
     def truncate(self, n: int) -> None:
         """Roll back to the first n ids. Distributions before n are dropped: the protocol only
         ever truncates to a committed point, and later rollbacks never go behind it."""
@@ -110,7 +124,7 @@ class CachedSequence(ABC):
         candidates) need the backend to feed their tails (`_tail_logits`).
         """
         base = self.next_logprobs()
-        scores = torch.stack([base[c[0]] for c in continuations]) if continuations else torch.zeros(0)
+        scores = torch.stack([base[c[0]] for c in continuations]) if continuations else base.new_zeros(0)
         longer = [i for i, c in enumerate(continuations) if len(c) > 1]
         if not longer:
             return scores
@@ -161,11 +175,18 @@ class TokenSequence(CachedSequence):
         batch = torch.zeros((len(tails), width), dtype=torch.long)
         for row, tail in enumerate(tails):
             batch[row, : len(tail)] = torch.tensor(list(tail))
+        batch = batch.to(model_device(self.model))
         cache = copy.deepcopy(self._cache)
         cache.batch_repeat_interleave(len(tails))
         with torch.inference_mode():
             out = self.model(input_ids=batch, past_key_values=cache, use_cache=True)
         return [out.logits[row, : len(tail)] for row, tail in enumerate(tails)]
+
+
+def model_device(model: PreTrainedModel) -> torch.device:
+    """Where `model`'s inputs must be: the device of its first parameter (the CPU if it has none)."""
+    first = next(model.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
 
 
 def recording_cache(model: PreTrainedModel) -> DynamicCache:
@@ -182,7 +203,7 @@ def single_forward(seq: TokenSequence, new: Sequence[int]) -> torch.Tensor:
     """The default runner: one forward of `seq`'s model over `new`, on `seq`'s own cache."""
     with torch.inference_mode():
         out = seq.model(
-            input_ids=torch.tensor([new], dtype=torch.long),
+            input_ids=torch.tensor([new], dtype=torch.long, device=model_device(seq.model)),
             past_key_values=seq.cache,
             use_cache=True,
         )

@@ -5,10 +5,11 @@
     load_causal_lm("gemma3-270m")               # embedded base model, four-part PyPI wheel
     load_causal_lm("~/models/my-llama")         # folder with config.json
     load_causal_lm("~/models/phi.Q4_K_M.gguf")  # any GGUF transformers can read
+    load_causal_lm("qwen2.5-coder-1.5b-instruct", device="cuda", dtype="bfloat16")  # a cloud model on a GPU
 
 A GGUF is converted once into a safetensors folder (`core.gguf_cache`) and loaded from there; the
-embedded names are in `core.model_registry`, int8 quantization in `core.quantize`. Nothing here
-ever contacts a model hub.
+embedded names are in `core.model_registry`, int8 quantization in `core.quantize`, the device and
+dtype checks in `core.device`. Nothing here ever contacts a model hub.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.utils import is_accelerate_available
 from transformers.utils import logging as hf_logging
 
+from core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
 from core.errors import ModelLoadError, one_line
 from core.gguf_cache import cache_root, converted_embedded, converted_gguf
+from core.kv import model_device
 from core.linear import resolve_linear_kernel, use_linear_kernel
 from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, EMBEDDED_MODELS, unknown_model
 from core.quantize import QUANTIZE_CHOICES, quantize_linear
@@ -49,7 +53,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CausalLM:
-    """A loaded causal LM: fp32, on CPU, in eval mode, with the token ids that end a generation."""
+    """A loaded causal LM in eval mode (fp32 on the CPU unless loaded otherwise), with the token ids
+    that end a generation."""
 
     name: str
     model: PreTrainedModel
@@ -78,6 +83,11 @@ class CausalLM:
         return first is not None and first.device.type != "meta"
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are, and so its inputs must be."""
+        return model_device(self.model)
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
@@ -96,6 +106,8 @@ def load_causal_lm(
     quantize: str | None = None,
     linear_kernel: str | None = None,
     weights: bool = True,
+    device: str = DEFAULT_DEVICE,
+    dtype: str = DEFAULT_DTYPE,
 ) -> CausalLM:
     """Load a causal LM from a Hugging Face folder, a `.gguf` file or an embedded model name.
 
@@ -105,6 +117,11 @@ def load_causal_lm(
     fp32 Linear layers run on `linear_kernel` (`core.linear`; default `$SPECSTEER_LINEAR_KERNEL`,
     else "auto": oneDNN where available).
 
+    `device` ("cpu", "cuda", "cuda:N") and `dtype` ("float32", "bfloat16", "float16") place the
+    weights; a CUDA device this machine lacks, an unknown dtype, or int8 anywhere but the CPU in
+    float32 is refused before anything loads. The Linear kernel choice applies to fp32 on the CPU
+    only (on a GPU, or in 16 bits, torch's own kernels run).
+
     `weights=False` loads the tokenizer, config and end-of-sequence ids only: the model is built
     on the meta device and holds no weights (`CausalLM.has_weights`). That is all a device needs
     whose forwards run elsewhere (`sdk.llamacpp.LlamaCppDrafter`) and whose verifier is remote.
@@ -112,17 +129,25 @@ def load_causal_lm(
     if quantize not in QUANTIZE_CHOICES:
         choices = ", ".join(repr(q) for q in QUANTIZE_CHOICES if q is not None)
         raise ModelLoadError(f"Unknown quantization {quantize!r}: use one of {choices}.")
-    kernel = resolve_linear_kernel(linear_kernel)  # a bad choice fails before a minute of loading
-    lm = _load_spec(spec, cache_dir, progress, weights)
+    # Bad choices fail before a minute of loading.
+    kernel = resolve_linear_kernel(linear_kernel)
+    placement = check_placement(device, dtype, quantize)
+    lm = _load_spec(spec, cache_dir, progress, weights, placement)
     if not weights:
         return lm  # nothing to quantize or repack
     if quantize == "int8":
         return quantize_linear(lm)
-    use_linear_kernel(lm.model, kernel)
+    if placement[0].type == "cpu" and placement[1] == torch.float32:  # the oneDNN swap is an fp32 CPU kernel
+        use_linear_kernel(lm.model, kernel)
     return lm
 
 
-def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool, weights: bool) -> CausalLM:
+_Placement = tuple[torch.device, torch.dtype]
+
+
+def _load_spec(
+    spec: str | Path, cache_dir: Path | None, progress: bool, weights: bool, placement: _Placement | None = None
+) -> CausalLM:
     cache = cache_root(cache_dir)
     if not str(spec).strip():
         raise ModelLoadError("No model given: pass a model folder, a .gguf file or an embedded model name.")
@@ -130,25 +155,31 @@ def _load_spec(spec: str | Path, cache_dir: Path | None, progress: bool, weights
         if isinstance(spec, str) and spec in EMBEDDED_MODELS:
             entry = EMBEDDED_MODELS[spec]
             folder = converted_embedded(entry, cache, progress)
-            return _load_folder(folder, name=entry.name, source=f"the cached conversion {folder}", weights=weights)
+            return _load_folder(
+                folder, name=entry.name, source=f"the cached conversion {folder}", weights=weights, placement=placement
+            )
         path = Path(spec).expanduser()
         if not path.exists():
             if isinstance(spec, str) and not _looks_like_path(spec):
                 raise unknown_model(f"{spec!r} is neither an existing path nor an embedded model name")
             raise ModelLoadError(f"Model path {path} does not exist.")
         if path.is_dir():
-            return _load_folder(path, name=path.resolve().name, weights=weights)
+            return _load_folder(path, name=path.resolve().name, weights=weights, placement=placement)
         if path.suffix.lower() == ".gguf":
             gguf = path.resolve()
             folder = converted_gguf(gguf, cache, progress)
-            return _load_folder(folder, name=gguf.name, source=f"the cached conversion {folder}", weights=weights)
+            return _load_folder(
+                folder, name=gguf.name, source=f"the cached conversion {folder}", weights=weights, placement=placement
+            )
         raise ModelLoadError(f"{path} is neither a model folder (with config.json) nor a .gguf file.")
 
 
 # --- Hugging Face folders ----------------------------------------------------------------------
 
 
-def _load_folder(folder: Path, *, name: str, source: str | None = None, weights: bool = True) -> CausalLM:
+def _load_folder(
+    folder: Path, *, name: str, source: str | None = None, weights: bool = True, placement: _Placement | None = None
+) -> CausalLM:
     where = source or f"the model folder {folder}"
     if not (folder / "config.json").is_file():
         hint = ""
@@ -168,13 +199,25 @@ def _load_folder(folder: Path, *, name: str, source: str | None = None, weights:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         if not weights:
             return CausalLM.from_parts(name, _model_without_weights(folder, config), tokenizer)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
-    except Exception as exc:
+        device, dtype = placement if placement is not None else (torch.device("cpu"), torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype, local_files_only=True, **_straight_onto(device)
+        )
+        # dtype= only sets the default; a checkpoint with fp16 buffers would otherwise keep them.
+        # transformers wraps `to` in a decorator whose type mypy reads as an unbound function.
+        model.to(device=device, dtype=dtype)  # type: ignore[call-arg]
+    except Exception as exc:  # also a GPU out of memory
         raise ModelLoadError(f"transformers cannot load {where}: {one_line(exc)}.") from exc
-    # dtype= only sets the default; a checkpoint with fp16 buffers would otherwise keep them.
-    # transformers wraps `to` in a decorator whose type mypy reads as an unbound function.
-    model.to(device="cpu", dtype=torch.float32)  # type: ignore[call-arg]
     return CausalLM.from_parts(name, model, tokenizer)
+
+
+def _straight_onto(device: torch.device) -> dict[str, Any]:
+    """from_pretrained's arguments that load the weights onto `device` directly, not through host
+    memory first; transformers does that through accelerate, so without it the weights load on
+    the CPU and are moved after. The CPU needs nothing (and keeps the fp32 path as it was)."""
+    if device.type == "cpu" or not is_accelerate_available():
+        return {}
+    return {"device_map": str(device)}
 
 
 def _model_without_weights(folder: Path, config: PretrainedConfig) -> PreTrainedModel:

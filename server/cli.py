@@ -30,6 +30,7 @@ from typing import Any
 
 from core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
 from core.cli import Parser as _Parser
+from core.device import DTYPE_CHOICES
 from core.fileio import atomic_write
 
 
@@ -48,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--quantize", choices=["fp32", "int8"], help="cloud models' Linear layers (default fp32; int8: dynamic, AVX2)"
     )
+    serve.add_argument("--device", help="where the cloud models run: cpu (default), cuda or cuda:N")
+    serve.add_argument("--dtype", choices=DTYPE_CHOICES, help="the cloud models' weights (default float32)")
     serve.add_argument(
         "--adapters-dir", type=Path, help="federation's global adapter store: serve sessions that declare vN"
     )
@@ -153,6 +156,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "specialist": args.specialist,
         "cache_dir": args.cache_dir,
         "quantize": args.quantize,
+        "device": args.device,
+        "dtype": args.dtype,
         "adapters_dir": args.adapters_dir,
         **tls,
         "revoked_devices": tuple(args.revoke) if args.revoke else None,

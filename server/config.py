@@ -8,6 +8,8 @@
     generalist = "qwen2.5-coder-1.5b-instruct"  # folder, .gguf file or embedded name
     specialist = "qwen2.5-coder-0.5b-instruct"  # the generic copy P_S^0: base weights, no personal adapter
     # cache_dir = "~/.cache/specsteer"
+    # device = "cuda"                     # where both cloud models run (default cpu)
+    # dtype = "bfloat16"                  # their weights: float32 (default), bfloat16 or float16
 
     [tls]                                 # required: the verifier never serves plaintext
     cert = "pki/server.pem"               # relative paths are relative to this file
@@ -54,7 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
+from core.errors import ConfigError, ModelLoadError
 from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.session_types import WIRE_MAX_TOP_K
 from core.tomlfile import load_dataclass
@@ -73,6 +76,8 @@ class ServerConfig:
     specialist: str = DEFAULT_SPECIALIST
     cache_dir: Path | None = None
     quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.quantize.quantize_linear)
+    device: str = DEFAULT_DEVICE  # both cloud models: "cpu", "cuda" or "cuda:N" (core.device)
+    dtype: str = DEFAULT_DTYPE  # ... and their weights' float type
     # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
     # version N are verified with global adapter vN merged into the generic Specialist.
     adapters_dir: Path | None = None
@@ -165,6 +170,10 @@ class ServerConfig:
             raise ConfigError(f"torch_threads must be at least 1; got {self.torch_threads}")
         if self.quantize not in ("fp32", "int8"):
             raise ConfigError(f"quantize must be fp32 or int8; got {self.quantize!r}")
+        try:  # before the minutes of loading: no GPU here, or a dtype no kernel serves
+            check_placement(self.device, self.dtype, self.quantize)
+        except ModelLoadError as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching must be on or off (true or false); got {self.batching!r}")
         if not 1 <= self.max_batch <= MAX_BATCH:
@@ -195,6 +204,8 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "cache_dir": "cache_dir",
         "adapters_dir": "adapters_dir",
         "quantize": "quantize",
+        "device": "device",
+        "dtype": "dtype",
     },
     "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
     "limits": {

@@ -48,11 +48,8 @@ class SharedVocabGeneralist:
         self.seq.push(commit)
         self._draft_base = len(self.seq)
         self.seq.push(draft)
-        units = []
-        for i, token in enumerate(draft):
-            row = self.seq.logprobs_at(self._draft_base + i)
-            units.append(Unit(i, i + 1, float(row[token]), int(torch.argmax(row)) == token))
-        return units
+        logps, best = self.seq.block_logprobs(self._draft_base, draft)
+        return [Unit(i, i + 1, logps[i], best[i] == token) for i, token in enumerate(draft)]
 
     def accept(self, n: int) -> None:
         self.seq.truncate(self._draft_base + n)

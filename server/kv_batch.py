@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from core.kv import TokenSequence, recording_cache
+from core.kv import TokenSequence, model_device, recording_cache
 
 __all__ = ["forward_batch", "merge_blocker", "sliding_window"]
 
@@ -66,11 +66,12 @@ def forward_batch(items: Sequence[tuple[TokenSequence, Sequence[int]]]) -> list[
     lengths = [len(new) for _, new in items]
     longest, width = max(pasts), max(lengths)
     merged = _merged_cache(model, [seq.cache for seq, _ in items], pasts, longest)
+    device = model_device(model)
     with torch.inference_mode():
         out = model(
-            input_ids=_padded_ids(items, width),
-            attention_mask=_padding_mask(pasts, lengths, longest, width),
-            position_ids=torch.tensor([[p + j for j in range(width)] for p in pasts], dtype=torch.long),
+            input_ids=_padded_ids(items, width).to(device),
+            attention_mask=_padding_mask(pasts, lengths, longest, width).to(device),
+            position_ids=torch.tensor([[p + j for j in range(width)] for p in pasts], dtype=torch.long, device=device),
             past_key_values=merged,
             use_cache=True,
         )

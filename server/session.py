@@ -3,6 +3,11 @@
 A session holds the KV caches of both models for one device, verifies each round's draft with
 `core.steering`, rolls the caches back to the accepted prefix and builds the steering vector.
 It sees only token IDs and the declared parameters: never the private context.
+
+The models may sit on a GPU, in any dtype (`core.models.load_causal_lm(device=, dtype=)`), and
+even on two devices: their rows stay where they were computed, as fp32 log-probabilities, and
+only what a round needs leaves them (a block's draft log-probabilities, the top-k ids and values;
+`fusion`'s whole vector is its downlink anyway).
 """
 
 from __future__ import annotations
@@ -176,10 +181,12 @@ class CloudSession:
         if params.method is Method.SD:
             n_units = verify_exact_greedy([u.g_is_argmax for u in units])
         else:
+            # Units cover the draft from its start, in order: read their P_S^0 rows back at once.
+            covered = units[-1].s_stop if units else 0
+            s0_logps, _ = self.s0.block_logprobs(s_base, draft[:covered])
             ratios = []
             for unit in units:
-                positions = range(unit.s_start, unit.s_stop)
-                logp_s0 = sum(float(self.s0.logprobs_at(s_base + j)[draft[j]]) for j in positions)
+                logp_s0 = sum(s0_logps[j] for j in range(unit.s_start, unit.s_stop))
                 ratios.append(unit.logp_g - logp_s0)
             uniforms = self.verifier.uniforms(len(ratios)) if params.sampling else None
             n_units = verify_ratios(ratios, params.gamma, sampling=params.sampling, uniforms=uniforms)
@@ -200,14 +207,15 @@ class CloudSession:
             return self._sample_generalist(row_g)
         if isinstance(self.g, SharedVocabGeneralist):
             if params.method is Method.FUSION:
-                row_s0 = self.s0.next_logprobs() if alpha != 0 else None
+                row_s0 = self._s0_row_beside(row_g) if alpha != 0 else None
                 return fusion_vector(row_g, row_s0, alpha, self.verifier.specialist.vocab_size)
             if params.method is Method.SD:
                 best = int(torch.argmax(row_g))
                 return SteeringVector(((best,),), (0.0,))
-            row_s0 = self.s0.next_logprobs() if alpha != 0 else None
+            row_s0 = self._s0_row_beside(row_g) if alpha != 0 else None
             ids, values = steering_candidates(row_g, row_s0, alpha=alpha, k=params.top_k, policy=params.policy)
-            return SteeringVector(tuple((int(i),) for i in ids), tuple(float(v) for v in values))
+            # One copy each from the rows' device: k ids and k values.
+            return SteeringVector(tuple((i,) for i in ids.tolist()), tuple(values.tolist()))
 
         wanted = 1 if params.method is Method.SD else params.top_k
         cands = self.g.candidates(row_g, wanted * CANDIDATE_POOL_FACTOR)
@@ -220,19 +228,23 @@ class CloudSession:
         if params.policy is CandidatePolicy.GUARDRAIL:
             cands = cands[: params.top_k]  # the guardrail sends the top k by P_G: score only those under P_S^0
         logp_g = torch.tensor([c.logp_g for c in cands])
-        logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]) if alpha != 0 else None
+        logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]).cpu() if alpha != 0 else None
         values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # finite (floored)
         # Candidates come ranked by P_G (the guardrail order); the literal policy re-ranks by v.
         chosen = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
         chosen = [int(i) for i in chosen if i < len(cands)]
         return SteeringVector(tuple(cands[i].s_tokens for i in chosen), tuple(float(values[i]) for i in chosen))
 
+    def _s0_row_beside(self, row_g: torch.Tensor) -> torch.Tensor:
+        """P_S^0's next row on P_G's row's device (the two models may sit on different ones)."""
+        return self.s0.next_logprobs().to(row_g.device)
+
     def _sample_generalist(self, row_g: torch.Tensor) -> SteeringVector:
         """`llm` in sampling mode: one draw from the whole of P_G (not from its top-k), sent as the
         one candidate the device must take. Across vocabularies, tokens the Specialist cannot spell
         (partial characters, special tokens without a counterpart) are redrawn, i.e. the draw is
         from P_G conditioned on being spellable."""
-        probs = row_g.float().exp()
+        probs = row_g.float().exp().cpu()  # the verifier's seeded generator draws on the CPU
         for _ in range(probs.shape[-1]):
             if not float(probs.sum()) > 0:
                 break
@@ -265,10 +277,10 @@ def fusion_vector(logp_g: torch.Tensor, logp_s0: torch.Tensor | None, alpha: flo
     values = steering_values(
         _fit(logp_g, vocab_size), _fit(logp_s0 if logp_s0 is not None else logp_g, vocab_size), alpha
     )
-    return FusionVector(values.numpy().astype("<f4", copy=False).tobytes())
+    return FusionVector(values.cpu().numpy().astype("<f4", copy=False).tobytes())
 
 
 def _fit(row: torch.Tensor, size: int) -> torch.Tensor:
     if row.shape[-1] >= size:
         return row[:size]
-    return torch.cat([row, torch.full((size - row.shape[-1],), -torch.inf, dtype=row.dtype)])
+    return torch.cat([row, torch.full((size - row.shape[-1],), -torch.inf, dtype=row.dtype, device=row.device)])

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole GPU check in one run (issue 27), for the device machine: no network there, Python 3.12,
+# torch and transformers as installed (the project's requires-python excludes 3.12, so the tree
+# runs from PYTHONPATH=. and is never pip-installed).
+#
+#   run (device tool), carry [".venv/gpu-wheels"], command: bash tools/gpu_check.sh
+#
+# 1. Installs the test dependencies the machine lacks (pytest, gguf, bm25s, ...) from carried
+#    wheels into a scratch folder on PYTHONPATH. Make the wheels here first (pure Python or
+#    cp312 manylinux, about 42 MB):
+#      .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .venv/gpu-wheels \
+#        pytest pluggy iniconfig pytest-timeout pygments gguf bm25s scipy cryptography cffi \
+#        pycparser grpcio-health-checking pyyaml psutil
+# 2. The CUDA tests: the cloud on cuda fp32 against the CPU and the oracles, bf16 agreement, the
+#    merged forward, loading onto the GPU (tests/server/test_device_dtype.py), and the oracle tests.
+# 3. python -m bench.gpu --device cuda --compile: every configuration, the 32B last, within the
+#    time left of the 9-minute budget (partial JSON after each configuration).
+# Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions.
+set -uo pipefail
+
+BUDGET_S=${GPU_CHECK_BUDGET_S:-530}  # the device tool stops a command at 600 s
+START=$(date +%s)
+OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+export PYTHONPATH=.:${PYTHONPATH:-}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PYTHON:-python3}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+  $PY -c 'import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, torch.version.cuda, transformers.__version__, torch.cuda.is_available())'
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# 1. Missing test dependencies, from the carried wheels.
+missing=$($PY - <<'EOF'
+import importlib.util
+wanted = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "pytest_timeout": "pytest-timeout",
+          "pygments": "pygments", "gguf": "gguf", "bm25s": "bm25s", "scipy": "scipy", "cryptography": "cryptography",
+          "cffi": "cffi", "pycparser": "pycparser", "grpc_health": "grpcio-health-checking", "yaml": "pyyaml",
+          "psutil": "psutil"}
+print(" ".join(dist for module, dist in wanted.items() if importlib.util.find_spec(module) is None))
+EOF
+)
+if [ -n "$missing" ]; then
+  echo "installing from .venv/gpu-wheels: $missing"
+  SITE=$(mktemp -d)
+  $PY -m pip install --quiet --no-index --no-deps --find-links .venv/gpu-wheels --target "$SITE" $missing \
+    >"$OUT/pip.txt" 2>&1 || { echo "pip failed: see pip.txt"; cat "$OUT/pip.txt"; }
+  export PYTHONPATH=.:$SITE:${PYTHONPATH}
+fi
+
+# 2. The CUDA tests (they skip nothing here but the no-GPU refusals); at most 4 minutes.
+if [ -z "${GPU_CHECK_SKIP_TESTS:-}" ]; then
+timeout 240 $PY -m pytest tests/server/test_device_dtype.py tests/test_oracles.py -q -p no:cacheprovider \
+  -m "not slow" -rs -s >"$OUT/pytest.txt" 2>&1
+echo "pytest exit $?" >>"$OUT/pytest.txt"
+tail -25 "$OUT/pytest.txt"
+fi
+
+# 3. The benchmark in the time left. Compiled: the 1.5B and the 32B (the issue's two targets), the
+#    32B last; a block size whose compile would not fit is recorded as skipped (then rerun it alone:
+#    GPU_CHECK_BENCH_ARGS="--configs qwen3-32b" with GPU_CHECK_SKIP_TESTS=1).
+LEFT=$((BUDGET_S - ($(date +%s) - START)))
+echo "bench.gpu with ${LEFT}s left"
+# shellcheck disable=SC2086  # the extra arguments are meant to split
+$PY -m bench.gpu --device cuda --dtype bfloat16 --compile --compile-min-s 150 --deadline-s "$LEFT" \
+  --out "$OUT" ${GPU_CHECK_BENCH_ARGS:-} >"$OUT/bench.txt" 2>&1
+echo "bench.gpu exit $?" >>"$OUT/bench.txt"
+tail -20 "$OUT/bench.txt"
+echo "gpu_check done in $(($(date +%s) - START)) s"
