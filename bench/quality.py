@@ -377,37 +377,43 @@ def summarize(rows: list[dict], labels: list[str]) -> list[dict]:
     return out
 
 
+def paired_difference(rows: list[dict], row: str, minus: str, metric: str) -> dict | None:
+    """`row` minus `minus` on `metric`, query by query (same user and subject): the mean, its 95 %
+    bootstrap interval, and how often `row` won or lost; None where no query has both."""
+    by_key = {(r["user"], r["subject"], r["config"]): r for r in rows}
+    queries = sorted({(r["user"], r["subject"]) for r in rows})
+    diffs = [
+        by_key[(u, s, row)][metric] - by_key[(u, s, minus)][metric]
+        for u, s in queries
+        if (u, s, row) in by_key and (u, s, minus) in by_key
+    ]
+    if not diffs:
+        return None
+    low, high = bootstrap_ci(diffs)
+    return {
+        "row": row,
+        "minus": minus,
+        "metric": metric,
+        "n": len(diffs),
+        "mean": statistics.fmean(diffs),
+        "ci95": [low, high],
+        "wins": sum(d > 0 for d in diffs),
+        "losses": sum(d < 0 for d in diffs),
+    }
+
+
 def paired_differences(rows: list[dict], subjects: list[str]) -> list[dict]:
     """For each specsteer row: its per-query difference from `slm-rag` and from `llm` (same query,
     same metric), mean and 95 % bootstrap interval. Pairing removes the query-difficulty variance
     that dominates the per-config standard errors."""
-    by_key = {(r["user"], r["subject"], r["config"]): r for r in rows}
-    queries = sorted({(r["user"], r["subject"]) for r in rows})
     out = []
     for subject in subjects:
         baselines = ["slm-rag", "llm"] if not subject.startswith("alt ") else ["alt slm-rag", "slm-rag", "llm"]
         for baseline in baselines:
             for metric in ("rougeL", "rouge1"):
-                diffs = [
-                    by_key[(u, s, subject)][metric] - by_key[(u, s, baseline)][metric]
-                    for u, s in queries
-                    if (u, s, subject) in by_key and (u, s, baseline) in by_key
-                ]
-                if not diffs:
-                    continue
-                low, high = bootstrap_ci(diffs)
-                out.append(
-                    {
-                        "row": subject,
-                        "minus": baseline,
-                        "metric": metric,
-                        "n": len(diffs),
-                        "mean": statistics.fmean(diffs),
-                        "ci95": [low, high],
-                        "wins": sum(d > 0 for d in diffs),
-                        "losses": sum(d < 0 for d in diffs),
-                    }
-                )
+                diff = paired_difference(rows, subject, baseline, metric)
+                if diff is not None:
+                    out.append(diff)
     return out
 
 

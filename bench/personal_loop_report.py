@@ -1,0 +1,257 @@
+"""The personal loop's scores and report: ROUGE and authorship per row, paired intervals, training.
+
+`bench.personal_loop` generates and trains; this reads its runs log and training summaries. Every
+generated text (and every real held-out body, the classifier's ceiling) is scored by the
+authorship classifier fitted on the authors' history bodies (`bench.attribution`); paired
+differences over the same queries use `bench.quality`'s bootstrap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from bench.attribution import AuthorClassifier
+from bench.quality import BOOTSTRAP_RESAMPLES, RunsLog, mean_se, paired_difference
+
+__all__ = ["CEILING", "CEILING_CUT", "VARIANTS", "adapter_label", "comparisons", "loss_table", "write_report"]
+
+HOLDOUT = 4  # the federation's default held-out entries per device (TaskConfig.holdout)
+GAMMA = 0.5
+SLM_RAG, LLM, SPECSTEER = "slm-rag", "llm", "specsteer"
+VARIANTS = ("dp", "no-dp")
+CEILING = "real body (ceiling)"
+CEILING_CUT = "real body, cut to the generated length"
+
+
+def adapter_label(method: str, variant: str) -> str:
+    return f"{method}+adapters ({variant})"
+
+
+def comparisons(variants: Sequence[str]) -> list[tuple[str, str]]:
+    """(row, minus) pairs: the issue's three per variant, then what explains them."""
+    out: list[tuple[str, str]] = []
+    for v in variants:
+        slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
+        out += [(slm_a, SLM_RAG), (spec_a, LLM), (spec_a, slm_a), (spec_a, SPECSTEER)]
+    out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
+    if all(v in variants for v in VARIANTS):
+        out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]
+    return out
+
+
+def score_rows(
+    classifier: AuthorClassifier, rows: list[dict[str, Any]], queries: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Every generated row with its attribution, plus the ceiling rows (the real held-out bodies)."""
+    generated = [r for r in rows if r["text"].strip()]
+    lengths = [len(r["text"]) for r in generated]
+    cut = int(statistics.median(lengths)) if lengths else 0
+    ceiling = [
+        {"config": CEILING, "user": u["user_id"], "subject": q["subject"], "text": q["target"]} for u, q in queries
+    ]
+    ceiling_cut = [{**c, "config": CEILING_CUT, "text": c["text"][:cut]} for c in ceiling] if cut else []
+    scored = [dict(r) for r in rows] + ceiling + ceiling_cut
+    got = classifier.attribute([r["text"] for r in scored], [r["user"] for r in scored])
+    for r, a in zip(scored, got, strict=True):
+        r["attribution"] = a.probability
+        r["attribution_top1"] = 1.0 if a.top1 else 0.0
+    return scored
+
+
+def summarize(scored: list[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
+    out = []
+    for label in labels:
+        mine = [r for r in scored if r["config"] == label]
+        if not mine:
+            continue
+        entry: dict[str, Any] = {"config": label, "n": len(mine), "users": len({r["user"] for r in mine})}
+        for metric in ("rougeL", "rouge1", "attribution", "attribution_top1"):
+            values = [r[metric] for r in mine if metric in r]
+            if values:
+                entry[metric], entry[f"{metric}_se"] = mean_se(values)
+        if "seconds" in mine[0]:
+            entry["seconds_per_query"] = statistics.fmean(r["seconds"] for r in mine)
+        out.append(entry)
+    return out
+
+
+def paired(scored: list[dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    diffs = (
+        paired_difference(scored, row, minus, metric) for row, minus in pairs for metric in ("rougeL", "attribution")
+    )
+    return [d for d in diffs if d is not None]
+
+
+def loss_table(training: dict[str, Any]) -> dict[str, Any]:
+    """Mean held-out loss over the devices: v0 (base), and the last evaluation with global / +personal."""
+    first, last_g, last_p = [], [], []
+    for d in training["devices"]:
+        losses = [x for x in d["losses"] if x["global"] is not None]
+        if not losses:
+            continue
+        first.append(losses[0]["global"])
+        if len(losses) > 1:
+            last_g.append(losses[-1]["global"])
+            if losses[-1]["personal"] is not None:
+                last_p.append(losses[-1]["personal"])
+    eps = [d["epsilon"] for d in training["devices"] if d["epsilon"] is not None]
+
+    def mean(values: list[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
+    return {
+        "loss_v0": mean(first),
+        "loss_global": mean(last_g),
+        "loss_global_personal": mean(last_p),
+        "epsilon_mean": mean(eps),
+        "epsilon_max": max(eps) if eps else None,
+    }
+
+
+_CLASSIFIERS: dict[tuple[str, ...], AuthorClassifier] = {}
+
+
+def author_classifier(users: Sequence[dict[str, Any]]) -> AuthorClassifier:
+    """The attribution classifier fitted on these authors' whole histories (fitted once per process)."""
+    key = tuple(str(u["user_id"]) for u in users)
+    if key not in _CLASSIFIERS:
+        _CLASSIFIERS[key] = AuthorClassifier.fit({str(u["user_id"]): [e["body"] for e in u["profile"]] for u in users})
+    return _CLASSIFIERS[key]
+
+
+def write_report(
+    args: argparse.Namespace,
+    users: list[dict[str, Any]],
+    queries: list[tuple[dict[str, Any], dict[str, Any]]],
+    runs: RunsLog,
+    trainings: dict[str, dict[str, Any]],
+    command: str,
+) -> dict[str, Any]:
+    classifier = author_classifier(users)
+    keys = {(u["user_id"], q["subject"]) for u, q in queries}
+    rows = [
+        r
+        for k, r in runs.done.items()
+        if (k[0], k[1]) in keys and k[3] == args.max_new_tokens and r.get("specialist") == args.specialist
+    ]
+    variants = [v for v in VARIANTS if any(r.get("variant") == v for r in rows) or v in trainings]
+    labels = [SLM_RAG, LLM, SPECSTEER]
+    for v in variants:
+        labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
+    scored = score_rows(classifier, rows, queries)
+    result = {
+        "meta": {
+            "command": command,
+            "data": str(args.data),
+            "users": [u["user_id"] for u in users],
+            "queries_planned": len(queries),
+            # Per training: the queries with all five of its rows (the three base rows and its two).
+            "queries_complete": {
+                v: sum(
+                    all(
+                        (u["user_id"], q["subject"], label, args.max_new_tokens) in runs.done
+                        for label in (SLM_RAG, LLM, SPECSTEER, adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v))
+                    )
+                    for u, q in queries
+                )
+                for v in variants
+            },
+            "max_new_tokens": args.max_new_tokens,
+            "specialist": args.specialist,
+            "generalist": args.generalist,
+            "gamma": GAMMA,
+            "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+            "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
+            "fitted on the authors' whole histories",
+            "chance": 1 / len(users) if users else math.nan,
+        },
+        "summary": summarize(scored, [*labels, CEILING, CEILING_CUT]),
+        "paired": paired(scored, comparisons(variants)),
+        "training": {v: {**t, "losses": loss_table(t)} for v, t in trainings.items()},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "personal_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (args.out / "personal_loop.md").write_text(markdown(result), encoding="utf-8")
+    return result
+
+
+def _num(value: float | None, fmt: str = ".3f") -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["meta"]
+    complete = ", ".join(f"{n} with the {v} adapters" for v, n in m["queries_complete"].items()) or "none"
+    lines = [
+        "# The personal loop: federated adapters, SpecSteer, ROUGE and authorship",
+        "",
+        f"Command: `{m['command']}`",
+        "",
+        f"{len(m['users'])} authors ({', '.join(m['users'])}); {m['queries_planned']} held-out queries planned, "
+        f"complete (every row): {complete}; {m['specialist']} -> {m['generalist']}, greedy, {m['max_new_tokens']} new "
+        f"tokens, SpecSteer gamma {m['gamma']}. Attribution: {m['attribution']}; chance {m['chance']:.3f}.",
+        "",
+        "| row | n | authors | ROUGE-L | attribution p(true author) | true author first |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in result["summary"]:
+        rl = f"{s['rougeL']:.3f} ± {s['rougeL_se']:.3f}" if "rougeL" in s else "—"
+        lines.append(
+            f"| {s['config']} | {s['n']} | {s['users']} | {rl} | {s['attribution']:.3f} ± {s['attribution_se']:.3f} "
+            f"| {s['attribution_top1']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Paired differences over the same queries (mean, 95 % bootstrap interval of {m['bootstrap_resamples']:,} "
+        "resamples of queries, wins/losses):",
+        "",
+        "| row | minus | metric | n | mean diff | 95 % interval | wins / losses |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in result["paired"]:
+        lines.append(
+            f"| {d['row']} | {d['minus']} | {d['metric']} | {d['n']} | {d['mean']:+.3f} | "
+            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |"
+        )
+    if result["training"]:
+        lines += [
+            "",
+            "Training (the federation's own held-out evaluation, mean over devices; ε per commit from each ledger):",
+            "",
+            "| training | rounds | DP steps / round | personal steps / round | history | max len | loss v0 (base) "
+            "| loss + global | loss + global + personal | ε mean (max) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for v, t in result["training"].items():
+            s, loss = t["spec"], t["losses"]
+            eps = "no DP" if not s["dp"] else f"{_num(loss['epsilon_mean'])} ({_num(loss['epsilon_max'])})"
+            lines.append(
+                f"| {v} | {len(t['rounds'])}/{s['rounds']} | {s['dp_steps']} | {s['personal_steps']} | "
+                f"{s['history']} ({HOLDOUT} held out) | {s['max_len']} | {_num(loss['loss_v0'])} | "
+                f"{_num(loss['loss_global'])} | {_num(loss['loss_global_personal'])} | {eps} |"
+            )
+        lines += [
+            "",
+            "Per device (held-out loss: v0, then after each round with the global adapter / + personal; "
+            "DP steps it trained per round, which its budget may cut below the proposal):",
+            "",
+            "| training | device | held-out loss | DP steps | rounds sat out | ε |",
+            "|---|---|---|---|---|---|",
+        ]
+        for v, t in result["training"].items():
+            for d in t["devices"]:
+                losses = " → ".join(
+                    _num(x["global"]) if i == 0 else f"{_num(x['global'])} / {_num(x['personal'])}"
+                    for i, x in enumerate(d["losses"])
+                )
+                steps = ", ".join(str(x) for x in d["dp_steps"]) or "—"
+                lines.append(
+                    f"| {v} | {d['user']} | {losses or '—'} | {steps} | {len(d.get('skipped', []))} | "
+                    f"{'no DP' if d['epsilon'] is None else _num(d['epsilon'])} |"
+                )
+    return "\n".join(lines) + "\n"

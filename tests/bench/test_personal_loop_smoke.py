@@ -1,0 +1,63 @@
+"""The personal-loop benchmark's smoke run: real Flower rounds, the sdk's adapter path, tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import personal_loop, personal_loop_report
+from tests.tinymodels import save_tiny
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
+
+
+def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path, bpe_tok) -> None:
+    # Prepare: the fixture BPE spends ~130 tokens on the prompt, hence 256-token sequences.
+    s_dir = save_tiny(tmp_path, bpe_tok, seed=3, name="s", hidden=32, heads=2)
+    g_dir = save_tiny(tmp_path, bpe_tok, seed=4, name="g", hidden=32, heads=2)
+    out, work = tmp_path / "out", tmp_path / "work"
+    args = [
+        *("--data", str(FIXTURES), "--users", "3", "--queries-per-user", "1", "--history", "8"),
+        *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
+        *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
+    ]
+    # Execute
+    assert personal_loop.main(args) == 0
+    # Assert: every row for every query, scored on ROUGE and attribution, and the paired comparisons.
+    result = json.loads((out / "personal_loop.json").read_text())
+    summary = {s["config"]: s for s in result["summary"]}
+    rows = [r.label for rows in personal_loop.rows_for("dp") for r in rows]
+    assert set(rows) <= set(summary)
+    assert all(summary[r]["n"] == 3 and summary[r]["users"] == 3 for r in rows)
+    assert all(0.0 <= summary[r]["attribution"] <= 1.0 for r in rows)
+    assert result["meta"]["queries_complete"] == {"dp": 3}
+    # The real held-out bodies calibrate the classifier: on these clearly different authors it beats chance.
+    assert summary[personal_loop_report.CEILING]["attribution"] > result["meta"]["chance"]
+    pairs = {(d["row"], d["minus"], d["metric"]) for d in result["paired"]}
+    slm_a, spec_a = (
+        personal_loop_report.adapter_label("slm-rag", "dp"),
+        personal_loop_report.adapter_label("specsteer", "dp"),
+    )
+    for metric in ("rougeL", "attribution"):
+        assert {(slm_a, "slm-rag", metric), (spec_a, "llm", metric), (spec_a, slm_a, metric)} <= pairs
+    # The federation trained: a new global version, every device's ledger spent ε, losses were evaluated.
+    training = result["training"]["dp"]
+    assert training["rounds"][0]["version_out"] == 1 and training["rounds"][0]["replies"] == [3]
+    assert all(d["epsilon"] > 0 and len(d["losses"]) == 2 for d in training["devices"])
+    assert training["losses"]["loss_v0"] > 0 and training["losses"]["loss_global_personal"] > 0
+    # The adapters' rows declared the version the device holds; the base rows declared none.
+    log = [json.loads(line) for line in (out / "personal_loop.runs.jsonl").read_text().splitlines()]
+    assert {r["adapter_version"] for r in log if r["variant"] == "dp"} == {1}
+    assert {r["adapter_version"] for r in log if r["variant"] is None} == {0}
+    # A rerun trains nothing and generates nothing: it resumes from WORK and the runs log.
+    before = (out / "personal_loop.runs.jsonl").read_text()
+    assert personal_loop.main(args) == 0
+    assert (out / "personal_loop.runs.jsonl").read_text() == before
+    assert len(personal_loop.Training(work / "dp", personal_loop.TrainSpec(**_spec(work))).rounds_done()) == 1
+    # A WORK folder trained with other settings is refused with one line.
+    assert personal_loop.main([*args[: args.index("--rounds") + 1], "2", *args[args.index("--rounds") + 2 :]]) == 1
+
+
+def _spec(work: Path) -> dict:
+    stored = json.loads((work / "dp" / "spec.json").read_text())
+    return {**stored, "users": tuple(stored["users"])}
