@@ -104,6 +104,10 @@ class CanaryDetector(Detector):
         self._exact_re = _alternation(exact, _word_pattern)
         self._core_re = _alternation(cores, _loose_pattern)
         self._encoded_re = _alternation(encoded, re.escape)
+        # An encoding longer than the device's look-ahead reaches the guard in pieces after a
+        # fail-closed hold: any 16 characters of one are a span too.
+        pieces = {e[i : i + 16] for e in encoded for i in range(0, len(e) - 15, 2)}
+        self._piece_re = _alternation(pieces, re.escape)
         self._prefixes: dict[str, str] = {}
         for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
             for n in range(min(min_prefix, len(norm)), len(norm)):
@@ -128,8 +132,10 @@ class CanaryDetector(Detector):
                     out.append(Span(a, b, NAME))
         if self._core_re is not None:
             out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
-        if self._encoded_re is not None:
-            for m in self._encoded_re.finditer(t):
+        for pattern in (self._encoded_re, self._piece_re):
+            if pattern is None:
+                continue
+            for m in pattern.finditer(t):
                 a, b = m.start(), m.end()
                 while a > 0 and t[a - 1] in _ENCODED_CHARS:
                     a -= 1

@@ -47,8 +47,16 @@ from enum import StrEnum
 
 from core.session_types import GuardDecision
 from privacy.canaries import CanaryDetector
+from privacy.history_secrets import HistorySecretDetector
 from privacy.ngrams import VerbatimNgramDetector
 from privacy.pii import PiiDetector
+from privacy.recognizers import (
+    CardRecognizer,
+    NationalIdRecognizer,
+    PhoneRecognizer,
+    SecretRecognizer,
+    WrappedEmailRecognizer,
+)
 from privacy.spans import (
     ADDRESS,
     CANARY,
@@ -57,8 +65,10 @@ from privacy.spans import (
     IBAN,
     IP,
     NAME,
+    NATIONAL_ID,
     PHONE,
     PRIVATE_NGRAM,
+    SECRET,
     URL_CREDENTIALS,
     Detector,
     Span,
@@ -89,6 +99,8 @@ PLACEHOLDERS: Mapping[str, str] = {
     CANARY: "<SECRET>",
     NAME: "<NAME>",
     ADDRESS: "<ADDRESS>",
+    SECRET: "<KEY>",
+    NATIONAL_ID: "<ID>",
 }
 
 
@@ -163,8 +175,16 @@ class EgressGuard:
         registered.update({c: CANARY for c in canaries})
         detectors: list[Detector] = [
             PiiDetector(),
+            PhoneRecognizer(),
+            CardRecognizer(),
+            NationalIdRecognizer(),
+            SecretRecognizer(),
+            WrappedEmailRecognizer(),
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]
+        secrets = HistorySecretDetector.from_history(history)
+        if len(secrets):
+            detectors.append(secrets)
         if registered:
             # Words the history writes in lower case are words, not names: "Will Smith"'s "Will"
             # alone is not redacted in a history that says "we will".

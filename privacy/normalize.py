@@ -16,14 +16,19 @@ The fold, character by character (so every folded character knows where it came 
    Armenian, Latin-extension look-alikes) and look-alike punctuation (dashes, dots, at signs,
    slashes) become the ASCII character they imitate; the table follows Unicode's confusables
    data (UTS #39) for the Latin lookalikes, not any one test set;
-4. case: lower case.
+4. digits of every script (Arabic-Indic "٤", Devanagari "४", Thai "๔", ...) become ASCII digits
+   (`unicodedata.digit`), ahead of any look-alike punctuation they resemble;
+5. case: lower case;
+6. letters spaced out one by one ("j o h n @ e x a m p l e . c o m", five or more single
+   characters, two of them letters) are joined; a wider gap inside such a run stays one space.
 
-Text that is already ASCII takes a fast path (only step 4).
+Text that is already ASCII takes a fast path (only steps 5 and 6).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -53,7 +58,7 @@ _PAIRS = {
     "ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ł": "l", "ħ": "h",
     # punctuation
     "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-", "⁃": "-", "﹘": "-",
-    "ー": "-", "。": ".", "｡": ".", "·": ".", "・": ".", "٠": ".", "۔": ".", "⁄": "/", "∕": "/",
+    "ー": "-", "。": ".", "｡": ".", "·": ".", "・": ".", "۔": ".", "⁄": "/", "∕": "/",
     "⧸": "/", "＼": "\\", "∶": ":", "׃": ":", "˸": ":", "‚": ",", "،": ",", "ʻ": "'", "ʼ": "'",
     "‘": "'", "’": "'", "“": '"', "”": '"', "ⓐ": "@", "\t": " ",
 }  # fmt: skip
@@ -64,6 +69,9 @@ _DROP = frozenset({"Mn", "Me", "Cf"})
 
 @functools.lru_cache(maxsize=4096)
 def _fold_char(ch: str) -> str:
+    digit = unicodedata.digit(ch, None)
+    if digit is not None and unicodedata.category(ch) == "Nd":
+        return str(digit)
     out = []
     for c in unicodedata.normalize("NFKD", ch):
         if unicodedata.category(c) in _DROP:
@@ -102,7 +110,7 @@ def fold(text: str) -> Folded:
     if text.isascii():
         folded = text.replace("\t", " ").lower()
         idx = tuple(range(len(text)))
-        return Folded(text, folded, idx, tuple(i + 1 for i in idx))
+        return _join_spaced(Folded(text, folded, idx, tuple(i + 1 for i in idx)))
     parts: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
@@ -111,7 +119,31 @@ def fold(text: str) -> Folded:
         parts.append(f)
         starts.extend([i] * len(f))
         ends.extend([i + 1] * len(f))
-    return Folded(text, "".join(parts), tuple(starts), tuple(ends))
+    return _join_spaced(Folded(text, "".join(parts), tuple(starts), tuple(ends)))
+
+
+# Five or more single characters, each followed by 1-3 spaces: "j o h n @ e x a m p l e".
+_SPACED = re.compile(r"(?<!\S)(?:\S {1,3}){4,}\S(?!\S)")
+
+
+def _join_spaced(f: Folded) -> Folded:
+    """`f` with letters spaced out one by one joined (step 6 of the module docstring)."""
+    runs = [m for m in _SPACED.finditer(f.text) if sum(c.isalpha() for c in m.group()[::2]) >= 2]
+    if not runs:
+        return f
+    keep = [True] * len(f.text)
+    for m in runs:
+        gaps = [g for g in re.finditer(r" +", m.group())]
+        narrow = min(len(g.group()) for g in gaps)
+        for g in gaps:
+            a, b = m.start() + g.start(), m.start() + g.end()
+            # The narrowest gap separates letters; a wider one separates words and stays one space.
+            for i in range(a, b if len(g.group()) == narrow else b - 1):
+                keep[i] = False
+    text = "".join(c for c, k in zip(f.text, keep, strict=True) if k)
+    starts = tuple(s for s, k in zip(f.starts, keep, strict=True) if k)
+    ends = tuple(e for e, k in zip(f.ends, keep, strict=True) if k)
+    return Folded(f.raw, text, starts, ends)
 
 
 def fold_string(text: str) -> str:

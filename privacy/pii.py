@@ -156,6 +156,24 @@ _EMAIL_HAZARD = re.compile(
     r"|<[a-z0-9._%+-]*\Z"
 )
 _BARE_WORD = re.compile(rf"{_L}+\.?")
+# Hashes, digests and UUIDs (and their first characters once they are longer than any name):
+# held as a local part they never resolve within the look-ahead and would fail closed.
+_HASH_LIKE = re.compile(r"(?=[0-9a-f-]*\d)(?:[0-9a-f]{12,}|[0-9a-f]{8}-[0-9a-f-]*)\.?")
+
+
+def _hex_text(word: str) -> bool:
+    """Hex that decodes to printable text may still carry an address or a registered string (hex of
+    "user jane@..."): it stays held. A hash's bytes are not text after a few of them."""
+    digits = word.rstrip(".")
+    digits = digits[: len(digits) // 2 * 2]
+    try:
+        data = bytes.fromhex(digits)
+    except ValueError:
+        return False
+    return all(0x20 <= b < 0x7F for b in data)
+
+
+_SPACED_HAZARD = re.compile(r"(?<!\S)(?:[a-z0-9@._+-] {1,3}){1,}[a-z0-9@._+-]? {0,3}\Z")
 _DIGITS_HAZARD = re.compile(r"(?<![\w.,])(?:\+|\()?\d[\d .()/\n-]{0,24}\Z")
 _IPV6_HAZARD = re.compile(r"(?<![\w:.])[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){1,7}\Z")
 _URL_HAZARD = re.compile(r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://[^\s/?#@]*\Z")
@@ -184,11 +202,13 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _iban_ok(compact: str) -> bool:
+    from stdnum import iban
+
     compact = compact.upper()
-    if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
-        return False
-    rearranged = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+    # stdnum checks the BBAN format and mod 97 (not national check digits: a mistyped IBAN is
+    # personal all the same); the length table keeps the countries
+    # whose IBANs we know to be in use.
+    return _IBAN_LENGTHS.get(compact[:2]) == len(compact) and bool(iban.is_valid(compact, check_country=False))
 
 
 def _iban_length(raw: str) -> int:
@@ -228,6 +248,10 @@ def _email_ok(m: re.Match[str]) -> bool:
     tld, at, local, domain = m.group("tld"), m.group("at"), m.group("local"), m.group("domain")
     if tld in _NOT_TLDS:
         return False
+    # "see @pytest.mark.parametrize": a spaced "@" before a dotted name is a decorator or a
+    # mention unless the name ends in a real top-level domain.
+    if at.strip() == "@" and at != "@" and tld not in _WORD_TLDS and len(tld) != 2:
+        return False
     if _PLAIN_AT.fullmatch(at) or "[" in at or "(" in at or "{" in at or "<" in at or "%" in at or "&" in at:
         return True
     # " at ": "look at github.com" is prose. Written-out addresses spell out a dot somewhere, or
@@ -235,6 +259,29 @@ def _email_ok(m: re.Match[str]) -> bool:
     if tld not in _WORD_TLDS and len(tld) != 2:
         return False
     return bool(_WORD_DOT.search(domain) or _WORD_DOT.search(local) or re.search(r"[._+\d]", local))
+
+
+# "git@github.com:owner/repo.git" (scp-like remote) and "ssh://git@host/..." log in to a host; they
+# are not addresses. Only service accounts: "ssh://jane.doe@host" still names a person.
+_REMOTE_AFTER = re.compile(r":[\w~.-]*(?:/|\Z)|:[\w.-]+\.git\b")
+_SERVICE_USERS = frozenset(_words("git hg svn ssh gitlab gitea forgejo bitbucket aur cvs"))
+
+
+def _is_remote(text: str, m: re.Match[str]) -> bool:
+    if _REMOTE_AFTER.match(text, m.end()):
+        return True
+    return m.group("local") in _SERVICE_USERS and text[max(0, m.start() - 3) : m.start()] == "://"
+
+
+_TOWN = re.compile(
+    r",[ \t]*(?!(?:The|This|That|In|On|At|And|But|If|As|So|Then|Which|When|See)\b)[A-Z][a-z]+(?:[ -][A-Z][a-z]+)?"
+    r"(?:,?[ \t]*(?:[A-Z]{2}[ \t]+\d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]?[ \t]?\d[A-Z]{2}|\d{4,5}))?(?![\w])"
+)
+
+
+def _town_end(text: str, end: int) -> int:
+    m = _TOWN.match(text, end)
+    return m.end() if m else end
 
 
 def _address_ok(m: re.Match[str]) -> bool:
@@ -286,7 +333,7 @@ class PiiDetector(Detector):
         out: list[tuple[int, int, str]] = []
         k = self.kinds
         if EMAIL in k:
-            out += [(m.start(), m.end(), EMAIL) for m in _EMAIL_RE.finditer(t) if _email_ok(m)]
+            out += [(m.start(), m.end(), EMAIL) for m in _EMAIL_RE.finditer(t) if _email_ok(m) and not _is_remote(t, m)]
         if URL_CREDENTIALS in k:
             out += [(m.start(), m.end(), URL_CREDENTIALS) for m in _URL_CREDENTIALS_RE.finditer(t)]
         if PHONE in k:
@@ -308,8 +355,11 @@ class PiiDetector(Detector):
         if ADDRESS in k:
             for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN):
                 out += [(m.start(), m.end(), ADDRESS) for m in pattern.finditer(t) if _address_ok(m)]
+        spans = [Span(*f.span(a, b), kind) for a, b, kind in out if b > a]
+        # The town after a street ("12 Larch Lane, Springfield"), written with a capital on the raw text.
+        spans = [Span(s.start, _town_end(text, s.end), s.kind) if s.kind == ADDRESS else s for s in spans]
         # "+1 (415) 555-0132" is also a North American "(415) 555-0132": one finding, not two.
-        return merge_spans(Span(*f.span(a, b), kind) for a, b, kind in out if b > a)
+        return merge_spans(spans)
 
     def hazard(self, text: str) -> Span | None:
         offset = max(0, len(text) - _HAZARD_TAIL)
@@ -326,9 +376,20 @@ class PiiDetector(Detector):
             m = _EMAIL_HAZARD.search(tail)
             # Without local-part holds, a bare word ("loop", "patch.") is not held; "jane.doe",
             # "jane dot d" or anything with its "@" already written still is.
-            if m and not self.hold_local_parts and _BARE_WORD.fullmatch(m.group()):
+            bare = m is not None and _BARE_WORD.fullmatch(m.group())
+            if (
+                m
+                and bare
+                and (not self.hold_local_parts or (_HASH_LIKE.fullmatch(m.group()) and not _hex_text(m.group())))
+            ):
                 m = None
             add(m, EMAIL)
+            # "git@host:" at the end may still be a remote's path or an address followed by a colon.
+            for e in _EMAIL_RE.finditer(tail):
+                if _email_ok(e) and re.fullmatch(r":[\w~.-]*", tail[e.end() :]):
+                    add(e, EMAIL)
+            # Letters spaced out one by one may still become an address ("j o h" of "j o h n @ ...").
+            add(_SPACED_HAZARD.search(tail), EMAIL)
         if URL_CREDENTIALS in k:
             add(_URL_HAZARD.search(tail), URL_CREDENTIALS)
         if k & {PHONE, CARD, IP}:

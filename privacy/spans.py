@@ -20,8 +20,10 @@ __all__ = [
     "IP",
     "KINDS",
     "NAME",
+    "NATIONAL_ID",
     "PHONE",
     "PRIVATE_NGRAM",
+    "SECRET",
     "URL_CREDENTIALS",
     "Detector",
     "Span",
@@ -40,11 +42,13 @@ PRIVATE_NGRAM = "private-ngram"
 CANARY = "canary"
 NAME = "name"
 ADDRESS = "address"
+SECRET = "secret"  # a key, token or password: a vendor pattern, a keyword's value, a random word, the history's
+NATIONAL_ID = "national-id"
 
 # Every kind, the most specific first: when spans of different kinds overlap, the merged span is
 # named after the most specific one. Detectors merge their own findings too, so the order lives
 # here rather than with the guard.
-KINDS = (CANARY, CARD, IBAN, URL_CREDENTIALS, EMAIL, PHONE, IP, ADDRESS, NAME, PRIVATE_NGRAM)
+KINDS = (CANARY, CARD, IBAN, NATIONAL_ID, URL_CREDENTIALS, SECRET, EMAIL, PHONE, IP, ADDRESS, NAME, PRIVATE_NGRAM)
 
 
 @dataclass(frozen=True, order=True)

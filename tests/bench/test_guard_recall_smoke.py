@@ -8,7 +8,8 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from bench.guard_recall import CATEGORIES, guards, measure, people, positives, render
+from bench.guard_cases import CATEGORIES, people, positives
+from bench.guard_recall import guards, measure, render
 
 COST = ("hold on", "hold off")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "guard_ordinary.txt"

@@ -33,7 +33,7 @@ def matched(text: str) -> list[str]:
         ("mail john.doe@example.com now", EMAIL, "john.doe@example.com"),
         ("Signed-off-by: A B <a.b+git@mail.example.org>", EMAIL, "a.b+git@mail.example.org"),
         ("see <20240914090449.612345-1-author@example.com>", EMAIL, "20240914090449.612345-1-author@example.com"),
-        ("git@github.com:git/git.git", EMAIL, "git@github.com"),
+        ("mail git@github.com about it", EMAIL, "git@github.com"),
         ("+44 20 7946 0958", PHONE, "+44 20 7946 0958"),
         ("call (415) 555-0132.", PHONE, "(415) 555-0132"),
         ("415.555.0132", PHONE, "415.555.0132"),
