@@ -146,16 +146,20 @@ def guards(
         out["guard"].append(g)
         out["guard, no local-part hold"].append(without_local_holds(g))
         if baseline is not None:
-            entries = [t for b in history for t in ("s", b)]
-            old = baseline.EgressGuard.for_profile(
-                entries,
-                tok,
-                identities=dict(profile.identities),
-                canaries=[p.canary],
-                policy=baseline.Policy("placeholder"),
-            )
-            out["baseline"].append(old.for_prompt("Write the commit body."))
+            out["baseline"].append(_baseline_guard(baseline, history, tok, profile, p.canary))
     return out
+
+
+def _baseline_guard(baseline: types.ModuleType, bodies: list[str], tok: Any, profile: Profile, canary: str) -> Any:
+    """The same user's guard as a git revision's detectors built it (`--baseline`)."""
+    old = baseline.EgressGuard.for_profile(
+        [t for b in bodies for t in ("s", b)],
+        tok,
+        identities=dict(profile.identities),
+        canaries=[canary],
+        policy=baseline.Policy("placeholder"),
+    )
+    return old.for_prompt("Write the commit body.")
 
 
 def adversarial_guards(
@@ -172,14 +176,7 @@ def adversarial_guards(
             guard_for_profile(profile, tok, "placeholder", canaries=[p.canary]).for_prompt("Write the commit body.")
         )
         if baseline is not None:
-            old = baseline.EgressGuard.for_profile(
-                [t for b in bodies for t in ("s", b)],
-                tok,
-                identities=dict(profile.identities),
-                canaries=[p.canary],
-                policy=baseline.Policy("placeholder"),
-            )
-            out["baseline"].append(old.for_prompt("Write the commit body."))
+            out["baseline"].append(_baseline_guard(baseline, bodies, tok, profile, p.canary))
     return out
 
 

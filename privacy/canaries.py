@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from privacy.normalize import fold
-from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names
+from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names, widen_encoded
 from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
 
 __all__ = ["CanaryDetector", "identities_from_trailers"]
@@ -45,7 +45,6 @@ def _normalize(text: str) -> str:
 
 _SEPARATOR = r"[\s.\-_/,:|]{0,2}"
 _LOOSE_TAIL = re.compile(r"[a-z0-9](?:[\s.\-_/,:|]{0,2}[a-z0-9])*[\s.\-_/,:|]{0,2}")
-_ENCODED_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789+/=_-"
 
 
 class CanaryDetector(Detector):
@@ -136,12 +135,7 @@ class CanaryDetector(Detector):
             if pattern is None:
                 continue
             for m in pattern.finditer(t):
-                a, b = m.start(), m.end()
-                while a > 0 and t[a - 1] in _ENCODED_CHARS:
-                    a -= 1
-                while b < len(t) and t[b] in _ENCODED_CHARS:
-                    b += 1
-                out.append(Span(*f.span(a, b), self.encoded.get(m.group(), CANARY)))
+                out.append(Span(*f.span(*widen_encoded(t, m.start(), m.end())), self.encoded.get(m.group(), CANARY)))
         return merge_spans(out)
 
     def hazard(self, text: str) -> Span | None:

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from privacy.normalize import fold
 from privacy.recognizers import secret_values
-from privacy.registered import encodings
+from privacy.registered import encodings, widen_encoded
 from privacy.spans import SECRET, Detector, Span, merge_spans
 
 __all__ = ["HistorySecretDetector", "history_secrets"]
@@ -35,7 +35,6 @@ _INTRODUCED_HEX = re.compile(
     r"(?i)(?:token|secret|key|password|passwd|pwd|credential|bearer|auth\w*)\W{1,3}(?:\w+\W{1,3}){0,2}?"
     r"(?P<value>[0-9a-f]{20,})(?![0-9a-z])"
 )
-_ENCODED_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789+/=_-"
 
 
 def history_secrets(history: Iterable[str]) -> set[str]:
@@ -126,12 +125,7 @@ class HistorySecretDetector(Detector):
             if pattern is None:
                 continue
             for m in pattern.finditer(t):
-                a, b = m.start(), m.end()
-                while a > 0 and t[a - 1] in _ENCODED_CHARS:
-                    a -= 1
-                while b < len(t) and t[b] in _ENCODED_CHARS:
-                    b += 1
-                out.append(Span(*f.span(a, b), SECRET))
+                out.append(Span(*f.span(*widen_encoded(t, m.start(), m.end())), SECRET))
         return merge_spans(out)
 
     def hazard(self, text: str) -> Span | None:

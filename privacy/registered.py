@@ -89,6 +89,20 @@ def base64_fragments(data: bytes) -> set[str]:
     return out
 
 
+# The characters of a base64 or hex encoding, as the folded text spells them.
+ENCODED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+/=_-")
+
+
+def widen_encoded(text: str, start: int, end: int) -> tuple[int, int]:
+    """A match of a registered encoding widened to the whole run of encoding characters around it:
+    the span covers the encoded token as written, not only the part that matched."""
+    while start > 0 and text[start - 1] in ENCODED_CHARS:
+        start -= 1
+    while end < len(text) and text[end] in ENCODED_CHARS:
+        end += 1
+    return start, end
+
+
 def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]:
     """{encoded form: kind} for each registered string of `min_len`+ characters: hex and base64.
 
