@@ -41,8 +41,8 @@ from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
 from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K, prompt_length_problem, top_k_problem
 from core.session_types import Method, SessionParams, Verdict
+from core.tls_identity import check_tls_identity
 from sdk.connect_faults import certificate_refusal, classify, specific_cause
-from sdk.device_credentials import check_device_credentials
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
 from sdk.transport import VerifierLost
@@ -79,7 +79,7 @@ class TlsIdentity:
             raise ConfigError(f"{exc.filename} does not exist") from None
         except OSError as exc:
             raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
-        check_device_credentials(cert_pem, key_pem, cert_path=Path(cert), key_path=Path(key))
+        check_tls_identity(cert_pem, key_pem, cert_path=Path(cert), key_path=Path(key))
         return cls(pin_set, cert_pem, key_pem)
 
     def credentials(self) -> grpc.ChannelCredentials:

@@ -15,7 +15,6 @@ file is refused (the current certificate stays) rather than taking the server do
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import threading
 from concurrent.futures import Future
@@ -25,13 +24,13 @@ from typing import Any
 
 import grpc
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from core import wire
 from core.errors import ConfigError
 from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from core.models import CausalLM
+from core.tls_identity import check_tls_identity
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.metrics import Metrics
@@ -74,24 +73,11 @@ class CertificateSource:
             chain_pem, key_pem, ca_pem = (p.read_bytes() for p in self.paths)
         except OSError as exc:
             raise ConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
+        check_tls_identity(chain_pem, key_pem, cert_path=cert_path, key_path=key_path)
         try:
-            chain = x509.load_pem_x509_certificates(chain_pem)
-            key = serialization.load_pem_private_key(key_pem, password=None)
             client_cas = x509.load_pem_x509_certificates(ca_pem)
         except ValueError as exc:
-            raise ConfigError(f"{cert_path}, {key_path} or {ca_path} is not valid PEM: {exc}") from None
-        leaf = chain[0]
-        spki = serialization.PublicFormat.SubjectPublicKeyInfo
-        if key.public_key().public_bytes(serialization.Encoding.DER, spki) != leaf.public_key().public_bytes(
-            serialization.Encoding.DER, spki
-        ):
-            raise ConfigError(f"{key_path} is not the key of the certificate in {cert_path}")
-        now = dt.datetime.now(dt.UTC)
-        if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc:
-            raise ConfigError(
-                f"the certificate in {cert_path} is not valid now (valid {leaf.not_valid_before_utc:%Y-%m-%d} "
-                f"to {leaf.not_valid_after_utc:%Y-%m-%d})"
-            )
+            raise ConfigError(f"{ca_path} is not valid PEM: {exc}") from None
         if not client_cas:
             raise ConfigError(f"{ca_path} holds no CA certificate for devices")
         config = grpc.ssl_server_certificate_configuration([(key_pem, chain_pem)], root_certificates=ca_pem)

@@ -1,9 +1,10 @@
-"""The device's own TLS certificate and key, checked when they are loaded, before any connection.
+"""A TLS identity (certificate chain and key), checked when it is loaded, before anything dials or serves.
 
-gRPC reads them only when it dials, and a key that does not match its certificate (or a file that
-is not PEM at all) then reads as a dead verifier: core logs "Invalid private key" and the channel
-fails like a network outage, so the device would fall back and exit 0. A local misconfiguration
-must fail closed instead, with one sentence naming the files (`ConfigError`).
+Both ends use it: the device for its client certificate, the verifier for its serving one. gRPC
+reads them only when it dials or handshakes, and a key that does not match its certificate (or a
+file that is not PEM at all) then reads as a dead peer: core logs "Invalid private key" and the
+channel fails like a network outage, so a device would fall back and exit 0. A local
+misconfiguration must fail closed instead, with one sentence naming the files (`ConfigError`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from cryptography.hazmat.primitives import serialization
 
 from core.errors import ConfigError
 
-__all__ = ["check_device_credentials"]
+__all__ = ["check_tls_identity"]
 
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def check_device_credentials(
+def check_tls_identity(
     cert_pem: bytes, key_pem: bytes, *, cert_path: Path, key_path: Path, now: dt.datetime | None = None
 ) -> None:
-    """Refuse (`ConfigError`) a certificate chain and key that cannot authenticate this device:
+    """Refuse (`ConfigError`) a certificate chain and key that cannot authenticate their holder:
     not PEM, a key that is not the certificate's, or a certificate outside its validity dates."""
     try:
         chain = x509.load_pem_x509_certificates(cert_pem)
@@ -34,7 +35,7 @@ def check_device_credentials(
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
-        raise ConfigError(f"{key_path} is encrypted; the device needs its key unencrypted (file mode 0600)") from None
+        raise ConfigError(f"{key_path} is encrypted; the key must be unencrypted (file mode 0600)") from None
     except (ValueError, UnsupportedAlgorithm):
         raise ConfigError(f"{key_path} holds no PEM private key that can be read") from None
     leaf = chain[0]
