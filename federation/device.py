@@ -31,8 +31,9 @@ change it, and a later node config that differs is refused):
 
 and, not fixed in the ledger, ``max-dp-steps``: the most DP steps one round may take (default 64).
 The run's ``dp-steps`` is only a proposal: the device trains as many steps, up to it and
-``max-dp-steps``, as its budget affords for its own history, and sits a round out (replying with
-the adapter it received, in the same shape) when it can afford none.
+``max-dp-steps``, as its budget affords for its own history, and runs the rest as cover steps
+(the same batches through the model, an update of noise alone, no ε spent), so that a device's
+round takes the same time and sends an update of the same size whatever its history's size.
 
 A run asking for less (no DP, less noise, another δ) is refused with a reason that names only the
 settings, never the device's data.
@@ -272,11 +273,11 @@ class Device:
         Refuses if ineligible or if the run asks for less privacy than the device's policy: both
         decided from the run and the device's settings alone, before its history is read. The
         run's ``dp-steps`` is only a proposal: the device trains the most steps, up to it and its
-        own ``max-dp-steps``, that stay within its ε budget for its own history. A device that can
-        afford none (or has no usable sequence) sits the round out with a reply of the same shape
-        as a trained one: the adapter it received, unchanged. So whether a device takes part, and
-        what its reply looks like, says nothing about the size of its history. The run's δ and
-        accountant are the device's own (checked).
+        own ``max-dp-steps``, that stay within its ε budget for its own history, and runs the rest
+        as cover steps (noise only, nothing spent; a device that can afford none runs only those).
+        So whether a device takes part, what its reply looks like, how large its update is and how
+        long the round takes say nothing about the size of its history. The run's δ and accountant
+        are the device's own (checked).
         """
         self.check_eligible(policy)
         # The ledger fixes the policy when it is created; a later node config cannot loosen it.
@@ -308,19 +309,21 @@ class Device:
         proposed = steps
         if ledger is not None:
             cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
-            # Decided before any per-entry work: a device that can afford nothing does none.
             steps = self._affordable(ledger, cfg, entries, steps)
-            if proposed and not steps:
-                return self._skip(arrays, ledger, "budget", run_id=run_id, server_round=server_round)
         sw, sets = self._prepare(arrays, version, data)
         n = len(sets.dp_train)
         if ledger is not None and n != entries:
             # Some entries left no room for a body at this max-len: fewer sequences, a higher rate.
             steps = self._affordable(ledger, cfg, n, steps)
-        if n == 0 or (proposed and not steps):
-            why = "no usable sequence" if n == 0 else "budget"
-            return self._skip(arrays, ledger, why, run_id=run_id, server_round=server_round)
-        cfg = replace(cfg, dp_steps=steps)
+        if n == 0:
+            return self._skip(arrays, ledger, "no usable sequence", run_id=run_id, server_round=server_round)
+        if ledger is not None and proposed and not steps:
+            ledger.count_refusal()
+        # Every device runs all the proposed steps: the ones its budget does not afford for its
+        # history are cover steps (the same batches through the model, an update of noise alone,
+        # nothing spent). The time a round takes and the size of its update would otherwise tell
+        # the server how many steps the device could afford, and so the size of its history.
+        cfg = replace(cfg, dp_steps=proposed)
         seed = _device_seed(self, run_id, server_round)
         personal_loss = train_personal(sw, sets.personal_train, cfg, seed=seed)
         self._save_personal(sw, version)
@@ -333,6 +336,7 @@ class Device:
             server_round=server_round,
             adapter_version=version,
             seed=seed,
+            private_steps=steps,
         )
         self.log(
             {
@@ -344,6 +348,7 @@ class Device:
                 "personal_loss": personal_loss,
                 "dp_steps": result.steps,
                 "dp_steps_proposed": self.cfg.dp_steps,
+                "cover_steps": proposed - result.steps,
                 "epsilon": result.epsilon,
                 "update_norm": result.update_norm,
             }
@@ -360,8 +365,6 @@ class Device:
         self, arrays: Mapping[str, np.ndarray], ledger: Ledger | None, why: str, *, run_id: int, server_round: int
     ) -> DPRoundResult:
         """Sit the round out: send back the adapter received, unchanged, in the shape of a trained reply."""
-        if ledger is not None and why == "budget":
-            ledger.count_refusal()
         self.log({"event": "skipped", "reason": why, "run_id": run_id, "server_round": server_round})
         return DPRoundResult(
             arrays={k: np.array(v, dtype=np.float32) for k, v in arrays.items()},

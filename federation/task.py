@@ -473,11 +473,16 @@ def train_global_dp(
     server_round: int = 0,
     adapter_version: int = 0,
     seed: int = 0,
+    private_steps: int | None = None,
 ) -> DPRoundResult:
     """Train the global adapter (personal disabled) with DP-SGD and record it in the ledger.
 
     With ``cfg.dp`` false (``--no-dp``) this is plain SGD and the ledger is untouched. The ledger
     refuses (`BudgetExhausted`) before any data is read if the round would exceed the budget.
+    Of the ``cfg.dp_steps`` steps, only the first ``private_steps`` (default: all) learn from the
+    data; the rest are cover steps: the same batch through the model and its per-sample
+    gradients (the same work), then an update of the mechanism's noise alone, which reads no data,
+    so neither the accountant nor the ledger counts it.
     """
     from opacus import PrivacyEngine
 
@@ -488,10 +493,13 @@ def train_global_dp(
     sw.activate([GLOBAL], trainable=GLOBAL)
     params = sw.trainable_parameters()
     rate = dp_sample_rate(n, cfg.batch_size)
-    if cfg.dp and cfg.dp_steps > 0:
+    learning = cfg.dp_steps if private_steps is None else private_steps
+    if not 0 <= learning <= cfg.dp_steps or (learning < cfg.dp_steps and not cfg.dp):
+        raise ConfigError(f"private_steps must be 0 to dp-steps ({cfg.dp_steps}), and below it only with DP.")
+    if cfg.dp and learning > 0:
         if ledger is None:
             raise ConfigError("DP training needs a privacy ledger.")
-        ledger.check(cfg.noise_multiplier, rate, cfg.dp_steps)
+        ledger.check(cfg.noise_multiplier, rate, learning)
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, generator=generator)
     optimizer: torch.optim.Optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
@@ -518,7 +526,7 @@ def train_global_dp(
         )
     module.train()
     try:
-        for ids, attention, target in _cycle(loader, cfg.dp_steps):
+        for step, (ids, attention, target) in enumerate(_cycle(loader, cfg.dp_steps)):
             optimizer.zero_grad(set_to_none=True)
             if ids.shape[0] == 0:
                 # Poisson sampling can draw an empty batch. The step must still happen (noise is
@@ -530,7 +538,10 @@ def train_global_dp(
                     # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.
                     warnings.filterwarnings("ignore", message="Full backward hook is firing")
                     per_sequence_loss(module, ids, attention, target).mean().backward()
-            optimizer.step()
+            if step < learning:
+                optimizer.step()
+            else:
+                _cover_step(optimizer, params)
     finally:
         module.eval()
         if engine is not None:
@@ -538,8 +549,8 @@ def train_global_dp(
         sw.peft.eval()
     after = sw.get_adapter(GLOBAL)
     norm = math.sqrt(sum(float(np.sum((after[k] - before[k]) ** 2)) for k in after))
-    epsilon = 0.0
-    if cfg.dp and engine is not None and ledger is not None:
+    epsilon = 0.0 if ledger is None else ledger.epsilon_spent
+    if cfg.dp and engine is not None and ledger is not None and learning > 0:
         entry = ledger.record(
             run_id=run_id,
             server_round=server_round,
@@ -550,7 +561,7 @@ def train_global_dp(
         epsilon = entry.epsilon_after
     return DPRoundResult(
         arrays=after,
-        steps=cfg.dp_steps,
+        steps=learning,
         sample_rate=rate if cfg.dp else 0.0,
         noise_multiplier=cfg.noise_multiplier if cfg.dp else 0.0,
         epsilon=epsilon if cfg.dp else math.inf,
@@ -558,6 +569,20 @@ def train_global_dp(
         accountant=cfg.accountant if cfg.dp else "none",
         update_norm=norm,
     )
+
+
+def _cover_step(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> None:
+    """One DP-SGD step with every per-sample gradient zero: Opacus's noise, scaled as it scales it.
+
+    The update depends on no data, so it costs no privacy; stepping the wrapped optimizer directly
+    keeps Opacus's accountant (a hook on the DP optimizer's step) from counting it.
+    """
+    optimizer.zero_grad(set_to_none=True)  # drop the per-sample gradients just computed
+    std = optimizer.noise_multiplier * optimizer.max_grad_norm
+    for p in params:
+        noise = torch.normal(0.0, std, p.shape, generator=optimizer.generator, dtype=p.dtype)
+        p.grad = noise / optimizer.expected_batch_size  # one backward per step, as Opacus scales it
+    optimizer.original_optimizer.step()
 
 
 def train_personal(sw: SpecialistWithAdapters, dataset: TensorDataset, cfg: TaskConfig, *, seed: int = 0) -> float:

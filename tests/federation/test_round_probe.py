@@ -10,6 +10,7 @@ Before this, the largest proposal a device accepted grew with its history (2 / 4
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,9 @@ import numpy as np
 import pytest
 from flwr.app import Message
 
-import federation.device
+import federation.task
 from federation.ledger import Ledger, epsilon_of
 from federation.simulation import LocalGrid, run_in_process
-from federation.store import AdapterStore
 from tests.federation.conftest import FIXTURE_USERS, run_config
 
 SIZES = (8, 12, 20, 36)
@@ -99,7 +99,45 @@ def test_every_history_size_answers_every_proposal_alike(tiny_bpe_model: Path, t
         assert s == proposed or epsilon_of([(1.0, rate, s + 1)], 1e-5, "rdp") > 8
 
 
-def test_a_device_that_can_afford_nothing_answers_alike_without_reading_its_sequences(
+def _batches_through_the_model(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on every training batch (Poisson sampling may draw an empty one): their sizes, in order."""
+    sizes: list[int] = []
+    real = federation.task._cycle
+
+    def counting(loader: Any, steps: int) -> Iterator[Any]:
+        for batch in real(loader, steps):
+            sizes.append(int(batch[0].shape[0]))
+            yield batch
+
+    monkeypatch.setattr(federation.task, "_cycle", counting)
+    return sizes
+
+
+def _train_events(state: Path, n: int) -> list[dict[str, Any]]:
+    log = state / f"n{n}" / "rounds.jsonl"
+    return [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"]
+
+
+def test_every_history_size_costs_the_same_work(
+    tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timing: each device runs every proposed step through the model, afforded or not."""
+    sizes = _batches_through_the_model(monkeypatch)
+    state = tmp_path / "work"
+    proposed = 32
+    run_in_process(_config(tiny_bpe_model, state, proposed), _nodes(_histories(tmp_path), state))
+    events = {n: _train_events(state, n) for n in SIZES}
+    assert all(len(e) == 1 for e in events.values())
+    # The 8-entry device affords fewer steps than the 36-entry one, and covers the rest.
+    assert events[8][0]["dp_steps"] < events[36][0]["dp_steps"] == proposed
+    assert {e[0]["dp_steps"] + e[0]["cover_steps"] for e in events.values()} == {proposed}
+    # 32 DP-phase batches per device, whatever the history; the expected batch is the
+    # configured one at every size (Poisson sampling at rate batch/n), so the work matches too.
+    assert len(sizes) == len(SIZES) * proposed
+    assert 2 <= sum(sizes) / len(sizes) <= 6
+
+
+def test_a_device_that_can_afford_nothing_answers_and_works_alike_and_spends_nothing(
     tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     histories = _histories(tmp_path)
@@ -107,26 +145,23 @@ def test_a_device_that_can_afford_nothing_answers_alike_without_reading_its_sequ
     _, trained = run_in_process(_config(tiny_bpe_model, trained_state, 2), _nodes(histories, trained_state))
     trained_shape = set(_by_size(trained).values())
 
-    # Budgets too small for a single step at any size; the sit-out path must not tokenize.
-    def no_tokenizing(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a device sitting a round out tokenized its history")
-
-    monkeypatch.setattr(federation.device, "device_datasets", no_tokenizing)
-    state = tmp_path / "poor"
+    sizes = _batches_through_the_model(monkeypatch)
+    state = tmp_path / "poor"  # budgets too small for a single step at any size
     summary, grid = run_in_process(
         _config(tiny_bpe_model, state, 2), _nodes(histories, state, **{"epsilon-budget": 0.01})
     )
     seen = _by_size(grid)
     assert set(seen.values()) == trained_shape  # the same one observation as the devices that trained
     assert summary["rounds"][0]["refusals"] == [] and summary["rounds"][0]["replies"] == len(SIZES)
-    # What they sent back is the adapter they were sent: a zero update, and nothing spent.
+    assert len(sizes) == len(SIZES) * 2  # the same work as a device that trains
+    # What they sent back is a noise-only update, as large as a trained one: no zero update to spot.
     sent = next(d.message for d in grid.deliveries).content.array_records["arrays"]
     for d in grid.deliveries:
         assert d.reply is not None
         got = d.reply.content.array_records["arrays"]
-        assert all(np.array_equal(got[k].numpy(), sent[k].numpy()) for k in sent)
+        assert not all(np.array_equal(got[k].numpy(), sent[k].numpy()) for k in sent)
     for n in SIZES:
         ledger = Ledger.load(state / f"n{n}" / "ledger.json", epsilon_budget=0.01, delta=1e-5)
         assert ledger.history == [] and ledger.refusals == 1
-    store = AdapterStore(state / "server" / "adapters")
-    assert all(np.array_equal(store.arrays(1)[k], store.arrays(0)[k]) for k in store.arrays(0))
+        (event,) = _train_events(state, n)
+        assert event["dp_steps"] == 0 and event["cover_steps"] == 2 and event["epsilon"] == 0.0

@@ -157,7 +157,7 @@ def test_restarted_server_resumes_versions_and_ledgers(tiny_bpe_model: Path, tmp
         assert [(r["run_id"], r["adapter_version_in"]) for r in rounds] == [(11, 0), (12, 1)]
 
 
-def test_budget_exhaustion_sits_the_round_out_in_the_shape_of_a_reply(tiny_bpe_model: Path, tmp_path: Path) -> None:
+def test_budget_exhaustion_answers_with_cover_steps_and_spends_nothing(tiny_bpe_model: Path, tmp_path: Path) -> None:
     rate = dp_sample_rate(21, 4)
     one, two = epsilon_of([(1.0, rate, 2)], 1e-5), epsilon_of([(1.0, rate, 3)], 1e-5)
     budget = (one + two) / 2  # room for exactly one round of 2 steps, not a third step
@@ -166,12 +166,12 @@ def test_budget_exhaustion_sits_the_round_out_in_the_shape_of_a_reply(tiny_bpe_m
 
     first, second = summary["rounds"]
     assert first["version_out"] == 1
-    # A refusal would tell the server the budget ran out, which depends on the history's size:
-    # the devices answer as usual, with the adapter they were sent.
+    # A refusal, or a zero update, would tell the server the budget ran out, which depends on the
+    # history's size: the devices answer as usual, with an update of noise alone.
     assert second["replies"] == 2 and second["refusals"] == []
     store = AdapterStore(tmp_path / "server" / "adapters")
     v1, v2 = store.arrays(1), store.arrays(2)
-    assert all(np.array_equal(v1[k], v2[k]) for k in v1)
+    assert not all(np.array_equal(v1[k], v2[k]) for k in v1)
     trains = [d for d in grid.deliveries if d.message.metadata.message_type == "train"]
     assert {tuple(d.reply.content["arrays"]) for d in trains if d.reply is not None} == {tuple(sorted(v1))}
     for i in range(2):
