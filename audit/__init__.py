@@ -9,6 +9,9 @@
 - `audit.egress`: `EgressRecorder`, the recorder behind the device's one egress choke point
   (`sdk.remote` → `sdk.egress.EgressSession.uplink` → `RecorderTap` → `EgressRecorder.record_uplink`).
 - `audit.transcript`: the server's per-device record of what it received (the witness), and its comparison.
+- `audit.cosignature`: C2SP tlog-cosignature/v1 (the witness's signature of a checkpoint) and its keys.
+- `audit.witness_state`: the witness's record of what it cosigned, per device log.
+- `audit.witnessing`: the checks of a Close's witness request and of the witness's cosignatures.
 - `audit.verify`: every check an auditor runs, as a `Report`.
 - `audit.cli`: the `audit` command.
 

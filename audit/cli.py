@@ -1,6 +1,7 @@
 """`audit`: check a device's egress log, for compliance auditors.
 
-    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...] [--json]
+    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...]
+                     [--witness-key WITNESS.pub ...] [--witness-state FILE] [--json]
     audit show LOG [--json]                         the sessions in a log, one line each
     audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
     audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE]
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from audit import merkle, records
+from audit.cosignature import load_witness_key
 from audit.errors import AuditError, VerificationFailed
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
 from audit.note import (
@@ -53,6 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             action="append",
             help="the verifier's transcript of what each device sent (its witness); repeat for several replicas",
+        )
+        p.add_argument(
+            "--witness-key",
+            type=Path,
+            metavar="WITNESS.pub",
+            action="append",
+            default=[],
+            help="a witness's public key: it must have cosigned this log, every cosignature must verify and "
+            "match the records (repeatable)",
+        )
+        p.add_argument(
+            "--witness-state",
+            type=Path,
+            metavar="FILE",
+            help="the witness's own record of what it cosigned (its witness-state.json): catches deleted cosignatures",
         )
 
     v = sub.add_parser("verify", help="check signatures, history, every uplink and downlink, and session order")
@@ -103,6 +120,8 @@ def _run_checks(args: argparse.Namespace) -> tuple[Report, bool]:
         "key": _key(args.key),
         "previous_checkpoint": None if args.checkpoint is None else _read_text(args.checkpoint, "checkpoint"),
         "server_transcript": args.server_transcript,
+        "witness_keys": [load_witness_key(path) for path in args.witness_key],
+        "witness_state": args.witness_state,
     }
     try:
         return verify(args.log, **kwargs), True

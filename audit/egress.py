@@ -17,6 +17,15 @@ then parses and checks them, raising `ProtocolError` on a breach.
 Keep gRPC compression off on this channel, so the logged bytes are the wire bytes (gRPC adds only
 its 5-byte length prefix). A session ends with its Close uplink or a fallback; a checkpoint is
 signed then. The session ID is random and device-local: it never goes on the wire.
+
+The witness exchange (docs/audit-format.md, section 8): `witness_request(sid)` signs a checkpoint
+of the log as it stands and proves it consistent with the last cosigned one; the Close carries it,
+and the recorder lets a Close carry only the request it issued for that session. The verifier's
+answer, a downlink with its cosignature, is logged like any downlink; the cosigned checkpoint is
+then kept in checkpoints.jsonl and a checkpoint signed over the answer, so no tail is left unsigned.
+
+    request = recorder.witness_request(sid)
+    recorder.record_uplink(sid, wire.encode_close(seq, request))
 """
 
 from __future__ import annotations
@@ -24,9 +33,12 @@ from __future__ import annotations
 import secrets
 import threading
 
-from audit import records
+from audit import merkle, records
+from audit.cosignature import add_cosignature
 from audit.errors import AuditError, EgressBlocked
 from audit.log import AuditLog
+from audit.note import parse_note
+from core import wire
 from core.contract import SessionState, Violation
 from core.errors import ProtocolError
 from core.session_types import WIRE_MAX_TOP_K
@@ -43,6 +55,8 @@ class EgressRecorder:
         self.log = log
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionState] = {}
+        # Per session: the witness request issued for its Close and the checkpoint note it carries.
+        self._witness: dict[str, tuple[wire.WitnessRequest, str]] = {}
 
     def begin_session(self, *, vocab_size: int, max_top_k: int = WIRE_MAX_TOP_K) -> str:
         """Start a session: log the Specialist's vocabulary size and the largest k the device accepts."""
@@ -66,6 +80,27 @@ class EgressRecorder:
         if state.ended and not was_ended:
             self.log.checkpoint()
 
+    def witness_request(self, session_id: str) -> wire.WitnessRequest:
+        """Sign a checkpoint of the log as it stands and prove it consistent with the last cosigned one.
+
+        Every field is the log's own (its key, size, root, signature, the last cosigned size and
+        the RFC 9162 proof from it), so the Close that carries it says nothing the log does not.
+        """
+        with self._lock:
+            self._state(session_id)
+            log = self.log
+            note = log.checkpoint()
+            size, root = log.size, log.root()
+            old = log.cosigned
+            old_size = old[0] if old is not None else 0
+            proof = merkle.consistency_proof(old_size, log.leaf_hashes[:size]) if 0 < old_size < size else []
+            (signature,) = [s.signature for s in parse_note(note).signatures]
+            request = wire.WitnessRequest(
+                log.key.name, log.key.verifier.public_key, size, root, signature, old_size, tuple(proof)
+            )
+            self._witness[session_id] = (request, note)
+            return request
+
     def record_uplink(self, session_id: str, payload: bytes) -> int:
         """Check and log one serialized `Uplink`; return its record index once it is on disk.
 
@@ -77,6 +112,14 @@ class EgressRecorder:
             violations, commit = state.examine_uplink(payload)
             if violations:
                 raise EgressBlocked(f"uplink blocked for session {session_id[:8]}…: {_describe(violations)}")
+            witness = wire.witness_of(payload)
+            issued = self._witness.get(session_id)
+            if witness is not None and (issued is None or witness != issued[0]):
+                # Only the log's own checkpoint may ride on a Close: anything else could carry text.
+                raise EgressBlocked(
+                    f"uplink blocked for session {session_id[:8]}…: the Close carries a witness request "
+                    "this recorder did not issue for it"
+                )
             was_ended = state.ended
             index = self.log.append_session(
                 records.KIND_UPLINK, session_id, records.payload_fields("up", payload), payload=payload
@@ -94,6 +137,12 @@ class EgressRecorder:
             if violations:
                 raise ProtocolError(f"downlink rejected (audit record {index}): {_describe(violations)}")
             commit()
+            cosignature = wire.decode_cosignature(payload)
+            issued = self._witness.pop(session_id, None) if cosignature is not None else None
+            if cosignature is not None and issued is not None:  # the contract admitted it: our Close asked
+                # Kept unverified (the device holds no witness key); `audit verify --witness-key` checks it.
+                self.log.store_cosigned(add_cosignature(issued[1], cosignature.witness, cosignature.signature))
+                self.log.checkpoint()  # the answer is the session's last record: sign over it
             return index
 
     def record_fallback(self, session_id: str, reason: str) -> int:

@@ -46,7 +46,7 @@ from audit import merkle, records
 from audit.errors import AuditError, KeyFileError, LogCorruptError
 from audit.identity import DeviceIdentity
 from audit.note import Checkpoint as CheckpointBody
-from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, parse_note, sign_checkpoint
 from core.fileio import fsync_folder
 from core.session_types import WIRE_MAX_TOP_K
 from core.wire import pb
@@ -309,6 +309,7 @@ class AuditLog:
         self._lock_fd: int | None = None
         self._broken: str | None = None
         self._latest: tuple[int, bytes, str] | None = None  # size, root, note
+        self._cosigned: tuple[int, bytes] | None = None  # size, root of the largest checkpoint a witness cosigned
         self.repairs: list[TornTail] = []
         self.interrupted: list[str] = []
         self.device: DeviceIdentity | None = None  # the certificate the log's latest device-cert record binds
@@ -468,6 +469,7 @@ class AuditLog:
         self.repairs.append(torn)
 
     def _load_latest_checkpoint(self, scan: LogScan) -> None:
+        self._load_cosigned(scan)
         for stored in reversed(scan.checkpoints):
             try:
                 cp = open_checkpoint(stored.note, self.key.verifier)
@@ -484,6 +486,22 @@ class AuditLog:
                     "the log is left as it is (restore it from a copy, e.g. an `audit export` bundle)"
                 )
             raise LogCorruptError(f"checkpoint {stored.number} (size {cp.size}) does not match the stored records")
+
+    def _load_cosigned(self, scan: LogScan) -> None:
+        """The largest stored checkpoint that carries a signature line besides the log key's: a witness's.
+
+        The device cannot check a cosignature without the witness's key, and need not: it only
+        tells the witness which size to prove consistency from; `audit verify --witness-key` checks.
+        """
+        for stored in scan.checkpoints:
+            try:
+                parsed = parse_note(stored.note)
+                cp = open_checkpoint(stored.note, self.key.verifier)
+            except NoteError:
+                continue  # the newest-first pass below refuses a checkpoint that does not verify
+            others = [s for s in parsed.signatures if (s.name, s.key_id) != (self.key.name, self.key.verifier.id)]
+            if others and cp.size <= len(self._leaves) and (self._cosigned is None or cp.size > self._cosigned[0]):
+                self._cosigned = (cp.size, cp.root)
 
     def _open_segment(self, first: int) -> None:
         if self._seg_fd is not None:
@@ -573,23 +591,45 @@ class AuditLog:
                 return self._latest[2]
             body = CheckpointBody(self.key.name, self.size, self.root())
             note = sign_checkpoint(body, self.key)
-            line = json.dumps({"note": note}, ensure_ascii=True).encode() + b"\n"
-            path = self.directory / CHECKPOINTS_FILE
-            created = not path.exists()
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                _write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if created:
-                fsync_folder(self.directory)
+            self._store_note(note)
             self._latest = (self.size, body.root, note)
             return note
+
+    def _store_note(self, note: str) -> None:
+        line = json.dumps({"note": note}, ensure_ascii=True).encode() + b"\n"
+        path = self.directory / CHECKPOINTS_FILE
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_folder(self.directory)
 
     @property
     def latest_checkpoint(self) -> str | None:
         return None if self._latest is None else self._latest[2]
+
+    @property
+    def cosigned(self) -> tuple[int, bytes] | None:
+        """(size, root) of the largest checkpoint of this log a witness has cosigned, if any."""
+        return self._cosigned
+
+    def store_cosigned(self, note: str) -> None:
+        """Keep a checkpoint note that a witness cosigned (the log's note plus the witness's line).
+
+        It goes into checkpoints.jsonl beside the plain checkpoints: `audit verify --witness-key`
+        checks every cosignature there, and the next witness request proves consistency from it.
+        """
+        with self._lock:
+            cp = open_checkpoint(note, self.key.verifier)
+            if cp.size > self.size or merkle.root(self._leaves[: cp.size]) != cp.root:
+                raise AuditError(f"the cosigned checkpoint of size {cp.size} is not one of this log's")
+            self._store_note(note)
+            if self._cosigned is None or cp.size > self._cosigned[0]:
+                self._cosigned = (cp.size, cp.root)
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from audit import merkle, records
+from audit.cosignature import WitnessKey
 from audit.errors import AuditError, VerificationFailed
 from audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
 from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
 from audit.transcript import DeviceSession, compare, merge, read_transcript
+from audit.witness_state import WitnessState, read_state
+from audit.witnessing import ParsedRecord, cosignature_check, request_failures
 from core.contract import Area, SessionState, Violation
 from core.session_types import WIRE_MAX_TOP_K
 
@@ -93,7 +96,8 @@ NO_WITNESS = (
     "Truncation or rollback to an earlier signed size, without a witness: no --server-transcript was given, so "
     "a log cut back to one of its own earlier checkpoints is caught only by a checkpoint you kept (--checkpoint); "
     "keep the latest checkpoint from every audit (latest.note in an `audit export` bundle) and the device's "
-    "verifier key, or compare with the verifier's transcript."
+    "verifier key, or compare with the verifier's transcript, or give its witness's key and state "
+    "(--witness-key, --witness-state)."
 )
 
 
@@ -487,7 +491,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             "uplinks",
             found[Area.UPLINK],
             f"{counts[Area.UPLINK]} uplink(s): parse with no unknown fields, re-serialize to the same bytes, "
-            "carry only in-vocabulary token IDs and bounded declared parameters",
+            "carry only in-vocabulary token IDs and bounded declared parameters (and, on a Close, only the "
+            "log's own checkpoint)",
         ),
         _area_check(
             "downlinks",
@@ -527,6 +532,36 @@ def _transcript(device: list[DeviceSession], paths: Sequence[Path], bindings: Se
     return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(result.notes))
 
 
+def _parsed_records(ctx: _Context) -> list[ParsedRecord]:
+    return [ParsedRecord(p.stored.position, p.record) for p in ctx.parsed]
+
+
+def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
+    """The uplinks check, failed where a Close's witness request is not the log's own checkpoint."""
+    failures = request_failures(_parsed_records(ctx), ctx.key, lambda sizes: _roots_at(ctx.leaves, sizes))
+    if not failures:
+        return checks
+    out = []
+    for c in checks:
+        if c.name == "uplinks":
+            bad = c.failures + tuple(failures)
+            c = Check(c.name, False, f"{len(bad)} violation(s)", bad, c.notes)
+        out.append(c)
+    return out
+
+
+def _witness(ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None) -> Check:
+    result = cosignature_check(
+        _parsed_records(ctx), ctx.scan.checkpoints, len(ctx.leaves), keys, ctx.key,
+        lambda sizes: _roots_at(ctx.leaves, sizes), state,
+    )  # fmt: skip
+    if result.failures:
+        summary = f"{len(result.failures)} problem(s) with the witness's cosignatures"
+    else:
+        summary = "; ".join(result.summaries) + ": every cosigned checkpoint matches the records"
+    return Check("witness cosignatures", not result.failures, summary, tuple(result.failures))
+
+
 def _devices(ctx: _Context) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     for p in ctx.parsed:
@@ -551,12 +586,19 @@ def inspect(
     key: VerifierKey | None = None,
     previous_checkpoint: str | None = None,
     server_transcript: Path | str | Sequence[Path | str] | None = None,
+    witness_keys: Sequence[WitnessKey] = (),
+    witness_state: WitnessState | Path | str | None = None,
 ) -> Report:
     """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure.
 
     `server_transcript` is the verifier's transcript (or several, one per verifier replica): the
     witness that catches a log cut back below what the server received from this device.
+    `witness_keys` are the cosigners the auditor trusts: each must have cosigned the log, and every
+    cosigned checkpoint must still match it; `witness_state` is a witness's own record of what it
+    cosigned (its state file), which catches a log whose cosigned checkpoints were deleted.
     """
+    if isinstance(witness_state, (str, Path)):
+        witness_state = read_state(Path(witness_state))
     scan = scan_log(Path(log_dir))
     parsed, parse_failures = _parse_records(scan)
     ctx = _Context(scan, parsed, leaves=[s.leaf for s in scan.records])
@@ -571,12 +613,14 @@ def inspect(
     if previous_checkpoint is not None:
         checks.append(_previous(ctx, previous_checkpoint, valid))
     session_checks, summaries, device = _sessions(ctx)
-    checks.extend(session_checks)
+    checks.extend(_with_witness_requests(session_checks, ctx))
     paths = _paths(server_transcript)
     devices = _devices(ctx)
     if paths:
         checks.append(_transcript(device, paths, devices))
-    not_covered = NOT_COVERED if paths else (*NOT_COVERED, NO_WITNESS)
+    if witness_keys or witness_state is not None:
+        checks.append(_witness(ctx, witness_keys, witness_state))
+    not_covered = NOT_COVERED if paths or witness_state is not None else (*NOT_COVERED, NO_WITNESS)
     return Report(
         str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,
         authenticated=key is not None, devices=devices,
@@ -589,13 +633,18 @@ def verify(
     key: VerifierKey | None = None,
     previous_checkpoint: str | None = None,
     server_transcript: Path | str | Sequence[Path | str] | None = None,
+    witness_keys: Sequence[WitnessKey] = (),
+    witness_state: WitnessState | Path | str | None = None,
 ) -> Report:
     """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise.
 
     Without `key` a returned report's `verdict` is UNPROVEN, never VERIFIED: the log was checked
     against the key it declares itself.
     """
-    report = inspect(log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript)
+    report = inspect(
+        log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript,
+        witness_keys=witness_keys, witness_state=witness_state,
+    )  # fmt: skip
     if not report.ok:
         raise VerificationFailed(report)
     return report

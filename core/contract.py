@@ -20,6 +20,10 @@ single token. `examine_uplink(payload)` and
 the recorder commits only a clean message (and blocks a dirty uplink), the verifier always commits
 so one bad record does not hide the next.
 
+A Close may carry a witness request (the device's audit-log checkpoint, bounded field by field:
+`core.wire.witness_violation`); then, and only then, one downlink with the Close's seq may answer
+it with a cosignature, alone.
+
 Every `Violation` says whether the message is malformed (`Breach.MALFORMED`: the server answers
 INVALID_ARGUMENT) or out of order (`Breach.ORDER`: FAILED_PRECONDITION).
 """
@@ -135,6 +139,7 @@ class RoundContract:
     must_commit: bool = False  # the last round rejected a draft token (or drafted none): recover
     rounds: int = 0
     placeholders: int | None = None
+    awaiting_cosignature: int | None = None  # seq of a Close whose witness request is not yet answered
 
     @property
     def ended(self) -> bool:
@@ -246,6 +251,22 @@ class RoundContract:
 
     # -- answers (downlinks) -----------------------------------------------------------------------
 
+    def cosignature_violations(self, seq: int) -> list[Violation]:
+        """A cosignature answers only the Close that asked for one (same seq), and only once."""
+        if self.awaiting_cosignature is None:
+            return [Violation(Area.SESSION, f"downlink seq {seq} carries a cosignature no Close asked for")]
+        if seq != self.awaiting_cosignature:
+            return [
+                Violation(
+                    Area.SESSION,
+                    f"cosignature seq {seq} does not answer the Close {self.awaiting_cosignature} that asked for it",
+                )
+            ]
+        return []
+
+    def after_cosignature(self) -> None:
+        self.awaiting_cosignature = None
+
     def answer_violations(self, seq: int, accepted: int) -> list[Violation]:
         if self.awaiting is None:
             return [Violation(Area.SESSION, f"downlink seq {seq} answers no outstanding round")]
@@ -286,9 +307,12 @@ class RoundContract:
             )
         return out
 
-    def after_close(self) -> None:
+    def after_close(self, seq: int | None = None, *, witness: bool = False) -> None:
+        """`witness`: the Close carried a witness request, so one cosignature may answer it."""
         if self.phase is not Phase.FELL_BACK:
             self.phase = Phase.CLOSED
+        if witness and seq is not None:
+            self.awaiting_cosignature = seq
 
 
 @dataclass
@@ -375,11 +399,15 @@ class SessionState:
                 )
             return self._round(frame, payload, out)
         out += self.rounds_contract.close_violations(msg.close.seq)
+        witness = msg.close.HasField("witness")
+        problem = wire.witness_violation(msg.close.witness) if witness else None
+        if problem is not None:
+            out.append(Violation(Area.UPLINK, f"the Close's witness request is malformed: {problem}"))
         count = self._count_up(payload)
 
         def commit() -> None:
             count()
-            self.rounds_contract.after_close()
+            self.rounds_contract.after_close(msg.close.seq, witness=witness)
 
         return out, commit
 
@@ -449,6 +477,18 @@ class SessionState:
             out.append(
                 Violation(Area.DOWNLINK, f"{len(unknown)} unknown field(s) outside the schema: {', '.join(unknown)}")
             )
+        if msg.HasField("cosignature"):
+            # The witness's answer to a Close: checked as that, never as a round's verdict.
+            problem = wire.cosignature_violation(msg)
+            if problem is not None:
+                out.append(Violation(Area.DOWNLINK, problem))
+            out += self.rounds_contract.cosignature_violations(msg.seq)
+
+            def commit_cosignature() -> None:
+                count()
+                self.rounds_contract.after_cosignature()
+
+            return out, commit_cosignature
         n = len(msg.candidates)
         if n > WIRE_MAX_TOP_K:
             out.append(Violation(Area.DOWNLINK, f"{n} candidates, above the protocol maximum k = {WIRE_MAX_TOP_K}"))

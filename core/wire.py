@@ -115,8 +115,104 @@ def round_to_proto(
     return pb.Uplink(padded_round=padded)
 
 
-def close_to_proto(seq: int) -> pb.Uplink:
-    return pb.Uplink(close=pb.Close(seq=seq))
+# -- the witness exchange: a Close's checkpoint, and the cosignature that answers it -------------
+
+HASH_BYTES = 32  # SHA-256, the audit log's Merkle hash
+ED25519_KEY_BYTES = 32
+ED25519_SIG_BYTES = 64
+COSIGNATURE_BYTES = 4 + 8 + ED25519_SIG_BYTES  # key ID || big-endian Unix time || Ed25519 (C2SP)
+MAX_PROOF_HASHES = 64  # an RFC 9162 consistency proof of a tree below 2^63 leaves is shorter
+MAX_NAME_CHARS = 128  # a log origin or witness name (signed-note key names)
+MAX_TREE_SIZE = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class WitnessRequest:
+    """A Close's signed checkpoint of the device's audit log and its proof from the last cosigned size."""
+
+    origin: str
+    log_key: bytes
+    size: int
+    root_hash: bytes
+    signature: bytes
+    old_size: int = 0
+    consistency_proof: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
+class CosignatureFrame:
+    """The downlink that answers a Close's witness request: the witness's cosignature, in parts."""
+
+    seq: int
+    witness: str
+    signature: bytes
+
+
+def _name_problem(name: str, what: str) -> str | None:
+    # The signed-note key-name rule, bounded: it must round-trip into a note's signature line.
+    if not name or len(name) > MAX_NAME_CHARS or "+" in name or not name.isascii() or not name.isprintable():
+        return f"the {what} must be 1 to {MAX_NAME_CHARS} printable ASCII characters without '+'"
+    if any(c.isspace() for c in name):
+        return f"the {what} contains a space"
+    return None
+
+
+def witness_violation(msg: pb.WitnessRequest) -> str | None:
+    """What is wrong with a Close's witness request's shape, if anything: every field bounded, every
+    hash and key exactly its size, the proof only as long as a real one. Whether its values are the
+    log's own is for the device's recorder and `audit verify` to check against the log."""
+    problem = _name_problem(msg.origin, "checkpoint origin")
+    if problem is not None:
+        return problem
+    if len(msg.log_key) != ED25519_KEY_BYTES:
+        return f"the log key is {len(msg.log_key)} bytes, not an Ed25519 key's {ED25519_KEY_BYTES}"
+    if len(msg.root_hash) != HASH_BYTES:
+        return f"the checkpoint root hash is {len(msg.root_hash)} bytes, not {HASH_BYTES}"
+    if len(msg.signature) != ED25519_SIG_BYTES:
+        return f"the checkpoint signature is {len(msg.signature)} bytes, not {ED25519_SIG_BYTES}"
+    if not 1 <= msg.size <= MAX_TREE_SIZE or msg.old_size > msg.size:
+        return f"checkpoint sizes out of order or range (old {msg.old_size}, new {msg.size})"
+    if len(msg.consistency_proof) > MAX_PROOF_HASHES or any(len(h) != HASH_BYTES for h in msg.consistency_proof):
+        return f"the consistency proof is at most {MAX_PROOF_HASHES} hashes of {HASH_BYTES} bytes"
+    return None
+
+
+def witness_from_proto(msg: pb.WitnessRequest) -> WitnessRequest:
+    problem = witness_violation(msg)
+    if problem is not None:
+        raise ProtocolError(f"the Close's witness request is malformed: {problem}")
+    return WitnessRequest(
+        msg.origin, bytes(msg.log_key), msg.size, bytes(msg.root_hash), bytes(msg.signature), msg.old_size,
+        tuple(bytes(h) for h in msg.consistency_proof),
+    )  # fmt: skip
+
+
+def witness_to_proto(request: WitnessRequest) -> pb.WitnessRequest:
+    return pb.WitnessRequest(
+        origin=request.origin, log_key=request.log_key, size=request.size, root_hash=request.root_hash,
+        signature=request.signature, old_size=request.old_size, consistency_proof=list(request.consistency_proof),
+    )  # fmt: skip
+
+
+def cosignature_violation(msg: pb.Downlink) -> str | None:
+    """What is wrong with a downlink's cosignature, if it carries one: it comes alone (no
+    candidates, fusion vector or accepted tokens), a well-formed witness name and 76 bytes."""
+    if not msg.HasField("cosignature"):
+        return None
+    if msg.candidates or msg.HasField("fusion") or msg.accepted:
+        return "a cosignature downlink carries steering or accepted tokens"
+    problem = _name_problem(msg.cosignature.witness, "witness name")
+    if problem is not None:
+        return problem
+    if len(msg.cosignature.signature) != COSIGNATURE_BYTES:
+        return f"the cosignature is {len(msg.cosignature.signature)} bytes, not {COSIGNATURE_BYTES}"
+    return None
+
+
+def close_to_proto(seq: int, witness: WitnessRequest | None = None) -> pb.Uplink:
+    if witness is None:
+        return pb.Uplink(close=pb.Close(seq=seq))
+    return pb.Uplink(close=pb.Close(seq=seq, witness=witness_to_proto(witness)))
 
 
 def verdict_to_proto(seq: int, verdict: Verdict) -> pb.Downlink:
@@ -169,6 +265,8 @@ def verdict_from_proto(msg: pb.Downlink, *, max_top_k: int, vocab_size: int, fus
     problem = fusion_violation(msg, fusion=fusion, vocab_size=vocab_size)
     if problem is not None:
         raise ProtocolError(f"downlink refused: {problem}")
+    if msg.HasField("cosignature"):
+        raise ProtocolError("downlink refused: a cosignature answers only a Close, never a round")
     if msg.HasField("fusion"):
         return Verdict(accepted=msg.accepted, steering=FusionVector(bytes(msg.fusion.values)))
     if len(msg.candidates) > max_top_k:
@@ -218,6 +316,7 @@ class RoundFrame:
 @dataclass(frozen=True)
 class CloseFrame:
     seq: int
+    witness: WitnessRequest | None = None
 
 
 UplinkFrame = OpenFrame | RoundFrame | CloseFrame
@@ -233,12 +332,46 @@ def encode_round(
     return round_to_proto(seq, commit, draft, literal, pad_to=pad_to).SerializeToString(deterministic=True)
 
 
-def encode_close(seq: int) -> bytes:
-    return close_to_proto(seq).SerializeToString(deterministic=True)
+def encode_close(seq: int, witness: WitnessRequest | None = None) -> bytes:
+    return close_to_proto(seq, witness).SerializeToString(deterministic=True)
 
 
 def encode_downlink(seq: int, verdict: Verdict) -> bytes:
     return verdict_to_proto(seq, verdict).SerializeToString(deterministic=True)
+
+
+def encode_cosignature(seq: int, witness: str, signature: bytes) -> bytes:
+    """The downlink answering Close `seq`'s witness request with the witness's cosignature."""
+    msg = pb.Downlink(seq=seq, cosignature=pb.Cosignature(witness=witness, signature=signature))
+    problem = cosignature_violation(msg)
+    if problem is not None:
+        raise ProtocolError(f"cosignature refused: {problem}")
+    return msg.SerializeToString(deterministic=True)
+
+
+def decode_cosignature(raw: bytes) -> CosignatureFrame | None:
+    """The cosignature a downlink carries, checked for shape (None if it carries none)."""
+    try:
+        msg = pb.Downlink.FromString(raw)
+    except DecodeError:
+        return None
+    if not msg.HasField("cosignature") or cosignature_violation(msg) is not None:
+        return None
+    return CosignatureFrame(msg.seq, msg.cosignature.witness, bytes(msg.cosignature.signature))
+
+
+def witness_of(raw: bytes) -> WitnessRequest | None:
+    """The witness request a serialized Close uplink carries (None for any other uplink, or none)."""
+    try:
+        msg = pb.Uplink.FromString(raw)
+    except DecodeError:
+        return None
+    if msg.WhichOneof("kind") != "close" or not msg.close.HasField("witness"):
+        return None
+    try:
+        return witness_from_proto(msg.close.witness)
+    except ProtocolError:
+        return None
 
 
 def unknown_fields(msg: Message, path: str = "") -> list[str]:
@@ -282,6 +415,8 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
         _check_ids(msg.round.literal_ids, vocab_size, "placeholder")
     elif kind == "padded_round":
         padded_frame(msg.padded_round, vocab_size)  # pads and token IDs checked before the encoding
+    elif kind == "close" and msg.close.HasField("witness"):
+        witness_from_proto(msg.close.witness)  # shape checked before the encoding, like token IDs
     if msg.SerializeToString(deterministic=True) != raw:
         raise ProtocolError("the frame is not the canonical (deterministic) serialization of its content")
     if kind == "open":
@@ -291,7 +426,8 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     if kind == "padded_round":
         return padded_frame(msg.padded_round, vocab_size)
     if kind == "close":
-        return CloseFrame(msg.close.seq)
+        witness = witness_from_proto(msg.close.witness) if msg.close.HasField("witness") else None
+        return CloseFrame(msg.close.seq, witness)
     raise ProtocolError("the frame carries no Open, Round, PaddedRound or Close")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from audit.cosignature import load_witness_key, write_witness_key_pair
 from audit.errors import AuditError
 from audit.note import load_verifier_key, write_key_pair
 from audit.verify import inspect
@@ -93,6 +94,8 @@ def run_demo_over_tls(
     audit_dir.mkdir(parents=True, exist_ok=True)
     try:
         private, public = write_key_pair("demo-device", audit_dir)
+        # The verifier is also the log's witness: it cosigns each Close's checkpoint (docs/audit-format.md §8).
+        witness_private, witness_public = write_witness_key_pair("demo-verifier/witness", audit_dir / "witness")
     except (AuditError, OSError) as exc:
         raise ConfigError(f"cannot create the demo's audit log key in {audit_dir}: {exc}") from None
     print(f"signing key  {private} (keep it on the device)\nverifier key {public} (give it to auditors)")
@@ -101,7 +104,8 @@ def run_demo_over_tls(
         pki = init_pki(Path(tmp) / "pki")
         issue_device(pki.directory, "demo-user")
         log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
-        with verifier_process(args, pki.directory, transcript_dir) as ready:
+        witness = ["--witness-key", str(witness_private)]
+        with verifier_process(args, pki.directory, transcript_dir, witness) as ready:
             specialist = load_specialist(args, profile)  # while the verifier loads its models
             port = ready()
             log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
@@ -120,10 +124,12 @@ def run_demo_over_tls(
                 others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
         log(args, "verifier stopped")
     log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
-    # `audit verify LOG --key PUB --server-transcript FILE`: every check, against the key the auditor holds.
+    # `audit verify LOG --key PUB --server-transcript FILE --witness-key W.pub --witness-state FILE`:
+    # every check, against the keys the auditor holds.
     report = inspect(
-        log_dir, key=load_verifier_key(public), server_transcript=transcript_dir / "server-transcript.jsonl"
-    )
+        log_dir, key=load_verifier_key(public), server_transcript=transcript_dir / "server-transcript.jsonl",
+        witness_keys=[load_witness_key(witness_public)], witness_state=witness_private.parent / "witness-state.json",
+    )  # fmt: skip
     # With --json, stdout carries only the result object; the auditor's report goes to stderr.
     (sys.stderr if args.json else sys.stdout).write(report.render())
     if not report.ok:

@@ -26,6 +26,8 @@ import re
 import secrets
 from typing import Protocol
 
+from core.wire import WitnessRequest
+
 __all__ = ["Egress", "EgressSession", "EgressTap", "NullTap", "RecorderTap"]
 
 _REASON = re.compile(r"[a-z][a-z0-9-]{0,63}")
@@ -107,6 +109,11 @@ class RecorderTap:
     def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
         self.recorder.record_guard_decision(session_id, decision=decision, count=count, placeholder=placeholder)
 
+    def witness_request(self, session_id: str) -> WitnessRequest | None:
+        """The audit log's signed checkpoint for the session's Close, if the recorder keeps one."""
+        issue = getattr(self.recorder, "witness_request", None)
+        return None if issue is None else issue(session_id)
+
 
 class EgressSession:
     """One session's view of the choke point; counts the bytes that actually crossed."""
@@ -146,6 +153,11 @@ class EgressSession:
     def guard_decision(self, decision: str, count: int, placeholder: str) -> None:
         """Put the guard's decision on record (never the span); raising means: do not send."""
         self._tap.on_guard_decision(self.session_id, decision, count, placeholder)
+
+    def witness_request(self) -> WitnessRequest | None:
+        """The checkpoint a Close asks the verifier to cosign: only a tap that keeps a log has one."""
+        issue = getattr(self._tap, "witness_request", None)
+        return None if issue is None else issue(self.session_id)
 
 
 class Egress:

@@ -3,7 +3,7 @@
     verifier = RemoteVerifier("127.0.0.1:50051", TlsIdentity.from_files(pins, cert, key), vocab_size=49152)
     session = verifier.open(prompt_ids, params)        # one bidirectional stream per session
     verdict = session.round(commit, draft)
-    session.close()
+    session.close()                                      # with an audit log: asks for a cosignature
 
 Trust: gRPC gets exactly the pinned anchors as its roots (`sdk.pinning`), checks the host name
 against the target (or `server_name`, which renames the host but never disables the check), and
@@ -439,7 +439,9 @@ class RemoteSession:
         if self._broken is None:
             self._seq += 1
             with contextlib.suppress(SpecSteerError):
-                self._send(wire.encode_close(self._seq))
+                # With an audit log, the Close asks the verifier, the log's witness, to cosign its
+                # checkpoint; the answer arrives as one more downlink, which the reader logs.
+                self._send(wire.encode_close(self._seq, self._egress.witness_request()))
         elif not self._egress.ended:
             # A session that ends without Close still ends on record (the auditor checks that every
             # session closes or records why not): a lost verifier the device did not fall back

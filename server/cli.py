@@ -10,6 +10,7 @@
                                                   # device CA, pins.txt for devices
     server pki issue-device --dir D --name NAME   # D/devices/NAME.pem + NAME.key
     server pki rotate-server --dir D [--issuer ca|backup-ca]   # a running server picks it up, no restart
+    server witness-key --name NAME --out D        # D/NAME.witness.key (serve --witness-key) + .pub (auditors)
 
 Command-line options override the config file. Bad input gets one sentence on stderr and exit
 code 1 (2 for usage errors).
@@ -122,12 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
     serve.add_argument("--seed", type=whole_number(), help="seed for sampling-mode acceptance draws")
     serve.add_argument(
+        "--witness-key", type=Path, help="cosign devices' audit-log checkpoints with this `server witness-key` key"
+    )
+    serve.add_argument(
+        "--witness-state", type=Path, help="the witness's record of what it cosigned (default: beside the key)"
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
         help="what the server logs (default info)",
     )
 
+    wk = sub.add_parser("witness-key", help="a key pair for the verifier as its devices' audit-log witness")
+    wk.add_argument("--name", required=True, help="the witness's name, e.g. verifier.example.com/witness")
+    wk.add_argument("--out", type=Path, required=True, help="directory for NAME.witness.key and NAME.witness.pub")
     pki = sub.add_parser("pki", help="make a working PKI for the verifier and its devices")
     pki_sub = pki.add_subparsers(dest="pki_command", required=True, parser_class=_Parser)
     init = pki_sub.add_parser("init", help="dev CA, server certificate, backup anchor, device CA, pins")
@@ -182,6 +192,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
         "transcript_dir": args.transcript_dir,
+        "witness_key": args.witness_key,
+        "witness_state": args.witness_state,
         "seed": args.seed,
     }
 
@@ -197,6 +209,10 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="server: %(message)s", stream=sys.stderr)
     config = load_config(args.config, _overrides(args))
     config.require_tls()
+    if config.witness_key is not None:  # an unusable witness key is refused before the models load
+        from server.witness import load_witness
+
+        load_witness(config.witness_key, config.witness_state)
     server, port = create_server(config)
     stop = threading.Event()
 
@@ -233,6 +249,14 @@ def pki_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def witness_key_command(args: argparse.Namespace) -> int:
+    from audit.cosignature import write_witness_key_pair
+
+    private, public = write_witness_key_pair(args.name, args.out)
+    print(f"server: witness signing key {private} (serve --witness-key)\nserver: witness key {public} (for auditors)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # gRPC logs every refused handshake on stderr; keep its errors only (set the variable to override).
@@ -240,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def command() -> int:
         try:
+            if args.command == "witness-key":
+                return witness_key_command(args)
             return serve(args) if args.command == "serve" else pki_command(args)
         except OSError as exc:
             print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)

@@ -45,6 +45,8 @@
 
     [audit]
     # transcript_dir = "transcripts"      # sha256 of every received uplink, per stream
+    # witness_key = "witness/verifier.witness.key"   # cosign devices' audit-log checkpoints (`server witness-key`)
+    # witness_state = "witness/witness-state.json"  # what it cosigned, per device log (default: beside the key)
 
 Unknown sections or keys are errors: a typo must not silently fall back to a default.
 """
@@ -108,6 +110,9 @@ class ServerConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     transcript_dir: Path | None = None
+    # The witness of devices' audit logs (server/witness.py): its signer key and its state file.
+    witness_key: Path | None = None
+    witness_state: Path | None = None
     seed: int | None = None
     # Streams beyond the session cap, kept for health checks and for refusing politely.
     extra_streams: int = field(default=16, repr=False)
@@ -183,6 +188,8 @@ class ServerConfig:
                 f"batch max_wait_ms must be a number of milliseconds in [0, {MAX_BATCH_WAIT_MS:g}]; "
                 f"got {self.batch_wait_ms}"
             )
+        if self.witness_state is not None and self.witness_key is None:
+            raise ConfigError("witness_state needs witness_key: a witness's state is only kept by the witness")
 
     def require_tls(self) -> tuple[Path, Path, Path]:
         """The certificate, key and client CA; the verifier does not start without all three."""
@@ -227,7 +234,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
     },
     "batching": {"enabled": "batching", "max_batch": "max_batch", "max_wait_ms": "batch_wait_ms"},
     "metrics": {"port": "metrics_port", "host": "metrics_host"},
-    "audit": {"transcript_dir": "transcript_dir"},
+    "audit": {"transcript_dir": "transcript_dir", "witness_key": "witness_key", "witness_state": "witness_state"},
 }
 
 

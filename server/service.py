@@ -24,6 +24,9 @@ specific status:
                          validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
 
+With a witness key (`[audit] witness_key`), a Close that carries the device's audit-log checkpoint
+is answered by one more downlink, the witness's cosignature, if `server.witness` accepts it.
+
 One device cannot lock the others out (`server.admission` has the rule): a device may start
 `stream_burst` streams at once, then `stream_rate` per second (the rest are refused before any
 frame is read, so a looping device cannot grow the transcript without bound); its streams are
@@ -55,6 +58,7 @@ import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from audit.errors import AuditError
 from audit.identity import cert_sha256
 from core import wire
 from core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
@@ -68,6 +72,7 @@ from server.errors import NoSessionSlot
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
+from server.witness import Cosigned, Witness, load_witness
 
 __all__ = ["Device", "TranscriptSink", "VerifierService"]
 
@@ -118,6 +123,7 @@ class VerifierService:
         transcript: TranscriptSink | None = None,
         *,
         device_cas: Callable[[], Sequence[x509.Certificate]] = tuple,
+        witness: Witness | None = None,
     ) -> None:
         self.cloud = cloud
         self.config = config
@@ -131,6 +137,10 @@ class VerifierService:
         self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
         self._revoked = frozenset(config.revoked_devices)
         self._devices = DeviceCertificates(device_cas)
+        # The witness of the devices' audit logs: cosigns the checkpoint a Close carries.
+        if witness is None and config.witness_key is not None:
+            witness = load_witness(config.witness_key, config.witness_state)
+        self.witness = witness
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(self.session)  # bytes in, bytes out
@@ -298,6 +308,9 @@ class VerifierService:
                 await context.write(await self._round(state, frame))
             else:
                 self._close(state, frame)
+                answer = await self._cosign(state, frame)
+                if answer is not None:
+                    await context.write(answer)
 
     def _precondition(self, message: str) -> _Abort:
         return _Abort(grpc.StatusCode.FAILED_PRECONDITION, message)
@@ -386,6 +399,25 @@ class VerifierService:
             raise self._refusal(exc) from None
         state.ended = True
         self._free(state)  # the device may still half-close late: the caches go now
+
+    async def _cosign(self, state: _Stream, frame: wire.CloseFrame) -> bytes | None:
+        """The witness's cosignature of the Close's checkpoint, as the downlink answering it (None: none).
+
+        A refused checkpoint gets no answer (the witness keeps the refusal); the session is over
+        either way, so the device's stream simply ends.
+        """
+        if frame.witness is None or self.witness is None:
+            return None
+        assert state.device is not None
+        # The state file's fsync stays off the event loop that serves every other session.
+        try:
+            result = await asyncio.to_thread(self.witness.cosign, state.device.name, frame.witness)
+        except AuditError as exc:  # its state could not be saved: no cosignature it might forget
+            log.error("witness: %s", exc)
+            return None
+        if not isinstance(result, Cosigned):
+            return None
+        return wire.encode_cosignature(frame.seq, result.witness, result.signature)
 
     def _free(self, state: _Stream) -> None:
         if state.session is not None:

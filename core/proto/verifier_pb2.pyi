@@ -87,11 +87,31 @@ class PaddedRound(_message.Message):
     literal_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, seq: _Optional[int] = ..., commit_ids: _Optional[_Iterable[int]] = ..., draft_ids: _Optional[_Iterable[int]] = ..., literal_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class WitnessRequest(_message.Message):
+    __slots__ = ("origin", "log_key", "size", "root_hash", "signature", "old_size", "consistency_proof")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    LOG_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_HASH_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    OLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_PROOF_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    log_key: bytes
+    size: int
+    root_hash: bytes
+    signature: bytes
+    old_size: int
+    consistency_proof: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, origin: _Optional[str] = ..., log_key: _Optional[bytes] = ..., size: _Optional[int] = ..., root_hash: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., old_size: _Optional[int] = ..., consistency_proof: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
 class Close(_message.Message):
-    __slots__ = ("seq",)
+    __slots__ = ("seq", "witness")
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    WITNESS_FIELD_NUMBER: _ClassVar[int]
     seq: int
-    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+    witness: WitnessRequest
+    def __init__(self, seq: _Optional[int] = ..., witness: _Optional[_Union[WitnessRequest, _Mapping]] = ...) -> None: ...
 
 class Uplink(_message.Message):
     __slots__ = ("open", "round", "close", "padded_round")
@@ -120,13 +140,23 @@ class FusionVector(_message.Message):
     def __init__(self, values: _Optional[bytes] = ...) -> None: ...
 
 class Downlink(_message.Message):
-    __slots__ = ("seq", "accepted", "candidates", "fusion")
+    __slots__ = ("seq", "accepted", "candidates", "fusion", "cosignature")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    COSIGNATURE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     accepted: int
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
     fusion: FusionVector
-    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., fusion: _Optional[_Union[FusionVector, _Mapping]] = ...) -> None: ...
+    cosignature: Cosignature
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., fusion: _Optional[_Union[FusionVector, _Mapping]] = ..., cosignature: _Optional[_Union[Cosignature, _Mapping]] = ...) -> None: ...
+
+class Cosignature(_message.Message):
+    __slots__ = ("witness", "signature")
+    WITNESS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    witness: str
+    signature: bytes
+    def __init__(self, witness: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...

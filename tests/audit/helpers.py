@@ -6,6 +6,7 @@ verifies here is the same kind of log a device writes.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from audit import merkle, records
 from audit.egress import EgressRecorder
 from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
-from audit.note import SigningKey
+from audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
 from core import wire
 from core.proto import verifier_pb2 as pb
 from core.session_types import SessionParams, SteeringVector, Verdict
@@ -154,3 +155,34 @@ def write_checkpoint_notes(directory: Path, notes: list[str]) -> None:
 
 def uplink_positions(directory: Path) -> list[int]:
     return [r.position for r in scan_log(directory).records if records.parse(r.data).kind == records.KIND_UPLINK]
+
+
+def signed_witness_request(
+    key: SigningKey, size: int, root: bytes, old: int = 0, proof: tuple[bytes, ...] = ()
+) -> wire.WitnessRequest:
+    """A Close's witness request for the checkpoint (size, root) of `key`'s log, signed by `key`."""
+    (sig,) = parse_note(sign_checkpoint(Checkpoint(key.name, size, root), key)).signatures
+    return wire.WitnessRequest(key.name, key.verifier.public_key, size, root, sig.signature, old, proof)
+
+
+def resign_witness_requests(fields: list[dict], key: SigningKey) -> bytes:
+    """The key holder's best rewrite: every Close's checkpoint moved, recomputed and re-signed over the
+    new history, so the log holds together under the device's key. Returns the framed segment."""
+    leaves: list[bytes] = []
+    moved: dict[int, int] = {}  # a request's size before the rewrite -> after it
+    body = b""
+    for i, f in enumerate(fields):
+        payload = base64.b64decode(f["bytes"]) if f["kind"] == records.KIND_UPLINK else b""
+        request = wire.witness_of(payload) if payload else None
+        if request is not None:
+            size = max(1, min(i, i - (f["index"] - request.size)))  # as far back from the Close as before
+            old = moved.get(request.old_size, 0)
+            moved[request.size] = size
+            proof = tuple(merkle.consistency_proof(old, leaves[:size])) if 0 < old < size else ()
+            close = signed_witness_request(key, size, merkle.root(leaves[:size]), old, proof)
+            seq = wire.pb.Uplink.FromString(payload).close.seq
+            f = {**f, **records.payload_fields("up", wire.encode_close(seq, close))}
+        data = records.encode({**f, "index": i})
+        leaves.append(merkle.leaf_hash(data))
+        body += frame(data)
+    return body

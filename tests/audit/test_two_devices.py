@@ -234,7 +234,9 @@ def t_rollback(run: Run, log: Path) -> str:
     key = run.devices["alice"].key.verifier
     notes = checkpoint_notes(log)
     n = len(scan_log(log).records)
-    earlier = [x for x in notes if 2 < open_checkpoint(x, key).size < n - 3]
+    # A session end (not the checkpoint a Close asks the witness to cosign, signed just before it).
+    ends = {i + 1 for i, r in enumerate(_records(log)) if r.kind == records.KIND_UPLINK and _is_close(r)}
+    earlier = [x for x in notes if 2 < open_checkpoint(x, key).size < n - 3 and open_checkpoint(x, key).size in ends]
     keep = earlier[len(earlier) // 2]
     size = open_checkpoint(keep, key).size
     truncate_records(log, size)
@@ -244,6 +246,10 @@ def t_rollback(run: Run, log: Path) -> str:
     assert alone.verdict == "VERIFIED"
     assert any("keep the latest checkpoint from every audit" in m for m in alone.not_covered)
     return "matches no session in this log: the log is shorter than what the server witnessed"
+
+
+def _is_close(rec: records.Record) -> bool:
+    return pb.Uplink.FromString(rec.payload or b"").WhichOneof("kind") == "close"
 
 
 def t_splice(run: Run, log: Path) -> str:

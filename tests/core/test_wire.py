@@ -105,11 +105,13 @@ def test_committed_stubs_match_a_fresh_protoc_run(tmp_path: Path) -> None:
 
 
 def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:
-    # Only token IDs and bounded integers/enums/bools may go up.
+    # Only token IDs and bounded integers/enums/bools may go up; the one exception is the Close's
+    # witness request (the audit log's own checkpoint, every byte of it recomputed by `audit verify`).
     from google.protobuf.descriptor import FieldDescriptor as F
 
     # fixed32 is uint32 at a constant width (PaddedRound: the size channel closes).
     allowed = {F.TYPE_UINT32, F.TYPE_FIXED32, F.TYPE_BOOL, F.TYPE_ENUM, F.TYPE_MESSAGE}
+    witness = {F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_UINT64}
     seen = set()
 
     def walk(desc) -> None:
@@ -117,12 +119,30 @@ def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:
             return
         seen.add(desc.full_name)
         for field in desc.fields:
-            assert field.type in allowed, f"{desc.full_name}.{field.name} has a forbidden type"
+            ok = allowed | witness if desc.full_name == "specsteer.v1.WitnessRequest" else allowed
+            assert field.type in ok, f"{desc.full_name}.{field.name} has a forbidden type"
             if field.type == F.TYPE_MESSAGE:
                 walk(field.message_type)
 
     walk(pb.Uplink.DESCRIPTOR)
-    assert "specsteer.v1.SessionParams" in seen
+    assert "specsteer.v1.SessionParams" in seen and "specsteer.v1.WitnessRequest" in seen
+
+
+def test_a_witness_request_with_an_oversized_field_is_refused_at_the_boundary() -> None:
+    """Each byte field of a Close's witness request has exactly its size: none can carry text."""
+    from core.wire import WitnessRequest, decode_uplink, encode_close
+
+    good = WitnessRequest("device.test/log", b"k" * 32, 5, b"r" * 32, b"s" * 64, 3, (b"p" * 32,))
+    assert decode_uplink(encode_close(4, good)).witness == good  # type: ignore[union-attr]
+    for bad in (
+        WitnessRequest("my secret notes", b"k" * 32, 5, b"r" * 32, b"s" * 64),
+        WitnessRequest("device.test/log", b"k" * 33, 5, b"r" * 32, b"s" * 64),
+        WitnessRequest("device.test/log", b"k" * 32, 5, b"r" * 32, b"s" * 64 + b"hidden"),
+        WitnessRequest("device.test/log", b"k" * 32, 5, b"r" * 32, b"s" * 64, 3, (b"p" * 31 + b"hidden",)),
+        WitnessRequest("device.test/log", b"k" * 32, 5, b"r" * 32, b"s" * 64, 6),
+    ):
+        with pytest.raises(ProtocolError, match="witness request is malformed"):
+            decode_uplink(encode_close(4, bad))
 
 
 def test_core_wire_is_the_only_module_that_imports_the_stubs() -> None:

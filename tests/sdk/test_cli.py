@@ -111,6 +111,7 @@ def test_demo_runs_the_shipped_demo_user(capsys, models_args, tmp_path) -> None:
     assert "fallback: None" in captured.out  # the verifier answered: nothing was finished locally
     assert "mutual TLS" in captured.err and "verifier stopped" in captured.err
     assert "VERIFIED" in captured.out.upper() and "server transcript" in captured.out.lower()
+    assert "cosignature(s) by demo-verifier/witness" in captured.out  # the verifier cosigned the log
     assert (tmp_path / "audit" / "log").is_dir() and (tmp_path / "audit" / "demo-device.pub").is_file()
 
 

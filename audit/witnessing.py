@@ -1,0 +1,211 @@
+"""`audit verify`'s checks of the witness exchange: what a Close carried up, and what came back.
+
+Two checks over a parsed log (docs/audit-format.md, section 8):
+
+- `request_failures`: every Close's witness request must be the log's own state at that point:
+  its origin and key the header's, a size covering only records before the Close, the root of
+  those records, a signature that verifies under the log key, a proof from 0 or a size cosigned
+  earlier in the log that verifies. So the request carries nothing the log does not already say.
+- `cosignature_check`: with the auditor's witness keys, every cosignature by one of them (in
+  checkpoints.jsonl, and in the downlinks that answered the Closes) must verify, and each
+  cosigned checkpoint must match the records as presented; a witness key with no valid
+  cosignature fails, and so does a log that no longer holds what the witness's own state says it
+  cosigned. A rewrite, truncation or rollback of cosigned records therefore fails even when the
+  log key's holder re-signed everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from audit import merkle, records
+from audit.cosignature import WitnessKey, cosignatures
+from audit.errors import NoteError, ProofError
+from audit.log import StoredCheckpoint
+from audit.note import Checkpoint, VerifierKey
+from audit.witness_state import WitnessedLog, WitnessState
+from core import wire
+
+
+@dataclass(frozen=True)
+class ParsedRecord:
+    position: int
+    record: records.Record | None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A cosignature downlink and the Close request it answered."""
+
+    position: int
+    request: wire.WitnessRequest
+    witness: str
+    signature: bytes
+
+
+RootsAt = Callable[[set[int]], dict[int, bytes]]
+
+
+def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[tuple[int, wire.WitnessRequest, set[int]]], list[_Answer]]:
+    """Every Close's witness request (with the sizes cosigned before it), and every answer."""
+    requests: list[tuple[int, wire.WitnessRequest, set[int]]] = []
+    answers: list[_Answer] = []
+    pending: dict[str, wire.WitnessRequest] = {}
+    cosigned: set[int] = set()
+    for p in parsed:
+        rec = p.record
+        if rec is None or rec.payload is None or rec.session is None:
+            continue
+        if rec.kind == records.KIND_UPLINK:
+            request = wire.witness_of(rec.payload)
+            if request is not None:
+                requests.append((p.position, request, set(cosigned)))
+                pending[rec.session] = request
+        else:
+            answer = wire.decode_cosignature(rec.payload)
+            request = pending.pop(rec.session, None)
+            if answer is not None and request is not None:
+                answers.append(_Answer(p.position, request, answer.witness, answer.signature))
+                cosigned.add(request.size)
+    return requests, answers
+
+
+def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, roots_at: RootsAt) -> list[str]:
+    """Where a Close's witness request says anything the log itself does not."""
+    requests, _ = _exchanges(parsed)
+    if not requests:
+        return []
+    roots = roots_at({r.size for _, r, _ in requests} | {r.old_size for _, r, _ in requests})
+    failures: list[str] = []
+    for position, r, earlier in requests:
+        where = f"record {position} (the Close's witness request)"
+        if key is None or r.origin != key.name or r.log_key != key.public_key:
+            failures.append(f"{where}: names log {r.origin!r} and a key that is not this log's")
+            continue
+        if r.size > position:
+            failures.append(f"{where}: signs {r.size} records, more than the {position} logged before it")
+            continue
+        checkpoint = Checkpoint(r.origin, r.size, r.root_hash)
+        if roots.get(r.size) != r.root_hash:
+            failures.append(f"{where}: its root is not the root of the log's first {r.size} records")
+        elif not key.verify(checkpoint.body().encode(), r.signature):
+            failures.append(f"{where}: its signature does not verify under the log key")
+        if r.old_size != 0 and r.old_size not in earlier:
+            failures.append(f"{where}: proves from size {r.old_size}, which no earlier cosignature covers")
+            continue
+        if 0 < r.old_size < r.size:
+            try:
+                merkle.verify_consistency(r.old_size, r.size, roots[r.old_size], r.root_hash, r.consistency_proof)
+            except ProofError as exc:
+                failures.append(f"{where}: its consistency proof is not the log's: {exc}")
+        elif r.consistency_proof:
+            failures.append(f"{where}: carries a consistency proof where none is needed")
+    return failures
+
+
+@dataclass(frozen=True)
+class CosignatureResult:
+    failures: list[str]
+    summaries: list[str]
+
+
+def _matches(cp: Checkpoint, n: int, roots: dict[int, bytes], where: str, key: WitnessKey, when: int) -> str | None:
+    if cp.size > n:
+        return (
+            f"{where}: witness {key.name} cosigned size {cp.size} at time {when}, but the log holds only {n} "
+            f"records: records {n} to {cp.size - 1} were removed after it was cosigned"
+        )
+    if roots.get(cp.size) != cp.root:
+        return (
+            f"{where}: witness {key.name} cosigned size {cp.size} at time {when}, but the log's first {cp.size} "
+            "records no longer hash to that root: they were rewritten after it was cosigned"
+        )
+    return None
+
+
+def cosignature_check(
+    parsed: Sequence[ParsedRecord],
+    notes: Sequence[StoredCheckpoint],
+    n: int,
+    witness_keys: Sequence[WitnessKey],
+    log_key: VerifierKey | None,
+    roots_at: RootsAt,
+    state: WitnessState | None = None,
+) -> CosignatureResult:
+    """Every cosignature by the auditor's witness keys verified and matched against the records."""
+    _, answers = _exchanges(parsed)
+    failures: list[str] = []
+    summaries: list[str] = []
+    found: list[tuple[str, WitnessKey, Checkpoint, int]] = []  # where, by whom, what, when
+    for key in witness_keys:
+        for stored in notes:
+            where = f"checkpoint {stored.number}"
+            try:
+                found.extend((where, key, c.checkpoint, c.timestamp) for c in cosignatures(stored.note, key))
+            except NoteError as exc:
+                failures.append(f"{where}: {exc}: a forged or altered cosignature")
+        for a in answers:
+            if a.witness != key.name or a.signature[:4] != key.id:
+                continue
+            where = f"record {a.position} (the cosignature answering a Close)"
+            cp = Checkpoint(a.request.origin, a.request.size, a.request.root_hash)
+            try:
+                found.append((where, key, cp, key.verify(cp.body(), a.signature)))
+            except NoteError as exc:
+                failures.append(f"{where}: {exc}: a forged or altered cosignature")
+    state_entry = None
+    if state is not None:
+        state_entry, problem = _state_entry(state, witness_keys, log_key)
+        if problem is not None:
+            failures.append(problem)
+    sizes = {cp.size for _, _, cp, _ in found} | ({state_entry[1].size} if state_entry else set())
+    roots = roots_at({s for s in sizes if s <= n})
+    for where, key, cp, when in found:
+        if log_key is not None and cp.origin != log_key.name:
+            failures.append(f"{where}: witness {key.name} cosigned log {cp.origin!r}, not this log")
+            continue
+        problem = _matches(cp, n, roots, where, key, when)
+        if problem is not None:
+            failures.append(problem)
+    for key in witness_keys:
+        mine = [(cp, when) for _, k, cp, when in found if k == key]
+        if not mine:
+            failures.append(
+                f"no checkpoint of this log carries a valid cosignature by witness {key.name}+{key.id.hex()}: "
+                "the log was never witnessed by it, or its cosigned checkpoints were removed"
+            )
+            continue
+        latest, when = max(mine, key=lambda x: (x[0].size, x[1]))
+        # One cosignature is usually found twice: in checkpoints.jsonl and in the downlink that brought it.
+        count = len({(cp.size, cp.root, t) for cp, t in mine})
+        summaries.append(f"{count} cosignature(s) by {key.name}, the latest of size {latest.size} at time {when}")
+    if state_entry is not None:
+        key, entry = state_entry
+        cp = Checkpoint(entry.origin, entry.size, entry.root)
+        problem = _matches(cp, n, roots, "the witness's state", key, entry.time)
+        if problem is not None:
+            failures.append(problem)
+        else:
+            summaries.append(f"the witness's own record (size {entry.size}) matches the log")
+    return CosignatureResult(failures, summaries)
+
+
+def _state_entry(
+    state: WitnessState, witness_keys: Sequence[WitnessKey], log_key: VerifierKey | None
+) -> tuple[tuple[WitnessKey, WitnessedLog] | None, str | None]:
+    """The witness's record of this log, if the state is by a key the auditor gave and it verifies."""
+    key = next((k for k in witness_keys if str(k) == state.witness), None)
+    if key is None:
+        return None, f"the witness state is by witness {state.witness}: give that key with --witness-key"
+    entries = [e for e in state.logs.values() if log_key is not None and e.key == str(log_key)]
+    if not entries:
+        return None, "the witness state holds no checkpoint of this log: the witness never cosigned it"
+    entry = entries[0]
+    recorded = Checkpoint(entry.origin, entry.size, entry.root)
+    try:
+        if not any(c.checkpoint == recorded for c in cosignatures(entry.note, key)):
+            return None, "the witness state's checkpoint carries no cosignature of its own"
+    except NoteError as exc:
+        return None, f"the witness state's checkpoint does not verify: {exc}"
+    return (key, entry), None

@@ -1,0 +1,257 @@
+"""Audit logs as a device writes them, and as an auditor must judge them: `audit verify`'s verdict.
+
+Two logs are written through the real device API (`audit.log.AuditLog` and the recorder every
+uplink passes, `audit.egress.EgressRecorder`) with a fixed test-only key; the others are copies
+tampered with as an attacker or a broken disk would (a byte flipped, a record dropped, a log cut
+short, checkpoints re-signed with another key, a record appended after the last checkpoint) or
+written around the recorder's checks (an uplink it would have blocked). Each case's expected
+outcome is `audit.verify.inspect`'s: the verdict and which of its named checks pass.
+
+The log API stamps records with the wall clock and picks random session IDs; here both are fixed
+(a clock that ticks one second a record from 2026-01-01, session IDs hashed from a counter) so a
+second `write` gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from audit import egress, merkle, records
+from audit.identity import DeviceIdentity
+from audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
+from audit.note import Checkpoint, SigningKey, load_verifier_key, parse_note, sign_checkpoint
+from audit.verify import inspect
+from core import wire
+from core.errors import ProtocolError
+from core.session_types import SessionParams, SteeringVector, Verdict
+from tools.conformance.common import ConformanceError, mismatch
+
+FILE = "audit/cases.json"
+KEY_NAME = "conformance.invalid/TEST-ONLY-device"
+# Seeds derived from public strings: these keys sign test vectors only and protect nothing.
+TEST_KEY = SigningKey(KEY_NAME, hashlib.sha256(b"specsteer conformance v1: test-only device key").digest())
+OTHER_KEY = SigningKey(KEY_NAME, hashlib.sha256(b"specsteer conformance v1: test-only other key").digest())
+KEY_FILES = {"keys/test-device": TEST_KEY, "keys/other-device": OTHER_KEY}
+DEVICE = DeviceIdentity("conformance-test-device", hashlib.sha256(b"conformance test certificate").hexdigest())
+VOCAB = 32
+SEGMENT_RECORDS = 8  # small, so the logs span several segments
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@contextlib.contextmanager
+def _deterministic() -> Iterator[None]:
+    """Fix the log's clock and the recorder's session IDs while a log is written."""
+    ticks = iter(range(1_000_000))
+    sessions = iter(range(1_000_000))
+
+    def now() -> str:
+        return (EPOCH + timedelta(seconds=next(ticks))).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def session_id(nbytes: int) -> str:
+        return hashlib.sha256(f"conformance session {next(sessions)}".encode()).hexdigest()[: 2 * nbytes]
+
+    with mock.patch.object(records, "now", now), mock.patch.object(egress.secrets, "token_hex", session_id):
+        yield
+
+
+def _open(directory: Path) -> AuditLog:
+    return AuditLog.open(directory, TEST_KEY, segment_records=SEGMENT_RECORDS, device=DEVICE)
+
+
+def _finish(log: AuditLog) -> None:
+    log.close()
+    (log.directory / LOCK_FILE).unlink()  # the writer's lock file: not part of the log
+
+
+def _candidates(*ids: int) -> SteeringVector:
+    return SteeringVector(tuple((i,) for i in ids), tuple(-0.5 * n for n in range(len(ids))))
+
+
+def _write_good(directory: Path) -> None:
+    """Two sessions through the recorder: one steered to its Close, one padded, with a guard placeholder,
+    ending in a fallback."""
+    log = _open(directory)
+    rec = egress.EgressRecorder(log)
+    sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.record_uplink(sid, wire.encode_open((1, 2, 3), SessionParams(top_k=4, draft_len=4)))
+    rec.record_uplink(sid, wire.encode_round(1, (), (5, 6, 7)))
+    rec.record_downlink(sid, wire.encode_downlink(1, Verdict(1, _candidates(3, 7, 11))))
+    rec.record_uplink(sid, wire.encode_round(2, (7,), (8, 9)))
+    rec.record_downlink(sid, wire.encode_downlink(2, Verdict(2, _candidates(4))))
+    rec.record_uplink(sid, wire.encode_close(3))
+    sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.record_uplink(sid, wire.encode_open((4, 5), SessionParams(top_k=4, draft_len=4, padded_frames=True)))
+    rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder="<EMAIL>")
+    rec.record_uplink(sid, wire.encode_round(1, (), (5, 6), (20, 21), pad_to=4))
+    rec.record_downlink(sid, wire.encode_downlink(1, Verdict(0, _candidates(3, 9))))
+    rec.record_fallback(sid, "verifier-unreachable")
+    _finish(log)
+
+
+def _write_downlink_violation(directory: Path) -> None:
+    """The device received a downlink with a candidate outside its vocabulary: the recorder logs it
+    as received, refuses it, and the device finishes locally."""
+    log = _open(directory)
+    rec = egress.EgressRecorder(log)
+    sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.record_uplink(sid, wire.encode_open((1, 2), SessionParams(top_k=4, draft_len=4)))
+    rec.record_uplink(sid, wire.encode_round(1, (), (5, 6)))
+    with contextlib.suppress(ProtocolError):
+        rec.record_downlink(sid, wire.encode_downlink(1, Verdict(0, _candidates(3, VOCAB + 8))))
+    rec.record_fallback(sid, "protocol-error")
+    _finish(log)
+
+
+def _write_uplink_bypass(directory: Path) -> None:
+    """An uplink the recorder would have blocked (a commit that is no candidate), appended around it:
+    what a device that sent egress past its recorder and then logged it would leave."""
+    log = _open(directory)
+    rec = egress.EgressRecorder(log)
+    sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.record_uplink(sid, wire.encode_open((1, 2), SessionParams(top_k=4, draft_len=4)))
+    rec.record_uplink(sid, wire.encode_round(1, (), (5, 6)))
+    rec.record_downlink(sid, wire.encode_downlink(1, Verdict(0, _candidates(3, 7))))
+    for payload in (wire.encode_round(2, (30,), (6,)), wire.encode_close(3)):
+        log.append_session(records.KIND_UPLINK, sid, records.payload_fields("up", payload), payload=payload)
+    _finish(log)
+
+
+# -- tampering with a copy of the good log -----------------------------------------------------------------
+
+
+def _segment(directory: Path, position: int) -> tuple[Path, int, int]:
+    """(segment file, byte offset, frame length) of record `position`."""
+    stored = scan_log(directory).records[position]
+    return directory / SEGMENTS_DIR / stored.segment, stored.offset, HEADER.size + len(stored.data) + 32
+
+
+def _flip_byte(directory: Path) -> None:
+    path, offset, _ = _segment(directory, 4)
+    data = bytearray(path.read_bytes())
+    data[offset + HEADER.size + 10] ^= 0x01  # inside record 4's JSON: its trailer no longer matches
+    path.write_bytes(bytes(data))
+
+
+def _drop_record(directory: Path) -> None:
+    path, offset, length = _segment(directory, 3)
+    data = path.read_bytes()
+    path.write_bytes(data[:offset] + data[offset + length :])
+
+
+def _truncate(directory: Path) -> None:
+    stored = scan_log(directory).records[-1]
+    path = directory / SEGMENTS_DIR / stored.segment
+    path.write_bytes(path.read_bytes()[: stored.offset + HEADER.size + 5])  # the last frame cut short
+
+
+def _remove_last_segment(directory: Path) -> None:
+    last = sorted((directory / SEGMENTS_DIR).iterdir())[-1]
+    last.unlink()
+
+
+def _resign_checkpoints(directory: Path) -> None:
+    """Every checkpoint re-signed by another key under the log key's name (a forger's key)."""
+    path = directory / CHECKPOINTS_FILE
+    lines = []
+    for line in path.read_text(encoding="ascii").splitlines():
+        body = Checkpoint.parse_body(parse_note(json.loads(line)["note"]).text)
+        lines.append(json.dumps({"note": sign_checkpoint(body, OTHER_KEY)}, ensure_ascii=True))
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="ascii")
+
+
+def _append_unsigned(directory: Path) -> None:
+    """A record framed exactly as the device frames one, after the last signed checkpoint."""
+    scan = scan_log(directory)
+    data = records.build(len(scan.records), records.KIND_BEGIN, {
+        "session": "f" * 32, "n": 0, "vocab_size": VOCAB, "max_top_k": 4,
+    })  # fmt: skip
+    last = directory / SEGMENTS_DIR / segment_name(len(scan.records) - len(scan.records) % SEGMENT_RECORDS)
+    with last.open("ab") as f:
+        f.write(HEADER.pack(len(data)) + data + merkle.leaf_hash(data))
+
+
+# (name, description, base log, tampering or None, verifier key file or None)
+_CASES: list[tuple[str, str, str, Callable[[Path], None] | None, str | None]] = [
+    ("good", "two sessions written through the recorder, checked with the device's key", "good", None,
+     "keys/test-device.pub"),
+    ("good-no-key", "the same log without the auditor's key: every check passes, authenticity unproven", "good",
+     None, None),
+    ("good-wrong-key", "the same log checked with a key that is not the device's", "good", None,
+     "keys/other-device.pub"),
+    ("byte-flipped", "one bit of record 4 flipped", "good", _flip_byte, "keys/test-device.pub"),
+    ("record-dropped", "record 3's frame removed from its segment", "good", _drop_record, "keys/test-device.pub"),
+    ("truncated", "the last segment cut inside its last frame, which a checkpoint signs", "good", _truncate,
+     "keys/test-device.pub"),
+    ("segment-removed", "the last segment file deleted", "good", _remove_last_segment, "keys/test-device.pub"),
+    ("checkpoints-resigned", "every checkpoint re-signed with another key under the log key's name", "good",
+     _resign_checkpoints, "keys/test-device.pub"),
+    ("unsigned-tail", "a well-formed record appended after the last signed checkpoint", "good", _append_unsigned,
+     "keys/test-device.pub"),
+    ("downlink-violation", "a signed log holding a downlink with a candidate outside the vocabulary",
+     "downlink-violation", None, "keys/test-device.pub"),
+    ("uplink-bypass", "a signed log holding an uplink the recorder would have blocked (commit not a candidate)",
+     "uplink-bypass", None, "keys/test-device.pub"),
+]  # fmt: skip
+
+_WRITERS: dict[str, Callable[[Path], None]] = {
+    "good": _write_good,
+    "downlink-violation": _write_downlink_violation,
+    "uplink-bypass": _write_uplink_bypass,
+}
+
+
+def outcome(folder: Path, case: dict[str, Any]) -> dict[str, Any]:
+    """`audit verify`'s judgement of one case, as the vector states it."""
+    key = None if case["key"] is None else load_verifier_key(folder / case["key"])
+    report = inspect(folder / case["log"], key=key)
+    return {
+        "verdict": report.verdict,
+        "checks": [{"name": c.name, "ok": c.ok} for c in report.checks],
+        "records": report.records,
+        "sessions": len(report.sessions),
+    }
+
+
+def build(folder: Path) -> dict[str, Any]:
+    """Write the keys and logs under `folder` and return the cases file's content."""
+    for stem, key in KEY_FILES.items():
+        (folder / stem).parent.mkdir(parents=True, exist_ok=True)
+        (folder / f"{stem}.key").write_text(f"{key}\n", encoding="ascii")
+        (folder / f"{stem}.pub").write_text(f"{key.verifier}\n", encoding="ascii")
+    written: dict[str, Path] = {}
+    with _deterministic():
+        for name, writer in _WRITERS.items():
+            written[name] = folder / "audit" / "logs" / name
+            writer(written[name])
+        cases = []
+        for name, description, base, tamper, key_file in _CASES:
+            log = written[base]
+            if tamper is not None:
+                log = folder / "audit" / "logs" / name
+                shutil.copytree(written[base], log)
+                tamper(log)
+            case: dict[str, Any] = {
+                "name": name, "description": description, "log": log.relative_to(folder).as_posix(), "key": key_file,
+            }  # fmt: skip
+            case["expected"] = outcome(folder, case)
+            cases.append(case)
+    return {"kind": "audit-logs", "function": "audit.verify.inspect", "cases": cases}
+
+
+def check(folder: Path, doc: dict[str, Any]) -> list[str]:
+    problems = []
+    for case in doc["cases"]:
+        if not (folder / case["log"]).is_dir():
+            raise ConformanceError(f"{FILE}: case {case['name']!r} names {case['log']}, which is missing")
+        got = outcome(folder, case)
+        if got != case["expected"]:
+            problems.append(mismatch(FILE, case["name"], "audit verify", case["expected"], got))
+    return problems
