@@ -14,9 +14,15 @@ A registered secret is found:
   digit or a symbol, or is 10+ characters): the first third of a key, a password split in two;
 * as hex or base64 of itself at any byte offset (`privacy.registered.encodings`: also inside
   "Basic " + base64 of "user:token");
+* split into words with text between ("Note aD6; the rest is IA5+~nOp"): a word of `min_part`+
+  characters that starts a secret (or is a piece of one and has a digit or a symbol), followed
+  within `split_gap` characters by words that go on with the secret where it stopped, until the
+  parts make a piece (`min_piece`+ characters): each part is a span, however short (a part alone
+  says little; together they are the key);
 
 all on the folded text (case does not hide a secret). Its hazard holds a trailing run that is
-still a piece of a secret (from two characters), or the start of one of its encodings.
+still a piece of a secret (from two characters), the start of one of its encodings, and a recent
+word that may be a split secret's first part, for `split_gap` characters: the rest may follow.
 """
 
 from __future__ import annotations
@@ -60,6 +66,27 @@ def _secret_like(value: str) -> bool:
     return sum(bool(re.search(k, value)) for k in kinds) >= 2
 
 
+# The characters around a word that are punctuation of the sentence, not of the secret: a part is
+# tried as written and without them ("aD6;" is "aD6").
+_WORD = re.compile(r"\S+")
+_OPENING = "([{<\"'`"
+_CLOSING = ".,;:!?)]}>\"'`"
+
+
+def _words(text: str) -> list[list[tuple[int, int]]]:
+    """For each word of `text`, the ranges it may stand for: as written, without the sentence's
+    punctuation around it, the longest first."""
+    out = []
+    for m in _WORD.finditer(text):
+        a, b = m.span()
+        forms = {(a, b)}
+        a2 = a + len(m.group()) - len(m.group().lstrip(_OPENING))
+        b2 = b - (len(m.group()) - len(m.group().rstrip(_CLOSING)))
+        forms |= {(a2, b), (a, b2), (a2, b2)}
+        out.append(sorted((f for f in forms if f[1] > f[0]), key=lambda r: r[0] - r[1]))
+    return out
+
+
 def _is_piece(piece: str, whole: str) -> bool:
     """A piece of a secret worth a span: the whole secret, 10+ characters, or one with a digit or symbol."""
     return piece == whole or len(piece) >= 10 or bool(re.search(r"[^a-z]", piece))
@@ -68,10 +95,16 @@ def _is_piece(piece: str, whole: str) -> bool:
 class HistorySecretDetector(Detector):
     """Registered secrets of the history, whole, in pieces and encoded (see the module docstring)."""
 
-    def __init__(self, secrets: Iterable[str], *, min_piece: int = 6) -> None:
+    def __init__(self, secrets: Iterable[str], *, min_piece: int = 6, min_part: int = 3, split_gap: int = 48) -> None:
         folded = sorted({fold(s).text for s in secrets if len(s) >= min_piece}, key=len, reverse=True)
         self.secrets = tuple(folded)
         self.min_piece = min_piece
+        # A part of three characters is as rare in prose as a three-letter word is in a secret; two
+        # would hold every "to" of a text whose user has a "to" in a password. The gap between two
+        # parts stays well inside the device's look-ahead (32 tokens), so a hold on the first part
+        # resolves before the look-ahead runs out.
+        self.min_part = min_part
+        self.split_gap = split_gap
         self._joined = "\0".join(folded)
         grams = {s[i : i + min_piece] for s in folded for i in range(len(s) - min_piece + 1)}
         self._gram_re = (
@@ -126,7 +159,62 @@ class HistorySecretDetector(Detector):
                 continue
             for m in pattern.finditer(t):
                 out.append(Span(*f.span(*widen_encoded(t, m.start(), m.end())), SECRET))
+        out += [Span(*f.span(a, b), SECRET) for a, b in self._split_parts(t)]
         return merge_spans(out)
+
+    def _starts(self, part: str) -> Iterable[tuple[str, int]]:
+        """Each (secret, offset) where a secret goes on after `part` as its first part: its start,
+        or anywhere in it for a part with a digit or a symbol ("ran" of "granite-..." is a word)."""
+        anywhere = bool(re.search(r"[^a-z]", part))
+        for secret in self.secrets:
+            i = secret.find(part) if anywhere else (0 if secret.startswith(part) else -1)
+            while i >= 0:
+                if i + len(part) < len(secret):
+                    yield secret, i + len(part)
+                i = secret.find(part, i + 1) if anywhere else -1
+
+    def _open_split(self, t: str, words: list[list[tuple[int, int]]], i: int, a: int, b: int) -> bool:
+        """`t[a:b]` (a form of `words[i]`) may be the first part of a secret whose rest is not
+        all written yet, and is recent enough for the rest to follow."""
+        if b - a < self.min_part or len(t) - b > self.split_gap:
+            return False
+        for secret, pos in self._starts(t[a:b]):
+            parts = self._continue(t, words, i + 1, b, secret, pos)
+            if pos + sum(d - c for c, d in parts) < len(secret):
+                return True
+        return False
+
+    def _split_parts(self, t: str) -> list[tuple[int, int]]:
+        """The parts of secrets written in several words with text between (see the module docstring)."""
+        words = _words(t)
+        out: list[tuple[int, int]] = []
+        for i, forms in enumerate(words):
+            for a, b in forms:
+                if b - a < self.min_part:
+                    continue
+                for secret, pos in self._starts(t[a:b]):
+                    parts = self._continue(t, words, i + 1, b, secret, pos)
+                    whole = t[a:b] + "".join(t[c:d] for c, d in parts)
+                    if parts and len(whole) >= self.min_piece and _is_piece(whole, secret):
+                        out += [(a, b), *parts]
+        return out
+
+    def _continue(
+        self, t: str, words: list[list[tuple[int, int]]], i: int, end: int, secret: str, pos: int
+    ) -> list[tuple[int, int]]:
+        """The words from `words[i]` on (within `split_gap` characters of each other) that go on
+        with `secret` from `pos`, in order, until it is complete."""
+        parts: list[tuple[int, int]] = []
+        while i < len(words) and pos < len(secret) and words[i][0][0] - end <= self.split_gap:
+            rest = secret[pos:]
+            # The longest form of the word that the secret goes on with (two characters or more).
+            hit = next(((a, b) for a, b in words[i] if b - a >= 2 and rest.startswith(t[a:b])), None)
+            if hit is not None:
+                parts.append(hit)
+                pos += hit[1] - hit[0]
+                end = hit[1]
+            i += 1
+        return parts
 
     def hazard(self, text: str) -> Span | None:
         if not self.secrets:
@@ -140,6 +228,13 @@ class HistorySecretDetector(Detector):
         for i in range(max(0, len(t) - 80), len(t) - 1):
             if self._in_secret(t[i:]):
                 best = i
+                break
+        # A recent word that is a piece of a secret: the rest may follow after a few words.
+        words = _words(t)
+        for i, forms in enumerate(words):
+            part = next(((a, b) for a, b in forms if self._open_split(t, words, i, a, b)), None)
+            if part is not None:
+                best = part[0] if best is None else min(best, part[0])
                 break
         m = re.search(r"[a-z0-9+/=_-]+\Z", t)
         if m and self._encoded_prefixes:

@@ -20,7 +20,9 @@ The fold, character by character (so every folded character knows where it came 
    (`unicodedata.digit`), ahead of any look-alike punctuation they resemble;
 5. case: lower case;
 6. letters spaced out one by one ("j o h n @ e x a m p l e . c o m", five or more single
-   characters, two of them letters) are joined; a wider gap inside such a run stays one space.
+   characters, two of them letters, with gaps of up to eight spaces or tabs) are joined; a gap more
+   than twice the narrowest stays one space (it separates words), and one at the very end of the
+   text is dropped.
 
 Text that is already ASCII takes a fast path (only steps 5 and 6).
 """
@@ -122,23 +124,28 @@ def fold(text: str) -> Folded:
     return _join_spaced(Folded(text, "".join(parts), tuple(starts), tuple(ends)))
 
 
-# Five or more single characters, each followed by 1-3 spaces: "j o h n @ e x a m p l e".
-_SPACED = re.compile(r"(?<!\S)(?:\S {1,3}){4,}\S(?!\S)")
+# Five or more single characters, each followed by a gap of spaces (tabs are spaces by now):
+# "j o h n @ e x a m p l e", "j   o   h   n". A run that reaches the end of the text takes its
+# trailing gap along: the text is still being drafted, and the next character may go on with the
+# run ("t o r v a l d . " + "s"), so the gap must not end the word a hazard is holding.
+_SPACED = re.compile(r"(?<!\S)(?:\S {1,8}){4,}(?:\S {1,8}\Z|\S(?!\S))")
 
 
 def _join_spaced(f: Folded) -> Folded:
     """`f` with letters spaced out one by one joined (step 6 of the module docstring)."""
-    runs = [m for m in _SPACED.finditer(f.text) if sum(c.isalpha() for c in m.group()[::2]) >= 2]
+    runs = [m for m in _SPACED.finditer(f.text) if sum(c.isalpha() for c in m.group().split()) >= 2]
     if not runs:
         return f
     keep = [True] * len(f.text)
     for m in runs:
-        gaps = [g for g in re.finditer(r" +", m.group())]
+        gaps = [g for g in re.finditer(r" +", m.group()) if m.start() + g.end() < len(f.text)]
         narrow = min(len(g.group()) for g in gaps)
-        for g in gaps:
+        for g in re.finditer(r" +", m.group()):
             a, b = m.start() + g.start(), m.start() + g.end()
-            # The narrowest gap separates letters; a wider one separates words and stays one space.
-            for i in range(a, b if len(g.group()) == narrow else b - 1):
+            # The narrowest gaps separate letters (an uneven hand may add a space here and there);
+            # one more than twice as wide separates words and stays one space. A gap at the very
+            # end is dropped whatever its width (see `_SPACED`).
+            for i in range(a, b if len(g.group()) <= 2 * narrow or b == len(f.text) else b - 1):
                 keep[i] = False
     text = "".join(c for c, k in zip(f.text, keep, strict=True) if k)
     starts = tuple(s for s, k in zip(f.starts, keep, strict=True) if k)

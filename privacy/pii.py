@@ -77,9 +77,14 @@ _IPV4_RE = re.compile(
 # Version strings that happen to have four numeric parts ("Git 1.8.0.3", "version 2.39.2.1").
 _VERSION_CONTEXT = re.compile(r"(?:\bgit|\bversion|\brelease|\bv|\bsection|§|\bc\d\d)\s*$")
 _IPV6_RE = re.compile(r"(?<![\w:.])(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}(?:%[a-z0-9]+)?(?![\w:])")
+# A URL's userinfo (RFC 3986: scheme://userinfo@host). A password as people paste it need not be
+# percent-encoded: it may hold "@", "#", "?" or "/", so it runs to the *last* "@" that a host (and
+# port) follows. The user part has none of ":/?#@" ("https://host:443/@types/node" is a port and a
+# path, not a user and a password), and a password of digits then "/" is a port.
 _URL_CREDENTIALS_RE = re.compile(
     r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://"
-    r"(?:[^\s/?#@:]+:[^\s/?#@]+|[a-z0-9_-]{20,})@[^\s/?#]+"
+    r"(?:[^\s/?#@:]*:(?!\d{1,5}(?:[/?#]|\Z))\S+?|[a-z0-9_-]{20,})"
+    r"@[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::\d{1,5})?(?![^\s/?#.,;:)\]>'\"])"
 )
 # IBANs in either case, grouped by fours or not: checked against the country's length and mod 97.
 _IBAN_RE = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ \-]?[a-z0-9]{4}){2,7}(?:[ \-]?[a-z0-9]{1,3})?(?![a-z0-9])")
@@ -173,10 +178,16 @@ def _hex_text(word: str) -> bool:
     return all(0x20 <= b < 0x7F for b in data)
 
 
-_SPACED_HAZARD = re.compile(r"(?<!\S)(?:[a-z0-9@._+-] {1,3}){1,}[a-z0-9@._+-]? {0,3}\Z")
+# (Gaps as wide as `privacy.normalize` joins: up to eight spaces or tabs.)
+_SPACED_HAZARD = re.compile(r"(?<!\S)(?:[a-z0-9@._+-] {1,8}){1,}[a-z0-9@._+-]? {0,8}\Z")
 _DIGITS_HAZARD = re.compile(r"(?<![\w.,])(?:\+|\()?\d[\d .()/\n-]{0,24}\Z")
 _IPV6_HAZARD = re.compile(r"(?<![\w:.])[0-9a-f]{1,4}(?::[0-9a-f]{0,4}){1,7}\Z")
-_URL_HAZARD = re.compile(r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://[^\s/?#@]*\Z")
+# A URL is held while its authority is being written, and from a "user:" on until it ends (a
+# password may hold "@", "#", "?" or "/", see `_URL_CREDENTIALS_RE`), unless the ":" began a port.
+_URL_HAZARD = re.compile(
+    r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{1,15}://"
+    r"(?:[^\s/?#@:]*|[^\s/?#@:]*:(?!\d{1,5}[/?#])\S*)\Z"
+)
 _IBAN_HAZARD = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{1,2}(?:[ \-]?[a-z0-9]{0,4}){0,8}\Z")
 _ADDRESS_GROWS = re.compile(r"(?:,?\s*[a-z0-9-]{0,20}){0,4},?\s?")  # ", springfield, il 6270"
 _ADDRESS_HAZARD = re.compile(
@@ -314,7 +325,9 @@ class PiiDetector(Detector):
     * IPv4 addresses exclude loopback/unspecified/broadcast, all-single-digit quads (C99 section
       "6.3.1.8", versions "1.8.0.3") and numbers right after "git", "version", "v", "section".
     * IPv6 addresses must parse, contain a decimal digit (C++ `a::b` does not) and not be loopback.
-    * URL credentials: `scheme://user:password@host` or a token-like user of 20+ characters.
+    * URL credentials: `scheme://user:password@host` (the password as pasted, "@", "#", "?" or "/"
+      unencoded, up to the last "@" a host follows; "host:443/@scope" is a port and a path) or a
+      token-like user of 20+ characters.
     """
 
     KINDS = (EMAIL, PHONE, CARD, IP, URL_CREDENTIALS, IBAN, ADDRESS)

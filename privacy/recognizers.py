@@ -212,19 +212,26 @@ _JWT_PART = re.compile(r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[ \t]*\n?")
 _KEY_END = re.compile(r"\n?-----END ")
 # A value assigned to a secret-sounding name: "DB_PASSWORD=...", "api_key: ...", '"client_secret": "..."',
-# "--password ...", "export API_TOKEN=...". The value is what is secret.
-_KEYWORD = re.compile(
-    r"(?i)(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|auth[_-]?key|access[_-]?key|private[_-]?key"
+# "--password ...", "export API_TOKEN=...". The value is what is secret, whatever its characters
+# (a password is punctuation as much as letters): everything up to a space or a quote, as
+# detect-secrets' KeywordDetector takes it, less a trailing separator ("," or ";").
+_KEYWORD_NAME = (
+    r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|auth[_-]?key|access[_-]?key|private[_-]?key"
     r"|client[_-]?secret|credentials?)(?:[\w-]*?)[\"'\]]{0,2}[ \t]*(?:[:=]{1,3}|[ \t](?=[\"']))[ \t]*[\"'`]?"
-    r"(?P<value>[^\s\"'`,;]{6,})"
 )
+_VALUE = r"[^\s\"'`]"
+_KEYWORD = re.compile(_KEYWORD_NAME + rf"(?P<value>{_VALUE}{{6,}}(?<![,;]))", re.I)
 # Vendor keys detect-secrets 1.5.0 has no plugin for (Google API keys, fine-grained GitHub tokens,
 # OpenAI project keys without the legacy marker, GitLab personal tokens).
 _MORE_VENDORS = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:AIza[0-9A-Za-z_\-]{35}|github_pat_[0-9A-Za-z_]{22,}|sk-(?:proj-)?[A-Za-z0-9_\-]{32,}"
     r"|glpat-[0-9A-Za-z_\-]{20})"
 )
-_FLAG = re.compile(r"(?i)--(?:password|passwd|token|secret|api-key)[ =](?P<value>[^\s\"'`,;]{6,})")
+_FLAG_NAME = r"--(?:password|passwd|token|secret|api-key)[ =][\"'`]?"
+_FLAG = re.compile(_FLAG_NAME + rf"(?P<value>{_VALUE}{{6,}}(?<![,;]))", re.I)
+# The same value while it is being written: held from its first character until a space or a
+# quote ends it, so its first tokens do not go up before the whole value is known.
+_VALUE_HAZARD = re.compile(rf"(?:{_KEYWORD_NAME}|{_FLAG_NAME})(?P<value>{_VALUE}+)\Z", re.I)
 _HEX_ONLY = re.compile(r"[0-9a-fA-F\-]+")
 # A word with a lower-case path segment ("org/git/", "//github.com/x/") is a path: split at its slashes.
 _PATHLIKE = re.compile(r"(?:^|/)[a-z][a-z.-]+/")
@@ -290,8 +297,8 @@ def secret_values(text: str) -> Iterator[tuple[int, int]]:
             yield m.span()
     for pattern in (_KEYWORD, _FLAG):
         for m in pattern.finditer(text):
-            value = m.group("value")
-            # "password is required", "token: see below": a word is not a value.
+            # "password: required.", "token: see below": a word (and its full stop) is not a value.
+            value = m.group("value").rstrip(".!?:)")
             if re.search(r"[\d\W_]", value) or (value != value.lower() and value != value.capitalize()):
                 yield m.span("value")
     for m in _PRIVATE_KEY.finditer(text):
@@ -339,6 +346,10 @@ class SecretRecognizer(Detector):
         for k in _PRIVATE_KEY.finditer(text):
             if not _KEY_END.search(text, k.end()):
                 return Span(k.end(), len(text), SECRET)
+        # A keyword's value still being written ('DB_PASSWORD="ql'): whatever it turns out to be.
+        value = _VALUE_HAZARD.search(text[-200:])
+        if value is not None:
+            return Span(len(text) - len(text[-200:]) + value.start("value"), len(text), SECRET)
         # A trailing word that already reads as generated may still grow into a key (also across
         # a line break: the next line may go on with it).
         tail = text[-200:]

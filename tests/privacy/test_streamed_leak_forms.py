@@ -1,0 +1,135 @@
+"""Four forms that used to reach the cloud a few tokens at a time (issue 30): an address spelled
+out with wide gaps, a history secret split in two, a URL's password with reserved characters, and
+a keyword's punctuation-heavy value. Each is drafted K characters a round through `plan_uplink`
+with a cloud that accepts every draft; no character of the span may go up."""
+
+from __future__ import annotations
+
+import pytest
+
+from privacy.guard import EgressGuard
+from privacy.history_secrets import HistorySecretDetector
+from privacy.normalize import fold
+from privacy.pii import PiiDetector
+from privacy.recognizers import SecretRecognizer
+from privacy.spans import EMAIL, SECRET, URL_CREDENTIALS
+from sdk.uplink_guard import plan_uplink
+
+HISTORY = ["Deploy notes.\n\n  SMTP_USER=relay\n  SMTP_PASSWORD=Zr4#kP9!mWq2\n"]
+
+
+def leaked(guard: EgressGuard, tok, text: str, spans: list[tuple[int, int]], draft_len: int = 4) -> str:
+    """The characters of `spans` that went up in the clear, drafting `text` K tokens a round."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = [*enc["input_ids"], tok.eos_token_id]
+    sent: set[int] = set()
+    p = 0
+    while p < len(ids):
+        script = iter(ids[p + draft_len :])
+        plan = plan_uplink(
+            guard,
+            tok,
+            ids[:p],
+            [],
+            ids[p : p + draft_len],
+            more=lambda s=script: next(s, None),
+            eos_ids=frozenset({tok.eos_token_id}),
+            draft_len=draft_len,
+        )
+        sent.update(range(p + plan.kept - len(plan.draft), p + plan.kept))
+        p += plan.kept
+    out = []
+    for i, (a, b) in enumerate(enc["offset_mapping"]):
+        if i in sent and any(a < e and b > s for s, e in spans):
+            out.append(text[a:b])
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def guard(char_tok) -> EgressGuard:
+    return EgressGuard.for_profile(HISTORY, char_tok).for_prompt("Write the commit body.")
+
+
+def span_of(text: str, *parts: str) -> list[tuple[int, int]]:
+    return [(text.index(p), text.index(p) + len(p)) for p in parts]
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "  ".join("quinn.adler@mail.example.net"),  # two spaces between characters
+        "   ".join("quinn.adler@mail.example.net"),  # three
+        "    ".join("quinn.adler@mail.example.net"),  # four
+    ],
+)
+@pytest.mark.parametrize("draft_len", [1, 4])
+def test_a_spaced_out_address_never_goes_up(guard, char_tok, address: str, draft_len: int) -> None:
+    text = f"Please mail {address} before noon."
+    assert leaked(guard, char_tok, text, span_of(text, address), draft_len) == ""
+
+
+def test_a_spaced_out_run_keeps_its_trailing_gap_while_it_is_written() -> None:
+    # The gap after the last letter so far may be a gap between letters: the word stays open.
+    assert fold("mail q  u  i  n  n  .  ").text == "mail quinn."
+    assert fold("mail q\t\tu\t\ti\t\tn\t\tn").text == "mail quinn"
+    assert PiiDetector([EMAIL]).hazard("mail q  u  i  n  n  .  ") is not None
+
+
+def test_a_history_secret_split_in_two_is_withheld_in_both_parts(guard, char_tok) -> None:
+    text = "Paste Zr4; then, after a pause, #kP9!mWq2 into the form."
+    assert leaked(guard, char_tok, text, span_of(text, "Zr4", "#kP9!mWq2")) == ""
+    d = HistorySecretDetector(["Zr4#kP9!mWq2"])
+    assert [text[s.start : s.end] for s in d.find(text)] == ["Zr4", "#kP9!mWq2"]
+
+
+def test_a_split_needs_the_rest_of_the_secret_and_a_word_is_no_first_part() -> None:
+    d = HistorySecretDetector(["Granite-Plum-Comet86"])
+    # The first part alone, or followed by something else, is no span.
+    assert d.find("Granite is a rock; plum is a fruit.") == []
+    # "ran" occurs inside the passphrase, but as a word it starts nothing: no hold.
+    assert d.hazard("the job ran fine") is None
+    assert d.hazard("the Granite tile") is not None  # the passphrase's start: the rest may follow
+    text = "Granite, and after that -Plum-Comet86"
+    assert [text[s.start : s.end] for s in d.find(text)] == ["Granite", "-Plum-Comet86"]
+
+
+@pytest.mark.parametrize(
+    "password", ["Tr0ub4dor&3#x", "q?W9/e@R5!t", "@lpha7Beta#9"]
+)  # "#", "?", "/" and "@" are not percent-encoded as pasted
+def test_a_urls_password_is_held_whatever_its_characters(guard, char_tok, password: str) -> None:
+    text = f"The worker logged amqp://svc:{password}@mq.internal:5672/vhost on start."
+    assert leaked(guard, char_tok, text, span_of(text, password)) == ""
+    found = PiiDetector([URL_CREDENTIALS]).find(text)
+    assert [text[s.start : s.end] for s in found] == [f"amqp://svc:{password}@mq.internal:5672"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see https://registry.npmjs.org:443/@types/node for the types",
+        "open http://localhost:8000?next=ann@example.com in a browser",
+        "https://www.npmjs.com/package/@scope/pkg and ssh://git@git.example.org/repo.git",
+    ],
+)
+def test_a_port_or_a_path_with_an_at_sign_is_no_credential(text: str) -> None:
+    assert PiiDetector([URL_CREDENTIALS]).find(text) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ('SMTP_PASSWORD="h$4Lq!e^Zp0w"', "h$4Lq!e^Zp0w"),
+        ("export SERVICE_TOKEN=%7yX!k*Pq=2", "%7yX!k*Pq=2"),
+        ("--password ;Lw2^v&Qz9", ";Lw2^v&Qz9"),
+        ("auth_key: zz.9!Ww?Jq", "zz.9!Ww?Jq"),
+    ],
+)
+def test_a_keyword_value_is_held_from_its_first_character(guard, char_tok, line: str, value: str) -> None:
+    text = f"The snippet was {line} and it is rotated."
+    assert leaked(guard, char_tok, text, span_of(text, value)) == ""
+    assert [(text[s.start : s.end], s.kind) for s in SecretRecognizer().find(text)] == [(value, SECRET)]
+
+
+def test_a_keyword_followed_by_a_word_is_not_a_secret() -> None:
+    for text in ("password: required. Then", "the token: see below", "GITHUB_TOKEN is read"):
+        assert SecretRecognizer().find(text) == [], text
