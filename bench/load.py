@@ -99,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "max_batch": args.max_batch,
         "verifier_idle_rss_mb": idle,
+        "pair": f"{args.specialist} -> {args.generalist}",
     }
     (args.out / "load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     (args.out / "load.md").write_text(_markdown(rows, meta))
@@ -260,7 +261,7 @@ def _run(client: SpecSteerClient, prompt: str, n: int, pid: int, idle_mb: float)
 def _markdown(rows: list[dict], meta: dict) -> str:
     idle = ", ".join(f"batching {mode} {mb:.0f} MB" for mode, mb in meta["verifier_idle_rss_mb"].items())
     out = [
-        "# Verifier under load (one `server serve` per batching mode, mutual TLS, embedded default pair)",
+        f"# Verifier under load (one `server serve` per batching mode, mutual TLS, {meta['pair']})",
         "",
         f"`{meta['command']}` — each session generates the demo user's first query "
         f"({meta['max_new_tokens']} new tokens, specsteer defaults); batching on merges up to "

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from core.errors import ConfigError
 from core.session_types import GuardDecision
 from privacy.canaries import CanaryDetector
 from privacy.history_secrets import HistorySecretDetector
@@ -78,11 +79,14 @@ from privacy.spans import (
 )
 
 __all__ = [
+    "GENERIC_PLACEHOLDER",
     "PLACEHOLDERS",
+    "PLACEHOLDER_LABELS",
     "EgressGuard",
     "GuardVerdict",
     "Policy",
     "kind_of_placeholder",
+    "placeholder_labels",
     "token_offsets",
 ]
 
@@ -102,6 +106,21 @@ PLACEHOLDERS: Mapping[str, str] = {
     SECRET: "<KEY>",
     NATIONAL_ID: "<ID>",
 }
+
+
+# Category-free placeholders: every held span goes up as the same label, so the cloud learns that
+# something private was written there, not what kind of thing (docs/privacy.md, "Defaults").
+GENERIC_PLACEHOLDER = "<PRIVATE>"
+PLACEHOLDER_LABELS = ("generic", "by-kind")  # a deployment's choice; "generic" by default
+
+
+def placeholder_labels(labels: str) -> Mapping[str, str]:
+    """The placeholder of every kind for a labels setting (one of `PLACEHOLDER_LABELS`)."""
+    if labels == "by-kind":
+        return dict(PLACEHOLDERS)
+    if labels == "generic":
+        return {kind: GENERIC_PLACEHOLDER for kind in PLACEHOLDERS}
+    raise ConfigError(f"placeholder labels are one of {', '.join(PLACEHOLDER_LABELS)}; got {labels!r}")
 
 
 def kind_of_placeholder(label: str) -> str | None:
@@ -168,6 +187,7 @@ class EgressGuard:
         policy: Policy = Policy.PLACEHOLDER,
         n: int = 8,
         public_texts: Iterable[str] = (),
+        labels: str = "by-kind",
     ) -> EgressGuard:
         """The standard guard: personal-data patterns, verbatim history n-grams, identities and canaries."""
         history = list(history)
@@ -190,7 +210,7 @@ class EgressGuard:
             # alone is not redacted in a history that says "we will".
             words = {w for text in history for w in re.findall(r"(?<![A-Za-z])[a-z]{3,}(?![A-Za-z])", text)}
             detectors.append(CanaryDetector(registered, common_words=words))
-        return cls(tuple(detectors), policy)
+        return cls(tuple(detectors), policy, placeholders=placeholder_labels(labels))
 
     def for_prompt(self, prompt: str) -> EgressGuard:
         """The guard for one session: n-grams of the public prompt are not private."""

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,9 +34,10 @@ from core.errors import ConfigError
 from core.limits import WIRE_MAX_TOP_K
 from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.session_types import CandidatePolicy, Method, SessionParams
+from privacy.guard import PLACEHOLDER_LABELS
 from sdk.cloud_plugins import local_verifier_factory, sdk_command
 from sdk.context import Profile
-from sdk.drafters import DRAFTERS
+from sdk.drafters import DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
 from sdk.egress import RecorderTap
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
@@ -66,7 +68,11 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-bonus", action="store_true", help="no steered token after a fully accepted draft")
     p.add_argument("--sampling", action="store_true", help="sample instead of greedy decoding")
     p.add_argument(
-        "--padded-frames", action="store_true", help="constant-size uplink rounds (hide how many tokens each carries)"
+        "--padded-frames",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="constant-size uplink rounds, hiding how many tokens each carries and where the guard held some "
+        "(default on, or the client config's padded_frames; --no-padded-frames sends about 5x fewer uplink bytes)",
     )
     p.add_argument("--temperature", type=finite_float, default=1.0, help="sampling temperature (with --sampling)")
     p.add_argument("--seed", type=whole_number(), default=0, help="seed of the sampling draws (with --sampling)")
@@ -83,7 +89,14 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         "--drafter",
         choices=DRAFTERS,
         default="torch",
-        help="where the Specialist's forwards run (llamacpp: its GGUF, the [llamacpp] extra)",
+        help="where the Specialist's forwards run (llamacpp: its GGUF, the [llamacpp] extra; "
+        "onnx: onnxruntime-genai, the [onnx] extra, converted once)",
+    )
+    p.add_argument(
+        "--drafter-precision",
+        choices=ONNX_PRECISIONS,
+        default=None,
+        help=f"the onnx drafter's weights (default {DEFAULT_ONNX_PRECISION})",
     )
     p.add_argument("--context-entries", type=whole_number(), default=3, help="profile entries retrieved as context")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -92,6 +105,13 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         choices=GUARD_SETTINGS,
         default=None,
         help="egress guard for sensitive spans in the uplink (default placeholder; see docs/privacy.md)",
+    )
+    p.add_argument(
+        "--placeholder-labels",
+        choices=PLACEHOLDER_LABELS,
+        default=None,
+        help="what a held span goes up as: one <PRIVATE> for every kind (generic, the default) or one label per kind "
+        "(by-kind: <EMAIL>, <PHONE>, ...)",
     )
 
 
@@ -169,7 +189,7 @@ def session_params(args: argparse.Namespace) -> SessionParams:
         policy=CandidatePolicy(args.policy),
         bonus=not args.no_bonus,
         adapter_version=declared_adapter_version(args),
-        padded_frames=args.padded_frames,
+        padded_frames=args.padded_frames is not False,
     )
 
 
@@ -199,9 +219,12 @@ def build_local(
     context_entries: int,
     federation_state: Path | None = None,
     factory: LocalVerifierFactory | None = None,
-    drafter: Drafter | None = None,
+    drafter: Drafter | Callable[[CausalLM], Drafter | None] | None = None,
 ) -> LocalRun:
     """The device's Specialist and, if a Generalist is given, the in-process verifier beside it.
+
+    `drafter` is a drafter, or a function that makes one for the device's Specialist once its
+    adapters are merged in (the ONNX drafter converts those weights).
 
     The verifier comes from `factory`, by default the one the cloud package registers
     (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
@@ -209,6 +232,8 @@ def build_local(
     from sdk.device import Specialist
 
     device_lm = device_specialist(specialist_lm, federation_state)
+    if callable(drafter):
+        drafter = drafter(device_lm)
     specialist = Specialist(device_lm, profile, context_entries=context_entries, drafter=drafter)
     if generalist_lm is None:
         return LocalRun(specialist, None)
@@ -226,10 +251,18 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
 
 
 def device_drafter(args: argparse.Namespace, lm: CausalLM) -> Drafter | None:
-    """The `--drafter` for the Specialist `lm` (None: its torch model drafts)."""
-    from sdk.llamacpp import drafter_for
+    """The `--drafter` for the device's Specialist `lm` (None: its torch model drafts); with
+    --federation-state, `lm` has the adapters merged in and the drafter converts those weights."""
+    from sdk.drafters import drafter_for
 
-    return drafter_for(getattr(args, "drafter", "torch"), args.specialist, lm)
+    return drafter_for(
+        getattr(args, "drafter", "torch"),
+        args.specialist,
+        lm,
+        precision=getattr(args, "drafter_precision", None),
+        cache_dir=getattr(args, "cache_dir", None),
+        from_weights=getattr(args, "federation_state", None) is not None,
+    )
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
@@ -247,6 +280,8 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
         "round_timeout": args.round_timeout,
         "fallback": False if args.no_fallback else None,
         "guard": args.guard,
+        "padded_frames": getattr(args, "padded_frames", None),
+        "placeholder_labels": getattr(args, "placeholder_labels", None),
     }
     path = getattr(args, "client_config", None)
     if path is not None:
@@ -266,7 +301,7 @@ def check_options(
     args: argparse.Namespace, prompt: str, *, remote: bool = False
 ) -> tuple[SessionParams, DecodeOptions]:
     from sdk.device import DecodeOptions
-    from sdk.llamacpp import check_drafter_installed
+    from sdk.drafters import check_drafter_installed
 
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
@@ -275,11 +310,14 @@ def check_options(
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
     drafter = getattr(args, "drafter", "torch")
+    if getattr(args, "drafter_precision", None) is not None and drafter != "onnx":
+        raise ConfigError(f"--drafter-precision is for --drafter onnx, not {drafter}")
     if drafter != "torch":
-        if getattr(args, "federation_state", None) is not None:
+        if drafter == "llamacpp" and getattr(args, "federation_state", None) is not None:
             # The adapters are merged into the torch model only: drafting without them would drop them.
             raise ConfigError(
-                f"--drafter {drafter} runs the base GGUF, without --federation-state's adapters: use --drafter torch"
+                f"--drafter {drafter} runs the base GGUF, without --federation-state's adapters: "
+                "use --drafter onnx or torch"
             )
         check_drafter_installed(drafter)
     if not prompt.strip():
@@ -297,9 +335,8 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
     weights = getattr(args, "drafter", "torch") == "torch" or getattr(args, "federation_state", None) is not None
     quantize = getattr(args, "quantize", "fp32")
     lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize, weights=weights)
-    drafter = device_drafter(args, lm)
     lm = device_specialist(lm, getattr(args, "federation_state", None))
-    return Specialist(lm, profile, context_entries=args.context_entries, drafter=drafter)
+    return Specialist(lm, profile, context_entries=args.context_entries, drafter=device_drafter(args, lm))
 
 
 def run_remote(
@@ -369,9 +406,10 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
         log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir, quantize=quantize)
     federation_state = getattr(args, "federation_state", None)
-    drafter = device_drafter(args, s_lm)
-    local = build_local(s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory, drafter)
-    guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder")
+    local = build_local(
+        s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory, partial(device_drafter, args)
+    )
+    guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder", args.placeholder_labels or "generic")
     log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)
 

@@ -32,6 +32,7 @@ from core.models import CausalLM
 from core.session_types import CandidatePolicy, Method, SessionParams
 from core.tomlfile import load_dataclass
 from privacy.guard import EgressGuard
+from privacy.guard import placeholder_labels as check_placeholder_labels
 from sdk.cloud_plugins import local_verifier_factory
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
@@ -86,6 +87,8 @@ class ClientConfig:
         # round_timeout = 30.0
         # fallback = true                # finish locally if the verifier is lost
         # guard = "placeholder"          # egress guard: placeholder, keep-local or off
+        # padded_frames = true           # constant-size rounds (false: ~5x fewer uplink bytes)
+        # placeholder_labels = "generic" # one "<PRIVATE>" for every held span, or "by-kind" ("<EMAIL>")
     """
 
     server: str
@@ -98,9 +101,14 @@ class ClientConfig:
     round_timeout: float = field(default=30.0, metadata={"toml": "a number of seconds"})
     fallback: bool = True
     guard: str = "placeholder"
+    padded_frames: bool = True
+    placeholder_labels: str = "generic"
 
     def __post_init__(self) -> None:
         check_guard_setting(self.guard)
+        check_placeholder_labels(self.placeholder_labels)
+        if not isinstance(self.padded_frames, bool):
+            raise ConfigError(f"padded_frames must be true or false; got {self.padded_frames!r}")
         for name in ("connect_timeout", "round_timeout"):
             value = getattr(self, name)
             number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -198,22 +206,37 @@ class SpecSteerClient:
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
         guard: EgressGuard | str = "placeholder",
+        padded_frames: bool = True,
+        placeholder_labels: str = "generic",
     ) -> None:
         """`guard` is an `EgressGuard` or a setting of `GUARD_SETTINGS`; the uplink is guarded unless
-        it says "off" in so many words (a privacy SDK fails closed: `None` is refused, not read as off)."""
+        it says "off" in so many words (a privacy SDK fails closed: `None` is refused, not read as off).
+
+        `placeholder_labels` ("generic" or "by-kind") is what a held span goes up as, where `guard`
+        is a setting: one label for every kind by default, so the cloud does not learn what kind
+        of private text was held.
+
+        `padded_frames`: every round on the wire has one size (`PaddedRound`), so a round's size does
+        not show how many tokens it carries or where the guard held some back. The client decides
+        the framing of every session it opens (a `SessionParams` passed in gets this value); only a
+        `padded_frames=` keyword to `generate`/`stream` overrides it for one generation."""
         self.specialist = specialist
         self.verifier = verifier
         self.fallback = fallback
-        self.guard = self._guard(guard)
+        self.guard = self._guard(guard, placeholder_labels)
+        if not isinstance(padded_frames, bool):
+            raise ConfigError(f"padded_frames must be True or False; got {padded_frames!r}")
+        self.padded_frames = padded_frames
         self.params = params or SessionParams()
         self.options = options or DecodeOptions()
 
-    def _guard(self, guard: EgressGuard | str) -> EgressGuard | None:
+    def _guard(self, guard: EgressGuard | str, labels: str) -> EgressGuard | None:
+        check_placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
         if isinstance(guard, EgressGuard):
             return guard
         if not isinstance(guard, str):
             raise ConfigError(f"guard must be an EgressGuard or one of placeholder, keep-local, off; got {guard!r}")
-        return guard_setting(self.specialist.profile, self.specialist.lm.tokenizer, guard)
+        return guard_setting(self.specialist.profile, self.specialist.lm.tokenizer, guard, labels)
 
     @classmethod
     def in_process(
@@ -226,13 +249,23 @@ class SpecSteerClient:
         seed: int = 0,
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
+        padded_frames: bool = True,
+        placeholder_labels: str = "generic",
     ) -> SpecSteerClient:
         """A client whose verifier runs in this process (the `[cloud]` extra): the quick start, and a
         test bed. Frames still pass through the wire format, so the byte counts are real."""
         specialist = cls._specialist(specialist, profile)
         # Found by entry point, not imported: the device SDK holds no cloud code (docs/architecture.md).
         verifier = local_verifier_factory()(specialist.lm, generalist, seed=seed, federation_state=None)
-        return cls(specialist, verifier, params=params, options=options, guard=guard)
+        return cls(
+            specialist,
+            verifier,
+            params=params,
+            options=options,
+            guard=guard,
+            padded_frames=padded_frames,
+            placeholder_labels=placeholder_labels,
+        )
 
     @staticmethod
     def _specialist(specialist: Specialist | CausalLM, profile: Profile | None) -> Specialist:
@@ -264,12 +297,21 @@ class SpecSteerClient:
             round_timeout=config.round_timeout,
             tap=tap,
         )
-        return cls(specialist, verifier, fallback=config.fallback, params=params, options=options, guard=config.guard)
+        return cls(
+            specialist,
+            verifier,
+            fallback=config.fallback,
+            params=params,
+            options=options,
+            guard=config.guard,
+            padded_frames=config.padded_frames,
+            placeholder_labels=config.placeholder_labels,
+        )
 
     def _settings(
         self, params: SessionParams | None, options: DecodeOptions | None, overrides: GenerationSettings
     ) -> tuple[SessionParams, DecodeOptions]:
-        params = params or self.params
+        params = replace(params or self.params, padded_frames=self.padded_frames)
         options = options or self.options
         if overrides:
             p_names = {f.name for f in fields(SessionParams)}

@@ -1,11 +1,77 @@
 """The backends a device's Specialist can run its forwards on, by name (`sdk generate --drafter`).
 
-Apart from `sdk.llamacpp`, which imports torch, so the CLI builds its options without it.
+The backends themselves (`sdk.llamacpp`, `sdk.onnx_drafter`) import torch and their runtimes, so
+they are imported only when one is chosen: the CLI builds its options from this module alone.
 """
 
 from __future__ import annotations
 
-__all__ = ["DRAFTERS"]
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-DRAFTERS = ("torch", "llamacpp")
-"""Where the device's Specialist runs its forwards: torch (the loaded model; the default) or llama.cpp."""
+from core.errors import ConfigError
+from core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_installed
+
+if TYPE_CHECKING:
+    from core.models import CausalLM
+    from sdk.device import Drafter
+
+__all__ = [
+    "DEFAULT_ONNX_PRECISION",
+    "DRAFTERS",
+    "LLAMACPP_INSTALL_HINT",
+    "ONNX_PRECISIONS",
+    "check_drafter_installed",
+    "drafter_for",
+]
+
+DRAFTERS = ("torch", "llamacpp", "onnx")
+"""Where the device's Specialist runs its forwards: torch (the loaded model; the default), llama.cpp
+(its GGUF) or onnxruntime-genai (the model converted at int4, int8 or fp32)."""
+
+LLAMACPP_INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python builds from source, about 15-45 min)"
+
+
+def drafter_for(
+    kind: str,
+    spec: str,
+    lm: CausalLM,
+    *,
+    precision: str | None = None,
+    cache_dir: Path | None = None,
+    from_weights: bool = False,
+) -> Drafter | None:
+    """The drafter `kind` names for the Specialist `spec` loaded as `lm`; None for torch's own forwards.
+
+    `precision` is the ONNX drafter's (int4 unless given; no other drafter takes one).
+    `from_weights` converts the weights `lm` holds rather than `spec`'s files: a Specialist with
+    the federation's adapters merged in (only the ONNX drafter can).
+    """
+    if kind not in DRAFTERS:
+        raise ConfigError(f"unknown drafter {kind!r}; choose one of: {', '.join(DRAFTERS)}")
+    if precision is not None and kind != "onnx":
+        raise ConfigError(f"a drafter precision is for the onnx drafter, not {kind}")
+    if kind == "torch":
+        return None
+    if kind == "llamacpp":
+        if from_weights:
+            # The adapters are merged into the torch model only: drafting on the GGUF would drop them.
+            raise ConfigError("the llamacpp drafter runs the base GGUF, without the federation's adapters")
+        from sdk.llamacpp import LlamaCppDrafter
+
+        return LlamaCppDrafter.for_specialist(spec, lm)
+    from sdk.onnx_drafter import OnnxDrafter
+
+    chosen = precision or DEFAULT_ONNX_PRECISION
+    if from_weights:
+        return OnnxDrafter.for_loaded(lm, precision=chosen, cache_dir=cache_dir)
+    return OnnxDrafter.for_specialist(spec, lm, precision=chosen, cache_dir=cache_dir)
+
+
+def check_drafter_installed(kind: str) -> None:
+    """Fail before any model loads if `kind`'s backend is not installed."""
+    if kind == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(f"the llama.cpp drafter needs llama-cpp-python: {LLAMACPP_INSTALL_HINT}")
+    if kind == "onnx":
+        check_onnx_installed()

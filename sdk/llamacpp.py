@@ -15,7 +15,6 @@ federated Specialist cannot draft here (`Specialist` refuses the pair).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,9 @@ from core.errors import ConfigError
 from core.gguf_cache import locate_embedded_gguf
 from core.kv import CachedSequence
 from core.models import CausalLM
-from sdk.drafters import DRAFTERS
+
+# The dispatch by name lives in sdk.drafters; re-exported here, where callers first found it.
+from sdk.drafters import DRAFTERS, LLAMACPP_INSTALL_HINT, check_drafter_installed, drafter_for
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -41,22 +42,7 @@ __all__ = [
 ]
 
 DEFAULT_CONTEXT_TOKENS = 8192  # the device's private prompt plus a generation; ~100 MB of KV for the 0.5B
-INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python builds from source, about 15-45 min)"
-
-
-def drafter_for(kind: str, spec: str, lm: CausalLM) -> LlamaCppDrafter | None:
-    """The drafter `kind` names for the Specialist `spec` loaded as `lm`; None for torch's own forwards."""
-    if kind == "torch":
-        return None
-    if kind == "llamacpp":
-        return LlamaCppDrafter.for_specialist(spec, lm)
-    raise ConfigError(f"unknown drafter {kind!r}; choose one of: {', '.join(DRAFTERS)}")
-
-
-def check_drafter_installed(kind: str) -> None:
-    """Fail before any model loads if `kind`'s backend is not installed."""
-    if kind == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(f"the llama.cpp drafter needs llama-cpp-python: {INSTALL_HINT}")
+INSTALL_HINT = LLAMACPP_INSTALL_HINT
 
 
 def gguf_for(spec: str) -> Path:

@@ -67,14 +67,23 @@ GUARD_SETTINGS = ("placeholder", "keep-local", "off")  # a deployment's choice; 
 
 
 def guard_for_profile(
-    profile: Profile | None, tokenizer: Tokenizer, policy: Policy | str, *, canaries: Sequence[str] = ()
+    profile: Profile | None,
+    tokenizer: Tokenizer,
+    policy: Policy | str,
+    *,
+    canaries: Sequence[str] = (),
+    labels: str = "by-kind",
 ) -> EgressGuard:
     """The standard guard for a user: personal-data patterns, verbatim runs of the history, the
-    names and emails of the history's trailers, and any registered canaries."""
+    names and emails of the history's trailers, and any registered canaries. `labels`: one
+    placeholder per kind ("by-kind", "<EMAIL>") or one for every kind ("generic", what a
+    deployment setting gets by default: `guard_setting`)."""
     entries = profile.entries if profile is not None else ()
     history = [t for e in entries for t in (e.subject, e.body) if t]
     identities = dict(profile.identities) if profile is not None else {}
-    return EgressGuard.for_profile(history, tokenizer, identities=identities, canaries=canaries, policy=Policy(policy))
+    return EgressGuard.for_profile(
+        history, tokenizer, identities=identities, canaries=canaries, policy=Policy(policy), labels=labels
+    )
 
 
 def check_guard_setting(setting: str) -> None:
@@ -82,10 +91,12 @@ def check_guard_setting(setting: str) -> None:
         raise ConfigError(f"the egress guard is one of {', '.join(GUARD_SETTINGS)}; got {setting!r}")
 
 
-def guard_setting(profile: Profile | None, tokenizer: Tokenizer, setting: str) -> EgressGuard | None:
+def guard_setting(
+    profile: Profile | None, tokenizer: Tokenizer, setting: str, labels: str = "generic"
+) -> EgressGuard | None:
     """The guard for a deployment setting (one of `GUARD_SETTINGS`); None for "off"."""
     check_guard_setting(setting)
-    return None if setting == "off" else guard_for_profile(profile, tokenizer, setting)
+    return None if setting == "off" else guard_for_profile(profile, tokenizer, setting, labels=labels)
 
 
 def plan_uplink(

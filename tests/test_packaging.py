@@ -58,7 +58,11 @@ def test_the_base_install_has_no_cloud_flower_or_opacus() -> None:
 
 # Optional features of the device packages that need an extra, imported only inside the function
 # that needs them and failing there with a sentence naming the extra (module, file) -> extra.
-OPTIONAL = {("opacus", "privacy/ledger.py"): "federation", ("llama_cpp", "sdk/llamacpp.py"): "llamacpp"}
+OPTIONAL = {
+    ("opacus", "privacy/ledger.py"): "federation",
+    ("llama_cpp", "sdk/llamacpp.py"): "llamacpp",
+    ("onnxruntime_genai", "sdk/onnx_drafter.py"): "onnx",
+}
 
 
 def test_the_device_packages_import_only_base_dependencies() -> None:
@@ -116,7 +120,15 @@ def _use_llama_cpp() -> None:
     check_drafter_installed("llamacpp")
 
 
-@pytest.mark.parametrize(("module", "use"), [("opacus", _use_opacus), ("llama_cpp", _use_llama_cpp)])
+def _use_onnx() -> None:
+    from sdk.drafters import check_drafter_installed
+
+    check_drafter_installed("onnx")
+
+
+@pytest.mark.parametrize(
+    ("module", "use"), [("opacus", _use_opacus), ("llama_cpp", _use_llama_cpp), ("onnxruntime_genai", _use_onnx)]
+)
 def test_a_feature_without_its_extra_names_the_extra_to_install(
     module: str, use: Callable[[], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,8 +63,8 @@ def test_a_backend_keeping_last_rows_only_rolls_back_into_a_block_by_refeeding_o
 def test_the_drafter_choice_is_torch_or_llamacpp_and_anything_else_is_refused(bpe_tok) -> None:
     lm = CausalLM.from_parts("tiny", tiny_llama(bpe_tok, seed=1), bpe_tok)
     assert drafter_for("torch", "tiny", lm) is None
-    with pytest.raises(ConfigError, match="unknown drafter 'onnx'; choose one of: torch, llamacpp"):
-        drafter_for("onnx", "tiny", lm)
+    with pytest.raises(ConfigError, match="unknown drafter 'tflite'; choose one of: torch, llamacpp, onnx"):
+        drafter_for("tflite", "tiny", lm)
 
 
 def test_the_llamacpp_drafter_needs_a_gguf(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_federated_specialist_cannot_draft_on_the_base_gguf(tmp_path: Path, ca
     code = sdk_main([*argv, "--federation-state", str(tmp_path)])
     assert code != 0
     err = capsys.readouterr().err
-    assert "without --federation-state's adapters: use --drafter torch" in err
+    assert "without --federation-state's adapters: use --drafter onnx or torch" in err
     assert "Traceback" not in err
 
 

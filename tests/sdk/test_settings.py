@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,60 @@ def test_every_way_to_build_a_client_guards_the_uplink_unless_told_off(models) -
     assert SpecSteerClient(Specialist(s_lm), verifier, guard="off").guard is None
     with pytest.raises(ConfigError, match="guard must be an EgressGuard or one of"):
         SpecSteerClient(Specialist(s_lm), verifier, guard=None)  # type: ignore[arg-type]
+
+
+def _declared_padding(client: SpecSteerClient, **overrides: object) -> bool:
+    """Generate once; whether the session the client opened declared padded frames (in-process,
+    the transport then encodes every round as a PaddedRound of K slots)."""
+    verifier = client.verifier
+    assert isinstance(verifier, InProcessVerifier)
+    opened = []
+    real_open = verifier.open
+
+    def spying_open(prompt_ids: Any, params: SessionParams) -> Any:
+        session = real_open(prompt_ids, params)
+        opened.append(session.pad_to)
+        return session
+
+    verifier.open = spying_open  # type: ignore[method-assign]
+    client.generate("refs: speed", gamma=0.05, max_new_tokens=8, **overrides)  # type: ignore[arg-type]
+    (pad_to,) = opened
+    return pad_to is not None
+
+
+def test_every_way_to_build_a_client_pads_its_rounds_unless_told_not_to(models) -> None:
+    """A round's size would show where the guard held tokens back: constant-size rounds by default."""
+    s_lm, g_lm = models
+
+    def fresh(**kwargs: object) -> SpecSteerClient:
+        verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
+        return SpecSteerClient(Specialist(s_lm), verifier, **kwargs)  # type: ignore[arg-type]
+
+    assert _declared_padding(fresh())
+    # A SessionParams built with the dataclass's wire default does not undo the client's choice.
+    assert _declared_padding(fresh(params=SessionParams(gamma=0.05)))
+    assert not _declared_padding(fresh(padded_frames=False))
+    assert not _declared_padding(fresh(), padded_frames=False)  # one generation, said in so many words
+    with SpecSteerClient.in_process(s_lm, g_lm) as local:
+        assert local.padded_frames is True
+    assert ClientConfig(server="h:1", pins=Path("p"), cert=Path("c"), key=Path("k")).padded_frames is True
+    with pytest.raises(ConfigError, match="padded_frames must be"):
+        fresh(padded_frames="yes")
+
+
+def test_a_held_span_goes_up_as_one_label_for_every_kind_unless_told_by_kind(models) -> None:
+    """The label would tell the cloud what kind of private text was held (an email, a key...)."""
+    s_lm, g_lm = models
+    verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
+    tok = s_lm.tokenizer
+
+    def sent_as(client: SpecSteerClient, kind: str) -> str:
+        assert client.guard is not None
+        return str(tok.decode(client.guard.placeholder_ids(kind, tok)))
+
+    generic = SpecSteerClient(Specialist(s_lm), verifier)
+    assert {sent_as(generic, k) for k in ("email", "phone", "canary", "secret")} == {"<PRIVATE>"}
+    by_kind = SpecSteerClient(Specialist(s_lm), verifier, placeholder_labels="by-kind")
+    assert [sent_as(by_kind, k) for k in ("email", "phone")] == ["<EMAIL>", "<PHONE>"]
+    with pytest.raises(ConfigError, match="placeholder labels are one of generic, by-kind"):
+        SpecSteerClient(Specialist(s_lm), verifier, placeholder_labels="none")
