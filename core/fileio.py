@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -63,3 +64,20 @@ def fsync_folder(folder: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def publish_folder(built: Path, target: Path, is_complete: Callable[[Path], bool]) -> None:
+    """Rename a fully written folder (beside `target`, so the rename is atomic) into place.
+
+    A complete `target` already there means another process finished the same work first: it
+    stays. One that is not complete (no marker, another format) is never trusted and is replaced.
+    """
+    if target.exists():
+        if is_complete(target):
+            return
+        shutil.rmtree(target)
+    try:
+        os.rename(built, target)
+    except OSError:
+        if not is_complete(target):  # a failed rename is fine only if a concurrent writer won
+            raise

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ModelLoadError, one_line
-from core.fileio import atomic_write, atomic_writer
+from core.fileio import atomic_write, atomic_writer, publish_folder
 from core.model_registry import (
     EMBEDDED_MODELS,
     EmbeddedModel,
@@ -277,15 +277,7 @@ def _convert_gguf(gguf: Path, sha: str, target: Path, progress: bool) -> None:
         }
         (tmp / CACHE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         del model
-        if target.exists():
-            if _is_complete(target, sha):
-                return  # another process finished the same conversion first
-            shutil.rmtree(target)  # leftover without a marker: never trusted, replace it
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not _is_complete(target, sha):  # a failed rename is fine only if a concurrent converter won
-                raise
+        publish_folder(tmp, target, lambda folder: _is_complete(folder, sha))
     except Exception as exc:
         raise ModelLoadError(f"Cannot write the converted model to {target}: {one_line(exc)}.") from exc
     finally:

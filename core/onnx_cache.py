@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import ConfigError, ModelLoadError, one_line
+from core.fileio import publish_folder
 from core.gguf_cache import CACHE_MARKER
 
 __all__ = [
@@ -195,15 +196,7 @@ def _convert(source: Path, target: Path, fingerprint: str, precision: str, versi
         marker = _marker(fingerprint, precision, version) | {"source": str(source), "builder_options": options}
         (out / ONNX_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         os.chmod(out, 0o700)
-        if target.exists():
-            if _is_complete(target, fingerprint, precision, version):
-                return  # another process finished the same conversion first
-            shutil.rmtree(target)  # an older format or builder: never trusted, replace it
-        try:
-            os.rename(out, target)
-        except OSError:
-            if not _is_complete(target, fingerprint, precision, version):  # fine only if a concurrent run won
-                raise
+        publish_folder(out, target, lambda folder: _is_complete(folder, fingerprint, precision, version))
     except ModelLoadError:
         raise
     except OSError as exc:
