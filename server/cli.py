@@ -3,7 +3,7 @@
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
                  --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
                  [--round-idle-timeout S] [--queue-timeout S] [--stream-rate R] [--stream-burst N]
-                 [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S]
+                 [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S] [--max-connections N]
                  [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(positive=True),
         help="seconds a connection with no open stream is kept (300)",
     )
+    serve.add_argument(
+        "--max-connections",
+        type=whole_number(),
+        help="TCP connections held at once, before TLS; more are closed on accept (8 x max-sessions)",
+    )
     serve.add_argument("--max-top-k", type=whole_number(), help="largest steering top-k a device may ask for")
     serve.add_argument(
         "--workers", type=whole_number(), help="threads running sessions' jobs (batching: at least 2 x max-batch)"
@@ -183,6 +188,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "stream_burst": args.stream_burst,
         "handshake_timeout": args.handshake_timeout,
         "connection_idle_timeout": args.connection_idle_timeout,
+        "max_connections": args.max_connections,
         "max_top_k": args.max_top_k,
         "workers": args.workers,
         "torch_threads": args.torch_threads,

@@ -30,6 +30,7 @@
     # stream_burst = 16                   # ... a burst of this many (default: 2 x max_sessions_per_device)
     handshake_timeout = 5.0               # seconds for a connection's TLS handshake and first HTTP/2 frame
     connection_idle_timeout = 300.0       # seconds a connection with no stream stays open
+    # max_connections = 512               # TCP connections held at once, before any TLS (default: 8 x max_sessions)
     max_top_k = 64
     workers = 1                           # threads running sessions' jobs (with batching: at least 2 * max_batch)
     # torch_threads = 2
@@ -101,6 +102,7 @@ class ServerConfig:
     # Before authentication: what gRPC core enforces per connection (server/main.py).
     handshake_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
     connection_idle_timeout: float = field(default=300.0, metadata={"toml": "a number of seconds"})
+    max_connections: int | None = None
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
@@ -123,6 +125,12 @@ class ServerConfig:
         hold, so that a flood is refused by the servicer, per device, and never at this gate
         (which would refuse every device alike)."""
         return 16 * (self.max_sessions + self.extra_streams)
+
+    @property
+    def connection_cap(self) -> int:
+        """TCP connections held at once (gRPC closes any beyond it on accept): 8 per session slot unless
+        set, room for idle devices' open channels while bounding what an unauthenticated flood holds."""
+        return 8 * self.max_sessions if self.max_connections is None else self.max_connections
 
     @property
     def queue_length(self) -> int:
@@ -165,6 +173,8 @@ class ServerConfig:
                 f"reserved_sessions must be in [0, {self.max_sessions - 1}] (below max_sessions); "
                 f"got {self.reserved_sessions}"
             )
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ConfigError(f"max_connections must be at least 1; got {self.max_connections}")
         if self.stream_burst is not None and self.stream_burst < 1:
             raise ConfigError(f"stream_burst must be at least 1; got {self.stream_burst}")
         if not 1 <= self.max_top_k <= WIRE_MAX_TOP_K:
@@ -228,6 +238,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "stream_burst": "stream_burst",
         "handshake_timeout": "handshake_timeout",
         "connection_idle_timeout": "connection_idle_timeout",
+        "max_connections": "max_connections",
         "max_top_k": "max_top_k",
         "workers": "workers",
         "torch_threads": "torch_threads",

@@ -192,11 +192,13 @@ _MAX_CONNECTION_AGE_GRACE_MS = 10 * 60 * 1000
 def connection_limits(config: ServerConfig) -> list[tuple[str, int]]:
     """What gRPC core enforces per connection, before and after authentication.
 
-    gRPC Python has no cap on the number of connections (in total or per source address): those
-    belong to a fronting proxy or the firewall (docs/security.md). What it can bound is how long
-    each connection may take and hold.
+    gRPC core caps the connections held at once (in total: one beyond the cap is closed as soon
+    as it is accepted, so a flood cannot exhaust the descriptors); a cap per source address belongs
+    to a fronting proxy or the firewall (docs/security.md). It also bounds how long each connection
+    may take and hold.
     """
     return [
+        ("grpc.max_allowed_incoming_connections", config.connection_cap),
         # One deadline for the TCP accept to the TLS handshake's end and the client's first
         # HTTP/2 SETTINGS frame: a connection that never speaks is closed after it (gRPC: 120 s).
         ("grpc.server_handshake_timeout_ms", round(config.handshake_timeout * 1000)),
@@ -222,9 +224,8 @@ _FD_SPARE = 256  # descriptors beside the devices' connections: model files, tra
 def fd_headroom(config: ServerConfig) -> int:
     """Raise the open-file limit to its hard maximum; refuse to start if the caps cannot fit under it.
 
-    Every device connection is a descriptor, so with fewer than one per session (plus the server's
-    own) the verifier would refuse connections at its cap, not above it. More headroom also makes
-    a connection flood (which only a fronting proxy caps) cost the attacker more. Returns the limit.
+    Every connection is a descriptor, so with fewer than the connection cap (plus the server's own)
+    a flood would exhaust them before gRPC's cap closes the excess. Returns the limit.
     """
     import resource
 
@@ -235,11 +236,11 @@ def fd_headroom(config: ServerConfig) -> int:
             soft = hard
         except (ValueError, OSError):
             pass  # e.g. an unlimited hard limit the kernel will not grant: keep the soft one
-    need = config.max_sessions + config.extra_streams + _FD_SPARE
+    need = config.connection_cap + _FD_SPARE
     if soft != resource.RLIM_INFINITY and soft < need:
         raise ConfigError(
-            f"the open-file limit is {soft}, below the {need} descriptors {config.max_sessions} sessions need "
-            "(one per session plus the server's own): raise it (ulimit -n) or lower max_sessions"
+            f"the open-file limit is {soft}, below the {need} descriptors {config.connection_cap} connections need "
+            "(one per connection plus the server's own): raise it (ulimit -n) or lower max_connections"
         )
     return soft
 

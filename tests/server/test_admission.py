@@ -165,7 +165,9 @@ def test_the_open_file_limit_is_raised_and_a_cap_that_cannot_fit_is_refused(monk
 
     monkeypatch.setattr(resource, "setrlimit", setrlimit)
     assert fd_headroom(ServerConfig(max_sessions=64)) == 4096 and limits["soft"] == 4096
-    limits["soft"] = limits["hard"] = 300  # 64 sessions + 16 spare streams + 256 for the server: 336
-    with pytest.raises(ConfigError, match="open-file limit is 300, below the 336 descriptors 64 sessions need"):
-        fd_headroom(ServerConfig(max_sessions=64))
-    assert fd_headroom(ServerConfig(max_sessions=16)) == 300
+    limits["soft"] = limits["hard"] = 800  # 8 x 64 connections + 256 for the server: 768
+    assert fd_headroom(ServerConfig(max_sessions=64)) == 800
+    with pytest.raises(ConfigError, match="open-file limit is 800, below the 1256 descriptors 1000 connections need"):
+        fd_headroom(ServerConfig(max_sessions=64, max_connections=1000))
+    with pytest.raises(ConfigError, match="open-file limit is 800, below the 1280 descriptors 1024 connections"):
+        fd_headroom(ServerConfig(max_sessions=128))
