@@ -44,6 +44,10 @@ def _copy(tmp_path: Path) -> Path:
 Edit = Callable[[Any], None]
 
 
+def _case(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in doc["cases"] if c["name"] == name)
+
+
 def _edit(folder: Path, name: str, edit: Edit) -> None:
     path = folder / name
     doc = json.loads(path.read_text())
@@ -58,8 +62,13 @@ def _edit(folder: Path, name: str, edit: Edit) -> None:
         ("wire/sessions.json", lambda d: d["vectors"][0]["steps"][1]["expected"].append({}), "steered"),
         ("steering/recovery.json", lambda d: d["vectors"][0]["expected"].update(commit_ids=[3]), "recovery"),
         ("audit/cases.json", lambda d: d["cases"][3]["expected"].update(verdict="VERIFIED"), "byte-flipped"),
+        ("wire/cosignatures.json", lambda d: d["vectors"][0]["expected"].update(outcome="refused"), "cosignature"),
+        ("witness/decisions.json", lambda d: d["vectors"][0]["steps"][4]["expected"].update(category="witness-fork"),
+         "one-witness"),
+        ("audit/cases.json", lambda d: _case(d, "witness-rewritten")["expected"].update(verdict="VERIFIED"),
+         "witness-rewritten"),
     ],
-)
+)  # fmt: skip
 def test_a_wrong_expectation_is_named_with_its_file_and_vector(
     tmp_path: Path, name: str, edit: Edit, vector: str
 ) -> None:
@@ -104,3 +113,35 @@ def test_a_folder_for_another_format_version_is_refused(tmp_path: Path, capsys: 
     (folder / MANIFEST).write_text(json.dumps(manifest))
     assert main(["check", str(folder)]) == 1
     assert "write a new version's folder" in capsys.readouterr().err
+
+
+def test_a_witness_step_whose_request_was_altered_is_caught(tmp_path: Path) -> None:
+    # The consistent-growth step's checkpoint signature with one bit flipped: the witness refuses it,
+    # and every later step is judged against the state that refusal left.
+    folder = _copy(tmp_path)
+
+    def flip(doc: Any) -> None:
+        step = doc["vectors"][0]["steps"][2]
+        raw = bytearray.fromhex(step["frame_hex"])
+        raw[-1] ^= 1  # the last byte of the Close: inside its checkpoint's proof or signature
+        step["frame_hex"] = raw.hex()
+
+    _edit(folder, "witness/decisions.json", flip)
+    problems = [p for p in check_folder(folder) if "sha256" not in p]
+    assert problems and all(p.startswith("witness/decisions.json: vector 'one-witness': step ") for p in problems)
+    assert "step 2 (consistent-growth) decision" in problems[0]
+
+
+def test_only_the_witness_key_catches_the_key_holders_rewrite() -> None:
+    """The witnessed cases keep the verdicts they exist to show, so regenerating cannot hide a regression."""
+    doc = json.loads((FOLDER / "audit" / "cases.json").read_text())
+    verdicts = {c["name"]: c["expected"]["verdict"] for c in doc["cases"] if c["name"].startswith("witness")}
+    assert verdicts == {
+        "witnessed": "VERIFIED",
+        "witnessed-other-witness": "FAILED",
+        "witness-rewritten": "FAILED",
+        "witness-rewritten-no-witness-key": "VERIFIED",
+        "witness-bogus-cosignature": "FAILED",
+    }
+    failed = {c["name"]: [k["name"] for k in c["expected"]["checks"] if not k["ok"]] for c in doc["cases"]}
+    assert failed["witness-rewritten"] == failed["witness-bogus-cosignature"] == ["witness cosignatures"]

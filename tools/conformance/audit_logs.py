@@ -1,23 +1,28 @@
 """Audit logs as a device writes them, and as an auditor must judge them: `audit verify`'s verdict.
 
-Two logs are written through the real device API (`audit.log.AuditLog` and the recorder every
-uplink passes, `audit.egress.EgressRecorder`) with a fixed test-only key; the others are copies
-tampered with as an attacker or a broken disk would (a byte flipped, a record dropped, a log cut
-short, checkpoints re-signed with another key, a record appended after the last checkpoint) or
-written around the recorder's checks (an uplink it would have blocked). Each case's expected
-outcome is `audit.verify.inspect`'s: the verdict and which of its named checks pass.
+Four logs are written through the real device API (`audit.log.AuditLog` and the recorder every
+uplink passes, `audit.egress.EgressRecorder`) with a fixed test-only key, one of them witnessed:
+its Closes answered by the real witness (`server.witness.Witness`) with the test-only witness key.
+The others are copies tampered with as an attacker or a broken disk would (a byte flipped, a record
+dropped, a log cut short, checkpoints re-signed with another key, a record appended after the last
+checkpoint, a rewrite under a cosigned checkpoint, a forged cosignature line) or written around the
+recorder's checks (an uplink it would have blocked). Each case's expected outcome is
+`audit.verify.inspect`'s: the verdict and which of its named checks pass.
 
-The log API stamps records with the wall clock and picks random session IDs; here both are fixed
-(a clock that ticks one second a record from 2026-01-01, session IDs hashed from a counter) so a
-second `write` gives the same bytes.
+The log API stamps records with the wall clock and picks random session IDs, and the witness
+cosigns at its clock's time; here all three are fixed (a clock that ticks one second a record from
+2026-01-01, session IDs hashed from a counter, a witness clock a minute a cosignature from
+2026-01-01) so a second `write` gives the same bytes.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,21 +30,21 @@ from typing import Any
 from unittest import mock
 
 from audit import egress, merkle, records
+from audit.cosignature import load_witness_key
 from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
-from audit.note import Checkpoint, SigningKey, load_verifier_key, parse_note, sign_checkpoint
+from audit.note import SIG_PREFIX, Checkpoint, load_verifier_key, parse_note, sign_checkpoint
 from audit.verify import inspect
 from core import wire
 from core.errors import ProtocolError
 from core.session_types import SessionParams, SteeringVector, Verdict
+from core.wire import WitnessRequest
+from server.witness import Cosigned, Witness
 from tools.conformance.common import ConformanceError, mismatch
+from tools.conformance.keys import OTHER_KEY, TEST_KEY, TEST_WITNESS, write_keys
+from tools.conformance.witness import T0 as WITNESS_T0
 
 FILE = "audit/cases.json"
-KEY_NAME = "conformance.invalid/TEST-ONLY-device"
-# Seeds derived from public strings: these keys sign test vectors only and protect nothing.
-TEST_KEY = SigningKey(KEY_NAME, hashlib.sha256(b"specsteer conformance v1: test-only device key").digest())
-OTHER_KEY = SigningKey(KEY_NAME, hashlib.sha256(b"specsteer conformance v1: test-only other key").digest())
-KEY_FILES = {"keys/test-device": TEST_KEY, "keys/other-device": OTHER_KEY}
 DEVICE = DeviceIdentity("conformance-test-device", hashlib.sha256(b"conformance test certificate").hexdigest())
 VOCAB = 32
 SEGMENT_RECORDS = 8  # small, so the logs span several segments
@@ -73,6 +78,10 @@ def _finish(log: AuditLog) -> None:
 
 def _candidates(*ids: int) -> SteeringVector:
     return SteeringVector(tuple((i,) for i in ids), tuple(-0.5 * n for n in range(len(ids))))
+
+
+# What a witnessed session does with the witness's answer to its Close: the downlink it logs.
+_Answer = Callable[[int, WitnessRequest], bytes]
 
 
 def _write_good(directory: Path) -> None:
@@ -122,6 +131,70 @@ def _write_uplink_bypass(directory: Path) -> None:
     for payload in (wire.encode_round(2, (30,), (6,)), wire.encode_close(3)):
         log.append_session(records.KIND_UPLINK, sid, records.payload_fields("up", payload), payload=payload)
     _finish(log)
+
+
+def _witnessed_sessions(directory: Path, drafts: tuple[tuple[int, ...], ...], answer: _Answer) -> None:
+    """One session per draft, each Close carrying the log's checkpoint and `answer`'s downlink logged
+    after it. Its own clock and session IDs from the start, so a rewrite replays them identically."""
+    with _deterministic():
+        log = _open(directory)
+        rec = egress.EgressRecorder(log)
+        for n, draft in enumerate(drafts):
+            sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+            rec.record_uplink(sid, wire.encode_open((1, 2, 3), SessionParams(top_k=4, draft_len=4)))
+            rec.record_uplink(sid, wire.encode_round(1, (), draft))
+            rec.record_downlink(sid, wire.encode_downlink(1, Verdict(1, _candidates(3, 7))))
+            rec.record_uplink(sid, wire.encode_round(2, (7,), (8,)))
+            rec.record_downlink(sid, wire.encode_downlink(2, Verdict(1, None)))
+            request = rec.witness_request(sid)
+            rec.record_uplink(sid, wire.encode_close(3, request))
+            rec.record_downlink(sid, answer(n, request))
+        _finish(log)
+
+
+_WITNESSED_DRAFTS = ((5, 6, 7), (9, 10, 11))
+
+
+def _write_witnessed(directory: Path) -> None:
+    """Two sessions whose Closes the test witness (`keys/test-witness.key`, a fixed clock) cosigned,
+    each answer kept as the session's last downlink and in checkpoints.jsonl."""
+    times = iter(range(WITNESS_T0, WITNESS_T0 + 10**6, 60))
+    with tempfile.TemporaryDirectory() as state:
+        witness = Witness(TEST_WITNESS, Path(state) / "witness-state.json", clock=lambda: next(times))
+
+        def cosign(_: int, request: WitnessRequest) -> bytes:
+            result = witness.cosign(DEVICE.name, request)
+            if not isinstance(result, Cosigned):
+                raise ConformanceError(f"the test witness refused the conformance log's checkpoint: {result}")
+            return wire.encode_cosignature(3, result.witness, result.signature)
+
+        _witnessed_sessions(directory, _WITNESSED_DRAFTS, cosign)
+
+
+def _rewrite_under_cosigned(directory: Path) -> None:
+    """The log key's holder rewrites a token of session 1, under both cosigned checkpoints: the same
+    sessions replayed with the one change, every checkpoint and Close signed afresh, the witness's
+    answers copied from the original (it cannot get new ones)."""
+    answers = []
+    for stored in scan_log(directory).records:
+        rec = records.parse(stored.data)
+        if rec.kind == records.KIND_DOWNLINK and rec.payload and wire.decode_cosignature(rec.payload):
+            answers.append(rec.payload)
+    shutil.rmtree(directory)
+    drafts = ((5, 6, 8), *_WITNESSED_DRAFTS[1:])
+    _witnessed_sessions(directory, drafts, lambda n, _: answers[n])
+
+
+def _bogus_cosignature(directory: Path) -> None:
+    """The last cosigned checkpoint's witness line with one bit of its Ed25519 signature flipped."""
+    path = directory / CHECKPOINTS_FILE
+    notes = [json.loads(line)["note"] for line in path.read_text(encoding="ascii").splitlines()]
+    i = max(i for i, note in enumerate(notes) if note.count(SIG_PREFIX) == 2)
+    head, _, b64 = notes[i].rstrip("\n").rpartition(" ")
+    signature = bytearray(base64.b64decode(b64))
+    signature[-1] ^= 0x01
+    notes[i] = f"{head} {base64.b64encode(bytes(signature)).decode()}\n"
+    path.write_text("".join(json.dumps({"note": n}, ensure_ascii=True) + "\n" for n in notes), encoding="ascii")
 
 
 # -- tampering with a copy of the good log -----------------------------------------------------------------
@@ -178,40 +251,55 @@ def _append_unsigned(directory: Path) -> None:
         f.write(HEADER.pack(len(data)) + data + merkle.leaf_hash(data))
 
 
-# (name, description, base log, tampering or None, verifier key file or None)
-_CASES: list[tuple[str, str, str, Callable[[Path], None] | None, str | None]] = [
+_WITNESS_PUB = "keys/test-witness.pub"
+
+# (name, description, base log, tampering or None, verifier key file or None, witness key files)
+_CASES: list[tuple[str, str, str, Callable[[Path], None] | None, str | None, tuple[str, ...]]] = [
     ("good", "two sessions written through the recorder, checked with the device's key", "good", None,
-     "keys/test-device.pub"),
+     "keys/test-device.pub", ()),
     ("good-no-key", "the same log without the auditor's key: every check passes, authenticity unproven", "good",
-     None, None),
+     None, None, ()),
     ("good-wrong-key", "the same log checked with a key that is not the device's", "good", None,
-     "keys/other-device.pub"),
-    ("byte-flipped", "one bit of record 4 flipped", "good", _flip_byte, "keys/test-device.pub"),
-    ("record-dropped", "record 3's frame removed from its segment", "good", _drop_record, "keys/test-device.pub"),
+     "keys/other-device.pub", ()),
+    ("byte-flipped", "one bit of record 4 flipped", "good", _flip_byte, "keys/test-device.pub", ()),
+    ("record-dropped", "record 3's frame removed from its segment", "good", _drop_record, "keys/test-device.pub", ()),
     ("truncated", "the last segment cut inside its last frame, which a checkpoint signs", "good", _truncate,
-     "keys/test-device.pub"),
-    ("segment-removed", "the last segment file deleted", "good", _remove_last_segment, "keys/test-device.pub"),
+     "keys/test-device.pub", ()),
+    ("segment-removed", "the last segment file deleted", "good", _remove_last_segment, "keys/test-device.pub", ()),
     ("checkpoints-resigned", "every checkpoint re-signed with another key under the log key's name", "good",
-     _resign_checkpoints, "keys/test-device.pub"),
+     _resign_checkpoints, "keys/test-device.pub", ()),
     ("unsigned-tail", "a well-formed record appended after the last signed checkpoint", "good", _append_unsigned,
-     "keys/test-device.pub"),
+     "keys/test-device.pub", ()),
     ("downlink-violation", "a signed log holding a downlink with a candidate outside the vocabulary",
-     "downlink-violation", None, "keys/test-device.pub"),
+     "downlink-violation", None, "keys/test-device.pub", ()),
     ("uplink-bypass", "a signed log holding an uplink the recorder would have blocked (commit not a candidate)",
-     "uplink-bypass", None, "keys/test-device.pub"),
+     "uplink-bypass", None, "keys/test-device.pub", ()),
+    ("witnessed", "two sessions whose Closes the test witness cosigned, checked with its key", "witnessed", None,
+     "keys/test-device.pub", (_WITNESS_PUB,)),
+    ("witnessed-other-witness", "the same log checked with a witness key that never cosigned it", "witnessed",
+     None, "keys/test-device.pub", ("keys/other-witness.pub",)),
+    ("witness-rewritten", "a token under the cosigned checkpoints rewritten by the log key's holder, every "
+     "checkpoint and Close re-signed, the witness's answers copied: its cosignatures no longer verify",
+     "witnessed", _rewrite_under_cosigned, "keys/test-device.pub", (_WITNESS_PUB,)),
+    ("witness-rewritten-no-witness-key", "the same rewrite checked with the device's key alone: it holds together "
+     "(only the witness's key tells)", "witness-rewritten", None, "keys/test-device.pub", ()),
+    ("witness-bogus-cosignature", "the last cosigned checkpoint's witness line with one signature bit flipped",
+     "witnessed", _bogus_cosignature, "keys/test-device.pub", (_WITNESS_PUB,)),
 ]  # fmt: skip
 
 _WRITERS: dict[str, Callable[[Path], None]] = {
     "good": _write_good,
     "downlink-violation": _write_downlink_violation,
     "uplink-bypass": _write_uplink_bypass,
+    "witnessed": _write_witnessed,
 }
 
 
 def outcome(folder: Path, case: dict[str, Any]) -> dict[str, Any]:
     """`audit verify`'s judgement of one case, as the vector states it."""
     key = None if case["key"] is None else load_verifier_key(folder / case["key"])
-    report = inspect(folder / case["log"], key=key)
+    witness_keys = [load_witness_key(folder / path) for path in case.get("witness_keys", ())]
+    report = inspect(folder / case["log"], key=key, witness_keys=witness_keys)
     return {
         "verdict": report.verdict,
         "checks": [{"name": c.name, "ok": c.ok} for c in report.checks],
@@ -222,25 +310,25 @@ def outcome(folder: Path, case: dict[str, Any]) -> dict[str, Any]:
 
 def build(folder: Path) -> dict[str, Any]:
     """Write the keys and logs under `folder` and return the cases file's content."""
-    for stem, key in KEY_FILES.items():
-        (folder / stem).parent.mkdir(parents=True, exist_ok=True)
-        (folder / f"{stem}.key").write_text(f"{key}\n", encoding="ascii")
-        (folder / f"{stem}.pub").write_text(f"{key.verifier}\n", encoding="ascii")
+    write_keys(folder)
     written: dict[str, Path] = {}
     with _deterministic():
         for name, writer in _WRITERS.items():
             written[name] = folder / "audit" / "logs" / name
             writer(written[name])
         cases = []
-        for name, description, base, tamper, key_file in _CASES:
+        for name, description, base, tamper, key_file, witness_keys in _CASES:
             log = written[base]
             if tamper is not None:
                 log = folder / "audit" / "logs" / name
                 shutil.copytree(written[base], log)
                 tamper(log)
+                written[name] = log  # a later case may judge it with other keys
             case: dict[str, Any] = {
                 "name": name, "description": description, "log": log.relative_to(folder).as_posix(), "key": key_file,
             }  # fmt: skip
+            if witness_keys:  # absent where there are none, as before witnessing existed
+                case["witness_keys"] = list(witness_keys)
             case["expected"] = outcome(folder, case)
             cases.append(case)
     return {"kind": "audit-logs", "function": "audit.verify.inspect", "cases": cases}

@@ -64,6 +64,20 @@ def f32s(xs: Any) -> list[float | str]:
     return [enc(f32(float(x))) for x in xs]
 
 
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field_bytes(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2), for frames the stubs would refuse to write."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
 TEXT_LIMIT = 400  # characters of a frame's text form kept in a vector (a 4,097-token prompt is 57 KB)
 
 
@@ -90,6 +104,27 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("token-after-padding", r"hold a token after padding"),
     ("out-of-vocabulary", r"outside the vocabulary"),
     ("no-kind", r"carries no Open, Round"),
+    # A Close's witness request, by shape (core.wire.witness_violation).
+    ("witness-origin", r"the checkpoint origin (must be|contains)"),
+    ("witness-log-key-size", r"the log key is \d+ bytes"),
+    ("witness-root-size", r"the checkpoint root hash is \d+ bytes"),
+    ("witness-signature-size", r"the checkpoint signature is \d+ bytes"),
+    ("witness-sizes", r"checkpoint sizes out of order or range"),
+    ("witness-proof-shape", r"the consistency proof is at most"),
+    # The downlink answering it (core.wire.cosignature_violation, the session contract).
+    ("cosignature-not-alone", r"a cosignature downlink carries steering or accepted tokens"),
+    ("cosignature-witness-name", r"the witness name (must be|contains)"),
+    ("cosignature-size", r"the cosignature is \d+ bytes, not"),
+    ("cosignature-not-a-verdict", r"a cosignature answers only a Close, never a round"),
+    ("cosignature-unasked", r"carries a cosignature no Close asked for"),
+    ("cosignature-seq", r"cosignature seq \d+ does not answer the Close"),
+    # The witness's refusals (server.witness): it cosigns nothing else.
+    ("witness-bad-signature", r"the checkpoint's signature does not verify under the log key"),
+    ("witness-key-changed", r"not the key \S+ pinned for this device"),
+    ("witness-rollback", r"smaller than the last cosigned size \d+: a rollback"),
+    ("witness-fork", r"a second root for the cosigned size \d+: the log forked"),
+    ("witness-conflict", r"the proof starts at size \d+, but the last cosigned size is \d+"),
+    ("witness-inconsistent", r"the checkpoint is not consistent with the last cosigned one"),
     ("params-out-of-range", r"unknown (method|candidate policy)|gamma_infinite and a finite|out of (range|bounds)"),
     ("top-k-over-vocabulary", r"declared top-k \d+ exceeds the vocabulary"),
     ("prompt-too-long", r"the prompt has [\d,]+ tokens; the verifier takes at most"),

@@ -10,7 +10,7 @@ from typing import Any
 
 from audit import records
 from core.proto import verifier_pb2 as pb
-from tools.conformance import audit_logs, frames, sessions, steering
+from tools.conformance import audit_logs, frames, sessions, steering, witness, witness_frames
 from tools.conformance.common import VERSION, ConformanceError, dump, load
 
 MANIFEST = "manifest.json"
@@ -19,10 +19,12 @@ MANIFEST = "manifest.json"
 _FILES: tuple[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], list[str]]], ...] = (
     (frames.UPLINK_FILE, frames.build_uplinks, frames.check_uplinks),
     (frames.DOWNLINK_FILE, frames.build_downlinks, frames.check_downlinks),
+    (witness_frames.COSIGNATURE_FILE, witness_frames.build_cosignatures, witness_frames.check_cosignatures),
     (sessions.FILE, sessions.build, sessions.check),
     (steering.VERIFY_FILE, steering.build_verify, steering.check_verify),
     (steering.CANDIDATES_FILE, steering.build_candidates, steering.check_candidates),
     (steering.RECOVERY_FILE, steering.build_recovery, steering.check_recovery),
+    (witness.FILE, witness.build, witness.check),
 )
 
 

@@ -21,26 +21,13 @@ from core.errors import ProtocolError
 from core.limits import MAX_PROMPT_TOKENS, prompt_length_problem
 from core.proto import verifier_pb2 as pb
 from core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
-from tools.conformance.common import ConformanceError, category, enc, f32, mismatch, text_form
+from tools.conformance import witness_frames
+from tools.conformance.common import ConformanceError, category, enc, f32, field_bytes, mismatch, text_form, varint
 
 UPLINK_FILE = "wire/uplinks.json"
 DOWNLINK_FILE = "wire/downlinks.json"
 VOCAB = 32  # the receiver's (Specialist) vocabulary in every frame vector: small, so IDs stay one byte
 MAX_TOP_K = 4  # the k the device accepts in the downlink vectors
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field_bytes(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2), for frames the stubs would refuse to write."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def params_json(params: SessionParams) -> dict[str, Any]:
@@ -73,7 +60,9 @@ def _uplink_frame(frame: wire.UplinkFrame) -> dict[str, Any]:
             "literal_ids": list(frame.literal),
             "slots": None if frame.slots is None else list(frame.slots),
         }
-    return {"kind": "close", "seq": frame.seq}
+    if frame.witness is None:  # a Close without a witness request states no "witness" (as before it existed)
+        return {"kind": "close", "seq": frame.seq}
+    return {"kind": "close", "seq": frame.seq, "witness": witness_frames.witness_json(frame.witness)}
 
 
 def uplink_outcome(raw: bytes, vocab_size: int) -> tuple[dict[str, Any], str | None]:
@@ -271,7 +260,7 @@ def _intended(name: str, outcome: dict[str, Any], intent: str, message: str | No
 
 def build_uplinks() -> dict[str, Any]:
     vectors = []
-    for name, description, raw, intent in _uplinks():
+    for name, description, raw, intent in _uplinks() + witness_frames.uplinks():
         outcome, message = uplink_outcome(raw, VOCAB)
         _intended(name, outcome, intent, message)
         vectors.append(
@@ -283,7 +272,7 @@ def build_uplinks() -> dict[str, Any]:
 
 def build_downlinks() -> dict[str, Any]:
     vectors = []
-    for name, description, raw, fusion, intent in _downlinks():
+    for name, description, raw, fusion, intent in _downlinks() + witness_frames.downlinks():
         outcome, message = downlink_outcome(raw, VOCAB, MAX_TOP_K, fusion)
         _intended(name, outcome, intent, message)
         vectors.append(

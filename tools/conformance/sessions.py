@@ -10,13 +10,14 @@ so one bad step does not hide the next.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import wire
 from core.contract import SessionState, Violation
 from core.proto import verifier_pb2 as pb
 from core.session_types import Method, SessionParams, SteeringVector, Verdict
+from tools.conformance import witness_frames
 from tools.conformance.common import ConformanceError, category, f32, mismatch, text_form
 
 FILE = "wire/sessions.json"
@@ -91,6 +92,12 @@ def _traces() -> list[_Trace]:
     padded = SessionParams(top_k=4, draft_len=4, padded_frames=True)
     fusion = SessionParams(method=Method.FUSION, draft_len=0, top_k=1)
 
+    request = witness_frames.first_request()
+    witness, signature = witness_frames.cosignature()
+
+    def cosig(seq: int) -> bytes:
+        return wire.encode_cosignature(seq, witness, signature)
+
     def fusion_down(seq: int) -> bytes:
         msg = pb.Downlink(seq=seq, fusion=pb.FusionVector(values=b"\x00\x00\x00\x00" * VOCAB))
         return msg.SerializeToString(deterministic=True)
@@ -155,6 +162,24 @@ def _traces() -> list[_Trace]:
         opened("round-after-close", "a Round after Close").up(close(1)).up(rnd(1, (), (5,)), "after-end"),
         opened("close-seq", "a Close whose seq does not follow the last round")
         .up(rnd(1, (), (5,))).down(1, 1).up(close(5), "close-seq"),
+        # The witness exchange: one cosignature, alone, answers the Close that asked for it.
+        opened("witnessed-close", "a Close carrying the log's checkpoint, answered by the witness's cosignature")
+        .up(rnd(1, (), (5, 6))).down(1, 2, ((4,),))
+        .up(close(2, request)).down_raw(cosig(2)),
+        opened("cosignature-answering-round", "a cosignature where the answer to round 1 is due")
+        .up(rnd(1, (), (5,))).down_raw(cosig(1), "cosignature-unasked"),
+        opened("cosignature-unasked", "a cosignature answering a Close that carried no witness request")
+        .up(rnd(1, (), (5,))).down(1, 1).up(close(2)).down_raw(cosig(2), "cosignature-unasked"),
+        opened("cosignature-twice", "a second cosignature after the Close's request was answered")
+        .up(close(1, request)).down_raw(cosig(1)).down_raw(cosig(1), "cosignature-unasked"),
+        opened("cosignature-wrong-seq", "a cosignature whose seq is not the Close's")
+        .up(close(1, request)).down_raw(cosig(2), "cosignature-seq"),
+        opened("cosignature-not-alone", "the Close's cosignature beside an accepted count")
+        .up(close(1, request))
+        .down_raw(pb.Downlink(seq=1, accepted=1, cosignature=pb.Cosignature(witness=witness, signature=signature))
+                  .SerializeToString(deterministic=True), "cosignature-not-alone"),
+        opened("close-witness-malformed", "a Close whose witness request carries a 31-byte log key")
+        .up(close(1, replace(request, log_key=request.log_key[:31])), "witness-log-key-size"),
     ]  # fmt: skip
 
 
