@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.dataset import first_users
 from core.models import CausalLM, load_causal_lm
 from privacy.adapter_exposure import (
     DEFAULT_CANARY_SUBJECT,
@@ -211,15 +212,7 @@ def _run(args: argparse.Namespace, work: Path, started: float, argv: Sequence[st
 
 def _read_users(path: Path, count: int, history: int) -> list[dict[str, Any]]:
     """The first `count` users of `path`, each with their newest `history` entries, no queries."""
-    users: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if len(users) == count:
-                break
-            if line.strip():
-                user = json.loads(line)
-                users.append({"user_id": user.get("user_id"), "profile": user["profile"][-history:]})
-    return users
+    return [{"user_id": u.get("user_id"), "profile": u["profile"][-history:]} for u in first_users(path, count)]
 
 
 def _train(args: argparse.Namespace, data: Path, state: Path, *, dp: bool) -> dict[str, Any]:

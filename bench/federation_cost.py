@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.dataset import first_users
 from bench.federation_cost_page import markdown, plot, ratios
 from federation.run_options import RunOptions
 
@@ -167,17 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_subset(source: Path, target: Path, clients: int, history: int) -> list[str]:
     """The first `clients` users of `source`, each with their newest `history` entries, no queries."""
-    users = []
-    with source.open(encoding="utf-8") as handle, target.open("w", encoding="utf-8") as out:
-        for line in handle:
-            if len(users) == clients:
-                break
-            if not line.strip():
-                continue
-            user = json.loads(line)
-            out.write(json.dumps({"user_id": user["user_id"], "profile": user["profile"][-history:]}) + "\n")
-            users.append(str(user["user_id"]))
-    return users
+    users = first_users(source, clients)
+    lines = [json.dumps({"user_id": u["user_id"], "profile": u["profile"][-history:]}) + "\n" for u in users]
+    target.write_text("".join(lines), encoding="utf-8")
+    return [str(u["user_id"]) for u in users]
 
 
 def _run_options(args: argparse.Namespace, data: Path, state: Path, *, dp: bool, secagg: bool) -> RunOptions:

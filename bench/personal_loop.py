@@ -54,6 +54,7 @@ from typing import Any
 
 from rouge_score import rouge_scorer  # type: ignore[import-untyped]
 
+from bench.dataset import first_users
 from bench.personal_loop_report import (
     GAMMA,
     HOLDOUT,
@@ -394,18 +395,6 @@ def append_row(runs: RunsLog, row: dict[str, Any]) -> None:
 # --- data --------------------------------------------------------------------------------------
 
 
-def read_users(path: Path, count: int) -> list[dict[str, Any]]:
-    """The first `count` authors of a dataset file (JSONL, one author a line)."""
-    users: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if len(users) == count:
-                break
-            if line.strip():
-                users.append(json.loads(line))
-    return users
-
-
 def planned_queries(users: Sequence[dict[str, Any]], per_user: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Round-robin: every author's first query before any second one, so a partial run has every author."""
     return [(u, u["queries"][i]) for i in range(per_user) for u in users if i < len(u["queries"])]
@@ -466,7 +455,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     for option, smallest in least.items():
         if getattr(args, option[2:].replace("-", "_")) < smallest:
             raise ConfigError(f"{option} must be at least {smallest}.")
-    users = read_users(args.data, args.users)
+    users = first_users(args.data, args.users)
     if len(users) < args.users:
         raise ConfigError(f"{args.data} holds {len(users)} authors, fewer than --users {args.users}.")
     queries = planned_queries(users, args.queries_per_user)
