@@ -125,22 +125,16 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
 
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
+
+    def load(name: str) -> CausalLM:  # both models on the same cache, quantization, device and dtype
+        return load_causal_lm(
+            name, cache_dir=config.cache_dir, quantize=config.quantize, device=config.device, dtype=config.dtype
+        )
+
     log.info("loading Generalist %s", config.generalist)
-    generalist = load_causal_lm(
-        config.generalist,
-        cache_dir=config.cache_dir,
-        quantize=config.quantize,
-        device=config.device,
-        dtype=config.dtype,
-    )
+    generalist = load(config.generalist)
     log.info("loading generic Specialist copy %s", config.specialist)
-    specialist = load_causal_lm(
-        config.specialist,
-        cache_dir=config.cache_dir,
-        quantize=config.quantize,
-        device=config.device,
-        dtype=config.dtype,
-    )
+    specialist = load(config.specialist)
     adapters = None if config.adapters_dir is None else GlobalAdapters(specialist, config.adapters_dir)
     return CloudVerifier(generalist, specialist, max_top_k=config.max_top_k, seed=config.seed, global_adapters=adapters)
 
