@@ -73,7 +73,6 @@ from federation.task import (
     evaluate_loss,
     load_user,
     specialist_for,
-    split_profile,
     train_global_dp,
     train_personal,
 )
@@ -302,18 +301,12 @@ class Device:
         run_id: int,
         server_round: int,
     ) -> DPRoundResult:
-        data = self._load()
         cfg = self.cfg
-        # The DP set holds one sequence per training entry: counting entries needs no tokenizing.
-        entries = len(split_profile(data.profile, cfg.holdout)[0])
         proposed = steps
+        sw, sets = self._prepare(arrays, version, self._load())
+        n = len(sets.dp_train)  # entries with no room for a body at this max-len are not in it
         if ledger is not None:
             cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
-            steps = self._affordable(ledger, cfg, entries, steps)
-        sw, sets = self._prepare(arrays, version, data)
-        n = len(sets.dp_train)
-        if ledger is not None and n != entries:
-            # Some entries left no room for a body at this max-len: fewer sequences, a higher rate.
             steps = self._affordable(ledger, cfg, n, steps)
         if n == 0:
             return self._skip(arrays, ledger, "no usable sequence", run_id=run_id, server_round=server_round)
