@@ -225,7 +225,7 @@ class EgressGuard:
         return replace(self, detectors=tuple(detectors))
 
     def placeholder_for(self, kind: str) -> str:
-        return self.placeholders.get(kind, "<PRIVATE>")
+        return self.placeholders.get(kind, GENERIC_PLACEHOLDER)
 
     def placeholder_ids(self, kind: str, tokenizer: Tokenizer) -> list[int]:
         """The placeholder's Specialist token IDs, what the cloud commits in place of the span."""
