@@ -51,6 +51,7 @@ from transformers import (
     StaticCache,
 )
 
+from bench.gpu_pool import measure_pool, measure_round
 from core.cli import command_parser, reported, whole_number
 from core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
 from core.errors import ConfigError
@@ -84,6 +85,8 @@ CONFIGS: dict[str, ModelShape] = {
     # Not a real model: a CI smoke run's seconds-long stand-in.
     "tiny": ModelShape("qwen2", 64, 2, 4, 2, 128, 1024, False, source="bench.gpu's smoke configuration"),
 }
+# Generalist -> its generic Specialist, for the verify round: the shipped pair's sizes and the paper's.
+PAIRS = {"qwen2.5-1.5b": "qwen2.5-0.5b", "qwen3-32b": "qwen3-0.6b", "tiny": "tiny"}
 REAL_CONFIGS = ("qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen3-32b")  # smallest first
 RANDOM_WEIGHTS_NOTE = (
     "Weights are random (initialised on the device from the configuration): a dense transformer's "
@@ -176,6 +179,9 @@ class Options:
     compile: bool
     compile_configs: tuple[str, ...]
     compile_min_s: float
+    pool: bool = True
+    pool_batches: tuple[int, ...] = (1, 8, 32, 64, 128)
+    round_batches: tuple[int, ...] = (1, 64)
 
 
 def build(shape: ModelShape, options: Options) -> PreTrainedModel:
@@ -347,7 +353,7 @@ def measure_config(name: str, options: Options, copy_bps: float, deadline: float
             row["static_vs_eager_max_abs_diff"] = diff
             row["static_s"] = round(time.perf_counter() - compile_started, 1)
         except Exception as exc:  # a compile failure must not lose the eager figures
-            row["static_error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            row["static_error"] = _error(exc)
         batches = measure_batches(model, shape, options, eager_cache)
         row["batch_ms"] = {str(b): v if isinstance(v, str) else round(v, 3) for b, v in batches.items()}
         row["batch_floor_ms"] = {str(b): round(floor_ms(b, options.batch_block), 3) for b in options.batches}
@@ -357,11 +363,61 @@ def measure_config(name: str, options: Options, copy_bps: float, deadline: float
                 str(b): round(b * one / v, 2) for b, v in batches.items() if isinstance(v, float)
             }
         del eager_cache
+        release(options.device)
+        if options.pool:
+            measure_lean_path(row, model, name, options, floor_ms)
     finally:
         del model
         release(options.device)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def measure_lean_path(
+    row: dict[str, Any], model: PreTrainedModel, name: str, options: Options, floor_ms: Callable[[int, int], float]
+) -> None:
+    """The slot pool's replays (`bench.gpu_pool`) into `row`, each beside its floor; and for a
+    Generalist of `PAIRS`, a whole verify round with its generic Specialist. A failure is recorded
+    in the row and costs only these figures."""
+    try:
+        pool = measure_pool(
+            model,
+            context=options.context,
+            blocks=options.blocks,
+            batches=options.pool_batches,
+            batch_block=options.batch_block,
+            reps=options.reps,
+        )
+        pool["block_vs_floor"] = {n: round(ms / floor_ms(1, int(n)), 2) for n, ms in pool["block_ms"].items()}
+        pool["batch_floor_ms"] = {b: round(floor_ms(int(b), options.batch_block), 3) for b in pool["batch_ms"]}
+        row["pool"] = pool
+    except Exception as exc:  # the other figures stand without these
+        row["pool_error"] = _error(exc)
+    finally:
+        release(options.device)
+    partner = PAIRS.get(name)
+    if partner is None:
+        return
+    specialist = None
+    try:
+        specialist = build(CONFIGS[partner], options)
+        row["round"] = {"specialist": partner} | measure_round(
+            model,
+            specialist,
+            context=options.context,
+            n=options.batch_block,
+            batches=options.round_batches,
+            reps=options.reps,
+        )
+    except Exception as exc:
+        row["round_error"] = _error(exc)
+    finally:
+        del specialist
+        release(options.device)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def release(device: torch.device) -> None:
@@ -479,6 +535,7 @@ def page(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             ratio = row.get("batch_throughput_vs_one", {}).get(b, "")
             shown = ms if isinstance(ms, str) else f"{ms:.2f}"
             lines.append(f"| {row['config']} | {b} | {shown} | {row['batch_floor_ms'][b]:.2f} | {ratio} |")
+    lines += pool_sections(rows, meta["reps"])
     notes = [f"- {r['config']}: compile skipped ({r['compile_skipped']})" for r in rows if "compile_skipped" in r] + [
         f"- {r['config']}: static-cache logits vs eager, max abs diff {r['static_vs_eager_max_abs_diff']:.3g}"
         for r in rows
@@ -487,6 +544,51 @@ def page(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     if notes:
         lines += ["", "## Notes", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def pool_sections(rows: list[dict[str, Any]], reps: int) -> list[str]:
+    """The lean path's tables: one session's replays beside the floor, batched replays, whole rounds."""
+    lines = ["", "## Lean path: slot pool, CUDA-graph replays (ms; x floor)", ""]
+    keys = _block_keys(rows)
+    lines += ["| config | " + " | ".join(f"{n} tok" for n in keys) + " |", "|---|" + "---|" * len(keys)]
+    for row in rows:
+        if "pool_error" in row:
+            lines.append(f"| {row['config']} | failed: {row['pool_error']} |" + " |" * (len(keys) - 1))
+        elif "pool" in row:
+            pool = row["pool"]
+            lines.append(_block_line(row, "", pool["block_ms"], pool["block_vs_floor"]).replace(" |  |", " |", 1))
+    lines += ["", "B sessions x 5 tokens in one replay:", ""]
+    lines += ["| config | B | ms | floor ms | verified tokens/s vs one session |", "|---|---|---|---|---|"]
+    for row in rows:
+        pool = row.get("pool", {})
+        for b, ms in pool.get("batch_ms", {}).items():
+            shown = ms if isinstance(ms, str) else f"{ms:.2f}"
+            ratio = pool.get("batch_throughput_vs_one", {}).get(b, "")
+            lines.append(f"| {row['config']} | {b} | {shown} | {pool['batch_floor_ms'][b]:.2f} | {ratio} |")
+    lines += ["", "## A whole verify round in one replay", ""]
+    lines += [
+        "Both cloud blocks (Generalist and generic Specialist, 5 tokens a session), the ratio inputs, P_G's "
+        "greedy tokens and every position's top-k steering vector, read back to the host; beside the two "
+        f"blocks replayed alone (median of {reps} each).",
+        "",
+        "| Generalist | generic Specialist | B | round ms | blocks alone ms | round / blocks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if "round_error" in row:
+            lines.append(f"| {row['config']} | failed: {row['round_error']} | | | | |")
+            continue
+        rnd: dict[str, Any] = row.get("round", {})
+        for b, got in rnd.get("by_batch", {}).items():
+            if isinstance(got, str):
+                lines.append(f"| {row['config']} | {rnd['specialist']} | {b} | {got} | | |")
+                continue
+            alone = got["generalist_block_ms"] + got["specialist_block_ms"]
+            lines.append(
+                f"| {row['config']} | {rnd['specialist']} | {b} | {got['round_ms']:.2f} | {alone:.2f} | "
+                f"{got['round_vs_blocks']:.2f} |"
+            )
+    return lines
 
 
 def _block_keys(rows: list[dict[str, Any]]) -> list[str]:
@@ -537,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batches", type=_sizes, default=(1, 8, 32, 64), help="sessions per batched verify")
     p.add_argument("--batch-block", type=whole_number(1), default=5, help="tokens per session in a batched verify")
     p.add_argument("--compile", action="store_true", help="compile the static-cache path with CUDA graphs")
+    p.add_argument("--no-pool", action="store_true", help="skip the slot pool's CUDA-graph replays (the lean path)")
+    p.add_argument("--pool-batches", type=_sizes, default=(1, 8, 32, 64, 128), help="sessions per slot-pool replay")
+    p.add_argument("--round-batches", type=_sizes, default=(1, 64), help="sessions per whole-round replay")
     p.add_argument(
         "--compile-configs",
         default="qwen2.5-1.5b,qwen3-32b,tiny",
@@ -580,6 +685,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             compile=args.compile,
             compile_configs=tuple(_names(args.compile_configs)),
             compile_min_s=args.compile_min_s,
+            pool=not args.no_pool,
+            pool_batches=args.pool_batches,
+            round_batches=args.round_batches,
         )
         copy_mib = args.copy_mib or (1024 if device.type == "cuda" else 64)
         result = run(options, _names(args.configs), args.out, args.deadline_s, copy_mib)

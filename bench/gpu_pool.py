@@ -1,0 +1,146 @@
+"""bench.gpu's measurements of the lean verify path (`server.slot_pool`): per-session KV slots,
+blocks of fixed shape replayed from CUDA graphs, and a whole verify round (both cloud models'
+blocks and the steering math) in one replay.
+
+- `measure_pool`: one session's step and blocks of every size, and B sessions x `batch_block`
+  tokens in one replay for every B of `batches` (as many slots as the GPU's free memory holds);
+- `measure_round`: a verify round of a pair (Generalist + generic Specialist, the ratio inputs and
+  every position's top-k steering vector computed in the replay, the kilobytes read back to the
+  host) beside the two blocks replayed alone.
+
+Every slot's length is set to the context (the KV's values do not change the time) and each
+replay writes the same positions again, which is what a rollback by length costs: nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from server.slot_pool import GraphedForward, SlotPool, block_forward, round_outputs
+
+ROUND_ALPHA = 1.0
+ROUND_TOP_K = 10
+
+
+def median_ms(run: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Median wall time of `run()` in ms over `reps`, after two warm-ups (the first captures)."""
+    times = []
+    for i in range(reps + 2):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= 2:
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def slots_that_fit(model: PreTrainedModel, wanted: int, max_len: int, headroom: float = 0.75) -> int:
+    """How many slots of `max_len` positions fit in `headroom` of the GPU's free memory (all
+    `wanted` on a CPU), at least 1."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return wanted
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = next(model.parameters()).element_size()
+    per_slot = 2 * config.num_hidden_layers * config.num_key_value_heads * (max_len + 1) * head_dim * element
+    # The logits of a replay ([B, n, vocab], and their fp32 log-softmax in a round) take room too.
+    per_slot += 10 * config.vocab_size * 4 * 3
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, min(wanted, int(headroom * free / per_slot)))
+
+
+def _ready_pool(model: PreTrainedModel, slots: int, context: int, n_max: int) -> SlotPool:
+    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1)
+    for _ in range(slots):
+        pool.set_length(pool.claim(), context)
+    return pool
+
+
+def _inputs(pool: SlotPool, bucket: int, n: int, vocab: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    blocks = {s: torch.randint(0, vocab, (n,), generator=gen).tolist() for s in range(bucket)}
+    return pool.inputs(blocks, bucket, n)
+
+
+def measure_pool(
+    model: PreTrainedModel,
+    *,
+    context: int,
+    blocks: tuple[int, ...],
+    batches: tuple[int, ...],
+    batch_block: int,
+    reps: int,
+) -> dict[str, Any]:
+    """One session's blocks (n tokens, ms) and B sessions' `batch_block`-token blocks in one replay."""
+    device, vocab = next(model.parameters()).device, model.config.vocab_size
+    n_max = max((*blocks, batch_block))
+    slots = slots_that_fit(model, max(batches), context + n_max + 1)
+    pool = _ready_pool(model, slots, context, n_max)
+    out: dict[str, Any] = {"slots": slots, "kv_bytes": pool.kv.bytes(), "block_ms": {}, "batch_ms": {}}
+    for n in blocks:
+        inputs = _inputs(pool, 1, n, vocab, seed=300 + n)
+        out["block_ms"][str(n)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
+    for b in batches:
+        if b > slots:
+            out["batch_ms"][str(b)] = f"{b} slots do not fit in the GPU's free memory ({slots} do)"
+            continue
+        inputs = _inputs(pool, b, batch_block, vocab, seed=400 + b)
+        out["batch_ms"][str(b)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
+    one = out["batch_ms"].get("1")
+    if isinstance(one, float):
+        out["batch_throughput_vs_one"] = {
+            b: round(int(b) * one / ms, 2) for b, ms in out["batch_ms"].items() if isinstance(ms, float)
+        }
+    return out
+
+
+def measure_round(
+    g_model: PreTrainedModel, s0_model: PreTrainedModel, *, context: int, n: int, batches: tuple[int, ...], reps: int
+) -> dict[str, Any]:
+    """For each B: one replay of a whole verify round (both blocks, `round_outputs`, read back to the
+    host) against the Generalist's and the generic Specialist's blocks replayed alone."""
+    device = next(g_model.parameters()).device
+    vocab = min(g_model.config.vocab_size, s0_model.config.vocab_size)
+    wanted, max_len = max(batches), context + n + 1
+    slots = min(slots_that_fit(g_model, wanted, max_len), slots_that_fit(s0_model, wanted, max_len))
+    g_pool, s0_pool = _ready_pool(g_model, slots, context, n), _ready_pool(s0_model, slots, context, n)
+
+    def whole_round(ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> dict[str, torch.Tensor]:
+        g_logits = block_forward(g_model, g_pool.kv, ids, lengths, active)
+        s0_logits = block_forward(s0_model, s0_pool.kv, ids, lengths, active)
+        return round_outputs(g_logits, s0_logits, ids, alpha=ROUND_ALPHA, k=ROUND_TOP_K)
+
+    graphed = GraphedForward(whole_round, device)
+    out: dict[str, Any] = {"slots": slots, "n": n, "alpha": ROUND_ALPHA, "top_k": ROUND_TOP_K, "by_batch": {}}
+    for b in batches:
+        if b > slots:
+            out["by_batch"][str(b)] = f"{b} slots do not fit in the GPU's free memory ({slots} do)"
+            continue
+        inputs = _inputs(g_pool, b, n, vocab, seed=500 + b)
+
+        def run(inputs: tuple[torch.Tensor, ...] = inputs) -> None:
+            numbers = graphed(*inputs)
+            {name: t.cpu() for name, t in numbers.items()}  # the kilobytes the host decides on
+
+        round_ms = median_ms(run, device, reps)
+        g_ms = median_ms(functools.partial(g_pool.forward_graphs, *inputs), device, reps)
+        s0_ms = median_ms(functools.partial(s0_pool.forward_graphs, *inputs), device, reps)
+        out["by_batch"][str(b)] = {
+            "round_ms": round(round_ms, 3),
+            "generalist_block_ms": round(g_ms, 3),
+            "specialist_block_ms": round(s0_ms, 3),
+            "round_vs_blocks": round(round_ms / (g_ms + s0_ms), 3),
+            "read_back_bytes": b * ((n - 1) * 4 + n * 8 + n * ROUND_TOP_K * (8 + 4)),
+        }
+    return out

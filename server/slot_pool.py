@@ -1,0 +1,230 @@
+"""The verifier's lean path (issue 27): per-session KV in fixed buffers, forwards of fixed shapes
+that a CUDA graph replays, and a verify round's math inside the same replay.
+
+Why not transformers' caches: a `DynamicCache` reallocates as it grows (no graph can replay it), and
+a `StaticCache` writes every row of a batch at one shared position, so sessions at different lengths
+cannot share a forward. Here each session holds a *slot*, row s of every layer's K/V buffer
+[slots, kv_heads, max_len + 1, head_dim], and its length lives in a tensor: a forward writes each
+row's block at that row's own positions (an index_put), attends through a 4-D mask built from the
+lengths, and a rejected draft is rolled back by writing a smaller length, without touching the KV.
+
+A forward covers the first B slots (a *bucket*: B from a few fixed sizes), each fed an n-token
+block (n = K_max + 1: the committed token and up to K_max drafts; shorter blocks are padded, and the
+padding's KV lands past the row's length, where the next block overwrites it). A slot of the bucket
+that has no work this time (idle) writes only into the scratch column at max_len, which no mask
+ever opens, and attends only to column 0 (an all-closed row would give NaN). So one graph per
+(B, n) serves every mix of sessions, lengths and acceptances: what changes between replays are the
+ids, the lengths and the active flags, copied into the graph's input buffers.
+
+`round_outputs` is a verify round's arithmetic for the same-vocabulary case, as tensors: the ratio
+test's inputs (log P_G - log P_S^0 of each drafted token), P_G's greedy token at each position,
+and at every position a ratio test could stop at, the top-k steering vector (guardrail policy:
+ids by P_G, values v = log P_G - alpha log P_S^0 floored as `core.steering` floors them). Inside
+the replay, only these kilobytes leave the GPU; the decision itself (`core.steering.verify_ratios`)
+stays on the host, where it is a few comparisons.
+
+Decoder families: those whose attention layers call ``past_key_values.update(key, value, layer)``
+and whose mask builder passes a ready 4-D mask through (Llama, Qwen2, Qwen3 in transformers 5).
+Sliding-window layers are refused (their mask differs per layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+from core.steering import LOGP_FLOOR
+
+__all__ = ["GraphedForward", "SlotKV", "SlotPool", "round_outputs", "slot_pool_problem"]
+
+
+def slot_pool_problem(config: PretrainedConfig) -> str | None:
+    """Why a model of `config` cannot run on a slot pool, in one sentence (None if it can)."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any(kind != "full_attention" for kind in layer_types) or getattr(config, "use_sliding_window", False):
+        return "the slot pool serves full-attention decoders only; this model has sliding-window layers"
+    if getattr(config, "num_key_value_heads", None) is None or getattr(config, "num_hidden_layers", None) is None:
+        return f"the slot pool cannot read the KV layout of a {type(config).__name__}"
+    return None
+
+
+def _head_dim(config: PretrainedConfig) -> int:
+    head_dim = getattr(config, "head_dim", None)
+    return int(head_dim) if head_dim else config.hidden_size // config.num_attention_heads
+
+
+class SlotKV:
+    """The K/V buffers of one model's slots, with the cache protocol transformers' attention layers
+    call. `write_at` ([B, n] positions, set before each forward) says where a block's rows go."""
+
+    def __init__(self, config: PretrainedConfig, slots: int, max_len: int, device: torch.device, dtype: torch.dtype):
+        problem = slot_pool_problem(config)
+        if problem is not None:
+            raise ValueError(problem)
+        self.slots, self.max_len = slots, max_len
+        shape = (slots, config.num_key_value_heads, max_len + 1, _head_dim(config))  # + the scratch column
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.write_at = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self._rows = torch.arange(slots, device=device).unsqueeze(1)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any, **__: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write a block's K/V [B, kv_heads, n, d] at `write_at` and return the first B slots whole."""
+        b = key_states.shape[0]
+        keys, values = self.keys[layer_idx][:b], self.values[layer_idx][:b]
+        rows = self._rows[:b]
+        keys[rows, :, self.write_at] = key_states.transpose(1, 2)
+        values[rows, :, self.write_at] = value_states.transpose(1, 2)
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        # Positions always come in as position_ids; transformers asks only when they do not.
+        return 0
+
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+
+def block_forward(model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor):
+    """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
+    `lengths[b]` positions (rows with `active[b]` False change nothing that is read later). Pure
+    tensor work with no host synchronisation, so a CUDA graph can capture it."""
+    b, n = ids.shape
+    steps = torch.arange(n, device=ids.device)
+    positions = lengths[:b, None] + steps  # [B, n]
+    kv.write_at = torch.where(active[:b, None], positions, kv.max_len)
+    columns = torch.arange(kv.max_len + 1, device=ids.device)
+    causal = columns[None, None, :] <= positions[:, :, None]  # [B, n, L + 1]
+    idle = (columns == 0)[None, None, :].expand(b, n, -1)
+    mask = torch.where(active[:b, None, None], causal, idle).unsqueeze(1)  # [B, 1, n, L + 1]
+    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=kv, use_cache=True)
+    return out.logits
+
+
+def round_outputs(
+    g_logits: torch.Tensor, s0_logits: torch.Tensor, ids: torch.Tensor, *, alpha: float, k: int
+) -> dict[str, torch.Tensor]:
+    """A same-vocabulary verify round's numbers for blocks `ids` [B, n] = (committed token, drafts).
+
+    Row i of a block's logits is the distribution after its first i + 1 tokens, so drafted token j
+    (ids[:, j + 1]) is scored by row j, and if the ratio test stops after a accepted drafts the
+    steering vector is row a's. Returns fp32 `log_ratios` [B, n-1], P_G's greedy `g_best` [B, n],
+    and the guardrail top-k `top_ids` / `top_values` [B, n, k] of every row.
+    """
+    logp_g = torch.log_softmax(g_logits.float(), dim=-1)
+    logp_s0 = torch.log_softmax(s0_logits.float(), dim=-1)
+    drafts = ids[:, 1:].unsqueeze(-1)
+    log_ratios = (logp_g[:, :-1].gather(-1, drafts) - logp_s0[:, :-1].gather(-1, drafts)).squeeze(-1)
+    top = torch.topk(logp_g, k, dim=-1)
+    # Floored as core.steering.floored floors (no tensor built from a host scalar: a graph cannot copy one in).
+    g_top = torch.nan_to_num(top.values, nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
+    s0_top = torch.nan_to_num(logp_s0.gather(-1, top.indices), nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
+    values = g_top if alpha == 0 else g_top - alpha * s0_top
+    return {"log_ratios": log_ratios, "g_best": logp_g.argmax(-1), "top_ids": top.indices, "top_values": values}
+
+
+class GraphedForward:
+    """A tensor function of fixed-shape inputs, replayed from a CUDA graph on a GPU (captured on
+    the first call for each input shape) and called directly elsewhere. The graph owns its input
+    buffers: a call copies its arguments in, replays, and returns the graph's own output tensors,
+    valid until the next call (copy what must outlive it)."""
+
+    def __init__(self, function: Callable[..., Any], device: torch.device, warmups: int = 2) -> None:
+        self.function, self.device, self.warmups = function, device, warmups
+        # One memory pool for all of this function's graphs: only one replays at a time, and each
+        # call's output is read before the next (as the docstring says), so they may share it.
+        self._memory_pool: Any = None
+        self._graphs: dict[tuple[tuple[int, ...], ...], tuple[Any, tuple[torch.Tensor, ...], Any]] = {}
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        if self.device.type != "cuda":
+            with torch.inference_mode():
+                return self.function(*inputs)
+        key = tuple(tuple(t.shape) for t in inputs)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(inputs)
+        graph, buffers, output = self._graphs[key]
+        for buffer, value in zip(buffers, inputs, strict=True):
+            buffer.copy_(value, non_blocking=True)
+        graph.replay()
+        return output
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, tuple[torch.Tensor, ...], Any]:
+        buffers = tuple(t.clone() for t in inputs)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(self.warmups):  # lets lazy initialisation (cuBLAS handles, workspaces) happen outside
+                self.function(*buffers)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        if self._memory_pool is None:
+            self._memory_pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._memory_pool), torch.inference_mode():
+            output = self.function(*buffers)
+        return graph, buffers, output
+
+
+class SlotPool:
+    """One model's slots: KV buffers, each slot's length (host and device copies), and its graphed
+    block forward. `claim`/`release` hand slots to sessions, `forward` runs a bucket of them, and
+    `set_length` is the rollback."""
+
+    def __init__(self, model: PreTrainedModel, slots: int, max_len: int) -> None:
+        parameter = next(model.parameters())
+        self.model, self.device = model, parameter.device
+        self.kv = SlotKV(model.config, slots, max_len, parameter.device, parameter.dtype)
+        self.lengths = [0] * slots
+        self._free = list(range(slots - 1, -1, -1))
+        self.forward_graphs = GraphedForward(self._block, self.device)
+
+    def _block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return block_forward(self.model, self.kv, ids, lengths, active)
+
+    def claim(self) -> int:
+        """The lowest free slot (low slots keep buckets small), its length 0."""
+        if not self._free:
+            raise RuntimeError(f"all {self.kv.slots} slots are taken")
+        self._free.sort(reverse=True)
+        slot = self._free.pop()
+        self.lengths[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def set_length(self, slot: int, length: int) -> None:
+        """Roll slot `slot` back (or forward, over positions already written) to `length` tokens."""
+        if not 0 <= length <= self.kv.max_len:
+            raise ValueError(f"length {length} is outside 0..{self.kv.max_len}")
+        self.lengths[slot] = length
+
+    def inputs(self, blocks: dict[int, list[int]], bucket: int, n: int) -> tuple[torch.Tensor, ...]:
+        """The (ids, lengths, active) tensors of a forward of `blocks` (slot -> its tokens, at most n
+        each, padded with its last token) over slots 0..bucket-1."""
+        ids = torch.zeros((bucket, n), dtype=torch.long)
+        active = torch.zeros(bucket, dtype=torch.bool)
+        for slot, tokens in blocks.items():
+            if not 0 < len(tokens) <= n or slot >= bucket:
+                raise ValueError(f"slot {slot}: a block of {len(tokens)} tokens does not fit bucket ({bucket}, {n})")
+            if self.lengths[slot] + n > self.kv.max_len:
+                raise ValueError(f"slot {slot}: {self.lengths[slot]} + {n} tokens exceed the pool's {self.kv.max_len}")
+            ids[slot, : len(tokens)] = torch.tensor(tokens)
+            ids[slot, len(tokens) :] = tokens[-1]
+            active[slot] = True
+        lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long)
+        return ids.to(self.device), lengths.to(self.device), active.to(self.device)
+
+    def forward(self, blocks: dict[int, list[int]], bucket: int, n: int) -> torch.Tensor:
+        """Logits [bucket, n, vocab] of feeding each slot its block; each fed slot's length grows by
+        its block's real tokens (roll back with `set_length`). The tensor is the graph's own: read
+        it before the next forward."""
+        logits = self.forward_graphs(*self.inputs(blocks, bucket, n))
+        for slot, tokens in blocks.items():
+            self.lengths[slot] += len(tokens)
+        return logits

@@ -1,0 +1,152 @@
+"""The slot pool (issue 27's lean verify path) held to transformers' own logits on tiny models:
+sessions at different lengths in one forward, padded blocks, idle slots, rollback by length, and
+the in-graph round math against `core.steering`. On the CPU here; on CUDA (fp32, CUDA graphs)
+where there is a GPU (tools/gpu_check.sh runs it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from core.kv import TokenSequence
+from core.session_types import CandidatePolicy
+from core.steering import steering_candidates
+from server.slot_pool import SlotKV, SlotPool, round_outputs
+from tests.tinymodels import char_tokenizer, perturbed_copy, tiny_gemma, tiny_lm
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+ATOL = 2e-4
+
+
+def reference_logits(model: PreTrainedModel, ids: list[int]) -> torch.Tensor:
+    """Every row of one plain forward over `ids` (transformers' own path, its own cache)."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True)
+    return out.logits[0].float().cpu()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    return char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    return tiny_lm(tokenizer, seed=3, kv_heads=2).model
+
+
+def texts(tokenizer: PreTrainedTokenizerFast, *words: str) -> list[list[int]]:
+    return [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sessions_at_different_lengths_share_a_forward(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, device: str
+) -> None:
+    model = model.to(torch.device(device))
+    try:
+        pool = SlotPool(model, slots=4, max_len=64)
+        prompts = texts(tokenizer, "the cat sat", "a much longer opening line", "hi")
+        slots = [pool.claim() for _ in prompts]
+        assert slots == [0, 1, 2]
+        for slot, prompt in zip(slots, prompts, strict=True):  # prefill one at a time: the others idle
+            logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
+            torch.testing.assert_close(logits[slot], reference_logits(model, prompt), atol=ATOL, rtol=0)
+        # One bucket, three lengths, blocks of 3, 1 (padded) and 2 (padded) real tokens.
+        blocks = {0: [5, 6, 7], 1: [8], 2: [9, 10]}
+        logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
+        for slot, block in blocks.items():
+            want = reference_logits(model, prompts[slot] + block)[-len(block) :]
+            torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
+            assert pool.lengths[slot] == len(prompts[slot]) + len(block)
+    finally:
+        model.to(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rollback_is_a_length_and_idle_slots_keep_their_kv(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, device: str
+) -> None:
+    model = model.to(torch.device(device))
+    try:
+        pool = SlotPool(model, slots=2, max_len=48)
+        a, b = pool.claim(), pool.claim()
+        prompt_a, prompt_b = texts(tokenizer, "draft and verify", "steer")
+        pool.forward({a: prompt_a}, bucket=2, n=len(prompt_a))
+        pool.forward({b: prompt_b}, bucket=2, n=len(prompt_b))
+        rejected = [11, 12, 13, 14]
+        pool.forward({a: rejected}, bucket=2, n=5)  # b idles through it
+        pool.set_length(a, len(prompt_a) + 1)  # the ratio test kept one of the four
+        kept = [*prompt_a, rejected[0]]
+        logits = pool.forward({a: [20, 21], b: [22]}, bucket=2, n=5).float().cpu()
+        torch.testing.assert_close(logits[a, :2], reference_logits(model, [*kept, 20, 21])[-2:], atol=ATOL, rtol=0)
+        torch.testing.assert_close(logits[b, :1], reference_logits(model, [*prompt_b, 22])[-1:], atol=ATOL, rtol=0)
+        pool.release(a)
+        assert pool.claim() == a and pool.lengths[a] == 0
+    finally:
+        model.to(torch.device("cpu"))
+
+
+def test_round_outputs_match_core_steering(tokenizer: PreTrainedTokenizerFast) -> None:
+    """The in-graph numbers are the ones `CloudSession` derives from `TokenSequence` rows and
+    `core.steering.steering_candidates` (guardrail), for every position a ratio test could stop at."""
+    s0 = tiny_lm(tokenizer, seed=5)
+    g = perturbed_copy(s0, seed=6)
+    prompt = texts(tokenizer, "fix the parser")[0]
+    block = [prompt[-1], 30, 31, 32, 33]  # the committed token, then four drafts
+    context = prompt[:-1]
+    pools = {name: SlotPool(lm.model, slots=1, max_len=32) for name, lm in (("g", g), ("s0", s0))}
+    logits = {}
+    for name, pool in pools.items():
+        slot = pool.claim()
+        pool.forward({slot: context}, bucket=1, n=len(context))
+        logits[name] = pool.forward({slot: block}, bucket=1, n=len(block)).clone()
+    alpha, k = 0.7, 6
+    out = round_outputs(logits["g"], logits["s0"], torch.tensor([block]), alpha=alpha, k=k)
+    seqs = {"g": TokenSequence(g.model, prompt), "s0": TokenSequence(s0.model, prompt)}
+    for seq in seqs.values():
+        seq.push(block[1:])
+    g_logps, g_best = seqs["g"].block_logprobs(len(prompt), block[1:])
+    s0_logps, _ = seqs["s0"].block_logprobs(len(prompt), block[1:])
+    want_ratios = torch.tensor([x - y for x, y in zip(g_logps, s0_logps, strict=True)])
+    torch.testing.assert_close(out["log_ratios"][0], want_ratios, atol=ATOL, rtol=0)
+    assert out["g_best"][0, :-1].tolist() == g_best
+    for accepted in range(len(block)):
+        n = len(prompt) + accepted
+        ids, values = steering_candidates(
+            seqs["g"].logprobs_at(n), seqs["s0"].logprobs_at(n), alpha=alpha, k=k, policy=CandidatePolicy.GUARDRAIL
+        )
+        assert out["top_ids"][0, accepted].tolist() == ids.tolist()
+        torch.testing.assert_close(out["top_values"][0, accepted], values, atol=ATOL, rtol=0)
+
+
+def test_qwen3_decoder_runs_on_the_pool(tokenizer: PreTrainedTokenizerFast) -> None:
+    """The paper's Generalist family (per-head q/k norms) through the same protocol."""
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    pool = SlotPool(model, slots=2, max_len=40)
+    pool.claim()
+    slot = pool.claim()
+    prompt = texts(tokenizer, "qwen three")[0]
+    pool.forward({slot: prompt}, bucket=2, n=len(prompt))
+    logits = pool.forward({slot: [7, 8]}, bucket=2, n=4).float()
+    torch.testing.assert_close(logits[slot, :2], reference_logits(model, [*prompt, 7, 8])[-2:], atol=ATOL, rtol=0)
+
+
+def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
+    with pytest.raises(ValueError, match="sliding-window"):
+        SlotKV(tiny_gemma(tokenizer, seed=1, window=4).config, 1, 8, torch.device("cpu"), torch.float32)
+    pool = SlotPool(model, slots=1, max_len=8)
+    slot = pool.claim()
+    with pytest.raises(ValueError, match="exceed the pool's 8"):
+        pool.forward({slot: list(range(1, 10))}, bucket=1, n=9)
+    with pytest.raises(RuntimeError, match="all 1 slots are taken"):
+        pool.claim()
+    with pytest.raises(ValueError, match=r"outside 0\.\.8"):
+        pool.set_length(slot, 9)
