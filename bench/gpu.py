@@ -180,6 +180,7 @@ class Options:
     compile_configs: tuple[str, ...]
     compile_min_s: float
     pool: bool = True
+    pool_compiled: bool = False
     pool_batches: tuple[int, ...] = (1, 8, 32, 64, 128)
     round_batches: tuple[int, ...] = (1, 64)
 
@@ -387,6 +388,7 @@ def measure_lean_path(
             batches=options.pool_batches,
             batch_block=options.batch_block,
             reps=options.reps,
+            compiled=options.pool_compiled,
         )
         pool["block_vs_floor"] = {n: round(ms / floor_ms(1, int(n)), 2) for n, ms in pool["block_ms"].items()}
         pool["batch_floor_ms"] = {b: round(floor_ms(int(b), options.batch_block), 3) for b in pool["batch_ms"]}
@@ -396,7 +398,7 @@ def measure_lean_path(
     finally:
         release(options.device)
     partner = PAIRS.get(name)
-    if partner is None:
+    if partner is None or options.pool_compiled:  # a compiled round would compile both models again
         return
     specialist = None
     try:
@@ -550,13 +552,14 @@ def pool_sections(rows: list[dict[str, Any]], reps: int) -> list[str]:
     """The lean path's tables: one session's replays beside the floor, batched replays, whole rounds."""
     lines = ["", "## Lean path: slot pool, CUDA-graph replays (ms; x floor)", ""]
     keys = _block_keys(rows)
-    lines += ["| config | " + " | ".join(f"{n} tok" for n in keys) + " |", "|---|" + "---|" * len(keys)]
+    lines += ["| config | path | " + " | ".join(f"{n} tok" for n in keys) + " |", "|---|---|" + "---|" * len(keys)]
     for row in rows:
         if "pool_error" in row:
-            lines.append(f"| {row['config']} | failed: {row['pool_error']} |" + " |" * (len(keys) - 1))
+            lines.append(f"| {row['config']} | failed: {row['pool_error']} |" + " |" * len(keys))
         elif "pool" in row:
             pool = row["pool"]
-            lines.append(_block_line(row, "", pool["block_ms"], pool["block_vs_floor"]).replace(" |  |", " |", 1))
+            label = "graphs + compile" if pool.get("compiled") else "graphs"
+            lines.append(_block_line(row, label, pool["block_ms"], pool["block_vs_floor"]))
     lines += ["", "B sessions x 5 tokens in one replay:", ""]
     lines += ["| config | B | ms | floor ms | verified tokens/s vs one session |", "|---|---|---|---|---|"]
     for row in rows:
@@ -640,6 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-block", type=whole_number(1), default=5, help="tokens per session in a batched verify")
     p.add_argument("--compile", action="store_true", help="compile the static-cache path with CUDA graphs")
     p.add_argument("--no-pool", action="store_true", help="skip the slot pool's CUDA-graph replays (the lean path)")
+    p.add_argument(
+        "--pool-compiled", action="store_true", help="compile the slot pool's block (dynamic shapes) under its graphs"
+    )
     p.add_argument("--pool-batches", type=_sizes, default=(1, 8, 32, 64, 128), help="sessions per slot-pool replay")
     p.add_argument("--round-batches", type=_sizes, default=(1, 64), help="sessions per whole-round replay")
     p.add_argument(
@@ -686,6 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             compile_configs=tuple(_names(args.compile_configs)),
             compile_min_s=args.compile_min_s,
             pool=not args.no_pool,
+            pool_compiled=args.pool_compiled,
             pool_batches=args.pool_batches,
             round_batches=args.round_batches,
         )

@@ -60,8 +60,8 @@ def slots_that_fit(model: PreTrainedModel, wanted: int, max_len: int, headroom: 
     return max(1, min(wanted, int(headroom * free / per_slot)))
 
 
-def _ready_pool(model: PreTrainedModel, slots: int, context: int, n_max: int) -> SlotPool:
-    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1)
+def _ready_pool(model: PreTrainedModel, slots: int, context: int, n_max: int, compiled: bool = False) -> SlotPool:
+    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1, compiled=compiled)
     for _ in range(slots):
         pool.set_length(pool.claim(), context)
     return pool
@@ -81,13 +81,21 @@ def measure_pool(
     batches: tuple[int, ...],
     batch_block: int,
     reps: int,
+    compiled: bool = False,
 ) -> dict[str, Any]:
     """One session's blocks (n tokens, ms) and B sessions' `batch_block`-token blocks in one replay."""
     device, vocab = next(model.parameters()).device, model.config.vocab_size
     n_max = max((*blocks, batch_block))
     slots = slots_that_fit(model, max(batches), context + n_max + 1)
-    pool = _ready_pool(model, slots, context, n_max)
-    out: dict[str, Any] = {"slots": slots, "kv_bytes": pool.kv.bytes(), "block_ms": {}, "batch_ms": {}}
+    pool = _ready_pool(model, slots, context, n_max, compiled)
+    started = time.perf_counter()
+    out: dict[str, Any] = {
+        "compiled": compiled,
+        "slots": slots,
+        "kv_bytes": pool.kv.bytes(),
+        "block_ms": {},
+        "batch_ms": {},
+    }
     for n in blocks:
         inputs = _inputs(pool, 1, n, vocab, seed=300 + n)
         out["block_ms"][str(n)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
@@ -97,6 +105,7 @@ def measure_pool(
             continue
         inputs = _inputs(pool, b, batch_block, vocab, seed=400 + b)
         out["batch_ms"][str(b)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
+    out["seconds"] = round(time.perf_counter() - started, 1)  # compiles included
     one = out["batch_ms"].get("1")
     if isinstance(one, float):
         out["batch_throughput_vs_one"] = {

@@ -34,11 +34,21 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.steering import LOGP_FLOOR
 
-__all__ = ["GraphedForward", "SlotKV", "SlotPool", "round_outputs", "slot_pool_problem"]
+__all__ = [
+    "SLOT_ATTENTION",
+    "GraphedForward",
+    "SlotKV",
+    "SlotPool",
+    "folded_gqa_attention",
+    "round_outputs",
+    "slot_pool_problem",
+]
 
 
 def slot_pool_problem(config: PretrainedConfig) -> str | None:
@@ -54,6 +64,43 @@ def slot_pool_problem(config: PretrainedConfig) -> str | None:
 def _head_dim(config: PretrainedConfig) -> int:
     head_dim = getattr(config, "head_dim", None)
     return int(head_dim) if head_dim else config.hidden_size // config.num_attention_heads
+
+
+SLOT_ATTENTION = "slot_pool_sdpa"
+
+
+def folded_gqa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention, except under a 4-D mask with grouped KV heads: there sdpa on a
+    GPU cannot take its grouped-query path, and transformers copies every K/V head `group` times
+    (for a slot pool, the whole [B, L] buffer of every layer, each forward: most of a batched
+    replay's time). Here the group is folded into the query length instead, [B, kv_heads,
+    group * n, d] against the K/V as they are, with the mask repeated per group: the same sums,
+    no copy. Written here because neither transformers nor torch's sdpa offers a masked grouped
+    path on CUDA."""
+    group = query.shape[1] // key.shape[1]
+    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[1] != 1 or group == 1:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    b, heads, n, d = query.shape
+    folded = query.reshape(b, key.shape[1], group * n, d)  # head h = kv_head * group + r, as repeat_kv orders them
+    mask = attention_mask.repeat(1, 1, group, 1)  # rows in (r, position) order, as `folded`'s
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, heads, n, d).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(SLOT_ATTENTION, folded_gqa_attention)
+AttentionMaskInterface.register(SLOT_ATTENTION, sdpa_mask)  # the masks its sdpa fallback takes
 
 
 class SlotKV:
@@ -175,13 +222,18 @@ class SlotPool:
     block forward. `claim`/`release` hand slots to sessions, `forward` runs a bucket of them, and
     `set_length` is the rollback."""
 
-    def __init__(self, model: PreTrainedModel, slots: int, max_len: int) -> None:
+    def __init__(self, model: PreTrainedModel, slots: int, max_len: int, *, compiled: bool = False) -> None:
         parameter = next(model.parameters())
+        # Same sums as sdpa on every path (it falls back to sdpa wherever it does not fold).
+        model.set_attn_implementation(SLOT_ATTENTION)
         self.model, self.device = model, parameter.device
         self.kv = SlotKV(model.config, slots, max_len, parameter.device, parameter.dtype)
         self.lengths = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
-        self.forward_graphs = GraphedForward(self._block, self.device)
+        # Compiled: inductor fuses the decoder's small ops (a CUDA graph removes launch costs, not
+        # kernels), once for every bucket (dynamic shapes), before the graphs capture its kernels.
+        block = torch.compile(self._block, dynamic=True) if compiled else self._block
+        self.forward_graphs = GraphedForward(block, self.device)
 
     def _block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return block_forward(self.model, self.kv, ids, lengths, active)

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, 
 from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
 from core.steering import steering_candidates
-from server.slot_pool import SlotKV, SlotPool, round_outputs
+from server.slot_pool import SlotKV, SlotPool, folded_gqa_attention, round_outputs
 from tests.tinymodels import char_tokenizer, perturbed_copy, tiny_gemma, tiny_lm
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
@@ -150,3 +150,19 @@ def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrained
         pool.claim()
     with pytest.raises(ValueError, match=r"outside 0\.\.8"):
         pool.set_length(slot, 9)
+
+
+def test_folded_grouped_attention_equals_repeated_heads() -> None:
+    """The fold (the group into the query length) gives sdpa's sums on repeated K/V heads, under a
+    mask that differs per row and position."""
+    torch.manual_seed(1)
+    b, kv_heads, group, n, length, d = 3, 2, 4, 5, 11, 8
+    query = torch.randn(b, kv_heads * group, n, d)
+    key, value = torch.randn(b, kv_heads, length, d), torch.randn(b, kv_heads, length, d)
+    mask = torch.rand(b, 1, n, length) > 0.4
+    mask[..., 0] = True  # no all-closed row
+    module = torch.nn.Module()
+    got, _ = folded_gqa_attention(module, query, key, value, mask, scaling=0.3)
+    repeated = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    want = torch.nn.functional.scaled_dot_product_attention(query, *repeated, attn_mask=mask, scale=0.3)
+    torch.testing.assert_close(got, want.transpose(1, 2), atol=1e-5, rtol=0)
