@@ -1,0 +1,49 @@
+"""bench.gpu_projection: the cost model fed a bench.gpu JSON's slot-pool blocks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import gpu_projection
+from bench.cost_model import expected_tokens
+
+
+def gpu_json(tmp_path: Path, g_ms: dict[str, float], s_ms: dict[str, float]) -> Path:
+    rows = [
+        {"config": "big", "shape": {"vocab": 1000}, "pool": {"block_ms": g_ms}},
+        {"config": "small", "shape": {"vocab": 1000}, "pool": {"block_ms": s_ms}},
+    ]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"meta": {"device": "test card"}, "rows": rows}))
+    return path
+
+
+def run(tmp_path: Path, path: Path, *extra: str) -> dict:
+    args = ["--gpu", str(path), "--generalist", "big", "--specialist", "small", "--out", str(tmp_path), *extra]
+    assert gpu_projection.main(args) == 0
+    return json.loads((tmp_path / "gpu_projection.json").read_text())
+
+
+def test_a_flat_block_cost_makes_specsteer_pay_and_the_numbers_follow_the_model(tmp_path: Path) -> None:
+    # A block costs a step whatever its size (the GPU regime): 20 ms Generalist, 2 ms generic Specialist.
+    flat_g, flat_s = {str(n): 20.0 for n in range(1, 10)}, {str(n): 2.0 for n in range(1, 10)}
+    got = run(tmp_path, gpu_json(tmp_path, flat_g, flat_s), "--mean-accepted", "3", "--draft-step-ms", "1")
+    at50 = got["by_rtt_ms"]["50"]
+    k, a = at50["best_k"], got["acceptance_a"]
+    # The formula by hand: E(K) tokens per (K drafts + both blocks + RTT).
+    assert at50["specsteer"] == pytest.approx(expected_tokens(a, k) / (k * 0.001 + 0.022 + 0.050))
+    assert at50["fusion"] == pytest.approx(1 / (0.001 + 0.020 + 0.002 + 0.050 + 1000 * 32 / 100e6))
+    assert at50["llm_rounds"] == pytest.approx(1 / 0.070) and at50["llm_streamed"] == pytest.approx(50.0)
+    assert at50["specsteer"] > 2 * at50["fusion"] and at50["specsteer"] > at50["llm_rounds"]
+    page = (tmp_path / "gpu_projection.md").read_text()
+    assert "test card" in page and "| 50 |" in page and "not part of it" in page
+
+
+def test_a_config_without_pool_figures_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = gpu_json(tmp_path, {"1": 1.0}, {"1": 1.0})
+    args = ["--gpu", str(path), "--generalist", "huge", "--specialist", "small", "--mean-accepted", "2"]
+    assert gpu_projection.main([*args, "--draft-step-ms", "5", "--out", str(tmp_path)]) == 1
+    assert "huge has no slot-pool block times" in capsys.readouterr().err
