@@ -14,6 +14,10 @@ forwards of one model wait, or the oldest has waited `max_wait_ms`. With a singl
 is nothing to wait for, and a batch of one runs `core.kv.single_forward`, exactly the unbatched
 path. Jobs get at least `2 * max_batch` worker threads, so one batch can gather while another runs.
 
+With the slot pool as the KV engine (`server serve --kv slots`, `server/slot_sequence.py`), a
+merged forward is one pool forward: each row already sits at its own positions, so nothing is
+padded to a common past and nothing blocks a merge.
+
 Where the models do not allow a merge, the forward runs alone, counted by
 `specsteer_unmerged_forwards_total{reason}`:
   cache   a cache layer other than a plain full-attention or sliding-window `DynamicCache` layer
@@ -49,9 +53,10 @@ from typing import TypeVar
 
 import torch
 
-from core.kv import ForwardRunner, TokenSequence, single_forward
+from core.kv import CachedSequence, ForwardRunner, TokenSequence, single_forward
 from server.kv_batch import forward_batch, merge_blocker, sliding_window
 from server.metrics import Metrics
+from server.slot_sequence import SlotSequence, slot_forward, slot_forward_batch
 
 __all__ = ["ForwardBatcher", "Scheduler", "SingleRunner"]
 
@@ -63,20 +68,44 @@ log = logging.getLogger("server")
 PAD_SLACK = 2.0
 
 
+def forward_alone(seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
+    """One sequence's forward on its own engine: a slot of the slot pool, or its `DynamicCache`."""
+    if isinstance(seq, SlotSequence):
+        return slot_forward(seq, new)
+    assert isinstance(seq, TokenSequence)
+    return single_forward(seq, new)
+
+
+def forward_merged(items: Sequence[tuple[CachedSequence, Sequence[int]]]) -> list[torch.Tensor]:
+    """Several sequences' forwards of one model in one: one pool forward for slot sequences
+    (rows at their own positions already), one padded forward for `DynamicCache` ones."""
+    if isinstance(items[0][0], SlotSequence):
+        return slot_forward_batch(items)  # type: ignore[arg-type]
+    return forward_batch(items)  # type: ignore[arg-type]
+
+
+def _blocker(seq: CachedSequence) -> str | None:
+    return None if isinstance(seq, SlotSequence) else merge_blocker(seq)  # type: ignore[arg-type]
+
+
+def _window(seq: CachedSequence) -> int | None:
+    return None if isinstance(seq, SlotSequence) else sliding_window(seq)  # type: ignore[arg-type]
+
+
 class SingleRunner:
     """Batching off: each forward runs alone on the calling thread (counted as a batch of one)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def __call__(self, seq: TokenSequence, new: Sequence[int]) -> torch.Tensor:
+    def __call__(self, seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
         self._metrics.batch_size.observe(1)
-        return single_forward(seq, new)
+        return forward_alone(seq, new)
 
 
 @dataclass(eq=False)
 class _Request:
-    seq: TokenSequence
+    seq: CachedSequence
     new: list[int]
     blocker: str | None  # why this row cannot be merged (None: it can)
     window: int | None  # the model's sliding window: no merged row may have more new ids
@@ -102,9 +131,9 @@ class ForwardBatcher:
 
     # -- the callers' side ---------------------------------------------------------------------
 
-    def __call__(self, seq: TokenSequence, new: Sequence[int]) -> torch.Tensor:
-        blocker = merge_blocker(seq)  # read now: the sequence cannot change while its owner waits
-        request = _Request(seq, list(new), blocker, sliding_window(seq))
+    def __call__(self, seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
+        blocker = _blocker(seq)  # read now: the sequence cannot change while its owner waits
+        request = _Request(seq, list(new), blocker, _window(seq))
         with self._cond:
             inline = self._closed or threading.current_thread() is self._thread
             if not inline:
@@ -182,7 +211,7 @@ class ForwardBatcher:
             self._run_alone(batch[0])
             return
         try:
-            logits = forward_batch([(r.seq, r.new) for r in batch])
+            logits = forward_merged([(r.seq, r.new) for r in batch])
         except Exception:
             # Nothing was written to any row's cache: run each alone, so only a faulty one fails.
             log.warning("a merged forward of %d sequences failed; running them one by one", len(batch), exc_info=True)
@@ -199,7 +228,7 @@ class ForwardBatcher:
             self._metrics.unmerged.labels(request.blocker).inc()
         self._metrics.batch_size.observe(1)
         try:
-            request.future.set_result(single_forward(request.seq, request.new))
+            request.future.set_result(forward_alone(request.seq, request.new))
         except Exception as exc:
             request.future.set_exception(exc)
 

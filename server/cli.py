@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", help="where the cloud models run: cpu (default), cuda or cuda:N")
     serve.add_argument("--dtype", choices=DTYPE_CHOICES, help="the cloud models' weights (default float32)")
     serve.add_argument(
+        "--kv", choices=("dynamic", "slots"), help="sessions' KV: a cache each (default) or the slot pool (docs/gpu.md)"
+    )
+    serve.add_argument("--kv-slots", type=whole_number(1), help="slot pool: slots per model (default max sessions)")
+    serve.add_argument("--kv-max-len", type=whole_number(2), help="slot pool: positions per slot (default 2048)")
+    serve.add_argument(
         "--adapters-dir", type=Path, help="federation's global adapter store: serve sessions that declare vN"
     )
     serve.add_argument("--tls-dir", type=Path, help="a `server pki init` directory: its server.pem/key, device-ca.pem")
@@ -173,6 +178,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "quantize": args.quantize,
         "device": args.device,
         "dtype": args.dtype,
+        "kv": args.kv,
+        "kv_slots": args.kv_slots,
+        "kv_max_len": args.kv_max_len,
         "adapters_dir": args.adapters_dir,
         **tls,
         "revoked_devices": tuple(args.revoke) if args.revoke else None,

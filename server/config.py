@@ -10,6 +10,9 @@
     # cache_dir = "~/.cache/specsteer"
     # device = "cuda"                     # where both cloud models run (default cpu)
     # dtype = "bfloat16"                  # their weights: float32 (default), bfloat16 or float16
+    # kv = "slots"                        # sessions' KV in a slot pool (docs/gpu.md; default dynamic)
+    # kv_slots = 64                       # ... slots per model (default max_sessions)
+    # kv_max_len = 2048                   # ... positions per slot
 
     [tls]                                 # required: the verifier never serves plaintext
     cert = "pki/server.pem"               # relative paths are relative to this file
@@ -81,6 +84,11 @@ class ServerConfig:
     quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.quantize.quantize_linear)
     device: str = DEFAULT_DEVICE  # both cloud models: "cpu", "cuda" or "cuda:N" (core.device)
     dtype: str = DEFAULT_DTYPE  # ... and their weights' float type
+    # The sessions' KV: "dynamic" (a DynamicCache per session and model) or "slots" (the slot pool
+    # of server/slot_pool.py: fixed buffers, CUDA-graph replays on a GPU), with its size.
+    kv: str = "dynamic"
+    kv_slots: int | None = None  # slots per model (default max_sessions)
+    kv_max_len: int = 2048  # positions per slot: the longest prompt plus generation it serves
     # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
     # version N are verified with global adapter vN merged into the generic Specialist.
     adapters_dir: Path | None = None
@@ -138,6 +146,11 @@ class ServerConfig:
         return 2 * self.max_sessions if self.max_queued_opens is None else self.max_queued_opens
 
     @property
+    def slot_count(self) -> int:
+        """Slots per model of the slot pool: one per session the verifier admits unless set."""
+        return self.max_sessions if self.kv_slots is None else self.kv_slots
+
+    @property
     def reserve(self) -> int:
         """Slots kept for devices holding no session: an eighth of the cap unless set."""
         return self.max_sessions // 8 if self.reserved_sessions is None else self.reserved_sessions
@@ -189,6 +202,12 @@ class ServerConfig:
             check_placement(self.device, self.dtype, self.quantize)
         except ModelLoadError as exc:
             raise ConfigError(str(exc)) from None
+        if self.kv not in ("dynamic", "slots"):
+            raise ConfigError(f"kv must be dynamic or slots; got {self.kv!r}")
+        if self.kv_slots is not None and self.kv_slots < 1:
+            raise ConfigError(f"kv_slots must be at least 1; got {self.kv_slots}")
+        if self.kv_max_len < 2:
+            raise ConfigError(f"kv_max_len must be at least 2; got {self.kv_max_len}")
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching must be on or off (true or false); got {self.batching!r}")
         if not 1 <= self.max_batch <= MAX_BATCH:
@@ -223,6 +242,9 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "quantize": "quantize",
         "device": "device",
         "dtype": "dtype",
+        "kv": "kv",
+        "kv_slots": "kv_slots",
+        "kv_max_len": "kv_max_len",
     },
     "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
     "limits": {

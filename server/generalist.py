@@ -9,16 +9,21 @@ Both map the device's Specialist tokens onto the Generalist and answer in Specia
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
-from core.kv import ForwardRunner, TokenSequence
+from core.kv import CachedSequence, ForwardRunner, TokenSequence
 from core.models import CausalLM
 from core.session_types import MAX_CANDIDATE_TOKENS
 from core.steering import align_segments, top_indices
 from server.vocab import TextCodec
+
+# Builds a model's sequence for a session: a `TokenSequence` (its own DynamicCache), or the
+# verifier's slot pool (`CloudVerifier.sequence`).
+SequenceFactory = Callable[[PreTrainedModel, Sequence[int], ForwardRunner | None], CachedSequence]
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,15 @@ class Candidate:
 
 
 class SharedVocabGeneralist:
-    def __init__(self, lm: CausalLM, prompt_ids: Sequence[int], *, runner: ForwardRunner | None = None) -> None:
-        self.seq = TokenSequence(lm.model, prompt_ids, runner)
+    def __init__(
+        self,
+        lm: CausalLM,
+        prompt_ids: Sequence[int],
+        *,
+        runner: ForwardRunner | None = None,
+        make_sequence: SequenceFactory = TokenSequence,
+    ) -> None:
+        self.seq = make_sequence(lm.model, prompt_ids, runner)
         self._draft_base = len(self.seq)
 
     def extend(self, commit: Sequence[int], draft: Sequence[int]) -> list[Unit]:

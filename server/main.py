@@ -36,6 +36,7 @@ from server.config import ServerConfig
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
+from server.slot_sequence import SlotPools
 
 __all__ = ["CertificateSource", "VerifierServer", "build_cloud", "connection_limits", "create_server", "fd_headroom"]
 
@@ -136,7 +137,18 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     log.info("loading generic Specialist copy %s", config.specialist)
     specialist = load(config.specialist)
     adapters = None if config.adapters_dir is None else GlobalAdapters(specialist, config.adapters_dir)
-    return CloudVerifier(generalist, specialist, max_top_k=config.max_top_k, seed=config.seed, global_adapters=adapters)
+    kv_slots = SlotPools(config.slot_count, config.kv_max_len) if config.kv == "slots" else None
+    try:
+        return CloudVerifier(
+            generalist,
+            specialist,
+            max_top_k=config.max_top_k,
+            seed=config.seed,
+            global_adapters=adapters,
+            kv_slots=kv_slots,
+        )
+    except ValueError as exc:  # the slot pool cannot serve this pair
+        raise ConfigError(f"--kv slots: {exc}.") from None
 
 
 class GlobalAdapters:

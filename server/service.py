@@ -342,6 +342,8 @@ class VerifierService:
             # when batching is on.
             open_session = functools.partial(self.cloud.open, runner=self.scheduler.runner)
             state.session = await self.scheduler.run(open_session, list(frame.prompt_ids), frame.params)
+        except NoSessionSlot as exc:  # the slot pool's KV slots are all taken
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Open refused: {exc}") from None
         except ProtocolError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: {exc}") from None
         except (ValueError, IndexError, RuntimeError) as exc:

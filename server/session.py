@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from transformers import PreTrainedModel
 
 from core import wire
 from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
-from core.kv import ForwardRunner, TokenSequence
+from core.kv import CachedSequence, ForwardRunner, TokenSequence
 from core.limits import prompt_length_problem
 from core.models import CausalLM
 from core.prompts import render_prompt
@@ -33,6 +34,7 @@ from core.session_types import (
 )
 from core.steering import steering_candidates, steering_values, top_indices, verify_exact_greedy, verify_ratios
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
+from server.slot_sequence import SlotPools, SlotSequence
 from server.vocab import TextCodec, same_vocabulary
 
 # Cross-vocabulary candidates are drawn from this many times k of the Generalist's top tokens,
@@ -53,6 +55,7 @@ class CloudVerifier:
         seed: int | None = None,
         cross_vocab: bool | None = None,
         global_adapters: Callable[[int], CausalLM] | None = None,
+        kv_slots: SlotPools | None = None,
     ) -> None:
         self.generalist = generalist
         self.specialist = specialist
@@ -67,6 +70,21 @@ class CloudVerifier:
         if not self.cross_vocab and not same:
             raise ValueError("the shared-vocabulary path needs both models to use one tokenizer")
         self.s_codec = TextCodec(specialist.tokenizer, specialist.eos_ids)
+        # The KV engine: None, a DynamicCache per session and model; else the slot pool (lean path).
+        self.kv_slots = kv_slots
+        if kv_slots is not None:
+            if self.cross_vocab:
+                raise ValueError("the slot pool serves a Generalist that shares the Specialist's vocabulary")
+            for lm in (generalist, specialist):
+                kv_slots.check(lm.model)
+
+    def sequence(
+        self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None
+    ) -> CachedSequence:
+        """A session's sequence on `model`, on this verifier's KV engine."""
+        if self.kv_slots is None:
+            return TokenSequence(model, prefix_ids, runner)
+        return self.kv_slots.sequence(model, prefix_ids, runner)
 
     def open(
         self, prompt_ids: Sequence[int], params: SessionParams, *, runner: ForwardRunner | None = None
@@ -124,14 +142,16 @@ class CloudSession:
 
         prompt_text = verifier.s_codec.decode(prompt_ids)
         s0_lm = verifier.specialist_for(params.adapter_version)
-        self.s0 = TokenSequence(s0_lm.model, render_prompt(s0_lm, prompt_text), runner)
+        self.s0 = verifier.sequence(s0_lm.model, render_prompt(s0_lm, prompt_text), runner)
         g_prompt = render_prompt(verifier.generalist, prompt_text)
         if verifier.cross_vocab:
             self.g: SharedVocabGeneralist | CrossVocabGeneralist = CrossVocabGeneralist(
                 verifier.generalist, verifier.s_codec, g_prompt, runner=runner
             )
         else:
-            self.g = SharedVocabGeneralist(verifier.generalist, g_prompt, runner=runner)
+            self.g = SharedVocabGeneralist(
+                verifier.generalist, g_prompt, runner=runner, make_sequence=verifier.sequence
+            )
         # Prefill at Open, not in the first round: the device does not wait for Open to be
         # answered, so over a network the prefill overlaps its first drafts; every round then feeds
         # only its own block; and a prompt the models cannot take is refused at Open.
@@ -259,6 +279,9 @@ class CloudSession:
 
     def close(self) -> None:
         self.closed = True
+        for seq in (self.s0, self.g.seq):
+            if isinstance(seq, SlotSequence):
+                seq.release()
 
 
 def reads_generic_specialist(params: SessionParams) -> bool:

@@ -30,6 +30,7 @@ Sliding-window layers are refused (their mask differs per layer).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -217,10 +218,20 @@ class GraphedForward:
         return graph, buffers, output
 
 
+# Blocks longer than this (a prompt's prefill) run without a graph: one graph per prompt length
+# would cost more to capture than it saves.
+GRAPH_MAX_N = 16
+
+
+def _power_of_two_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 class SlotPool:
     """One model's slots: KV buffers, each slot's length (host and device copies), and its graphed
     block forward. `claim`/`release` hand slots to sessions, `forward` runs a bucket of them, and
-    `set_length` is the rollback."""
+    `set_length` is the rollback. Thread-safe: forwards run one at a time (they share the graphs'
+    buffers), slots are claimed under the same lock."""
 
     def __init__(self, model: PreTrainedModel, slots: int, max_len: int, *, compiled: bool = False) -> None:
         parameter = next(model.parameters())
@@ -230,6 +241,7 @@ class SlotPool:
         self.kv = SlotKV(model.config, slots, max_len, parameter.device, parameter.dtype)
         self.lengths = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
+        self._lock = threading.Lock()
         # Compiled: inductor fuses the decoder's small ops (a CUDA graph removes launch costs, not
         # kernels), once for every bucket (dynamic shapes), before the graphs capture its kernels.
         block = torch.compile(self._block, dynamic=True) if compiled else self._block
@@ -240,15 +252,22 @@ class SlotPool:
 
     def claim(self) -> int:
         """The lowest free slot (low slots keep buckets small), its length 0."""
-        if not self._free:
-            raise RuntimeError(f"all {self.kv.slots} slots are taken")
-        self._free.sort(reverse=True)
-        slot = self._free.pop()
-        self.lengths[slot] = 0
-        return slot
+        with self._lock:
+            if not self._free:
+                raise RuntimeError(f"all {self.kv.slots} KV slots are taken")
+            self._free.sort(reverse=True)
+            slot = self._free.pop()
+            self.lengths[slot] = 0
+            return slot
+
+    def free_slots(self) -> list[int]:
+        with self._lock:
+            return list(self._free)
 
     def release(self, slot: int) -> None:
-        self._free.append(slot)
+        with self._lock:
+            if slot not in self._free:
+                self._free.append(slot)
 
     def set_length(self, slot: int, length: int) -> None:
         """Roll slot `slot` back (or forward, over positions already written) to `length` tokens."""
@@ -272,11 +291,36 @@ class SlotPool:
         lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long)
         return ids.to(self.device), lengths.to(self.device), active.to(self.device)
 
-    def forward(self, blocks: dict[int, list[int]], bucket: int, n: int) -> torch.Tensor:
+    def forward(self, blocks: dict[int, list[int]], bucket: int, n: int, *, graphed: bool = True) -> torch.Tensor:
         """Logits [bucket, n, vocab] of feeding each slot its block; each fed slot's length grows by
-        its block's real tokens (roll back with `set_length`). The tensor is the graph's own: read
-        it before the next forward."""
-        logits = self.forward_graphs(*self.inputs(blocks, bucket, n))
-        for slot, tokens in blocks.items():
-            self.lengths[slot] += len(tokens)
-        return logits
+        its block's real tokens (roll back with `set_length`). A graphed forward returns the graph's
+        own tensor: read it before the next forward."""
+        with self._lock:
+            inputs = self.inputs(blocks, bucket, n)
+            if graphed:
+                logits = self.forward_graphs(*inputs)
+            else:
+                with torch.inference_mode():
+                    logits = self._block(*inputs)
+            for slot, tokens in blocks.items():
+                self.lengths[slot] += len(tokens)
+            return logits
+
+    def shape_for(self, blocks: dict[int, list[int]]) -> tuple[int, int, bool]:
+        """(bucket, n, graphed) for a forward of `blocks`. On a GPU, buckets and block sizes are
+        rounded up to powers of two so a few graphs serve every forward (blocks past
+        `GRAPH_MAX_N` run without one); elsewhere padding would only cost, so they are exact."""
+        bucket, n = max(blocks) + 1, max(len(tokens) for tokens in blocks.values())
+        if self.device.type != "cuda":
+            return bucket, n, False
+        bucket = min(_power_of_two_at_least(bucket), self.kv.slots)
+        if n > GRAPH_MAX_N:
+            return bucket, n, False
+        return bucket, _power_of_two_at_least(n), True
+
+    def run(self, blocks: dict[int, list[int]]) -> list[torch.Tensor]:
+        """Each block's own logits [len(block), vocab], in the order of `blocks`, as tensors of
+        their own (safe to keep past the next forward)."""
+        bucket, n, graphed = self.shape_for(blocks)
+        logits = self.forward(blocks, bucket, n, graphed=graphed)
+        return [logits[slot, : len(tokens)].clone() for slot, tokens in blocks.items()]

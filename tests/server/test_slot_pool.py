@@ -146,7 +146,7 @@ def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrained
     slot = pool.claim()
     with pytest.raises(ValueError, match="exceed the pool's 8"):
         pool.forward({slot: list(range(1, 10))}, bucket=1, n=9)
-    with pytest.raises(RuntimeError, match="all 1 slots are taken"):
+    with pytest.raises(RuntimeError, match="all 1 KV slots are taken"):
         pool.claim()
     with pytest.raises(ValueError, match=r"outside 0\.\.8"):
         pool.set_length(slot, 9)

@@ -1,0 +1,105 @@
+"""A session's tokens on one slot of a `SlotPool`: the `CachedSequence` the verifier uses when its
+KV engine is the slot pool (`server serve --kv slots`), beside `core.kv.TokenSequence` (one
+`DynamicCache` per session, the default).
+
+The bookkeeping (rows, rollback points, continuation scoring) is `CachedSequence`'s; this class
+only feeds blocks to the slot and rolls back by writing the slot's length. Its forwards go through
+the scheduler's runner like any sequence's: alone (`slot_forward`) or, with batching on, merged
+with other sessions' forwards of the same model into one pool forward (`slot_forward_batch`).
+A slot is released when its session closes, or when the sequence is garbage-collected.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from core.errors import ProtocolError
+from core.kv import CachedSequence
+from server.errors import NoSessionSlot
+from server.slot_pool import SlotPool, slot_pool_problem
+
+__all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
+
+SlotRunner = Callable[["SlotSequence", Sequence[int]], torch.Tensor]
+
+
+class SlotSequence(CachedSequence):
+    def __init__(self, pool: SlotPool, prefix_ids: Sequence[int], runner: SlotRunner | None = None) -> None:
+        super().__init__(prefix_ids)
+        self.pool = pool
+        self.model = pool.model  # the batcher groups forwards by model
+        try:
+            self.slot = pool.claim()
+        except RuntimeError as exc:  # more sessions than slots (kv_slots below max_sessions)
+            raise NoSessionSlot(f"the verifier has no free KV slot: {exc}; try again later") from None
+        self._release = weakref.finalize(self, pool.release, self.slot)
+        self._runner: SlotRunner = runner if runner is not None else slot_forward
+
+    def release(self) -> None:
+        """Hand the slot back (once; later calls do nothing)."""
+        self._release()
+
+    def _forward(self, new: Sequence[int]) -> torch.Tensor:
+        if not self._release.alive:
+            raise ProtocolError("the session's KV slot was released")
+        return self._runner(self, new)
+
+    def _crop(self, keep: int) -> None:
+        self.pool.set_length(self.slot, keep)
+        self._cached = keep
+
+    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        # Only cross-vocabulary candidates have multi-token tails, and the slot pool serves a
+        # shared vocabulary (`SlotPools` refuses the other).
+        raise NotImplementedError("the slot pool scores single-token continuations only")
+
+
+def slot_forward_batch(items: Sequence[tuple[SlotSequence, Sequence[int]]]) -> list[torch.Tensor]:
+    """The logits of each (sequence, new ids) in one forward of their shared pool."""
+    pool = items[0][0].pool
+    if any(seq.pool is not pool for seq, _ in items):
+        raise ValueError("a merged slot forward needs every sequence on one pool")
+    room = [seq for seq, new in items if pool.lengths[seq.slot] + len(new) > pool.kv.max_len]
+    if room:
+        raise ProtocolError(f"the session is longer than the verifier's {pool.kv.max_len}-token KV slots")
+    return pool.run({seq.slot: list(new) for seq, new in items})
+
+
+def slot_forward(seq: SlotSequence, new: Sequence[int]) -> torch.Tensor:
+    """The default runner: `seq`'s block alone."""
+    return slot_forward_batch([(seq, new)])[0]
+
+
+class SlotPools:
+    """The verifier's slot pools, one per model, made on first use (`slots` slots of `max_len`
+    positions each: the Generalist's, the generic Specialist's, each global adapter version's)."""
+
+    def __init__(self, slots: int, max_len: int) -> None:
+        if slots < 1 or max_len < 2:
+            raise ValueError(f"a slot pool needs at least 1 slot of 2 positions; got {slots} of {max_len}")
+        self.slots, self.max_len = slots, max_len
+        self._pools: dict[int, SlotPool] = {}
+        self._lock = threading.Lock()
+
+    def check(self, model: PreTrainedModel) -> None:
+        """Refuse, in one sentence, a model the pool cannot serve."""
+        problem = slot_pool_problem(model.config)
+        if problem is not None:
+            raise ValueError(problem)
+
+    def pools(self) -> list[SlotPool]:
+        with self._lock:
+            return list(self._pools.values())
+
+    def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: object = None) -> SlotSequence:
+        with self._lock:
+            pool = self._pools.get(id(model))
+            if pool is None:
+                self.check(model)
+                pool = self._pools[id(model)] = SlotPool(model, self.slots, self.max_len)
+        return SlotSequence(pool, prefix_ids, runner if callable(runner) else None)  # type: ignore[arg-type]

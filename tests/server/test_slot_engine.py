@@ -1,0 +1,158 @@
+"""The slot pool as the verifier's KV engine (`server serve --kv slots`): every session's rounds,
+verdicts and steering are those of the default engine (a DynamicCache per session), alone and with
+concurrent sessions merged into shared pool forwards; slots come back when sessions close; and
+what the pool cannot serve is refused in one sentence."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from core.errors import ConfigError, ProtocolError
+from core.models import CausalLM
+from core.session_types import Method, SessionParams
+from sdk.device import DecodeOptions, Specialist, generate
+from sdk.transport import InProcessVerifier
+from server.batching import ForwardBatcher
+from server.cli import _overrides, build_parser
+from server.config import load_config
+from server.errors import NoSessionSlot
+from server.metrics import Metrics
+from server.session import CloudVerifier
+from server.slot_sequence import SlotPools, SlotSequence
+from tests.server.test_batching import PROMPTS, assert_same_rounds, merged_forwards, run_concurrently, run_one
+from tests.tinymodels import tiny_gemma, tiny_lm
+from tests.verifier_harness import make_pki, remote, serve
+
+
+@pytest.fixture(scope="module")
+def pair(char_tok) -> tuple[CausalLM, CausalLM]:
+    s_lm = tiny_lm(char_tok, seed=1, name="s", kv_heads=2)
+    return s_lm, tiny_lm(char_tok, seed=2, name="g", layers=3, kv_heads=2)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):  # type: ignore[no-untyped-def]
+    return make_pki(tmp_path_factory.mktemp("slots"))
+
+
+def slot_cloud(pair: tuple[CausalLM, CausalLM], slots: int = 8, max_len: int = 512) -> CloudVerifier:
+    s_lm, g_lm = pair
+    return CloudVerifier(g_lm, s_lm, seed=0, kv_slots=SlotPools(slots, max_len))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SessionParams(draft_len=4), SessionParams(method=Method.SD, draft_len=3), SessionParams(gamma=0.05, draft_len=5)],
+    ids=["specsteer", "sd", "low-gamma"],
+)
+def test_slot_engine_verifies_exactly_like_the_default_engine(pair, params) -> None:
+    s_lm, g_lm = pair
+    default, slots = CloudVerifier(g_lm, s_lm, seed=0), slot_cloud(pair)
+    for prompt in PROMPTS[:2]:
+        outs = []
+        for cloud in (default, slots):
+            verifier = InProcessVerifier(cloud.open, vocab_size=s_lm.vocab_size)
+            outs.append(generate(Specialist(s_lm), prompt, params, DecodeOptions(max_new_tokens=16), verifier))
+        assert outs[1].token_ids == outs[0].token_ids and outs[1].stats.fallback is None
+        assert outs[1].stats.accepted == outs[0].stats.accepted and outs[1].stats.rounds == outs[0].stats.rounds
+
+
+def test_concurrent_sessions_share_pool_forwards_and_verify_as_alone(pair) -> None:
+    s_lm, _ = pair
+    sequential = [run_one(CloudVerifier(pair[1], s_lm, seed=0), s_lm, prompt, None) for prompt in PROMPTS]
+    metrics = Metrics()
+    batcher = ForwardBatcher(metrics, max_batch=3, max_wait=0.25)
+    try:
+        batched = run_concurrently(slot_cloud(pair), s_lm, batcher)
+    finally:
+        batcher.close()
+    for (out, log), (want_out, want_log) in zip(batched, sequential, strict=True):
+        assert out.token_ids == want_out.token_ids and out.stats.fallback is None
+        assert_same_rounds(log, want_log)
+    assert merged_forwards(metrics) > 0  # pool forwards really carried several sessions
+    assert metrics.value("specsteer_unmerged_forwards_total", {"reason": "cache"}) == 0
+
+
+def test_closing_a_session_frees_its_slots_and_a_full_pool_is_one_sentence(pair) -> None:
+    cloud = slot_cloud(pair, slots=2)
+    prompt = pair[0].tokenizer("hello", add_special_tokens=False)["input_ids"]
+    first, second = cloud.open(prompt, SessionParams()), cloud.open(prompt, SessionParams())
+    assert {first.s0.slot, second.s0.slot} == {0, 1}
+    with pytest.raises(NoSessionSlot, match="no free KV slot: all 2 KV slots are taken"):
+        cloud.open(prompt, SessionParams())
+    first.close()
+    third = cloud.open(prompt, SessionParams())
+    assert isinstance(third.s0, SlotSequence) and third.s0.slot == first.s0.slot
+    del second
+    gc.collect()  # a session dropped without close gives its slots back too
+    cloud.open(prompt, SessionParams())
+
+
+def test_a_session_longer_than_its_slot_is_refused(pair) -> None:
+    cloud = slot_cloud(pair, max_len=24)
+    s_lm = pair[0]
+    with pytest.raises(ProtocolError, match="longer than the verifier's 24-token KV slots"):
+        cloud.open(
+            s_lm.tokenizer("a prompt that is far too long for it", add_special_tokens=False)["input_ids"],
+            SessionParams(),
+        )
+
+
+def test_pairs_the_pool_cannot_serve_are_refused(char_tok, bpe_tok, pair) -> None:
+    s_lm = pair[0]
+    gemma = CausalLM.from_parts("g", tiny_gemma(char_tok, seed=7, window=40), char_tok)
+    with pytest.raises(ValueError, match="sliding-window"):
+        CloudVerifier(gemma, s_lm, kv_slots=SlotPools(2, 64))
+    with pytest.raises(ValueError, match="shares the Specialist's vocabulary"):
+        CloudVerifier(tiny_lm(bpe_tok, seed=6, name="g"), s_lm, kv_slots=SlotPools(2, 64))
+
+
+def test_kv_settings_from_toml_and_command_line(tmp_path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text('[models]\nkv = "slots"\nkv_max_len = 1024\n')
+    config = load_config(path)
+    assert (config.kv, config.slot_count, config.kv_max_len) == ("slots", 64, 1024)
+    args = build_parser().parse_args(["serve", "--kv", "slots", "--kv-slots", "16", "--kv-max-len", "4096"])
+    config = load_config(None, _overrides(args))
+    assert (config.kv, config.slot_count, config.kv_max_len) == ("slots", 16, 4096)
+    path.write_text('[models]\nkv = "paged"\n')
+    with pytest.raises(ConfigError, match="kv must be dynamic or slots; got 'paged'"):
+        load_config(path)
+
+
+def test_live_verifier_on_the_slot_pool_serves_concurrent_devices_as_in_process(pair, pki) -> None:
+    """A real server over mutual TLS with the slot engine and batching on: four devices at once get
+    the default engine's texts, and their sessions' slots are free again once they are done."""
+    s_lm, g_lm = pair
+    params, options = SessionParams(draft_len=4), DecodeOptions(max_new_tokens=16)
+    local = [
+        generate(
+            Specialist(s_lm),
+            p,
+            params,
+            options,
+            InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size),
+        )
+        for p in PROMPTS
+    ]
+    cloud = slot_cloud(pair, slots=4)
+    got: dict[int, list[int]] = {}
+    with serve(cloud, pki, batching=True, max_batch=4, batch_wait_ms=50) as (server, port):
+
+        def one(i: int) -> None:
+            with remote(port, pki, vocab_size=s_lm.vocab_size) as verifier:
+                got[i] = generate(Specialist(s_lm), PROMPTS[i], params, options, verifier, fallback=False).token_ids
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [got.get(i) for i in range(len(PROMPTS))] == [out.token_ids for out in local]
+        assert merged_forwards(server.metrics) > 0
+    assert cloud.kv_slots is not None
+    for pool in cloud.kv_slots.pools():
+        assert sorted(pool.free_slots()) == [0, 1, 2, 3]
