@@ -63,6 +63,7 @@ from bench.personal_loop_report import (
     SPECSTEER,
     VARIANTS,
     adapter_label,
+    gamma_label,
     loss_table,
     write_report,
 )
@@ -299,13 +300,15 @@ class Row:
     label: str
     method: str  # slm-rag, llm or specsteer
     variant: str | None  # the training whose adapters the device uses (None: the base weights)
+    gamma: float = GAMMA  # specsteer's ratio-test threshold
 
 
-def rows_for(variant: str) -> list[list[Row]]:
-    """This run's rows in two passes over the queries: first the rows the issue's comparisons need
+def rows_for(variant: str, gammas: Sequence[float] = ()) -> list[list[Row]]:
+    """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
-    explains them; so a run cut short has the comparisons on as many queries as possible."""
-    return [
+    explains them, then the gamma sweep's `specsteer+adapters` rows; so a run cut short has the
+    comparisons on as many queries as possible."""
+    passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
             Row(SLM_RAG, SLM_RAG, None),
@@ -314,6 +317,9 @@ def rows_for(variant: str) -> list[list[Row]]:
         ],
         [Row(SPECSTEER, SPECSTEER, None)],
     ]
+    if gammas:
+        passes.append([Row(gamma_label(variant, g), SPECSTEER, variant, g) for g in gammas])
+    return passes
 
 
 class Generator:
@@ -364,7 +370,7 @@ class Generator:
         elif row.method == LLM:
             params, verifier = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), cloud
         else:
-            params, verifier = SessionParams(gamma=GAMMA, adapter_version=version), cloud
+            params, verifier = SessionParams(gamma=row.gamma, adapter_version=version), cloud
         out = generate(specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier)
         scores = _SCORER.score(query["target"], out.text)
         return {
@@ -429,9 +435,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, default=Path("personal-loop-work"), help="training state, reused")
     p.add_argument("--runs", type=Path, default=None, help="the runs log (default: OUT/personal_loop.runs.jsonl)")
     p.add_argument("--out", type=Path, default=Path("docs/results"))
+    p.add_argument(
+        "--gammas",
+        type=_gammas,
+        default=(),
+        help="also run specsteer+adapters at these gammas (comma-separated; the lever of its style trade-off)",
+    )
     p.add_argument("--train-only", action="store_true", help="train (or finish training), generate nothing")
     p.add_argument("--report-only", action="store_true", help="write the report from the runs log and WORK")
     return p
+
+
+def _gammas(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if any(not 0 <= v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"every gamma must be 0 or more and finite: {text!r}")
+    return values
 
 
 def _say(message: str) -> None:
@@ -508,7 +530,7 @@ def _generate(
 
     torch.set_num_threads(args.threads)
     states = training.device_states()
-    passes = rows_for(training.spec.variant)
+    passes = rows_for(training.spec.variant, args.gammas)
     generator: Generator | None = None
     trainings = {training.spec.variant: training.summary()}
     for step, (number, (user, query), rows) in enumerate(

@@ -18,7 +18,16 @@ from typing import Any
 from bench.attribution import AuthorClassifier
 from bench.quality import BOOTSTRAP_RESAMPLES, RunsLog, mean_se, paired_difference
 
-__all__ = ["CEILING", "CEILING_CUT", "VARIANTS", "adapter_label", "comparisons", "loss_table", "write_report"]
+__all__ = [
+    "CEILING",
+    "CEILING_CUT",
+    "VARIANTS",
+    "adapter_label",
+    "comparisons",
+    "gamma_label",
+    "loss_table",
+    "write_report",
+]
 
 HOLDOUT = 4  # the federation's default held-out entries per device (TaskConfig.holdout)
 GAMMA = 0.5
@@ -32,12 +41,20 @@ def adapter_label(method: str, variant: str) -> str:
     return f"{method}+adapters ({variant})"
 
 
-def comparisons(variants: Sequence[str]) -> list[tuple[str, str]]:
-    """(row, minus) pairs: the issue's three per variant, then what explains them."""
+def gamma_label(variant: str, gamma: float) -> str:
+    """A `specsteer+adapters` row of the gamma sweep (`--gammas`): the same adapters, another gamma."""
+    return f"{adapter_label(SPECSTEER, variant)[:-1]}, gamma {gamma:g})"
+
+
+def comparisons(variants: Sequence[str], swept: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """(row, minus) pairs: the issue's three per variant, then what explains them; and each swept
+    (variant, label) against `llm` and the device alone with the same adapters."""
     out: list[tuple[str, str]] = []
     for v in variants:
         slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
         out += [(slm_a, SLM_RAG), (spec_a, LLM), (spec_a, slm_a), (spec_a, SPECSTEER)]
+    for v, label in swept:
+        out += [(label, LLM), (label, adapter_label(SLM_RAG, v))]
     out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
     if all(v in variants for v in VARIANTS):
         out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]
@@ -143,6 +160,12 @@ def write_report(
     labels = [SLM_RAG, LLM, SPECSTEER]
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
+    # The gamma sweep's rows in the runs log (whichever command wrote them), by gamma.
+    swept = sorted(
+        {(v, r["config"]) for r in rows for v in variants if r["config"].startswith(gamma_label(v, 0)[: -len("0)")])},
+        key=lambda vl: (vl[0], float(vl[1].rsplit("gamma ", 1)[1][:-1])),
+    )
+    labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries)
     result = {
         "meta": {
@@ -165,13 +188,14 @@ def write_report(
             "specialist": args.specialist,
             "generalist": args.generalist,
             "gamma": GAMMA,
+            "gammas_swept": sorted({float(label.rsplit("gamma ", 1)[1][:-1]) for _, label in swept}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' whole histories",
             "chance": 1 / len(users) if users else math.nan,
         },
         "summary": summarize(scored, [*labels, CEILING, CEILING_CUT]),
-        "paired": paired(scored, comparisons(variants)),
+        "paired": paired(scored, comparisons(variants, swept)),
         "training": {v: {**t, "losses": loss_table(t)} for v, t in trainings.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--data", str(FIXTURES), "--users", "3", "--queries-per-user", "1", "--history", "8"),
         *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
+        *("--gammas", "0.05"),
     ]
     # Execute
     assert personal_loop.main(args) == 0
@@ -38,8 +39,12 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         personal_loop_report.adapter_label("slm-rag", "dp"),
         personal_loop_report.adapter_label("specsteer", "dp"),
     )
+    swept = personal_loop_report.gamma_label("dp", 0.05)
     for metric in ("rougeL", "attribution"):
         assert {(slm_a, "slm-rag", metric), (spec_a, "llm", metric), (spec_a, slm_a, metric)} <= pairs
+        assert {(swept, "llm", metric), (swept, slm_a, metric)} <= pairs  # the gamma sweep's row
+    assert summary[swept]["n"] == 3 and result["meta"]["gammas_swept"] == [0.05]
+    assert {r.gamma for r in personal_loop.rows_for("dp", (0.05,))[-1]} == {0.05}
     # The federation trained: a new global version, every device's ledger spent ε, losses were evaluated.
     training = result["training"]["dp"]
     assert training["rounds"][0]["version_out"] == 1 and training["rounds"][0]["replies"] == [3]
