@@ -138,7 +138,9 @@ class SlotKV:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
 
-def block_forward(model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor):
+def block_forward(
+    model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
     """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
     `lengths[b]` positions (rows with `active[b]` False change nothing that is read later). Pure
     tensor work with no host synchronisation, so a CUDA graph can capture it."""

@@ -96,10 +96,10 @@ class SlotPools:
         with self._lock:
             return list(self._pools.values())
 
-    def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: object = None) -> SlotSequence:
+    def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: SlotRunner | None) -> SlotSequence:
         with self._lock:
             pool = self._pools.get(id(model))
             if pool is None:
                 self.check(model)
                 pool = self._pools[id(model)] = SlotPool(model, self.slots, self.max_len)
-        return SlotSequence(pool, prefix_ids, runner if callable(runner) else None)  # type: ignore[arg-type]
+        return SlotSequence(pool, prefix_ids, runner)
