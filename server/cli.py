@@ -4,7 +4,7 @@
                  --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
                  [--round-idle-timeout S] [--queue-timeout S] [--stream-rate R] [--stream-burst N]
                  [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S] [--max-connections N]
-                 [--batching on|off] [--max-batch N]
+                 [--max-connections-per-source N] [--kv dynamic|slots] [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices
@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=whole_number(),
         help="TCP connections held at once, before TLS; more are closed on accept (8 x max-sessions)",
     )
+    serve.add_argument(
+        "--max-connections-per-source",
+        type=whole_number(1),
+        help="connections one source address may hold (unset: no per-source cap; see docs/security.md)",
+    )
     serve.add_argument("--max-top-k", type=whole_number(), help="largest steering top-k a device may ask for")
     serve.add_argument(
         "--workers", type=whole_number(), help="threads running sessions' jobs (batching: at least 2 x max-batch)"
@@ -197,6 +202,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "handshake_timeout": args.handshake_timeout,
         "connection_idle_timeout": args.connection_idle_timeout,
         "max_connections": args.max_connections,
+        "max_connections_per_source": args.max_connections_per_source,
         "max_top_k": args.max_top_k,
         "workers": args.workers,
         "torch_threads": args.torch_threads,

@@ -34,6 +34,7 @@
     handshake_timeout = 5.0               # seconds for a connection's TLS handshake and first HTTP/2 frame
     connection_idle_timeout = 300.0       # seconds a connection with no stream stays open
     # max_connections = 512               # TCP connections held at once, before any TLS (default: 8 x max_sessions)
+    # max_connections_per_source = 64     # ... of them from one address (default: no per-source cap)
     max_top_k = 64
     workers = 1                           # threads running sessions' jobs (with batching: at least 2 * max_batch)
     # torch_threads = 2
@@ -111,6 +112,9 @@ class ServerConfig:
     handshake_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
     connection_idle_timeout: float = field(default=300.0, metadata={"toml": "a number of seconds"})
     max_connections: int | None = None
+    # Set: the public port is server/front.py's accept loop, which holds at most this many
+    # connections per source address (unset: gRPC's listener, capped in total only).
+    max_connections_per_source: int | None = None
     max_top_k: int = WIRE_MAX_TOP_K
     workers: int = 1
     torch_threads: int | None = None
@@ -186,6 +190,8 @@ class ServerConfig:
                 f"reserved_sessions must be in [0, {self.max_sessions - 1}] (below max_sessions); "
                 f"got {self.reserved_sessions}"
             )
+        if self.max_connections_per_source is not None and self.max_connections_per_source < 1:
+            raise ConfigError(f"max_connections_per_source must be at least 1; got {self.max_connections_per_source}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ConfigError(f"max_connections must be at least 1; got {self.max_connections}")
         if self.stream_burst is not None and self.stream_burst < 1:
@@ -261,6 +267,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "handshake_timeout": "handshake_timeout",
         "connection_idle_timeout": "connection_idle_timeout",
         "max_connections": "max_connections",
+        "max_connections_per_source": "max_connections_per_source",
         "max_top_k": "max_top_k",
         "workers": "workers",
         "torch_threads": "torch_threads",

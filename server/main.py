@@ -33,6 +33,7 @@ from core.models import CausalLM
 from core.tls_identity import check_tls_identity
 from server.batching import Scheduler
 from server.config import ServerConfig
+from server.front import ConnectionFront
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
@@ -242,11 +243,14 @@ def fd_headroom(config: ServerConfig) -> int:
             soft = hard
         except (ValueError, OSError):
             pass  # e.g. an unlimited hard limit the kernel will not grant: keep the soft one
-    need = config.connection_cap + _FD_SPARE
+    # Behind the front (server/front.py) a connection holds three: the device's, the front's to
+    # gRPC, and gRPC's end of it.
+    per_connection = 1 if config.max_connections_per_source is None else 3
+    need = per_connection * config.connection_cap + _FD_SPARE
     if soft != resource.RLIM_INFINITY and soft < need:
         raise ConfigError(
             f"the open-file limit is {soft}, below the {need} descriptors {config.connection_cap} connections need "
-            "(one per connection plus the server's own): raise it (ulimit -n) or lower max_connections"
+            f"({per_connection} per connection plus the server's own): raise it (ulimit -n) or lower max_connections"
         )
     return soft
 
@@ -284,6 +288,7 @@ class VerifierServer:
         self._thread.start()
         self._stopped = threading.Event()
         self._server: grpc.aio.Server | None = None
+        self.front: ConnectionFront | None = None  # the per-source cap's accept loop, when configured
         self._health: Any = None
         self.service: VerifierService | None = None
         try:
@@ -329,15 +334,32 @@ class VerifierServer:
         credentials = grpc.dynamic_ssl_server_credentials(
             self.certificates.initial, self.certificates.fetch, require_client_authentication=True
         )
+        per_source = config.max_connections_per_source
+        address = f"{config.host}:{config.port}" if per_source is None else "127.0.0.1:0"  # behind the front
         try:
-            self.port = server.add_secure_port(f"{config.host}:{config.port}", credentials)
+            port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
-            raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
+            raise ConfigError(f"cannot listen on {address}: {exc}") from None
         self._server = server
+        self.port = port
+        if per_source is not None:
+            self.front = ConnectionFront(
+                port,
+                per_source=per_source,
+                total=config.connection_cap,
+                first_byte_timeout=config.handshake_timeout,
+                metrics=self.metrics,
+            )
+            try:
+                self.port = await self.front.bind(config.host, config.port)
+            except OSError as exc:
+                raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
 
     async def _start(self) -> None:
         assert self._server is not None
         await self._server.start()
+        if self.front is not None:
+            await self.front.start()
         for name in ("", wire.SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -352,6 +374,8 @@ class VerifierServer:
             await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(grace)
+        if self.front is not None:
+            await self.front.stop()
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop serving (open streams get `grace` seconds), then release the port and threads."""

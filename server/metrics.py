@@ -63,6 +63,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.front_refused = Counter(
+            "specsteer_front_refused",
+            "Connections the per-source front closed: source (over its cap), total, silent (no first byte).",
+            ["reason"],
+            registry=r,
+        )
         self.cert_reloads = Counter(
             "specsteer_cert_reloads", "Server certificate reloads, by result.", ["result"], registry=r
         )
