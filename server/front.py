@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import Counter
 
 from server.metrics import Metrics
 
 __all__ = ["ConnectionFront"]
 
-log = logging.getLogger("server")
 _CHUNK = 64 * 1024
 
 
@@ -41,6 +39,7 @@ class ConnectionFront:
         self.per_source, self.total, self.first_byte_timeout = per_source, total, first_byte_timeout
         self.metrics = metrics
         self.held: Counter[str] = Counter()  # source address -> connections held now
+        self._held_total = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -68,13 +67,14 @@ class ConnectionFront:
         reason = None
         if self.held[source] >= self.per_source:
             reason = "source"
-        elif sum(self.held.values()) >= self.total:
+        elif self._held_total >= self.total:
             reason = "total"
         if reason is not None:
             self.metrics.front_refused.labels(reason).inc()
             writer.transport.abort()  # no FIN handshake to wait for: the descriptor goes now
             return
         self.held[source] += 1
+        self._held_total += 1
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -84,6 +84,7 @@ class ConnectionFront:
             pass
         finally:
             self.held[source] -= 1
+            self._held_total -= 1
             if not self.held[source]:
                 del self.held[source]
             writer.transport.abort()
