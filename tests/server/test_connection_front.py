@@ -80,6 +80,19 @@ def test_a_silent_connection_is_closed_at_the_handshake_deadline(tmp_path: Path,
         sock.close()
 
 
+def test_the_front_also_keeps_the_total_cap(tmp_path: Path, char_tok) -> None:
+    pki = make_pki(tmp_path / "pki")
+    s_lm = tiny_lm(char_tok, seed=41, name="s")
+    options = {"max_connections_per_source": 100, "max_connections": 3, "handshake_timeout": 30.0}
+    with serve(CloudVerifier(s_lm, s_lm, seed=0), pki, **options) as (server, port):
+        attack = flood(port, 10)
+        time.sleep(0.3)
+        assert server.front is not None and server.front.held[ATTACKER] == 3
+        assert server.metrics.value("specsteer_front_refused_total", {"reason": "total"}) == 7
+        for sock in attack:
+            sock.close()
+
+
 def test_settings_and_descriptors(tmp_path: Path) -> None:
     args = build_parser().parse_args(["serve", "--max-connections-per-source", "32"])
     assert load_config(None, _overrides(args)).max_connections_per_source == 32
