@@ -1,6 +1,7 @@
 """Speed benchmark (the shape of the paper's Table 4) with its cost model: tokens/s over gRPC+TLS at several RTTs.
 
     python -m bench.speed [--rtts 0 20 50] [--queries 2] [--max-new-tokens 32] [--out docs/results]
+        [--cloud-device cpu|cuda] [--cloud-dtype float32|bfloat16] [--kv dynamic|slots]
         [--specialist SPEC] [--generalist SPEC] [--quantize fp32|int8] [--draft-len 4] [--tag speed]
         [--drafter torch|llamacpp]
     python -m bench.speed --compare-kernels | --compare-quantize | --compare-drafters
@@ -79,6 +80,7 @@ from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
 from bench.speed_page import command_line, markdown, plot
 from bench.speed_timing import DEMO, logger, measure_costs
+from core.device import DTYPE_CHOICES
 from core.linear import LINEAR_KERNELS, resolve_linear_kernel
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import task_prompt
@@ -93,6 +95,7 @@ from server.config import ServerConfig
 from server.main import create_server
 from server.pki import init_pki, issue_device
 from server.session import CloudSession, CloudVerifier, reads_generic_specialist
+from server.slot_sequence import SlotPools
 
 PAPER_DRAFT_B, PAPER_TARGET_B = 0.6, 32.0
 LLM = "llm (in cloud)"
@@ -174,14 +177,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# --kv slots: sessions at once in this benchmark (one at a time, plus the llm baseline's), positions each.
+KV_SLOTS, KV_MAX_LEN = 8, 2048
+
+
 @dataclass(frozen=True)
 class _Bench:
     """What every step of a run shares: the options, the loaded models and the demo user's device."""
 
     args: argparse.Namespace
     prompts: list[str]
-    s_lm: CausalLM
-    g_lm: CausalLM
+    s_lm: CausalLM  # the device's Specialist (the CPU, float32)
+    g_lm: CausalLM  # the cloud's Generalist, where --cloud-device puts it
+    cloud_s: CausalLM  # the cloud's generic Specialist: `s_lm` itself unless the cloud sits elsewhere
     drafter: Drafter | None
     specialist: Specialist
     options: DecodeOptions
@@ -194,7 +202,14 @@ class _Bench:
     def measure(self) -> Costs:
         """Every forward the cost model uses, timed alone now (`measure_costs`)."""
         return measure_costs(
-            self.s_lm, self.g_lm, self.device_ids, self.prompts[0], self.sizes, self.args.reps, self.drafter
+            self.s_lm,
+            self.g_lm,
+            self.device_ids,
+            self.prompts[0],
+            self.sizes,
+            self.args.reps,
+            self.drafter,
+            cloud_s=self.cloud_s,
         )
 
 
@@ -204,14 +219,22 @@ def _prepare(args: argparse.Namespace) -> _Bench:
     profile = Profile.from_obj(demo, source=str(DEMO))
     prompts = [task_prompt(q["subject"]) for q in demo["queries"][: args.queries]]
     s_lm = load_causal_lm(args.specialist, quantize=args.quantize, linear_kernel=args.linear_kernel)
-    g_lm = load_causal_lm(args.generalist, quantize=args.quantize, linear_kernel=args.linear_kernel)
+    # The cloud's models where --cloud-device/--cloud-dtype put them (the device's stay on the CPU).
+    on_cpu = args.cloud_device == "cpu" and args.cloud_dtype == "float32"
+    cloud_kwargs = (
+        {"quantize": args.quantize, "linear_kernel": args.linear_kernel}
+        if on_cpu
+        else {"device": args.cloud_device, "dtype": args.cloud_dtype}
+    )
+    g_lm = load_causal_lm(args.generalist, **cloud_kwargs)
+    cloud_s = s_lm if on_cpu else load_causal_lm(args.specialist, **cloud_kwargs)
     drafter = drafter_for(args.drafter, args.specialist, s_lm)
     specialist = Specialist(s_lm, profile, drafter=drafter)
     log = logger()
 
     sizes = range(1, max(args.draft_len, args.k_max) + 2)  # every block a round can feed: no K's floor is interpolated
     device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
-    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter)
+    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter, cloud_s=cloud_s)
     log(
         f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
@@ -221,10 +244,17 @@ def _prepare(args: argparse.Namespace) -> _Bench:
         f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms"
     )
     # llm: the Generalist alone, computed in the cloud; over a network it adds one RTT per answer.
-    cloud_local = TimedCloud(g_lm, s_lm, seed=0)
+    cloud_local = TimedCloud(g_lm, cloud_s, seed=0, kv_slots=kv_slots(args))
     local = InProcessVerifier(cloud_local.open, vocab_size=s_lm.vocab_size)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
-    return _Bench(args, prompts, s_lm, g_lm, drafter, specialist, options, sizes, device_ids, costs, local, log)
+    return _Bench(
+        args, prompts, s_lm, g_lm, cloud_s, drafter, specialist, options, sizes, device_ids, costs, local, log
+    )
+
+
+def kv_slots(args: argparse.Namespace) -> SlotPools | None:
+    """The cloud's slot pool when --kv slots (as `server serve --kv slots` builds it), else None."""
+    return SlotPools(KV_SLOTS, KV_MAX_LEN) if args.kv == "slots" else None
 
 
 def _baselines(bench: _Bench) -> dict[str, Any]:
@@ -288,7 +318,7 @@ def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[in
             seed=0,
             idle_timeout=args.timeout,
         )
-        cloud = TimedCloud(bench.g_lm, bench.s_lm, max_top_k=config.max_top_k, seed=0)
+        cloud = TimedCloud(bench.g_lm, bench.cloud_s, max_top_k=config.max_top_k, seed=0, kv_slots=kv_slots(args))
         server, port = create_server(config, cloud=cloud)
         server.start()
 
@@ -380,6 +410,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
     p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="both models' Linear layers")
+    p.add_argument("--cloud-device", default="cpu", help="where the cloud's two models run: cpu (default), cuda")
+    p.add_argument("--cloud-dtype", default="float32", choices=DTYPE_CHOICES, help="the cloud models' weights")
+    p.add_argument("--kv", choices=("dynamic", "slots"), default="dynamic", help="the verifier's KV engine")
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
@@ -448,6 +481,9 @@ def _writer(
             "specialist": args.specialist,
             "generalist": args.generalist,
             "quantize": args.quantize,
+            "cloud_device": args.cloud_device,
+            "cloud_dtype": args.cloud_dtype,
+            "kv": args.kv,
             "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
             "drafter": args.drafter,
             "draft_len": args.draft_len,

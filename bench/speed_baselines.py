@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from core.gguf_cache import locate_embedded_gguf
+from core.kv import model_device
 from core.models import CausalLM
 from core.prompts import render_prompt
 
@@ -17,7 +18,7 @@ __all__ = ["gguf_of", "hf_generate", "llamacpp_reference"]
 
 def hf_generate(g_lm: CausalLM, prompt: str, new_tokens: int) -> float:
     """Seconds for plain `transformers` greedy `generate` of exactly `new_tokens` tokens."""
-    ids = torch.tensor([render_prompt(g_lm, prompt)])
+    ids = torch.tensor([render_prompt(g_lm, prompt)], device=model_device(g_lm.model))
     eos = min(g_lm.eos_ids) if g_lm.eos_ids else 0
     start = time.perf_counter()
     with torch.inference_mode():
@@ -29,6 +30,8 @@ def hf_generate(g_lm: CausalLM, prompt: str, new_tokens: int) -> float:
             do_sample=False,
             pad_token_id=eos,
         )
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize(ids.device)
     return time.perf_counter() - start
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bench.cost_model import Costs
-from core.kv import recording_cache
+from core.kv import model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
 from sdk.device import Drafter
@@ -25,18 +25,26 @@ __all__ = ["DEMO", "bare_forward_time", "bare_prefill_time", "drafter_times", "l
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 
 
+def _synchronize(device: torch.device) -> None:
+    """Wait for a GPU's queued work, so a wall-clock time covers it (nothing to wait for on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
     """Median seconds of one bare forward of `block` tokens on a warm KV cache of `ids` (the model
     alone: no log-softmax, no bookkeeping), rolled back after each rep so the context stays put."""
-    ids = list(ids)
+    ids, device = list(ids), model_device(lm.model)
     cache = recording_cache(lm.model)
     with torch.inference_mode():
-        lm.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-        tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]])  # ordinary text tokens
+        lm.model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True)
+        tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]], device=device)  # ordinary text tokens
         times = []
         for _ in range(reps + 1):
+            _synchronize(device)
             start = time.perf_counter()
             lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            _synchronize(device)
             times.append(time.perf_counter() - start)
             cache.crop(-block)
     return statistics.median(times[1:])  # the first rep warms the allocator
@@ -44,13 +52,16 @@ def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 
 
 def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
     """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
-    tokens = torch.tensor([list(ids)])
+    device = model_device(lm.model)
+    tokens = torch.tensor([list(ids)], device=device)
     times = []
     with torch.inference_mode():
         for _ in range(reps + 1):
             cache = recording_cache(lm.model)
+            _synchronize(device)
             start = time.perf_counter()
             lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            _synchronize(device)
             times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 
@@ -81,11 +92,14 @@ def measure_costs(
     sizes: Sequence[int],
     reps: int = 5,
     drafter: Drafter | None = None,
+    cloud_s: CausalLM | None = None,
 ) -> Costs:
     """Every cost the model uses, timed alone: `device_ids` is the device's private prompt, `prompt`
     the public one the cloud renders for each of its models. The device's costs are its `drafter`'s
-    when it has one."""
+    when it has one; the generic Specialist's are `cloud_s`'s when the cloud has its own copy (on
+    another device or dtype), else `s_lm`'s."""
     g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
+    s0_lm = cloud_s if cloud_s is not None else s_lm
     if drafter is None:
         draft_step, device_prefill = bare_forward_time(s_lm, device_ids, 1, reps), bare_prefill_time(s_lm, device_ids)
     else:
@@ -93,10 +107,10 @@ def measure_costs(
     return Costs(
         draft_step=draft_step,
         g_blocks={n: bare_forward_time(g_lm, g_ids, n, reps) for n in sizes},
-        s_blocks={n: bare_forward_time(s_lm, s_ids, n, reps) for n in sizes},
+        s_blocks={n: bare_forward_time(s0_lm, s_ids, n, reps) for n in sizes},
         device_prefill=device_prefill,
         g_prefill=bare_prefill_time(g_lm, g_ids),
-        s_prefill=bare_prefill_time(s_lm, s_ids),
+        s_prefill=bare_prefill_time(s0_lm, s_ids),
     )
 
 

@@ -42,6 +42,24 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
 
 
+def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(tmp_path, char_tok) -> None:
+    """The GPU run's options on the CPU: the cloud's own copies in bf16 (the device's stay fp32) and
+    the slot pool as the verifier's KV engine, every method still served (tools/gpu_check.sh's
+    end-to-end sweep runs the same with --cloud-device cuda)."""
+    s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
+    out = tmp_path / "results"
+    args = ["--rtts", "0", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4", "--baseline-reps", "1"]
+    args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out), "--no-best-k"]
+    args += ["--cloud-dtype", "bfloat16", "--kv", "slots"]
+    assert speed.main(args) == 0
+    data = json.loads((out / "speed.json").read_text())
+    meta, rows = data["meta"], data["rows"]
+    assert (meta["cloud_device"], meta["cloud_dtype"], meta["kv"]) == ("cpu", "bfloat16", "slots")
+    assert {"llm (in cloud)", "fusion", "specsteer gamma=0.5 (K=4)"} <= {r["method"] for r in rows}
+    assert all(r["fallbacks"] == 0 for r in rows)
+
+
 def test_only_a_steered_bonus_that_reads_the_device_model_is_charged_a_draft_step() -> None:
     # sd's bonus is P_G's own token; alpha 0 ranks the candidates by v alone; neither reads P_S^c.
     assert speed.reads_specialist_at_recovery(speed.SessionParams(gamma=0.5, draft_len=4))
