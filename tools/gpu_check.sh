@@ -19,6 +19,13 @@
 #    (slot pool, CUDA-graph replays, whole rounds), the 32B last (partial JSON after each one);
 #    then, in the time left, the 1.5B's slot pool compiled (inductor under the graphs) into $OUT/compiled.
 # Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions.
+#
+# GPU_CHECK_PART=e2e runs the end-to-end sweep instead (issue 27 #5): random-weight Qwen2.5 0.5B and
+# 1.5B written there (bench.random_models) with the carried tokenizer, then bench.speed with the
+# verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, into
+# $OUT/e2e. Carry the tokenizer too: copy a converted Qwen2.5 model's tokenizer.json,
+# tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-excluded here) and add
+# ".gpu-tokenizer" to carry.
 # Ask for the H200 (nvidia-h200): the 32B's 64 and 128 slots need its memory.
 set -uo pipefail
 
@@ -37,6 +44,8 @@ PY=${PYTHON:-python3}
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
+PART=${GPU_CHECK_PART:-bench}
+
 # 1. Missing test dependencies, from the carried wheels.
 missing=$($PY - <<'EOF'
 import importlib.util
@@ -53,6 +62,21 @@ if [ -n "$missing" ]; then
   $PY -m pip install --quiet --no-index --no-deps --find-links .venv/gpu-wheels --target "$SITE" $missing \
     >"$OUT/pip.txt" 2>&1 || { echo "pip failed: see pip.txt"; cat "$OUT/pip.txt"; }
   export PYTHONPATH=.:$SITE:${PYTHONPATH}
+fi
+
+if [ "$PART" = e2e ]; then
+  [ -f .gpu-tokenizer/tokenizer.json ] || { echo "e2e needs .gpu-tokenizer/ carried (see the header)"; exit 2; }
+  MODELS=$(mktemp -d)
+  $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs qwen2.5-0.5b,qwen2.5-1.5b --out "$MODELS" \
+    --device cuda >"$OUT/e2e.txt" 2>&1
+  LEFT=$((BUDGET_S - ($(date +%s) - START)))
+  timeout "$LEFT" $PY -m bench.speed --specialist "$MODELS/qwen2.5-0.5b" --generalist "$MODELS/qwen2.5-1.5b" \
+    --cloud-device cuda --cloud-dtype bfloat16 --kv slots --rtts 0 20 50 100 --queries 1 --max-new-tokens 32 \
+    --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1
+  echo "bench.speed exit $?" >>"$OUT/e2e.txt"
+  tail -30 "$OUT/e2e.txt"
+  echo "gpu_check e2e done in $(($(date +%s) - START)) s"
+  exit 0
 fi
 
 # 2. The CUDA tests (they skip nothing here but the no-GPU refusals); at most 3 minutes.
