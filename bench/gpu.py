@@ -31,7 +31,6 @@ import functools
 import gc
 import json
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,9 +51,10 @@ from transformers import (
 )
 
 from bench.gpu_pool import measure_pool, measure_round
+from bench.timing import median_ms
 from core.cli import command_parser, reported, whole_number
 from core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
-from core.errors import ConfigError
+from core.errors import ConfigError, one_line
 from core.fileio import atomic_write
 
 
@@ -115,31 +115,12 @@ def hf_config(shape: ModelShape, context: int) -> PretrainedConfig:
 # --- timing ---------------------------------------------------------------------------------------
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_ms(run: Callable[[], object], reset: Callable[[], object], device: torch.device, reps: int) -> float:
-    """Median wall time of `run()` in ms over `reps` (after two warm-ups), `reset()` untimed before each."""
-    times = []
-    for i in range(reps + 2):
-        reset()
-        synchronize(device)
-        start = time.perf_counter()
-        run()
-        synchronize(device)
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def copy_rate(device: torch.device, mib: int, reps: int = 10) -> float:
     """Device-to-device bytes per second of a large `copy_`, counting the bytes read and written."""
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
     src.random_(0, 255)
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), lambda: None, device, reps)
+    ms = median_ms(lambda: dst.copy_(src), device, reps)
     return 2 * mib * 2**20 / (ms / 1e3)
 
 
@@ -245,7 +226,7 @@ def measure_eager(model: PreTrainedModel, shape: ModelShape, options: Options) -
             with torch.no_grad():
                 model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
 
-        out[n] = median_ms(run, lambda: crop_to(cache, c), device, options.reps)
+        out[n] = median_ms(run, device, options.reps, reset=lambda: crop_to(cache, c))
     crop_to(cache, c)
     return out, cache
 
@@ -281,7 +262,7 @@ def measure_static(
             with torch.no_grad():
                 step(ids, pos)
 
-        out[n] = median_ms(run, lambda: rewind(cache, c), device, options.reps)
+        out[n] = median_ms(run, device, options.reps, reset=lambda: rewind(cache, c))
         needed = 1.2 * (time.perf_counter() - block_started) + 10
         if diff is None:
             rewind(cache, c)
@@ -313,7 +294,7 @@ def measure_batches(
                 with torch.no_grad():
                     model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
 
-            out[b] = median_ms(run, functools.partial(crop_to, cache, c), device, options.reps)
+            out[b] = median_ms(run, device, options.reps, reset=functools.partial(crop_to, cache, c))
         except torch.OutOfMemoryError:
             out[b] = "out of memory"
         finally:
@@ -419,7 +400,7 @@ def measure_lean_path(
 
 
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return f"{type(exc).__name__}: {one_line(exc)}"
 
 
 def release(device: torch.device) -> None:

@@ -15,33 +15,17 @@ replay writes the same positions again, which is what a rollback by length costs
 from __future__ import annotations
 
 import functools
-import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
+from bench.timing import median_ms
 from server.slot_pool import GraphedForward, SlotPool, block_forward, round_outputs
 
 ROUND_ALPHA = 1.0
 ROUND_TOP_K = 10
-
-
-def median_ms(run: Callable[[], object], device: torch.device, reps: int) -> float:
-    """Median wall time of `run()` in ms over `reps`, after two warm-ups (the first captures)."""
-    times = []
-    for i in range(reps + 2):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def slots_that_fit(model: PreTrainedModel, wanted: int, max_len: int, headroom: float = 0.75) -> int:

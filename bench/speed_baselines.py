@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from bench.timing import synchronize
 from core.gguf_cache import locate_embedded_gguf
 from core.kv import model_device
 from core.models import CausalLM
@@ -30,8 +31,7 @@ def hf_generate(g_lm: CausalLM, prompt: str, new_tokens: int) -> float:
             do_sample=False,
             pad_token_id=eos,
         )
-    if ids.device.type == "cuda":
-        torch.cuda.synchronize(ids.device)
+    synchronize(ids.device)
     return time.perf_counter() - start
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from bench.cost_model import Costs
+from bench.timing import synchronize
 from core.kv import model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
@@ -23,12 +24,6 @@ from sdk.device import Drafter
 __all__ = ["DEMO", "bare_forward_time", "bare_prefill_time", "drafter_times", "logger", "measure_costs"]
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
-
-
-def _synchronize(device: torch.device) -> None:
-    """Wait for a GPU's queued work, so a wall-clock time covers it (nothing to wait for on a CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
@@ -41,10 +36,10 @@ def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 
         tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]], device=device)  # ordinary text tokens
         times = []
         for _ in range(reps + 1):
-            _synchronize(device)
+            synchronize(device)
             start = time.perf_counter()
             lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
-            _synchronize(device)
+            synchronize(device)
             times.append(time.perf_counter() - start)
             cache.crop(-block)
     return statistics.median(times[1:])  # the first rep warms the allocator
@@ -58,10 +53,10 @@ def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
     with torch.inference_mode():
         for _ in range(reps + 1):
             cache = recording_cache(lm.model)
-            _synchronize(device)
+            synchronize(device)
             start = time.perf_counter()
             lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
-            _synchronize(device)
+            synchronize(device)
             times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 
