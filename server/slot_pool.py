@@ -45,6 +45,7 @@ __all__ = [
     "SLOT_ATTENTION",
     "GraphedForward",
     "SlotKV",
+    "SlotOverflow",
     "SlotPool",
     "folded_gqa_attention",
     "round_outputs",
@@ -220,6 +221,10 @@ class GraphedForward:
         return graph, buffers, output
 
 
+class SlotOverflow(ValueError):
+    """A block that would run past its slot's `max_len` positions."""
+
+
 # Blocks longer than this (a prompt's prefill) run without a graph: one graph per prompt length
 # would cost more to capture than it saves.
 GRAPH_MAX_N = 16
@@ -286,7 +291,9 @@ class SlotPool:
             if not 0 < len(tokens) <= n or slot >= bucket:
                 raise ValueError(f"slot {slot}: a block of {len(tokens)} tokens does not fit bucket ({bucket}, {n})")
             if self.lengths[slot] + n > self.kv.max_len:
-                raise ValueError(f"slot {slot}: {self.lengths[slot]} + {n} tokens exceed the pool's {self.kv.max_len}")
+                raise SlotOverflow(
+                    f"slot {slot}: {self.lengths[slot]} + {n} tokens exceed the pool's {self.kv.max_len}"
+                )
             ids[slot, : len(tokens)] = torch.tensor(tokens)
             ids[slot, len(tokens) :] = tokens[-1]
             active[slot] = True
@@ -318,7 +325,10 @@ class SlotPool:
         bucket = min(_power_of_two_at_least(bucket), self.kv.slots)
         if n > GRAPH_MAX_N:
             return bucket, n, False
-        return bucket, _power_of_two_at_least(n), True
+        padded = _power_of_two_at_least(n)
+        if any(self.lengths[slot] + padded > self.kv.max_len for slot in blocks):
+            return bucket, n, True  # a slot near its end: its padding would not fit, so no padding
+        return bucket, padded, True
 
     def run(self, blocks: dict[int, list[int]]) -> list[torch.Tensor]:
         """Each block's own logits [len(block), vocab], in the order of `blocks`, as tensors of

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from core.errors import ProtocolError
 from core.kv import CachedSequence
 from server.errors import NoSessionSlot
-from server.slot_pool import SlotPool, slot_pool_problem
+from server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
 __all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
 
@@ -64,10 +64,12 @@ def slot_forward_batch(items: Sequence[tuple[SlotSequence, Sequence[int]]]) -> l
     pool = items[0][0].pool
     if any(seq.pool is not pool for seq, _ in items):
         raise ValueError("a merged slot forward needs every sequence on one pool")
-    room = [seq for seq, new in items if pool.lengths[seq.slot] + len(new) > pool.kv.max_len]
-    if room:
-        raise ProtocolError(f"the session is longer than the verifier's {pool.kv.max_len}-token KV slots")
-    return pool.run({seq.slot: list(new) for seq, new in items})
+    try:
+        return pool.run({seq.slot: list(new) for seq, new in items})
+    except SlotOverflow:
+        # Merged, a row may overflow only by another row's padding: the batcher then runs each
+        # alone, where this is the session's own length.
+        raise ProtocolError(f"the session is longer than the verifier's {pool.kv.max_len}-token KV slots") from None
 
 
 def slot_forward(seq: SlotSequence, new: Sequence[int]) -> torch.Tensor:

@@ -5,6 +5,8 @@ where there is a GPU (tools/gpu_check.sh runs it)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
@@ -12,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, 
 from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
 from core.steering import steering_candidates
-from server.slot_pool import SlotKV, SlotPool, folded_gqa_attention, round_outputs
+from server.slot_pool import SlotKV, SlotOverflow, SlotPool, folded_gqa_attention, round_outputs
 from tests.tinymodels import char_tokenizer, perturbed_copy, tiny_gemma, tiny_lm
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
@@ -37,56 +39,53 @@ def model(tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     return tiny_lm(tokenizer, seed=3, kv_heads=2).model
 
 
+@pytest.fixture(params=DEVICES)
+def placed(model: PreTrainedModel, request: pytest.FixtureRequest) -> Iterator[PreTrainedModel]:
+    """The tiny model on each device of `DEVICES` in turn (back on the CPU afterwards)."""
+    yield model.to(torch.device(request.param))
+    model.to(torch.device("cpu"))
+
+
 def texts(tokenizer: PreTrainedTokenizerFast, *words: str) -> list[list[int]]:
     return [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_sessions_at_different_lengths_share_a_forward(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, device: str
+    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
 ) -> None:
-    model = model.to(torch.device(device))
-    try:
-        pool = SlotPool(model, slots=4, max_len=64)
-        prompts = texts(tokenizer, "the cat sat", "a much longer opening line", "hi")
-        slots = [pool.claim() for _ in prompts]
-        assert slots == [0, 1, 2]
-        for slot, prompt in zip(slots, prompts, strict=True):  # prefill one at a time: the others idle
-            logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
-            torch.testing.assert_close(logits[slot], reference_logits(model, prompt), atol=ATOL, rtol=0)
-        # One bucket, three lengths, blocks of 3, 1 (padded) and 2 (padded) real tokens.
-        blocks = {0: [5, 6, 7], 1: [8], 2: [9, 10]}
-        logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
-        for slot, block in blocks.items():
-            want = reference_logits(model, prompts[slot] + block)[-len(block) :]
-            torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
-            assert pool.lengths[slot] == len(prompts[slot]) + len(block)
-    finally:
-        model.to(torch.device("cpu"))
+    pool = SlotPool(placed, slots=4, max_len=64)
+    prompts = texts(tokenizer, "the cat sat", "a much longer opening line", "hi")
+    slots = [pool.claim() for _ in prompts]
+    assert slots == [0, 1, 2]
+    for slot, prompt in zip(slots, prompts, strict=True):  # prefill one at a time: the others idle
+        logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
+        torch.testing.assert_close(logits[slot], reference_logits(placed, prompt), atol=ATOL, rtol=0)
+    # One bucket, three lengths, blocks of 3, 1 (padded) and 2 (padded) real tokens.
+    blocks = {0: [5, 6, 7], 1: [8], 2: [9, 10]}
+    logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
+    for slot, block in blocks.items():
+        want = reference_logits(placed, prompts[slot] + block)[-len(block) :]
+        torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
+        assert pool.lengths[slot] == len(prompts[slot]) + len(block)
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_rollback_is_a_length_and_idle_slots_keep_their_kv(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, device: str
+    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
 ) -> None:
-    model = model.to(torch.device(device))
-    try:
-        pool = SlotPool(model, slots=2, max_len=48)
-        a, b = pool.claim(), pool.claim()
-        prompt_a, prompt_b = texts(tokenizer, "draft and verify", "steer")
-        pool.forward({a: prompt_a}, bucket=2, n=len(prompt_a))
-        pool.forward({b: prompt_b}, bucket=2, n=len(prompt_b))
-        rejected = [11, 12, 13, 14]
-        pool.forward({a: rejected}, bucket=2, n=5)  # b idles through it
-        pool.set_length(a, len(prompt_a) + 1)  # the ratio test kept one of the four
-        kept = [*prompt_a, rejected[0]]
-        logits = pool.forward({a: [20, 21], b: [22]}, bucket=2, n=5).float().cpu()
-        torch.testing.assert_close(logits[a, :2], reference_logits(model, [*kept, 20, 21])[-2:], atol=ATOL, rtol=0)
-        torch.testing.assert_close(logits[b, :1], reference_logits(model, [*prompt_b, 22])[-1:], atol=ATOL, rtol=0)
-        pool.release(a)
-        assert pool.claim() == a and pool.lengths[a] == 0
-    finally:
-        model.to(torch.device("cpu"))
+    pool = SlotPool(placed, slots=2, max_len=48)
+    a, b = pool.claim(), pool.claim()
+    prompt_a, prompt_b = texts(tokenizer, "draft and verify", "steer")
+    pool.forward({a: prompt_a}, bucket=2, n=len(prompt_a))
+    pool.forward({b: prompt_b}, bucket=2, n=len(prompt_b))
+    rejected = [11, 12, 13, 14]
+    pool.forward({a: rejected}, bucket=2, n=5)  # b idles through it
+    pool.set_length(a, len(prompt_a) + 1)  # the ratio test kept one of the four
+    kept = [*prompt_a, rejected[0]]
+    logits = pool.forward({a: [20, 21], b: [22]}, bucket=2, n=5).float().cpu()
+    torch.testing.assert_close(logits[a, :2], reference_logits(placed, [*kept, 20, 21])[-2:], atol=ATOL, rtol=0)
+    torch.testing.assert_close(logits[b, :1], reference_logits(placed, [*prompt_b, 22])[-1:], atol=ATOL, rtol=0)
+    pool.release(a)
+    assert pool.claim() == a and pool.lengths[a] == 0
 
 
 def test_round_outputs_match_core_steering(tokenizer: PreTrainedTokenizerFast) -> None:
@@ -139,12 +138,26 @@ def test_qwen3_decoder_runs_on_the_pool(tokenizer: PreTrainedTokenizerFast) -> N
     torch.testing.assert_close(logits[slot, :2], reference_logits(model, [*prompt, 7, 8])[-2:], atol=ATOL, rtol=0)
 
 
+def test_on_a_gpu_blocks_are_padded_to_few_shapes_but_never_past_a_slot(model: PreTrainedModel) -> None:
+    """`shape_for` is the GPU's padding policy (read on a CPU pool told it is on a GPU): buckets and
+    blocks round up to powers of two, except where a slot's padding would run past its end."""
+    pool = SlotPool(model, slots=8, max_len=20)
+    pool.device = torch.device("cuda")  # the policy alone; nothing runs
+    for _ in range(3):
+        pool.claim()
+    pool.set_length(2, 10)
+    assert pool.shape_for({2: [1, 2, 3]}) == (4, 4, True)
+    assert pool.shape_for({0: list(range(20))}) == (1, 20, False)  # a prefill: exact, no graph
+    pool.set_length(2, 17)  # 17 + 4 padded would pass 20: the block goes unpadded
+    assert pool.shape_for({2: [1, 2, 3]}) == (4, 3, True)
+
+
 def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
     with pytest.raises(ValueError, match="sliding-window"):
         SlotKV(tiny_gemma(tokenizer, seed=1, window=4).config, 1, 8, torch.device("cpu"), torch.float32)
     pool = SlotPool(model, slots=1, max_len=8)
     slot = pool.claim()
-    with pytest.raises(ValueError, match="exceed the pool's 8"):
+    with pytest.raises(SlotOverflow, match="exceed the pool's 8"):
         pool.forward({slot: list(range(1, 10))}, bucket=1, n=9)
     with pytest.raises(RuntimeError, match="all 1 KV slots are taken"):
         pool.claim()
