@@ -6,7 +6,6 @@ what the pool cannot serve is refused in one sentence."""
 from __future__ import annotations
 
 import gc
-import threading
 
 import pytest
 
@@ -22,9 +21,17 @@ from server.errors import NoSessionSlot
 from server.metrics import Metrics
 from server.session import CloudVerifier
 from server.slot_sequence import SlotPools, SlotSequence
-from tests.server.test_batching import PROMPTS, assert_same_rounds, merged_forwards, run_concurrently, run_one
+from tests.server.test_batching import (
+    PROMPTS,
+    assert_same_rounds,
+    in_process_texts,
+    live_texts,
+    merged_forwards,
+    run_concurrently,
+    run_one,
+)
 from tests.tinymodels import tiny_gemma, tiny_lm
-from tests.verifier_harness import make_pki, remote, serve
+from tests.verifier_harness import make_pki
 
 
 @pytest.fixture(scope="module")
@@ -127,32 +134,10 @@ def test_live_verifier_on_the_slot_pool_serves_concurrent_devices_as_in_process(
     """A real server over mutual TLS with the slot engine and batching on: four devices at once get
     the default engine's texts, and their sessions' slots are free again once they are done."""
     s_lm, g_lm = pair
-    params, options = SessionParams(draft_len=4), DecodeOptions(max_new_tokens=16)
-    local = [
-        generate(
-            Specialist(s_lm),
-            p,
-            params,
-            options,
-            InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size),
-        )
-        for p in PROMPTS
-    ]
     cloud = slot_cloud(pair, slots=4)
-    got: dict[int, list[int]] = {}
-    with serve(cloud, pki, batching=True, max_batch=4, batch_wait_ms=50) as (server, port):
-
-        def one(i: int) -> None:
-            with remote(port, pki, vocab_size=s_lm.vocab_size) as verifier:
-                got[i] = generate(Specialist(s_lm), PROMPTS[i], params, options, verifier, fallback=False).token_ids
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert [got.get(i) for i in range(len(PROMPTS))] == [out.token_ids for out in local]
-        assert merged_forwards(server.metrics) > 0
+    got, metrics = live_texts(cloud, s_lm, pki, batching=True, max_batch=4, batch_wait_ms=50)
+    assert got == in_process_texts(g_lm, s_lm)
+    assert merged_forwards(metrics) > 0
     assert cloud.kv_slots is not None
     for pool in cloud.kv_slots.pools():
         assert sorted(pool.free_slots()) == [0, 1, 2, 3]
