@@ -43,7 +43,19 @@ def adapter_label(method: str, variant: str) -> str:
 
 def gamma_label(variant: str, gamma: float) -> str:
     """A `specsteer+adapters` row of the gamma sweep (`--gammas`): the same adapters, another gamma."""
-    return f"{adapter_label(SPECSTEER, variant)[:-1]}, gamma {gamma:g})"
+    return f"{_sweep_prefix(variant)}{gamma:g})"
+
+
+def swept_gamma(label: str, variant: str) -> float | None:
+    """The gamma of `variant`'s sweep row `label` (`gamma_label`'s inverse); None for any other row."""
+    prefix = _sweep_prefix(variant)
+    if not (label.startswith(prefix) and label.endswith(")")):
+        return None
+    return float(label[len(prefix) : -1])
+
+
+def _sweep_prefix(variant: str) -> str:
+    return f"{adapter_label(SPECSTEER, variant)[:-1]}, gamma "
 
 
 def comparisons(variants: Sequence[str], swept: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
@@ -161,10 +173,8 @@ def write_report(
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
     # The gamma sweep's rows in the runs log (whichever command wrote them), by gamma.
-    swept = sorted(
-        {(v, r["config"]) for r in rows for v in variants if r["config"].startswith(gamma_label(v, 0)[: -len("0)")])},
-        key=lambda vl: (vl[0], float(vl[1].rsplit("gamma ", 1)[1][:-1])),
-    )
+    gammas = {(v, r["config"]): g for r in rows for v in variants if (g := swept_gamma(r["config"], v)) is not None}
+    swept = sorted(gammas, key=lambda key: (key[0], gammas[key]))
     labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries)
     result = {
@@ -188,7 +198,7 @@ def write_report(
             "specialist": args.specialist,
             "generalist": args.generalist,
             "gamma": GAMMA,
-            "gammas_swept": sorted({float(label.rsplit("gamma ", 1)[1][:-1]) for _, label in swept}),
+            "gammas_swept": sorted({gammas[key] for key in swept}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' whole histories",
