@@ -6,12 +6,13 @@
     │   └── PkiError            a PKI directory or certificate that cannot be created or used
     ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
     ├── NoSessionSlot           no session slot for a device within the queue's wait (it may fall back)
+    ├── SlotOverflow            a block that would run past its KV slot's positions (server.slot_pool)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
     └── ProtocolError           core.errors: a device message that breaks the session contract
         └── ContractError       core.contract: a frame the one session contract refuses
 
-`PkiError` (which `server.pki` still exports), `NotADevice` and `NoSessionSlot` are defined here; the
+`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot` and `SlotOverflow` are defined here; the
 others come from the layers below and are gathered here, so a caller imports its `except` clauses
 from one module. A refusal inside the gRPC service (`server.service._Abort`) is no error a caller
 sees: it ends a stream with a status.
@@ -32,6 +33,7 @@ __all__ = [
     "PkiError",
     "ProfileError",
     "ProtocolError",
+    "SlotOverflow",
     "SpecSteerError",
 ]
 
@@ -46,3 +48,7 @@ class NotADevice(SpecSteerError):
 
 class NoSessionSlot(SpecSteerError):
     """No session slot within the wait (or the queue is full): the device is told why and may fall back."""
+
+
+class SlotOverflow(SpecSteerError):
+    """A block that would run past its KV slot's `max_len` positions (`server.slot_pool`)."""

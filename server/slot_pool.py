@@ -40,6 +40,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.steering import LOGP_FLOOR
+from server.errors import SlotOverflow
 
 __all__ = [
     "SLOT_ATTENTION",
@@ -219,10 +220,6 @@ class GraphedForward:
         with torch.cuda.graph(graph, pool=self._memory_pool), torch.inference_mode():
             output = self.function(*buffers)
         return graph, buffers, output
-
-
-class SlotOverflow(ValueError):
-    """A block that would run past its slot's `max_len` positions."""
 
 
 # Blocks longer than this (a prompt's prefill) run without a graph: one graph per prompt length
