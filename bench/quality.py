@@ -38,7 +38,7 @@ from core.prompts import task_prompt
 from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Drafter, Specialist, generate
-from sdk.llamacpp import DRAFTERS, drafter_for
+from sdk.drafters import DRAFTERS, ONNX_PRECISIONS, drafter_for
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
 
@@ -88,12 +88,18 @@ class Pairs:
     """Loads each model once and keeps one in-process verifier per Specialist."""
 
     def __init__(
-        self, generalist: str, quantize: str = "fp32", linear_kernel: str | None = None, drafter: str = "torch"
+        self,
+        generalist: str,
+        quantize: str = "fp32",
+        linear_kernel: str | None = None,
+        drafter: str = "torch",
+        drafter_precision: str | None = None,
     ) -> None:
         self._generalist_name = generalist
         self._quantize = quantize
         self._linear_kernel = linear_kernel
         self._drafter_kind = drafter
+        self._drafter_precision = drafter_precision
         self._lms: dict[str, CausalLM] = {}
         self._drafters: dict[str, Drafter | None] = {}
         self._verifiers: dict[str, InProcessVerifier] = {}
@@ -106,7 +112,9 @@ class Pairs:
     def drafter(self, specialist: str) -> Drafter | None:
         """The device's drafter for `specialist` (None: its torch model drafts)."""
         if specialist not in self._drafters:
-            self._drafters[specialist] = drafter_for(self._drafter_kind, specialist, self.lm(specialist))
+            self._drafters[specialist] = drafter_for(
+                self._drafter_kind, specialist, self.lm(specialist), precision=self._drafter_precision
+            )
         return self._drafters[specialist]
 
     def verifier(self, specialist: str) -> InProcessVerifier:
@@ -222,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
-    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
+    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.drafters)")
+    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: default int4")
     args = p.parse_args(argv)
     if not args.data.is_file():
         print(f"bench.quality: error: no data file at {args.data}", file=sys.stderr)
@@ -235,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
 
-    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel, args.drafter)
+    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel, args.drafter, args.drafter_precision)
     started = time.perf_counter()
     passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
     total = len(queries) * len(passes)
@@ -293,6 +302,7 @@ def write_report(
         "quantize": args.quantize,
         "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
         "drafter": args.drafter,
+        "drafter_precision": args.drafter_precision,
         "wall_seconds_this_run": round(seconds, 1),
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "configs": [

@@ -9,9 +9,10 @@ the verifier injects a runner that merges the pending forwards of concurrent ses
 model into one padded forward (`server/kv_batch.py`, scheduled by `server/batching.py`), which
 leaves each sequence's cache and rows as its own forward would, up to float rounding.
 
-The bookkeeping (rows kept, rollback, continuation scoring) is `CachedSequence`; `TokenSequence`
-runs it on a Hugging Face model, and the device's llama.cpp drafter (`sdk/llamacpp.py`) on a
-llama.cpp context.
+The bookkeeping (rows kept, rollback, continuation scoring) is `core.sequence.CachedSequence`,
+which needs no torch; `TensorSequence` keeps its rows as torch tensors, and `TokenSequence` runs it
+on a Hugging Face model. The device's drafters (`sdk/onnx_drafter.py`, `sdk/llamacpp.py`) keep
+numpy rows.
 
 The model may sit on a GPU in any dtype: its inputs are built on its device, its rows stay there
 as fp32 log-probabilities, and a caller reads a block's few values back at once (`block_logprobs`)
@@ -21,84 +22,41 @@ rather than one synchronising scalar a token.
 from __future__ import annotations
 
 import copy
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from core.sequence import CachedSequence
 from core.steering import log_softmax
 
-__all__ = ["CachedSequence", "ForwardRunner", "TokenSequence", "model_device", "recording_cache", "single_forward"]
+__all__ = [
+    "CachedSequence",
+    "ForwardRunner",
+    "TensorSequence",
+    "TokenSequence",
+    "model_device",
+    "recording_cache",
+    "single_forward",
+]
 
 ForwardRunner = Callable[["TokenSequence", Sequence[int]], torch.Tensor]
 """Feeds `new` ids to `seq.model` after `seq.cache` (which covers `seq.ids[:seq.cached]`), appends
 their KV entries to that cache, and returns their logits, shape [len(new), vocab]."""
 
 
-class CachedSequence(ABC):
-    """A growing token sequence on some backend's KV cache, with rollback: the bookkeeping every
-    backend shares. `ids` is the sequence; the cache covers `ids[:cached]`; `_rows[n]` is the fp32
-    log-distribution of the token after the first n ids, kept for the positions a rollback may
-    return to (from the last truncation point on). A backend may return logits for only the last
-    few tokens of a forward; a rollback to a position without a row re-feeds its last token."""
+class TensorSequence(CachedSequence[torch.Tensor]):
+    """A `CachedSequence` whose rows are torch tensors, on whatever device the model's logits are:
+    the Hugging Face models' sequences (`TokenSequence`, the slot pool's `SlotSequence`)."""
 
-    def __init__(self, prefix_ids: Sequence[int]) -> None:
-        if not prefix_ids:
-            raise ValueError("a token sequence needs at least one prefix token")
-        self.ids: list[int] = list(prefix_ids)
-        self._cached = 0
-        self._rows: dict[int, torch.Tensor] = {}
-        self.forward_passes = 0
+    def _log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        return log_softmax(logits)
 
-    @abstractmethod
-    def _forward(self, new: Sequence[int]) -> torch.Tensor:
-        """Feed `new` after the cached ids and extend the cache; logits of the last m >= 1 of them, [m, vocab]."""
-
-    @abstractmethod
-    def _crop(self, keep: int) -> None:
-        """Cut the cache to the first `keep` ids (or rebuild it from nothing) and set `_cached`."""
-
-    @abstractmethod
-    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """For each tail, the logits [len(tail), vocab] of feeding it after all of `ids`, leaving
-        the cache as it was."""
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def cached(self) -> int:
-        return self._cached
-
-    def push(self, tokens: Sequence[int]) -> None:
-        """Append tokens; they are fed on the next `next_logprobs`/`rows`."""
-        self.ids.extend(int(t) for t in tokens)
-
-    def _sync(self) -> None:
-        if self._cached >= len(self.ids):
-            return
-        rows = log_softmax(self._forward(self.ids[self._cached :]))
-        self.forward_passes += 1
-        first = len(self.ids) - rows.shape[0] + 1
-        for i in range(rows.shape[0]):
-            self._rows[first + i] = rows[i]
-        self._cached = len(self.ids)
-
-    def next_logprobs(self) -> torch.Tensor:
-        """log P(next token | all ids), shape [vocab]."""
-        return self.logprobs_at(len(self.ids))
-
-    def logprobs_at(self, n: int) -> torch.Tensor:
-        """log P(token n+1 | ids[:n]) for a prefix length n at or after the last truncation."""
-        self._sync()
-        if n not in self._rows:
-            raise IndexError(f"no distribution kept for prefix length {n}")
-        return self._rows[n]
+    def _vector(self, values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+        return torch.stack(values) if values else like.new_zeros(0)
 
     def block_logprobs(self, start: int, tokens: Sequence[int]) -> tuple[list[float], list[int]]:
-        """For each j: log P(tokens[j] | ids[:start + j]) and the most likely token there (the
-        first on ties), read back from the rows' device in one copy."""
+        """As `CachedSequence.block_logprobs`, read back from the rows' device in one copy."""
         if not tokens:
             return [], []
         rows = torch.stack([self.logprobs_at(start + j) for j in range(len(tokens))])
@@ -106,38 +64,8 @@ class CachedSequence(ABC):
         logps = rows.gather(1, picked).squeeze(1)
         return logps.tolist(), rows.argmax(dim=-1).tolist()
 
-    def truncate(self, n: int) -> None:
-        """Roll back to the first n ids. Distributions before n are dropped: the protocol only
-        ever truncates to a committed point, and later rollbacks never go behind it."""
-        if not 1 <= n <= len(self.ids):
-            raise IndexError(f"cannot truncate a sequence of {len(self.ids)} tokens to {n}")
-        del self.ids[n:]
-        keep = n if n in self._rows else n - 1  # without row n, re-feed the last token
-        if keep <= self._cached:
-            self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
-        self._rows = {m: row for m, row in self._rows.items() if n <= m <= self._cached}
 
-    def score_continuations(self, continuations: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Sum of log P over each continuation's tokens after the current ids, shape [len].
-
-        Single-token continuations read the current distribution; longer ones (cross-vocabulary
-        candidates) need the backend to feed their tails (`_tail_logits`).
-        """
-        base = self.next_logprobs()
-        scores = torch.stack([base[c[0]] for c in continuations]) if continuations else base.new_zeros(0)
-        longer = [i for i, c in enumerate(continuations) if len(c) > 1]
-        if not longer:
-            return scores
-        tails = self._tail_logits([list(continuations[i][:-1]) for i in longer])
-        self.forward_passes += 1
-        scores = scores.clone()
-        for logits, i in zip(tails, longer, strict=True):
-            c, rows = continuations[i], log_softmax(logits)
-            scores[i] = scores[i] + sum(rows[j, c[j + 1]] for j in range(len(c) - 1))
-        return scores
-
-
-class TokenSequence(CachedSequence):
+class TokenSequence(TensorSequence):
     """A sequence on a Hugging Face model's `DynamicCache`; every forward keeps all its rows."""
 
     def __init__(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None = None) -> None:

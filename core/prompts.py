@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: the device's retrieval imports this without torch
-    from core.models import CausalLM
+if TYPE_CHECKING:
+    from core.device_lm import SpecialistLM
 
 __all__ = [
     "CONTEXT_HEADER",
@@ -67,7 +67,7 @@ def context_text(examples: Sequence[Example]) -> str:
     )
 
 
-def render_prompt(lm: CausalLM, prompt: str, examples: Sequence[Example] = ()) -> list[int]:
+def render_prompt(lm: SpecialistLM, prompt: str, examples: Sequence[Example] = ()) -> list[int]:
     """Token IDs that put `prompt` (after the author's `examples`, best first, if any) in front of
     `lm`, ready to generate."""
     tokenizer = lm.tokenizer

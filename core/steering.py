@@ -1,13 +1,13 @@
 """SpecSteer's decision rules, as pure functions. This is where acceptance is decided.
 
 Everything here follows `docs/algorithm.md`: no I/O, no models, no globals, randomness
-passed in. Device code (`sdk/device.py`) and cloud code (`server/session.py`) both call it.
+passed in. The cloud (`server/session.py`) calls it on torch tensors; the device's own rules
+(recovery, the draw of each token) are `core.recovery`, in numpy, so the device needs no torch.
 Log-probabilities are fp32 log-softmax values.
 
 - `verify_ratios`: SpecSteer's ratio test, greedy or sampling (per token or per segment).
 - `verify_exact_greedy`: standard speculative decoding's greedy rule (the `sd` baseline).
 - `steering_candidates` / `steering_values`: the top-k steering vector (guardrail or literal policy).
-- `recovery_scores` / `choose`: recovery (and the steered bonus token) on the device.
 - `align_segments`: cross-vocabulary verification units from two tokenizations of one text.
 """
 
@@ -19,20 +19,28 @@ from dataclasses import dataclass
 
 import torch
 
+from core.recovery import LOGP_FLOOR
 from core.session_types import CandidatePolicy
 
-# Log-probabilities enter steering values and recovery scores floored here: log of the smallest
-# normal float32, about -87.34. A model may give a token exactly zero probability (a -inf logit,
-# or a multi-token candidate whose fp32 sum underflows); unfloored, v = log P_G - alpha log P_S^0
-# would be +inf, which the wire refuses, and 0/0 ratios would be NaN. Floored, every value is
-# finite: a token P_S^0 rules out carries the largest personal boost the floor allows, and one
-# that P_S^c and P_S^0 both rule out is neutral (its fused score is log P_G). The ratio test does
-# not use the floor: P_G > gamma * 0 is well defined.
-LOGP_FLOOR = math.log(torch.finfo(torch.float32).tiny)
+__all__ = [
+    "LOGP_FLOOR",
+    "Segment",
+    "acceptance_probability",
+    "align_segments",
+    "floored",
+    "log_gamma",
+    "log_softmax",
+    "steering_candidates",
+    "steering_values",
+    "top_indices",
+    "verify_exact_greedy",
+    "verify_ratios",
+]
 
 
 def floored(logp: torch.Tensor) -> torch.Tensor:
-    """fp32 log-probabilities with -inf and NaN raised to `LOGP_FLOOR`."""
+    """fp32 log-probabilities with -inf and NaN raised to `LOGP_FLOOR` (`core.recovery` says why),
+    the floor the device's recovery scores use too."""
     return torch.nan_to_num(logp.float(), nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
 
 
@@ -139,27 +147,6 @@ def steering_candidates(
     ranked_by = logp_g if policy is CandidatePolicy.GUARDRAIL else values
     ids = top_indices(ranked_by, k)
     return ids, values[ids]
-
-
-def recovery_scores(values: torch.Tensor, logp_sc: torch.Tensor, alpha: float) -> torch.Tensor:
-    """z_rec(c) = v(c) + alpha * log P_S^c(c) over the candidates (log P_S^c floored like v's terms)."""
-    if alpha == 0:
-        return values.float()
-    return values.float() + alpha * floored(logp_sc)
-
-
-def choose(
-    scores: torch.Tensor,
-    *,
-    sampling: bool,
-    temperature: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> int:
-    """Greedy: index of the largest score (the first on ties). Sampling: draw from softmax(scores / T)."""
-    if not sampling:
-        return int(torch.argmax(scores).item())
-    probs = torch.softmax(scores.float() / temperature, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
 @dataclass(frozen=True)

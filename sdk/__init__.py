@@ -12,8 +12,15 @@ What an app embeds, importable from `sdk` itself (the submodules are the impleme
 `__all__` below is the public API; tests/sdk/test_public_api.py guards it (and tests/sdk/test_readme.py
 runs the README's copy of these lines against a real verifier on loopback).
 
-The names whose modules import torch and transformers (seconds and hundreds of MB) load on first
-use (PEP 562), so `import sdk`, `sdk.errors` and `sdk --help` do not pay for a model until one runs.
+The names whose modules import a model library load on first use (PEP 562), so `import sdk`,
+`sdk.errors` and `sdk --help` do not pay for a model until one runs. A device that drafts on
+onnxruntime-genai never imports torch at all:
+
+    lm = load_device_lm("qwen2.5-coder-0.5b-instruct")
+    specialist = Specialist(lm, profile, drafter=OnnxDrafter.for_specialist(lm.name, lm))
+
+(`load_device_lm`: tokenizer, chat template and end ids without torch; only `CausalLM` and
+`load_causal_lm`, and the torch drafter, load torch and transformers.)
 """
 
 import importlib
@@ -33,11 +40,13 @@ from sdk.errors import (
 )
 
 if typing.TYPE_CHECKING:  # what a type checker sees; at run time `__getattr__` imports these on first use
+    from core.device_lm import DeviceLM, load_device_lm
     from core.models import CausalLM, load_causal_lm
     from sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
     from sdk.context import Profile
     from sdk.device import DecodeOptions, Generation, Specialist
     from sdk.llamacpp import LlamaCppDrafter
+    from sdk.onnx_drafter import OnnxDrafter
 
 __all__ = [
     "CandidatePolicy",
@@ -45,6 +54,7 @@ __all__ = [
     "ClientConfig",
     "ConfigError",
     "DecodeOptions",
+    "DeviceLM",
     "Generation",
     "GenerationSettings",
     "GenerationStats",
@@ -52,6 +62,7 @@ __all__ = [
     "LlamaCppDrafter",
     "Method",
     "ModelLoadError",
+    "OnnxDrafter",
     "PinningError",
     "Profile",
     "ProfileError",
@@ -64,12 +75,16 @@ __all__ = [
     "VerifierRefused",
     "__version__",
     "load_causal_lm",
+    "load_device_lm",
 ]
 
 # Public name -> the module that defines it, for the names imported on first use.
 _LAZY = {
     "CausalLM": "core.models",
     "load_causal_lm": "core.models",
+    "DeviceLM": "core.device_lm",
+    "load_device_lm": "core.device_lm",
+    "OnnxDrafter": "sdk.onnx_drafter",
     "ClientConfig": "sdk.client",
     "GenerationSettings": "sdk.client",
     "GenerationStream": "sdk.client",

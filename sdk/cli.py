@@ -37,11 +37,12 @@ from core.session_types import CandidatePolicy, Method, SessionParams
 from privacy.guard import PLACEHOLDER_LABELS
 from sdk.cloud_plugins import local_verifier_factory, sdk_command
 from sdk.context import Profile
-from sdk.drafters import DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
+from sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
 from sdk.egress import RecorderTap
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 if TYPE_CHECKING:
+    from core.device_lm import SpecialistLM
     from core.models import CausalLM
     from sdk.client import ClientConfig
     from sdk.cloud_plugins import LocalVerifierFactory
@@ -88,9 +89,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter",
         choices=DRAFTERS,
-        default="torch",
-        help="where the Specialist's forwards run (llamacpp: its GGUF, the [llamacpp] extra; "
-        "onnx: onnxruntime-genai, the [onnx] extra, converted once)",
+        default=DEFAULT_DRAFTER,
+        help=f"where the Specialist's forwards run (default {DEFAULT_DRAFTER}: onnxruntime-genai, converted once; "
+        "torch: the loaded model; llamacpp: its GGUF, the [llamacpp] extra)",
     )
     p.add_argument(
         "--drafter-precision",
@@ -250,13 +251,13 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
     return load_device_specialist(base, federation_state)[0]
 
 
-def device_drafter(args: argparse.Namespace, lm: CausalLM) -> Drafter | None:
+def device_drafter(args: argparse.Namespace, lm: SpecialistLM) -> Drafter | None:
     """The `--drafter` for the device's Specialist `lm` (None: its torch model drafts); with
     --federation-state, `lm` has the adapters merged in and the drafter converts those weights."""
     from sdk.drafters import drafter_for
 
     return drafter_for(
-        getattr(args, "drafter", "torch"),
+        getattr(args, "drafter", DEFAULT_DRAFTER),
         args.specialist,
         lm,
         precision=getattr(args, "drafter_precision", None),
@@ -309,7 +310,7 @@ def check_options(
     options = DecodeOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
-    drafter = getattr(args, "drafter", "torch")
+    drafter = getattr(args, "drafter", DEFAULT_DRAFTER)
     if getattr(args, "drafter_precision", None) is not None and drafter != "onnx":
         raise ConfigError(f"--drafter-precision is for --drafter onnx, not {drafter}")
     if drafter != "torch":
@@ -327,15 +328,23 @@ def check_options(
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     """The device's Specialist for a remote verifier (in process, `run` loads both models)."""
-    from core.models import load_causal_lm
     from sdk.device import Specialist
 
     log(args, f"loading Specialist {args.specialist}")
-    # With another drafter and a remote verifier nothing here runs the torch model: skip its weights.
-    weights = getattr(args, "drafter", "torch") == "torch" or getattr(args, "federation_state", None) is not None
+    federation_state = getattr(args, "federation_state", None)
+    if getattr(args, "drafter", DEFAULT_DRAFTER) != "torch" and federation_state is None:
+        # Another backend runs the forwards and the verifier is remote: nothing here needs torch
+        # (about 380 MB resident with transformers), only the tokenizer and the model's facts.
+        from core.device_lm import load_device_lm
+
+        device_lm = load_device_lm(args.specialist, cache_dir=args.cache_dir)
+        drafter = device_drafter(args, device_lm)
+        return Specialist(device_lm, profile, context_entries=args.context_entries, drafter=drafter)
+    from core.models import load_causal_lm
+
     quantize = getattr(args, "quantize", "fp32")
-    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize, weights=weights)
-    lm = device_specialist(lm, getattr(args, "federation_state", None))
+    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize)
+    lm = device_specialist(lm, federation_state)
     return Specialist(lm, profile, context_entries=args.context_entries, drafter=device_drafter(args, lm))
 
 
@@ -384,9 +393,6 @@ def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = N
 
 
 def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
-    from core.models import load_causal_lm
-    from sdk.device import generate
-
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
         check_options(args, prompt, remote=True)
@@ -395,6 +401,9 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
             return run_remote(args, prompt, load_specialist(args, profile), config, tap)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
+    from core.models import load_causal_lm  # in process, the verifier's models are torch's
+    from sdk.device import generate
+
     params, options = check_options(args, prompt)
     # The in-process verifier is cloud code, found by entry point: a missing one fails before the models load.
     factory = local_verifier_factory() if params.method.uses_cloud else None

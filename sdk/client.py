@@ -25,10 +25,10 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
+from core.device_lm import DeviceLM, SpecialistLM
 from core.errors import ConfigError, SpecSteerError
-from core.models import CausalLM
 from core.session_types import CandidatePolicy, Method, SessionParams
 from core.tomlfile import load_dataclass
 from privacy.guard import EgressGuard
@@ -40,6 +40,9 @@ from sdk.egress import EgressTap
 from sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from sdk.transport import Verifier
 from sdk.uplink_guard import check_guard_setting, guard_setting
+
+if TYPE_CHECKING:  # the device process that drafts on another backend never imports torch
+    from core.models import CausalLM
 
 __all__ = ["ClientConfig", "GenerationSettings", "GenerationStream", "SpecSteerClient"]
 
@@ -255,8 +258,15 @@ class SpecSteerClient:
         """A client whose verifier runs in this process (the `[cloud]` extra): the quick start, and a
         test bed. Frames still pass through the wire format, so the byte counts are real."""
         specialist = cls._specialist(specialist, profile)
+        if isinstance(specialist.lm, DeviceLM):
+            raise ConfigError(
+                f"the in-process verifier runs a generic copy of the Specialist {specialist.lm.name}: "
+                "load it with its weights (core.models.load_causal_lm)"
+            )
         # Found by entry point, not imported: the device SDK holds no cloud code (docs/architecture.md).
-        verifier = local_verifier_factory()(specialist.lm, generalist, seed=seed, federation_state=None)
+        verifier = local_verifier_factory()(
+            cast("CausalLM", specialist.lm), generalist, seed=seed, federation_state=None
+        )
         return cls(
             specialist,
             verifier,
@@ -268,8 +278,8 @@ class SpecSteerClient:
         )
 
     @staticmethod
-    def _specialist(specialist: Specialist | CausalLM, profile: Profile | None) -> Specialist:
-        if isinstance(specialist, CausalLM):
+    def _specialist(specialist: Specialist | SpecialistLM, profile: Profile | None) -> Specialist:
+        if not isinstance(specialist, Specialist):
             return Specialist(specialist, profile)
         if profile is not None:
             raise ConfigError("pass the profile inside the Specialist or with a model, not both")
@@ -278,7 +288,7 @@ class SpecSteerClient:
     @classmethod
     def connect(
         cls,
-        specialist: Specialist | CausalLM,
+        specialist: Specialist | SpecialistLM,
         config: ClientConfig,
         *,
         profile: Profile | None = None,

@@ -2,6 +2,11 @@
 
 It never opens a socket: it talks to a `Verifier` (in-process or remote) and hands it only the
 raw public prompt's token IDs, the declared parameters, and token IDs of drafts and commits.
+
+It does not import torch either: the Specialist's rows are read as numpy arrays (a torch row on
+the CPU without a copy) and its choices are `core.recovery`'s, so a device whose forwards run on
+onnxruntime-genai or llama.cpp (`Specialist(..., drafter=...)`, with a `core.device_lm.DeviceLM`)
+never loads it. Only the torch drafter (no `drafter`) imports `core.kv`, and torch with it.
 """
 
 from __future__ import annotations
@@ -11,25 +16,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
-import torch
+from numpy.typing import NDArray
 
+from core.device_lm import SpecialistLM
 from core.errors import ConfigError, ProtocolError
-from core.kv import CachedSequence, TokenSequence
 from core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
-from core.models import CausalLM
 from core.prompts import Example, render_prompt
+from core.recovery import choose, device_rng, recovery_scores
+from core.sequence import CachedSequence
 from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict, check_setting_types
-from core.steering import choose, recovery_scores
 from privacy.guard import EgressGuard
 from privacy.spans import Tokenizer
 from sdk.context import Profile, ProfileIndex, fit_context
 from sdk.transport import Verifier, VerifierLost, VerifierSession
 from sdk.uplink_guard import UplinkPlan, plan_uplink
 
+if TYPE_CHECKING:
+    from core.models import CausalLM
+
 OnCommit = Callable[[list[int]], None]
+CAPACITY_MARGIN = 64
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,10 @@ class Drafter(Protocol):
 
     model_name: str  # the `CausalLM.name` whose weights it runs
 
-    def sequence(self, prefix_ids: Sequence[int]) -> CachedSequence: ...
+    def sequence(self, prefix_ids: Sequence[int], capacity: int | None = None) -> CachedSequence[Any]:
+        """A sequence starting at `prefix_ids` that will hold at most `capacity` tokens (None: as
+        many as the backend can); a backend that allocates its cache up front sizes it by that."""
+        ...
 
 
 class Specialist:
@@ -78,12 +90,13 @@ class Specialist:
 
     `drafter`, if given, runs the model's forwards instead of `lm.model` (the same weights on a
     faster backend); `lm` still gives the tokenizer, chat template and end-of-sequence ids, and
-    may then be loaded without weights (`load_causal_lm(..., weights=False)`).
+    may then be a `core.device_lm.DeviceLM` (no weights, no torch) or a `CausalLM` loaded with
+    `weights=False`.
     """
 
     def __init__(
         self,
-        lm: CausalLM,
+        lm: SpecialistLM,
         profile: Profile | None = None,
         *,
         context_entries: int = 3,
@@ -121,11 +134,14 @@ class Specialist:
     def private_prompt_ids(self, prompt: str, *, with_context: bool) -> list[int]:
         return render_prompt(self.lm, prompt, self.context_for(prompt) if with_context else ())
 
-    def sequence(self, prefix_ids: Sequence[int]) -> CachedSequence:
-        """A new KV-cached sequence of the Specialist's forwards, starting at `prefix_ids`."""
+    def sequence(self, prefix_ids: Sequence[int], capacity: int | None = None) -> CachedSequence[Any]:
+        """A new KV-cached sequence of the Specialist's forwards, starting at `prefix_ids`, of at
+        most `capacity` tokens (`Drafter.sequence`)."""
         if self.drafter is not None:
-            return self.drafter.sequence(prefix_ids)
-        return TokenSequence(self.lm.model, prefix_ids)
+            return self.drafter.sequence(prefix_ids, capacity)
+        from core.kv import TokenSequence  # torch: only for the torch drafter
+
+        return TokenSequence(cast("CausalLM", self.lm).model, prefix_ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         # transformers types decode as `str | list[str]` (a list for a batch); one flat ID list is one str.
@@ -158,8 +174,10 @@ def generate(
     start = time.perf_counter()
     public_ids = _checked_request(specialist, prompt, params, verifier)
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
-    seq = specialist.sequence(ids)
-    rng = torch.Generator().manual_seed(options.seed)
+    # The budget bounds the sequence: drafts and look-ahead stay within it (`_steered_loop`); the
+    # margin covers the tails of multi-token candidates scored after the last commit.
+    seq = specialist.sequence(ids, capacity=len(ids) + options.max_new_tokens + CAPACITY_MARGIN)
+    rng = device_rng(options.seed)
     state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
     lost: VerifierLost | None = None
     kept_local: str | None = None
@@ -196,11 +214,22 @@ def generate(
     if lost is not None or kept_local is not None or not params.method.uses_cloud:
         _local_loop(seq, params.sampling, options, state, rng)
     state.stats.seconds = time.perf_counter() - start
+    state.stats.extra.update(_forward_times(seq))
     token_ids = state.generated[:-1] if state.ended else state.generated
     state.stats.new_tokens = len(token_ids)
     return Generation(
         specialist.decode(token_ids), token_ids, state.stats, fallback_detail=str(lost) if lost is not None else None
     )
+
+
+def _forward_times(seq: CachedSequence[Any]) -> dict[str, float]:
+    """The Specialist's own cost on this device: its prompt's prefill and the median of its later
+    forwards (a draft step: one or two tokens each), in ms."""
+    times = seq.forward_seconds
+    out = {"device_prefill_ms": round(times[0] * 1000, 2)} if times else {}
+    if len(times) > 1:
+        out["device_step_ms"] = round(float(np.median(times[1:])) * 1000, 2)
+    return out
 
 
 def _checked_request(
@@ -256,13 +285,14 @@ class _State:
         return kept
 
 
-def _draw(logprobs: torch.Tensor, sampling: bool, options: DecodeOptions, rng: torch.Generator) -> int:
+Rng = np.random.Generator
+
+
+def _draw(logprobs: Any, sampling: bool, options: DecodeOptions, rng: Rng) -> int:
     return choose(logprobs, sampling=sampling, temperature=options.temperature, generator=rng)
 
 
-def _local_loop(
-    seq: CachedSequence, sampling: bool, options: DecodeOptions, state: _State, rng: torch.Generator
-) -> None:
+def _local_loop(seq: CachedSequence[Any], sampling: bool, options: DecodeOptions, state: _State, rng: Rng) -> None:
     """The Specialist alone (slm, slm-rag, and finishing locally when the cloud is gone)."""
     while state.remaining > 0:
         token = _draw(seq.next_logprobs(), sampling, options, rng)
@@ -300,11 +330,11 @@ class _Uplink:
 
 def _steered_loop(
     uplink: _Uplink,
-    seq: CachedSequence,
+    seq: CachedSequence[Any],
     params: SessionParams,
     options: DecodeOptions,
     state: _State,
-    rng: torch.Generator,
+    rng: Rng,
 ) -> str | None:
     """Draft - Verify - Recover until the budget is spent or the text ends.
 
@@ -362,9 +392,7 @@ def _steered_loop(
     return None
 
 
-def _look_ahead(
-    seq: CachedSequence, limit: int, sampling: bool, options: DecodeOptions, rng: torch.Generator
-) -> int | None:
+def _look_ahead(seq: CachedSequence[Any], limit: int, sampling: bool, options: DecodeOptions, rng: Rng) -> int | None:
     """Draft one more token on the device (the guard resolving a hold), unless `seq` is at `limit`."""
     if len(seq) >= limit:
         return None
@@ -374,7 +402,7 @@ def _look_ahead(
 
 
 def _recover(
-    seq: CachedSequence, verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+    seq: CachedSequence[Any], verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: Rng
 ) -> tuple[int, ...]:
     """Pick a candidate by v + alpha * log P_S^c."""
     assert verdict.steering is not None
@@ -383,7 +411,7 @@ def _recover(
     candidates = verdict.steering.candidates
     if len(candidates) == 1:
         return candidates[0]
-    values = torch.tensor(verdict.steering.values, dtype=torch.float32)
+    values = np.asarray(verdict.steering.values, dtype=np.float32)
     if params.alpha == 0:
         return candidates[_draw(values, params.sampling, options, rng)]
     if params.sampling:
@@ -394,34 +422,34 @@ def _recover(
 
 
 def _fuse(
-    seq: CachedSequence, fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: torch.Generator
+    seq: CachedSequence[Any], fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: Rng
 ) -> int:
     """Token-level fusion over the whole vocabulary: the token by v + alpha * log P_S^c, i.e.
     log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T)."""
-    values = torch.from_numpy(np.frombuffer(fusion.values, dtype="<f4").astype(np.float32))
-    logp_sc = seq.next_logprobs()
+    values = np.frombuffer(fusion.values, dtype="<f4").astype(np.float32)
+    logp_sc = np.asarray(seq.next_logprobs())
     if logp_sc.shape[-1] != values.shape[-1]:
         raise ProtocolError(f"a fusion vector of {values.shape[-1]} values for a vocabulary of {logp_sc.shape[-1]}")
     return _draw(recovery_scores(values, logp_sc, params.alpha), params.sampling, options, rng)
 
 
 def _score_for_argmax(
-    seq: CachedSequence, candidates: Sequence[tuple[int, ...]], values: torch.Tensor, alpha: float
-) -> torch.Tensor:
+    seq: CachedSequence[Any], candidates: Sequence[tuple[int, ...]], values: NDArray[np.float32], alpha: float
+) -> NDArray[np.float32]:
     """log P_S^c of each candidate, exact wherever it can change the argmax.
 
     A multi-token candidate costs a forward pass, but its log-probability is at most that of its
     first token. So only multi-token candidates whose first-token bound could beat the best
     single-token candidate are scored in full; the others keep their bound, which already loses.
     """
-    first = seq.next_logprobs()[torch.tensor([c[0] for c in candidates])]
+    first = np.asarray(seq.next_logprobs())[[c[0] for c in candidates]]
     bound = values + alpha * first
     single = [len(c) == 1 for c in candidates]
     best_exact = max((float(bound[i]) for i, s in enumerate(single) if s), default=-math.inf)
     contenders = [i for i, s in enumerate(single) if not s and float(bound[i]) >= best_exact]
-    logp = first.clone()
+    logp = first.copy()
     if contenders:
-        logp[contenders] = seq.score_continuations([candidates[i] for i in contenders])
+        logp[contenders] = np.asarray(seq.score_continuations([candidates[i] for i in contenders]))
     return logp
 
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from core.errors import ConfigError
 from core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_installed
 
 if TYPE_CHECKING:
+    from core.device_lm import SpecialistLM
     from core.models import CausalLM
     from sdk.device import Drafter
 
 __all__ = [
+    "DEFAULT_DRAFTER",
     "DEFAULT_ONNX_PRECISION",
     "DRAFTERS",
     "LLAMACPP_INSTALL_HINT",
@@ -27,8 +29,13 @@ __all__ = [
 ]
 
 DRAFTERS = ("torch", "llamacpp", "onnx")
-"""Where the device's Specialist runs its forwards: torch (the loaded model; the default), llama.cpp
-(its GGUF) or onnxruntime-genai (the model converted at int4, int8 or fp32)."""
+"""Where the device's Specialist runs its forwards: torch (the loaded model, the reference the
+exactness tests use), llama.cpp (its GGUF) or onnxruntime-genai (the model converted at int4, int8
+or fp32; the default)."""
+
+DEFAULT_DRAFTER = "onnx"
+"""onnxruntime-genai at int4: prebuilt wheels, no compiler, a device process under 1 GB without
+torch (docs/results/device_footprint.md), drafts of the same quality (docs/results/README.md)."""
 
 LLAMACPP_INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python builds from source, about 15-45 min)"
 
@@ -36,7 +43,7 @@ LLAMACPP_INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python
 def drafter_for(
     kind: str,
     spec: str,
-    lm: CausalLM,
+    lm: SpecialistLM,
     *,
     precision: str | None = None,
     cache_dir: Path | None = None,
@@ -65,7 +72,7 @@ def drafter_for(
 
     chosen = precision or DEFAULT_ONNX_PRECISION
     if from_weights:
-        return OnnxDrafter.for_loaded(lm, precision=chosen, cache_dir=cache_dir)
+        return OnnxDrafter.for_loaded(cast("CausalLM", lm), precision=chosen, cache_dir=cache_dir)
     return OnnxDrafter.for_specialist(spec, lm, precision=chosen, cache_dir=cache_dir)
 
 

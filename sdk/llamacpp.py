@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+from numpy.typing import NDArray
 
+from core.device_lm import SpecialistLM
 from core.errors import ConfigError
 from core.gguf_cache import locate_embedded_gguf
-from core.kv import CachedSequence
-from core.models import CausalLM
+from core.sequence import CachedSequence
 
 # The dispatch by name lives in sdk.drafters; re-exported here, where callers first found it.
 from sdk.drafters import DRAFTERS, LLAMACPP_INSTALL_HINT, check_drafter_installed, drafter_for
@@ -67,7 +67,7 @@ class LlamaCppDrafter:
     older sequence refuses to run (it would read another sequence's cache).
     """
 
-    def __init__(self, gguf: Path, lm: CausalLM, *, threads: int | None = None, context_tokens: int = 0) -> None:
+    def __init__(self, gguf: Path, lm: SpecialistLM, *, threads: int | None = None, context_tokens: int = 0) -> None:
         try:
             from llama_cpp import Llama  # type: ignore[import-not-found, unused-ignore]
         except ImportError as exc:
@@ -77,7 +77,7 @@ class LlamaCppDrafter:
         self.gguf = gguf
         self.model_name = lm.name
         self.context_tokens = context_tokens or DEFAULT_CONTEXT_TOKENS
-        threads = threads or torch.get_num_threads() or os.cpu_count() or 1
+        threads = threads or len(os.sched_getaffinity(0)) or 1
         try:
             self._llm: Any = Llama(
                 model_path=str(gguf),
@@ -99,11 +99,11 @@ class LlamaCppDrafter:
         self._owner: LlamaCppSequence | None = None
 
     @classmethod
-    def for_specialist(cls, spec: str, lm: CausalLM, **kwargs: Any) -> LlamaCppDrafter:
+    def for_specialist(cls, spec: str, lm: SpecialistLM, **kwargs: Any) -> LlamaCppDrafter:
         """The drafter on the GGUF behind `spec` (a .gguf file or an embedded name) that `lm` was loaded from."""
         return cls(gguf_for(spec), lm, **kwargs)
 
-    def sequence(self, prefix_ids: Sequence[int]) -> LlamaCppSequence:
+    def sequence(self, prefix_ids: Sequence[int], capacity: int | None = None) -> LlamaCppSequence:
         """A new sequence on the context; any older one stops working."""
         seq = LlamaCppSequence(self, prefix_ids)
         self._owner = seq
@@ -121,7 +121,7 @@ class LlamaCppDrafter:
                 "pass a larger context_tokens"
             )
 
-    def _decode(self, seq: LlamaCppSequence, tokens: Sequence[int], at: int, *, all_rows: bool) -> torch.Tensor:
+    def _decode(self, seq: LlamaCppSequence, tokens: Sequence[int], at: int, *, all_rows: bool) -> NDArray[np.float32]:
         """Feed `tokens` at positions `at`.. on the cache; logits of the last one, or of all."""
         self._check(seq, at + len(tokens))
         llm = self._llm
@@ -135,13 +135,13 @@ class LlamaCppDrafter:
                 rows = len(chunk) if all_rows else 1
                 logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(rows * self.vocab_size,))
                 out.append(logits.reshape(rows, self.vocab_size).copy())
-        return torch.from_numpy(np.concatenate(out))
+        return np.concatenate(out)
 
     def _remove_from(self, position: int) -> None:
         self._llm._ctx.kv_cache_seq_rm(0, position, -1)
 
 
-class LlamaCppSequence(CachedSequence):
+class LlamaCppSequence(CachedSequence[NDArray[np.float32]]):
     """A device sequence on the drafter's llama.cpp context. A forward keeps the last row only, so a
     rollback into a multi-token feed re-feeds one token, as `CachedSequence` does for any backend."""
 
@@ -149,7 +149,7 @@ class LlamaCppSequence(CachedSequence):
         super().__init__(prefix_ids)
         self._drafter = drafter
 
-    def _forward(self, new: Sequence[int]) -> torch.Tensor:
+    def _forward(self, new: Sequence[int]) -> NDArray[np.float32]:
         return self._drafter._decode(self, new, self._cached, all_rows=False)
 
     def _crop(self, keep: int) -> None:
@@ -157,7 +157,7 @@ class LlamaCppSequence(CachedSequence):
         self._drafter._remove_from(keep)
         self._cached = keep
 
-    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[NDArray[np.float32]]:
         rows = []
         for tail in tails:
             rows.append(self._drafter._decode(self, tail, self._cached, all_rows=True))

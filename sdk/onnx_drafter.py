@@ -23,22 +23,24 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+from numpy.typing import NDArray
 
+from core.device_lm import SpecialistLM, model_folder
 from core.errors import ConfigError, ModelLoadError, one_line
-from core.gguf_cache import cache_root, converted_embedded, converted_gguf
-from core.kv import CachedSequence
-from core.model_registry import EMBEDDED_MODELS
-from core.models import CausalLM
+from core.gguf_cache import cache_root
 from core.onnx_cache import (
     DEFAULT_ONNX_PRECISION,
     check_onnx_installed,
     converted_onnx,
     folder_fingerprint,
 )
+from core.sequence import CachedSequence
+
+if TYPE_CHECKING:
+    from core.models import CausalLM
 
 __all__ = ["DEFAULT_CONTEXT_TOKENS", "OnnxDrafter", "OnnxSequence", "onnx_source", "weights_fingerprint"]
 
@@ -47,21 +49,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 def onnx_source(spec: str, cache_dir: Path | None = None, progress: bool = True) -> tuple[Path, str]:
-    """The Hugging Face folder behind a Specialist spec (a folder, a .gguf file, an embedded name) and
-    the stem its conversions are named by."""
-    cache = cache_root(cache_dir)
-    if spec in EMBEDDED_MODELS:
-        return converted_embedded(EMBEDDED_MODELS[spec], cache, progress), spec
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path, path.resolve().name
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        return converted_gguf(path.resolve(), cache, progress), path.stem
-    raise ConfigError(f"the ONNX drafter needs a model folder, a .gguf file or an embedded model name, not {spec!r}")
+    """The Hugging Face folder behind a Specialist spec (a folder, a .gguf file, an embedded name),
+    as `core.device_lm.model_folder` resolves it, and the stem its conversions are named by."""
+    folder, name = model_folder(spec, cache_dir, progress)
+    return folder, name.removesuffix(".gguf")
 
 
 def weights_fingerprint(lm: CausalLM) -> str:
     """sha256 of a loaded model's config and every weight's name, dtype, shape and bytes."""
+    import torch  # a Specialist with merged adapters is a torch model already
+
     if not lm.has_weights:
         raise ConfigError(f"the Specialist {lm.name} was loaded without weights: there is nothing to convert")
     digest = hashlib.sha256(lm.model.config.to_json_string(use_diff=False).encode())
@@ -79,7 +76,7 @@ class OnnxDrafter:
     `context_tokens` up front, so a new `sequence` takes over and any older one refuses to run.
     """
 
-    def __init__(self, folder: Path, lm: CausalLM, *, threads: int | None = None, context_tokens: int = 0) -> None:
+    def __init__(self, folder: Path, lm: SpecialistLM, *, threads: int | None = None, context_tokens: int = 0) -> None:
         check_onnx_installed()
         import onnxruntime_genai as og  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
@@ -89,7 +86,7 @@ class OnnxDrafter:
             raise ConfigError(f"no onnxruntime-genai model in {folder} (it has no genai_config.json)")
         self.folder = folder
         self.model_name = lm.name
-        threads = threads or torch.get_num_threads() or os.cpu_count() or 1
+        threads = threads or len(os.sched_getaffinity(0)) or 1
         try:
             config = og.Config(str(folder))
             options = {"session_options": {"intra_op_num_threads": threads, "inter_op_num_threads": 1}}
@@ -112,12 +109,13 @@ class OnnxDrafter:
             )
         self._owner: OnnxSequence | None = None
         self._generator: Any = None
+        self._capacity = self.context_tokens
 
     @classmethod
     def for_specialist(
         cls,
         spec: str,
-        lm: CausalLM,
+        lm: SpecialistLM,
         *,
         precision: str = DEFAULT_ONNX_PRECISION,
         cache_dir: Path | None = None,
@@ -172,11 +170,16 @@ class OnnxDrafter:
             shutil.rmtree(staging, ignore_errors=True)
         return cls(folder, lm, **kwargs)
 
-    def sequence(self, prefix_ids: Sequence[int]) -> OnnxSequence:
-        """A new sequence on a fresh KV cache; any older one stops working."""
+    def sequence(self, prefix_ids: Sequence[int], capacity: int | None = None) -> OnnxSequence:
+        """A new sequence on a fresh KV cache, allocated for `capacity` tokens (at most
+        `context_tokens`; all of them when not given); any older sequence stops working.
+
+        The cache is allocated whole, up front: 8192 tokens of the 0.5B's are about 200 MB, so a
+        device that knows its budget (`sdk.device.generate`) asks for what it can reach."""
         self._generator = None  # free the old cache before allocating the new one
+        self._capacity = self.context_tokens if capacity is None else min(capacity, self.context_tokens)
         params = self._og.GeneratorParams(self._model)
-        params.set_search_options(max_length=self.context_tokens)
+        params.set_search_options(max_length=self._capacity)
         self._generator = self._og.Generator(self._model, params)
         seq = OnnxSequence(self, prefix_ids)
         self._owner = seq
@@ -187,21 +190,21 @@ class OnnxDrafter:
     def _check(self, seq: OnnxSequence, end: int) -> None:
         if self._owner is not seq:
             raise RuntimeError("a newer sequence took over this onnxruntime-genai drafter")
-        if end > self.context_tokens:
+        if end > self._capacity:
+            held = "its context" if self._capacity == self.context_tokens else "the capacity it was opened with"
             raise ConfigError(
-                f"the sequence needs {end} tokens but the ONNX drafter holds {self.context_tokens}; "
-                "pass a larger context_tokens"
+                f"the sequence needs {end} tokens but the ONNX drafter holds {self._capacity} ({held}); "
+                "use a shorter prompt or profile context, or fewer new tokens"
             )
 
-    def _feed(self, seq: OnnxSequence, tokens: Sequence[int], at: int) -> torch.Tensor:
+    def _feed(self, seq: OnnxSequence, tokens: Sequence[int], at: int) -> NDArray[np.float32]:
         """Feed `tokens` at positions `at`..; the logits after the last one, [1, vocab]."""
         self._check(seq, at + len(tokens))
         generator = self._generator
         if generator.token_count() != at:
             generator.rewind_to(at)
         generator.append_tokens(np.asarray(tokens, dtype=np.int32))
-        logits = np.asarray(generator.get_logits(), dtype=np.float32).reshape(1, -1)
-        return torch.from_numpy(logits.copy())
+        return np.array(generator.get_logits(), dtype=np.float32).reshape(1, -1)  # a copy: the buffer is reused
 
     def _rewind(self, seq: OnnxSequence, position: int) -> None:
         self._check(seq, position)
@@ -209,7 +212,7 @@ class OnnxDrafter:
             self._generator.rewind_to(position)
 
 
-class OnnxSequence(CachedSequence):
+class OnnxSequence(CachedSequence[NDArray[np.float32]]):
     """A device sequence on the drafter's generator. A forward keeps the last row only (the model is
     built with a pruned head), so a rollback into a multi-token feed re-feeds one token, as
     `CachedSequence` does for any backend."""
@@ -218,19 +221,19 @@ class OnnxSequence(CachedSequence):
         super().__init__(prefix_ids)
         self._drafter = drafter
 
-    def _forward(self, new: Sequence[int]) -> torch.Tensor:
+    def _forward(self, new: Sequence[int]) -> NDArray[np.float32]:
         return self._drafter._feed(self, new, self._cached)
 
     def _crop(self, keep: int) -> None:
         self._drafter._rewind(self, keep)
         self._cached = keep
 
-    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[NDArray[np.float32]]:
         rows = []
         for tail in tails:
             # One token a feed: the pruned head returns the last row only, and a tail needs each.
             logits = [self._drafter._feed(self, [t], self._cached + i) for i, t in enumerate(tail)]
-            rows.append(torch.cat(logits))
+            rows.append(np.concatenate(logits))
             self._drafter._rewind(self, self._cached)
         return rows
 

@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from core.errors import ProtocolError
-from core.kv import CachedSequence
+from core.kv import TensorSequence
 from server.errors import NoSessionSlot
 from server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
@@ -28,7 +28,7 @@ __all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
 SlotRunner = Callable[["SlotSequence", Sequence[int]], torch.Tensor]
 
 
-class SlotSequence(CachedSequence):
+class SlotSequence(TensorSequence):
     def __init__(self, pool: SlotPool, prefix_ids: Sequence[int], runner: SlotRunner | None = None) -> None:
         super().__init__(prefix_ids)
         self.pool = pool

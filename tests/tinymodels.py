@@ -145,7 +145,7 @@ def tiny_llama(
     heads: int = 4,
     kv_heads: int | None = None,
     intermediate: int | None = None,
-    max_positions: int = 1024,
+    max_positions: int = 4096,
     initializer_range: float = 0.2,
     cls: type[LlamaForCausalLM] = LlamaForCausalLM,
 ) -> LlamaForCausalLM:

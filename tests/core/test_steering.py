@@ -7,13 +7,12 @@ import math
 import pytest
 import torch
 
+from core.recovery import choose, device_rng, recovery_scores
 from core.session_types import CandidatePolicy
 from core.steering import (
     LOGP_FLOOR,
     acceptance_probability,
     align_segments,
-    choose,
-    recovery_scores,
     steering_candidates,
     steering_values,
     top_indices,
@@ -118,12 +117,12 @@ def test_one_step_law_holds_statistically_in_sampling_mode() -> None:
     gamma, k, n = 1.0, 3, 15_000
     expected = torch.tensor(_law(p_sc.tolist(), p_g.tolist(), p_s0.tolist(), p_sc.tolist(), gamma, k))
     assert float((expected - p_sc).abs().sum()) / 2 > 0.1  # steering moves the law: the test can see it
-    rng = torch.Generator().manual_seed(1234)
+    rng = device_rng(1234)
     counts = torch.zeros(6)
     # Execute: draft ~ P_S^c, ratio test with a uniform, recovery ~ softmax(z_rec) over the top-k.
     for _ in range(n):
         d = choose(p_sc.log(), sampling=True, generator=rng)
-        u = torch.rand(1, generator=rng).tolist()
+        u = [rng.random()]
         ratio = float(p_g[d].log() - p_s0[d].log())
         if verify_ratios([ratio], gamma, sampling=True, uniforms=u) == 1:
             counts[d] += 1

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import subprocess
+import sys
 from concurrent import futures
 from pathlib import Path
 
@@ -12,6 +16,7 @@ import pytest
 
 from sdk.cli import main
 from server.session import CloudVerifier
+from tests.sdk.test_import_cost import HEAVY
 from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import free_port, make_pki, serve
 
@@ -142,3 +147,32 @@ def test_bad_remote_options_are_one_sentence_and_exit_1(capsys, model_dirs, pki,
     assert message in err and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("sdk: error: ")
     assert "loading Specialist" not in err  # refused before any slow work
+
+
+def test_the_default_device_process_never_imports_torch(model_dirs, pki, live, tmp_path) -> None:
+    """`sdk generate --server ...` on the default drafter (onnxruntime-genai) runs in a process
+    without torch or transformers, and writes what the torch drafter writes in this process."""
+    argv = [*base(model_dirs), "--json", "--cache-dir", str(tmp_path), *tls(pki, live[1])]
+    argv += ["--drafter-precision", "fp32"]  # fp32: the same greedy text as torch's
+    code = (
+        "import contextlib, io, json\n"
+        "from sdk.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    assert main({argv!r}) == 0\n"
+        "print(out.getvalue().strip())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result, heavy = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert heavy == []
+    assert result["stats"]["fallback"] is None and result["stats"]["device_step_ms"] > 0
+    with contextlib.redirect_stdout(io.StringIO()) as torch_out:
+        assert main([*base(model_dirs), "--json", "--drafter", "torch", *tls(pki, live[1])]) == 0
+    assert result["token_ids"] == json.loads(torch_out.getvalue())["token_ids"]

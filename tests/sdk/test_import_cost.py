@@ -66,4 +66,6 @@ def test_sdk_help_loads_no_model_library(argv: list[str], shown: str) -> None:
 def test_a_public_name_that_needs_torch_still_imports_from_sdk() -> None:
     # The lazily imported names load their module on first use, and only then.
     assert heavy_modules_after("from sdk import SpecSteerError, SessionParams") == []
-    assert heavy_modules_after("from sdk import Specialist") == list(HEAVY)
+    assert heavy_modules_after("from sdk import load_causal_lm") == list(HEAVY)
+    # The device's own loop and its torch-free model facts need neither.
+    assert heavy_modules_after("from sdk import Specialist, load_device_lm, OnnxDrafter, SpecSteerClient") == []

@@ -137,7 +137,7 @@ def test_llamacpp_rows_match_torch_through_drafting_and_rollbacks(tiny_pair) -> 
     rows.append((fast.next_logprobs(), ref.next_logprobs()))
     # Assert (llama.cpp keeps its KV cache in f16: agreement to about 1e-3, not float rounding)
     for got, want in rows:
-        torch.testing.assert_close(got, want, atol=1e-2, rtol=0)
+        torch.testing.assert_close(torch.as_tensor(got), want, atol=1e-2, rtol=0)  # numpy rows: no torch on the device
         assert int(got.argmax()) == int(want.argmax())
     assert fast.ids == ref.ids == [5, 6, 7, 8, 30, 31, 40, 41]
 
@@ -147,12 +147,15 @@ def test_llamacpp_scores_multi_token_continuations_like_torch_and_keeps_its_cach
     fast, ref = pair_sequences(tiny_pair, [5, 6, 7, 8])
     continuations = [(30,), (31, 32), (33, 34, 35)]
     torch.testing.assert_close(
-        fast.score_continuations(continuations), ref.score_continuations(continuations), atol=2e-2, rtol=0
+        torch.as_tensor(fast.score_continuations(continuations)),
+        ref.score_continuations(continuations),
+        atol=2e-2,
+        rtol=0,
     )
     # The scoring left the cache at the sequence's own ids: the next step still matches.
     for seq in (fast, ref):
         seq.push([36])
-    torch.testing.assert_close(fast.next_logprobs(), ref.next_logprobs(), atol=1e-2, rtol=0)
+    torch.testing.assert_close(torch.as_tensor(fast.next_logprobs()), ref.next_logprobs(), atol=1e-2, rtol=0)
 
 
 @needs_llamacpp

@@ -46,6 +46,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory, bpe_tok, cache: Path) -> tupl
     return lm, drafter, folder
 
 
+def close(got: object, want: torch.Tensor, atol: float) -> None:
+    """The drafter's numpy rows against torch's."""
+    np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=atol, rtol=0)
+
+
 def greedy(seq: CachedSequence, steps: int) -> list[int]:
     """The device's local loop: draw the argmax, push it, `steps` times."""
     out = []
@@ -80,7 +85,8 @@ def test_the_cli_takes_a_precision_only_for_the_onnx_drafter_and_adapters_only_o
         check_options(build_parser().parse_args(["generate", "--prompt", "hi", *extra]), "hi")
 
     with pytest.raises(ConfigError, match="--drafter-precision is for --drafter onnx, not torch"):
-        options("--drafter-precision", "int8")
+        options("--drafter", "torch", "--drafter-precision", "int8")
+    options("--drafter-precision", "int8")  # onnx is the default drafter
     with pytest.raises(ConfigError, match="use --drafter onnx or torch"):
         options("--drafter", "llamacpp", "--federation-state", str(tmp_path))
     options("--drafter", "onnx", "--drafter-precision", "int8", "--federation-state", str(tmp_path))
@@ -101,7 +107,7 @@ def test_greedy_drafts_at_fp32_are_torchs_on_every_prompt(tiny) -> None:
     for prompt in PROMPTS:
         fast, ref = drafter.sequence(prompt), TokenSequence(lm.model, prompt)
         assert greedy(fast, 12) == greedy(ref, 12)
-        torch.testing.assert_close(fast.next_logprobs(), ref.next_logprobs(), atol=1e-4, rtol=0)
+        close(fast.next_logprobs(), ref.next_logprobs(), atol=1e-4)
 
 
 def test_rows_match_torch_through_drafting_and_rollbacks(tiny) -> None:
@@ -120,7 +126,7 @@ def test_rows_match_torch_through_drafting_and_rollbacks(tiny) -> None:
         seq.truncate(8)  # into the 3-token feed, where the pruned head kept no row
     rows.append((fast.next_logprobs(), ref.next_logprobs()))
     for got, want in rows:
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        close(got, want, atol=1e-4)
     assert fast.ids == ref.ids == [5, 6, 7, 8, 30, 31, 40, 41]
 
 
@@ -132,21 +138,19 @@ def test_a_rollback_then_a_new_extension_gives_a_fresh_runs_logits(tiny) -> None
     rolled.next_logprobs()
     rolled.truncate(4)
     rolled.push([70, 71])
-    after_rollback = rolled.next_logprobs().clone()
+    after_rollback = rolled.next_logprobs().copy()
     fresh = drafter.sequence([9, 10, 11, 50, 70, 71]).next_logprobs()
-    torch.testing.assert_close(after_rollback, fresh, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(after_rollback, fresh, atol=1e-5, rtol=0)
 
 
 def test_multi_token_continuations_score_like_torch_and_leave_the_cache_as_it_was(tiny) -> None:
     lm, drafter, _ = tiny
     fast, ref = drafter.sequence([5, 6, 7, 8]), TokenSequence(lm.model, [5, 6, 7, 8])
     continuations = [(30,), (31, 32), (33, 34, 35)]
-    torch.testing.assert_close(
-        fast.score_continuations(continuations), ref.score_continuations(continuations), atol=1e-4, rtol=0
-    )
+    close(fast.score_continuations(continuations), ref.score_continuations(continuations), atol=1e-4)
     for seq in (fast, ref):
         seq.push([36])
-    torch.testing.assert_close(fast.next_logprobs(), ref.next_logprobs(), atol=1e-4, rtol=0)
+    close(fast.next_logprobs(), ref.next_logprobs(), atol=1e-4)
 
 
 def test_a_new_sequence_takes_over_and_the_old_one_refuses_to_run(tiny) -> None:
@@ -264,7 +268,7 @@ def test_the_cli_generates_torchs_text_when_drafting_on_onnx(tiny, tmp_path_fact
     argv = ["generate", "--prompt", "the cat sat on the mat", "--max-new-tokens", "16", "--draft-len", "3", "--json"]
     argv += ["--specialist", str(folder), "--generalist", str(generalist)]
     argv += ["--cache-dir", str(tmp_path_factory.mktemp("cli-cache"))]
-    assert sdk_main(argv) == 0
+    assert sdk_main([*argv, "--drafter", "torch"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert sdk_main([*argv, "--drafter", "onnx", "--drafter-precision", "fp32"]) == 0
     fast = json.loads(capsys.readouterr().out)
@@ -277,8 +281,41 @@ def test_the_cli_drafts_a_federated_specialist_on_onnx_like_torch(tiny, federate
     argv = ["generate", "--prompt", "the cat sat", "--method", "slm", "--max-new-tokens", "12", "--json"]
     argv += ["--specialist", str(folder), "--federation-state", str(federated)]
     argv += ["--cache-dir", str(tmp_path_factory.mktemp("cli-fed-cache"))]
-    assert sdk_main(argv) == 0
+    assert sdk_main([*argv, "--drafter", "torch"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert sdk_main([*argv, "--drafter", "onnx", "--drafter-precision", "fp32"]) == 0
     fast = json.loads(capsys.readouterr().out)
     assert fast["token_ids"] == ref["token_ids"]
+
+
+def test_a_sequence_is_allocated_for_the_capacity_asked_and_refuses_past_it(tiny) -> None:
+    _, drafter, _ = tiny
+    seq = drafter.sequence([5, 6, 7], capacity=6)
+    seq.push([8, 9, 10])
+    seq.next_logprobs()  # 6 tokens: exactly the capacity
+    seq.push([11])
+    with pytest.raises(ConfigError, match=r"needs 7 tokens but the ONNX drafter holds 6 \(the capacity it was opened"):
+        seq.next_logprobs()
+    # A capacity past the context is capped at the context.
+    assert drafter.sequence([5], capacity=10**9) is not None and drafter._capacity == drafter.context_tokens
+
+
+def test_generate_opens_the_drafters_sequence_for_its_budget(tiny) -> None:
+    lm, drafter, _ = tiny
+    asked: list[int | None] = []
+    opened = drafter.sequence
+
+    class Recording:
+        model_name = drafter.model_name
+
+        def sequence(self, prefix_ids, capacity=None):
+            asked.append(capacity)
+            return opened(prefix_ids, capacity)
+
+    from core.session_types import SessionParams
+    from sdk.device import CAPACITY_MARGIN, DecodeOptions, generate
+
+    specialist = Specialist(lm, drafter=Recording())
+    prompt_ids = specialist.private_prompt_ids("the cat", with_context=False)
+    out = generate(specialist, "the cat", SessionParams(method="slm"), DecodeOptions(max_new_tokens=9))
+    assert asked == [len(prompt_ids) + 9 + CAPACITY_MARGIN] and out.stats.new_tokens > 0

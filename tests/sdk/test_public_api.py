@@ -31,6 +31,7 @@ PUBLIC = [
     "ClientConfig",
     "ConfigError",
     "DecodeOptions",
+    "DeviceLM",
     "Generation",
     "GenerationSettings",
     "GenerationStats",
@@ -38,6 +39,7 @@ PUBLIC = [
     "LlamaCppDrafter",
     "Method",
     "ModelLoadError",
+    "OnnxDrafter",
     "PinningError",
     "Profile",
     "ProfileError",
@@ -50,6 +52,7 @@ PUBLIC = [
     "VerifierRefused",
     "__version__",
     "load_causal_lm",
+    "load_device_lm",
 ]
 ERRORS = [
     "ConfigError",

@@ -15,13 +15,16 @@ import struct
 from collections.abc import Sequence
 from typing import Any, cast
 
+import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from core import wire
 from core.errors import ProtocolError
 from core.proto import verifier_pb2 as pb
+from core.recovery import device_rng, recovery_scores
 from core.session_types import ALPHA_SCALE, GAMMA_SCALE, CandidatePolicy, FusionVector, Method, SessionParams
-from core.steering import LOGP_FLOOR, acceptance_probability, log_gamma, recovery_scores, steering_candidates
+from core.steering import LOGP_FLOOR, acceptance_probability, log_gamma, steering_candidates
 from core.steering import verify_ratios as _verify_ratios
 from sdk.device import DecodeOptions, _recover
 from tools.conformance.common import category, dec, enc, f32, f32s, mismatch, text_form
@@ -136,14 +139,14 @@ class _DeviceModel:
     log-probability of each candidate's whole token sequence, here given by the vector."""
 
     def __init__(self, next_logprobs: Sequence[float], continuations: dict[tuple[int, ...], float]) -> None:
-        self._next = torch.tensor(next_logprobs, dtype=torch.float32)
+        self._next = np.asarray(next_logprobs, dtype=np.float32)
         self._continuations = continuations
 
-    def next_logprobs(self) -> torch.Tensor:
+    def next_logprobs(self) -> NDArray[np.float32]:
         return self._next
 
-    def score_continuations(self, candidates: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([self._continuations[tuple(c)] for c in candidates], dtype=torch.float32)
+    def score_continuations(self, candidates: Sequence[Sequence[int]]) -> NDArray[np.float32]:
+        return np.asarray([self._continuations[tuple(c)] for c in candidates], dtype=np.float32)
 
 
 def _params(p: dict[str, Any]) -> SessionParams:
@@ -183,13 +186,13 @@ def recovery_outcome(v: dict[str, Any]) -> dict[str, Any]:
         [dec(x) for x in v["logp_sc_next"]],
         {tuple(c["token_ids"]): dec(c["logp_sc"]) for c in v["logp_sc_candidates"]},
     )
-    commit = _recover(cast(Any, model), verdict, params, DecodeOptions(), torch.Generator().manual_seed(0))
+    commit = _recover(cast(Any, model), verdict, params, DecodeOptions(), device_rng(0))
     out.update({"continue": "recovery" if rejected else "bonus", "commit_ids": list(commit)})
     if isinstance(verdict.steering, FusionVector):
-        values = torch.tensor(struct.unpack(f"<{verdict.steering.size}f", verdict.steering.values))
+        values = np.asarray(struct.unpack(f"<{verdict.steering.size}f", verdict.steering.values), dtype=np.float32)
         scores = recovery_scores(values, model.next_logprobs(), params.alpha)
     else:
-        values = torch.tensor(verdict.steering.values, dtype=torch.float32)
+        values = np.asarray(verdict.steering.values, dtype=np.float32)
         logp_sc = model.score_continuations(verdict.steering.candidates)
         scores = recovery_scores(values, logp_sc, params.alpha)
     out["scores"] = f32s(scores.tolist())
