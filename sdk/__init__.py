@@ -16,8 +16,9 @@ The names whose modules import a model library load on first use (PEP 562), so `
 `sdk.errors` and `sdk --help` do not pay for a model until one runs. A device that drafts on
 onnxruntime-genai never imports torch at all:
 
-    lm = load_device_lm("qwen2.5-coder-0.5b-instruct")
-    specialist = Specialist(lm, profile, drafter=OnnxDrafter.for_specialist(lm.name, lm))
+    name = "qwen2.5-coder-0.5b-instruct"
+    lm = load_device_lm(name)
+    specialist = Specialist(lm, profile, drafter=OnnxDrafter.for_specialist(name, lm))
 
 (`load_device_lm`: tokenizer, chat template and end ids without torch; only `CausalLM` and
 `load_causal_lm`, and the torch drafter, load torch and transformers.)

@@ -319,3 +319,19 @@ def test_generate_opens_the_drafters_sequence_for_its_budget(tiny) -> None:
     prompt_ids = specialist.private_prompt_ids("the cat", with_context=False)
     out = generate(specialist, "the cat", SessionParams(method="slm"), DecodeOptions(max_new_tokens=9))
     assert asked == [len(prompt_ids) + 9 + CAPACITY_MARGIN] and out.stats.new_tokens > 0
+
+
+def test_a_device_without_torch_models_writes_what_the_torch_drafter_writes(tiny, cache: Path) -> None:
+    """The documented device path (docs/device-runtime.md): a `DeviceLM` and the ONNX drafter, no
+    torch model; at fp32 its greedy text is the torch Specialist's."""
+    from core.device_lm import load_device_lm
+    from core.session_types import SessionParams
+    from sdk.device import DecodeOptions, generate
+
+    lm, _, folder = tiny
+    device_lm = load_device_lm(folder, progress=False)
+    drafter = OnnxDrafter.for_specialist(str(folder), device_lm, precision="fp32", cache_dir=cache, progress=False)
+    params, options = SessionParams(method="slm"), DecodeOptions(max_new_tokens=12)
+    lean = generate(Specialist(device_lm, drafter=drafter), "the cat sat", params, options)
+    reference = generate(Specialist(lm), "the cat sat", params, options)
+    assert lean.token_ids == reference.token_ids and lean.text == reference.text and lean.token_ids
