@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.adapter_files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    GLOBAL,
+    MANIFEST,
+    MAX_VERSION,
+    PERSONAL,
+    adapter_label,
+    adapter_versions,
+    latest_version,
+    state_folders,
+    version_dir,
+)
 from core.errors import AdapterError
 from core.models import CausalLM
 
@@ -66,14 +78,7 @@ __all__ = [
     "version_dir",
 ]
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-GLOBAL = "global"
-PERSONAL = "personal"
-MAX_VERSION = 2**31 - 1  # the session parameter is bounded by core.session_types.MAX_ADAPTER_VERSION
-_VERSION_DIR = re.compile(r"^v(\d+)$")
 
 Unseal = Callable[[Path], bytes]
 """Reads and decrypts a sealed weights file (the device's key provider, e.g. `privacy.vault`)."""
@@ -157,29 +162,6 @@ def load_tensors(adapter: AdapterFolder, unseal: Unseal | None = None) -> dict[s
         raise AdapterError(f"The adapter weights in {adapter.path} cannot be parsed: {_one_line(exc)}.") from None
 
 
-def version_dir(adapters_dir: str | Path, version: int) -> Path:
-    return Path(adapters_dir) / f"v{int(version)}"
-
-
-def adapter_versions(adapters_dir: str | Path) -> list[int]:
-    """Complete global versions under `adapters_dir`, ascending (folders without a manifest are interrupted writes)."""
-    root = Path(adapters_dir)
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = _VERSION_DIR.match(child.name)
-        if match and (child / MANIFEST).is_file():
-            found.append(int(match.group(1)))
-    return sorted(found)
-
-
-def latest_version(adapters_dir: str | Path) -> int | None:
-    """The newest complete global version under `adapters_dir`, or None when there is none."""
-    versions = adapter_versions(adapters_dir)
-    return versions[-1] if versions else None
-
-
 def load_global_adapter(version: int, adapters_dir: str | Path) -> AdapterFolder:
     """The validated folder of global adapter `version`; an `AdapterError` if it is absent or damaged.
 
@@ -250,9 +232,8 @@ def apply_adapters(
         except Exception as exc:  # peft raises many types for a config that does not fit the model
             raise AdapterError(f"Cannot load the {name} adapter in {folder.path}: {_one_line(exc)}.") from exc
         model = wrapped.merge_and_unload()
-    label = base_lm.name
-    for name, folder in folders:
-        label += f"+global-v{folder.version}" if name == GLOBAL else "+personal"
+    versions = [folder.version for name, folder in folders if name == GLOBAL]
+    label = adapter_label(base_lm.name, versions[0] if versions else None, any(n == PERSONAL for n, _ in folders))
     return CausalLM.from_parts(label, model, base_lm.tokenizer)
 
 
@@ -268,10 +249,7 @@ def load_device_specialist(
     state = Path(state_dir)
     if not state.is_dir():
         raise AdapterError(f"The federation state folder {state} does not exist.")
-    version = latest_version(state / GLOBAL)
-    global_dir = None if version is None else version_dir(state / GLOBAL, version)
-    personal = state / PERSONAL
-    personal_dir = personal if personal.is_dir() else None
+    version, global_dir, personal_dir = state_folders(state)
     lm = apply_adapters(base, global_dir, personal_dir, expect_version=version, unseal=unseal)
     return lm, version or 0
 

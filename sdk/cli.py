@@ -42,7 +42,7 @@ from sdk.egress import RecorderTap
 from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 if TYPE_CHECKING:
-    from core.device_lm import SpecialistLM
+    from core.device_lm import DeviceLM, SpecialistLM
     from core.models import CausalLM
     from sdk.client import ClientConfig
     from sdk.cloud_plugins import LocalVerifierFactory
@@ -199,7 +199,7 @@ def declared_adapter_version(args: argparse.Namespace) -> int:
     state = getattr(args, "federation_state", None)
     if state is None:
         return 0
-    from core.adapters import GLOBAL, latest_version
+    from core.adapter_files import GLOBAL, latest_version
 
     return latest_version(Path(state) / GLOBAL) or 0
 
@@ -264,6 +264,28 @@ def device_drafter(args: argparse.Namespace, lm: SpecialistLM) -> Drafter | None
         cache_dir=getattr(args, "cache_dir", None),
         from_weights=getattr(args, "federation_state", None) is not None,
     )
+
+
+def federated_onnx_drafter(args: argparse.Namespace, lm: DeviceLM, state: Path) -> tuple[Drafter, DeviceLM]:
+    """The ONNX drafter on the Specialist with the device's adapters merged in, and the Specialist
+    under the merged model's name; torch loads only when this adapter version is not converted yet."""
+    from dataclasses import replace
+
+    from core.adapter_files import adapter_label, state_folders
+    from sdk.onnx_drafter import OnnxDrafter
+
+    if not state.is_dir():
+        raise ConfigError(f"the federation state folder {state} does not exist")
+    version, _, personal_dir = state_folders(state)
+    merged = replace(lm, name=adapter_label(lm.name, version, personal_dir is not None))
+    drafter = OnnxDrafter.for_federated(
+        args.specialist,
+        merged,
+        state,
+        precision=getattr(args, "drafter_precision", None) or DEFAULT_ONNX_PRECISION,
+        cache_dir=args.cache_dir,
+    )
+    return drafter, merged
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
@@ -332,13 +354,17 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
 
     log(args, f"loading Specialist {args.specialist}")
     federation_state = getattr(args, "federation_state", None)
-    if getattr(args, "drafter", DEFAULT_DRAFTER) != "torch" and federation_state is None:
+    kind = getattr(args, "drafter", DEFAULT_DRAFTER)
+    if kind == "onnx" or (kind != "torch" and federation_state is None):
         # Another backend runs the forwards and the verifier is remote: nothing here needs torch
         # (about 380 MB resident with transformers), only the tokenizer and the model's facts.
         from core.device_lm import load_device_lm
 
         device_lm = load_device_lm(args.specialist, cache_dir=args.cache_dir)
-        drafter = device_drafter(args, device_lm)
+        if federation_state is None:
+            drafter = device_drafter(args, device_lm)
+        else:
+            drafter, device_lm = federated_onnx_drafter(args, device_lm, Path(federation_state))
         return Specialist(device_lm, profile, context_entries=args.context_entries, drafter=drafter)
     from core.models import load_causal_lm
 

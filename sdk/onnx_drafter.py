@@ -21,13 +21,14 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from core.adapter_files import state_fingerprint
 from core.device_lm import SpecialistLM, model_folder
 from core.errors import ConfigError, ModelLoadError, one_line
 from core.gguf_cache import cache_root
@@ -144,30 +145,44 @@ class OnnxDrafter:
         """The drafter on the weights `lm` holds in memory (a Specialist with its adapters merged in),
         converted once per distinct content; conversions of the same model's earlier weights are deleted."""
         check_onnx_installed()
-        fingerprint = weights_fingerprint(lm)
-        cache = cache_root(cache_dir)
-        stem = _safe(lm.name.split("+")[0]) + "+merged"
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".tmp-merged-", dir=cache))
-        except OSError as exc:
-            raise ModelLoadError(f"Cannot create the model cache in {cache}: {one_line(exc)}.") from exc
+        folder = _merged_conversion(
+            lambda: lm, weights_fingerprint(lm), lm.name.split("+")[0], precision, cache_root(cache_dir), progress
+        )
+        return cls(folder, lm, **kwargs)
 
-        def saved() -> Path:
-            # Only on a cache miss: the 0.5B's fp32 weights are 2 GB to write.
-            try:
-                lm.model.save_pretrained(str(staging))
-                lm.tokenizer.save_pretrained(str(staging))
-            except OSError as exc:
-                raise ModelLoadError(f"Cannot save {lm.name} for conversion: {one_line(exc)}.") from exc
-            return staging
+    @classmethod
+    def for_federated(
+        cls,
+        spec: str,
+        lm: SpecialistLM,
+        state_dir: Path,
+        *,
+        precision: str = DEFAULT_ONNX_PRECISION,
+        cache_dir: Path | None = None,
+        progress: bool = True,
+        **kwargs: Any,
+    ) -> OnnxDrafter:
+        """The drafter on the model `spec` names with a device's federated adapters (`state_dir`)
+        merged in, for the Specialist `lm` named as the merged model is
+        (`core.adapter_files.adapter_label`).
 
-        try:
-            folder = converted_onnx(
-                saved, fingerprint, precision, cache, stem=stem, progress=progress, keep_older=False
-            )
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        The conversion is keyed by the base model's files and the adapter files, so a run that
+        finds it loads no torch; only the first run of each adapter version merges (torch, peft)
+        and converts. Conversions of the model's earlier adapters are deleted."""
+        check_onnx_installed()
+        source, stem = onnx_source(spec, cache_dir, progress)
+        digest = hashlib.sha256(f"{folder_fingerprint(source)}\0{state_fingerprint(state_dir)}".encode())
+
+        def merged() -> CausalLM:
+            from core.adapters import load_device_specialist  # torch: only to build the conversion
+            from core.models import load_causal_lm
+
+            merged_lm = load_device_specialist(load_causal_lm(source, progress=progress), state_dir)[0]
+            if merged_lm.name.split("+", 1)[1:] != lm.name.split("+", 1)[1:]:
+                raise ConfigError(f"the adapters in {state_dir} give {merged_lm.name}, not the Specialist {lm.name}")
+            return merged_lm
+
+        folder = _merged_conversion(merged, digest.hexdigest(), stem, precision, cache_root(cache_dir), progress)
         return cls(folder, lm, **kwargs)
 
     def sequence(self, prefix_ids: Sequence[int], capacity: int | None = None) -> OnnxSequence:
@@ -210,6 +225,34 @@ class OnnxDrafter:
         self._check(seq, position)
         if self._generator.token_count() > position:
             self._generator.rewind_to(position)
+
+
+def _merged_conversion(
+    load: Callable[[], CausalLM], fingerprint: str, base_stem: str, precision: str, cache: Path, progress: bool
+) -> Path:
+    """The conversion of a merged Specialist (`load()`, called on a cache miss only) keyed by
+    `fingerprint`; the older merged conversions of the same base at `precision` are deleted."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".tmp-merged-", dir=cache))
+    except OSError as exc:
+        raise ModelLoadError(f"Cannot create the model cache in {cache}: {one_line(exc)}.") from exc
+
+    def saved() -> Path:
+        # Only on a cache miss: the 0.5B's fp32 weights are 2 GB to write.
+        lm = load()
+        try:
+            lm.model.save_pretrained(str(staging))
+            lm.tokenizer.save_pretrained(str(staging))
+        except OSError as exc:
+            raise ModelLoadError(f"Cannot save {lm.name} for conversion: {one_line(exc)}.") from exc
+        return staging
+
+    try:
+        stem = _safe(base_stem) + "+merged"
+        return converted_onnx(saved, fingerprint, precision, cache, stem=stem, progress=progress, keep_older=False)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 class OnnxSequence(CachedSequence[NDArray[np.float32]]):

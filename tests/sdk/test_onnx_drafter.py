@@ -335,3 +335,39 @@ def test_a_device_without_torch_models_writes_what_the_torch_drafter_writes(tiny
     lean = generate(Specialist(device_lm, drafter=drafter), "the cat sat", params, options)
     reference = generate(Specialist(lm), "the cat sat", params, options)
     assert lean.token_ids == reference.token_ids and lean.text == reference.text and lean.token_ids
+
+
+def test_a_federated_device_converts_once_then_drafts_without_torch(tiny, federated, tmp_path, monkeypatch) -> None:
+    """`sdk generate --server ... --federation-state DIR` on the default drafter: the first run merges
+    and converts; later runs find the conversion by the adapter files and never load torch."""
+    from core import adapters
+    from core.device_lm import DeviceLM
+    from sdk.cli import load_specialist
+    from tests.sdk.test_import_cost import heavy_modules_after
+
+    lm, _, folder = tiny
+    words = ["generate", "--prompt", "x", "--specialist", str(folder), "--federation-state", str(federated)]
+    words += ["--drafter-precision", "fp32", "--cache-dir", str(tmp_path)]
+    first = load_specialist(build_parser().parse_args(words), None)  # merges (torch) and converts
+    monkeypatch.setattr(adapters, "load_device_specialist", lambda *a, **k: pytest.fail("merged again"))
+    again = load_specialist(build_parser().parse_args(words), None)
+    assert isinstance(again.lm, DeviceLM) and again.lm.name == first.lm.name == f"{lm.name}+personal"
+    merged, _ = load_device_specialist(lm, federated)
+    for prompt in PROMPTS:
+        assert greedy(again.sequence(prompt), 8) == greedy(TokenSequence(merged.model, prompt), 8)
+    probe = "from sdk.cli import build_parser, load_specialist\n"
+    probe += f"load_specialist(build_parser().parse_args({words!r}), None)"
+    assert heavy_modules_after(probe) == []
+
+
+def test_the_adapter_key_is_the_adapter_files_content(federated: Path, tmp_path: Path) -> None:
+    from core.adapter_files import state_fingerprint
+
+    copy = tmp_path / "copy"
+    shutil.copytree(federated, copy)
+    assert state_fingerprint(copy) == state_fingerprint(federated)  # content, not where it lives
+    weights = copy / PERSONAL / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\1")
+    assert state_fingerprint(copy) != state_fingerprint(federated)
+    shutil.rmtree(copy / PERSONAL)
+    assert state_fingerprint(copy) != state_fingerprint(federated)
