@@ -15,7 +15,6 @@ dtype checks in `core.device`. Nothing here ever contacts a model hub.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +35,11 @@ from transformers.utils import is_accelerate_available
 from transformers.utils import logging as hf_logging
 
 from core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
+from core.device_lm import model_folder
 from core.errors import ModelLoadError, one_line
-from core.gguf_cache import cache_root, converted_embedded, converted_gguf
 from core.kv import model_device
 from core.linear import resolve_linear_kernel, use_linear_kernel
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, EMBEDDED_MODELS, unknown_model
+from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.quantize import QUANTIZE_CHOICES, quantize_linear
 
 __all__ = [
@@ -148,30 +147,11 @@ _Placement = tuple[torch.device, torch.dtype]
 def _load_spec(
     spec: str | Path, cache_dir: Path | None, progress: bool, weights: bool, placement: _Placement | None = None
 ) -> CausalLM:
-    cache = cache_root(cache_dir)
-    if not str(spec).strip():
-        raise ModelLoadError("No model given: pass a model folder, a .gguf file or an embedded model name.")
     with _progress_bars(progress):
-        if isinstance(spec, str) and spec in EMBEDDED_MODELS:
-            entry = EMBEDDED_MODELS[spec]
-            folder = converted_embedded(entry, cache, progress)
-            return _load_folder(
-                folder, name=entry.name, source=f"the cached conversion {folder}", weights=weights, placement=placement
-            )
-        path = Path(spec).expanduser()
-        if not path.exists():
-            if isinstance(spec, str) and not _looks_like_path(spec):
-                raise unknown_model(f"{spec!r} is neither an existing path nor an embedded model name")
-            raise ModelLoadError(f"Model path {path} does not exist.")
-        if path.is_dir():
-            return _load_folder(path, name=path.resolve().name, weights=weights, placement=placement)
-        if path.suffix.lower() == ".gguf":
-            gguf = path.resolve()
-            folder = converted_gguf(gguf, cache, progress)
-            return _load_folder(
-                folder, name=gguf.name, source=f"the cached conversion {folder}", weights=weights, placement=placement
-            )
-        raise ModelLoadError(f"{path} is neither a model folder (with config.json) nor a .gguf file.")
+        folder, name = model_folder(spec, cache_dir, progress)
+        converted = folder != Path(spec).expanduser()  # an embedded model or a GGUF, converted into the cache
+        source = f"the cached conversion {folder}" if converted else None
+        return _load_folder(folder, name=name, source=source, weights=weights, placement=placement)
 
 
 # --- Hugging Face folders ----------------------------------------------------------------------
@@ -248,15 +228,6 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froz
 
 
 # --- small helpers -----------------------------------------------------------------------------
-
-
-def _looks_like_path(spec: str) -> bool:
-    return (
-        os.sep in spec
-        or (os.altsep is not None and os.altsep in spec)
-        or spec.startswith((".", "~"))
-        or spec.lower().endswith(".gguf")
-    )
 
 
 @contextlib.contextmanager
