@@ -121,7 +121,8 @@ MALFORMED: list[tuple[str, Maker, str]] = [
     ),
     ("empty-file", lambda d: _write(d, "p.json", ""), r"p\.json: the file is empty\."),
     ("blank-file", lambda d: _write(d, "p.jsonl", "\n  \n"), r"p\.jsonl: the file is empty\."),
-    ("bad-json", lambda d: _write(d, "p.json", '[\n  {"subject": "a",}\n]'), r"invalid JSON at line 2, column 19"),
+    # Python 3.13's json points at the trailing comma (column 18), 3.11's at the brace after it (19).
+    ("bad-json", lambda d: _write(d, "p.json", '[\n  {"subject": "a",}\n]'), r"invalid JSON at line 2, column 1[89]"),
     (
         "jsonl-named-json",
         lambda d: _write(d, "p.json", json.dumps(ENTRY_A) + "\n" + json.dumps(ENTRY_B)),
