@@ -13,6 +13,7 @@ one `load_causal_lm` would load (`model_folder`), so `DeviceLM.name` is its `Cau
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,4 +202,9 @@ def _json(path: Path, *, required: bool) -> dict[str, Any]:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return "/" in spec or "\\" in spec or spec.startswith((".", "~")) or spec.lower().endswith(".gguf")
+    return (
+        os.sep in spec
+        or (os.altsep is not None and os.altsep in spec)
+        or spec.startswith((".", "~"))
+        or spec.lower().endswith(".gguf")
+    )
