@@ -56,7 +56,9 @@ class TensorSequence(CachedSequence[torch.Tensor]):
         return torch.stack(values) if values else like.new_zeros(0)
 
     def block_logprobs(self, start: int, tokens: Sequence[int]) -> tuple[list[float], list[int]]:
-        """As `CachedSequence.block_logprobs`, read back from the rows' device in one copy."""
+        """For each j: log P(tokens[j] | ids[:start + j]) and the most likely token there (the first on
+        ties), read back from the rows' device in one copy (the verifier's blocks; device rows are
+        never read this way)."""
         if not tokens:
             return [], []
         rows = torch.stack([self.logprobs_at(start + j) for j in range(len(tokens))])

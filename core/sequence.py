@@ -107,12 +107,6 @@ class CachedSequence(ABC, Generic[Row]):
             raise IndexError(f"no distribution kept for prefix length {n}")
         return self._rows[n]
 
-    def block_logprobs(self, start: int, tokens: Sequence[int]) -> tuple[list[float], list[int]]:
-        """For each j: log P(tokens[j] | ids[:start + j]) and the most likely token there (the
-        first on ties)."""
-        rows = [np.asarray(self.logprobs_at(start + j)) for j in range(len(tokens))]
-        return [float(row[t]) for row, t in zip(rows, tokens, strict=True)], [int(row.argmax()) for row in rows]
-
     def truncate(self, n: int) -> None:
         """Roll back to the first n ids. Distributions before n are dropped: the protocol only
         ever truncates to a committed point, and later rollbacks never go behind it."""

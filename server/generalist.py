@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from core.kv import CachedSequence, ForwardRunner, TokenSequence
+from core.kv import ForwardRunner, TensorSequence, TokenSequence
 from core.models import CausalLM
 from core.session_types import MAX_CANDIDATE_TOKENS
 from core.steering import align_segments, top_indices
@@ -23,7 +23,7 @@ from server.vocab import TextCodec
 
 # Builds a model's sequence for a session: a `TokenSequence` (its own DynamicCache), or the
 # verifier's slot pool (`CloudVerifier.sequence`).
-SequenceFactory = Callable[[PreTrainedModel, Sequence[int], ForwardRunner | None], CachedSequence]
+SequenceFactory = Callable[[PreTrainedModel, Sequence[int], ForwardRunner | None], TensorSequence]
 
 
 @dataclass(frozen=True)

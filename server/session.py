@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 from core import wire
 from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
-from core.kv import CachedSequence, ForwardRunner, TokenSequence
+from core.kv import ForwardRunner, TensorSequence, TokenSequence
 from core.limits import prompt_length_problem
 from core.models import CausalLM
 from core.prompts import render_prompt
@@ -80,7 +80,7 @@ class CloudVerifier:
 
     def sequence(
         self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None
-    ) -> CachedSequence:
+    ) -> TensorSequence:
         """A session's sequence on `model`, on this verifier's KV engine."""
         if self.kv_slots is None:
             return TokenSequence(model, prefix_ids, runner)
