@@ -50,7 +50,9 @@ class CachedSequence(ABC, Generic[Row]):
         self._cached = 0
         self._rows: dict[int, Row] = {}
         self.forward_passes = 0
-        self.forward_seconds: list[float] = []  # each `_sync` forward's wall time, in order
+        # Each `_sync` forward's wall time, in order, once a caller asks for them by setting a list
+        # (the device reports its own cost); the verifier's many sequences keep none.
+        self.forward_seconds: list[float] | None = None
 
     @abstractmethod
     def _forward(self, new: Sequence[int]) -> Any:
@@ -89,7 +91,8 @@ class CachedSequence(ABC, Generic[Row]):
             return
         start = time.perf_counter()
         rows = self._log_softmax(self._forward(self.ids[self._cached :]))
-        self.forward_seconds.append(time.perf_counter() - start)
+        if self.forward_seconds is not None:
+            self.forward_seconds.append(time.perf_counter() - start)
         self.forward_passes += 1
         first = len(self.ids) - rows.shape[0] + 1
         for i in range(rows.shape[0]):

@@ -177,6 +177,7 @@ def generate(
     # The budget bounds the sequence: drafts and look-ahead stay within it (`_steered_loop`); the
     # margin covers the tails of multi-token candidates scored after the last commit.
     seq = specialist.sequence(ids, capacity=len(ids) + options.max_new_tokens + CAPACITY_MARGIN)
+    seq.forward_seconds = []  # the Specialist's own cost, for the stats
     rng = device_rng(options.seed)
     state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
     lost: VerifierLost | None = None
@@ -225,7 +226,7 @@ def generate(
 def _forward_times(seq: CachedSequence[Any]) -> dict[str, float]:
     """The Specialist's own cost on this device: its prompt's prefill and the median of its later
     forwards (a draft step: one or two tokens each), in ms."""
-    times = seq.forward_seconds
+    times = seq.forward_seconds or []
     out = {"device_prefill_ms": round(times[0] * 1000, 2)} if times else {}
     if len(times) > 1:
         out["device_step_ms"] = round(float(np.median(times[1:])) * 1000, 2)
