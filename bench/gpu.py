@@ -50,7 +50,7 @@ from transformers import (
     StaticCache,
 )
 
-from bench.gpu_pool import measure_pool, measure_round
+from bench.gpu_pool import POOL_PATHS, measure_pool, measure_round
 from bench.timing import median_ms
 from core.cli import command_parser, reported, whole_number
 from core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
@@ -161,7 +161,7 @@ class Options:
     compile_configs: tuple[str, ...]
     compile_min_s: float
     pool: bool = True
-    pool_compiled: bool = False
+    pool_paths: tuple[str, ...] = ("graphs",)
     pool_batches: tuple[int, ...] = (1, 8, 32, 64, 128)
     round_batches: tuple[int, ...] = (1, 64)
 
@@ -361,25 +361,28 @@ def measure_lean_path(
     """The slot pool's replays (`bench.gpu_pool`) into `row`, each beside its floor; and for a
     Generalist of `PAIRS`, a whole verify round with its generic Specialist. A failure is recorded
     in the row and costs only these figures."""
-    try:
-        pool = measure_pool(
-            model,
-            context=options.context,
-            blocks=options.blocks,
-            batches=options.pool_batches,
-            batch_block=options.batch_block,
-            reps=options.reps,
-            compiled=options.pool_compiled,
-        )
-        pool["block_vs_floor"] = {n: round(ms / floor_ms(1, int(n)), 2) for n, ms in pool["block_ms"].items()}
-        pool["batch_floor_ms"] = {b: round(floor_ms(int(b), options.batch_block), 3) for b in pool["batch_ms"]}
-        row["pool"] = pool
-    except Exception as exc:  # the other figures stand without these
-        row["pool_error"] = _error(exc)
-    finally:
-        release(options.device)
+    row["pools"], row["pool_errors"] = {}, {}
+    for path in options.pool_paths:
+        try:
+            pool = measure_pool(
+                model,
+                context=options.context,
+                blocks=options.blocks,
+                batches=options.pool_batches,
+                batch_block=options.batch_block,
+                reps=options.reps,
+                path=path,
+            )
+            pool["block_vs_floor"] = {n: round(ms / floor_ms(1, int(n)), 2) for n, ms in pool["block_ms"].items()}
+            pool["batch_floor_ms"] = {b: round(floor_ms(int(b), options.batch_block), 3) for b in pool["batch_ms"]}
+            row["pools"][path] = pool
+        except Exception as exc:  # the other figures stand without these
+            row["pool_errors"][path] = _error(exc)
+        finally:
+            release(options.device)
     partner = PAIRS.get(name)
-    if partner is None or options.pool_compiled:  # a compiled round would compile both models again
+    uncompiled = [path for path in options.pool_paths if not POOL_PATHS[path]["compiled"]]
+    if partner is None or not uncompiled:  # a compiled round would compile both models again
         return
     specialist = None
     try:
@@ -391,6 +394,7 @@ def measure_lean_path(
             n=options.batch_block,
             batches=options.round_batches,
             reps=options.reps,
+            fused="fused" in uncompiled,
         )
     except Exception as exc:
         row["round_error"] = _error(exc)
@@ -535,20 +539,20 @@ def pool_sections(rows: list[dict[str, Any]], reps: int) -> list[str]:
     keys = _block_keys(rows)
     lines += ["| config | path | " + " | ".join(f"{n} tok" for n in keys) + " |", "|---|---|" + "---|" * len(keys)]
     for row in rows:
-        if "pool_error" in row:
-            lines.append(f"| {row['config']} | failed: {row['pool_error']} |" + " |" * len(keys))
-        elif "pool" in row:
-            pool = row["pool"]
-            label = "graphs + compile" if pool.get("compiled") else "graphs"
+        for path, error in row.get("pool_errors", {}).items():
+            lines.append(f"| {row['config']} | {path}: failed: {error} |" + " |" * len(keys))
+        for path, pool in row.get("pools", {}).items():
+            label = f"{path} ({pool['seconds']:.0f} s with captures and compiles)"
             lines.append(_block_line(row, label, pool["block_ms"], pool["block_vs_floor"]))
     lines += ["", "B sessions x 5 tokens in one replay:", ""]
-    lines += ["| config | B | ms | floor ms | verified tokens/s vs one session |", "|---|---|---|---|---|"]
+    lines += ["| config | path | B | ms | floor ms | verified tokens/s vs one session |", "|---|---|---|---|---|---|"]
     for row in rows:
-        pool = row.get("pool", {})
-        for b, ms in pool.get("batch_ms", {}).items():
-            shown = ms if isinstance(ms, str) else f"{ms:.2f}"
-            ratio = pool.get("batch_throughput_vs_one", {}).get(b, "")
-            lines.append(f"| {row['config']} | {b} | {shown} | {pool['batch_floor_ms'][b]:.2f} | {ratio} |")
+        for path, pool in row.get("pools", {}).items():
+            for b, ms in pool.get("batch_ms", {}).items():
+                shown = ms if isinstance(ms, str) else f"{ms:.2f}"
+                ratio = pool.get("batch_throughput_vs_one", {}).get(b, "")
+                floor = pool["batch_floor_ms"][b]
+                lines.append(f"| {row['config']} | {path} | {b} | {shown} | {floor:.2f} | {ratio} |")
     lines += ["", "## A whole verify round in one replay", ""]
     lines += [
         "Both cloud blocks (Generalist and generic Specialist, 5 tokens a session), the ratio inputs, P_G's "
@@ -607,6 +611,14 @@ def _sizes(text: str) -> tuple[int, ...]:
     return values
 
 
+def _pool_paths(text: str) -> tuple[str, ...]:
+    paths = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in paths if p not in POOL_PATHS]
+    if unknown or not paths:
+        raise argparse.ArgumentTypeError(f"not slot-pool paths ({', '.join(POOL_PATHS)}): {text!r}")
+    return paths
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = command_parser("bench.gpu", __doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N (default cuda)")
@@ -625,7 +637,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="compile the static-cache path with CUDA graphs")
     p.add_argument("--no-pool", action="store_true", help="skip the slot pool's CUDA-graph replays (the lean path)")
     p.add_argument(
-        "--pool-compiled", action="store_true", help="compile the slot pool's block (dynamic shapes) under its graphs"
+        "--pool-paths",
+        type=_pool_paths,
+        default=("graphs",),
+        help=f"the slot pool's paths to time, comma-separated, of {', '.join(POOL_PATHS)} (default graphs: "
+        "transformers' forward under CUDA graphs; fused: the pool's own forward; +compiled: inductor too)",
     )
     p.add_argument("--pool-batches", type=_sizes, default=(1, 8, 32, 64, 128), help="sessions per slot-pool replay")
     p.add_argument("--round-batches", type=_sizes, default=(1, 64), help="sessions per whole-round replay")
@@ -673,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             compile_configs=tuple(_names(args.compile_configs)),
             compile_min_s=args.compile_min_s,
             pool=not args.no_pool,
-            pool_compiled=args.pool_compiled,
+            pool_paths=args.pool_paths,
             pool_batches=args.pool_batches,
             round_batches=args.round_batches,
         )

@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from bench.timing import median_ms
-from server.slot_pool import GraphedForward, SlotPool, block_forward, round_outputs
+from server.slot_pool import GraphedForward, SlotPool, round_outputs
 
 ROUND_ALPHA = 1.0
 ROUND_TOP_K = 10
@@ -44,8 +44,20 @@ def slots_that_fit(model: PreTrainedModel, wanted: int, max_len: int, headroom: 
     return max(1, min(wanted, int(headroom * free / per_slot)))
 
 
-def _ready_pool(model: PreTrainedModel, slots: int, context: int, n_max: int, compiled: bool = False) -> SlotPool:
-    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1, compiled=compiled)
+# The pool's paths `measure_pool` can time: transformers' forward or the pool's fused one
+# (server.fused_decoder), each replayed from CUDA graphs, plain or compiled by inductor.
+POOL_PATHS: dict[str, dict[str, bool]] = {
+    "graphs": {"fused": False, "compiled": False},
+    "compiled": {"fused": False, "compiled": True},
+    "fused": {"fused": True, "compiled": False},
+    "fused+compiled": {"fused": True, "compiled": True},
+}
+
+
+def _ready_pool(
+    model: PreTrainedModel, slots: int, context: int, n_max: int, *, compiled: bool = False, fused: bool = False
+) -> SlotPool:
+    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1, compiled=compiled, fused=fused)
     for _ in range(slots):
         pool.set_length(pool.claim(), context)
     return pool
@@ -65,16 +77,18 @@ def measure_pool(
     batches: tuple[int, ...],
     batch_block: int,
     reps: int,
-    compiled: bool = False,
+    path: str = "graphs",
 ) -> dict[str, Any]:
-    """One session's blocks (n tokens, ms) and B sessions' `batch_block`-token blocks in one replay."""
+    """One session's blocks (n tokens, ms) and B sessions' `batch_block`-token blocks in one replay,
+    on one of `POOL_PATHS`; `seconds` includes the captures (and compiles)."""
     device, vocab = next(model.parameters()).device, model.config.vocab_size
     n_max = max((*blocks, batch_block))
     slots = slots_that_fit(model, max(batches), context + n_max + 1)
-    pool = _ready_pool(model, slots, context, n_max, compiled)
     started = time.perf_counter()
+    pool = _ready_pool(model, slots, context, n_max, **POOL_PATHS[path])
     out: dict[str, Any] = {
-        "compiled": compiled,
+        "path": path,
+        **POOL_PATHS[path],
         "slots": slots,
         "kv_bytes": pool.kv.bytes(),
         "block_ms": {},
@@ -99,7 +113,14 @@ def measure_pool(
 
 
 def measure_round(
-    g_model: PreTrainedModel, s0_model: PreTrainedModel, *, context: int, n: int, batches: tuple[int, ...], reps: int
+    g_model: PreTrainedModel,
+    s0_model: PreTrainedModel,
+    *,
+    context: int,
+    n: int,
+    batches: tuple[int, ...],
+    reps: int,
+    fused: bool = False,
 ) -> dict[str, Any]:
     """For each B: one replay of a whole verify round (both blocks, `round_outputs`, read back to the
     host) against the Generalist's and the generic Specialist's blocks replayed alone."""
@@ -107,15 +128,16 @@ def measure_round(
     vocab = min(g_model.config.vocab_size, s0_model.config.vocab_size)
     wanted, max_len = max(batches), context + n + 1
     slots = min(slots_that_fit(g_model, wanted, max_len), slots_that_fit(s0_model, wanted, max_len))
-    g_pool, s0_pool = _ready_pool(g_model, slots, context, n), _ready_pool(s0_model, slots, context, n)
+    g_pool = _ready_pool(g_model, slots, context, n, fused=fused)
+    s0_pool = _ready_pool(s0_model, slots, context, n, fused=fused)
 
     def whole_round(ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> dict[str, torch.Tensor]:
-        g_logits = block_forward(g_model, g_pool.kv, ids, lengths, active)
-        s0_logits = block_forward(s0_model, s0_pool.kv, ids, lengths, active)
+        g_logits, s0_logits = g_pool.block(ids, lengths, active), s0_pool.block(ids, lengths, active)
         return round_outputs(g_logits, s0_logits, ids, alpha=ROUND_ALPHA, k=ROUND_TOP_K)
 
     graphed = GraphedForward(whole_round, device)
-    out: dict[str, Any] = {"slots": slots, "n": n, "alpha": ROUND_ALPHA, "top_k": ROUND_TOP_K, "by_batch": {}}
+    out: dict[str, Any] = {"slots": slots, "n": n, "fused": fused, "alpha": ROUND_ALPHA, "top_k": ROUND_TOP_K}
+    out["by_batch"] = {}
     for b in batches:
         if b > slots:
             out["by_batch"][str(b)] = f"{b} slots do not fit in the GPU's free memory ({slots} do)"

@@ -39,10 +39,15 @@ K_MAX = 8
 
 
 def pool_blocks(gpu: dict[str, Any], config: str) -> dict[int, float]:
-    """The slot pool's replayed block times of `config` (seconds by block size) from a bench.gpu JSON."""
+    """The slot pool's replayed block times of `config` (seconds by block size) from a bench.gpu JSON:
+    of the paths it timed, the one with the fastest step (older JSON files hold one, as "pool")."""
     for row in gpu["rows"]:
-        if row.get("config") == config and "pool" in row:
-            return {int(n): ms / 1e3 for n, ms in row["pool"]["block_ms"].items()}
+        if row.get("config") != config:
+            continue
+        pools = list(row.get("pools", {}).values()) or ([row["pool"]] if "pool" in row else [])
+        if pools:
+            best = min(pools, key=lambda pool: min(pool["block_ms"].values()))
+            return {int(n): ms / 1e3 for n, ms in best["block_ms"].items()}
     raise ConfigError(f"{config} has no slot-pool block times in that bench.gpu JSON.")
 
 

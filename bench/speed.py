@@ -91,7 +91,7 @@ from sdk.context import Profile
 from sdk.device import DecodeOptions, Drafter, Specialist, generate
 from sdk.llamacpp import DRAFTERS, drafter_for
 from sdk.transport import InProcessVerifier
-from server.config import ServerConfig
+from server.config import SLOT_FORWARDS, ServerConfig
 from server.main import create_server
 from server.pki import init_pki, issue_device
 from server.session import CloudSession, CloudVerifier, reads_generic_specialist
@@ -254,7 +254,9 @@ def _prepare(args: argparse.Namespace) -> _Bench:
 
 def kv_slots(args: argparse.Namespace) -> SlotPools | None:
     """The cloud's slot pool when --kv slots (as `server serve --kv slots` builds it), else None."""
-    return SlotPools(KV_SLOTS, KV_MAX_LEN) if args.kv == "slots" else None
+    if args.kv != "slots":
+        return None
+    return SlotPools(KV_SLOTS, KV_MAX_LEN, forward=args.kv_forward, compiled=args.kv_compile)
 
 
 def _baselines(bench: _Bench) -> dict[str, Any]:
@@ -413,6 +415,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cloud-device", default="cpu", help="where the cloud's two models run: cpu (default), cuda")
     p.add_argument("--cloud-dtype", default="float32", choices=DTYPE_CHOICES, help="the cloud models' weights")
     p.add_argument("--kv", choices=("dynamic", "slots"), default="dynamic", help="the verifier's KV engine")
+    p.add_argument("--kv-forward", choices=SLOT_FORWARDS, default="fused", help="--kv slots: the pool's forward")
+    p.add_argument("--kv-compile", action="store_true", help="--kv slots: compile the pool's forward (inductor)")
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
@@ -484,6 +488,8 @@ def _writer(
             "cloud_device": args.cloud_device,
             "cloud_dtype": args.cloud_dtype,
             "kv": args.kv,
+            "kv_forward": args.kv_forward if args.kv == "slots" else None,
+            "kv_compile": args.kv_compile if args.kv == "slots" else None,
             "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
             "drafter": args.drafter,
             "draft_len": args.draft_len,

@@ -4,7 +4,8 @@
                  --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
                  [--round-idle-timeout S] [--queue-timeout S] [--stream-rate R] [--stream-burst N]
                  [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S] [--max-connections N]
-                 [--max-connections-per-source N] [--kv dynamic|slots] [--batching on|off] [--max-batch N]
+                 [--max-connections-per-source N] [--kv dynamic|slots] [--kv-forward fused|transformers]
+                 [--kv-compile] [--batching on|off] [--max-batch N]
                  [--metrics-port P] [--transcript-dir D] ...
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices
@@ -33,6 +34,7 @@ from core.cli import EXIT_ERROR, command_parser, finite_float, number, reported,
 from core.cli import Parser as _Parser
 from core.device import DTYPE_CHOICES
 from core.fileio import atomic_write
+from server.config import SLOT_FORWARDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--kv-slots", type=whole_number(1), help="slot pool: slots per model (default max sessions)")
     serve.add_argument("--kv-max-len", type=whole_number(2), help="slot pool: positions per slot (default 2048)")
+    serve.add_argument(
+        "--kv-forward", choices=SLOT_FORWARDS, help="slot pool: its decoder forward (default fused, docs/gpu.md)"
+    )
+    serve.add_argument(
+        "--kv-compile", action="store_true", default=None, help="slot pool: compile its forward with inductor"
+    )
     serve.add_argument(
         "--adapters-dir", type=Path, help="federation's global adapter store: serve sessions that declare vN"
     )
@@ -186,6 +194,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "kv": args.kv,
         "kv_slots": args.kv_slots,
         "kv_max_len": args.kv_max_len,
+        "kv_forward": args.kv_forward,
+        "kv_compile": args.kv_compile,
         "adapters_dir": args.adapters_dir,
         **tls,
         "revoked_devices": tuple(args.revoke) if args.revoke else None,

@@ -13,6 +13,8 @@
     # kv = "slots"                        # sessions' KV in a slot pool (docs/gpu.md; default dynamic)
     # kv_slots = 64                       # ... slots per model (default max_sessions)
     # kv_max_len = 2048                   # ... positions per slot
+    # kv_forward = "fused"                # ... its decoder forward: fused (default) or transformers
+    # kv_compile = false                  # ... compiled by inductor (a GPU's first forwards compile)
 
     [tls]                                 # required: the verifier never serves plaintext
     cert = "pki/server.pem"               # relative paths are relative to this file
@@ -69,6 +71,9 @@ from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.session_types import WIRE_MAX_TOP_K
 from core.tomlfile import load_dataclass
 
+# The slot pool's decoder forwards (server.slot_sequence.SlotPools): its own, fused, or transformers'.
+SLOT_FORWARDS = ("fused", "transformers")
+
 __all__ = ["MAX_BATCH", "ServerConfig", "load_config"]
 
 MAX_BATCH = 64  # sequences in one merged forward (bounds its memory); the default session cap
@@ -90,6 +95,8 @@ class ServerConfig:
     kv: str = "dynamic"
     kv_slots: int | None = None  # slots per model (default max_sessions)
     kv_max_len: int = 2048  # positions per slot: the longest prompt plus generation it serves
+    kv_forward: str = "fused"  # the pool's decoder forward (server.slot_sequence.SlotPools)
+    kv_compile: bool = False  # ... compiled by inductor
     # Federation's global adapter store (`<server state>/adapters`): sessions declaring adapter
     # version N are verified with global adapter vN merged into the generic Specialist.
     adapters_dir: Path | None = None
@@ -214,6 +221,10 @@ class ServerConfig:
             raise ConfigError(f"kv_slots must be at least 1; got {self.kv_slots}")
         if self.kv_max_len < 2:
             raise ConfigError(f"kv_max_len must be at least 2; got {self.kv_max_len}")
+        if self.kv_forward not in SLOT_FORWARDS:
+            raise ConfigError(f"kv_forward must be {' or '.join(SLOT_FORWARDS)}; got {self.kv_forward!r}")
+        if not isinstance(self.kv_compile, bool):
+            raise ConfigError(f"kv_compile must be true or false; got {self.kv_compile!r}")
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching must be on or off (true or false); got {self.batching!r}")
         if not 1 <= self.max_batch <= MAX_BATCH:
@@ -251,6 +262,8 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "kv": "kv",
         "kv_slots": "kv_slots",
         "kv_max_len": "kv_max_len",
+        "kv_forward": "kv_forward",
+        "kv_compile": "kv_compile",
     },
     "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
     "limits": {

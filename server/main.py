@@ -138,7 +138,11 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     log.info("loading generic Specialist copy %s", config.specialist)
     specialist = load(config.specialist)
     adapters = None if config.adapters_dir is None else GlobalAdapters(specialist, config.adapters_dir)
-    kv_slots = SlotPools(config.slot_count, config.kv_max_len) if config.kv == "slots" else None
+    kv_slots = (
+        SlotPools(config.slot_count, config.kv_max_len, forward=config.kv_forward, compiled=config.kv_compile)
+        if config.kv == "slots"
+        else None
+    )
     try:
         return CloudVerifier(
             generalist,

@@ -41,6 +41,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.steering import LOGP_FLOOR
 from server.errors import SlotOverflow
+from server.fused_decoder import FusedDecoder, fused_decoder_problem
 
 __all__ = [
     "SLOT_ATTENTION",
@@ -48,7 +49,10 @@ __all__ = [
     "SlotKV",
     "SlotOverflow",
     "SlotPool",
+    "block_forward",
     "folded_gqa_attention",
+    "fused_block_forward",
+    "masked_attention",
     "round_outputs",
     "slot_pool_problem",
 ]
@@ -95,11 +99,24 @@ def folded_gqa_attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
+    return masked_attention(query, key, value, attention_mask, scaling), None
+
+
+def masked_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scaling: float | None
+) -> torch.Tensor:
+    """sdpa of query [B, heads, n, d] over key/value [B, kv_heads, L, d] under a [B, 1, n, L] mask,
+    as [B, n, heads, d]; grouped heads folded into the query length (see `folded_gqa_attention`)."""
     b, heads, n, d = query.shape
-    folded = query.reshape(b, key.shape[1], group * n, d)  # head h = kv_head * group + r, as repeat_kv orders them
-    mask = attention_mask.repeat(1, 1, group, 1)  # rows in (r, position) order, as `folded`'s
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    if group == 1:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+        return out.transpose(1, 2).contiguous()
+    folded = query.reshape(b, kv_heads, group * n, d)  # head h = kv_head * group + r, as repeat_kv orders them
+    mask = mask.repeat(1, 1, group, 1)  # rows in (r, position) order, as `folded`'s
     out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(b, heads, n, d).transpose(1, 2).contiguous(), None
+    return out.reshape(b, heads, n, d).transpose(1, 2).contiguous()
 
 
 AttentionInterface.register(SLOT_ATTENTION, folded_gqa_attention)
@@ -140,12 +157,12 @@ class SlotKV:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
 
-def block_forward(
-    model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
-) -> torch.Tensor:
-    """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
-    `lengths[b]` positions (rows with `active[b]` False change nothing that is read later). Pure
-    tensor work with no host synchronisation, so a CUDA graph can capture it."""
+def block_geometry(
+    kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions [B, n] and the 4-D attention mask [B, 1, n, L + 1] of feeding block `ids` [B, n]
+    to slots 0..B-1 after each one's first `lengths[b]` positions; sets `kv.write_at` (idle rows,
+    `active[b]` False, write into the scratch column and attend to column 0 only)."""
     b, n = ids.shape
     steps = torch.arange(n, device=ids.device)
     positions = lengths[:b, None] + steps  # [B, n]
@@ -154,8 +171,32 @@ def block_forward(
     causal = columns[None, None, :] <= positions[:, :, None]  # [B, n, L + 1]
     idle = (columns == 0)[None, None, :].expand(b, n, -1)
     mask = torch.where(active[:b, None, None], causal, idle).unsqueeze(1)  # [B, 1, n, L + 1]
+    return positions, mask
+
+
+def block_forward(
+    model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
+    """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
+    `lengths[b]` positions (rows with `active[b]` False change nothing that is read later), through
+    transformers' forward. Pure tensor work with no host synchronisation, so a CUDA graph can capture it."""
+    positions, mask = block_geometry(kv, ids, lengths, active)
     out = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=kv, use_cache=True)
     return out.logits
+
+
+def fused_block_forward(
+    decoder: FusedDecoder, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
+    """`block_forward` through the fused decoder (server.fused_decoder): the same logits."""
+    positions, mask = block_geometry(kv, ids, lengths, active)
+    b, n = ids.shape
+
+    def attend(layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        keys, values = kv.update(key, value, layer)
+        return masked_attention(query, keys, values, mask, decoder.shape.scaling).reshape(b, n, -1)
+
+    return decoder(ids, positions, attend)
 
 
 def round_outputs(
@@ -237,7 +278,9 @@ class SlotPool:
     `set_length` is the rollback. Thread-safe: forwards run one at a time (they share the graphs'
     buffers), slots are claimed under the same lock."""
 
-    def __init__(self, model: PreTrainedModel, slots: int, max_len: int, *, compiled: bool = False) -> None:
+    def __init__(
+        self, model: PreTrainedModel, slots: int, max_len: int, *, compiled: bool = False, fused: bool = False
+    ) -> None:
         parameter = next(model.parameters())
         # Same sums as sdpa on every path (it falls back to sdpa wherever it does not fold).
         model.set_attn_implementation(SLOT_ATTENTION)
@@ -246,12 +289,27 @@ class SlotPool:
         self.lengths = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
         self._lock = threading.Lock()
-        # Compiled: inductor fuses the decoder's small ops (a CUDA graph removes launch costs, not
-        # kernels), once for every bucket (dynamic shapes), before the graphs capture its kernels.
-        block = torch.compile(self._block, dynamic=True) if compiled else self._block
+        self.compiled, self.fused = compiled, fused
+        # Fused: the pool's own decoder forward (server.fused_decoder; compiled, one region for all
+        # layers). Otherwise transformers' forward, compiled whole if asked: inductor fuses the
+        # decoder's small ops (a CUDA graph removes launch costs, not kernels), once for every
+        # bucket (dynamic shapes), before the graphs capture its kernels.
+        self.decoder: FusedDecoder | None = None
+        block: Callable[..., torch.Tensor] = self.block
+        if fused:
+            problem = fused_decoder_problem(model.config)
+            if problem is not None:
+                raise ValueError(problem)
+            self.decoder = FusedDecoder(model, compiled=compiled)
+        elif compiled:
+            block = torch.compile(self.block, dynamic=True)
         self.forward_graphs = GraphedForward(block, self.device)
 
-    def _block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """The logits of a bucket's blocks (`block_forward`), through this pool's decoder: pure
+        tensor work, what the graphs capture."""
+        if self.decoder is not None:
+            return fused_block_forward(self.decoder, self.kv, ids, lengths, active)
         return block_forward(self.model, self.kv, ids, lengths, active)
 
     def claim(self) -> int:
@@ -307,7 +365,7 @@ class SlotPool:
                 logits = self.forward_graphs(*inputs)
             else:
                 with torch.inference_mode():
-                    logits = self._block(*inputs)
+                    logits = self.block(*inputs)
             for slot, tokens in blocks.items():
                 self.lengths[slot] += len(tokens)
             return logits

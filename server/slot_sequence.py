@@ -20,7 +20,9 @@ from transformers import PreTrainedModel
 
 from core.errors import ProtocolError
 from core.kv import TensorSequence
+from server.config import SLOT_FORWARDS
 from server.errors import NoSessionSlot
+from server.fused_decoder import fused_decoder_problem
 from server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
 __all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
@@ -79,12 +81,20 @@ def slot_forward(seq: SlotSequence, new: Sequence[int]) -> torch.Tensor:
 
 class SlotPools:
     """The verifier's slot pools, one per model, made on first use (`slots` slots of `max_len`
-    positions each: the Generalist's, the generic Specialist's, each global adapter version's)."""
+    positions each: the Generalist's, the generic Specialist's, each global adapter version's).
 
-    def __init__(self, slots: int, max_len: int) -> None:
+    `forward`: "fused" (default) runs the pool's own decoder forward (server.fused_decoder: fused
+    projections, the same logits) for the families it serves and transformers' forward for any
+    other; "transformers" always runs transformers'. `compiled` hands it to inductor (on a GPU,
+    the first forward of each shape compiles: seconds to minutes)."""
+
+    def __init__(self, slots: int, max_len: int, *, forward: str = "fused", compiled: bool = False) -> None:
         if slots < 1 or max_len < 2:
             raise ValueError(f"a slot pool needs at least 1 slot of 2 positions; got {slots} of {max_len}")
+        if forward not in SLOT_FORWARDS:
+            raise ValueError(f"the slot pool's forward is one of {', '.join(SLOT_FORWARDS)}; got {forward!r}")
         self.slots, self.max_len = slots, max_len
+        self.forward, self.compiled = forward, compiled
         self._pools: dict[int, SlotPool] = {}
         self._lock = threading.Lock()
 
@@ -103,5 +113,7 @@ class SlotPools:
             pool = self._pools.get(id(model))
             if pool is None:
                 self.check(model)
-                pool = self._pools[id(model)] = SlotPool(model, self.slots, self.max_len)
+                fused = self.forward == "fused" and fused_decoder_problem(model.config) is None
+                pool = SlotPool(model, self.slots, self.max_len, compiled=self.compiled, fused=fused)
+                self._pools[id(model)] = pool
         return SlotSequence(pool, prefix_ids, runner)

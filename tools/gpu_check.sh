@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one run (issue 27), for the device machine: no network there, Python 3.12,
-# torch and transformers as installed (the project's requires-python excludes 3.12, so the tree
-# runs from PYTHONPATH=. and is never pip-installed).
+# torch and transformers as installed there (no registry to install the project's pins from, so the
+# tree runs from PYTHONPATH=. and is never pip-installed).
 #
-#   run (device tool), carry [".venv/gpu-wheels"], command: bash tools/gpu_check.sh
+#   run (device tool), carry [".venv/gpu-wheels", ".gpu-tokenizer"], command: bash tools/gpu_check.sh
 #
 # 1. Installs the test dependencies the machine lacks (pytest, gguf, bm25s, ...) from carried
 #    wheels into a scratch folder on PYTHONPATH. Make the wheels here first (pure Python or
@@ -14,28 +14,40 @@
 #        pycparser grpcio-health-checking pyyaml psutil
 # 2. The CUDA tests: the cloud on cuda fp32 against the CPU and the oracles, bf16 agreement, the
 #    merged forward, loading onto the GPU (tests/server/test_device_dtype.py), the slot pool's CUDA
-#    graphs against transformers' logits (tests/server/test_slot_pool.py), and the oracle tests.
-# 3. python -m bench.gpu --device cuda: every configuration, eager, static cache and the lean path
-#    (slot pool, CUDA-graph replays, whole rounds), the 32B last (partial JSON after each one);
-#    then, in the time left, the 1.5B's slot pool compiled (inductor under the graphs) into $OUT/compiled.
+#    graphs and its fused forward against transformers' logits (tests/server/test_slot_pool.py,
+#    tests/server/test_fused_decoder.py), and the oracle tests.
+# 3. The default part (GPU_CHECK_PART=next, what the next GPU session should run, one call):
+#    python -m bench.gpu on the two pairs' configurations (Qwen2.5 0.5B/1.5B, Qwen3 0.6B/32B),
+#    blocks 1..9, the slot pool on three paths (transformers' forward under CUDA graphs, the pool's
+#    fused forward, the same compiled by inductor) into $OUT/next; then the end-to-end sweep below
+#    in the time left.
+#    GPU_CHECK_PART=bench: the first GPU session's full run (every configuration, eager, static
+#    cache, the lean path, batched 1-128, whole rounds) and the 1.5B's pool compiled.
 # Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions.
 #
-# GPU_CHECK_PART=e2e runs the end-to-end sweep instead (issue 27 #5): random-weight Qwen2.5 0.5B and
+# GPU_CHECK_PART=e2e runs only the end-to-end sweep (issue 27 #5): random-weight Qwen2.5 0.5B and
 # 1.5B written there (bench.random_models) with the carried tokenizer, then bench.speed with the
 # verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, into
 # $OUT/e2e. Carry the tokenizer too: copy a converted Qwen2.5 model's tokenizer.json,
 # tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-excluded here) and add
 # ".gpu-tokenizer" to carry.
-# Ask for the H200 (nvidia-h200): the 32B's 64 and 128 slots need its memory.
+# Ask for the H200 (nvidia-h200) where it matters: the 32B's 64 and 128 slots need its memory (on an
+# H100 the pool takes the slots that fit and says so).
 set -uo pipefail
 
-BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # the device tool stops a command at 600 s
+BUDGET_S=${GPU_CHECK_BUDGET_S:-540}  # the device tool stops a command at 600 s
 START=$(date +%s)
 OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 export PYTHONPATH=.:${PYTHONPATH:-}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 PY=${PYTHON:-python3}
+# A dry run elsewhere (this script on a CPU before a GPU session): GPU_CHECK_DEVICE=cpu
+# GPU_CHECK_DTYPE=float32 GPU_CHECK_CONFIGS=tiny GPU_CHECK_E2E_PAIR=qwen2.5-0.5b,qwen2.5-0.5b.
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+DTYPE=${GPU_CHECK_DTYPE:-bfloat16}
+CONFIGS=${GPU_CHECK_CONFIGS:-qwen2.5-0.5b,qwen3-0.6b,qwen2.5-1.5b,qwen3-32b}
+IFS=, read -r E2E_SPECIALIST E2E_GENERALIST <<<"${GPU_CHECK_E2E_PAIR:-qwen2.5-0.5b,qwen2.5-1.5b}"
 
 {
   date -u
@@ -44,7 +56,7 @@ PY=${PYTHON:-python3}
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-PART=${GPU_CHECK_PART:-bench}
+PART=${GPU_CHECK_PART:-next}
 
 # 1. Missing test dependencies, from the carried wheels.
 missing=$($PY - <<'EOF'
@@ -64,28 +76,52 @@ if [ -n "$missing" ]; then
   export PYTHONPATH=.:$SITE:${PYTHONPATH}
 fi
 
-if [ "$PART" = e2e ]; then
-  [ -f .gpu-tokenizer/tokenizer.json ] || { echo "e2e needs .gpu-tokenizer/ carried (see the header)"; exit 2; }
-  MODELS=$(mktemp -d)
-  $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs qwen2.5-0.5b,qwen2.5-1.5b --out "$MODELS" \
-    --device cuda >"$OUT/e2e.txt" 2>&1
-  LEFT=$((BUDGET_S - ($(date +%s) - START)))
-  timeout "$LEFT" $PY -m bench.speed --specialist "$MODELS/qwen2.5-0.5b" --generalist "$MODELS/qwen2.5-1.5b" \
-    --cloud-device cuda --cloud-dtype bfloat16 --kv slots --rtts 0 20 50 100 --queries 1 --max-new-tokens 32 \
-    --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1
+e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
+  [ -f .gpu-tokenizer/tokenizer.json ] || { echo "e2e needs .gpu-tokenizer/ carried (see the header)"; return 2; }
+  local models left
+  models=$(mktemp -d)
+  left=$(($1 - ($(date +%s) - START)))
+  timeout "$left" $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs "$E2E_SPECIALIST,$E2E_GENERALIST" \
+    --out "$models" --device "$DEVICE" >"$OUT/e2e.txt" 2>&1
+  left=$(($1 - ($(date +%s) - START)))
+  timeout "$left" $PY -m bench.speed --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
+    --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --rtts 0 20 50 100 --queries 1 --max-new-tokens 32 \
+    --baseline-reps 1 --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1
   echo "bench.speed exit $?" >>"$OUT/e2e.txt"
   tail -30 "$OUT/e2e.txt"
+}
+
+if [ "$PART" = e2e ]; then
+  e2e "$BUDGET_S"
   echo "gpu_check e2e done in $(($(date +%s) - START)) s"
   exit 0
 fi
 
 # 2. The CUDA tests (they skip nothing here but the no-GPU refusals); at most 3 minutes.
 if [ -z "${GPU_CHECK_SKIP_TESTS:-}" ]; then
-timeout 170 $PY -m pytest tests/server/test_slot_pool.py tests/server/test_device_dtype.py tests/test_oracles.py -q \
+timeout 170 $PY -m pytest tests/server/test_fused_decoder.py tests/server/test_slot_pool.py \
+  tests/server/test_device_dtype.py tests/test_oracles.py -q \
   -p no:cacheprovider \
   -m "not slow" -rs -s >"$OUT/pytest.txt" 2>&1
 echo "pytest exit $?" >>"$OUT/pytest.txt"
 tail -25 "$OUT/pytest.txt"
+fi
+
+if [ "$PART" = next ]; then
+  # 3. The pool's paths on both pairs' configurations (about 4 minutes), then the sweep in the rest.
+  LEFT=$((BUDGET_S - ($(date +%s) - START)))
+  echo "bench.gpu (pool paths) with ${LEFT}s left"
+  mkdir -p "$OUT/next"
+  $PY -m bench.gpu --device "$DEVICE" --dtype "$DTYPE" --configs "$CONFIGS" \
+    --batches 1,64 --pool-batches 1,64 --round-batches 1,64 --pool-paths graphs,fused,fused+compiled \
+    --deadline-s "$((LEFT * 11 / 20))" --out "$OUT/next" >"$OUT/next/bench.txt" 2>&1
+  echo "bench.gpu exit $?" >>"$OUT/next/bench.txt"
+  tail -12 "$OUT/next/bench.txt"
+  LEFT=$((BUDGET_S - ($(date +%s) - START)))
+  echo "e2e with ${LEFT}s left"
+  e2e "$((BUDGET_S - 5))"
+  echo "gpu_check next done in $(($(date +%s) - START)) s"
+  exit 0
 fi
 
 # 3. The benchmark in the time left: every configuration uncompiled first (the lean path needs no
@@ -99,10 +135,10 @@ echo "bench.gpu exit $?" >>"$OUT/bench.txt"
 tail -20 "$OUT/bench.txt"
 LEFT=$((BUDGET_S - ($(date +%s) - START)))
 if [ "$LEFT" -ge 120 ]; then
-  echo "bench.gpu --pool-compiled with ${LEFT}s left"
-  $PY -m bench.gpu --device cuda --dtype bfloat16 --configs qwen2.5-1.5b --pool-compiled --blocks 1,5 \
-    --compiled-blocks 1 --batches 1 --pool-batches 1,64 --deadline-s "$((LEFT - 10))" --out "$OUT/compiled" \
-    >>"$OUT/bench.txt" 2>&1
-  echo "bench.gpu --pool-compiled exit $?" >>"$OUT/bench.txt"
+  echo "bench.gpu --pool-paths compiled with ${LEFT}s left"
+  $PY -m bench.gpu --device cuda --dtype bfloat16 --configs qwen2.5-1.5b --pool-paths compiled,fused+compiled \
+    --blocks 1,5 --compiled-blocks 1 --batches 1 --pool-batches 1,64 --deadline-s "$((LEFT - 10))" \
+    --out "$OUT/compiled" >>"$OUT/bench.txt" 2>&1
+  echo "bench.gpu --pool-paths compiled exit $?" >>"$OUT/bench.txt"
 fi
 echo "gpu_check done in $(($(date +%s) - START)) s"

@@ -47,3 +47,11 @@ def test_a_config_without_pool_figures_is_one_sentence(tmp_path: Path, capsys: p
     args = ["--gpu", str(path), "--generalist", "huge", "--specialist", "small", "--mean-accepted", "2"]
     assert gpu_projection.main([*args, "--draft-step-ms", "5", "--out", str(tmp_path)]) == 1
     assert "huge has no slot-pool block times" in capsys.readouterr().err
+
+
+def test_of_several_pool_paths_the_fastest_feeds_the_model() -> None:
+    slow, fast = {"1": 9.0, "5": 10.0}, {"1": 4.0, "5": 5.0}
+    row = {"config": "big", "pools": {"graphs": {"block_ms": slow}, "fused+compiled": {"block_ms": fast}}}
+    assert gpu_projection.pool_blocks({"rows": [row]}, "big") == {1: 0.004, 5: 0.005}
+    old = {"config": "big", "pool": {"block_ms": slow}}  # a JSON from before paths: its one pool
+    assert gpu_projection.pool_blocks({"rows": [old]}, "big") == {1: 0.009, 5: 0.010}

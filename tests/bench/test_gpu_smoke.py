@@ -14,7 +14,7 @@ def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> No
     # Execute: the CPU in fp32, uncompiled (the static-cache path and its rewinds still run).
     args = ["--device", "cpu", "--dtype", "float32", "--configs", "tiny", "--context", "48", "--reps", "2"]
     args += ["--blocks", "1,2,5", "--compiled-blocks", "1,5", "--batches", "1,4", "--copy-mib", "8"]
-    args += ["--pool-batches", "1,4", "--round-batches", "1,4"]
+    args += ["--pool-batches", "1,4", "--round-batches", "1,4", "--pool-paths", "graphs,fused"]
     assert gpu.main([*args, "--out", str(tmp_path)]) == 0
     # Assert
     data = json.loads((tmp_path / "gpu.json").read_text())
@@ -26,14 +26,18 @@ def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> No
     # The static cache, rewound in place after every timed block, still gives the eager path's logits.
     assert row["static_vs_eager_max_abs_diff"] < 1e-4
     assert set(row["batch_ms"]) == {"1", "4"} and row["batch_floor_ms"]["4"] > row["batch_floor_ms"]["1"]
-    # The lean path (uncompiled on a CPU): every block and batch, and a whole round of the tiny pair.
-    pool = row["pool"]
-    assert set(pool["block_ms"]) == set(pool["block_vs_floor"]) == {"1", "2", "5"}
-    assert set(pool["batch_ms"]) == {"1", "4"} and pool["slots"] == 4
+    # The lean path (uncompiled on a CPU), on both forwards: every block and batch, and a whole
+    # round of the tiny pair (on the fused forward, asked for).
+    assert set(row["pools"]) == {"graphs", "fused"} and not row["pool_errors"]
+    for path, pool in row["pools"].items():
+        assert pool["path"] == path and pool["fused"] == (path == "fused") and not pool["compiled"]
+        assert set(pool["block_ms"]) == set(pool["block_vs_floor"]) == {"1", "2", "5"}
+        assert set(pool["batch_ms"]) == {"1", "4"} and pool["slots"] == 4
+    assert row["round"]["fused"]
     (one, four) = (row["round"]["by_batch"][b] for b in ("1", "4"))
     assert one["round_ms"] > 0 and four["read_back_bytes"] == 4 * one["read_back_bytes"]
     page = (tmp_path / "gpu.md").read_text()
-    assert "| tiny | tiny | 4 |" in page and "Lean path" in page
+    assert "| tiny | tiny | 4 |" in page and "Lean path" in page and "| tiny | fused | 4 |" in page
     assert meta["device"] in page and "random" in page and "| tiny | eager |" in page
 
 

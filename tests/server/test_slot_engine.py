@@ -125,8 +125,18 @@ def test_kv_settings_from_toml_and_command_line(tmp_path) -> None:
     args = build_parser().parse_args(["serve", "--kv", "slots", "--kv-slots", "16", "--kv-max-len", "4096"])
     config = load_config(None, _overrides(args))
     assert (config.kv, config.slot_count, config.kv_max_len) == ("slots", 16, 4096)
+    assert (config.kv_forward, config.kv_compile) == ("fused", False)
+    args = build_parser().parse_args(["serve", "--kv", "slots", "--kv-forward", "transformers", "--kv-compile"])
+    config = load_config(None, _overrides(args))
+    assert (config.kv_forward, config.kv_compile) == ("transformers", True)
     path.write_text('[models]\nkv = "paged"\n')
     with pytest.raises(ConfigError, match="kv must be dynamic or slots; got 'paged'"):
+        load_config(path)
+    path.write_text('[models]\nkv = "slots"\nkv_forward = "triton"\n')
+    with pytest.raises(ConfigError, match="kv_forward must be fused or transformers; got 'triton'"):
+        load_config(path)
+    path.write_text('[models]\nkv = "slots"\nkv_compile = "yes"\n')
+    with pytest.raises(ConfigError, match="kv_compile must be true or false; got 'yes'"):
         load_config(path)
 
 
@@ -140,4 +150,5 @@ def test_live_verifier_on_the_slot_pool_serves_concurrent_devices_as_in_process(
     assert merged_forwards(metrics) > 0
     assert cloud.kv_slots is not None
     for pool in cloud.kv_slots.pools():
+        assert pool.fused  # the pool's own forward (server.fused_decoder), the server's default
         assert sorted(pool.free_slots()) == [0, 1, 2, 3]

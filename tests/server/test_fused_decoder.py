@@ -1,0 +1,167 @@
+"""The slot pool's own decoder forward (server.fused_decoder) held to transformers' logits on tiny
+models of each family it serves, with the features that set them apart (Qwen2's q/k/v biases,
+Qwen3's per-head norms, Llama's optional attention and MLP biases): sessions at different lengths
+in one forward, padded blocks, idle slots; on the CPU here and on CUDA (fp32, CUDA graphs) where
+there is a GPU (tools/gpu_check.sh runs it)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from server.fused_decoder import FusedDecoder, fused_decoder_problem
+from server.slot_pool import SlotPool
+from server.slot_sequence import SlotPools
+from tests.tinymodels import char_tokenizer, tiny_gemma, tiny_lm
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+ATOL = 2e-4
+SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "vocab_size": 120,
+}
+
+
+def _random(model: PreTrainedModel, seed: int) -> PreTrainedModel:
+    """Every tensor random, biases and norm weights included (their initial zeros and ones would
+    hide a bias or norm applied in the wrong place)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=gen) * (0.3 if parameter.dim() == 1 else 0.08))
+            if parameter.dim() == 1:
+                parameter.add_(1.0)
+    return model.eval()
+
+
+FAMILIES: dict[str, Callable[[], PreTrainedModel]] = {
+    "llama": lambda: LlamaForCausalLM(LlamaConfig(**SIZES)),
+    "llama-biases": lambda: LlamaForCausalLM(LlamaConfig(**SIZES, attention_bias=True, mlp_bias=True)),
+    "llama-gqa-1": lambda: LlamaForCausalLM(LlamaConfig(**{**SIZES, "num_key_value_heads": 4})),
+    "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**SIZES)),
+    "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**SIZES, head_dim=24)),
+}
+
+
+def reference_logits(model: PreTrainedModel, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device))
+    return out.logits[0].float().cpu()
+
+
+def _sessions_match_transformers(model: PreTrainedModel, pool: SlotPool) -> None:
+    """Three sessions prefilled apart, then one bucket with blocks of 3, 1 and 2 real tokens (the
+    last slot idle), each row held to transformers' forward over the whole text."""
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18]]
+    slots = [pool.claim() for _ in prompts]
+    for slot, prompt in zip(slots, prompts, strict=True):
+        logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
+        torch.testing.assert_close(logits[slot], reference_logits(model, prompt), atol=ATOL, rtol=0)
+    blocks = {0: [20, 21, 22], 1: [23], 2: [24, 25]}
+    logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
+    for slot, block in blocks.items():
+        want = reference_logits(model, prompts[slot] + block)[-len(block) :]
+        torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
+    pool.set_length(0, len(prompts[0]) + 1)  # two of three rejected: the next block overwrites them
+    logits = pool.forward({0: [26, 27]}, bucket=1, n=2).float().cpu()
+    want = reference_logits(model, [*prompts[0], 20, 26, 27])[-2:]
+    torch.testing.assert_close(logits[0], want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fused_pool_gives_transformers_logits(family: str, device: str) -> None:
+    model = _random(FAMILIES[family](), seed=len(family)).to(device)
+    assert fused_decoder_problem(model.config) is None
+    _sessions_match_transformers(model, SlotPool(model, slots=4, max_len=48, fused=True))
+
+
+def test_fusing_keeps_one_copy_of_the_weights_and_transformers_forward_intact() -> None:
+    """The q/k/v and gate/up Linears become views into the fused matrices: no second copy, and
+    transformers' own forward (prefill paths, the dynamic engine) reads the same numbers."""
+    model = _random(FAMILIES["qwen2"](), seed=4)
+    before = reference_logits(model, [3, 4, 5, 6])
+    stored = sum(p.numel() for p in model.parameters())
+    decoder = FusedDecoder(model)
+    attention, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    fused = decoder.layers[1]
+    assert attention.q_proj.weight.data_ptr() == fused.qkv.data_ptr()
+    assert attention.v_proj.weight.untyped_storage().data_ptr() == fused.qkv.untyped_storage().data_ptr()
+    assert fused.qkv_bias is not None and attention.k_proj.bias.untyped_storage().data_ptr() == (
+        fused.qkv_bias.untyped_storage().data_ptr()
+    )
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == fused.gate_up.untyped_storage().data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == stored
+    torch.testing.assert_close(reference_logits(model, [3, 4, 5, 6]), before, atol=0, rtol=0)
+
+
+def test_families_it_does_not_serve_are_refused_in_one_sentence_and_the_pools_fall_back() -> None:
+    gemma = tiny_gemma(char_tokenizer(), seed=1, window=64)
+    problem = fused_decoder_problem(gemma.config)
+    assert problem is not None and problem.startswith("the fused decoder serves llama, qwen2, qwen3 models, not gemma")
+    with pytest.raises(ValueError, match="not gemma"):
+        FusedDecoder(gemma)
+    gelu = LlamaConfig(**SIZES, hidden_act="gelu")
+    assert fused_decoder_problem(gelu) == "the fused decoder's MLP is SwiGLU; this model's activation is gelu"
+    # The server's pools: fused where the family allows, transformers' forward elsewhere.
+    pools = SlotPools(2, 32)
+    llama = _random(FAMILIES["llama"](), seed=2)
+    assert pools.sequence(llama, [5, 6], None).pool.fused
+    assert not pools.sequence(LlamaForCausalLM(gelu).eval(), [5, 6], None).pool.fused
+    assert not SlotPools(2, 32, forward="transformers").sequence(llama, [5, 6], None).pool.fused
+    with pytest.raises(ValueError, match="one of fused, transformers; got 'triton'"):
+        SlotPools(2, 32, forward="triton")
+
+
+@pytest.fixture
+def tokenizer_model() -> PreTrainedModel:
+    tokenizer: PreTrainedTokenizerFast = char_tokenizer()
+    return tiny_lm(tokenizer, seed=5, kv_heads=2).model
+
+
+def test_fused_pool_serves_a_real_tokenizer_session_like_the_default(tokenizer_model: PreTrainedModel) -> None:
+    """The tests' tiny Llama (the models every engine test uses) on both forwards: the same logits."""
+    fused = SlotPool(tokenizer_model, slots=2, max_len=40, fused=True)
+    plain = SlotPool(tokenizer_model, slots=2, max_len=40)
+    for pool in (fused, plain):
+        pool.claim()
+    prompt = [7, 8, 9, 10]
+    a = fused.forward({0: prompt}, bucket=1, n=4).clone()
+    b = plain.forward({0: prompt}, bucket=1, n=4)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cc") is None, reason="inductor needs a C compiler")
+def test_compiled_regions_serve_every_layer_and_keep_the_logits() -> None:
+    """`compiled=True`: inductor compiles each of the two regions once for all layers (not once per
+    layer) and the logits stay transformers' through later shapes (dynamic recompiles). On the CPU
+    here; the GPU script times it."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _random(Qwen3ForCausalLM(Qwen3Config(**{**SIZES, "num_hidden_layers": 8}, head_dim=24)), seed=9)
+    pool = SlotPool(model, slots=4, max_len=48, fused=True, compiled=True)
+    pool.forward({pool.claim(): [1, 2, 3]}, bucket=1, n=3)
+    assert counters["stats"]["unique_graphs"] == 2  # one per region for 8 layers
+    pool.release(0)
+    _sessions_match_transformers(model, pool)
