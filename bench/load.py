@@ -2,7 +2,7 @@
 cross-session batching on and off.
 
     python -m bench.load [--sessions 1 4 16 32] [--batching off on] [--max-batch 8] [--max-new-tokens 16]
-                         [--out docs/results]
+                         [--cloud-device cuda --cloud-dtype bfloat16 --kv slots [--kv-compile]] [--out docs/results]
 
 For each batching mode a verifier runs as its own process (mutual TLS on loopback, a throwaway
 PKI, `--batching on|off`), so its memory is measured alone (VmRSS from /proc, sampled while the
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.plotting import figure
+from core.device import DTYPE_CHOICES
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import SessionParams
@@ -80,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
+    # The verifier's placement and KV engine, passed to `server serve` as they are (docs/gpu.md).
+    p.add_argument("--cloud-device", default="cpu", help="where the verifier's models run: cpu (default), cuda")
+    p.add_argument("--cloud-dtype", default="float32", choices=DTYPE_CHOICES, help="their weights")
+    p.add_argument("--kv", choices=("dynamic", "slots"), default="dynamic", help="the verifier's KV engine")
+    p.add_argument("--kv-compile", action="store_true", help="--kv slots: compile the pool's forward")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -100,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_batch": args.max_batch,
         "verifier_idle_rss_mb": idle,
         "pair": f"{args.specialist} -> {args.generalist}",
+        "cloud": {"device": args.cloud_device, "dtype": args.cloud_dtype, "kv": args.kv, "kv_compile": args.kv_compile},
     }
     (args.out / "load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     (args.out / "load.md").write_text(_markdown(rows, meta))
@@ -134,6 +141,9 @@ def _serve_and_run(
     # (none falls back as verifier-busy), and on 2 shared cores a slot can take minutes to free.
     extra += ["--reserved-sessions", "0", "--queue-timeout", "900", "--max-queued-opens", str(max(args.sessions))]
     extra += ["--batching", mode, "--max-batch", str(args.max_batch), "--metrics-port", str(metrics_port)]
+    extra += ["--device", args.cloud_device, "--dtype", args.cloud_dtype, "--kv", args.kv]
+    extra += ["--kv-slots", str(max(args.sessions) + 1)] if args.kv == "slots" else []  # + the warm-up session
+    extra += ["--kv-compile"] if args.kv_compile else []
     with verifier_process(server_args, pki.directory, extra=extra) as ready:
         port = ready()
         pid = _server_pid(port)

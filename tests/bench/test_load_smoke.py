@@ -42,3 +42,17 @@ def test_load_smoke_runs_concurrent_sessions_without_errors(tmp_path, char_tok) 
     assert set(result["meta"]["verifier_idle_rss_mb"]) == {"on", "off"}
     assert "| 3 | on |" in (out / "load.md").read_text()
     assert (out / "load.png").stat().st_size > 1000
+
+
+def test_load_runs_the_verifier_on_the_slot_pool(tmp_path, char_tok) -> None:
+    """`--kv slots` reaches `server serve`: concurrent sessions merge into the pool's forwards."""
+    s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
+    out = tmp_path / "results"
+    args = ["--sessions", "3", "--batching", "on", "--max-new-tokens", "4", "--kv", "slots"]
+    assert load.main([*args, "--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]) == 0
+    result = json.loads((out / "load.json").read_text())
+    assert result["meta"]["cloud"] == {"device": "cpu", "dtype": "float32", "kv": "slots", "kv_compile": False}
+    (row,) = result["rows"]
+    assert row["errors"] == 0 and row["forwards"] > 0 and row["unmerged_forwards"] == 0
+    assert row["mean_batch_size"] >= 1.0
