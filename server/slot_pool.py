@@ -50,6 +50,7 @@ __all__ = [
     "SlotOverflow",
     "SlotPool",
     "block_forward",
+    "folded_attention_bias",
     "folded_gqa_attention",
     "fused_block_forward",
     "masked_attention",
@@ -185,16 +186,35 @@ def block_forward(
     return out.logits
 
 
+def folded_attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """A [B, 1, n, L] boolean mask as the additive bias the folded attention takes: [B, 1, group * n,
+    L], 0 where open and -inf where closed, its rows repeated per folded head. Built once a forward
+    instead of once a layer (sdpa converts a boolean mask, and the fold repeats it, at every call),
+    and stored at a row length that is a multiple of 16, the alignment CUDA's attention kernels
+    want (otherwise they pad a copy at every call)."""
+    b, _, n, length = mask.shape
+    stored = -(-length // 16) * 16
+    bias = torch.full((b, 1, group * n, stored), float("-inf"), dtype=dtype, device=mask.device)
+    bias[..., :length].masked_fill_(mask.repeat(1, 1, group, 1), 0.0)
+    return bias[..., :length]
+
+
 def fused_block_forward(
     decoder: FusedDecoder, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
 ) -> torch.Tensor:
     """`block_forward` through the fused decoder (server.fused_decoder): the same logits."""
     positions, mask = block_geometry(kv, ids, lengths, active)
     b, n = ids.shape
+    shape = decoder.shape
+    group = shape.heads // shape.kv_heads
+    bias = folded_attention_bias(mask, group, kv.keys[0].dtype)
 
     def attend(layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         keys, values = kv.update(key, value, layer)
-        return masked_attention(query, keys, values, mask, decoder.shape.scaling).reshape(b, n, -1)
+        folded = query.reshape(b, shape.kv_heads, group * n, shape.head_dim)  # as in `masked_attention`
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        out = sdpa(folded, keys, values, attn_mask=bias, scale=shape.scaling)
+        return out.reshape(b, shape.heads, n, shape.head_dim).transpose(1, 2).reshape(b, n, -1)
 
     return decoder(ids, positions, attend)
 
