@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,7 +145,7 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
         else None
     )
     try:
-        return CloudVerifier(
+        verifier = CloudVerifier(
             generalist,
             specialist,
             max_top_k=config.max_top_k,
@@ -154,6 +155,12 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
         )
     except ValueError as exc:  # the slot pool cannot serve this pair
         raise ConfigError(f"--kv slots: {exc}.") from None
+    if kv_slots is not None:  # on a GPU: every graph captured, every compile done, before the first session
+        started = time.perf_counter()
+        shapes = kv_slots.warm_up([generalist.model, specialist.model])
+        if shapes:
+            log.info("slot pools warmed up: %d forward shapes in %.1f s", shapes, time.perf_counter() - started)
+    return verifier
 
 
 class GlobalAdapters:

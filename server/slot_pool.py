@@ -31,7 +31,7 @@ Sliding-window layers are refused (their mask differs per layer).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -404,6 +404,29 @@ class SlotPool:
         if any(self.lengths[slot] + padded > self.kv.max_len for slot in blocks):
             return bucket, n, True  # a slot near its end: its padding would not fit, so no padding
         return bucket, padded, True
+
+    def graph_shapes(self) -> list[tuple[int, int]]:
+        """The (bucket, n) shapes `shape_for` picks on a GPU for blocks that fit their slots: each
+        power-of-two bucket (the last capped at the pool's slots) by each power-of-two block size
+        up to `GRAPH_MAX_N`."""
+        buckets = sorted({min(_power_of_two_at_least(b), self.kv.slots) for b in range(1, self.kv.slots + 1)})
+        sizes = [1 << i for i in range(GRAPH_MAX_N.bit_length()) if 1 << i <= GRAPH_MAX_N]
+        return [(bucket, n) for bucket in buckets for n in sizes]
+
+    def warm_up(self, shapes: Sequence[tuple[int, int]] | None = None) -> int:
+        """Run each forward shape once with every slot idle, so that no session's round pays for
+        capturing its graph or compiling its regions (a compile takes seconds to minutes, longer than
+        a device waits for a round). Idle rows write only the scratch column: nothing a session
+        reads changes, so it may run beside sessions. `shapes` default to `graph_shapes()` on a GPU
+        and to none elsewhere (there forwards are exact, not bucketed). Returns how many ran."""
+        if shapes is None:
+            shapes = self.graph_shapes() if self.device.type == "cuda" else []
+        with self._lock:
+            for bucket, n in shapes:
+                ids = torch.zeros((bucket, n), dtype=torch.long, device=self.device)
+                lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long, device=self.device)
+                self.forward_graphs(ids, lengths, torch.zeros(bucket, dtype=torch.bool, device=self.device))
+        return len(shapes)
 
     def run(self, blocks: dict[int, list[int]]) -> list[torch.Tensor]:
         """Each block's own logits [len(block), vocab], in the order of `blocks`, as tensors of

@@ -108,7 +108,8 @@ class SlotPools:
         with self._lock:
             return list(self._pools.values())
 
-    def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: SlotRunner | None) -> SlotSequence:
+    def pool(self, model: PreTrainedModel) -> SlotPool:
+        """`model`'s pool, made on first use."""
         with self._lock:
             pool = self._pools.get(id(model))
             if pool is None:
@@ -116,4 +117,13 @@ class SlotPools:
                 fused = self.forward == "fused" and fused_decoder_problem(model.config) is None
                 pool = SlotPool(model, self.slots, self.max_len, compiled=self.compiled, fused=fused)
                 self._pools[id(model)] = pool
-        return SlotSequence(pool, prefix_ids, runner)
+            return pool
+
+    def warm_up(self, models: Sequence[PreTrainedModel]) -> int:
+        """Make `models`' pools now and run each of their graphed shapes once (`SlotPool.warm_up`:
+        on a GPU, every graph captured and every compile done before the first session; nothing
+        elsewhere). Returns the shapes run."""
+        return sum(self.pool(model).warm_up() for model in models)
+
+    def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: SlotRunner | None) -> SlotSequence:
+        return SlotSequence(self.pool(model), prefix_ids, runner)

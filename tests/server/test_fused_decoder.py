@@ -202,3 +202,52 @@ def test_in_bf16_on_cuda_the_fused_pool_picks_transformers_greedy_tokens(family:
     agree = (fused.argmax(-1) == want.argmax(-1)).float().mean().item()
     print(f"bf16 fused vs transformers ({family}): greedy tokens agree at {agree:.3f} of {len(ids)} positions")
     assert agree >= 0.9
+
+
+def test_a_gpu_pool_warms_every_shape_it_will_replay() -> None:
+    """`graph_shapes` is `shape_for`'s set on a GPU (read on a CPU pool told it is on one)."""
+    pool = SlotPool(_random(FAMILIES["llama"](), seed=3), slots=6, max_len=40)
+    pool.device = torch.device("cuda")  # the policy alone; nothing runs
+    shapes = pool.graph_shapes()
+    assert shapes == [(b, n) for b in (1, 2, 4, 6) for n in (1, 2, 4, 8, 16)]
+    for _ in range(6):
+        pool.claim()
+    for bucket in range(1, 7):
+        for n in range(1, 17):
+            blocks = {bucket - 1: list(range(n))}
+            assert pool.shape_for(blocks)[:2] in shapes
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cc") is None, reason="inductor needs a C compiler")
+def test_warming_up_compiles_beforehand_and_leaves_sessions_as_they_were() -> None:
+    """After `warm_up`, forwards of the warmed shapes compile nothing, and a session open during the
+    warm-up (every row idle) still gets transformers' logits."""
+    from torch._dynamo.utils import counters
+
+    model = _random(FAMILIES["qwen2"](), seed=6)
+    pool = SlotPool(model, slots=4, max_len=48, fused=True, compiled=True)
+    slot = pool.claim()
+    prompt = [5, 6, 7, 8]
+    pool.forward({slot: prompt}, bucket=1, n=4)
+    assert pool.warm_up() == 0  # on a CPU forwards are exact: nothing to warm by default
+    torch._dynamo.reset()
+    counters.clear()
+    assert pool.warm_up([(1, 2), (4, 3), (2, 1)]) == 3
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled > 0 and pool.lengths[slot] == 4
+    logits = pool.forward({slot: [9, 10]}, bucket=1, n=2).float()
+    assert counters["stats"]["unique_graphs"] == compiled
+    torch.testing.assert_close(logits[0], reference_logits(model, [*prompt, 9, 10])[-2:], atol=ATOL, rtol=0)
+
+
+@CUDA
+def test_on_cuda_the_warm_up_captures_every_graph_before_the_first_session() -> None:
+    model = _random(FAMILIES["qwen3"](), seed=7).to("cuda")
+    pool = SlotPool(model, slots=3, max_len=40, fused=True)
+    assert pool.warm_up() == len(pool.graph_shapes()) == 15
+    captured = len(pool.forward_graphs._graphs)
+    assert captured == 15
+    slot = pool.claim()
+    logits = pool.run({slot: [5, 6, 7]})[0].float().cpu()
+    assert len(pool.forward_graphs._graphs) == captured  # (1, 4): warmed, nothing captured now
+    torch.testing.assert_close(logits, reference_logits(model, [5, 6, 7]), atol=ATOL, rtol=0)
