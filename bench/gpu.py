@@ -13,7 +13,11 @@ device itself) and a KV context of `--context` tokens (512):
   rewound after each by writing its length counter in place, as a rejected draft would be; the
   logits are held to the eager path's on the same input (`static_vs_eager_max_abs_diff`);
 - batched verify: 1/8/32/64 sessions x 5 tokens in one eager forward, and its verified tokens/s
-  against one session's.
+  against one session's;
+- the lean path (`bench.gpu_pool`, unless `--no-pool`): the slot pool replayed from CUDA graphs on
+  each of `--pool-paths` (transformers' forward, the pool's fused forward, either compiled; a
+  compiled path only for `--compile-configs` and with `--compile-min-s` left), one session's blocks
+  and B sessions in one replay, and for a Generalist of `PAIRS` a whole verify round.
 Every time is the median of `--reps` (after warm-up) beside its floor: the weights' and the KV
 cache's bytes read, over the device-to-device copy rate measured in the same run (a large
 `Tensor.copy_`, bytes read and written both counted).
@@ -347,7 +351,7 @@ def measure_config(name: str, options: Options, copy_bps: float, deadline: float
         del eager_cache
         release(options.device)
         if options.pool:
-            measure_lean_path(row, model, name, options, floor_ms)
+            measure_lean_path(row, model, name, options, floor_ms, deadline)
     finally:
         del model
         release(options.device)
@@ -356,13 +360,26 @@ def measure_config(name: str, options: Options, copy_bps: float, deadline: float
 
 
 def measure_lean_path(
-    row: dict[str, Any], model: PreTrainedModel, name: str, options: Options, floor_ms: Callable[[int, int], float]
+    row: dict[str, Any],
+    model: PreTrainedModel,
+    name: str,
+    options: Options,
+    floor_ms: Callable[[int, int], float],
+    deadline: float,
 ) -> None:
     """The slot pool's replays (`bench.gpu_pool`) into `row`, each beside its floor; and for a
     Generalist of `PAIRS`, a whole verify round with its generic Specialist. A failure is recorded
     in the row and costs only these figures."""
-    row["pools"], row["pool_errors"] = {}, {}
+    row["pools"], row["pool_errors"], row["pool_skipped"] = {}, {}, {}
     for path in options.pool_paths:
+        if POOL_PATHS[path]["compiled"]:
+            left = deadline - time.perf_counter()
+            if name not in options.compile_configs:
+                row["pool_skipped"][path] = f"{name} is not among --compile-configs"
+                continue
+            if left < options.compile_min_s:
+                row["pool_skipped"][path] = f"{left:.0f} s of the time budget left, under --compile-min-s"
+                continue
         try:
             pool = measure_pool(
                 model,
@@ -472,8 +489,8 @@ def run(options: Options, names: Sequence[str], out: Path, deadline_s: float, co
             except torch.OutOfMemoryError as exc:
                 rows.append({"config": name, "skipped": f"out of memory: {' '.join(str(exc).split())[:200]}"})
                 release(options.device)
-            if options.compile:
-                torch.compiler.reset()  # drops the CUDA graphs' memory pools before the next model
+            if options.compile or any(POOL_PATHS[path]["compiled"] for path in options.pool_paths):
+                torch.compiler.reset()  # drops the CUDA graphs' memory pools and compiled code before the next model
         print(json.dumps(rows[-1]), flush=True)
         meta["seconds"] = round(time.perf_counter() - start, 1)
         write(out, meta, rows)
@@ -541,6 +558,8 @@ def pool_sections(rows: list[dict[str, Any]], reps: int) -> list[str]:
     for row in rows:
         for path, error in row.get("pool_errors", {}).items():
             lines.append(f"| {row['config']} | {path}: failed: {error} |" + " |" * len(keys))
+        for path, reason in row.get("pool_skipped", {}).items():
+            lines.append(f"| {row['config']} | {path}: not measured: {reason} |" + " |" * len(keys))
         for path, pool in row.get("pools", {}).items():
             label = f"{path} ({pool['seconds']:.0f} s with captures and compiles)"
             lines.append(_block_line(row, label, pool["block_ms"], pool["block_vs_floor"]))
@@ -648,7 +667,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile-configs",
         default="qwen2.5-1.5b,qwen3-32b,tiny",
-        help="the configs --compile applies to (compiling takes about 1 min per block size, 3-4 for the 32B)",
+        help="the configs --compile and the compiled --pool-paths apply to (a static-cache compile takes about "
+        "1 min per block size, 3-4 for the 32B)",
     )
     p.add_argument(
         "--compile-min-s", type=float, default=240.0, help="start a config's first compile only with this many s left"

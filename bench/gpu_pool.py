@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
 from bench.timing import median_ms
@@ -85,6 +86,7 @@ def measure_pool(
     n_max = max((*blocks, batch_block))
     slots = slots_that_fit(model, max(batches), context + n_max + 1)
     started = time.perf_counter()
+    compiles_before = counters["stats"]["unique_graphs"]
     pool = _ready_pool(model, slots, context, n_max, **POOL_PATHS[path])
     out: dict[str, Any] = {
         "path": path,
@@ -104,6 +106,7 @@ def measure_pool(
         inputs = _inputs(pool, b, batch_block, vocab, seed=400 + b)
         out["batch_ms"][str(b)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
     out["seconds"] = round(time.perf_counter() - started, 1)  # compiles included
+    out["compiled_graphs"] = counters["stats"]["unique_graphs"] - compiles_before  # 0: nothing compiled
     one = out["batch_ms"].get("1")
     if isinstance(one, float):
         out["batch_throughput_vs_one"] = {

@@ -155,6 +155,16 @@ def fuse_layer(layer: Any) -> LayerWeights:
 
 AttentionFunction = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
+# Compiled variants of a region a process may need: each model (its sizes are guarded) adds a
+# static and a dynamic one, and the verifier holds a few models (Generalist, generic Specialist,
+# adapter versions share its sizes). Past torch's default limit (8) a region silently runs eager.
+COMPILED_VARIANTS = 64
+
+
+def _allow_recompiles(at_least: int) -> None:
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, at_least)
+
 
 class FusedDecoder:
     """A model's forward as the slot pool runs it: `__call__(ids, positions, attend)` gives the
@@ -183,6 +193,8 @@ class FusedDecoder:
         self.compiled = compiled
         # One region per function, reused by every layer; `dynamic=None` compiles the first shape
         # static and a later one with dynamic sizes, so a pool's few buckets compile twice, not once each.
+        if compiled:
+            _allow_recompiles(COMPILED_VARIANTS)
         self._inputs: Any = torch.compile(attention_inputs) if compiled else attention_inputs
         self._output: Any = torch.compile(layer_output) if compiled else layer_output
 

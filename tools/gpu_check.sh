@@ -114,7 +114,8 @@ if [ "$PART" = next ]; then
   mkdir -p "$OUT/next"
   $PY -m bench.gpu --device "$DEVICE" --dtype "$DTYPE" --configs "$CONFIGS" \
     --batches 1,64 --pool-batches 1,64 --round-batches 1,64 --pool-paths graphs,fused,fused+compiled \
-    --deadline-s "$((LEFT * 11 / 20))" --out "$OUT/next" >"$OUT/next/bench.txt" 2>&1
+    --compile-configs qwen2.5-1.5b,qwen3-32b --compile-min-s 30 \
+    --deadline-s "$((LEFT * 3 / 5))" --out "$OUT/next" >"$OUT/next/bench.txt" 2>&1
   echo "bench.gpu exit $?" >>"$OUT/next/bench.txt"
   tail -12 "$OUT/next/bench.txt"
   LEFT=$((BUDGET_S - ($(date +%s) - START)))

@@ -65,3 +65,16 @@ def test_unknown_configuration_is_one_sentence(capsys) -> None:
 def test_cuda_without_a_gpu_is_refused(capsys) -> None:
     assert gpu.main(["--device", "cuda", "--configs", "tiny", "--out", "/nonexistent"]) == 1
     assert "sees no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_compiled_pool_path_runs_only_where_asked_and_in_time(tmp_path) -> None:
+    args = ["--device", "cpu", "--dtype", "float32", "--configs", "tiny", "--context", "16", "--reps", "1"]
+    args += ["--blocks", "1", "--batches", "1", "--pool-batches", "1", "--round-batches", "1", "--copy-mib", "8"]
+    args += ["--pool-paths", "fused,fused+compiled", "--compile-configs", "qwen3-32b", "--out", str(tmp_path)]
+    assert gpu.main(args) == 0
+    (row,) = json.loads((tmp_path / "gpu.json").read_text())["rows"]
+    assert set(row["pools"]) == {"fused"} and row["pools"]["fused"]["compiled_graphs"] == 0
+    assert row["pool_skipped"] == {"fused+compiled": "tiny is not among --compile-configs"}
+    assert "| tiny | fused+compiled: not measured: tiny is not among --compile-configs |" in (
+        (tmp_path / "gpu.md").read_text()
+    )
