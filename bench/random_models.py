@@ -3,36 +3,99 @@ machine's end-to-end run loads (real weights cannot travel there; a dense model'
 depend on its weight values, and the wire carries only token IDs).
 
     python -m bench.random_models --tokenizer DIR --configs qwen2.5-0.5b,qwen2.5-1.5b --out DIR [--device cuda]
+        [--acceptance 0.8 --specialist qwen2.5-0.5b [--gamma 0.5]] [--measure GENERALIST]
 
 Each configuration of `bench.gpu.CONFIGS` becomes OUT/NAME: `config.json` and safetensors weights
 (float32, initialised on `--device`, transformers' own initialisation) and the tokenizer's files
 copied from `--tokenizer` (a folder `core.models.load_causal_lm` reads, e.g. a converted model's).
 Any folder a model loader takes is fine for `bench.speed --specialist/--generalist`.
+
+Acceptance, controlled: two random models disagree, so a Specialist's drafts almost never pass
+the ratio test of a random Generalist, and a run at acceptance 0 checks little of the cost model.
+With `--acceptance P`, the `--specialist` configuration is written *flat* (its next-token logits
+scaled to a standard deviation of 0.001: P_S^0 is uniform within 0.1 %) and every other
+configuration's logits are scaled to the spread `logit_std_for(P, gamma)` (measured on a forward
+and set through the final norm's weight, which the logits are linear in). Run in sampling mode
+(`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens, each a fresh draw
+of the Generalist's logits, which the sampling ratio test passes with probability P
+(`sampled_acceptance`), independently draft after draft. (Greedy, a random model's drafts fall
+into short loops of a few tokens, and whether those few pass is a coin toss per model: two
+writings of the same command accepted 0.19 and 0.81 of their drafts.)
+`--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process (the demo
+user's first 3 queries) and prints the acceptance it got.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from bench.gpu import CONFIGS, hf_config
 from core.cli import command_parser, reported
 from core.device import resolve_device
 from core.errors import ConfigError
 
-__all__ = ["TOKENIZER_FILES", "write_model"]
+__all__ = [
+    "FLAT_LOGIT_STD",
+    "TOKENIZER_FILES",
+    "logit_std_for",
+    "measured_acceptance",
+    "sampled_acceptance",
+    "scale_logits",
+    "write_model",
+]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+FLAT_LOGIT_STD = 1e-3
 
 
-def write_model(name: str, tokenizer_dir: Path, out: Path, device: torch.device, context: int = 4096) -> Path:
-    """OUT/NAME: configuration NAME with random weights and `tokenizer_dir`'s tokenizer."""
+def sampled_acceptance(std: float, gamma: float) -> float:
+    """The rate at which the sampling ratio test (accept with probability min(1, P_G / (gamma
+    P_S^0))) passes a uniform P_S^0's drafts when the Generalist's logits over the vocabulary are
+    Gaussian with spread `std`. A uniformly drawn draft's log ratio is z - std^2 / 2 (the log of a
+    log-normal partition function over a large vocabulary), z ~ N(0, std^2), so with
+    c = -std^2 / 2 - log(gamma) the rate is P(z >= -c) + E[exp(z + c); z < -c]."""
+    unit = statistics.NormalDist()
+    c = -std * std / 2 - math.log(gamma)
+    return 1 - unit.cdf(-c / std) + unit.cdf((-c - std * std) / std) / gamma
+
+
+def logit_std_for(acceptance: float, gamma: float) -> float:
+    """The spread at which `sampled_acceptance` is `acceptance` (it falls from 1 as the spread grows)."""
+    if not 0 < acceptance < 1 or not 0 < gamma < 1:
+        raise ConfigError(f"--acceptance and --gamma must lie strictly between 0 and 1; got {acceptance}, {gamma}.")
+    low, high = 1e-6, 50.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if sampled_acceptance(mid, gamma) > acceptance else (low, mid)
+    return (low + high) / 2
+
+
+def scale_logits(model: PreTrainedModel, std: float, seed: int = 0) -> float:
+    """Scale `model`'s final norm weight so its next-token logits spread with standard deviation
+    `std` (measured over the vocabulary at 64 positions of random tokens); returns the factor."""
+    device = next(model.parameters()).device
+    ids = torch.randint(0, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        measured = model(input_ids=ids.to(device)).logits.float().std(dim=-1).mean().item()
+        factor = std / measured
+        model.model.norm.weight.mul_(factor)
+    return factor
+
+
+def write_model(
+    name: str, tokenizer_dir: Path, out: Path, device: torch.device, context: int = 4096, logit_std: float | None = None
+) -> Path:
+    """OUT/NAME: configuration NAME with random weights and `tokenizer_dir`'s tokenizer (its
+    logits scaled to `logit_std`, if given)."""
     if name not in CONFIGS:
         raise ConfigError(f"Unknown configuration {name!r}: use some of {', '.join(CONFIGS)}.")
     try:
@@ -47,6 +110,8 @@ def write_model(name: str, tokenizer_dir: Path, out: Path, device: torch.device,
     config.pad_token_id = tokenizer.pad_token_id
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if logit_std is not None:
+        scale_logits(model.eval(), logit_std)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
@@ -56,18 +121,75 @@ def write_model(name: str, tokenizer_dir: Path, out: Path, device: torch.device,
     return folder
 
 
+def measured_acceptance(
+    specialist_dir: Path, generalist_dir: Path, queries: int = 3, *, sampling: bool = True
+) -> dict[str, float]:
+    """`specsteer` (gamma 0.5, K = 4, sampled unless `sampling` is False) in process on the demo
+    user's first `queries` queries, 32 tokens each: the drafts accepted, per draft and per round."""
+    import json
+
+    from core.models import load_causal_lm
+    from core.prompts import task_prompt
+    from core.session_types import SessionParams
+    from sdk.context import Profile
+    from sdk.device import DecodeOptions, Specialist, generate
+    from server.local import in_process_verifier
+
+    demo_path = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
+    demo = json.loads(demo_path.read_text(encoding="utf-8"))
+    s_lm, g_lm = load_causal_lm(specialist_dir, progress=False), load_causal_lm(generalist_dir, progress=False)
+    specialist = Specialist(s_lm, Profile.from_obj(demo, source=str(demo_path)))
+    verifier = in_process_verifier(s_lm, g_lm, seed=0)
+    rounds = drafted = accepted = 0
+    for query in demo["queries"][:queries]:
+        stats = generate(
+            specialist,
+            task_prompt(query["subject"]),
+            SessionParams(gamma=0.5, draft_len=4, sampling=sampling),
+            DecodeOptions(max_new_tokens=32),
+            verifier,
+        ).stats
+        rounds, drafted, accepted = rounds + stats.rounds, drafted + stats.drafted, accepted + stats.accepted
+    return {"rounds": rounds, "drafted": drafted, "accepted": accepted, "per_draft": accepted / max(drafted, 1)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = command_parser("bench.random_models", __doc__.splitlines()[0])
     p.add_argument("--tokenizer", type=Path, required=True, help="a folder holding tokenizer.json (and its config)")
     p.add_argument("--configs", required=True, help=f"comma-separated names of {', '.join(CONFIGS)}")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cpu", help="where the weights are initialised: cpu (default) or cuda")
+    p.add_argument("--acceptance", type=float, help="the sampling ratio test's pass rate to build in (see above)")
+    p.add_argument("--specialist", help="with --acceptance: the configuration written flat")
+    p.add_argument("--gamma", type=float, default=0.5, help="with --acceptance: the ratio test's gamma (0.5)")
+    p.add_argument(
+        "--measure", metavar="GENERALIST", help="then run specsteer in process, --specialist drafting for it"
+    )
+    p.add_argument("--greedy", action="store_true", help="with --measure: greedy, not sampled")
     args: argparse.Namespace = p.parse_args(argv)
 
     def command() -> int:
         device = resolve_device(args.device)
-        for name in (n.strip() for n in args.configs.split(",") if n.strip()):
-            print(f"bench.random_models: {write_model(name, args.tokenizer, args.out, device)}", flush=True)
+        names = list(dict.fromkeys(n.strip() for n in args.configs.split(",") if n.strip()))
+        stds: dict[str, float | None] = dict.fromkeys(names)
+        if args.acceptance is not None:
+            if args.specialist not in names:
+                raise ConfigError("--acceptance needs --specialist, one of the --configs, to write flat.")
+            spread = logit_std_for(args.acceptance, args.gamma)
+            stds = {name: FLAT_LOGIT_STD if name == args.specialist else spread for name in names}
+        for name in names:
+            folder = write_model(name, args.tokenizer, args.out, device, logit_std=stds[name])
+            note = "" if stds[name] is None else f" (logit std {stds[name]:.4g})"
+            print(f"bench.random_models: {folder}{note}", flush=True)
+        if args.measure is not None:
+            if args.specialist not in names or args.measure not in names:
+                raise ConfigError("--measure needs both --specialist and the Generalist it names among the --configs.")
+            got = measured_acceptance(args.out / args.specialist, args.out / args.measure, sampling=not args.greedy)
+            print(
+                f"bench.random_models: specsteer accepted {got['accepted']} of {got['drafted']} drafts "
+                f"({got['per_draft']:.2f}) in {got['rounds']} rounds",
+                flush=True,
+            )
         return 0
 
     return reported("bench.random_models", command)

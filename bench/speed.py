@@ -111,13 +111,18 @@ class Run:
     guard: str = ClientConfig.guard  # the client's egress guard (default: the client's default)
 
 
-def methods(k: int) -> tuple[Run, ...]:
+def methods(k: int, sampling: bool = False) -> tuple[Run, ...]:
+    """The rows of one RTT; `sampling` samples fusion's and specsteer's tokens (sd is greedy only)."""
     return (
-        Run("fusion", SessionParams(method=Method.FUSION, draft_len=0)),
+        Run("fusion", SessionParams(method=Method.FUSION, draft_len=0, sampling=sampling)),
         Run(f"sd (K={k})", SessionParams(method=Method.SD, draft_len=k)),
-        Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k)),
+        Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k, sampling=sampling)),
         # What the default egress guard costs: its holds draft look-ahead tokens and shorten drafts.
-        Run(f"specsteer gamma=0.5 (K={k}, guard off)", SessionParams(gamma=0.5, draft_len=k), guard="off"),
+        Run(
+            f"specsteer gamma=0.5 (K={k}, guard off)",
+            SessionParams(gamma=0.5, draft_len=k, sampling=sampling),
+            guard="off",
+        ),
     )
 
 
@@ -373,7 +378,7 @@ def _method_rows(
     rows: list[dict] = []
     with contextlib.ExitStack() as clients:
         by_guard: dict[str, SpecSteerClient] = {}
-        todo = list(methods(k))
+        todo = list(methods(k, args.sampling))
         while todo:
             method = todo.pop(0)
             if method.guard not in by_guard:
@@ -422,6 +427,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
     p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
+    p.add_argument(
+        "--sampling", action="store_true", help="fusion and specsteer sample (bench.random_models --acceptance)"
+    )
     p.add_argument("--k-max", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--no-best-k", action="store_true", help="do not also run specsteer at the model's best K")
     p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference rows")
@@ -493,6 +501,7 @@ def _writer(
             "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
             "drafter": args.drafter,
             "draft_len": args.draft_len,
+            "sampling": args.sampling,
             "baseline": baseline,
             "llamacpp": reference,
             "cost_model": model,

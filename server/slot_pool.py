@@ -41,7 +41,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.steering import LOGP_FLOOR
 from server.errors import SlotOverflow
-from server.fused_decoder import FusedDecoder, fused_decoder_problem
+from server.fused_decoder import FusedDecoder
 
 __all__ = [
     "SLOT_ATTENTION",
@@ -50,6 +50,7 @@ __all__ = [
     "SlotOverflow",
     "SlotPool",
     "block_forward",
+    "folded_attention",
     "folded_attention_bias",
     "folded_gqa_attention",
     "fused_block_forward",
@@ -108,16 +109,23 @@ def masked_attention(
 ) -> torch.Tensor:
     """sdpa of query [B, heads, n, d] over key/value [B, kv_heads, L, d] under a [B, 1, n, L] mask,
     as [B, n, heads, d]; grouped heads folded into the query length (see `folded_gqa_attention`)."""
+    group = query.shape[1] // key.shape[1]
+    folded_mask = mask if group == 1 else mask.repeat(1, 1, group, 1)  # rows in (r, position) order
+    return folded_attention(query, key, value, folded_mask, scaling).contiguous()
+
+
+def folded_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, folded_mask: torch.Tensor, scaling: float | None
+) -> torch.Tensor:
+    """sdpa of query [B, heads, n, d] over key/value [B, kv_heads, L, d] as [B, n, heads, d] (a
+    transposed view), the query's group of heads per K/V head folded into its length: head h =
+    kv_head * group + r, as repeat_kv orders them, so row r * n + i of the fold is head r's
+    position i. `folded_mask` [B, 1, group * n, L] (boolean, or an additive bias) is in that order."""
     b, heads, n, d = query.shape
     kv_heads = key.shape[1]
-    group = heads // kv_heads
-    if group == 1:
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-        return out.transpose(1, 2).contiguous()
-    folded = query.reshape(b, kv_heads, group * n, d)  # head h = kv_head * group + r, as repeat_kv orders them
-    mask = mask.repeat(1, 1, group, 1)  # rows in (r, position) order, as `folded`'s
-    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(b, heads, n, d).transpose(1, 2).contiguous()
+    folded = query.reshape(b, kv_heads, heads // kv_heads * n, d)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=folded_mask, scale=scaling)
+    return out.reshape(b, heads, n, d).transpose(1, 2)
 
 
 AttentionInterface.register(SLOT_ATTENTION, folded_gqa_attention)
@@ -206,15 +214,11 @@ def fused_block_forward(
     positions, mask = block_geometry(kv, ids, lengths, active)
     b, n = ids.shape
     shape = decoder.shape
-    group = shape.heads // shape.kv_heads
-    bias = folded_attention_bias(mask, group, kv.keys[0].dtype)
+    bias = folded_attention_bias(mask, shape.heads // shape.kv_heads, kv.keys[0].dtype)
 
     def attend(layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         keys, values = kv.update(key, value, layer)
-        folded = query.reshape(b, shape.kv_heads, group * n, shape.head_dim)  # as in `masked_attention`
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-        out = sdpa(folded, keys, values, attn_mask=bias, scale=shape.scaling)
-        return out.reshape(b, shape.heads, n, shape.head_dim).transpose(1, 2).reshape(b, n, -1)
+        return folded_attention(query, keys, values, bias, shape.scaling).reshape(b, n, -1)
 
     return decoder(ids, positions, attend)
 
@@ -314,15 +318,8 @@ class SlotPool:
         # layers). Otherwise transformers' forward, compiled whole if asked: inductor fuses the
         # decoder's small ops (a CUDA graph removes launch costs, not kernels), once for every
         # bucket (dynamic shapes), before the graphs capture its kernels.
-        self.decoder: FusedDecoder | None = None
-        block: Callable[..., torch.Tensor] = self.block
-        if fused:
-            problem = fused_decoder_problem(model.config)
-            if problem is not None:
-                raise ValueError(problem)
-            self.decoder = FusedDecoder(model, compiled=compiled)
-        elif compiled:
-            block = torch.compile(self.block, dynamic=True)
+        self.decoder = FusedDecoder(model, compiled=compiled) if fused else None  # refuses other families
+        block = torch.compile(self.block, dynamic=True) if compiled and not fused else self.block
         self.forward_graphs = GraphedForward(block, self.device)
 
     def block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,8 @@
 # Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions.
 #
 # GPU_CHECK_PART=e2e runs only the end-to-end sweep (issue 27 #5): random-weight Qwen2.5 0.5B and
-# 1.5B written there (bench.random_models) with the carried tokenizer, then bench.speed with the
+# 1.5B written there (bench.random_models) with the carried tokenizer, the Specialist flat and the
+# Generalist's logits spread so that 80 % of sampled drafts pass the ratio test, then bench.speed with the
 # verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, into
 # $OUT/e2e. Carry the tokenizer too: copy a converted Qwen2.5 model's tokenizer.json,
 # tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-excluded here) and add
@@ -81,11 +82,13 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   local models left
   models=$(mktemp -d)
   left=$(($1 - ($(date +%s) - START)))
+  # Acceptance built in (bench.random_models; sampled rows): 0.80 a draft, what the shipped pair measures.
   timeout "$left" $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs "$E2E_SPECIALIST,$E2E_GENERALIST" \
-    --out "$models" --device "$DEVICE" >"$OUT/e2e.txt" 2>&1
+    --acceptance 0.8 --specialist "$E2E_SPECIALIST" --out "$models" --device "$DEVICE" >"$OUT/e2e.txt" 2>&1
   left=$(($1 - ($(date +%s) - START)))
   timeout "$left" $PY -m bench.speed --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
-    --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --rtts 0 20 50 100 --queries 1 --max-new-tokens 32 \
+    --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --sampling --rtts 0 20 50 100 --queries 1 \
+    --max-new-tokens 32 \
     --baseline-reps 1 --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1
   echo "bench.speed exit $?" >>"$OUT/e2e.txt"
   tail -30 "$OUT/e2e.txt"

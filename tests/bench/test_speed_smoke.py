@@ -51,13 +51,16 @@ def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(tmp_path, char_
     out = tmp_path / "results"
     args = ["--rtts", "0", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4", "--baseline-reps", "1"]
     args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out), "--no-best-k"]
-    args += ["--cloud-dtype", "bfloat16", "--kv", "slots"]
+    args += ["--cloud-dtype", "bfloat16", "--kv", "slots", "--sampling"]
     assert speed.main(args) == 0
     data = json.loads((out / "speed.json").read_text())
     meta, rows = data["meta"], data["rows"]
     assert (meta["cloud_device"], meta["cloud_dtype"], meta["kv"]) == ("cpu", "bfloat16", "slots")
+    assert (meta["kv_forward"], meta["kv_compile"], meta["sampling"]) == ("fused", False, True)
     assert {"llm (in cloud)", "fusion", "specsteer gamma=0.5 (K=4)"} <= {r["method"] for r in rows}
     assert all(r["fallbacks"] == 0 for r in rows)
+    # --sampling samples every row's tokens but sd's (exact greedy verification).
+    assert [m.params.sampling for m in speed.methods(4, sampling=True)] == [True, False, True, True]
 
 
 def test_only_a_steered_bonus_that_reads_the_device_model_is_charged_a_draft_step() -> None:
