@@ -13,27 +13,27 @@ Any folder a model loader takes is fine for `bench.speed --specialist/--generali
 Acceptance, controlled: two random models disagree, so a Specialist's drafts almost never pass
 the ratio test of a random Generalist, and a run at acceptance 0 checks little of the cost model.
 With `--acceptance P`, the `--specialist` configuration is written *flat* (its next-token logits
-scaled to a standard deviation of 0.001: P_S^0 is uniform within 0.1 %) and every other
-configuration's logits are scaled to the spread `logit_std_for(P, gamma)` (measured on a forward
-and set through the final norm's weight, which the logits are linear in). Run in sampling mode
-(`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens, each a fresh draw
-of the Generalist's logits, which the sampling ratio test passes with probability P
-(`sampled_acceptance`), independently draft after draft. (Greedy, a random model's drafts fall
-into short loops of a few tokens, and whether those few pass is a coin toss per model: two
-writings of the same command accepted 0.19 and 0.81 of their drafts.)
-`--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process (the demo
-user's first 3 queries) and prints the acceptance it got.
+scaled to a standard deviation of 0.001: P_S^0 is uniform within 0.1 %), and every other
+configuration's logits are scaled (through the final norm's weight, which they are linear in) so
+that where the run verifies (the demo queries' public prompts followed by uniformly drawn tokens)
+the sampling ratio test, accept with probability min(1, P_G / (gamma P_S^0)), passes a uniformly
+drawn token with probability P on average (`calibrate_acceptance`). Run in sampling mode
+(`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens. (Greedy, a random
+model's drafts fall into short loops of a few tokens, and whether those few pass is a coin toss
+per model.) `--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process
+(the demo user's 3 queries, their tails drawn anew) and prints the acceptance it got.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -42,41 +42,21 @@ from bench.gpu import CONFIGS, hf_config
 from core.cli import command_parser, reported
 from core.device import resolve_device
 from core.errors import ConfigError
+from core.prompts import task_prompt
 
 __all__ = [
     "FLAT_LOGIT_STD",
     "TOKENIZER_FILES",
-    "logit_std_for",
+    "calibrate_acceptance",
     "measured_acceptance",
-    "sampled_acceptance",
     "scale_logits",
+    "uniform_draft_acceptance",
     "write_model",
 ]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 FLAT_LOGIT_STD = 1e-3
-
-
-def sampled_acceptance(std: float, gamma: float) -> float:
-    """The rate at which the sampling ratio test (accept with probability min(1, P_G / (gamma
-    P_S^0))) passes a uniform P_S^0's drafts when the Generalist's logits over the vocabulary are
-    Gaussian with spread `std`. A uniformly drawn draft's log ratio is z - std^2 / 2 (the log of a
-    log-normal partition function over a large vocabulary), z ~ N(0, std^2), so with
-    c = -std^2 / 2 - log(gamma) the rate is P(z >= -c) + E[exp(z + c); z < -c]."""
-    unit = statistics.NormalDist()
-    c = -std * std / 2 - math.log(gamma)
-    return 1 - unit.cdf(-c / std) + unit.cdf((-c - std * std) / std) / gamma
-
-
-def logit_std_for(acceptance: float, gamma: float) -> float:
-    """The spread at which `sampled_acceptance` is `acceptance` (it falls from 1 as the spread grows)."""
-    if not 0 < acceptance < 1 or not 0 < gamma < 1:
-        raise ConfigError(f"--acceptance and --gamma must lie strictly between 0 and 1; got {acceptance}, {gamma}.")
-    low, high = 1e-6, 50.0
-    for _ in range(200):
-        mid = (low + high) / 2
-        low, high = (mid, high) if sampled_acceptance(mid, gamma) > acceptance else (low, mid)
-    return (low + high) / 2
+DEMO_PROFILE = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 
 
 def scale_logits(model: PreTrainedModel, std: float, seed: int = 0) -> float:
@@ -91,11 +71,68 @@ def scale_logits(model: PreTrainedModel, std: float, seed: int = 0) -> float:
     return factor
 
 
+def uniform_draft_acceptance(logits: torch.Tensor, gamma: float) -> float:
+    """The sampling ratio test's mean pass rate for a uniformly drawn draft against a uniform P_S^0,
+    over the positions of `logits` [T, V]: mean over positions and tokens of min(1, V P_G / gamma)."""
+    vocab = logits.shape[-1]
+    log_ratio = torch.log_softmax(logits, dim=-1) + math.log(vocab) - math.log(gamma)
+    return torch.exp(log_ratio.clamp(max=0.0)).mean().item()
+
+
+def calibrate_acceptance(
+    model: PreTrainedModel, contexts: Sequence[tuple[list[int], int]], acceptance: float, gamma: float
+) -> float:
+    """Scale `model`'s logits (its final norm's weight) so that `uniform_draft_acceptance` over its
+    next-token logits at the positions that verify drafts in `contexts` ((ids, first such
+    position) pairs, `calibration_contexts`) is `acceptance`; returns the factor. Measured where
+    the run verifies, not assumed: a random model's logits are not one Gaussian spread, and the
+    tokens of its context stand out of them."""
+    if not 0 < acceptance < 1 or not 0 < gamma < 1:
+        raise ConfigError(f"--acceptance and --gamma must lie strictly between 0 and 1; got {acceptance}, {gamma}.")
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        rows = [model(input_ids=torch.tensor([ids], device=device)).logits[0, first:-1] for ids, first in contexts]
+        logits = torch.cat(rows).float()
+        high = 1.0  # scale 0 is uniform: every draft passes (1 / gamma > 1)
+        while uniform_draft_acceptance(high * logits, gamma) > acceptance:
+            high *= 2
+            if high > 1e6:
+                raise ConfigError(f"No scale of this model's logits brings acceptance down to {acceptance}.")
+        low = 0.0
+        for _ in range(50):
+            mid = (low + high) / 2
+            low, high = (mid, high) if uniform_draft_acceptance(mid * logits, gamma) > acceptance else (low, mid)
+        factor = (low + high) / 2
+        model.model.norm.weight.mul_(factor)
+    return factor
+
+
+def calibration_contexts(tokenizer: Any, tail: int = 48, seed: int = 0) -> list[tuple[list[int], int]]:
+    """What the Generalist verifies in the run: each demo query's public prompt (raw ids, as the
+    device sends it) followed by `tail` uniformly drawn tokens (a flat Specialist's drafts), with
+    the position that verifies the first of them."""
+    demo = json.loads(DEMO_PROFILE.read_text(encoding="utf-8"))
+    generator = torch.Generator().manual_seed(seed)
+    contexts = []
+    for query in demo["queries"]:
+        prompt = tokenizer.encode(task_prompt(query["subject"]), add_special_tokens=False)
+        drafts = torch.randint(0, len(tokenizer), (tail,), generator=generator).tolist()
+        contexts.append((prompt + drafts, len(prompt) - 1))
+    return contexts
+
+
 def write_model(
-    name: str, tokenizer_dir: Path, out: Path, device: torch.device, context: int = 4096, logit_std: float | None = None
+    name: str,
+    tokenizer_dir: Path,
+    out: Path,
+    device: torch.device,
+    context: int = 4096,
+    *,
+    flat: bool = False,
+    acceptance: tuple[float, float] | None = None,
 ) -> Path:
-    """OUT/NAME: configuration NAME with random weights and `tokenizer_dir`'s tokenizer (its
-    logits scaled to `logit_std`, if given)."""
+    """OUT/NAME: configuration NAME with random weights and `tokenizer_dir`'s tokenizer; its logits
+    `flat`, or calibrated to an (acceptance, gamma) of a flat Specialist's drafts, if asked."""
     if name not in CONFIGS:
         raise ConfigError(f"Unknown configuration {name!r}: use some of {', '.join(CONFIGS)}.")
     try:
@@ -109,9 +146,11 @@ def write_model(
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
     config.pad_token_id = tokenizer.pad_token_id
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    if logit_std is not None:
-        scale_logits(model.eval(), logit_std)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    if flat:
+        scale_logits(model, FLAT_LOGIT_STD)
+    elif acceptance is not None:
+        calibrate_acceptance(model, calibration_contexts(tokenizer), *acceptance)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
@@ -126,19 +165,15 @@ def measured_acceptance(
 ) -> dict[str, float]:
     """`specsteer` (gamma 0.5, K = 4, sampled unless `sampling` is False) in process on the demo
     user's first `queries` queries, 32 tokens each: the drafts accepted, per draft and per round."""
-    import json
-
     from core.models import load_causal_lm
-    from core.prompts import task_prompt
     from core.session_types import SessionParams
     from sdk.context import Profile
     from sdk.device import DecodeOptions, Specialist, generate
     from server.local import in_process_verifier
 
-    demo_path = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
-    demo = json.loads(demo_path.read_text(encoding="utf-8"))
+    demo = json.loads(DEMO_PROFILE.read_text(encoding="utf-8"))
     s_lm, g_lm = load_causal_lm(specialist_dir, progress=False), load_causal_lm(generalist_dir, progress=False)
-    specialist = Specialist(s_lm, Profile.from_obj(demo, source=str(demo_path)))
+    specialist = Specialist(s_lm, Profile.from_obj(demo, source=str(DEMO_PROFILE)))
     verifier = in_process_verifier(s_lm, g_lm, seed=0)
     rounds = drafted = accepted = 0
     for query in demo["queries"][:queries]:
@@ -171,15 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     def command() -> int:
         device = resolve_device(args.device)
         names = list(dict.fromkeys(n.strip() for n in args.configs.split(",") if n.strip()))
-        stds: dict[str, float | None] = dict.fromkeys(names)
-        if args.acceptance is not None:
-            if args.specialist not in names:
-                raise ConfigError("--acceptance needs --specialist, one of the --configs, to write flat.")
-            spread = logit_std_for(args.acceptance, args.gamma)
-            stds = {name: FLAT_LOGIT_STD if name == args.specialist else spread for name in names}
+        if args.acceptance is not None and args.specialist not in names:
+            raise ConfigError("--acceptance needs --specialist, one of the --configs, to write flat.")
         for name in names:
-            folder = write_model(name, args.tokenizer, args.out, device, logit_std=stds[name])
-            note = "" if stds[name] is None else f" (logit std {stds[name]:.4g})"
+            shaped = args.acceptance is not None
+            flat = shaped and name == args.specialist
+            acceptance = (args.acceptance, args.gamma) if shaped and not flat else None
+            folder = write_model(name, args.tokenizer, args.out, device, flat=flat, acceptance=acceptance)
+            note = " (flat)" if flat else f" (acceptance {args.acceptance} built in)" if acceptance else ""
             print(f"bench.random_models: {folder}{note}", flush=True)
         if args.measure is not None:
             if args.specialist not in names or args.measure not in names:

@@ -27,24 +27,9 @@ def test_refusals_are_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "No tokenizer can be read from" in capsys.readouterr().err
 
 
-def test_the_logit_spread_for_an_acceptance_gives_it_on_a_simulated_vocabulary() -> None:
-    """A Generalist whose logits over 150k tokens are Gaussian of that spread, a uniform P_S^0: the
-    sampling ratio test passes a uniformly drawn draft at the asked rate."""
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    for acceptance, gamma in ((0.8, 0.5), (0.5, 0.5), (0.95, 0.3)):
-        spread = random_models.logit_std_for(acceptance, gamma)
-        assert random_models.sampled_acceptance(spread, gamma) == pytest.approx(acceptance, abs=1e-9)
-        logits = torch.randn(150_000, generator=gen, dtype=torch.float64) * spread
-        log_ratio = torch.log_softmax(logits, 0) + torch.log(torch.tensor(150_000.0, dtype=torch.float64))
-        passed = torch.clamp(torch.exp(log_ratio) / gamma, max=1.0).mean().item()  # over uniform drafts
-        assert passed == pytest.approx(acceptance, abs=0.01)
-    with pytest.raises(random_models.ConfigError, match="strictly between 0 and 1"):
-        random_models.logit_std_for(1.0, 0.5)
-
-
-def test_acceptance_writes_a_flat_specialist_and_a_generalist_of_the_spread(tmp_path: Path, char_tok) -> None:
+def test_acceptance_writes_a_flat_specialist_and_a_calibrated_generalist(tmp_path: Path, char_tok) -> None:
+    """The flat Specialist's logits spread 0.001; the other configuration's pass a uniform draft at
+    the asked rate on the calibration text, and at 0 or 1 only in the limits."""
     import torch
 
     tokenizer_dir = tmp_path / "tok"
@@ -56,11 +41,22 @@ def test_acceptance_writes_a_flat_specialist_and_a_generalist_of_the_spread(tmp_
     with torch.no_grad():
         logits = lm.model(input_ids=torch.randint(0, 1024, (1, 32))).logits
     assert logits.std(dim=-1).mean().item() == pytest.approx(random_models.FLAT_LOGIT_STD, rel=0.2)
-    model = lm.model
-    random_models.scale_logits(model, 1.0)
-    with torch.no_grad():
-        spread = model(input_ids=torch.randint(0, 1024, (1, 32))).logits.std(dim=-1).mean().item()
-    assert spread == pytest.approx(1.0, rel=0.15)
+
+    contexts = random_models.calibration_contexts(char_tok, tail=16)
+    assert len(contexts) == 3 and all(len(ids) == first + 1 + 16 for ids, first in contexts)
+    for acceptance in (0.5, 0.8):
+        model = load_causal_lm(tmp_path / "tiny", progress=False).model
+        factor = random_models.calibrate_acceptance(model, contexts, acceptance, 0.5)
+        assert factor > 1  # a flat model passes nearly everything: calibrating spreads it
+        with torch.no_grad():
+            rows = [model(input_ids=torch.tensor([ids])).logits[0, first:-1] for ids, first in contexts]
+        assert random_models.uniform_draft_acceptance(torch.cat(rows), 0.5) == pytest.approx(acceptance, abs=1e-3)
+    flat = torch.zeros(3, 1000)
+    assert random_models.uniform_draft_acceptance(flat, 0.5) == 1.0
+    peaked = flat + torch.eye(3, 1000) * 1e4  # all mass on one token: only a draft of it passes
+    assert random_models.uniform_draft_acceptance(peaked, 0.5) == pytest.approx(1e-3)
+    with pytest.raises(random_models.ConfigError, match="strictly between 0 and 1"):
+        random_models.calibrate_acceptance(model, contexts, 1.0, 0.5)
 
 
 def test_measure_names_a_written_generalist(tmp_path: Path, char_tok, capsys: pytest.CaptureFixture[str]) -> None:
