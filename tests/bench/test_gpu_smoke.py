@@ -25,7 +25,8 @@ def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> No
     assert all(v > 0 for v in row["eager_vs_floor"].values())
     # The static cache, rewound in place after every timed block, still gives the eager path's logits.
     assert row["static_vs_eager_max_abs_diff"] < 1e-4
-    assert set(row["batch_ms"]) == {"1", "4"} and row["batch_floor_ms"]["4"] > row["batch_floor_ms"]["1"]
+    # (floors in ms to 3 places: a fast copy probe makes the tiny model's two equal there)
+    assert set(row["batch_ms"]) == {"1", "4"} and row["batch_floor_ms"]["4"] >= row["batch_floor_ms"]["1"]
     # The lean path (uncompiled on a CPU), on both forwards: every block and batch, and a whole
     # round of the tiny pair (on the fused forward, asked for).
     assert set(row["pools"]) == {"graphs", "fused"} and not row["pool_errors"]
