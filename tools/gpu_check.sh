@@ -81,6 +81,8 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   [ -f .gpu-tokenizer/tokenizer.json ] || { echo "e2e needs .gpu-tokenizer/ carried (see the header)"; return 2; }
   local models left
   models=$(mktemp -d)
+  # shellcheck disable=SC2064  # expand now: the folder of this call
+  trap "rm -rf '$models'" RETURN
   left=$(($1 - ($(date +%s) - START)))
   # Acceptance built in (bench.random_models; sampled rows): 0.80 a draft, what the shipped pair measures.
   timeout "$left" $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs "$E2E_SPECIALIST,$E2E_GENERALIST" \
