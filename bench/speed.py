@@ -203,6 +203,7 @@ class _Bench:
     costs: Costs  # timed at the start, beside the baselines
     local: InProcessVerifier  # the cloud in this process, for `llm`
     log: Callable[[str], None]
+    kv_slots: SlotPools | None  # the verifier's slot pools (--kv slots), shared by every cloud of the run
 
     def measure(self) -> Costs:
         """Every forward the cost model uses, timed alone now (`measure_costs`)."""
@@ -215,6 +216,7 @@ class _Bench:
             self.args.reps,
             self.drafter,
             cloud_s=self.cloud_s,
+            kv_slots=self.kv_slots,
         )
 
 
@@ -239,7 +241,10 @@ def _prepare(args: argparse.Namespace) -> _Bench:
 
     sizes = range(1, max(args.draft_len, args.k_max) + 2)  # every block a round can feed: no K's floor is interpolated
     device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
-    costs = measure_costs(s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter, cloud_s=cloud_s)
+    pools = kv_slots(args)  # one set for the run: the costs are timed on the pools the verifier uses
+    costs = measure_costs(
+        s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter, cloud_s=cloud_s, kv_slots=pools
+    )
     log(
         f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
         + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
@@ -249,11 +254,11 @@ def _prepare(args: argparse.Namespace) -> _Bench:
         f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms"
     )
     # llm: the Generalist alone, computed in the cloud; over a network it adds one RTT per answer.
-    cloud_local = TimedCloud(g_lm, cloud_s, seed=0, kv_slots=kv_slots(args))
+    cloud_local = TimedCloud(g_lm, cloud_s, seed=0, kv_slots=pools)
     local = InProcessVerifier(cloud_local.open, vocab_size=s_lm.vocab_size)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
     return _Bench(
-        args, prompts, s_lm, g_lm, cloud_s, drafter, specialist, options, sizes, device_ids, costs, local, log
+        args, prompts, s_lm, g_lm, cloud_s, drafter, specialist, options, sizes, device_ids, costs, local, log, pools
     )
 
 
@@ -325,7 +330,7 @@ def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[in
             seed=0,
             idle_timeout=args.timeout,
         )
-        cloud = TimedCloud(bench.g_lm, bench.cloud_s, max_top_k=config.max_top_k, seed=0, kv_slots=kv_slots(args))
+        cloud = TimedCloud(bench.g_lm, bench.cloud_s, max_top_k=config.max_top_k, seed=0, kv_slots=bench.kv_slots)
         server, port = create_server(config, cloud=cloud)
         server.start()
 

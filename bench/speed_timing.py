@@ -20,8 +20,18 @@ from core.kv import model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
 from sdk.device import Drafter
+from server.slot_pool import SlotPool
+from server.slot_sequence import SlotPools
 
-__all__ = ["DEMO", "bare_forward_time", "bare_prefill_time", "drafter_times", "logger", "measure_costs"]
+__all__ = [
+    "DEMO",
+    "bare_forward_time",
+    "bare_prefill_time",
+    "drafter_times",
+    "logger",
+    "measure_costs",
+    "pool_forward_times",
+]
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 
@@ -43,6 +53,31 @@ def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 
             times.append(time.perf_counter() - start)
             cache.crop(-block)
     return statistics.median(times[1:])  # the first rep warms the allocator
+
+
+def pool_forward_times(pool: SlotPool, ids: Sequence[int], blocks: Sequence[int], reps: int = 5) -> dict[int, float]:
+    """The slot pool's counterpart of `bare_prefill_time` (key 0) and `bare_forward_time` (each of
+    `blocks`): median seconds of a forward of `ids` into an empty slot, and of an n-token block on a
+    slot holding `ids`, through `pool.run`, the shape and graph a session's round gets (padded to a
+    power of two on a GPU, replayed from its CUDA graph), rolled back by length after each rep. A
+    verifier on the slot pool pays these, not transformers' eager forwards."""
+    ids, device, out = list(ids), pool.device, {}
+    slot = pool.claim()
+    try:
+        for n in (0, *blocks):  # the prefill first: it leaves the slot holding `ids` for the blocks
+            tokens = ids if n == 0 else (ids * (n // len(ids) + 1))[-n:]
+            times = []
+            for _ in range(reps + 1):
+                pool.set_length(slot, 0 if n == 0 else len(ids))
+                synchronize(device)
+                start = time.perf_counter()
+                pool.run({slot: tokens})
+                synchronize(device)
+                times.append(time.perf_counter() - start)
+            out[n] = statistics.median(times[1:])  # the first rep captures the graph, or warms the allocator
+    finally:
+        pool.release(slot)
+    return out
 
 
 def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
@@ -88,17 +123,30 @@ def measure_costs(
     reps: int = 5,
     drafter: Drafter | None = None,
     cloud_s: CausalLM | None = None,
+    kv_slots: SlotPools | None = None,
 ) -> Costs:
     """Every cost the model uses, timed alone: `device_ids` is the device's private prompt, `prompt`
     the public one the cloud renders for each of its models. The device's costs are its `drafter`'s
     when it has one; the generic Specialist's are `cloud_s`'s when the cloud has its own copy (on
-    another device or dtype), else `s_lm`'s."""
+    another device or dtype), else `s_lm`'s. With `kv_slots` (the verifier's slot pools), the
+    cloud's blocks and prefills are timed through those pools (`pool_forward_times`)."""
     g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
     s0_lm = cloud_s if cloud_s is not None else s_lm
     if drafter is None:
         draft_step, device_prefill = bare_forward_time(s_lm, device_ids, 1, reps), bare_prefill_time(s_lm, device_ids)
     else:
         draft_step, device_prefill = drafter_times(drafter, device_ids, reps)
+    if kv_slots is not None:
+        g = pool_forward_times(kv_slots.pool(g_lm.model), g_ids, list(sizes), reps)
+        s = pool_forward_times(kv_slots.pool(s0_lm.model), s_ids, list(sizes), reps)
+        return Costs(
+            draft_step=draft_step,
+            g_blocks={n: g[n] for n in sizes},
+            s_blocks={n: s[n] for n in sizes},
+            device_prefill=device_prefill,
+            g_prefill=g[0],
+            s_prefill=s[0],
+        )
     return Costs(
         draft_step=draft_step,
         g_blocks={n: bare_forward_time(g_lm, g_ids, n, reps) for n in sizes},

@@ -9,7 +9,7 @@ import pytest
 
 from bench import speed
 from core.linear import onednn_available
-from tests.tinymodels import save_tiny
+from tests.tinymodels import save_tiny, tiny_lm
 
 
 def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok) -> None:
@@ -196,3 +196,17 @@ def test_compare_kernels_times_both_kernels_on_every_block_size_and_leaves_the_r
         assert all(set(costs) == {"1", "2", "3", "4"} and min(costs.values()) > 0 for costs in by_kernel.values())
     page = (out / "speed_kernels.md").read_text()
     assert "| onednn / torch |" in page and page.count(f"| {g_dir} |") == 4
+
+
+def test_on_the_slot_pool_the_cloud_costs_are_the_pools_forwards(char_tok) -> None:
+    """`--kv slots`: the cost model reads the forwards the verifier pays (the pool's, not
+    transformers' eager ones): a prefill and every block size, and the pool as it was after."""
+    from bench.speed_timing import pool_forward_times
+    from server.slot_sequence import SlotPools
+
+    lm = tiny_lm(char_tok, seed=4)
+    pools = SlotPools(2, 64)
+    pool = pools.pool(lm.model)
+    times = pool_forward_times(pool, list(range(5, 25)), [1, 2, 5], reps=2)
+    assert set(times) == {0, 1, 2, 5} and all(t > 0 for t in times.values())
+    assert sorted(pool.free_slots()) == [0, 1]
