@@ -242,6 +242,8 @@ def _prepare(args: argparse.Namespace) -> _Bench:
     sizes = range(1, max(args.draft_len, args.k_max) + 2)  # every block a round can feed: no K's floor is interpolated
     device_ids = specialist.private_prompt_ids(prompts[0], with_context=True)
     pools = kv_slots(args)  # one set for the run: the costs are timed on the pools the verifier uses
+    if pools is not None:  # as `server serve` does at start: no round captures a graph or compiles
+        pools.warm_up([g_lm.model, cloud_s.model])
     costs = measure_costs(
         s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter, cloud_s=cloud_s, kv_slots=pools
     )
