@@ -22,7 +22,14 @@ from torch import nn
 
 from core.errors import ModelLoadError
 
-__all__ = ["LINEAR_KERNELS", "OneDNNLinear", "onednn_available", "resolve_linear_kernel", "use_linear_kernel"]
+__all__ = [
+    "LINEAR_KERNELS",
+    "OneDNNLinear",
+    "onednn_available",
+    "onednn_linear",
+    "resolve_linear_kernel",
+    "use_linear_kernel",
+]
 
 # "auto": oneDNN where this torch build has it (x86 wheels do), else torch's default.
 LINEAR_KERNELS = ("auto", "onednn", "torch")
@@ -37,9 +44,16 @@ class OneDNNLinear(nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or not _onednn_fits(x, self.weight):
-            return super().forward(x)
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return onednn_linear(x, self.weight, self.bias)
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`OneDNNLinear`'s forward as a function of its tensors (for forwards that hold fused weights
+    rather than the layers, server.fused_decoder): oneDNN's inner product at fp32 inference on the
+    CPU, torch's `linear` in every other case."""
+    if torch.is_grad_enabled() or not _onednn_fits(x, weight):
+        return nn.functional.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def _onednn_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 
+from core.linear import OneDNNLinear, onednn_linear
+
 __all__ = ["FUSED_FAMILIES", "FusedDecoder", "LayerShape", "LayerWeights", "fused_decoder_problem"]
 
 FUSED_FAMILIES = ("llama", "qwen2", "qwen3")
@@ -43,13 +45,19 @@ def fused_decoder_problem(config: PretrainedConfig) -> str | None:
 
 
 class LayerShape(NamedTuple):
-    """A layer's sizes; the same in every layer, so one compiled region serves them all."""
+    """A layer's sizes (and its Linear kernel); the same in every layer, so one compiled region
+    serves them all."""
 
     heads: int
     kv_heads: int
     head_dim: int
     eps: float
     scaling: float
+    onednn: bool = False  # the model's Linear layers run oneDNN on the CPU (core.linear): so do these
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, shape: LayerShape) -> torch.Tensor:
+    return onednn_linear(x, weight, bias) if shape.onednn else F.linear(x, weight, bias)
 
 
 class LayerWeights(NamedTuple):
@@ -89,7 +97,7 @@ def attention_inputs(
     the input norm, the one q/k/v GEMM, Qwen3's per-head norms and the rotary embedding."""
     b, n, _ = hidden.shape
     x = rms_norm(hidden, w.input_norm, shape.eps)
-    qkv = F.linear(x, w.qkv, w.qkv_bias)
+    qkv = _linear(x, w.qkv, w.qkv_bias, shape)
     q_size, kv_size = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
     q, k = q.view(b, n, shape.heads, shape.head_dim), k.view(b, n, shape.kv_heads, shape.head_dim)
@@ -104,9 +112,9 @@ def attention_inputs(
 def layer_output(hidden: torch.Tensor, attended: torch.Tensor, w: LayerWeights, shape: LayerShape) -> torch.Tensor:
     """The layer's output [B, n, h] from its input and the attention's [B, n, heads * d]: the output
     projection and residual, the post-attention norm, the SwiGLU MLP (one gate/up GEMM) and residual."""
-    hidden = hidden + F.linear(attended, w.o, w.o_bias)
-    gate, up = F.linear(rms_norm(hidden, w.post_norm, shape.eps), w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
-    return hidden + F.linear(F.silu(gate) * up, w.down, w.down_bias)
+    hidden = hidden + _linear(attended, w.o, w.o_bias, shape)
+    gate, up = _linear(rms_norm(hidden, w.post_norm, shape.eps), w.gate_up, w.gate_up_bias, shape).chunk(2, dim=-1)
+    return hidden + _linear(F.silu(gate) * up, w.down, w.down_bias, shape)
 
 
 def _fuse_rows(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -185,6 +193,7 @@ class FusedDecoder:
             head_dim=head_dim,
             eps=float(config.rms_norm_eps),
             scaling=head_dim**-0.5,
+            onednn=isinstance(decoder.layers[0].self_attn.q_proj, OneDNNLinear),
         )
         with torch.no_grad():
             self.layers = [fuse_layer(layer) for layer in decoder.layers]

@@ -22,6 +22,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from core.linear import onednn_available, use_linear_kernel
 from server.fused_decoder import FusedDecoder, fused_decoder_problem
 from server.slot_pool import SlotPool, folded_attention_bias, masked_attention
 from server.slot_sequence import SlotPools
@@ -253,3 +254,15 @@ def test_on_cuda_the_warm_up_captures_every_graph_before_the_first_session() -> 
     logits = pool.run({slot: [5, 6, 7]})[0].float().cpu()
     assert len(pool.forward_graphs._graphs) == captured  # (1, 4): warmed, nothing captured now
     torch.testing.assert_close(logits, reference_logits(model, [5, 6, 7]), atol=ATOL, rtol=0)
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN inner product")
+def test_on_the_cpu_the_fused_forward_runs_the_models_linear_kernel() -> None:
+    """A model whose Linear layers run oneDNN (core.linear, what load_causal_lm gives on x86): the
+    fused weights run it too (plain matrix products were slower there), with transformers' logits."""
+    model = _random(FAMILIES["qwen3"](), seed=12)
+    assert use_linear_kernel(model, "onednn") > 0
+    pool = SlotPool(model, slots=4, max_len=48, fused=True)
+    assert pool.decoder is not None and pool.decoder.shape.onednn
+    _sessions_match_transformers(model, pool)
+    assert not FusedDecoder(_random(FAMILIES["qwen3"](), seed=12)).shape.onednn  # torch's kernel: F.linear
