@@ -72,7 +72,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench.load", description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--batching", nargs="+", choices=["on", "off"], default=["off", "on"])
@@ -86,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cloud-dtype", default="float32", choices=DTYPE_CHOICES, help="their weights")
     p.add_argument("--kv", choices=("dynamic", "slots"), default="dynamic", help="the verifier's KV engine")
     p.add_argument("--kv-compile", action="store_true", help="--kv slots: compile the pool's forward")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
@@ -133,17 +137,7 @@ def _serve_and_run(
     cert, key = issue_device(pki.directory, "load")
     server_args = argparse.Namespace(seed=0, generalist=args.generalist, specialist=args.specialist, cache_dir=None)
     metrics_port = _free_port()
-    # Every simulated session uses one device certificate: lift the per-device cap to N.
-    # And all N devices draft on this machine's 2 cores, beside the verifier: a device can take
-    # longer than the default 60 s idle timeout between its rounds, which real devices would not.
-    extra = ["--max-sessions-per-device", str(max(args.sessions)), "--idle-timeout", "900"]
-    # One certificate: no newcomer to reserve slots for. Sessions past the cap queue for a slot
-    # (none falls back as verifier-busy), and on 2 shared cores a slot can take minutes to free.
-    extra += ["--reserved-sessions", "0", "--queue-timeout", "900", "--max-queued-opens", str(max(args.sessions))]
-    extra += ["--batching", mode, "--max-batch", str(args.max_batch), "--metrics-port", str(metrics_port)]
-    extra += ["--device", args.cloud_device, "--dtype", args.cloud_dtype, "--kv", args.kv]
-    extra += ["--kv-slots", str(max(args.sessions) + 1)] if args.kv == "slots" else []  # + the warm-up session
-    extra += ["--kv-compile"] if args.kv_compile else []
+    extra = verifier_options(args, mode, metrics_port)
     with verifier_process(server_args, pki.directory, extra=extra) as ready:
         port = ready()
         pid = _server_pid(port)
@@ -162,6 +156,22 @@ def _serve_and_run(
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return idle_mb
+
+
+def verifier_options(args: argparse.Namespace, mode: str, metrics_port: int) -> list[str]:
+    """The `server serve` options of the run's verifier (batching `mode`), beyond its models and PKI."""
+    # Every simulated session uses one device certificate: lift the per-device cap to N.
+    # And all N devices draft on this machine's 2 cores, beside the verifier: a device can take
+    # longer than the default 60 s idle timeout between its rounds, which real devices would not.
+    extra = ["--max-sessions-per-device", str(max(args.sessions)), "--idle-timeout", "900"]
+    # One certificate: no newcomer to reserve slots for. Sessions past the cap queue for a slot
+    # (none falls back as verifier-busy), and on 2 shared cores a slot can take minutes to free.
+    extra += ["--reserved-sessions", "0", "--queue-timeout", "900", "--max-queued-opens", str(max(args.sessions))]
+    extra += ["--batching", mode, "--max-batch", str(args.max_batch), "--metrics-port", str(metrics_port)]
+    extra += ["--device", args.cloud_device, "--dtype", args.cloud_dtype, "--kv", args.kv]
+    extra += ["--kv-slots", str(max(args.sessions) + 1)] if args.kv == "slots" else []  # + the warm-up session
+    extra += ["--kv-compile"] if args.kv_compile else []
+    return extra
 
 
 def _free_port() -> int:

@@ -15,9 +15,10 @@ the ratio test of a random Generalist, and a run at acceptance 0 checks little o
 With `--acceptance P`, the `--specialist` configuration is written *flat* (its next-token logits
 scaled to a standard deviation of 0.001: P_S^0 is uniform within 0.1 %), and every other
 configuration's logits are scaled (through the final norm's weight, which they are linear in) so
-that where the run verifies (the demo queries' public prompts followed by uniformly drawn tokens)
-the sampling ratio test, accept with probability min(1, P_G / (gamma P_S^0)), passes a uniformly
-drawn token with probability P on average (`calibrate_acceptance`). Run in sampling mode
+that where the run verifies (the demo queries' public prompts, rendered as the verifier renders
+them, followed by uniformly drawn tokens) the sampling ratio test, accept with probability
+min(1, P_G / (gamma P_S^0)), passes a uniformly drawn token with probability P on average
+(`calibrate_acceptance`). Run in sampling mode
 (`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens. (Greedy, a random
 model's drafts fall into short loops of a few tokens, and whether those few pass is a coin toss
 per model.) `--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process
@@ -33,6 +34,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -42,7 +44,7 @@ from bench.gpu import CONFIGS, hf_config
 from core.cli import command_parser, reported
 from core.device import resolve_device
 from core.errors import ConfigError
-from core.prompts import task_prompt
+from core.prompts import render_prompt, task_prompt
 
 __all__ = [
     "FLAT_LOGIT_STD",
@@ -108,14 +110,16 @@ def calibrate_acceptance(
 
 
 def calibration_contexts(tokenizer: Any, tail: int = 48, seed: int = 0) -> list[tuple[list[int], int]]:
-    """What the Generalist verifies in the run: each demo query's public prompt (raw ids, as the
-    device sends it) followed by `tail` uniformly drawn tokens (a flat Specialist's drafts), with
-    the position that verifies the first of them."""
+    """What the Generalist verifies in the run: each demo query's public prompt as the verifier
+    renders it for its models (`render_prompt`: the chat template, where the tokenizer has one)
+    followed by `tail` uniformly drawn tokens (a flat Specialist's drafts), with the position that
+    verifies the first of them."""
     demo = json.loads(DEMO_PROFILE.read_text(encoding="utf-8"))
+    lm = SimpleNamespace(tokenizer=tokenizer, has_chat_template=bool(getattr(tokenizer, "chat_template", None)))
     generator = torch.Generator().manual_seed(seed)
     contexts = []
     for query in demo["queries"]:
-        prompt = tokenizer.encode(task_prompt(query["subject"]), add_special_tokens=False)
+        prompt = render_prompt(lm, task_prompt(query["subject"]))
         drafts = torch.randint(0, len(tokenizer), (tail,), generator=generator).tolist()
         contexts.append((prompt + drafts, len(prompt) - 1))
     return contexts

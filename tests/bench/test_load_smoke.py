@@ -44,15 +44,23 @@ def test_load_smoke_runs_concurrent_sessions_without_errors(tmp_path, char_tok) 
     assert (out / "load.png").stat().st_size > 1000
 
 
-def test_load_runs_the_verifier_on_the_slot_pool(tmp_path, char_tok) -> None:
-    """`--kv slots` reaches `server serve`: concurrent sessions merge into the pool's forwards."""
-    s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
-    g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
-    out = tmp_path / "results"
-    args = ["--sessions", "3", "--batching", "on", "--max-new-tokens", "4", "--kv", "slots"]
-    assert load.main([*args, "--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]) == 0
-    result = json.loads((out / "load.json").read_text())
-    assert result["meta"]["cloud"] == {"device": "cpu", "dtype": "float32", "kv": "slots", "kv_compile": False}
-    (row,) = result["rows"]
-    assert row["errors"] == 0 and row["forwards"] > 0 and row["unmerged_forwards"] == 0
-    assert row["mean_batch_size"] >= 1.0
+def test_the_verifiers_placement_and_kv_engine_reach_server_serve() -> None:
+    """`--cloud-device/--cloud-dtype/--kv slots/--kv-compile` become `server serve` options, which
+    the server's own tests cover (the slot pool live over mutual TLS: tests/server/test_slot_engine.py)."""
+    from server.cli import build_parser
+
+    def options(*argv: str) -> list[str]:
+        args = load.build_parser().parse_args(["--sessions", "1", "3", *argv])
+        return load.verifier_options(args, "on", 9999)
+
+    plain = options()
+    assert plain[plain.index("--kv") + 1] == "dynamic" and "--kv-slots" not in plain
+    slots = options("--cloud-device", "cuda", "--cloud-dtype", "bfloat16", "--kv", "slots", "--kv-compile")
+    served = build_parser().parse_args(["serve", *slots])
+    assert (served.device, served.dtype, served.kv, served.kv_slots, served.kv_compile) == (
+        "cuda",
+        "bfloat16",
+        "slots",
+        4,  # the largest N and the warm-up session
+        True,
+    )
