@@ -21,7 +21,7 @@ min(1, P_G / (gamma P_S^0)), passes a uniformly drawn token with probability P o
 (`calibrate_acceptance`). Run in sampling mode
 (`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens. A run's context also
 holds the Generalist's own steering tokens, which the calibration's tails do not, and its
-acceptance comes out below P (0.56 and 0.73 of the drafts at P = 0.8 on two writings, `--measure`);
+acceptance comes out below P (0.56 of the drafts at P = 0.8 with `--measure` on this CPU, docs/gpu.md);
 the cost model is fitted to the acceptance a run measures. (Greedy, a random
 model's drafts fall into short loops of a few tokens, and whether those few pass is a coin toss
 per model.) `--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process
