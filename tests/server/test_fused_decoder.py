@@ -26,11 +26,10 @@ from core.linear import onednn_available, use_linear_kernel
 from server.fused_decoder import FusedDecoder, fused_decoder_problem
 from server.slot_pool import SlotPool, folded_attention_bias, masked_attention
 from server.slot_sequence import SlotPools
+from tests.server.test_slot_pool import ATOL, CUDA, DEVICES, assert_sessions_match_transformers, reference_logits
 from tests.tinymodels import char_tokenizer, tiny_gemma, tiny_lm
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
-DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
-ATOL = 2e-4
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18]]
 SIZES = {
     "hidden_size": 64,
     "intermediate_size": 96,
@@ -63,37 +62,12 @@ FAMILIES: dict[str, Callable[[], PreTrainedModel]] = {
 }
 
 
-def reference_logits(model: PreTrainedModel, ids: list[int]) -> torch.Tensor:
-    with torch.inference_mode():
-        out = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device))
-    return out.logits[0].float().cpu()
-
-
-def _sessions_match_transformers(model: PreTrainedModel, pool: SlotPool) -> None:
-    """Three sessions prefilled apart, then one bucket with blocks of 3, 1 and 2 real tokens (the
-    last slot idle), each row held to transformers' forward over the whole text."""
-    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18]]
-    slots = [pool.claim() for _ in prompts]
-    for slot, prompt in zip(slots, prompts, strict=True):
-        logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
-        torch.testing.assert_close(logits[slot], reference_logits(model, prompt), atol=ATOL, rtol=0)
-    blocks = {0: [20, 21, 22], 1: [23], 2: [24, 25]}
-    logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
-    for slot, block in blocks.items():
-        want = reference_logits(model, prompts[slot] + block)[-len(block) :]
-        torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
-    pool.set_length(0, len(prompts[0]) + 1)  # two of three rejected: the next block overwrites them
-    logits = pool.forward({0: [26, 27]}, bucket=1, n=2).float().cpu()
-    want = reference_logits(model, [*prompts[0], 20, 26, 27])[-2:]
-    torch.testing.assert_close(logits[0], want, atol=ATOL, rtol=0)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_fused_pool_gives_transformers_logits(family: str, device: str) -> None:
     model = _random(FAMILIES[family](), seed=len(family)).to(device)
     assert fused_decoder_problem(model.config) is None
-    _sessions_match_transformers(model, SlotPool(model, slots=4, max_len=48, fused=True))
+    assert_sessions_match_transformers(model, SlotPool(model, slots=4, max_len=48, fused=True), PROMPTS)
 
 
 def test_fusing_keeps_one_copy_of_the_weights_and_transformers_forward_intact() -> None:
@@ -167,7 +141,7 @@ def test_compiled_regions_serve_every_layer_and_keep_the_logits() -> None:
     pool.forward({pool.claim(): [1, 2, 3]}, bucket=1, n=3)
     assert counters["stats"]["unique_graphs"] == 2  # one per region for 8 layers
     pool.release(0)
-    _sessions_match_transformers(model, pool)
+    assert_sessions_match_transformers(model, pool, PROMPTS)
 
 
 def test_the_folded_bias_is_the_boolean_mask_aligned_for_the_kernels() -> None:
@@ -264,5 +238,5 @@ def test_on_the_cpu_the_fused_forward_runs_the_models_linear_kernel() -> None:
     assert use_linear_kernel(model, "onednn") > 0
     pool = SlotPool(model, slots=4, max_len=48, fused=True)
     assert pool.decoder is not None and pool.decoder.shape.onednn
-    _sessions_match_transformers(model, pool)
+    assert_sessions_match_transformers(model, pool, PROMPTS)
     assert not FusedDecoder(_random(FAMILIES["qwen3"](), seed=12)).shape.onednn  # torch's kernel: F.linear

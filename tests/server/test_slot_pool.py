@@ -50,23 +50,32 @@ def texts(tokenizer: PreTrainedTokenizerFast, *words: str) -> list[list[int]]:
     return [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
 
 
-def test_sessions_at_different_lengths_share_a_forward(
-    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
-) -> None:
-    pool = SlotPool(placed, slots=4, max_len=64)
-    prompts = texts(tokenizer, "the cat sat", "a much longer opening line", "hi")
+def assert_sessions_match_transformers(model: PreTrainedModel, pool: SlotPool, prompts: list[list[int]]) -> None:
+    """Three sessions prefilled apart, then one bucket with blocks of 3, 1 (padded) and 2 (padded)
+    real tokens (the fourth slot idle), then a rollback by length: each row held to transformers'
+    forward over the whole text. Also the pool's own forward's check (tests/server/test_fused_decoder.py)."""
     slots = [pool.claim() for _ in prompts]
     assert slots == [0, 1, 2]
     for slot, prompt in zip(slots, prompts, strict=True):  # prefill one at a time: the others idle
         logits = pool.forward({slot: prompt}, bucket=3, n=len(prompt)).float().cpu()
-        torch.testing.assert_close(logits[slot], reference_logits(placed, prompt), atol=ATOL, rtol=0)
-    # One bucket, three lengths, blocks of 3, 1 (padded) and 2 (padded) real tokens.
-    blocks = {0: [5, 6, 7], 1: [8], 2: [9, 10]}
+        torch.testing.assert_close(logits[slot], reference_logits(model, prompt), atol=ATOL, rtol=0)
+    blocks = {0: [20, 21, 22], 1: [23], 2: [24, 25]}
     logits = pool.forward(blocks, bucket=4, n=3).float().cpu()
     for slot, block in blocks.items():
-        want = reference_logits(placed, prompts[slot] + block)[-len(block) :]
+        want = reference_logits(model, prompts[slot] + block)[-len(block) :]
         torch.testing.assert_close(logits[slot, : len(block)], want, atol=ATOL, rtol=0)
         assert pool.lengths[slot] == len(prompts[slot]) + len(block)
+    pool.set_length(0, len(prompts[0]) + 1)  # two of three rejected: the next block overwrites them
+    logits = pool.forward({0: [26, 27]}, bucket=1, n=2).float().cpu()
+    want = reference_logits(model, [*prompts[0], 20, 26, 27])[-2:]
+    torch.testing.assert_close(logits[0], want, atol=ATOL, rtol=0)
+
+
+def test_sessions_at_different_lengths_share_a_forward(
+    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    prompts = texts(tokenizer, "the cat sat", "a much longer opening line", "hi")
+    assert_sessions_match_transformers(placed, SlotPool(placed, slots=4, max_len=64), prompts)
 
 
 def test_rollback_is_a_length_and_idle_slots_keep_their_kv(
