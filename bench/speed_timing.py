@@ -7,6 +7,7 @@ nothing else.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bench.cost_model import Costs
-from bench.timing import synchronize
+from bench.timing import median_ms, synchronize
 from core.kv import model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
@@ -59,22 +60,16 @@ def pool_forward_times(pool: SlotPool, ids: Sequence[int], blocks: Sequence[int]
     """The slot pool's counterpart of `bare_prefill_time` (key 0) and `bare_forward_time` (each of
     `blocks`): median seconds of a forward of `ids` into an empty slot, and of an n-token block on a
     slot holding `ids`, through `pool.run`, the shape and graph a session's round gets (padded to a
-    power of two on a GPU, replayed from its CUDA graph), rolled back by length after each rep. A
+    power of two on a GPU, replayed from its CUDA graph), rolled back by length before each rep. A
     verifier on the slot pool pays these, not transformers' eager forwards."""
-    ids, device, out = list(ids), pool.device, {}
+    ids, out = list(ids), {}
     slot = pool.claim()
     try:
         for n in (0, *blocks):  # the prefill first: it leaves the slot holding `ids` for the blocks
             tokens = ids if n == 0 else (ids * (n // len(ids) + 1))[-n:]
-            times = []
-            for _ in range(reps + 1):
-                pool.set_length(slot, 0 if n == 0 else len(ids))
-                synchronize(device)
-                start = time.perf_counter()
-                pool.run({slot: tokens})
-                synchronize(device)
-                times.append(time.perf_counter() - start)
-            out[n] = statistics.median(times[1:])  # the first rep captures the graph, or warms the allocator
+            rollback = functools.partial(pool.set_length, slot, 0 if n == 0 else len(ids))
+            # The warm-ups capture the graph (or warm the allocator).
+            out[n] = median_ms(lambda tokens=tokens: pool.run({slot: tokens}), pool.device, reps, reset=rollback) / 1e3
     finally:
         pool.release(slot)
     return out

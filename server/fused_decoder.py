@@ -199,7 +199,6 @@ class FusedDecoder:
             self.layers = [fuse_layer(layer) for layer in decoder.layers]
         self.embed, self.rotary, self.lm_head = decoder.embed_tokens, decoder.rotary_emb, model.lm_head
         self.final_norm = decoder.norm.weight.detach()
-        self.compiled = compiled
         # One region per function, reused by every layer; `dynamic=None` compiles the first shape
         # static and a later one with dynamic sizes, so a pool's few buckets compile twice, not once each.
         if compiled:

@@ -313,7 +313,6 @@ class SlotPool:
         self.lengths = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
         self._lock = threading.Lock()
-        self.compiled, self.fused = compiled, fused
         # Fused: the pool's own decoder forward (server.fused_decoder; compiled, one region for all
         # layers). Otherwise transformers' forward, compiled whole if asked: inductor fuses the
         # decoder's small ops (a CUDA graph removes launch costs, not kernels), once for every
@@ -321,6 +320,11 @@ class SlotPool:
         self.decoder = FusedDecoder(model, compiled=compiled) if fused else None  # refuses other families
         block = torch.compile(self.block, dynamic=True) if compiled and not fused else self.block
         self.forward_graphs = GraphedForward(block, self.device)
+
+    @property
+    def fused(self) -> bool:
+        """Whether forwards run the pool's own decoder (server.fused_decoder), not transformers'."""
+        return self.decoder is not None
 
     def block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """The logits of a bucket's blocks (`block_forward`), through this pool's decoder: pure
