@@ -19,13 +19,13 @@ that where the run verifies (the demo queries' public prompts, rendered as the v
 them, followed by uniformly drawn tokens) the sampling ratio test, accept with probability
 min(1, P_G / (gamma P_S^0)), passes a uniformly drawn token with probability P on average
 (`calibrate_acceptance`). Run in sampling mode
-(`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens. A run's context also
-holds the Generalist's own steering tokens, which the calibration's tails do not, and its
-acceptance comes out below P (0.56 of the drafts at P = 0.8 with `--measure` on this CPU, docs/gpu.md);
-the cost model is fitted to the acceptance a run measures. (Greedy, a random
+(`bench.speed --sampling`), the flat Specialist drafts uniformly drawn tokens, and the ratio test
+passes about P of the drafts it tries (0.77 at P = 0.8 with `--measure` on this CPU, docs/gpu.md).
+Fewer of the drafts sent are accepted (0.55 there): a round stops at its first rejection. The cost
+model is fitted to the drafts a run accepts per round, whatever they are. (Greedy, a random
 model's drafts fall into short loops of a few tokens, and whether those few pass is a coin toss
 per model.) `--measure GENERALIST` then runs sampled (`--greedy`: greedy) `specsteer` in process
-(the demo user's 3 queries, their tails drawn anew) and prints the acceptance it got.
+(the demo user's 3 queries, their tails drawn anew) and prints both rates it got.
 """
 
 from __future__ import annotations
@@ -171,7 +171,12 @@ def measured_acceptance(
     specialist_dir: Path, generalist_dir: Path, queries: int = 3, *, sampling: bool = True
 ) -> dict[str, float]:
     """`specsteer` (gamma 0.5, K = 4, sampled unless `sampling` is False) in process on the demo
-    user's first `queries` queries, 32 tokens each: the drafts accepted, per draft and per round."""
+    user's first `queries` queries, 32 tokens each: the drafts accepted per draft drafted
+    (`per_draft`) and per draft the ratio test tried (`pass_rate`, what `calibrate_acceptance`
+    builds in). A round stops at its first rejection, so at a pass rate p the drafts after it are
+    never tried: with K = 4, per_draft is about (p + p^2 + p^3 + p^4) / 4, 0.59 at p = 0.8. The
+    drafts tried are the accepted ones and one per rejection (`recoveries`; a rejection in a
+    generation's last round, with no token left to recover, is not counted)."""
     from core.models import load_causal_lm
     from core.session_types import SessionParams
     from sdk.context import Profile
@@ -182,7 +187,7 @@ def measured_acceptance(
     s_lm, g_lm = load_causal_lm(specialist_dir, progress=False), load_causal_lm(generalist_dir, progress=False)
     specialist = Specialist(s_lm, Profile.from_obj(demo, source=str(DEMO_PROFILE)))
     verifier = in_process_verifier(s_lm, g_lm, seed=0)
-    rounds = drafted = accepted = 0
+    rounds = drafted = accepted = rejected = 0
     for query in demo["queries"][:queries]:
         stats = generate(
             specialist,
@@ -192,7 +197,15 @@ def measured_acceptance(
             verifier,
         ).stats
         rounds, drafted, accepted = rounds + stats.rounds, drafted + stats.drafted, accepted + stats.accepted
-    return {"rounds": rounds, "drafted": drafted, "accepted": accepted, "per_draft": accepted / max(drafted, 1)}
+        rejected += stats.recoveries
+    return {
+        "rounds": rounds,
+        "drafted": drafted,
+        "accepted": accepted,
+        "rejected": rejected,
+        "per_draft": accepted / max(drafted, 1),
+        "pass_rate": accepted / max(accepted + rejected, 1),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             got = measured_acceptance(args.out / args.specialist, args.out / args.measure, sampling=not args.greedy)
             print(
                 f"bench.random_models: specsteer accepted {got['accepted']} of {got['drafted']} drafts "
-                f"({got['per_draft']:.2f}) in {got['rounds']} rounds",
+                f"({got['per_draft']:.2f}) in {got['rounds']} rounds; the ratio test passed {got['accepted']} "
+                f"of the {got['accepted'] + got['rejected']} it tried ({got['pass_rate']:.2f})",
                 flush=True,
             )
         return 0

@@ -65,3 +65,21 @@ def test_measure_names_a_written_generalist(tmp_path: Path, char_tok, capsys: py
     args = ["--tokenizer", str(tokenizer_dir), "--configs", "tiny", "--out", str(tmp_path), "--measure", "qwen3-32b"]
     assert random_models.main([*args, "--specialist", "tiny"]) == 1
     assert "--measure needs both --specialist and the Generalist it names" in capsys.readouterr().err
+
+
+def test_the_ratio_test_passes_the_built_in_rate_while_fewer_drafts_are_accepted(tmp_path: Path, char_tok) -> None:
+    """What a run measures against what was built in: sampled `specsteer` over a flat Specialist and
+    a Generalist calibrated to 0.8 passes about 0.8 of the drafts the ratio test tries, while the
+    drafts accepted per draft sent come out lower (a round's drafts after its first rejection are
+    never tried)."""
+    import torch
+
+    char_tok.save_pretrained(tmp_path / "tok")
+    torch.manual_seed(0)
+    random_models.write_model("tiny", tmp_path / "tok", tmp_path / "s", torch.device("cpu"), flat=True)
+    random_models.write_model("tiny", tmp_path / "tok", tmp_path / "g", torch.device("cpu"), acceptance=(0.8, 0.5))
+    got = random_models.measured_acceptance(tmp_path / "s" / "tiny", tmp_path / "g" / "tiny")
+    assert 0 < got["rejected"] <= got["rounds"]
+    assert got["accepted"] + got["rejected"] <= got["drafted"]
+    assert got["pass_rate"] == pytest.approx(0.8, abs=0.15)  # about 85 drafts tried: a binomial sd of 0.04
+    assert got["per_draft"] < got["pass_rate"]
