@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+def plotting_problem() -> str | None:
+    """Why no PNG can be drawn here, in a sentence, or None. A benchmark that also runs where
+    matplotlib is not installed (the GPU machine has none) writes its JSON and page and says
+    this instead of stopping at its plot."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed here"
+    return None
 
 
 @contextmanager

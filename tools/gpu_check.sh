@@ -7,11 +7,15 @@
 #
 # 1. Installs the test dependencies the machine lacks (pytest, gguf, bm25s, ...) from carried
 #    wheels into a scratch folder on PYTHONPATH. Make the wheels here first (pure Python or
-#    cp312 manylinux, about 42 MB):
+#    cp312 manylinux, about 48 MB):
 #      .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .venv/gpu-wheels \
 #        pytest pluggy iniconfig pytest-timeout pygments gguf bm25s scipy cryptography cffi \
-#        pycparser grpcio-health-checking pyyaml psutil
+#        pycparser grpcio-health-checking pyyaml psutil prometheus-client detect-secrets phonenumbers \
+#        python-stdnum requests urllib3 charset-normalizer idna certifi
+#    (the server's metrics import prometheus_client; the device's egress guard, in the end-to-end
+#    sweep, its recognisers; with .gpu-tokenizer about 59 MB of the 64 MiB a call may carry).
+#    Dry-run it here first with the GPU machine's packages simulated (tools/gpu_machine/).
 # 2. The CUDA tests: the cloud on cuda fp32 against the CPU and the oracles, bf16 agreement, the
 #    merged forward, loading onto the GPU (tests/server/test_device_dtype.py), the slot pool's CUDA
 #    graphs and its fused forward against transformers' logits (tests/server/test_slot_pool.py,
@@ -65,7 +69,9 @@ import importlib.util
 wanted = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "pytest_timeout": "pytest-timeout",
           "pygments": "pygments", "gguf": "gguf", "bm25s": "bm25s", "scipy": "scipy", "cryptography": "cryptography",
           "cffi": "cffi", "pycparser": "pycparser", "grpc_health": "grpcio-health-checking", "yaml": "pyyaml",
-          "psutil": "psutil"}
+          "psutil": "psutil", "prometheus_client": "prometheus-client", "detect_secrets": "detect-secrets",
+          "phonenumbers": "phonenumbers", "stdnum": "python-stdnum", "requests": "requests", "urllib3": "urllib3",
+          "charset_normalizer": "charset-normalizer", "idna": "idna", "certifi": "certifi"}
 print(" ".join(dist for module, dist in wanted.items() if importlib.util.find_spec(module) is None))
 EOF
 )

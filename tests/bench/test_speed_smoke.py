@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import pytest
 
@@ -42,10 +43,14 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()
 
 
-def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(tmp_path, char_tok) -> None:
+def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(
+    tmp_path, char_tok, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The GPU run's options on the CPU: the cloud's own copies in bf16 (the device's stay fp32) and
     the slot pool as the verifier's KV engine, every method still served (tools/gpu_check.sh's
-    end-to-end sweep runs the same with --cloud-device cuda)."""
+    end-to-end sweep runs the same with --cloud-device cuda). As there, matplotlib is missing: the
+    run writes its JSON and page and says why there is no PNG."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an import of a package not installed finds
     s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
     out = tmp_path / "results"
@@ -59,6 +64,7 @@ def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(tmp_path, char_
     assert (meta["kv_forward"], meta["kv_compile"], meta["sampling"]) == ("fused", False, True)
     assert {"llm (in cloud)", "fusion", "specsteer gamma=0.5 (K=4)"} <= {r["method"] for r in rows}
     assert all(r["fallbacks"] == 0 for r in rows)
+    assert not (out / "speed.png").exists() and "no speed.png: matplotlib is not installed" in capsys.readouterr().out
     # --sampling samples every row's tokens but sd's (exact greedy verification).
     assert [m.params.sampling for m in speed.methods(4, sampling=True)] == [True, False, True, True]
 
