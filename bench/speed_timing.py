@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bench.cost_model import Costs
-from bench.timing import median_ms, synchronize
+from bench.timing import median_ms
 from core.kv import model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
@@ -39,21 +39,19 @@ DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json
 
 def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
     """Median seconds of one bare forward of `block` tokens on a warm KV cache of `ids` (the model
-    alone: no log-softmax, no bookkeeping), rolled back after each rep so the context stays put."""
+    alone: no log-softmax, no bookkeeping), rolled back before each rep so the context stays put."""
     ids, device = list(ids), model_device(lm.model)
     cache = recording_cache(lm.model)
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True)
         tokens = torch.tensor([(ids * (block // len(ids) + 1))[-block:]], device=device)  # ordinary text tokens
-        times = []
-        for _ in range(reps + 1):
-            synchronize(device)
-            start = time.perf_counter()
-            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-            cache.crop(-block)
-    return statistics.median(times[1:])  # the first rep warms the allocator
+        forward = functools.partial(lm.model, input_ids=tokens, past_key_values=cache, use_cache=True)
+
+        def rollback() -> None:
+            if cache.get_seq_length() > len(ids):
+                cache.crop(len(ids) - cache.get_seq_length())  # a negative count: tokens to remove
+
+        return median_ms(forward, device, reps, reset=rollback) / 1e3
 
 
 def pool_forward_times(pool: SlotPool, ids: Sequence[int], blocks: Sequence[int], reps: int = 5) -> dict[int, float]:
@@ -79,16 +77,16 @@ def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
     """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
     device = model_device(lm.model)
     tokens = torch.tensor([list(ids)], device=device)
-    times = []
+    cache = [recording_cache(lm.model)]
+
+    def empty_cache() -> None:
+        cache[0] = recording_cache(lm.model)
+
+    def prefill() -> None:
+        lm.model(input_ids=tokens, past_key_values=cache[0], use_cache=True)
+
     with torch.inference_mode():
-        for _ in range(reps + 1):
-            cache = recording_cache(lm.model)
-            synchronize(device)
-            start = time.perf_counter()
-            lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+        return median_ms(prefill, device, reps, reset=empty_cache) / 1e3
 
 
 def drafter_times(drafter: Drafter, ids: Sequence[int], reps: int = 5) -> tuple[float, float]:
