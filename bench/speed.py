@@ -29,7 +29,7 @@ machine's speed drifts over a run, and drift is not engine overhead. With those,
   cloud blocks alone: the engine's overhead;
 - the cost model's prediction: the same floor with the rounds predicted from the acceptance alone
   (i.i.d. per-token acceptance a fitted to the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a)
-  tokens a round), as validation, and the K that maximizes predicted steady-state tokens/s at each
+  tokens a round; fusion and llm one token a round), as validation of every method, and the K that maximizes predicted steady-state tokens/s at each
   RTT (that K is then also run);
 - the uplink split into the rounds' bytes per committed token and the Open's bytes (the prompt's
   IDs, once a session).
@@ -667,8 +667,10 @@ def _analyse(
                 r["fitted_acceptance"] = row_a
                 # The model predicts the rounds from the acceptance alone: tokens / E(K) of them.
                 rounds = r["tokens"] / expected_tokens(row_a, r["draft_len"])
-                r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
-                r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
+            else:  # fusion and llm: one token a round, whatever the acceptance
+                rounds = r["tokens"]
+            r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
+            r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g

@@ -137,6 +137,11 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     assert by[speed.LLM]["analytic_bound_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
     # The model predicts the rounds from the acceptance: 64 / E(4) of them, at the same floor.
     assert by["specsteer"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 / e * round_floor))
+    # fusion and llm commit one token a round: the model's rounds are their tokens, so every
+    # method's measured tokens/s is held to the model.
+    assert by["fusion"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
+    assert by[speed.LLM]["model_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
+    assert all(r["measured_vs_model"] == pytest.approx(1.0 / r["model_tps"]) for r in out)
     # llm's timed steps include its prefill, and so does the floor they are compared with.
     assert by[speed.LLM]["cloud_round_vs_floor"] == pytest.approx(1.2 / (1.0 + 2 * 6.0 / 64))
 
