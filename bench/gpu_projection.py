@@ -38,16 +38,25 @@ GRID_DRAFT_MS = (2, 5, 10, 25, 50)
 K_MAX = 8
 
 
+def fastest_pool(row: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(path, its figures) of the slot-pool path with the fastest step among those a bench.gpu row
+    timed (older JSON files hold one, as "pool"), or None where it timed none."""
+    old = row.get("pool")
+    pools = row.get("pools") or ({"graphs+compiled" if old.get("compiled") else "graphs": old} if old else {})
+    if not pools:
+        return None
+    return min(pools.items(), key=lambda item: min(item[1]["block_ms"].values()))
+
+
 def pool_blocks(gpu: dict[str, Any], config: str) -> dict[int, float]:
-    """The slot pool's replayed block times of `config` (seconds by block size) from a bench.gpu JSON:
-    of the paths it timed, the one with the fastest step (older JSON files hold one, as "pool")."""
+    """The slot pool's replayed block times of `config` (seconds by block size) from a bench.gpu JSON,
+    on its fastest path (`fastest_pool`)."""
     for row in gpu["rows"]:
         if row.get("config") != config:
             continue
-        pools = list(row.get("pools", {}).values()) or ([row["pool"]] if "pool" in row else [])
-        if pools:
-            best = min(pools, key=lambda pool: min(pool["block_ms"].values()))
-            return {int(n): ms / 1e3 for n, ms in best["block_ms"].items()}
+        fastest = fastest_pool(row)
+        if fastest is not None:
+            return {int(n): ms / 1e3 for n, ms in fastest[1]["block_ms"].items()}
     raise ConfigError(f"{config} has no slot-pool block times in that bench.gpu JSON.")
 
 

@@ -29,8 +29,8 @@ machine's speed drifts over a run, and drift is not engine overhead. With those,
   cloud blocks alone: the engine's overhead;
 - the cost model's prediction: the same floor with the rounds predicted from the acceptance alone
   (i.i.d. per-token acceptance a fitted to the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a)
-  tokens a round; fusion and llm one token a round), as validation of every method, and the K that maximizes predicted steady-state tokens/s at each
-  RTT (that K is then also run);
+  tokens a round; fusion and llm one token a round), as validation of every method, and the K
+  that maximizes predicted steady-state tokens/s at each RTT (that K is then also run);
 - the uplink split into the rounds' bytes per committed token and the Open's bytes (the prompt's
   IDs, once a session).
 SpecSteer also runs with the client's egress guard off, to show what the default guard costs.

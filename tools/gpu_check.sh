@@ -7,15 +7,15 @@
 #
 # 1. Installs the test dependencies the machine lacks (pytest, gguf, bm25s, ...) from carried
 #    wheels into a scratch folder on PYTHONPATH. Make the wheels here first (pure Python or
-#    cp312 manylinux, about 48 MB):
+#    cp312 manylinux, about 46 MB):
 #      .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .venv/gpu-wheels \
 #        pytest pluggy iniconfig pytest-timeout pygments gguf bm25s scipy cryptography cffi \
-#        pycparser grpcio-health-checking pyyaml psutil prometheus-client detect-secrets phonenumbers \
-#        python-stdnum requests urllib3 charset-normalizer idna certifi
-#    (the server's metrics import prometheus_client; the device's egress guard, in the end-to-end
-#    sweep, its recognisers; with .gpu-tokenizer about 59 MB of the 64 MiB a call may carry).
-#    Dry-run it here first with the GPU machine's packages simulated (tools/gpu_machine/).
+#        pycparser grpcio-health-checking pyyaml psutil detect-secrets phonenumbers python-stdnum
+#    Only those the machine lacks are installed (its image has pytest, scipy, pyyaml and psutil;
+#    the device's egress guard in the end-to-end sweep needs detect-secrets, phonenumbers and
+#    python-stdnum, which it has not). With .gpu-tokenizer about 58 MB of the 64 MiB a call may
+#    carry. Dry-run it here first with the GPU machine's packages simulated (tools/gpu_machine/).
 # 2. The CUDA tests: the cloud on cuda fp32 against the CPU and the oracles, bf16 agreement, the
 #    merged forward, loading onto the GPU (tests/server/test_device_dtype.py), the slot pool's CUDA
 #    graphs and its fused forward against transformers' logits (tests/server/test_slot_pool.py,
@@ -27,7 +27,10 @@
 #    in the time left.
 #    GPU_CHECK_PART=bench: the first GPU session's full run (every configuration, eager, static
 #    cache, the lean path, batched 1-128, whole rounds) and the 1.5B's pool compiled.
-# Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions.
+# Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions; at the
+# end the next part projects the paper's pair and prints issue 27's criteria (bench.gpu_verdict).
+# The device tool brings back at most 8 files, so the run ends by packing all of $OUT into
+# $OUT/gpu_check.tgz, leaving beside it only the JSON results and gpu_verdict.md.
 #
 # GPU_CHECK_PART=e2e runs only the end-to-end sweep (issue 27 #5): random-weight Qwen2.5 0.5B and
 # 1.5B written there (bench.random_models) with the carried tokenizer, the Specialist flat and the
@@ -69,9 +72,8 @@ import importlib.util
 wanted = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "pytest_timeout": "pytest-timeout",
           "pygments": "pygments", "gguf": "gguf", "bm25s": "bm25s", "scipy": "scipy", "cryptography": "cryptography",
           "cffi": "cffi", "pycparser": "pycparser", "grpc_health": "grpcio-health-checking", "yaml": "pyyaml",
-          "psutil": "psutil", "prometheus_client": "prometheus-client", "detect_secrets": "detect-secrets",
-          "phonenumbers": "phonenumbers", "stdnum": "python-stdnum", "requests": "requests", "urllib3": "urllib3",
-          "charset_normalizer": "charset-normalizer", "idna": "idna", "certifi": "certifi"}
+          "psutil": "psutil", "detect_secrets": "detect-secrets", "phonenumbers": "phonenumbers",
+          "stdnum": "python-stdnum"}
 print(" ".join(dist for module, dist in wanted.items() if importlib.util.find_spec(module) is None))
 EOF
 )
@@ -104,8 +106,30 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   tail -30 "$OUT/e2e.txt"
 }
 
+verdict() {  # issue 27's criteria off this run's JSON (bench.gpu_verdict), the paper pair projected first
+  local args=(--gpu "$OUT/next/gpu.json")
+  [ -f "$OUT/e2e/speed_gpu.json" ] && args+=(--e2e "$OUT/e2e/speed_gpu.json")
+  # The device's figures: the shipped int4 drafter on this project's CPU (docs/results/gpu_projection_onnx_int4.md).
+  if $PY -m bench.gpu_projection --gpu "$OUT/next/gpu.json" --generalist qwen3-32b --specialist qwen3-0.6b \
+    --mean-accepted 2.37 --draft-len 4 --draft-step-ms 18.9 --name gpu_projection_onnx_int4 --out "$OUT/next" \
+    >"$OUT/next/projection.txt" 2>&1; then
+    args+=(--projection "$OUT/next/gpu_projection_onnx_int4.json")
+  fi
+  $PY -m bench.gpu_verdict "${args[@]}" --out "$OUT"
+}
+
+finish() {  # the device tool brings back at most 8 files: everything in one archive, beside the main JSON
+  local archive
+  archive=$(mktemp -u /tmp/gpu_check.XXXXXX.tgz)
+  tar czf "$archive" -C "$OUT" . || return
+  find "$OUT" -type f ! -name gpu.json ! -name speed_gpu.json ! -name gpu_verdict.md -delete
+  mv "$archive" "$OUT/gpu_check.tgz"
+  (cd "$OUT" && find . -type f | sort)
+}
+
 if [ "$PART" = e2e ]; then
   e2e "$BUDGET_S"
+  finish
   echo "gpu_check e2e done in $(($(date +%s) - START)) s"
   exit 0
 fi
@@ -135,7 +159,9 @@ if [ "$PART" = next ]; then
   tail -12 "$OUT/next/bench.txt"
   LEFT=$((BUDGET_S - ($(date +%s) - START)))
   echo "e2e with ${LEFT}s left"
-  e2e "$((BUDGET_S - 5))"
+  e2e "$((BUDGET_S - 15))"
+  verdict
+  finish
   echo "gpu_check next done in $(($(date +%s) - START)) s"
   exit 0
 fi
@@ -157,4 +183,5 @@ if [ "$LEFT" -ge 120 ]; then
     --out "$OUT/compiled" >>"$OUT/bench.txt" 2>&1
   echo "bench.gpu --pool-paths compiled exit $?" >>"$OUT/bench.txt"
 fi
+finish
 echo "gpu_check done in $(($(date +%s) - START)) s"

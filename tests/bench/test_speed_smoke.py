@@ -48,8 +48,8 @@ def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(
 ) -> None:
     """The GPU run's options on the CPU: the cloud's own copies in bf16 (the device's stay fp32) and
     the slot pool as the verifier's KV engine, every method still served (tools/gpu_check.sh's
-    end-to-end sweep runs the same with --cloud-device cuda). As there, matplotlib is missing: the
-    run writes its JSON and page and says why there is no PNG."""
+    end-to-end sweep runs the same with --cloud-device cuda). Without matplotlib (a GPU image may
+    lack it) the run still writes its JSON and page, and says why there is no PNG."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an import of a package not installed finds
     s_dir = save_tiny(tmp_path, char_tok, seed=1, name="s")
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
