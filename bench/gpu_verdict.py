@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,7 @@ def _cells(cells: Sequence[dict[str, Any]], total: int) -> str:
 def page(verdicts: Sequence[Verdict], command: str) -> str:
     mark = {True: "holds", False: "**does not hold**", None: "-"}
     lines = [
-        "# Issue 27's Must show, from one GPU run's JSON",
+        "# Issue 27's Must show, read off GPU runs' JSON",
         "",
         f"`{command}`",
         "",
@@ -202,6 +202,16 @@ def _read(path: Path | None, what: str) -> dict[str, Any] | None:
     return data
 
 
+def _judged(judge: Callable[[Any], list[Verdict]], data: Any, what: str) -> list[Verdict]:
+    """`judge(data)`, with a file that parses but lacks what that JSON holds refused in a sentence."""
+    try:
+        return judge(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ConfigError(
+            f"A file given as a {what} JSON lacks what one holds ({type(exc).__name__}: {exc})."
+        ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = command_parser("bench.gpu_verdict", __doc__.splitlines()[0])
     p.add_argument("--gpu", type=Path, action="append", default=[], help="a bench.gpu JSON (repeat; later wins)")
@@ -211,11 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def command() -> int:
-        gpus = [_read(path, "bench.gpu") for path in args.gpu]
+        gpus = [g for g in (_read(path, "bench.gpu") for path in args.gpu) if g is not None]
         verdicts = [
-            *gpu_verdicts([g for g in gpus if g is not None]),
-            *e2e_verdicts(_read(args.e2e, "bench.speed")),
-            *projection_verdicts(_read(args.projection, "bench.gpu_projection")),
+            *_judged(gpu_verdicts, gpus, "bench.gpu"),
+            *_judged(e2e_verdicts, _read(args.e2e, "bench.speed"), "bench.speed"),
+            *_judged(projection_verdicts, _read(args.projection, "bench.gpu_projection"), "bench.gpu_projection"),
         ]
         shown = "python -m bench.gpu_verdict " + " ".join(sys.argv[1:] if argv is None else argv)
         text = page(verdicts, shown)

@@ -86,3 +86,6 @@ def test_the_projection_criteria_and_the_command_line(tmp_path: Path, capsys: py
     capsys.readouterr()
     assert gpu_verdict.main(["--gpu", str(tmp_path / "missing.json")]) == 1
     assert capsys.readouterr().err.startswith("bench.gpu_verdict: error: Cannot read the bench.gpu JSON")
+    (tmp_path / "other.json").write_text('{"by_rtt_ms": {}}')  # valid JSON, but not a projection's
+    assert gpu_verdict.main(["--projection", str(tmp_path / "other.json")]) == 1
+    assert "lacks what one holds (KeyError" in capsys.readouterr().err
