@@ -37,8 +37,9 @@
 # Generalist's logits spread so that 80 % of sampled drafts pass the ratio test, then bench.speed with the
 # verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, into
 # $OUT/e2e. Carry the tokenizer too: copy a converted Qwen2.5 model's tokenizer.json,
-# tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-excluded here) and add
-# ".gpu-tokenizer" to carry.
+# tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-ignored) and add
+# ".gpu-tokenizer" to carry. The default Generalist's conversion (made by `make demo`) has them:
+#   mkdir -p .gpu-tokenizer && cp ~/.cache/specsteer/models/qwen2.5-coder-1.5b-instruct-*/{tokenizer.json,tokenizer_config.json,chat_template.jinja} .gpu-tokenizer/
 # Ask for the H200 (nvidia-h200) where it matters: the 32B's 64 and 128 slots need its memory (on an
 # H100 the pool takes the slots that fit and says so).
 set -uo pipefail
