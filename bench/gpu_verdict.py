@@ -58,15 +58,14 @@ def _fastest(gpus: Sequence[dict[str, Any]], config: str, *keys: str) -> Figures
     for gpu in gpus:
         for row in gpu.get("rows", []):
             pool = fastest_pool(row) if row.get("config") == config else None
-            if pool is not None and all(_figure(pool[1], key) is not None for key in keys):
+            if pool is not None and all(_holds_figure(pool[1], key) for key in keys):
                 found = (pool[0], pool[1], gpu.get("meta", {}).get("device", "?"))
     return found
 
 
-def _figure(pool: dict[str, Any], key: str) -> float | None:
+def _holds_figure(pool: dict[str, Any], key: str) -> bool:
     name, size = key.split("/")
-    value = pool.get(name, {}).get(size)
-    return None if value is None else float(value)
+    return pool.get(name, {}).get(size) is not None
 
 
 def _step_and_block(

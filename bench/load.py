@@ -32,7 +32,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.plotting import figure, plotting_problem
+from bench.plotting import figure, plotted
 from core.device import DTYPE_CHOICES
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
@@ -114,11 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     (args.out / "load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     (args.out / "load.md").write_text(_markdown(rows, meta))
-    unplotted = plotting_problem()
-    if unplotted is None:
-        _plot(rows, args.out / "load.png")
+    png = plotted(lambda: _plot(rows, args.out / "load.png"), "load.png")
     errors = sum(r["errors"] for r in rows)
-    png = ", load.png" if unplotted is None else f" (no load.png: {unplotted})"
     print(f"wrote {args.out}/load.md, load.json{png}; errors: {errors}")
     return 1 if errors else 0
 

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def plotting_problem() -> str | None:
-    """Why no PNG can be drawn here, in a sentence, or None. A benchmark that also runs where
-    matplotlib is not installed (the GPU machine has none) writes its JSON and page and says
-    this instead of stopping at its plot."""
+def plotted(draw: Callable[[], object], name: str) -> str:
+    """Runs `draw` (which writes PNG `name`) where matplotlib is installed; returns how a "wrote
+    ..." line names it: ", NAME", or " (no NAME: why)" where it is not. A benchmark that may run
+    without matplotlib then still writes its JSON and page instead of stopping at its plot."""
     if importlib.util.find_spec("matplotlib") is None:
-        return "matplotlib is not installed here"
-    return None
+        return f" (no {name}: matplotlib is not installed here)"
+    draw()
+    return f", {name}"
 
 
 @contextmanager

@@ -196,7 +196,9 @@ def measured_acceptance(
             DecodeOptions(max_new_tokens=32),
             verifier,
         ).stats
-        rounds, drafted, accepted = rounds + stats.rounds, drafted + stats.drafted, accepted + stats.accepted
+        rounds += stats.rounds
+        drafted += stats.drafted
+        accepted += stats.accepted
         rejected += stats.recoveries
     return {
         "rounds": rounds,

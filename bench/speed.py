@@ -76,7 +76,7 @@ from bench.cost_model import (
     round_floor,
 )
 from bench.netdelay import DelayRelay
-from bench.plotting import plotting_problem
+from bench.plotting import plotted
 from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
 from bench.speed_page import command_line, markdown, plot
@@ -519,10 +519,7 @@ def _writer(
         }
         (args.out / f"{args.tag}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
         (args.out / f"{args.tag}.md").write_text(markdown(table, meta, costs))
-        unplotted = plotting_problem()
-        if unplotted is None:
-            plot(table, args.out / f"{args.tag}.png")
-        png = f", {args.tag}.png" if unplotted is None else f" (no {args.tag}.png: {unplotted})"
+        png = plotted(lambda: plot(table, args.out / f"{args.tag}.png"), f"{args.tag}.png")
         log(f"wrote {args.out}/{args.tag}.md, {args.tag}.json{png} (RTTs {done})")
 
     return write

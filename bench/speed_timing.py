@@ -77,13 +77,14 @@ def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
     """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
     device = model_device(lm.model)
     tokens = torch.tensor([list(ids)], device=device)
-    cache = [recording_cache(lm.model)]
+    cache = recording_cache(lm.model)
 
     def empty_cache() -> None:
-        cache[0] = recording_cache(lm.model)
+        nonlocal cache
+        cache = recording_cache(lm.model)
 
     def prefill() -> None:
-        lm.model(input_ids=tokens, past_key_values=cache[0], use_cache=True)
+        lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
 
     with torch.inference_mode():
         return median_ms(prefill, device, reps, reset=empty_cache) / 1e3

@@ -36,7 +36,7 @@ def test_the_first_h200_run_misses_the_floor_and_meets_the_round_and_batching_cr
 
 
 def test_each_criterion_takes_the_fastest_path_of_the_last_run_that_measured_it() -> None:
-    first = {"meta": {"device": "A"}, "rows": [{"config": "qwen3-32b", "pool": {**_pool(26.7, 15.4, 26.0)}}]}
+    first = {"meta": {"device": "A"}, "rows": [{"config": "qwen3-32b", "pool": _pool(26.7, 15.4, 26.0)}]}
     later = {
         "meta": {"device": "B"},
         "rows": [
