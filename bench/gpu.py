@@ -168,6 +168,7 @@ class Options:
     pool_paths: tuple[str, ...] = ("graphs",)
     pool_batches: tuple[int, ...] = (1, 8, 32, 64, 128)
     round_batches: tuple[int, ...] = (1, 64)
+    slot_len: int | None = None
 
 
 def build(shape: ModelShape, options: Options) -> PreTrainedModel:
@@ -389,6 +390,7 @@ def measure_lean_path(
                 batch_block=options.batch_block,
                 reps=options.reps,
                 path=path,
+                slot_len=options.slot_len,
             )
             pool["block_vs_floor"] = {n: round(ms / floor_ms(1, int(n)), 2) for n, ms in pool["block_ms"].items()}
             pool["batch_floor_ms"] = {b: round(floor_ms(int(b), options.batch_block), 3) for b in pool["batch_ms"]}
@@ -563,15 +565,22 @@ def pool_sections(rows: list[dict[str, Any]], reps: int) -> list[str]:
         for path, pool in row.get("pools", {}).items():
             label = f"{path} ({pool['seconds']:.0f} s with captures and compiles)"
             lines.append(_block_line(row, label, pool["block_ms"], pool["block_vs_floor"]))
-    lines += ["", "B sessions x 5 tokens in one replay:", ""]
-    lines += ["| config | path | B | ms | floor ms | verified tokens/s vs one session |", "|---|---|---|---|---|---|"]
+    lines += ["", "B sessions x 5 tokens in one replay (slots of L positions, attending over W columns):", ""]
+    lines += [
+        "| config | path | B | ms | floor ms | verified tokens/s vs one session | L, W | over whole slots ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         for path, pool in row.get("pools", {}).items():
             for b, ms in pool.get("batch_ms", {}).items():
                 shown = ms if isinstance(ms, str) else f"{ms:.2f}"
                 ratio = pool.get("batch_throughput_vs_one", {}).get(b, "")
                 floor = pool["batch_floor_ms"][b]
-                lines.append(f"| {row['config']} | {path} | {b} | {shown} | {floor:.2f} | {ratio} |")
+                geometry = f"{pool.get('slot_len', '')}, {pool.get('batch_window', '')}"
+                whole = pool.get("whole_slot_batch_ms", {}).get(b, "")
+                lines.append(
+                    f"| {row['config']} | {path} | {b} | {shown} | {floor:.2f} | {ratio} | {geometry} | {whole} |"
+                )
     lines += ["", "## A whole verify round in one replay", ""]
     lines += [
         "Both cloud blocks (Generalist and generic Specialist, 5 tokens a session), the ratio inputs, P_G's "
@@ -665,6 +674,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-batches", type=_sizes, default=(1, 8, 32, 64, 128), help="sessions per slot-pool replay")
     p.add_argument("--round-batches", type=_sizes, default=(1, 64), help="sessions per whole-round replay")
     p.add_argument(
+        "--slot-len",
+        type=whole_number(2),
+        default=None,
+        help="positions per slot of the pool's replays, as a server's kv_max_len (default: the context and the "
+        "longest block); longer, the batches are also timed attending over whole slots",
+    )
+    p.add_argument(
         "--compile-configs",
         default="qwen2.5-1.5b,qwen3-32b,tiny",
         help="the configs --compile and the compiled --pool-paths apply to (a static-cache compile takes about "
@@ -712,6 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pool_paths=args.pool_paths,
             pool_batches=args.pool_batches,
             round_batches=args.round_batches,
+            slot_len=args.slot_len,
         )
         copy_mib = args.copy_mib or (1024 if device.type == "cuda" else 64)
         result = run(options, _names(args.configs), args.out, args.deadline_s, copy_mib)

@@ -4,6 +4,8 @@ blocks and the steering math) in one replay.
 
 - `measure_pool`: one session's step and blocks of every size, and B sessions x `batch_block`
   tokens in one replay for every B of `batches` (as many slots as the GPU's free memory holds);
+  with serving-sized slots (`slot_len`, a server's `kv_max_len`), each forward attends over the
+  window the server gives it, and the batches are timed attending over the whole slots too;
 - `measure_round`: a verify round of a pair (Generalist + generic Specialist, the ratio inputs and
   every position's top-k steering vector computed in the replay, the kilobytes read back to the
   host) beside the two blocks replayed alone.
@@ -56,18 +58,23 @@ POOL_PATHS: dict[str, dict[str, bool]] = {
 
 
 def _ready_pool(
-    model: PreTrainedModel, slots: int, context: int, n_max: int, *, compiled: bool = False, fused: bool = False
+    model: PreTrainedModel, slots: int, context: int, max_len: int, *, compiled: bool = False, fused: bool = False
 ) -> SlotPool:
-    pool = SlotPool(model, slots=slots, max_len=context + n_max + 1, compiled=compiled, fused=fused)
+    pool = SlotPool(model, slots=slots, max_len=max_len, compiled=compiled, fused=fused)
     for _ in range(slots):
         pool.set_length(pool.claim(), context)
     return pool
 
 
-def _inputs(pool: SlotPool, bucket: int, n: int, vocab: int, seed: int) -> tuple[torch.Tensor, ...]:
+def _inputs(
+    pool: SlotPool, bucket: int, n: int, vocab: int, seed: int, *, whole_slot: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """A forward's inputs: `bucket` sessions at their lengths, n random tokens each, attending over
+    the window a server's forward gets (`SlotPool.graph_window`), or over the whole slots."""
     gen = torch.Generator().manual_seed(seed)
     blocks = {s: torch.randint(0, vocab, (n,), generator=gen).tolist() for s in range(bucket)}
-    return pool.inputs(blocks, bucket, n)
+    window = None if whole_slot else pool.graph_window(max(pool.lengths[:bucket]) + n)
+    return pool.inputs(blocks, bucket, n, window)
 
 
 def measure_pool(
@@ -79,23 +86,31 @@ def measure_pool(
     batch_block: int,
     reps: int,
     path: str = "graphs",
+    slot_len: int | None = None,
 ) -> dict[str, Any]:
     """One session's blocks (n tokens, ms) and B sessions' `batch_block`-token blocks in one replay,
-    on one of `POOL_PATHS`; `seconds` includes the captures (and compiles)."""
+    on one of `POOL_PATHS`; `seconds` includes the captures (and compiles). Slots hold the context
+    and the longest block, or `slot_len` positions if more (then `whole_slot_batch_ms` are the
+    batches attending over the whole slots, as every forward did before windows)."""
     device, vocab = next(model.parameters()).device, model.config.vocab_size
-    n_max = max((*blocks, batch_block))
-    slots = slots_that_fit(model, max(batches), context + n_max + 1)
+    max_len = max(context + max((*blocks, batch_block)) + 1, slot_len or 0)
+    slots = slots_that_fit(model, max(batches), max_len)
     started = time.perf_counter()
     compiles_before = counters["stats"]["unique_graphs"]
-    pool = _ready_pool(model, slots, context, n_max, **POOL_PATHS[path])
+    pool = _ready_pool(model, slots, context, max_len, **POOL_PATHS[path])
     out: dict[str, Any] = {
         "path": path,
         **POOL_PATHS[path],
         "slots": slots,
+        "slot_len": max_len,
         "kv_bytes": pool.kv.bytes(),
         "block_ms": {},
+        "batch_window": pool.graph_window(context + batch_block),
         "batch_ms": {},
     }
+    whole_slot = out["batch_window"] < max_len
+    if whole_slot:
+        out["whole_slot_batch_ms"] = {}
     for n in blocks:
         inputs = _inputs(pool, 1, n, vocab, seed=300 + n)
         out["block_ms"][str(n)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
@@ -105,6 +120,10 @@ def measure_pool(
             continue
         inputs = _inputs(pool, b, batch_block, vocab, seed=400 + b)
         out["batch_ms"][str(b)] = round(median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps), 3)
+        if whole_slot:
+            inputs = _inputs(pool, b, batch_block, vocab, seed=400 + b, whole_slot=True)
+            ms = median_ms(functools.partial(pool.forward_graphs, *inputs), device, reps)
+            out["whole_slot_batch_ms"][str(b)] = round(ms, 3)
     out["seconds"] = round(time.perf_counter() - started, 1)  # compiles included
     out["compiled_graphs"] = counters["stats"]["unique_graphs"] - compiles_before  # 0: nothing compiled
     one = out["batch_ms"].get("1")
@@ -131,11 +150,12 @@ def measure_round(
     vocab = min(g_model.config.vocab_size, s0_model.config.vocab_size)
     wanted, max_len = max(batches), context + n + 1
     slots = min(slots_that_fit(g_model, wanted, max_len), slots_that_fit(s0_model, wanted, max_len))
-    g_pool = _ready_pool(g_model, slots, context, n, fused=fused)
-    s0_pool = _ready_pool(s0_model, slots, context, n, fused=fused)
+    g_pool = _ready_pool(g_model, slots, context, max_len, fused=fused)
+    s0_pool = _ready_pool(s0_model, slots, context, max_len, fused=fused)
 
-    def whole_round(ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> dict[str, torch.Tensor]:
-        g_logits, s0_logits = g_pool.block(ids, lengths, active), s0_pool.block(ids, lengths, active)
+    def whole_round(*inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        ids = inputs[0]
+        g_logits, s0_logits = g_pool.block(*inputs), s0_pool.block(*inputs)
         return round_outputs(g_logits, s0_logits, ids, alpha=ROUND_ALPHA, k=ROUND_TOP_K)
 
     graphed = GraphedForward(whole_round, device)

@@ -113,8 +113,15 @@ def gpu_verdicts(gpus: Sequence[dict[str, Any]]) -> list[Verdict]:
         if batched is None:
             out.append(Verdict(criterion, "not measured", target, None))
         else:
-            scale = batched[1]["batch_throughput_vs_one"]["64"]
+            pool = batched[1]
+            scale = pool["batch_throughput_vs_one"]["64"]
             figure = f"{scale:.1f}x ({batched[0]}, {batched[2]})"
+            whole = pool.get("whole_slot_batch_ms", {}).get("64")
+            if isinstance(whole, float):  # serving-sized slots (bench.gpu --slot-len)
+                figure += (
+                    f"; in {pool['slot_len']}-position slots, 64 sessions' replay {pool['batch_ms']['64']:.2f} ms over "
+                    f"a {pool['batch_window']}-column window, {whole:.2f} ms over the whole slots"
+                )
             out.append(Verdict(criterion, figure, target, scale >= BATCH_MIN if judged else None))
     return out
 

@@ -7,14 +7,17 @@ cannot share a forward. Here each session holds a *slot*, row s of every layer's
 [slots, kv_heads, max_len + 1, head_dim], and its length lives in a tensor: a forward writes each
 row's block at that row's own positions (an index_put), attends through a 4-D mask built from the
 lengths, and a rejected draft is rolled back by writing a smaller length, without touching the KV.
+A forward attends over a *window*, the first W columns of every slot, W at least the longest fed
+row's length plus its block: sessions far shorter than their slots read only what they hold, not
+the whole max_len (on a GPU a batched replay is bound by those reads).
 
 A forward covers the first B slots (a *bucket*: B from a few fixed sizes), each fed an n-token
 block (n = K_max + 1: the committed token and up to K_max drafts; shorter blocks are padded, and the
 padding's KV lands past the row's length, where the next block overwrites it). A slot of the bucket
 that has no work this time (idle) writes only into the scratch column at max_len, which no mask
 ever opens, and attends only to column 0 (an all-closed row would give NaN). So one graph per
-(B, n) serves every mix of sessions, lengths and acceptances: what changes between replays are the
-ids, the lengths and the active flags, copied into the graph's input buffers.
+(B, n, W) serves every mix of sessions, lengths and acceptances: what changes between replays are
+the ids, the lengths and the active flags, copied into the graph's input buffers.
 
 `round_outputs` is a verify round's arithmetic for the same-vocabulary case, as tensors: the ratio
 test's inputs (log P_G - log P_S^0 of each drafted token), P_G's greedy token at each position,
@@ -134,7 +137,8 @@ AttentionMaskInterface.register(SLOT_ATTENTION, sdpa_mask)  # the masks its sdpa
 
 class SlotKV:
     """The K/V buffers of one model's slots, with the cache protocol transformers' attention layers
-    call. `write_at` ([B, n] positions, set before each forward) says where a block's rows go."""
+    call. Set before each forward: `write_at` ([B, n] positions) says where a block's rows go, and
+    `columns` (arange(W)) how many columns of each slot the forward attends over."""
 
     def __init__(self, config: PretrainedConfig, slots: int, max_len: int, device: torch.device, dtype: torch.dtype):
         problem = slot_pool_problem(config)
@@ -145,18 +149,20 @@ class SlotKV:
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.write_at = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self.columns = torch.arange(max_len + 1, device=device)
         self._rows = torch.arange(slots, device=device).unsqueeze(1)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any, **__: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write a block's K/V [B, kv_heads, n, d] at `write_at` and return the first B slots whole."""
-        b = key_states.shape[0]
+        """Write a block's K/V [B, kv_heads, n, d] at `write_at` and return the first B slots' first
+        W columns (views, not copies)."""
+        b, window = key_states.shape[0], self.columns.shape[0]
         keys, values = self.keys[layer_idx][:b], self.values[layer_idx][:b]
         rows = self._rows[:b]
         keys[rows, :, self.write_at] = key_states.transpose(1, 2)
         values[rows, :, self.write_at] = value_states.transpose(1, 2)
-        return keys, values
+        return keys[:, :, :window], values[:, :, :window]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         # Positions always come in as position_ids; transformers asks only when they do not.
@@ -167,29 +173,37 @@ class SlotKV:
 
 
 def block_geometry(
-    kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+    kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor, columns: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The positions [B, n] and the 4-D attention mask [B, 1, n, L + 1] of feeding block `ids` [B, n]
-    to slots 0..B-1 after each one's first `lengths[b]` positions; sets `kv.write_at` (idle rows,
-    `active[b]` False, write into the scratch column and attend to column 0 only)."""
+    """The positions [B, n] and the 4-D attention mask [B, 1, n, W] of feeding block `ids` [B, n]
+    to slots 0..B-1 after each one's first `lengths[b]` positions, attending over the window
+    `columns` = arange(W) (W at least every active row's length + n); sets `kv.write_at` and
+    `kv.columns` (idle rows, `active[b]` False, write into the scratch column and attend to column
+    0 only)."""
     b, n = ids.shape
     steps = torch.arange(n, device=ids.device)
     positions = lengths[:b, None] + steps  # [B, n]
     kv.write_at = torch.where(active[:b, None], positions, kv.max_len)
-    columns = torch.arange(kv.max_len + 1, device=ids.device)
-    causal = columns[None, None, :] <= positions[:, :, None]  # [B, n, L + 1]
+    kv.columns = columns
+    causal = columns[None, None, :] <= positions[:, :, None]  # [B, n, W]
     idle = (columns == 0)[None, None, :].expand(b, n, -1)
-    mask = torch.where(active[:b, None, None], causal, idle).unsqueeze(1)  # [B, 1, n, L + 1]
+    mask = torch.where(active[:b, None, None], causal, idle).unsqueeze(1)  # [B, 1, n, W]
     return positions, mask
 
 
 def block_forward(
-    model: PreTrainedModel, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+    model: PreTrainedModel,
+    kv: SlotKV,
+    ids: torch.Tensor,
+    lengths: torch.Tensor,
+    active: torch.Tensor,
+    columns: torch.Tensor,
 ) -> torch.Tensor:
     """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
-    `lengths[b]` positions (rows with `active[b]` False change nothing that is read later), through
-    transformers' forward. Pure tensor work with no host synchronisation, so a CUDA graph can capture it."""
-    positions, mask = block_geometry(kv, ids, lengths, active)
+    `lengths[b]` positions (rows with `active[b]` False change nothing that is read later), attending
+    over the window `columns`, through transformers' forward. Pure tensor work with no host
+    synchronisation, so a CUDA graph can capture it."""
+    positions, mask = block_geometry(kv, ids, lengths, active, columns)
     out = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=kv, use_cache=True)
     return out.logits
 
@@ -208,10 +222,15 @@ def folded_attention_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) ->
 
 
 def fused_block_forward(
-    decoder: FusedDecoder, kv: SlotKV, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor
+    decoder: FusedDecoder,
+    kv: SlotKV,
+    ids: torch.Tensor,
+    lengths: torch.Tensor,
+    active: torch.Tensor,
+    columns: torch.Tensor,
 ) -> torch.Tensor:
     """`block_forward` through the fused decoder (server.fused_decoder): the same logits."""
-    positions, mask = block_geometry(kv, ids, lengths, active)
+    positions, mask = block_geometry(kv, ids, lengths, active, columns)
     b, n = ids.shape
     shape = decoder.shape
     bias = folded_attention_bias(mask, shape.heads // shape.kv_heads, kv.keys[0].dtype)
@@ -290,6 +309,10 @@ class GraphedForward:
 # Blocks longer than this (a prompt's prefill) run without a graph: one graph per prompt length
 # would cost more to capture than it saves.
 GRAPH_MAX_N = 16
+# A graphed forward's window is a power of two from this up, or the whole slot: each window is
+# one more graph per (bucket, block size), and a window at most twice what is held reads at most
+# twice that (against max_len / held, attending over the whole slot).
+GRAPH_MIN_WINDOW = 256
 
 
 def _power_of_two_at_least(n: int) -> int:
@@ -312,6 +335,7 @@ class SlotPool:
         self.kv = SlotKV(model.config, slots, max_len, parameter.device, parameter.dtype)
         self.lengths = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
+        self._windows: dict[int, torch.Tensor] = {}  # window -> arange(window), a forward's `columns`
         self._lock = threading.Lock()
         # Fused: the pool's own decoder forward (server.fused_decoder; compiled, one region for all
         # layers). Otherwise transformers' forward, compiled whole if asked: inductor fuses the
@@ -326,12 +350,14 @@ class SlotPool:
         """Whether forwards run the pool's own decoder (server.fused_decoder), not transformers'."""
         return self.decoder is not None
 
-    def block(self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def block(
+        self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor, columns: torch.Tensor
+    ) -> torch.Tensor:
         """The logits of a bucket's blocks (`block_forward`), through this pool's decoder: pure
         tensor work, what the graphs capture."""
         if self.decoder is not None:
-            return fused_block_forward(self.decoder, self.kv, ids, lengths, active)
-        return block_forward(self.model, self.kv, ids, lengths, active)
+            return fused_block_forward(self.decoder, self.kv, ids, lengths, active, columns)
+        return block_forward(self.model, self.kv, ids, lengths, active, columns)
 
     def claim(self) -> int:
         """The lowest free slot (low slots keep buckets small), its length 0."""
@@ -358,9 +384,15 @@ class SlotPool:
             raise ValueError(f"length {length} is outside 0..{self.kv.max_len}")
         self.lengths[slot] = length
 
-    def inputs(self, blocks: dict[int, list[int]], bucket: int, n: int) -> tuple[torch.Tensor, ...]:
-        """The (ids, lengths, active) tensors of a forward of `blocks` (slot -> its tokens, at most n
-        each, padded with its last token) over slots 0..bucket-1."""
+    def inputs(
+        self, blocks: dict[int, list[int]], bucket: int, n: int, window: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The (ids, lengths, active, columns) tensors of a forward of `blocks` (slot -> its tokens,
+        at most n each, padded with its last token) over slots 0..bucket-1, attending over each
+        slot's first `window` columns (default: the whole slot)."""
+        window = self.kv.max_len if window is None else window
+        if not 0 < window <= self.kv.max_len:
+            raise ValueError(f"a window of {window} columns is outside 1..{self.kv.max_len}")
         ids = torch.zeros((bucket, n), dtype=torch.long)
         active = torch.zeros(bucket, dtype=torch.bool)
         for slot, tokens in blocks.items():
@@ -370,18 +402,29 @@ class SlotPool:
                 raise SlotOverflow(
                     f"slot {slot}: {self.lengths[slot]} + {n} tokens exceed the pool's {self.kv.max_len}"
                 )
+            if self.lengths[slot] + n > window:
+                raise ValueError(f"slot {slot}: {self.lengths[slot]} + {n} tokens do not fit a {window}-column window")
             ids[slot, : len(tokens)] = torch.tensor(tokens)
             ids[slot, len(tokens) :] = tokens[-1]
             active[slot] = True
         lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long)
-        return ids.to(self.device), lengths.to(self.device), active.to(self.device)
+        return ids.to(self.device), lengths.to(self.device), active.to(self.device), self._columns(window)
 
-    def forward(self, blocks: dict[int, list[int]], bucket: int, n: int, *, graphed: bool = True) -> torch.Tensor:
-        """Logits [bucket, n, vocab] of feeding each slot its block; each fed slot's length grows by
-        its block's real tokens (roll back with `set_length`). A graphed forward returns the graph's
-        own tensor: read it before the next forward."""
+    def _columns(self, window: int) -> torch.Tensor:
+        columns = self._windows.get(window)
+        if columns is None:
+            columns = self._windows[window] = torch.arange(window, device=self.device)
+        return columns
+
+    def forward(
+        self, blocks: dict[int, list[int]], bucket: int, n: int, window: int | None = None, *, graphed: bool = True
+    ) -> torch.Tensor:
+        """Logits [bucket, n, vocab] of feeding each slot its block, attending over each slot's
+        first `window` columns (default: all); each fed slot's length grows by its block's real
+        tokens (roll back with `set_length`). A graphed forward returns the graph's own tensor:
+        read it before the next forward."""
         with self._lock:
-            inputs = self.inputs(blocks, bucket, n)
+            inputs = self.inputs(blocks, bucket, n, window)
             if graphed:
                 logits = self.forward_graphs(*inputs)
             else:
@@ -391,47 +434,68 @@ class SlotPool:
                 self.lengths[slot] += len(tokens)
             return logits
 
-    def shape_for(self, blocks: dict[int, list[int]]) -> tuple[int, int, bool]:
-        """(bucket, n, graphed) for a forward of `blocks`. On a GPU, buckets and block sizes are
-        rounded up to powers of two so a few graphs serve every forward (blocks past
-        `GRAPH_MAX_N` run without one); elsewhere padding would only cost, so they are exact."""
+    def shape_for(self, blocks: dict[int, list[int]]) -> tuple[int, int, int, bool]:
+        """(bucket, n, window, graphed) for a forward of `blocks`. The window covers the longest fed
+        slot's length plus n. On a GPU, buckets, block sizes and windows are rounded up to powers of
+        two (windows from `GRAPH_MIN_WINDOW`, at most the whole slot) so a few graphs serve every
+        forward (blocks past `GRAPH_MAX_N` run without one); elsewhere padding would only cost, so
+        they are exact."""
         bucket, n = max(blocks) + 1, max(len(tokens) for tokens in blocks.values())
+        longest = max(self.lengths[slot] for slot in blocks)
         if self.device.type != "cuda":
-            return bucket, n, False
-        bucket = min(_power_of_two_at_least(bucket), self.kv.slots)
+            return bucket, n, min(longest + n, self.kv.max_len), False  # (past the slot: `inputs` says so)
+        bucket = self.graph_bucket(bucket)
         if n > GRAPH_MAX_N:
-            return bucket, n, False
+            return bucket, n, min(longest + n, self.kv.max_len), False
         padded = _power_of_two_at_least(n)
-        if any(self.lengths[slot] + padded > self.kv.max_len for slot in blocks):
-            return bucket, n, True  # a slot near its end: its padding would not fit, so no padding
-        return bucket, padded, True
+        if longest + padded > self.kv.max_len:
+            padded = n  # a slot near its end: its padding would not fit, so no padding
+        return bucket, padded, self.graph_window(longest + padded), True
 
-    def graph_shapes(self) -> list[tuple[int, int]]:
-        """The (bucket, n) shapes `shape_for` picks on a GPU for blocks that fit their slots: each
-        power-of-two bucket (the last capped at the pool's slots) by each power-of-two block size
-        up to `GRAPH_MAX_N`."""
-        buckets = sorted({min(_power_of_two_at_least(b), self.kv.slots) for b in range(1, self.kv.slots + 1)})
+    def graph_bucket(self, bucket: int) -> int:
+        return min(_power_of_two_at_least(bucket), self.kv.slots)
+
+    def graph_window(self, columns: int) -> int:
+        """The window of a graphed forward that attends over `columns` columns (one of `graph_windows`)."""
+        return min(max(_power_of_two_at_least(columns), GRAPH_MIN_WINDOW), self.kv.max_len)
+
+    def graph_windows(self) -> list[int]:
+        """The windows `shape_for` picks on a GPU: powers of two from `GRAPH_MIN_WINDOW` below the
+        slot's length, and the whole slot."""
+        windows, window = [], GRAPH_MIN_WINDOW
+        while window < self.kv.max_len:
+            windows.append(window)
+            window *= 2
+        return [*windows, self.kv.max_len]
+
+    def graph_shapes(self) -> list[tuple[int, int, int]]:
+        """The (bucket, n, window) shapes `shape_for` picks on a GPU for blocks that fit their slots:
+        each power-of-two bucket (the last capped at the pool's slots) by each power-of-two block
+        size up to `GRAPH_MAX_N` by each of `graph_windows`."""
+        buckets = sorted({self.graph_bucket(b) for b in range(1, self.kv.slots + 1)})
         sizes = [1 << i for i in range(GRAPH_MAX_N.bit_length()) if 1 << i <= GRAPH_MAX_N]
-        return [(bucket, n) for bucket in buckets for n in sizes]
+        return [(bucket, n, window) for bucket in buckets for n in sizes for window in self.graph_windows()]
 
-    def warm_up(self, shapes: Sequence[tuple[int, int]] | None = None) -> int:
-        """Run each forward shape once with every slot idle, so that no session's round pays for
-        capturing its graph or compiling its regions (a compile takes seconds to minutes, longer than
-        a device waits for a round). Idle rows write only the scratch column: nothing a session
-        reads changes, so it may run beside sessions. `shapes` default to `graph_shapes()` on a GPU
-        and to none elsewhere (there forwards are exact, not bucketed). Returns how many ran."""
+    def warm_up(self, shapes: Sequence[tuple[int, int, int]] | None = None) -> int:
+        """Run each forward shape (bucket, n, window) once with every slot idle, so that no
+        session's round pays for capturing its graph or compiling its regions (a compile takes
+        seconds to minutes, longer than a device waits for a round). Idle rows write only the
+        scratch column: nothing a session reads changes, so it may run beside sessions. `shapes`
+        default to `graph_shapes()` on a GPU and to none elsewhere (there forwards are exact, not
+        bucketed). Returns how many ran."""
         if shapes is None:
             shapes = self.graph_shapes() if self.device.type == "cuda" else []
         with self._lock:
-            for bucket, n in shapes:
+            for bucket, n, window in shapes:
                 ids = torch.zeros((bucket, n), dtype=torch.long, device=self.device)
                 lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long, device=self.device)
-                self.forward_graphs(ids, lengths, torch.zeros(bucket, dtype=torch.bool, device=self.device))
+                idle = torch.zeros(bucket, dtype=torch.bool, device=self.device)
+                self.forward_graphs(ids, lengths, idle, self._columns(window))
         return len(shapes)
 
     def run(self, blocks: dict[int, list[int]]) -> list[torch.Tensor]:
         """Each block's own logits [len(block), vocab], in the order of `blocks`, as tensors of
         their own (safe to keep past the next forward)."""
-        bucket, n, graphed = self.shape_for(blocks)
-        logits = self.forward(blocks, bucket, n, graphed=graphed)
+        bucket, n, window, graphed = self.shape_for(blocks)
+        logits = self.forward(blocks, bucket, n, window, graphed=graphed)
         return [logits[slot, : len(tokens)].clone() for slot, tokens in blocks.items()]

@@ -23,8 +23,9 @@
 # 3. The default part (GPU_CHECK_PART=next, what the next GPU session should run, one call):
 #    python -m bench.gpu on the two pairs' configurations (Qwen2.5 0.5B/1.5B, Qwen3 0.6B/32B),
 #    blocks 1..9, the slot pool on three paths (transformers' forward under CUDA graphs, the pool's
-#    fused forward, the same compiled by inductor) into $OUT/next; then the end-to-end sweep below
-#    in the time left.
+#    fused forward, the same compiled by inductor) in slots of a server's default 2048 positions
+#    (64 sessions attending over their window and over the whole slots) into $OUT/next; then the
+#    end-to-end sweep below in the time left.
 #    GPU_CHECK_PART=bench: the first GPU session's full run (every configuration, eager, static
 #    cache, the lean path, batched 1-128, whole rounds) and the 1.5B's pool compiled.
 # Everything lands in $OUT: pytest's output, gpu.json, gpu.md, nvidia-smi and the versions; at the
@@ -153,7 +154,7 @@ if [ "$PART" = next ]; then
   # bench.gpu keeps to its deadline between measurements; the timeout bounds one that overruns it
   # (its JSON is rewritten after every configuration, so what was measured stays).
   timeout "$((LEFT * 3 / 5 + 60))" $PY -m bench.gpu --device "$DEVICE" --dtype "$DTYPE" --configs "$CONFIGS" \
-    --batches 1,64 --pool-batches 1,64 --round-batches 1,64 --pool-paths graphs,fused,fused+compiled \
+    --batches 1,64 --pool-batches 1,64 --round-batches 1,64 --pool-paths graphs,fused,fused+compiled --slot-len 2048 \
     --compile-configs qwen2.5-1.5b,qwen3-32b --compile-min-s 30 \
     --deadline-s "$((LEFT * 3 / 5))" --out "$OUT/next" >"$OUT/next/bench.txt" 2>&1
   echo "bench.gpu exit $?" >>"$OUT/next/bench.txt"

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from bench import gpu
+from server.slot_pool import GRAPH_MIN_WINDOW
 
 
 def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> None:
@@ -34,12 +35,28 @@ def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> No
         assert pool["path"] == path and pool["fused"] == (path == "fused") and not pool["compiled"]
         assert set(pool["block_ms"]) == set(pool["block_vs_floor"]) == {"1", "2", "5"}
         assert set(pool["batch_ms"]) == {"1", "4"} and pool["slots"] == 4
+        assert pool["slot_len"] == pool["batch_window"] == 48 + 5 + 1 and "whole_slot_batch_ms" not in pool
     assert row["round"]["fused"]
     (one, four) = (row["round"]["by_batch"][b] for b in ("1", "4"))
     assert one["round_ms"] > 0 and four["read_back_bytes"] == 4 * one["read_back_bytes"]
     page = (tmp_path / "gpu.md").read_text()
     assert "| tiny | tiny | 4 |" in page and "Lean path" in page and "| tiny | fused | 4 |" in page
     assert meta["device"] in page and "random" in page and "| tiny | eager |" in page
+
+
+def test_serving_sized_slots_are_timed_windowed_and_whole(tmp_path) -> None:
+    """Slots of a server's length (--slot-len): a replay attends over the window the server would
+    give it (GRAPH_MIN_WINDOW here), and the batches are also timed over the whole slots."""
+    args = ["--device", "cpu", "--dtype", "float32", "--configs", "tiny", "--context", "48", "--reps", "2"]
+    args += ["--blocks", "1", "--compiled-blocks", "1", "--batches", "1", "--copy-mib", "8"]
+    args += ["--pool-batches", "1,4", "--round-batches", "1", "--pool-paths", "fused", "--slot-len", "600"]
+    assert gpu.main([*args, "--out", str(tmp_path)]) == 0
+    pool = json.loads((tmp_path / "gpu.json").read_text())["rows"][0]["pools"]["fused"]
+    assert pool["slot_len"] == 600 and pool["batch_window"] == GRAPH_MIN_WINDOW
+    assert set(pool["whole_slot_batch_ms"]) == set(pool["batch_ms"]) == {"1", "4"}
+    page = (tmp_path / "gpu.md").read_text()
+    assert f"| tiny | fused | 4 | {pool['batch_ms']['4']:.2f} |" in page
+    assert f"| 600, {GRAPH_MIN_WINDOW} | {pool['whole_slot_batch_ms']['4']} |" in page
 
 
 def test_floor_counts_weights_once_and_kv_per_session() -> None:

@@ -54,6 +54,14 @@ def test_each_criterion_takes_the_fastest_path_of_the_last_run_that_measured_it(
     assert by["Qwen2.5-1.5B step and 5-token block"].holds is False
     assert by["qwen2.5-7b: 64 sessions' verified tokens/s / one session's"].figure == "not measured"
     assert by["a whole verify round / its two blocks alone"].holds is None
+    # Serving-sized slots (bench.gpu --slot-len): the windowed and whole-slot replays beside the scale.
+    sized = _pool(2.4, 0.75, 40.0) | {"slot_len": 2048, "batch_window": 1024}
+    sized |= {"batch_ms": {"1": 2.5, "64": 4.0}, "whole_slot_batch_ms": {"1": 2.6, "64": 6.5}}
+    later["rows"][1]["pools"]["fused+compiled"] = sized
+    figure = _by(gpu_verdict.gpu_verdicts([later]))["qwen2.5-1.5b: 64 sessions' verified tokens/s / one session's"]
+    assert figure.figure.endswith(
+        "in 2048-position slots, 64 sessions' replay 4.00 ms over a 1024-column window, 6.50 ms over the whole slots"
+    )
     # A later run without the 32B leaves the earlier one's figures standing.
     alone = _by(gpu_verdict.gpu_verdicts([later, {"meta": {"device": "C"}, "rows": []}]))
     assert "(fused+compiled, B)" in alone["Qwen3-32B step and 5-token block / bandwidth floor"].figure

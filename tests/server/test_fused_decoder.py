@@ -189,13 +189,13 @@ def test_a_gpu_pool_warms_every_shape_it_will_replay() -> None:
     pool = SlotPool(_random(FAMILIES["llama"](), seed=3), slots=6, max_len=40)
     pool.device = torch.device("cuda")  # the policy alone; nothing runs
     shapes = pool.graph_shapes()
-    assert shapes == [(b, n) for b in (1, 2, 4, 6) for n in (1, 2, 4, 8, 16)]
+    assert shapes == [(b, n, 40) for b in (1, 2, 4, 6) for n in (1, 2, 4, 8, 16)]
     for _ in range(6):
         pool.claim()
     for bucket in range(1, 7):
         for n in range(1, 17):
             blocks = {bucket - 1: list(range(n))}
-            assert pool.shape_for(blocks)[:2] in shapes
+            assert pool.shape_for(blocks)[:3] in shapes
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cc") is None, reason="inductor needs a C compiler")
@@ -212,7 +212,7 @@ def test_warming_up_compiles_beforehand_and_leaves_sessions_as_they_were() -> No
     assert pool.warm_up() == 0  # on a CPU forwards are exact: nothing to warm by default
     torch._dynamo.reset()
     counters.clear()
-    assert pool.warm_up([(1, 2), (4, 3), (2, 1)]) == 3
+    assert pool.warm_up([(1, 2, 48), (4, 3, 48), (2, 1, 24)]) == 3
     compiled = counters["stats"]["unique_graphs"]
     assert compiled > 0 and pool.lengths[slot] == 4
     logits = pool.forward({slot: [9, 10]}, bucket=1, n=2).float()

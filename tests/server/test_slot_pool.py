@@ -14,7 +14,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, 
 from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
 from core.steering import steering_candidates
-from server.slot_pool import SlotKV, SlotOverflow, SlotPool, folded_gqa_attention, round_outputs
+from server.slot_pool import (
+    GRAPH_MIN_WINDOW,
+    SlotKV,
+    SlotOverflow,
+    SlotPool,
+    folded_gqa_attention,
+    round_outputs,
+)
 from tests.tinymodels import char_tokenizer, perturbed_copy, tiny_gemma, tiny_lm
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (tools/gpu_check.sh runs it)")
@@ -155,10 +162,78 @@ def test_on_a_gpu_blocks_are_padded_to_few_shapes_but_never_past_a_slot(model: P
     for _ in range(3):
         pool.claim()
     pool.set_length(2, 10)
-    assert pool.shape_for({2: [1, 2, 3]}) == (4, 4, True)
-    assert pool.shape_for({0: list(range(20))}) == (1, 20, False)  # a prefill: exact, no graph
+    assert pool.shape_for({2: [1, 2, 3]}) == (4, 4, 20, True)  # slots under GRAPH_MIN_WINDOW: one window
+    assert pool.shape_for({0: list(range(20))}) == (1, 20, 20, False)  # a prefill: exact, no graph
     pool.set_length(2, 17)  # 17 + 4 padded would pass 20: the block goes unpadded
-    assert pool.shape_for({2: [1, 2, 3]}) == (4, 3, True)
+    assert pool.shape_for({2: [1, 2, 3]}) == (4, 3, 20, True)
+
+
+def test_on_a_gpu_windows_are_powers_of_two_up_to_the_whole_slot(model: PreTrainedModel) -> None:
+    """A forward's window covers its longest session plus the block, rounded up to a power of two
+    from GRAPH_MIN_WINDOW (so few graphs serve every length) and never past the slot."""
+    pool = SlotPool(model, slots=4, max_len=1500)
+    pool.device = torch.device("cuda")  # the policy alone; nothing runs
+    assert pool.graph_windows() == [GRAPH_MIN_WINDOW, 2 * GRAPH_MIN_WINDOW, 4 * GRAPH_MIN_WINDOW, 1500]
+    a, b = pool.claim(), pool.claim()
+    pool.set_length(a, 10)
+    assert pool.shape_for({a: [1, 2, 3]}) == (1, 4, GRAPH_MIN_WINDOW, True)
+    pool.set_length(b, 2 * GRAPH_MIN_WINDOW - 2)  # + 4 padded passes 512: the next window
+    assert pool.shape_for({a: [1], b: [1, 2, 3]}) == (2, 4, 4 * GRAPH_MIN_WINDOW, True)
+    pool.set_length(b, 1400)
+    assert pool.shape_for({b: [1, 2, 3, 4, 5]}) == (2, 8, 1500, True)
+    shapes = pool.graph_shapes()
+    for length in range(0, 1500, 7):
+        pool.set_length(b, length)
+        for n in (1, 3, 5, 9, 16):
+            if length + (1 << (n - 1).bit_length()) <= 1500:  # its padding fits (else it has no graph)
+                assert pool.shape_for({b: list(range(n))})[:3] in shapes
+
+
+def test_a_forward_reads_only_the_columns_its_sessions_hold(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sessions far shorter than their slots: a round's forward attends over the longest one plus
+    its block, not the whole slot (which a batched GPU replay would read from memory: for 64
+    sessions of 512 tokens in 2048-token slots, four times the KV they hold), with transformers'
+    logits, on transformers' forward and the pool's own."""
+    attended: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query: torch.Tensor, key: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        attended.append(key.shape[-2])
+        return sdpa(query, key, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    prompts = texts(tokenizer, "the cat sat", "a much longer opening line")
+    for fused in (False, True):
+        pool = SlotPool(model, slots=3, max_len=2048, fused=fused)
+        slots = [pool.claim() for _ in prompts]
+        for slot, prompt in zip(slots, prompts, strict=True):
+            pool.run({slot: prompt})
+        attended.clear()
+        blocks = {slots[0]: [20, 21, 22], slots[1]: [23]}
+        logits = pool.run(blocks)
+        assert attended and max(attended) == len(prompts[1]) + 3  # the longest session and the block
+        for slot, block in blocks.items():
+            want = reference_logits(model, prompts[slot] + block)[-len(block) :]
+            torch.testing.assert_close(logits[slot].float(), want, atol=ATOL, rtol=0)
+
+
+def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> None:
+    """The columns past a session's length are closed by the mask whatever the window, so a
+    graph's rounded-up window gives the exact window's logits; one too narrow is refused."""
+    pool = SlotPool(model, slots=2, max_len=64)
+    slot = pool.claim()
+    pool.forward({slot: [5, 6, 7, 8, 9]}, bucket=2, n=5, window=5)
+    exact = pool.forward({slot: [10, 11]}, bucket=2, n=2, window=7).clone()
+    pool.set_length(slot, 5)
+    wide = pool.forward({slot: [10, 11]}, bucket=2, n=2, window=40)
+    torch.testing.assert_close(wide[slot], exact[slot], atol=ATOL, rtol=0)
+    pool.set_length(slot, 5)
+    with pytest.raises(ValueError, match="do not fit a 6-column window"):
+        pool.forward({slot: [10, 11]}, bucket=1, n=2, window=6)
+    with pytest.raises(ValueError, match=r"outside 1\.\.64"):
+        pool.forward({slot: [10]}, bucket=1, n=1, window=65)
 
 
 def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
@@ -168,6 +243,8 @@ def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrained
     slot = pool.claim()
     with pytest.raises(SlotOverflow, match="exceed the pool's 8"):
         pool.forward({slot: list(range(1, 10))}, bucket=1, n=9)
+    with pytest.raises(SlotOverflow, match="exceed the pool's 8"):
+        pool.run({slot: list(range(1, 10))})
     with pytest.raises(RuntimeError, match="all 1 KV slots are taken"):
         pool.claim()
     with pytest.raises(ValueError, match=r"outside 0\.\.8"):
