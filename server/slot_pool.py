@@ -342,8 +342,11 @@ class SlotPool:
         # decoder's small ops (a CUDA graph removes launch costs, not kernels), once for every
         # bucket (dynamic shapes), before the graphs capture its kernels.
         self.decoder = FusedDecoder(model, compiled=compiled) if fused else None  # refuses other families
-        block = torch.compile(self.block, dynamic=True) if compiled and not fused else self.block
-        self.forward_graphs = GraphedForward(block, self.device)
+        self._graphed_block = torch.compile(self.block, dynamic=True) if compiled and not fused else self.block
+        # On a GPU every graph's logits land in one buffer (`_shared_logits`); elsewhere nothing is replayed.
+        self.shares_logits = self.device.type == "cuda"
+        self._logits: torch.Tensor | None = None
+        self.forward_graphs = GraphedForward(self._shared_logits, self.device)
 
     @property
     def fused(self) -> bool:
@@ -358,6 +361,25 @@ class SlotPool:
         if self.decoder is not None:
             return fused_block_forward(self.decoder, self.kv, ids, lengths, active, columns)
         return block_forward(self.model, self.kv, ids, lengths, active, columns)
+
+    def _shared_logits(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The graphed forward: `block`'s logits, copied into one buffer that every graph of this
+        pool writes (its first B * n * vocab elements). A graph's own output stays allocated as
+        long as the graph, so without it a pool would hold a logits tensor per (bucket, n, window)
+        shape: 1.2 GB a window for 64 slots of a 152k vocabulary in bf16, four windows at 2048
+        positions. Graphs replay one at a time and a forward's logits are read before the next
+        (`forward`'s contract), so they can share it; the copy is one kernel of the logits' bytes.
+        Shapes past `GRAPH_MAX_N` tokens (not graphed by `shape_for`) keep their own."""
+        logits = self._graphed_block(*inputs)
+        if not self.shares_logits:
+            return logits
+        if self._logits is None:  # first called in a capture's warm-up, outside the graph
+            self._logits = logits.new_empty(self.kv.slots * GRAPH_MAX_N * logits.shape[-1])
+        if logits.numel() > self._logits.numel() or logits.dtype != self._logits.dtype:
+            return logits
+        shared = self._logits[: logits.numel()].view(logits.shape)
+        shared.copy_(logits)
+        return shared
 
     def claim(self) -> int:
         """The lowest free slot (low slots keep buckets small), its length 0."""

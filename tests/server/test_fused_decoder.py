@@ -227,6 +227,8 @@ def test_on_cuda_the_warm_up_captures_every_graph_before_the_first_session() -> 
     assert pool.warm_up() == len(pool.graph_shapes()) == 15
     captured = len(pool.forward_graphs._graphs)
     assert captured == 15
+    # Every graph's logits are views of the pool's one buffer (SlotPool._shared_logits).
+    assert len({output.data_ptr() for _, _, output in pool.forward_graphs._graphs.values()}) == 1
     slot = pool.claim()
     logits = pool.run({slot: [5, 6, 7]})[0].float().cpu()
     assert len(pool.forward_graphs._graphs) == captured  # (1, 4): warmed, nothing captured now

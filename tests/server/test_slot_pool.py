@@ -15,6 +15,7 @@ from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
 from core.steering import steering_candidates
 from server.slot_pool import (
+    GRAPH_MAX_N,
     GRAPH_MIN_WINDOW,
     SlotKV,
     SlotOverflow,
@@ -234,6 +235,26 @@ def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> 
         pool.forward({slot: [10, 11]}, bucket=1, n=2, window=6)
     with pytest.raises(ValueError, match=r"outside 1\.\.64"):
         pool.forward({slot: [10]}, bucket=1, n=1, window=65)
+
+
+def test_every_graphed_shape_writes_its_logits_into_one_buffer(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    """On a GPU (here a CPU pool told to share), each graph's logits go to one pool-wide buffer,
+    not a tensor per (bucket, n, window) held as long as its graph; each forward's still match
+    transformers'. Blocks past GRAPH_MAX_N, never graphed by `run`, keep their own."""
+    pool = SlotPool(model, slots=2, max_len=64)
+    pool.shares_logits = True
+    a, b = pool.claim(), pool.claim()
+    (prompt,) = texts(tokenizer, "shared logits")
+    first = pool.forward({a: prompt}, bucket=1, n=len(prompt), window=len(prompt))
+    torch.testing.assert_close(first[0].clone(), reference_logits(model, prompt), atol=ATOL, rtol=0)
+    second = pool.forward({a: [30, 31], b: [32]}, bucket=2, n=2, window=len(prompt) + 2)
+    assert second.data_ptr() == first.data_ptr()
+    torch.testing.assert_close(second[a], reference_logits(model, [*prompt, 30, 31])[-2:], atol=ATOL, rtol=0)
+    torch.testing.assert_close(second[b, :1], reference_logits(model, [32]), atol=ATOL, rtol=0)
+    long = list(range(1, GRAPH_MAX_N + 2))
+    assert pool.forward({b: long}, bucket=2, n=len(long)).data_ptr() != first.data_ptr()
 
 
 def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
