@@ -144,6 +144,26 @@ def test_compiled_regions_serve_every_layer_and_keep_the_logits() -> None:
     assert_sessions_match_transformers(model, pool, PROMPTS)
 
 
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cc") is None, reason="inductor needs a C compiler")
+def test_transformers_forward_compiled_whole_keeps_the_logits_at_every_window() -> None:
+    """`compiled=True` without the fused forward (`--kv-forward transformers --kv-compile`): inductor
+    compiles transformers' whole forward, the window's width dynamic, and sessions of different
+    lengths under windows of several widths still get transformers' logits."""
+    torch._dynamo.reset()
+    model = _random(FAMILIES["qwen2"](), seed=6)
+    pool = SlotPool(model, slots=3, max_len=64, compiled=True)
+    a, b = pool.claim(), pool.claim()
+    pool.run({a: [5, 6, 7, 8]})
+    pool.run({b: [9, 10, 11, 12, 13, 14]})
+    a_logits, b_logits = pool.run({a: [20, 21], b: [22]})  # a window of 6 + 2 columns
+    torch.testing.assert_close(a_logits.float(), reference_logits(model, [5, 6, 7, 8, 20, 21])[-2:], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        b_logits.float(), reference_logits(model, [9, 10, 11, 12, 13, 14, 22])[-1:], atol=ATOL, rtol=0
+    )
+    wide = pool.forward({a: [30]}, bucket=1, n=1, window=40)[0].float()
+    torch.testing.assert_close(wide, reference_logits(model, [5, 6, 7, 8, 20, 21, 30])[-1:], atol=ATOL, rtol=0)
+
+
 def test_the_folded_bias_is_the_boolean_mask_aligned_for_the_kernels() -> None:
     """Built once a forward: the same attention as the boolean mask folded at every layer, stored
     with rows a multiple of 16 long (what CUDA's attention kernels take without a padded copy)."""
