@@ -443,8 +443,8 @@ class SlotPool:
     ) -> torch.Tensor:
         """Logits [bucket, n, vocab] of feeding each slot its block, attending over each slot's
         first `window` columns (default: all); each fed slot's length grows by its block's real
-        tokens (roll back with `set_length`). A graphed forward returns the graph's own tensor:
-        read it before the next forward."""
+        tokens (roll back with `set_length`). A graphed forward returns a tensor the next forward
+        overwrites (the graphs' shared logits): read it before then."""
         with self._lock:
             inputs = self.inputs(blocks, bucket, n, window)
             if graphed:
@@ -465,7 +465,7 @@ class SlotPool:
         bucket, n = max(blocks) + 1, max(len(tokens) for tokens in blocks.values())
         longest = max(self.lengths[slot] for slot in blocks)
         if self.device.type != "cuda":
-            return bucket, n, min(longest + n, self.kv.max_len), False  # (past the slot: `inputs` says so)
+            return bucket, n, min(longest + n, self.kv.max_len), False  # (a block past its slot: `inputs` refuses it)
         bucket = self.graph_bucket(bucket)
         if n > GRAPH_MAX_N:
             return bucket, n, min(longest + n, self.kv.max_len), False
@@ -475,6 +475,7 @@ class SlotPool:
         return bucket, padded, self.graph_window(longest + padded), True
 
     def graph_bucket(self, bucket: int) -> int:
+        """The bucket of a graphed forward over slots 0..bucket-1: a power of two, at most every slot."""
         return min(_power_of_two_at_least(bucket), self.kv.slots)
 
     def graph_window(self, columns: int) -> int:
