@@ -33,7 +33,8 @@ machine's speed drifts over a run, and drift is not engine overhead. With those,
   that maximizes predicted steady-state tokens/s at each RTT (that K is then also run);
 - the uplink split into the rounds' bytes per committed token and the Open's bytes (the prompt's
   IDs, once a session).
-SpecSteer also runs with the client's egress guard off, to show what the default guard costs.
+SpecSteer also runs with the client's egress guard off, to show what the default guard costs
+(`--methods` may leave out that row and sd; fusion and specsteer always run).
 Baselines in the same run: `llm` (the Generalist alone in the cloud, one RTT per answer) and
 plain `transformers` `generate` (greedy, same model, same dtype), compared per Generalist step;
 and, when `llama-cpp-python` is installed (extra `[llamacpp]`) and a model is a GGUF, llama.cpp's
@@ -112,19 +113,42 @@ class Run:
     guard: str = ClientConfig.guard  # the client's egress guard (default: the client's default)
 
 
-def methods(k: int, sampling: bool = False) -> tuple[Run, ...]:
-    """The rows of one RTT; `sampling` samples fusion's and specsteer's tokens (sd is greedy only)."""
-    return (
-        Run("fusion", SessionParams(method=Method.FUSION, draft_len=0, sampling=sampling)),
-        Run(f"sd (K={k})", SessionParams(method=Method.SD, draft_len=k)),
-        Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k, sampling=sampling)),
+# The rows of an RTT, by the names --methods takes. fusion and specsteer always run: the cost model
+# and every row's speedups read them.
+METHOD_KEYS = ("fusion", "sd", "specsteer", "guard-off")
+REQUIRED_METHODS = ("fusion", "specsteer")
+
+
+def methods(k: int, sampling: bool = False, keys: Sequence[str] = METHOD_KEYS) -> tuple[Run, ...]:
+    """The rows of one RTT named in `keys`; `sampling` samples fusion's and specsteer's tokens (sd
+    is greedy only)."""
+    rows = {
+        "fusion": Run("fusion", SessionParams(method=Method.FUSION, draft_len=0, sampling=sampling)),
+        "sd": Run(f"sd (K={k})", SessionParams(method=Method.SD, draft_len=k)),
+        "specsteer": Run(f"specsteer gamma=0.5 (K={k})", SessionParams(gamma=0.5, draft_len=k, sampling=sampling)),
         # What the default egress guard costs: its holds draft look-ahead tokens and shorten drafts.
-        Run(
+        "guard-off": Run(
             f"specsteer gamma=0.5 (K={k}, guard off)",
             SessionParams(gamma=0.5, draft_len=k, sampling=sampling),
             guard="off",
         ),
-    )
+    }
+    return tuple(run for key, run in rows.items() if key in keys)
+
+
+def method_keys(text: str) -> tuple[str, ...]:
+    """--methods: comma-separated names of `METHOD_KEYS`, fusion and specsteer among them."""
+    keys = tuple(key.strip() for key in text.split(",") if key.strip())
+    unknown = [key for key in keys if key not in METHOD_KEYS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"not rows bench.speed runs ({', '.join(METHOD_KEYS)}): {', '.join(unknown)}")
+    missing = [key for key in REQUIRED_METHODS if key not in keys]
+    if missing:
+        raise argparse.ArgumentTypeError(
+            f"bench.speed always runs {' and '.join(REQUIRED_METHODS)} (its cost model and speedups read them); "
+            f"add {', '.join(missing)}"
+        )
+    return keys
 
 
 # --- the cloud, timed -------------------------------------------------------------------------
@@ -386,7 +410,7 @@ def _method_rows(
     rows: list[dict] = []
     with contextlib.ExitStack() as clients:
         by_guard: dict[str, SpecSteerClient] = {}
-        todo = list(methods(k, args.sampling))
+        todo = list(methods(k, args.sampling, args.methods))
         while todo:
             method = todo.pop(0)
             if method.guard not in by_guard:
@@ -435,6 +459,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
     p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
+    p.add_argument(
+        "--methods",
+        type=method_keys,
+        default=METHOD_KEYS,
+        help=f"rows of each RTT besides llm, comma-separated, of {','.join(METHOD_KEYS)} (default all; "
+        "fusion and specsteer always)",
+    )
     p.add_argument(
         "--sampling", action="store_true", help="fusion and specsteer sample (bench.random_models --acceptance)"
     )
@@ -510,6 +541,7 @@ def _writer(
             "drafter": args.drafter,
             "draft_len": args.draft_len,
             "sampling": args.sampling,
+            "methods": list(args.methods),
             "baseline": baseline,
             "llamacpp": reference,
             "cost_model": model,

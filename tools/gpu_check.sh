@@ -36,7 +36,9 @@
 # GPU_CHECK_PART=e2e runs only the end-to-end sweep (issue 27 #5): random-weight Qwen2.5 0.5B and
 # 1.5B written there (bench.random_models) with the carried tokenizer, the Specialist flat and the
 # Generalist's logits spread so that 80 % of sampled drafts pass the ratio test, then bench.speed with the
-# verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, into
+# verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, the rows
+# issue 27 holds to the cost model only (llm, fusion, specsteer: sd and the guard-off row took a
+# quarter of an RTT's time in the CPU dry run, and the sweep's time is short), into
 # $OUT/e2e. Carry the tokenizer too: copy a converted Qwen2.5 model's tokenizer.json,
 # tokenizer_config.json and chat_template.jinja into .gpu-tokenizer/ (git-ignored) and add
 # ".gpu-tokenizer" to carry. The default Generalist's conversion (made by `make demo`) has them:
@@ -101,7 +103,8 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   left=$(($1 - ($(date +%s) - START)))
   [ "$left" -ge 30 ] || { echo "bench.speed skipped: ${left}s left" >>"$OUT/e2e.txt"; return 0; }
   timeout "$left" $PY -m bench.speed --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
-    --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --sampling --rtts 0 20 50 100 --queries 1 \
+    --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --sampling --methods fusion,specsteer \
+    --rtts 0 20 50 100 --queries 1 \
     --max-new-tokens 32 \
     --baseline-reps 1 --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1
   echo "bench.speed exit $?" >>"$OUT/e2e.txt"
