@@ -464,11 +464,12 @@ class SlotPool:
         they are exact."""
         bucket, n = max(blocks) + 1, max(len(tokens) for tokens in blocks.values())
         longest = max(self.lengths[slot] for slot in blocks)
+        exact = min(longest + n, self.kv.max_len)  # (a block past its slot: `inputs` refuses it)
         if self.device.type != "cuda":
-            return bucket, n, min(longest + n, self.kv.max_len), False  # (a block past its slot: `inputs` refuses it)
+            return bucket, n, exact, False
         bucket = self.graph_bucket(bucket)
         if n > GRAPH_MAX_N:
-            return bucket, n, min(longest + n, self.kv.max_len), False
+            return bucket, n, exact, False
         padded = _power_of_two_at_least(n)
         if longest + padded > self.kv.max_len:
             padded = n  # a slot near its end: its padding would not fit, so no padding
@@ -497,7 +498,8 @@ class SlotPool:
         size up to `GRAPH_MAX_N` by each of `graph_windows`."""
         buckets = sorted({self.graph_bucket(b) for b in range(1, self.kv.slots + 1)})
         sizes = [1 << i for i in range(GRAPH_MAX_N.bit_length()) if 1 << i <= GRAPH_MAX_N]
-        return [(bucket, n, window) for bucket in buckets for n in sizes for window in self.graph_windows()]
+        windows = self.graph_windows()
+        return [(bucket, n, window) for bucket in buckets for n in sizes for window in windows]
 
     def warm_up(self, shapes: Sequence[tuple[int, int, int]] | None = None) -> int:
         """Run each forward shape (bucket, n, window) once with every slot idle, so that no
