@@ -13,7 +13,8 @@ of the demo user. Model specs are anything `core.models.load_causal_lm` takes (e
 folder, .gguf).
 
 Measured in the same run, before any generation (bare forwards, median): the device's draft step
-on its private prompt (the retrieved examples included), each cloud model's n-token blocks on a
+on its private prompt (the retrieved examples included; through the device's own sequence, its
+log-softmax included, `bench.speed_timing`), each cloud model's n-token blocks on a
 warm cache of the public prompt for every n from 1 to K_max+1, and the three once-a-session
 prefills (the device's private prompt before Open, each cloud model's public prompt at Open). The
 same forwards are timed again just before each RTT's rows, and those rows are held to them: this
@@ -587,6 +588,13 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "acceptance": sum(r.stats.accepted for r in runs) / drafted if drafted else None,
         "accepted_per_round": sum(r.stats.accepted for r in runs) / rounds,
         "cloud_seconds_per_round": statistics.fmean(round_seconds) if round_seconds else 0.0,
+        # The device's forwards after its prefill (draft steps, the guard's look-ahead, bonus reads),
+        # as the device timed them: with the cloud's rounds, what the model's round floor covers.
+        "device_seconds_per_round": sum(
+            r.stats.extra.get("device_forwards_ms", 0.0) - r.stats.extra.get("device_prefill_ms", 0.0) for r in runs
+        )
+        / 1000
+        / rounds,
         "uplink_bytes_per_token": sum(r.stats.uplink_bytes for r in runs) / tokens,
         "uplink_open_bytes_per_generation": open_bytes / len(runs),
         "uplink_round_bytes_per_token": (sum(r.stats.uplink_bytes for r in runs) - open_bytes) / tokens,
@@ -629,6 +637,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "acceptance": None,
         "accepted_per_round": 0.0,
         "cloud_seconds_per_round": seconds / rounds,
+        "device_seconds_per_round": None,  # no device forwards: the Generalist decodes alone
         "uplink_bytes_per_token": None,
         "uplink_open_bytes_per_generation": None,
         "uplink_round_bytes_per_token": None,
@@ -653,6 +662,18 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
         return session, costs.draft_step + cloud + rtt, cloud
     k = row["draft_len"]
     return session, round_floor(costs, k, rtt, generic=generic), costs.verify_block(k, generic=generic)
+
+
+def _unmodelled(row: dict, sessions: float) -> float | None:
+    """A row's seconds a round that no forward and no RTT account for: its measured time less its
+    sessions' prefills (at their floor), the device's forwards and the cloud's rounds (both as
+    timed during the run) and the RTT. What is left is the wire (gRPC, TLS, the relay) and each
+    side's work around its forwards (sampling, the egress guard, steering, the session's
+    bookkeeping): where a row falls short of the cost model, this says how much of it is there."""
+    if row["kind"] == "llm" or "seconds" not in row or "device_seconds_per_round" not in row:
+        return None  # llm's rounds are its whole time in process (nothing to split); a row of an older run
+    timed = row["device_seconds_per_round"] + row["cloud_seconds_per_round"] + row["rtt_ms"] / 1000
+    return (row["seconds"] - sessions) / row["rounds"] - timed
 
 
 def _analyse(
@@ -700,6 +721,7 @@ def _analyse(
                 rounds = r["tokens"]
             r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
             r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
+            r["unmodelled_seconds_per_round"] = _unmodelled(r, sessions)
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g

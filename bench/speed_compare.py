@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from bench.speed_page import command_line
-from bench.speed_timing import DEMO, bare_forward_time, bare_prefill_time, drafter_times, logger
+from bench.speed_timing import DEMO, bare_forward_time, drafter_times, logger, torch_drafter_times
 from core.linear import onednn_available, resolve_linear_kernel, use_linear_kernel
 from core.models import load_causal_lm
 from core.prompts import render_prompt, task_prompt
@@ -90,7 +90,7 @@ def compare_drafters(args: argparse.Namespace, argv: Sequence[str] | None) -> in
     for _ in range(args.kernel_rounds):
         for name, times in turns.items():
             if name == "torch":
-                step, prefill = bare_forward_time(lm, ids, 1, args.reps), bare_prefill_time(lm, ids)
+                step, prefill = torch_drafter_times(lm, ids, args.reps)
             else:
                 step, prefill = drafter_times(drafter, ids, args.reps)
             times["step"].append(step)

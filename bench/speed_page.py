@@ -83,19 +83,23 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "to resolve its holds, the look-ahead column, and one draft step per steered bonus token, which reads "
         "P_S^c after the whole draft); cloud round / floor: the server's "
         "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
-        "`llm`'s steps include it, and so does its floor). Model tok/s: the cost model's prediction, the same "
+        "`llm`'s steps include it, and so does its floor); device ms/round: the device's own forwards in the "
+        "rounds, as it timed them; unmodelled ms/round: the row's time less its sessions' prefills, those "
+        "forwards, the cloud's rounds and the RTT (the wire and each side's work around its forwards, which "
+        "the cost model leaves out). Model tok/s: the cost model's prediction, the same "
         "floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per token, "
         "then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",
         "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
         "guard look-ahead tokens/token | "
         "uplink B/token | rounds' uplink B/token | Open B | downlink B/token | wire B/token (TLS) | "
-        "cloud ms/round | cloud round / floor | bound tok/s | fraction of bound | model tok/s | measured / model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cloud ms/round | cloud round / floor | device ms/round | unmodelled ms/round | "
+        "bound tok/s | fraction of bound | model tok/s | measured / model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
-    def f(v: float | None, fmt: str = "{:.2f}") -> str:
-        return "—" if v is None else fmt.format(v)
+    def f(v: float | None, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
+        return "—" if v is None else fmt.format(v * scale)
 
     for r in rows:
         out.append(
@@ -107,6 +111,8 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
             f"{f(r['uplink_open_bytes_per_generation'], '{:.0f}')} | "
             f"{f(r['downlink_bytes_per_token'], '{:.1f}')} | {f(r['wire_bytes_per_token'], '{:.0f}')} | "
             f"{r['cloud_seconds_per_round'] * 1e3:.0f} | {f(r.get('cloud_round_vs_floor'))} | "
+            f"{f(r.get('device_seconds_per_round'), '{:.1f}', 1e3)} | "
+            f"{f(r.get('unmodelled_seconds_per_round'), '{:.1f}', 1e3)} | "
             f"{r['analytic_bound_tps']:.2f} | {r['fraction_of_bound']:.2f} | {f(r.get('model_tps'))} | "
             f"{f(r.get('measured_vs_model'))} |"
         )

@@ -2,7 +2,9 @@
 
 Every cost is the median of a few repetitions after one that warms the allocator, on the demo
 user's prompts (`DEMO`), so the cost model (`bench.cost_model`) reads this machine's forwards and
-nothing else.
+nothing else. The device's draft step and prefill are timed through the device's own sequence,
+whichever runtime drafts (torch's `TokenSequence` too): a forward and the log-softmax of the row it
+reads, what each drafted token costs the device.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bench.cost_model import Costs
 from bench.timing import median_ms
-from core.kv import model_device, recording_cache
+from core.kv import CachedSequence, TokenSequence, model_device, recording_cache
 from core.models import CausalLM
 from core.prompts import render_prompt
 from sdk.device import Drafter
@@ -32,6 +35,8 @@ __all__ = [
     "logger",
     "measure_costs",
     "pool_forward_times",
+    "sequence_times",
+    "torch_drafter_times",
 ]
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
@@ -67,14 +72,17 @@ def pool_forward_times(pool: SlotPool, ids: Sequence[int], blocks: Sequence[int]
             tokens = ids if n == 0 else (ids * (n // len(ids) + 1))[-n:]
             rollback = functools.partial(pool.set_length, slot, 0 if n == 0 else len(ids))
             # The warm-ups capture the graph (or warm the allocator).
-            out[n] = median_ms(lambda tokens=tokens: pool.run({slot: tokens}), pool.device, reps, reset=rollback) / 1e3
+            keep = {slot: 1} if n == 0 else None  # a prefill hands back its last row, as a session's does
+            run = functools.partial(pool.run, {slot: tokens}, keep)
+            out[n] = median_ms(run, pool.device, reps, reset=rollback) / 1e3
     finally:
         pool.release(slot)
     return out
 
 
 def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
-    """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill)."""
+    """Median seconds of one bare forward of all of `ids` on an empty KV cache (a prompt's prefill:
+    the LM head at its last position only, as a sequence's prefill computes it)."""
     device = model_device(lm.model)
     tokens = torch.tensor([list(ids)], device=device)
     cache = recording_cache(lm.model)
@@ -84,7 +92,7 @@ def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
         cache = recording_cache(lm.model)
 
     def prefill() -> None:
-        lm.model(input_ids=tokens, past_key_values=cache, use_cache=True)
+        lm.model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1)
 
     with torch.inference_mode():
         return median_ms(prefill, device, reps, reset=empty_cache) / 1e3
@@ -93,9 +101,25 @@ def bare_prefill_time(lm: CausalLM, ids: Sequence[int], reps: int = 3) -> float:
 def drafter_times(drafter: Drafter, ids: Sequence[int], reps: int = 5) -> tuple[float, float]:
     """Median seconds of the device drafter's step on a warm cache of `ids`, and of its prefill of
     `ids`, through its own sequences (with the log-softmax the device reads, ~1 ms)."""
+    return sequence_times(drafter.sequence, ids, reps)
+
+
+def torch_drafter_times(lm: CausalLM, ids: Sequence[int], reps: int = 5) -> tuple[float, float]:
+    """`drafter_times` for the device's default runtime, the Specialist on torch (`TokenSequence`):
+    what its draft step and prefill cost the device, the log-softmax of the row it reads included,
+    as for every other runtime (a bare forward leaves that out: 0.3 ms or more a step for a 152k
+    vocabulary on this CPU, where the cloud's blocks on a GPU take a few ms)."""
+    return sequence_times(lambda prefix: TokenSequence(lm.model, prefix), ids, reps)
+
+
+def sequence_times(
+    make: Callable[[Sequence[int]], CachedSequence[Any]], ids: Sequence[int], reps: int = 5
+) -> tuple[float, float]:
+    """Median seconds of a step on a warm cache of `ids` and of the prefill of `ids`, through
+    sequences `make(ids)` makes."""
     prefills, steps = [], []
     for _ in range(3 + 1):
-        seq = drafter.sequence(ids)
+        seq = make(ids)
         start = time.perf_counter()
         seq.next_logprobs()
         prefills.append(time.perf_counter() - start)
@@ -127,7 +151,7 @@ def measure_costs(
     g_ids, s_ids = render_prompt(g_lm, prompt), render_prompt(s_lm, prompt)
     s0_lm = cloud_s if cloud_s is not None else s_lm
     if drafter is None:
-        draft_step, device_prefill = bare_forward_time(s_lm, device_ids, 1, reps), bare_prefill_time(s_lm, device_ids)
+        draft_step, device_prefill = torch_drafter_times(s_lm, device_ids, reps)
     else:
         draft_step, device_prefill = drafter_times(drafter, device_ids, reps)
     if kv_slots is not None:

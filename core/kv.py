@@ -68,7 +68,8 @@ class TensorSequence(CachedSequence[torch.Tensor]):
 
 
 class TokenSequence(TensorSequence):
-    """A sequence on a Hugging Face model's `DynamicCache`; every forward keeps all its rows."""
+    """A sequence on a Hugging Face model's `DynamicCache`; a forward computes the rows that can be
+    read (`rows_wanted`: a block's every row, a prompt's last)."""
 
     def __init__(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None = None) -> None:
         super().__init__(prefix_ids)
@@ -136,5 +137,6 @@ def single_forward(seq: TokenSequence, new: Sequence[int]) -> torch.Tensor:
             input_ids=torch.tensor([new], dtype=torch.long, device=model_device(seq.model)),
             past_key_values=seq.cache,
             use_cache=True,
+            logits_to_keep=seq.rows_wanted(),  # a prompt's prefill: its last row only
         )
     return out.logits[0]

@@ -49,6 +49,9 @@ class CachedSequence(ABC, Generic[Row]):
         self.ids: list[int] = list(prefix_ids)
         self._cached = 0
         self._rows: dict[int, Row] = {}
+        # The shortest prefix whose row can be read: the prefix given here, later the last
+        # truncation point (rollbacks never go behind it). A prompt's prefill needs its last row only.
+        self._floor = len(self.ids)
         self.forward_passes = 0
         # Each `_sync` forward's wall time, in order, once a caller asks for them by setting a list
         # (the device reports its own cost); the verifier's many sequences keep none.
@@ -56,7 +59,9 @@ class CachedSequence(ABC, Generic[Row]):
 
     @abstractmethod
     def _forward(self, new: Sequence[int]) -> Any:
-        """Feed `new` after the cached ids and extend the cache; logits of the last m >= 1 of them, [m, vocab]."""
+        """Feed `new` after the cached ids and extend the cache; logits of the last m >= 1 of them,
+        [m, vocab]. Rows past the last `rows_wanted()` are dropped unread, so a backend that can
+        skip them (a model's `logits_to_keep`) should."""
 
     @abstractmethod
     def _crop(self, keep: int) -> None:
@@ -82,6 +87,14 @@ class CachedSequence(ABC, Generic[Row]):
     def cached(self) -> int:
         return self._cached
 
+    def rows_wanted(self) -> int:
+        """How many trailing rows a forward of the pending ids (`ids[cached:]`) must return: rows
+        before the readable floor are never read. A prompt's prefill thus asks for its last row
+        only; the distributions after every earlier prompt token (a prompt's length times the
+        vocabulary, 400 MB in fp32 for 657 tokens of a 152k vocabulary) are never computed."""
+        pending = len(self.ids) - self._cached
+        return max(1, min(pending, len(self.ids) - self._floor + 1))
+
     def push(self, tokens: Sequence[int]) -> None:
         """Append tokens; they are fed on the next `next_logprobs`/`rows`."""
         self.ids.extend(int(t) for t in tokens)
@@ -90,7 +103,8 @@ class CachedSequence(ABC, Generic[Row]):
         if self._cached >= len(self.ids):
             return
         start = time.perf_counter()
-        rows = self._log_softmax(self._forward(self.ids[self._cached :]))
+        wanted = self.rows_wanted()
+        rows = self._log_softmax(self._forward(self.ids[self._cached :])[-wanted:])
         if self.forward_seconds is not None:
             self.forward_seconds.append(time.perf_counter() - start)
         self.forward_passes += 1
@@ -120,6 +134,7 @@ class CachedSequence(ABC, Generic[Row]):
         if keep <= self._cached:
             self._crop(keep)  # also when nothing is removed: sliding-window layers trim here
         self._rows = {m: row for m, row in self._rows.items() if n <= m <= self._cached}
+        self._floor = n
 
     def score_continuations(self, continuations: Sequence[Sequence[int]]) -> Row:
         """Sum of log P over each continuation's tokens after the current ids, shape [len].

@@ -224,10 +224,14 @@ def generate(
 
 
 def _forward_times(seq: CachedSequence[Any]) -> dict[str, float]:
-    """The Specialist's own cost on this device: its prompt's prefill and the median of its later
-    forwards (a draft step: one or two tokens each), in ms."""
+    """The Specialist's own cost on this device: its prompt's prefill, the median of its later
+    forwards (a draft step: one or two tokens each) and all its forwards together, in ms."""
     times = seq.forward_seconds or []
-    out = {"device_prefill_ms": round(times[0] * 1000, 2)} if times else {}
+    out = (
+        {"device_prefill_ms": round(times[0] * 1000, 2), "device_forwards_ms": round(sum(times) * 1000, 2)}
+        if times
+        else {}
+    )
     if len(times) > 1:
         out["device_step_ms"] = round(float(np.median(times[1:])) * 1000, 2)
     return out

@@ -34,7 +34,7 @@ Sliding-window layers are refused (their mask differs per layer).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -518,9 +518,15 @@ class SlotPool:
                 self.forward_graphs(ids, lengths, idle, self._columns(window))
         return len(shapes)
 
-    def run(self, blocks: dict[int, list[int]]) -> list[torch.Tensor]:
-        """Each block's own logits [len(block), vocab], in the order of `blocks`, as tensors of
-        their own (safe to keep past the next forward)."""
+    def run(self, blocks: dict[int, list[int]], keep: Mapping[int, int] | None = None) -> list[torch.Tensor]:
+        """Each block's own logits [len(block), vocab], or its last `keep[slot]` rows only (a
+        prompt's prefill reads its last), in the order of `blocks`, as tensors of their own (safe
+        to keep past the next forward)."""
+        keep = keep or {}
         bucket, n, window, graphed = self.shape_for(blocks)
         logits = self.forward(blocks, bucket, n, window, graphed=graphed)
-        return [logits[slot, : len(tokens)].clone() for slot, tokens in blocks.items()]
+        out = []
+        for slot, tokens in blocks.items():
+            rows = min(keep.get(slot, len(tokens)), len(tokens))
+            out.append(logits[slot, len(tokens) - rows : len(tokens)].clone())
+        return out

@@ -67,7 +67,7 @@ def slot_forward_batch(items: Sequence[tuple[SlotSequence, Sequence[int]]]) -> l
     if any(seq.pool is not pool for seq, _ in items):
         raise ValueError("a merged slot forward needs every sequence on one pool")
     try:
-        return pool.run({seq.slot: list(new) for seq, new in items})
+        return pool.run({seq.slot: list(new) for seq, new in items}, {seq.slot: seq.rows_wanted() for seq, _ in items})
     except SlotOverflow:
         # Merged, a row may overflow only by another row's padding: the batcher then runs each
         # alone, where this is the session's own length.

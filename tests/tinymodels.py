@@ -280,6 +280,7 @@ class _PositionalLlama(LlamaForCausalLM):
     def forward(self, input_ids=None, past_key_values=None, **kwargs):  # type: ignore[no-untyped-def]
         start = 0 if past_key_values is None else past_key_values.get_seq_length()
         out = super().forward(input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+        start += input_ids.shape[1] - out.logits.shape[1]  # `logits_to_keep`: the last rows only
         for i in range(out.logits.shape[1]):
             token = self.script.get(start + i)
             if token is not None:

@@ -79,6 +79,12 @@ def test_end_to_end_rows_are_held_to_the_model_within_ten_percent() -> None:
     (off,) = gpu_verdict.e2e_verdicts({"rows": rows})
     assert off.holds is False and "worst 0.85 (specsteer, RTT 100 ms)" in off.figure
     assert gpu_verdict.e2e_verdicts(None)[0].holds is None
+    # bench.speed's rows say how much of a round no forward or RTT accounts for: the figure names it.
+    rows[-1] |= {"seconds": 2.0, "rounds": 10, "unmodelled_seconds_per_round": 0.031}
+    (off,) = gpu_verdict.e2e_verdicts({"rows": rows})
+    assert "(specsteer, RTT 100 ms; a round: 200.0 ms measured, 31.0 ms of it no forward or RTT accounts for)" in (
+        off.figure
+    )
 
 
 def test_the_projection_criteria_and_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,6 +38,20 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     assert all(r["uplink_open_bytes_per_generation"] > 0 for r in steered)
     assert all(meta["costs_seconds"][key] > 0 for key in ("device_prefill", "g_prefill", "s0_prefill"))
     assert all(r["cloud_seconds_per_round"] > 0 and r["cloud_round_vs_floor"] > 0 for r in steered)
+    # A round's time, decomposed: the device's own forwards in it, and what no forward or RTT explains.
+    assert all(r["device_seconds_per_round"] > 0 for r in rows if r["kind"] != "llm")
+    assert all(r["unmodelled_seconds_per_round"] is None for r in rows if r["kind"] == "llm")
+    assert all(
+        r["unmodelled_seconds_per_round"]
+        == pytest.approx(
+            (r["seconds"] - r["generations"] * r["session_floor_seconds"]) / r["rounds"]
+            - r["device_seconds_per_round"]
+            - r["cloud_seconds_per_round"]
+            - r["rtt_ms"] / 1000
+        )
+        for r in steered
+    )
+    assert "unmodelled ms/round" in (out / "speed.md").read_text()
     assert meta["baseline"]["llm_vs_hf_generate"] > 0 and meta["baseline"]["reps"] == 3
     assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}
     assert (out / "speed.png").stat().st_size > 1000 and "Projection" in (out / "speed.md").read_text()

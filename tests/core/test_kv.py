@@ -38,6 +38,33 @@ def test_rows_match_a_full_forward_after_push_and_rollback(model) -> None:
     assert seq.forward_passes == 2  # one block, then the two new tokens: the rollback re-fed nothing
 
 
+def test_a_prompts_prefill_computes_its_last_row_only(model) -> None:
+    """Finding: a prefill computed, log-softmaxed and kept the distribution after every prompt
+    token, where only the last is ever read (rollbacks never go behind the prompt). For the demo
+    user's 657-token device prompt and a 152k vocabulary that was 400 MB of logits and as much of
+    log-probabilities, and about a quarter of the default Specialist's prefill (bench.prefill_rows)."""
+    # Prepare: count the rows the LM head computes.
+    prompt = list(range(5, 25))
+    computed: list[int] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: computed.append(out.shape[-2]))
+    try:
+        seq = TokenSequence(model, prompt)
+        # Execute: the prefill, then a 4-token block after it.
+        first = seq.next_logprobs()
+        seq.push([30, 31, 32, 33])
+        block = [seq.logprobs_at(n) for n in range(len(prompt) + 1, len(prompt) + 5)]
+    finally:
+        hook.remove()
+    # Assert: one row for the prompt, every row of the block, each the full forward's.
+    assert computed == [1, 4]
+    reference = full(model, [*prompt, 30, 31, 32, 33])
+    torch.testing.assert_close(first, reference[len(prompt) - 1], atol=1e-5, rtol=0)
+    for j, row in enumerate(block):
+        torch.testing.assert_close(row, reference[len(prompt) + j], atol=1e-5, rtol=0)
+    with pytest.raises(IndexError, match="no distribution kept"):
+        seq.logprobs_at(len(prompt) - 1)
+
+
 def test_truncate_to_a_point_without_a_kept_row_refeeds_one_token(model) -> None:
     seq = TokenSequence(model, [5, 6, 7, 8])
     seq.next_logprobs()

@@ -173,6 +173,8 @@ def test_the_default_device_process_never_imports_torch(model_dirs, pki, live, t
     result, heavy = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert heavy == []
     assert result["stats"]["fallback"] is None and result["stats"]["device_step_ms"] > 0
+    stats = result["stats"]  # all the Specialist's forwards: its prefill and at least one step more
+    assert stats["device_forwards_ms"] >= stats["device_prefill_ms"] + stats["device_step_ms"] - 0.02
     with contextlib.redirect_stdout(io.StringIO()) as torch_out:
         assert main([*base(model_dirs), "--json", "--drafter", "torch", *tls(pki, live[1])]) == 0
     assert result["token_ids"] == json.loads(torch_out.getvalue())["token_ids"]

@@ -71,10 +71,12 @@ def llama(char_tok):
 
 def test_merged_forwards_match_each_sequences_own_through_pushes_and_rollbacks(llama) -> None:
     # Prepare: four sequences with different prompt lengths.
-    alone, merged, stash = twins(llama, [[5, 6, 7], [10, 11, 12, 13, 14, 15, 16], [20], list(range(30, 42))])
-    # Execute and assert: a merged prefill (no past at all), then rounds of different lengths.
+    prefixes = [[5, 6, 7], [10, 11, 12, 13, 14, 15, 16], [20], list(range(30, 42))]
+    alone, merged, stash = twins(llama, prefixes)
+    # Execute and assert: a merged prefill (no past at all; a prompt's last row is the one kept),
+    # then rounds of different lengths.
     assert merged_sync(merged, stash) == 4
-    assert_same(alone, merged, [1, 1, 1, 1])
+    assert_same(alone, merged, [len(p) for p in prefixes])
     for pushes in ([[40, 41], [42], [43, 44, 45, 46], [47, 48, 49]], [[50], [51, 52, 53], [54, 55], [56]]):
         starts = step(alone, pushes)
         step(merged, pushes)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import gc
 
 import pytest
+import torch
 
 from core.errors import ConfigError, ProtocolError
+from core.kv import TokenSequence
 from core.models import CausalLM
 from core.session_types import Method, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
@@ -20,7 +22,7 @@ from server.config import load_config
 from server.errors import NoSessionSlot
 from server.metrics import Metrics
 from server.session import CloudVerifier
-from server.slot_sequence import SlotPools, SlotSequence
+from server.slot_sequence import SlotPools, SlotSequence, slot_forward
 from tests.server.test_batching import (
     PROMPTS,
     assert_same_rounds,
@@ -152,3 +154,28 @@ def test_live_verifier_on_the_slot_pool_serves_concurrent_devices_as_in_process(
     for pool in cloud.kv_slots.pools():
         assert pool.fused  # the pool's own forward (server.fused_decoder), the server's default
         assert sorted(pool.free_slots()) == [0, 1, 2, 3]
+
+
+def test_a_slot_prefill_hands_back_its_prompts_last_row_only(pair) -> None:
+    """The slot pool's side of the prefill finding (tests/core/test_kv.py): a prompt's forward
+    clones and log-softmaxes its last row only, not one a prompt token; a block keeps every row."""
+    # Prepare
+    s_lm, _ = pair
+    prompt = list(range(5, 25))
+    returned: list[int] = []
+
+    def counting(seq: SlotSequence, new: list[int]):  # type: ignore[no-untyped-def]
+        logits = slot_forward(seq, new)
+        returned.append(logits.shape[0])
+        return logits
+
+    seq = SlotPools(2, 64).sequence(s_lm.model, prompt, counting)
+    reference = TokenSequence(s_lm.model, prompt)
+    # Execute
+    first = seq.next_logprobs()
+    for s in (seq, reference):
+        s.push([30, 31, 32])
+    # Assert
+    torch.testing.assert_close(first, reference.logprobs_at(len(prompt)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(seq.next_logprobs(), reference.next_logprobs(), atol=1e-5, rtol=0)
+    assert returned == [1, 3]

@@ -1,0 +1,157 @@
+"""A prompt's prefill, computing the distribution after its last token only against after every token.
+
+    python -m bench.prefill_rows [--model qwen2.5-coder-0.5b-instruct] [--reps 3] [--out docs/results]
+
+The device prefills its private prompt (the demo user's retrieved examples included: 657 tokens
+with the default Specialist) before a session opens, and the verifier prefills each cloud model's
+public prompt at Open. `CachedSequence.rows_wanted` has a prefill compute its last row only; before
+it, the LM head ran at every prompt position and every row was log-softmaxed and kept, though no
+rollback ever goes behind the prompt. This times both, taking turns in one process (median of
+`--reps`), and measures the resident memory each one adds in a fresh process of its own (the
+model loaded and a 16-token forward run, then one prefill): at its peak, and held while its
+sequence lives. Writes OUT/prefill_rows.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.speed_timing import DEMO
+from core.cli import command_parser, reported, whole_number
+from core.fileio import atomic_write
+from core.kv import TokenSequence
+from core.models import DEFAULT_SPECIALIST, load_causal_lm
+from core.prompts import task_prompt
+from sdk.context import Profile
+from sdk.device import Specialist
+
+__all__ = ["EveryRowSequence", "main", "prefill_memory"]
+
+
+class EveryRowSequence(TokenSequence):
+    """The baseline: every forward computes and keeps a row per fed token, as before
+    `rows_wanted` (a prefill's rows for every prompt position)."""
+
+    def rows_wanted(self) -> int:
+        return len(self.ids) - self.cached
+
+
+KINDS = {"last-row": TokenSequence, "every-row": EveryRowSequence}
+
+
+def _device_prompt(model: str) -> tuple[object, list[int]]:
+    lm = load_causal_lm(model, progress=False)
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    specialist = Specialist(lm, Profile.from_obj(demo, source=str(DEMO)))
+    return lm, specialist.private_prompt_ids(task_prompt(demo["queries"][0]["subject"]), with_context=True)
+
+
+def _prefill_seconds(lm: object, ids: list[int], kind: str) -> float:
+    start = time.perf_counter()
+    KINDS[kind](lm.model, ids).next_logprobs()  # type: ignore[attr-defined]
+    return time.perf_counter() - start
+
+
+def _rss_mib() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def prefill_memory(model: str, kind: str) -> dict[str, float]:
+    """Resident memory a prefill of `kind` adds, in MiB, in this process (run it in a fresh one):
+    the peak while it runs (sampled every millisecond) and what stays while its sequence lives
+    (a kept row is a view that holds the whole log-softmaxed block alive)."""
+    lm, ids = _device_prompt(model)
+    KINDS[kind](lm.model, ids[:16]).next_logprobs()  # the first forward's one-off allocations (kernels' packed weights)
+    before, peak, running = _rss_mib(), [0.0], threading.Event()
+    running.set()
+
+    def sample() -> None:
+        while running.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    seq = KINDS[kind](lm.model, ids)  # type: ignore[attr-defined]
+    seq.next_logprobs()
+    running.clear()
+    sampler.join()
+    held = _rss_mib() - before
+    del seq
+    return {"peak_mib": max(peak[0], _rss_mib()) - before, "held_mib": held}
+
+
+def _memory(model: str, kind: str) -> dict[str, float]:
+    code = (
+        "import json; from bench.prefill_rows import prefill_memory; "
+        f"print(json.dumps(prefill_memory({model!r}, {kind!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = command_parser("bench.prefill_rows", __doc__.splitlines()[0])
+    p.add_argument("--model", default=DEFAULT_SPECIALIST, help="a model spec (default: the device's Specialist)")
+    p.add_argument("--reps", type=whole_number(1), default=3)
+    p.add_argument("--out", type=Path, default=Path("docs/results"))
+    args: argparse.Namespace = p.parse_args(argv)
+
+    def command() -> int:
+        lm, ids = _device_prompt(args.model)
+        for kind in KINDS:  # warm-up
+            _prefill_seconds(lm, ids, kind)
+        seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        for _ in range(args.reps):
+            for kind in KINDS:
+                seconds[kind].append(_prefill_seconds(lm, ids, kind))
+        result = {
+            "command": "python -m bench.prefill_rows " + " ".join(sys.argv[1:] if argv is None else argv),
+            "model": args.model,
+            "prompt_tokens": len(ids),
+            "vocab": lm.vocab_size,  # type: ignore[attr-defined]
+            "reps": args.reps,
+            "median_s": {kind: statistics.median(s) for kind, s in seconds.items()},
+            "seconds": seconds,
+            "memory_mib": {kind: _memory(args.model, kind) for kind in KINDS},
+        }
+        med, mem = result["median_s"], result["memory_mib"]
+        ratio = med["last-row"] / med["every-row"]
+        page = "\n".join(
+            [
+                "# A prompt's prefill: its last row only, against a row per prompt token",
+                "",
+                f"`{result['command']}`: {args.model}, the demo user's device prompt ({len(ids)} tokens, "
+                f"retrieved examples included), vocabulary {result['vocab']}, this CPU in float32.",
+                "",
+                "| prefill computes | median s | resident memory added: peak, MiB | held after, MiB |",
+                "|---|---|---|---|",
+                *(f"| {k} | {med[k]:.2f} | {mem[k]['peak_mib']:.0f} | {mem[k]['held_mib']:.0f} |" for k in KINDS),
+                "",
+                f"Last row only: {ratio:.2f}x the time of every row. Memory from a fresh process each (the "
+                "model loaded, a 16-token forward, then one prefill, its resident set sampled every "
+                "millisecond): the peak while it ran, and what stayed while its sequence lived.",
+                "",
+            ]
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write(args.out / "prefill_rows.json", json.dumps(result, indent=2) + "\n", mode=0o644)
+        atomic_write(args.out / "prefill_rows.md", page, mode=0o644)
+        print(page)
+        return 0
+
+    return reported("bench.prefill_rows", command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
