@@ -88,6 +88,11 @@ CONFIGS: dict[str, ModelShape] = {
     "qwen3-32b": ModelShape("qwen3", 5120, 64, 64, 8, 25600, 151936, False, 128, "Qwen/Qwen3-32B config.json"),
     # Not a real model: a CI smoke run's seconds-long stand-in.
     "tiny": ModelShape("qwen2", 64, 2, 4, 2, 128, 1024, False, source="bench.gpu's smoke configuration"),
+    # Not real models either: a pair whose forwards take a few ms on a CPU with the real 152k
+    # vocabulary, the regime a GPU's cloud puts the end-to-end run in (bench.random_models with a
+    # Qwen tokenizer, then bench.speed; docs/gpu.md, "What the cost model leaves out").
+    "vocab-64": ModelShape("qwen2", 64, 2, 4, 2, 128, 151936, True, source="a fast stand-in, real vocabulary"),
+    "vocab-128": ModelShape("qwen2", 128, 4, 4, 2, 256, 151936, True, source="a fast stand-in, real vocabulary"),
 }
 # Generalist -> its generic Specialist, for the verify round: the shipped pair's sizes and the paper's.
 PAIRS = {"qwen2.5-1.5b": "qwen2.5-0.5b", "qwen3-32b": "qwen3-0.6b", "tiny": "tiny"}
