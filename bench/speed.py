@@ -595,6 +595,7 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         )
         / 1000
         / rounds,
+        "device_prefill_seconds": sum(r.stats.extra.get("device_prefill_ms", 0.0) for r in runs) / 1000,
         "uplink_bytes_per_token": sum(r.stats.uplink_bytes for r in runs) / tokens,
         "uplink_open_bytes_per_generation": open_bytes / len(runs),
         "uplink_round_bytes_per_token": (sum(r.stats.uplink_bytes for r in runs) - open_bytes) / tokens,
@@ -638,6 +639,7 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "accepted_per_round": 0.0,
         "cloud_seconds_per_round": seconds / rounds,
         "device_seconds_per_round": None,  # no device forwards: the Generalist decodes alone
+        "device_prefill_seconds": None,
         "uplink_bytes_per_token": None,
         "uplink_open_bytes_per_generation": None,
         "uplink_round_bytes_per_token": None,
@@ -664,16 +666,23 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     return session, round_floor(costs, k, rtt, generic=generic), costs.verify_block(k, generic=generic)
 
 
-def _unmodelled(row: dict, sessions: float) -> float | None:
-    """A row's seconds a round that no forward and no RTT account for: its measured time less its
-    sessions' prefills (at their floor), the device's forwards and the cloud's rounds (both as
-    timed during the run) and the RTT. What is left is the wire (gRPC, TLS, the relay) and each
-    side's work around its forwards (sampling, the egress guard, steering, the session's
-    bookkeeping): where a row falls short of the cost model, this says how much of it is there."""
-    if row["kind"] == "llm" or "seconds" not in row or "device_seconds_per_round" not in row:
+def _unmodelled(row: dict, costs: Costs) -> float | None:
+    """A row's seconds a round that no forward and no RTT account for: its measured time less the
+    device's forwards (its prefills included) as the device timed them, the cloud's rounds as the
+    server timed them, each session's cloud prefills at their floor, and the RTT. What is left is
+    the wire (gRPC, TLS, the relay) and each side's work around its forwards (sampling, the egress
+    guard, steering, the session's bookkeeping): where a row falls short of the cost model, this
+    says how much of it is there (and the device and cloud columns, how much is theirs)."""
+    if row["kind"] == "llm" or row.get("device_prefill_seconds") is None:
         return None  # llm's rounds are its whole time in process (nothing to split); a row of an older run
-    timed = row["device_seconds_per_round"] + row["cloud_seconds_per_round"] + row["rtt_ms"] / 1000
-    return (row["seconds"] - sessions) / row["rounds"] - timed
+    cloud_prefills = costs.g_prefill + (costs.s_prefill if row["reads_generic_specialist"] else 0.0)
+    untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * cloud_prefills
+    return (
+        untimed / row["rounds"]
+        - row["device_seconds_per_round"]
+        - row["cloud_seconds_per_round"]
+        - row["rtt_ms"] / 1000
+    )
 
 
 def _analyse(
@@ -721,7 +730,7 @@ def _analyse(
                 rounds = r["tokens"]
             r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
             r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
-            r["unmodelled_seconds_per_round"] = _unmodelled(r, sessions)
+            r["unmodelled_seconds_per_round"] = _unmodelled(r, c)
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g

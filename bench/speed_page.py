@@ -84,11 +84,11 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "P_S^c after the whole draft); cloud round / floor: the server's "
         "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
         "`llm`'s steps include it, and so does its floor); device ms/round: the device's own forwards in the "
-        "rounds, as it timed them; unmodelled ms/round: the row's time less its sessions' prefills, those "
-        "forwards, the cloud's rounds and the RTT (the wire and each side's work around its forwards, which "
-        "the cost model leaves out). Model tok/s: the cost model's prediction, the same "
-        "floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per token, "
-        "then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
+        "rounds, as it timed them; unmodelled ms/round: the row's time less the device's forwards (its prefills "
+        "too), the cloud's rounds, the cloud's prefills at their floor and the RTT (the wire and each side's "
+        "work around its forwards, which the cost model leaves out). Model tok/s: the cost model's prediction, "
+        "the same floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per "
+        "token, then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",
         "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
         "guard look-ahead tokens/token | "

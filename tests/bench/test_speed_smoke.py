@@ -41,16 +41,12 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     # A round's time, decomposed: the device's own forwards in it, and what no forward or RTT explains.
     assert all(r["device_seconds_per_round"] > 0 for r in rows if r["kind"] != "llm")
     assert all(r["unmodelled_seconds_per_round"] is None for r in rows if r["kind"] == "llm")
-    assert all(
-        r["unmodelled_seconds_per_round"]
-        == pytest.approx(
-            (r["seconds"] - r["generations"] * r["session_floor_seconds"]) / r["rounds"]
-            - r["device_seconds_per_round"]
-            - r["cloud_seconds_per_round"]
-            - r["rtt_ms"] / 1000
-        )
-        for r in steered
-    )
+    floors = meta["floors_by_rtt_seconds"]
+    for r in steered:  # the device's prefills as timed, the cloud's at the floor of the row's RTT
+        floor = floors[str(r["rtt_ms"])]
+        prefills = r["device_prefill_seconds"] + r["generations"] * (floor["g_prefill"] + floor["s0_prefill"])
+        split = r["device_seconds_per_round"] + r["cloud_seconds_per_round"] + r["rtt_ms"] / 1000
+        assert r["unmodelled_seconds_per_round"] == pytest.approx((r["seconds"] - prefills) / r["rounds"] - split)
     assert "unmodelled ms/round" in (out / "speed.md").read_text()
     assert meta["baseline"]["llm_vs_hf_generate"] > 0 and meta["baseline"]["reps"] == 3
     assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}
