@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LOGP_FLOOR", "choose", "device_rng", "floored", "recovery_scores"]
+__all__ = ["DRAW_BLOCK", "LOGP_FLOOR", "choose", "device_rng", "floored", "inverse_cdf", "recovery_scores"]
 
 # Log-probabilities enter steering values and recovery scores floored here: log of the smallest
 # normal float32, about -87.34. A model may give a token exactly zero probability (a -inf logit,
@@ -59,9 +59,33 @@ def choose(
     x = np.asarray(scores, dtype=np.float32)
     if not sampling:
         return int(np.argmax(x))
-    logits = x.astype(np.float64) / temperature
-    weights = np.exp(logits - logits.max())
-    cumulative = np.cumsum(weights)
-    u = (generator if generator is not None else np.random.default_rng()).random() * cumulative[-1]
-    # The first index whose cumulative weight exceeds u: never a zero-weight entry.
-    return int(min(np.searchsorted(cumulative, u, side="right"), len(cumulative) - 1))
+    scaled = x if temperature == 1.0 else x / np.float32(temperature)
+    weights = np.exp(scaled - scaled.max())  # float32 in [0, 1], the largest exactly 1
+    return inverse_cdf(weights, (generator if generator is not None else np.random.default_rng()).random())
+
+
+# A draw sums blocks of this many weights, then cumulates within the one block it falls in: one
+# float64 cumulative sum over a 152k vocabulary cost 2.0 ms a drawn token on this CPU, a tenth of
+# the int4 drafter's 19 ms step; two levels take 0.3 ms (bench.sampling_draw).
+DRAW_BLOCK = 1024
+
+
+def inverse_cdf(weights: NDArray[np.float32], uniform: float) -> int:
+    """The first index whose cumulative weight (summed in float64) exceeds `uniform` (in [0, 1)) times
+    the total: an entry of weight 0 is never drawn. Two levels, blocks then one block's entries."""
+    n = len(weights)
+    full = n - n % DRAW_BLOCK
+    sums = weights[:full].reshape(-1, DRAW_BLOCK).sum(axis=1, dtype=np.float64)
+    if full < n:
+        sums = np.append(sums, weights[full:].sum(dtype=np.float64))
+    ends = np.cumsum(sums)
+    target = uniform * ends[-1]
+    block = min(int(np.searchsorted(ends, target, side="right")), len(ends) - 1)
+    start = block * DRAW_BLOCK
+    inside = np.cumsum(weights[start : start + DRAW_BLOCK], dtype=np.float64)
+    offset = int(np.searchsorted(inside, target - (ends[block - 1] if block else 0.0), side="right"))
+    if offset < len(inside) and weights[start + offset] > 0:
+        return start + offset
+    # Rounding between a block's sum and its own cumulative sum put the target at the block's end:
+    # the last entry with weight, there or before it.
+    return int(np.flatnonzero(weights[: start + len(inside)])[-1])
