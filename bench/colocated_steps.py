@@ -10,7 +10,8 @@ loopback, and in process again, and prints the median of the device's own forwar
 prefill (`device_step_ms`, as `sdk generate --json` reports it) for each, beside the draft step
 timed alone. Where the gRPC turn's steps are slower, the device's forwards share the cores with
 the verifier's and gRPC's threads (every verdict's post-round work overlaps the next draft), which
-the cost model's draft step, timed alone, does not see. Writes OUT/colocated_steps.json.
+the cost model's draft step, timed alone, does not see; `--device-threads` below the cores leaves them room. Writes
+OUT/colocated_steps_<torch threads>threads.json.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import json
 import statistics
 import sys
 from collections.abc import Sequence
+
+import torch
 
 from bench import speed
 from core.fileio import atomic_write
@@ -38,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.prog, p.description = "bench.colocated_steps", __doc__.splitlines()[0]
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.device_threads is not None:
+        torch.set_num_threads(args.device_threads)
     bench = speed._prepare(args)
     params = SessionParams(gamma=0.5, draft_len=args.draft_len, sampling=args.sampling)
     steps: dict[str, float] = {}
@@ -54,10 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "command": "python -m bench.colocated_steps " + " ".join(sys.argv[1:] if argv is None else argv),
         "queries": len(bench.prompts),
+        "torch_threads": torch.get_num_threads(),
         "draft_step_alone_ms": bench.costs.draft_step * 1e3,
         "device_step_ms_median": steps,
     }
-    atomic_write(args.out / "colocated_steps.json", json.dumps(result, indent=2) + "\n", mode=0o644)
+    name = f"colocated_steps_{result['torch_threads']}threads.json"
+    atomic_write(args.out / name, json.dumps(result, indent=2) + "\n", mode=0o644)
     print(
         f"draft step timed alone {result['draft_step_alone_ms']:.2f} ms; the device's steps (median): "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in steps.items()),

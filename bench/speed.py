@@ -83,6 +83,7 @@ from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
 from bench.speed_page import command_line, markdown, plot
 from bench.speed_timing import DEMO, logger, measure_costs
+from core.cli import whole_number
 from core.device import DTYPE_CHOICES
 from core.linear import LINEAR_KERNELS, resolve_linear_kernel
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
@@ -192,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare_drafters:
         return compare_drafters(args, argv)
 
+    if args.device_threads is not None:
+        torch.set_num_threads(args.device_threads)
     bench = _prepare(args)
     baseline = _baselines(bench)
     reference = {} if args.no_llamacpp else _llamacpp_references(bench)
@@ -452,6 +455,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["fp32", "int8"], default="fp32", help="both models' Linear layers")
     p.add_argument("--cloud-device", default="cpu", help="where the cloud's two models run: cpu (default), cuda")
     p.add_argument("--cloud-dtype", default="float32", choices=DTYPE_CHOICES, help="the cloud models' weights")
+    p.add_argument(
+        "--device-threads",
+        type=whole_number(1),
+        help="torch's CPU threads (default: torch's, every core); with the cloud on a GPU, leave the verifier "
+        "a core or two: a device whose threads fill every core stalls whenever a verifier thread runs beside it",
+    )
     p.add_argument("--kv", choices=("dynamic", "slots"), default="dynamic", help="the verifier's KV engine")
     p.add_argument("--kv-forward", choices=SLOT_FORWARDS, default="fused", help="--kv slots: the pool's forward")
     p.add_argument("--kv-compile", action="store_true", help="--kv slots: compile the pool's forward (inductor)")

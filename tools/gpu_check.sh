@@ -102,8 +102,14 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
     --acceptance 0.8 --specialist "$E2E_SPECIALIST" --out "$models" --device "$DEVICE" >"$OUT/e2e.txt" 2>&1
   left=$(($1 - ($(date +%s) - START)))
   [ "$left" -ge 30 ] || { echo "bench.speed skipped: ${left}s left" >>"$OUT/e2e.txt"; return 0; }
+  # The device drafts on the CPU beside the verifier's threads (gRPC, the sessions, the CUDA launches):
+  # with torch's threads on every core, each of those stalls its forwards (bench.colocated_steps), so
+  # with the cloud on the card it leaves them two cores. On the CPU the two share every core anyway.
+  local threads=()
+  [ "$DEVICE" = cpu ] || threads=(--device-threads "$(($(nproc) > 3 ? $(nproc) - 2 : 1))")
   timeout "$left" $PY -m bench.speed --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
     --cloud-device "$DEVICE" --cloud-dtype "$DTYPE" --kv slots --sampling --methods fusion,specsteer \
+    ${threads[@]+"${threads[@]}"} \
     --rtts 0 20 50 100 --queries 1 \
     --max-new-tokens 32 \
     --baseline-reps 1 --no-llamacpp --out "$OUT/e2e" --tag speed_gpu >>"$OUT/e2e.txt" 2>&1

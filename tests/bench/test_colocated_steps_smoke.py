@@ -18,7 +18,9 @@ def test_colocated_steps_times_the_device_step_three_ways(tmp_path, char_tok) ->
     # Execute
     assert colocated_steps.main([*args, "--reps", "1", "--out", str(out)]) == 0
     # Assert
-    data = json.loads((out / "colocated_steps.json").read_text())
+    (written,) = out.glob("colocated_steps_*threads.json")
+    data = json.loads(written.read_text())
+    assert written.name == f"colocated_steps_{data['torch_threads']}threads.json"
     assert set(data["device_step_ms_median"]) == {"in_process", "grpc_tls", "in_process_again"}
     assert all(ms > 0 for ms in data["device_step_ms_median"].values()) and data["draft_step_alone_ms"] > 0
     assert data["command"].startswith("python -m bench.colocated_steps --specialist")

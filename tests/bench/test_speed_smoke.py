@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from bench import speed
 from core.linear import onednn_available
@@ -67,9 +68,14 @@ def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(
     args = ["--rtts", "0", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4", "--baseline-reps", "1"]
     args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out), "--no-best-k"]
     args += ["--cloud-dtype", "bfloat16", "--kv", "slots", "--sampling", "--methods", "fusion,specsteer"]
-    assert speed.main(args) == 0
+    threads = torch.get_num_threads()
+    try:  # the GPU script leaves the verifier two cores (--device-threads, nproc - 2)
+        assert speed.main([*args, "--device-threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     data = json.loads((out / "speed.json").read_text())
     meta, rows = data["meta"], data["rows"]
+    assert meta["torch_threads"] == 1
     assert (meta["cloud_device"], meta["cloud_dtype"], meta["kv"]) == ("cpu", "bfloat16", "slots")
     assert (meta["kv_forward"], meta["kv_compile"], meta["sampling"]) == ("fused", False, True)
     # Only the rows issue 27 holds to the cost model (the GPU sweep's time is short).
