@@ -96,6 +96,25 @@ def test_merged_forwards_match_each_sequences_own_through_pushes_and_rollbacks(l
     assert [s.forward_passes - p for s, p in zip(merged, passes_before, strict=True)] == [1, 1, 1, 1]
 
 
+def test_merged_prefills_run_the_lm_head_at_each_prompts_last_column_only(llama) -> None:
+    """Finding: a merged forward ran the LM head at every column of every row, so sessions opening
+    together held batch x longest prompt x vocabulary logits (8 prompts of 600 tokens over a 152k
+    vocabulary: 2.9 GB in fp32) to read one row each."""
+    # Prepare: three prompts of different lengths; count the columns the LM head sees.
+    prefixes = [[5, 6, 7], [10, 11, 12, 13, 14, 15, 16], list(range(30, 42))]
+    alone, merged, stash = twins(llama, prefixes)
+    columns: list[int] = []
+    hook = llama.lm_head.register_forward_hook(lambda _m, _i, out: columns.append(out.shape[-2]))
+    try:
+        # Execute
+        assert merged_sync(merged, stash) == 3
+    finally:
+        hook.remove()
+    # Assert: one column a prompt (its last), each row its own forward's.
+    assert columns == [3]
+    assert_same(alone, merged, [len(p) for p in prefixes])
+
+
 def test_a_merged_forward_can_mix_prefills_with_cached_sequences(llama) -> None:
     # Prepare: one sequence with a cached past, two new sessions' prompts (no cache yet).
     alone, merged, stash = twins(llama, [[5, 6, 7, 8], [9, 10], [70, 71, 72]])
