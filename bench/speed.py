@@ -28,6 +28,9 @@ machine's speed drifts over a run, and drift is not engine overhead. With those,
   steered bonus token), with the fraction of it reached;
 - the verify round's measured cloud time (the server's `round()` calls, timed) against the
   cloud blocks alone: the engine's overhead;
+- the round split: the device's own forwards a round (as the device timed them), and what
+  neither they, the cloud's rounds, the cloud's prefills nor the RTT account for (the wire and
+  each side's work around its forwards): where a row falls short of the model, the part to look at;
 - the cost model's prediction: the same floor with the rounds predicted from the acceptance alone
   (i.i.d. per-token acceptance a fitted to the mean accepted per round: E(K) = 1 + a(1-a^K)/(1-a)
   tokens a round; fusion and llm one token a round), as validation of every method, and the K
