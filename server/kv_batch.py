@@ -83,7 +83,8 @@ def forward_batch(items: Sequence[tuple[TokenSequence, Sequence[int]]]) -> list[
             logits_to_keep=torch.tensor(columns, dtype=torch.long, device=device),
         )
         _split_cache(merged, [seq.cache for seq, _ in items], lengths, longest + width)
-    return [out.logits[i, [at[column] for column in rows]] for i, rows in enumerate(wanted)]
+    # A row's columns are consecutive among those kept: a slice (a view, as before), not a gathered copy.
+    return [out.logits[i, at[rows.start] : at[rows.start] + len(rows)] for i, rows in enumerate(wanted)]
 
 
 def _check_mergeable(items: Sequence[tuple[TokenSequence, Sequence[int]]], model: PreTrainedModel) -> None:
