@@ -25,14 +25,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.speed_timing import DEMO
+from bench.speed_timing import demo_device_ids
 from core.cli import command_parser, reported, whole_number
 from core.fileio import atomic_write
 from core.kv import TokenSequence
-from core.models import DEFAULT_SPECIALIST, load_causal_lm
-from core.prompts import task_prompt
-from sdk.context import Profile
-from sdk.device import Specialist
+from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 
 __all__ = ["EveryRowSequence", "main", "prefill_memory"]
 
@@ -48,16 +45,14 @@ class EveryRowSequence(TokenSequence):
 KINDS = {"last-row": TokenSequence, "every-row": EveryRowSequence}
 
 
-def _device_prompt(model: str) -> tuple[object, list[int]]:
+def _device_prompt(model: str) -> tuple[CausalLM, list[int]]:
     lm = load_causal_lm(model, progress=False)
-    demo = json.loads(DEMO.read_text(encoding="utf-8"))
-    specialist = Specialist(lm, Profile.from_obj(demo, source=str(DEMO)))
-    return lm, specialist.private_prompt_ids(task_prompt(demo["queries"][0]["subject"]), with_context=True)
+    return lm, demo_device_ids(lm)
 
 
-def _prefill_seconds(lm: object, ids: list[int], kind: str) -> float:
+def _prefill_seconds(lm: CausalLM, ids: list[int], kind: str) -> float:
     start = time.perf_counter()
-    KINDS[kind](lm.model, ids).next_logprobs()  # type: ignore[attr-defined]
+    KINDS[kind](lm.model, ids).next_logprobs()
     return time.perf_counter() - start
 
 
@@ -82,7 +77,7 @@ def prefill_memory(model: str, kind: str) -> dict[str, float]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    seq = KINDS[kind](lm.model, ids)  # type: ignore[attr-defined]
+    seq = KINDS[kind](lm.model, ids)
     seq.next_logprobs()
     running.clear()
     sampler.join()
@@ -119,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": "python -m bench.prefill_rows " + " ".join(sys.argv[1:] if argv is None else argv),
             "model": args.model,
             "prompt_tokens": len(ids),
-            "vocab": lm.vocab_size,  # type: ignore[attr-defined]
+            "vocab": lm.vocab_size,
             "reps": args.reps,
             "median_s": {kind: statistics.median(s) for kind, s in seconds.items()},
             "seconds": seconds,

@@ -16,12 +16,10 @@ from collections.abc import Sequence
 import torch
 
 from bench.speed_page import command_line
-from bench.speed_timing import DEMO, bare_forward_time, drafter_times, logger, torch_drafter_times
+from bench.speed_timing import DEMO, bare_forward_time, demo_device_ids, drafter_times, logger, torch_drafter_times
 from core.linear import onednn_available, resolve_linear_kernel, use_linear_kernel
 from core.models import load_causal_lm
 from core.prompts import render_prompt, task_prompt
-from sdk.context import Profile
-from sdk.device import Specialist
 from sdk.llamacpp import drafter_for
 
 __all__ = ["compare_drafters", "compare_kernels", "compare_quantize"]
@@ -78,13 +76,10 @@ def compare_kernels(args: argparse.Namespace, argv: Sequence[str] | None) -> int
 def compare_drafters(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """The device's draft step and its private prompt's prefill on torch and on llama.cpp (the
     same GGUF), taking turns over `--kernel-rounds` rounds in one process."""
-    demo = json.loads(DEMO.read_text(encoding="utf-8"))
     lm = load_causal_lm(args.specialist, linear_kernel=args.linear_kernel)
     drafter = drafter_for("llamacpp", args.specialist, lm)
     assert drafter is not None
-    ids = Specialist(lm, Profile.from_obj(demo, source=str(DEMO))).private_prompt_ids(
-        task_prompt(demo["queries"][0]["subject"]), with_context=True
-    )
+    ids = demo_device_ids(lm)
     log = logger()
     turns: dict[str, dict[str, list[float]]] = {d: {"step": [], "prefill": []} for d in ("torch", "llamacpp")}
     for _ in range(args.kernel_rounds):

@@ -10,6 +10,7 @@ reads, what each drafted token costs the device.
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -22,8 +23,9 @@ from bench.cost_model import Costs
 from bench.timing import median_ms
 from core.kv import CachedSequence, TokenSequence, model_device, recording_cache
 from core.models import CausalLM
-from core.prompts import render_prompt
-from sdk.device import Drafter
+from core.prompts import render_prompt, task_prompt
+from sdk.context import Profile
+from sdk.device import Drafter, Specialist
 from server.slot_pool import SlotPool
 from server.slot_sequence import SlotPools
 
@@ -31,6 +33,7 @@ __all__ = [
     "DEMO",
     "bare_forward_time",
     "bare_prefill_time",
+    "demo_device_ids",
     "drafter_times",
     "logger",
     "measure_costs",
@@ -40,6 +43,14 @@ __all__ = [
 ]
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
+
+
+def demo_device_ids(lm: CausalLM) -> list[int]:
+    """The device's private prompt for the demo user's first query, its retrieved examples
+    included: what the device prefills before it opens a session."""
+    demo = json.loads(DEMO.read_text(encoding="utf-8"))
+    specialist = Specialist(lm, Profile.from_obj(demo, source=str(DEMO)))
+    return specialist.private_prompt_ids(task_prompt(demo["queries"][0]["subject"]), with_context=True)
 
 
 def bare_forward_time(lm: CausalLM, ids: Sequence[int], block: int, reps: int = 5) -> float:
