@@ -1,9 +1,10 @@
 """The speed benchmark's cost model: a speculative round's floor and the tokens it commits.
 
 Pure functions of measured costs (`Costs`, seconds) and the i.i.d. per-token acceptance a: a
-round commits E(K) = 1 + a(1-a^K)/(1-a) tokens, and costs K draft steps, the cloud's K+1-token
-blocks and one RTT at its floor. `bench.speed` fits a to its runs, checks the prediction against
-them, and projects it (the crossover block/step ratio, a paper-size pair).
+round commits E(K) = 1 + a(1-a^K)/(1-a) tokens, and costs K draft steps (each a forward and a draw
+from its row), one check of the egress guard, the cloud's K+1-token blocks and one RTT.
+`bench.speed` fits a to its runs, checks the prediction against them, and projects it (the
+crossover block/step ratio, a paper-size pair).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "crossover_ratio",
     "expected_tokens",
     "fit_acceptance",
+    "fusion_round",
     "predicted_tps",
     "projected_speedup",
     "round_floor",
@@ -29,7 +31,11 @@ class Costs:
     """Seconds. `g_blocks`/`s_blocks`: measured block cost by block size (1 = a step), on the
     cloud's prompt; `draft_step`: on the device's prompt (with the retrieved examples). The
     prefills are the once-a-session costs: the device's private prompt (before Open), and each
-    cloud model's public prompt (at Open)."""
+    cloud model's public prompt (at Open). The device's work around its forwards (`bench.device_work`):
+    `greedy_pick` and `sampled_draw`, a token chosen from a whole row either way; `guard_check`, one
+    check of the egress guard over what a round sends; `fuse`, fusion's decoding of the cloud's dense
+    vector and its fused choice (in the mode the run samples). Zero where not timed (or the guard is
+    off)."""
 
     draft_step: float
     g_blocks: dict[int, float]
@@ -37,6 +43,10 @@ class Costs:
     device_prefill: float = 0.0
     g_prefill: float = 0.0
     s_prefill: float = 0.0
+    greedy_pick: float = 0.0
+    sampled_draw: float = 0.0
+    guard_check: float = 0.0
+    fuse: float = 0.0
 
     @property
     def g_step(self) -> float:
@@ -57,6 +67,10 @@ class Costs:
         alone for `sd`, which never reads P_S^0)."""
         return self.g_block(k + 1) + (self.s_block(k + 1) if generic else 0.0)
 
+    def choice(self, sampling: bool) -> float:
+        """What choosing one drafted token from its row costs the device, in that mode."""
+        return self.sampled_draw if sampling else self.greedy_pick
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "draft_step": self.draft_step,
@@ -65,6 +79,10 @@ class Costs:
             "device_prefill": self.device_prefill,
             "g_prefill": self.g_prefill,
             "s0_prefill": self.s_prefill,
+            "greedy_pick": self.greedy_pick,
+            "sampled_draw": self.sampled_draw,
+            "guard_check": self.guard_check,
+            "fuse": self.fuse,
         }
 
 
@@ -98,17 +116,26 @@ def fit_acceptance(mean_accepted: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def round_floor(costs: Costs, k: int, rtt: float, *, generic: bool = True) -> float:
-    """A speculative round at its floor: K draft steps, the cloud blocks, one RTT."""
-    return k * costs.draft_step + costs.verify_block(k, generic=generic) + rtt
+def round_floor(costs: Costs, k: int, rtt: float, *, generic: bool = True, sampling: bool = False) -> float:
+    """A speculative round at its floor: K draft steps, each a forward and a choice from its row (a
+    sampled draw or an argmax), one guard check, the cloud blocks, one RTT."""
+    drafts = k * (costs.draft_step + costs.choice(sampling))
+    return drafts + costs.guard_check + costs.verify_block(k, generic=generic) + rtt
 
 
-def predicted_tps(a: float, k: int, costs: Costs, rtt: float) -> float:
-    return expected_tokens(a, k) / round_floor(costs, k, rtt)
+def fusion_round(costs: Costs, rtt: float, *, generic: bool = True) -> float:
+    """A `fusion` round (one token): the device's step, the guard's check of the token it sends, both
+    cloud models' steps, one RTT, and the device's fusion of the dense vector with its row."""
+    cloud = costs.g_step + (costs.s_step if generic else 0.0)
+    return costs.draft_step + costs.guard_check + cloud + rtt + costs.fuse
 
 
-def best_k(a: float, costs: Costs, rtt: float, k_max: int) -> int:
-    return max(range(1, k_max + 1), key=lambda k: predicted_tps(a, k, costs, rtt))
+def predicted_tps(a: float, k: int, costs: Costs, rtt: float, *, sampling: bool = False) -> float:
+    return expected_tokens(a, k) / round_floor(costs, k, rtt, sampling=sampling)
+
+
+def best_k(a: float, costs: Costs, rtt: float, k_max: int, *, sampling: bool = False) -> int:
+    return max(range(1, k_max + 1), key=lambda k: predicted_tps(a, k, costs, rtt, sampling=sampling))
 
 
 def crossover_ratio(a: float, k: int, draft_ratio: float, s0_ratio: float, rtt_steps: float) -> float:

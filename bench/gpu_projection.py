@@ -5,14 +5,18 @@ block times from a `bench.gpu` run, for one (Generalist, generic Specialist) pai
         --mean-accepted 2.35 --draft-len 4 --draft-step-ms 25 --out docs/results
 
 Per RTT, tokens/s of:
-- `specsteer` at its best K (1..8): a round is K device draft steps, both cloud blocks of K+1
-  tokens (the measured replays; a whole round measured within a few % of the two blocks alone) and
-  one RTT, and commits E(K) = 1 + a(1-a^K)/(1-a) tokens, with a fitted to `--mean-accepted` drafts
-  accepted per round of `--draft-len` (measured on the real pair on this CPU);
-- `fusion` (full-vocabulary steering): every token a device step, a cloud step of both models, an
-  RTT and the whole vector (4 bytes a vocabulary entry) over `--downlink-mbps`;
+- `specsteer` at its best K (1..8): a round is K device draft steps (each with its greedy pick), one
+  check of the egress guard, both cloud blocks of K+1 tokens (the measured replays; a whole round
+  measured within a few % of the two blocks alone) and one RTT, and commits E(K) = 1 + a(1-a^K)/(1-a)
+  tokens, with a fitted to `--mean-accepted` drafts accepted per round of `--draft-len` (measured on
+  the real pair on this CPU);
+- `fusion` (full-vocabulary steering): every token a device step, a guard check, a cloud step of both
+  models, an RTT, the whole vector (4 bytes a vocabulary entry) over `--downlink-mbps` and the
+  device's fusion of it;
 - `llm` as the SDK runs it (one round, so one RTT, a token) and `llm` streamed (the cloud decoding
   alone, no RTT a token: the fastest a cloud-only answer can arrive).
+The device's work around its forwards (the pick, the guard check, fusion's decoding and fused pick)
+comes from `--device-work`, a `bench.device_work` JSON of the device that drafts (none: left out).
 Then, over a grid of RTTs and draft-step costs: where `specsteer` reaches 3x `fusion`, and where it
 beats each `llm`. A projection, not a measurement: the model's end-to-end check on the GPU (the
 real server at each RTT) is not in this run.
@@ -27,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cost_model import Costs, best_k, expected_tokens, fit_acceptance, predicted_tps
+from bench.cost_model import Costs, best_k, expected_tokens, fit_acceptance, fusion_round, predicted_tps
 from core.cli import command_parser, reported
 from core.errors import ConfigError
 from core.fileio import atomic_write
@@ -63,7 +67,7 @@ def pool_blocks(gpu: dict[str, Any], config: str) -> dict[int, float]:
 def rates(costs: Costs, a: float, rtt: float, vector_s: float) -> dict[str, float]:
     """Tokens/s of each method at `rtt` seconds (see the module docstring)."""
     k = best_k(a, costs, rtt, K_MAX)
-    fusion = 1 / (costs.draft_step + costs.g_step + costs.s_step + rtt + vector_s)
+    fusion = 1 / (fusion_round(costs, rtt) + vector_s)
     return {
         "best_k": k,
         "specsteer": predicted_tps(a, k, costs, rtt),
@@ -78,9 +82,10 @@ def project(gpu: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     a = fit_acceptance(args.mean_accepted, args.draft_len)
     vocab = next(r["shape"]["vocab"] for r in gpu["rows"] if r.get("config") == args.specialist)
     vector_s = vocab * 4 * 8 / (args.downlink_mbps * 1e6)
+    work = device_work(args.device_work)
 
     def costs(draft_ms: float) -> Costs:
-        return Costs(draft_step=draft_ms / 1e3, g_blocks=g_blocks, s_blocks=s_blocks)
+        return Costs(draft_step=draft_ms / 1e3, g_blocks=g_blocks, s_blocks=s_blocks, **work)
 
     by_rtt = {str(r): rates(costs(args.draft_step_ms), a, r / 1e3, vector_s) for r in RTTS_MS}
     grid = []
@@ -97,6 +102,8 @@ def project(gpu: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "mean_accepted": args.mean_accepted,
         "draft_len": args.draft_len,
         "draft_step_ms": args.draft_step_ms,
+        "device_work_ms": {k: v * 1e3 for k, v in work.items()},
+        "device_work_from": str(args.device_work) if args.device_work else None,
         "downlink_mbps": args.downlink_mbps,
         "fusion_vector_ms": vector_s * 1e3,
         "by_rtt_ms": by_rtt,
@@ -104,7 +111,24 @@ def project(gpu: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def device_work(path: Path | None) -> dict[str, float]:
+    """The device's work around its forwards from a `bench.device_work` JSON (seconds by `Costs`
+    field); none without a file."""
+    if path is None:
+        return {}
+    try:
+        seconds = json.loads(path.read_text()).get("seconds", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"Cannot read the bench.device_work JSON {path}: {exc}.") from None
+    keys = ("greedy_pick", "sampled_draw", "guard_check", "fuse")
+    missing = [k for k in keys if not isinstance(seconds.get(k), int | float)]
+    if missing:
+        raise ConfigError(f"Cannot read the bench.device_work JSON {path}: no seconds for {', '.join(missing)}.")
+    return {k: float(seconds[k]) for k in keys}
+
+
 def page(result: dict[str, Any], command: str) -> str:
+    work = result.get("device_work_ms") or {}
     lines = [
         f"# Projection: {result['generalist']} verifying for {result['specialist']} (cost model, {result['device']})",
         "",
@@ -112,7 +136,14 @@ def page(result: dict[str, Any], command: str) -> str:
         "",
         f"Per-token acceptance a = {result['acceptance_a']:.3f} (fitted to {result['mean_accepted']} drafts "
         f"accepted per round of {result['draft_len']}); device draft step {result['draft_step_ms']} ms; "
-        f"fusion's whole vector {result['fusion_vector_ms']:.1f} ms at {result['downlink_mbps']} Mbit/s. "
+        + (
+            f"the device's work around its forwards ({result['device_work_from']}): a greedy pick "
+            f"{work['greedy_pick']:.3f} ms a draft, a guard check {work['guard_check']:.3f} ms a round, "
+            f"fusion {work['fuse']:.3f} ms a token; "
+            if work
+            else "the device's work around its forwards left out (no --device-work); "
+        )
+        + f"fusion's whole vector {result['fusion_vector_ms']:.1f} ms at {result['downlink_mbps']} Mbit/s. "
         "Cloud blocks: the slot pool's CUDA-graph replays of random-weight models of these configurations. "
         "A projection: the end-to-end run that would check the model on the GPU is not part of it.",
         "",
@@ -156,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-len", type=int, default=4, help="K of the rounds that measured it")
     p.add_argument("--draft-step-ms", type=float, required=True, help="the device's draft step, measured")
     p.add_argument("--downlink-mbps", type=float, default=100.0, help="for fusion's whole vector (default 100)")
+    p.add_argument("--device-work", type=Path, help="a bench.device_work JSON: the device's pick, guard check, fusion")
     p.add_argument("--name", default="gpu_projection", help="OUT/NAME.{md,json}")
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     return p

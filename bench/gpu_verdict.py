@@ -143,7 +143,7 @@ def e2e_verdicts(speed: dict[str, Any] | None) -> list[Verdict]:
     if unmodelled is not None:  # where a shortfall went (bench.speed's decomposition of a round)
         figure += (
             f"; a round: {worst['seconds'] / worst['rounds'] * 1e3:.1f} ms measured, "
-            f"{unmodelled * 1e3:.1f} ms of it no forward or RTT accounts for"
+            f"{unmodelled * 1e3:.1f} ms of it the model prices nowhere"
         )
     figure += ")"
     return [Verdict(criterion, figure, target, not off)]

@@ -19,13 +19,20 @@ warm cache of the public prompt for every n from 1 to K_max+1, and the three onc
 prefills (the device's private prompt before Open, each cloud model's public prompt at Open). The
 same forwards are timed again just before each RTT's rows, and those rows are held to them: this
 machine's speed drifts over a run, and drift is not engine overhead. With those, every row gets
-- its *floor*: the round cost if nothing but those forwards and the RTT took time
-  (specsteer: K draft steps + Generalist block(K+1) + generic Specialist block(K+1) + RTT; sd the
-  same without the generic Specialist, which it never reads; fusion: a draft step + both cloud
-  1-token steps + RTT; llm: one Generalist step), and the *analytic bound*: the row's tokens over
-  its sessions' prefills plus its measured rounds at the floor plus the draft steps beyond K (the
-  egress guard's look-ahead to resolve its holds, and P_S^c after a fully accepted draft for the
-  steered bonus token), with the fraction of it reached;
+- the device's work around its forwards, each part timed alone on the device's own text
+  (`bench.device_work`): choosing a token from a whole row (an argmax, or a sampled draw), one
+  check of the egress guard, fusion's decoding of its dense vector and fused choice;
+- the path's own round trip: gRPC health checks through the relay, over TLS, before each RTT's
+  rows (the relay's RTT, plus what loopback, TLS and HTTP/2 take);
+- its *floor*: the round cost if nothing but those forwards, the device's work and the path's
+  round trip took time (specsteer: K draft steps and their choices + one guard check + Generalist
+  block(K+1) + generic Specialist block(K+1) + the round trip; sd the same without the generic
+  Specialist, which it never reads; fusion: a draft step + a guard check + both cloud 1-token steps
+  + the round trip + its fusion; llm: one Generalist step), and the *analytic bound*: the row's
+  tokens over its sessions' prefills plus its measured rounds at the floor plus the draft steps
+  beyond K (the egress guard's look-ahead to resolve its holds, each with its choice and a check
+  more, and P_S^c after a fully accepted draft for the steered bonus token), with the fraction of
+  it reached;
 - the verify round's measured cloud time (the server's `round()` calls, timed) against the
   cloud blocks alone: the engine's overhead;
 - the round split: the device's own forwards a round (as the device timed them), and what
@@ -68,6 +75,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import grpc
 import torch
 
 from bench.cost_model import (
@@ -76,10 +84,12 @@ from bench.cost_model import (
     crossover_ratio,
     expected_tokens,
     fit_acceptance,
+    fusion_round,
     predicted_tps,
     projected_speedup,
     round_floor,
 )
+from bench.device_work import DeviceText, device_text, device_work_times
 from bench.netdelay import DelayRelay
 from bench.plotting import plotted
 from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
@@ -93,11 +103,14 @@ from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_c
 from core.prompts import task_prompt
 from core.session_types import Method, SessionParams
 from core.wire import encode_open
+from privacy.guard import EgressGuard
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Drafter, Specialist, generate
 from sdk.llamacpp import DRAFTERS, drafter_for
+from sdk.remote import HEALTH_CHECK_METHOD
 from sdk.transport import InProcessVerifier
+from sdk.uplink_guard import guard_setting
 from server.config import SLOT_FORWARDS, ServerConfig
 from server.main import create_server
 from server.pki import init_pki, issue_device
@@ -199,12 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device_threads is not None:
         torch.set_num_threads(args.device_threads)
     bench = _prepare(args)
+    costs = bench.measure()
+    _log_costs(bench, costs)
     baseline = _baselines(bench)
     reference = {} if args.no_llamacpp else _llamacpp_references(bench)
     rows: list[dict] = []
     done: list[float] = []
     floors: dict[float, Costs] = {}
-    write = _writer(args, argv, rows, bench.costs, floors, baseline, reference, len(bench.prompts), bench.log)
+    write = _writer(args, argv, rows, costs, floors, baseline, reference, len(bench.prompts), bench.log)
     with _tls_verifier(bench) as (cloud, port, client_config):
         for rtt in args.rtts:
             floors[rtt] = bench.measure()
@@ -232,14 +247,16 @@ class _Bench:
     options: DecodeOptions
     sizes: range
     device_ids: list[int]
-    costs: Costs  # timed at the start, beside the baselines
+    text: DeviceText  # the device's own text, on which its work around its forwards is timed
+    guard: EgressGuard | None  # the client's default egress guard for the demo user
     local: InProcessVerifier  # the cloud in this process, for `llm`
     log: Callable[[str], None]
     kv_slots: SlotPools | None  # the verifier's slot pools (--kv slots), shared by every cloud of the run
 
     def measure(self) -> Costs:
-        """Every forward the cost model uses, timed alone now (`measure_costs`)."""
-        return measure_costs(
+        """Every cost the model uses, timed alone now: the forwards (`measure_costs`) and the
+        device's work around them (`bench.device_work`)."""
+        costs = measure_costs(
             self.s_lm,
             self.g_lm,
             self.device_ids,
@@ -250,10 +267,19 @@ class _Bench:
             cloud_s=self.cloud_s,
             kv_slots=self.kv_slots,
         )
+        work = device_work_times(
+            self.text,
+            sampling=self.args.sampling,
+            guard=self.guard,
+            tokenizer=self.s_lm.tokenizer,
+            draft_len=self.args.draft_len,
+            reps=max(self.args.reps, 20),
+        )
+        return replace(costs, **work.as_dict())
 
 
 def _prepare(args: argparse.Namespace) -> _Bench:
-    """Load both models and the demo user, and time the costs once before any generation."""
+    """Load both models and the demo user, and the device's own text its work is timed on."""
     demo = json.loads(DEMO.read_text(encoding="utf-8"))
     profile = Profile.from_obj(demo, source=str(DEMO))
     prompts = [task_prompt(q["subject"]) for q in demo["queries"][: args.queries]]
@@ -276,23 +302,41 @@ def _prepare(args: argparse.Namespace) -> _Bench:
     pools = kv_slots(args)  # one set for the run: the costs are timed on the pools the verifier uses
     if pools is not None:  # as `server serve` does at start: no round captures a graph or compiles
         pools.warm_up([g_lm.model, cloud_s.model])
-    costs = measure_costs(
-        s_lm, g_lm, device_ids, prompts[0], sizes, args.reps, drafter, cloud_s=cloud_s, kv_slots=pools
-    )
-    log(
-        f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
-        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
-        + "; generic Specialist "
-        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.s_blocks.items())
-        + f"; prefills: device {costs.device_prefill * 1e3:.0f} ms ({len(device_ids)} tokens), Generalist "
-        f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms"
-    )
+    text = device_text(specialist, prompts[0], args.max_new_tokens, sampling=args.sampling)
+    guard = guard_setting(profile, s_lm.tokenizer, ClientConfig.guard)
     # llm: the Generalist alone, computed in the cloud; over a network it adds one RTT per answer.
     cloud_local = TimedCloud(g_lm, cloud_s, seed=0, kv_slots=pools)
     local = InProcessVerifier(cloud_local.open, vocab_size=s_lm.vocab_size)
     options = DecodeOptions(max_new_tokens=args.max_new_tokens)
     return _Bench(
-        args, prompts, s_lm, g_lm, cloud_s, drafter, specialist, options, sizes, device_ids, costs, local, log, pools
+        args,
+        prompts,
+        s_lm,
+        g_lm,
+        cloud_s,
+        drafter,
+        specialist,
+        options,
+        sizes,
+        device_ids,
+        text,
+        guard,
+        local,
+        log,
+        pools,
+    )
+
+
+def _log_costs(bench: _Bench, costs: Costs) -> None:
+    bench.log(
+        f"costs: draft step {costs.draft_step * 1e3:.0f} ms; Generalist "
+        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.g_blocks.items())
+        + "; generic Specialist "
+        + ", ".join(f"{n}-token {v * 1e3:.0f} ms" for n, v in costs.s_blocks.items())
+        + f"; prefills: device {costs.device_prefill * 1e3:.0f} ms ({len(bench.device_ids)} tokens), Generalist "
+        f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms; device work: "
+        f"pick {costs.greedy_pick * 1e3:.2f} ms, sampled draw {costs.sampled_draw * 1e3:.2f} ms, "
+        f"guard check {costs.guard_check * 1e3:.2f} ms, fusion {costs.fuse * 1e3:.2f} ms"
     )
 
 
@@ -403,16 +447,42 @@ def _rtt_rows(
     llm_rtt = [generate(bench.specialist, q, LLM_PARAMS, bench.options, bench.local) for q in bench.prompts]
     bench.log(f"rtt {rtt:>4.0f} ms  llm re-timed: {_tokens_per_second(llm_rtt):.2f} tok/s in process")
     with DelayRelay(port, rtt_ms=rtt) as relay:
-        rows = _method_rows(bench, rtt, floor, cloud, relay, client_config(relay.port))
+        path = path_round_trip(client_config(relay.port))
+        bench.log(f"rtt {rtt:>4.0f} ms  the path's own round trip (health checks via the relay): {path * 1e3:.2f} ms")
+        rows = _method_rows(bench, rtt, path, floor, cloud, relay, client_config(relay.port))
     rows.append(_llm_row(rtt, llm_rtt, sum(r.stats.seconds for r in llm_rtt)))
     return rows
 
 
+def path_round_trip(config: ClientConfig, reps: int = 30) -> float:
+    """Median seconds of a gRPC health check to `config.server` over the device's TLS identity: what
+    a round pays the path besides the verifier's work (the relay's delay, loopback, TLS, HTTP/2),
+    timed alone on a channel of its own, after one check that connects it."""
+    channel = grpc.secure_channel(config.server, config.identity().credentials())
+    try:
+        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(HEALTH_CHECK_METHOD)
+        check(b"", timeout=config.connect_timeout)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            check(b"", timeout=config.round_timeout)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        channel.close()
+
+
 def _method_rows(
-    bench: _Bench, rtt: float, floor: Costs, cloud: TimedCloud, relay: DelayRelay, client_config: ClientConfig
+    bench: _Bench,
+    rtt: float,
+    path: float,
+    floor: Costs,
+    cloud: TimedCloud,
+    relay: DelayRelay,
+    client_config: ClientConfig,
 ) -> list[dict]:
     """Each method's generations over one connection per egress-guard setting; specsteer again at
-    the cost model's best K when that differs from `--draft-len`."""
+    the cost model's best K when that differs from `--draft-len`. `path`: the path's round trip."""
     args, k = bench.args, bench.args.draft_len
     rows: list[dict] = []
     with contextlib.ExitStack() as clients:
@@ -430,6 +500,7 @@ def _method_rows(
             wire = relay.upstream_bytes + relay.downstream_bytes - before
             opens = sum(len(encode_open(bench.specialist.public_prompt_ids(q), method.params)) for q in bench.prompts)
             row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:], opens)
+            row["path_rtt_ms"] = path * 1e3
             rows.append(row)
             bench.log(
                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
@@ -439,7 +510,7 @@ def _method_rows(
             default = method.guard == ClientConfig.guard
             if method.label.startswith("specsteer") and method.params.draft_len == k and default:
                 a = fit_acceptance(row["accepted_per_round"], k)
-                kb = best_k(a, floor, rtt / 1000, args.k_max)
+                kb = best_k(a, floor, path, args.k_max, sampling=args.sampling)
                 if kb != k and not args.no_best_k:
                     params = replace(method.params, draft_len=kb)
                     todo.append(Run(f"specsteer gamma=0.5 (K={kb}, best)", params))
@@ -581,9 +652,12 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
         "kind": method.params.method.value,
         "draft_len": method.params.draft_len,
         "guard": method.guard,
+        "sampling": method.params.sampling,
         "reads_generic_specialist": reads_generic_specialist(method.params),
         # Tokens the egress guard drafted past the draft to resolve a hold (then rolled back).
         "guard_lookahead_tokens": sum(int(r.stats.extra.get("guard_lookahead_tokens", 0)) for r in runs),
+        # Its checks: one a round, and one more per look-ahead token (and after a replaced span).
+        "guard_checks": sum(int(r.stats.extra.get("guard_checks", 0)) for r in runs),
         # A fully accepted round's steered bonus reads P_S^c after the whole draft: one more draft
         # step. sd's bonus is P_G's own token, and alpha 0 ranks by v alone: neither reads P_S^c.
         "bonus_draft_steps": (
@@ -636,8 +710,10 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
         "kind": "llm",
         "draft_len": 0,
         "guard": None,
+        "sampling": False,
         "reads_generic_specialist": False,  # llm without alpha: P_G alone
         "guard_lookahead_tokens": 0,
+        "guard_checks": 0,
         "bonus_draft_steps": 0,
         "rtt_ms": rtt,
         "generations": len(runs),
@@ -665,36 +741,59 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     """(once-a-session floor, round floor, cloud part of the round floor), seconds, for a row's
     method. Once a session: the device's prefill (methods that read its private prompt) and each
     cloud model's prefill at Open (the generic Specialist only where the session reads its P_S^0,
-    by the server's own rule); `llm` pays its one RTT there."""
+    by the server's own rule), and the Close's round trip; `llm` pays its one RTT there. A round over
+    the network pays the path's round trip as measured (`path_rtt_ms`; the relay's RTT in a row of an
+    older run)."""
     rtt = row["rtt_ms"] / 1000
     if row["kind"] == "llm":
         return costs.g_prefill + rtt, costs.g_step, costs.g_step
+    c = _row_costs(row, costs)
+    path = row["path_rtt_ms"] / 1000 if row.get("path_rtt_ms") is not None else rtt
     generic = row["reads_generic_specialist"]
-    session = costs.device_prefill + costs.g_prefill + (costs.s_prefill if generic else 0.0)
+    # The session's end is a round trip too: the device sends Close and waits for the verifier to
+    # end the stream (`sdk.remote`), inside the generation's time.
+    session = c.device_prefill + c.g_prefill + (c.s_prefill if generic else 0.0) + path
     if row["kind"] == "fusion":
-        cloud = costs.g_step + (costs.s_step if generic else 0.0)
-        return session, costs.draft_step + cloud + rtt, cloud
+        return session, fusion_round(c, path, generic=generic), c.g_step + (c.s_step if generic else 0.0)
     k = row["draft_len"]
-    return session, round_floor(costs, k, rtt, generic=generic), costs.verify_block(k, generic=generic)
+    floor = round_floor(c, k, path, generic=generic, sampling=row.get("sampling", False))
+    return session, floor, c.verify_block(k, generic=generic)
 
 
-def _unmodelled(row: dict, costs: Costs) -> float | None:
-    """A row's seconds a round that no forward and no RTT account for: its measured time less the
-    device's forwards (its prefills included) as the device timed them, the cloud's rounds as the
-    server timed them, each session's cloud prefills at their floor, and the RTT. What is left is
-    the wire (gRPC, TLS, the relay) and each side's work around its forwards (sampling, the egress
-    guard, steering, the session's bookkeeping): where a row falls short of the cost model, this
-    says how much of it is there (and the device and cloud columns, how much is theirs)."""
+def _row_costs(row: dict, costs: Costs) -> Costs:
+    """`costs` as a row pays them: no guard checks where its guard is off."""
+    return replace(costs, guard_check=0.0) if row.get("guard") == "off" else costs
+
+
+def _beyond_k(row: dict, costs: Costs) -> float:
+    """Device seconds a row paid beyond its rounds' floors: a forward for each token the guard looked
+    ahead and for each steered bonus (P_S^c after the whole draft), a choice for each look-ahead
+    token, and the guard's checks past one a round."""
+    c = _row_costs(row, costs)
+    lookahead = row["guard_lookahead_tokens"]
+    steps = (lookahead + row["bonus_draft_steps"]) * c.draft_step + lookahead * c.choice(row.get("sampling", False))
+    checks = row.get("guard_checks", row["rounds"] + lookahead)  # a row of an older run: one a round and token
+    return steps + max(0, checks - row["rounds"]) * c.guard_check
+
+
+def _unmodelled(row: dict, costs: Costs, floor: float, cloud_floor: float) -> float | None:
+    """A row's seconds a round that the model does not price: its measured time less the device's
+    forwards (its prefills included) as the device timed them, the cloud's rounds as the server
+    timed them, each session's cloud prefills at their floor and its Close's round trip, and the rest
+    of its rounds' floors at their timed costs (the device's choices, guard checks and fusion, the
+    path's round trip; the look-ahead's too). What is left is what neither side's timed parts cover (gRPC's and the
+    session's handoffs beyond a health check's, steering, bookkeeping): where a row falls short of
+    the cost model, this says how much of it is there (and the device and cloud columns, how much
+    is theirs)."""
     if row["kind"] == "llm" or row.get("device_prefill_seconds") is None:
         return None  # llm's rounds are its whole time in process (nothing to split); a row of an older run
-    cloud_prefills = costs.g_prefill + (costs.s_prefill if row["reads_generic_specialist"] else 0.0)
-    untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * cloud_prefills
-    return (
-        untimed / row["rounds"]
-        - row["device_seconds_per_round"]
-        - row["cloud_seconds_per_round"]
-        - row["rtt_ms"] / 1000
-    )
+    c = _row_costs(row, costs)
+    session = _floor(row, c)[0] - c.device_prefill  # the cloud's prefills at Open and the Close's round trip
+    untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * session
+    forwards = row["draft_len"] * c.draft_step if row["kind"] != "fusion" else c.draft_step
+    lookahead_forwards = (row["guard_lookahead_tokens"] + row["bonus_draft_steps"]) * c.draft_step
+    priced = floor - forwards - cloud_floor + (_beyond_k(row, c) - lookahead_forwards) / row["rounds"]
+    return untimed / row["rounds"] - row["device_seconds_per_round"] - row["cloud_seconds_per_round"] - priced
 
 
 def _analyse(
@@ -725,9 +824,10 @@ def _analyse(
             r["session_floor_seconds"] = session
             r["round_floor_seconds"] = floor
             # The bound: this row's generations at the floor, i.e. its sessions' prefills, its measured
-            # rounds, each costing only its forwards and the RTT, and the draft steps beyond K a round:
-            # the guard's look-ahead and, for a steered bonus, P_S^c after the whole draft.
-            extra_steps = (r["guard_lookahead_tokens"] + r["bonus_draft_steps"]) * c.draft_step
+            # rounds, each costing only its timed parts and the path's round trip, and the device's
+            # work beyond K a round: the guard's look-ahead and, for a steered bonus, P_S^c after the
+            # whole draft.
+            extra_steps = _beyond_k(r, c)
             r["analytic_bound_tps"] = r["tokens"] / (sessions + r["rounds"] * floor + extra_steps)
             r["fraction_of_bound"] = r["tokens_per_second"] / r["analytic_bound_tps"]
             if r["kind"] == "llm":  # its rounds are timed with the session's prefill
@@ -742,18 +842,23 @@ def _analyse(
                 rounds = r["tokens"]
             r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
             r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
-            r["unmodelled_seconds_per_round"] = _unmodelled(r, c)
+            r["unmodelled_seconds_per_round"] = _unmodelled(r, c, floor, cloud_floor)
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g
-    best = {str(rtt): best_k(a, floors.get(rtt, costs), rtt / 1000, args.k_max) for rtt in rtts}
+    best = {
+        str(rtt): best_k(a, floors.get(rtt, costs), _path(rows, rtt), args.k_max, sampling=args.sampling)
+        for rtt in rtts
+    }
     paper_step = args.paper_target_step_ms / 1000
     paper_d = PAPER_DRAFT_B / PAPER_TARGET_B
     kk = range(1, args.k_max + 1)
     model = {
         "fitted_acceptance": a,
         "best_k_by_rtt": best,
-        "predicted_tps_by_k_at_rtt0": {str(n): predicted_tps(a, n, costs, 0.0) for n in kk},
+        "predicted_tps_by_k_at_rtt0": {
+            str(n): predicted_tps(a, n, costs, _path(rows, 0.0), sampling=args.sampling) for n in kk
+        },
         "this_cpu": {"draft_ratio": d_ratio, "s0_ratio": s_ratio, "block_ratio_k_plus_1": cpu_ratio},
         "crossover_block_ratio": {
             str(rtt): max(crossover_ratio(a, n, d_ratio, s_ratio, rtt / 1000 / g) for n in kk) for rtt in rtts
@@ -773,6 +878,12 @@ def _analyse(
         },
     }
     return rows, model
+
+
+def _path(rows: list[dict], rtt: float) -> float:
+    """The path's measured round trip at `rtt` (ms) in seconds; the RTT itself where none was measured."""
+    paths = [r["path_rtt_ms"] for r in rows if r["rtt_ms"] == rtt and r.get("path_rtt_ms") is not None]
+    return (paths[0] if paths else rtt) / 1000
 
 
 if __name__ == "__main__":

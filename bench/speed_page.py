@@ -23,6 +23,7 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
     b = meta["baseline"]
     m = meta["cost_model"]
     g = costs.g_step
+    paths = {r["rtt_ms"]: r["path_rtt_ms"] for r in rows if r.get("path_rtt_ms") is not None}
     out = [
         f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']}"
         + (f", Linear kernel {meta['linear_kernel']}" if meta.get("linear_kernel") else "")
@@ -49,12 +50,18 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         f"{costs.device_prefill * 1e3:.0f} ms (before Open), the cloud's prefill at Open: Generalist "
         f"{costs.g_prefill * 1e3:.0f} ms, generic Specialist {costs.s_prefill * 1e3:.0f} ms.",
         "",
+        "The device's work around its forwards, each part timed alone on its own text (`bench.device_work`): "
+        f"a greedy pick from a whole row {costs.greedy_pick * 1e3:.3f} ms, a sampled draw "
+        f"{costs.sampled_draw * 1e3:.3f} ms, a check of the egress guard {costs.guard_check * 1e3:.3f} ms, "
+        f"fusion's decoding of its vector and fused choice {costs.fuse * 1e3:.3f} ms.",
+        "",
         "Each RTT's rows are held to the same forwards timed again just before them (the machine's speed "
         "drifts over a run): "
         + "; ".join(
             f"RTT {float(rtt):.0f} ms: draft step {f['draft_step'] * 1e3:.0f} ms, verify blocks at K={k} "
             f"{(f['g_blocks'][str(k + 1)] + f['s0_blocks'][str(k + 1)]) * 1e3:.0f} ms, Generalist step "
             f"{f['g_blocks']['1'] * 1e3:.0f} ms"
+            + (f", the path's round trip {paths[float(rtt)]:.2f} ms" if float(rtt) in paths else "")
             for rtt, f in meta["floors_by_rtt_seconds"].items()
         )
         + ". `llm` runs again in each RTT's block, just after those forwards, and is held to them too.",
@@ -78,15 +85,17 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "",
         "## Rows",
         "",
-        "Floor: the round's forwards timed alone plus the RTT; bound = the row's tokens over its floor time "
-        "(each session's prefills, its measured rounds at the floor, the draft steps the egress guard took "
-        "to resolve its holds, the look-ahead column, and one draft step per steered bonus token, which reads "
-        "P_S^c after the whole draft); cloud round / floor: the server's "
-        "measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside the rounds; "
-        "`llm`'s steps include it, and so does its floor); device ms/round: the device's own forwards in the "
-        "rounds, as it timed them; unmodelled ms/round: the row's time less the device's forwards (its prefills "
-        "too), the cloud's rounds, the cloud's prefills at their floor and the RTT (the wire and each side's "
-        "work around its forwards, which the cost model leaves out). Model tok/s: the cost model's prediction, "
+        "Floor: the round's forwards and the device's work around them, timed alone, plus the path's round "
+        "trip (gRPC health checks through the relay, timed before the RTT's rows); bound = the row's tokens "
+        "over its floor time (each session's prefills, its measured rounds at the floor, the draft steps the "
+        "egress guard took to resolve its holds, the look-ahead column, with their choices and checks, and one "
+        "draft step per steered bonus token, which reads P_S^c after the whole draft); cloud round / floor: the "
+        "server's measured `round()` time over the cloud part of the floor (the prefill runs at Open, outside "
+        "the rounds; `llm`'s steps include it, and so does its floor); device ms/round: the device's own "
+        "forwards in the rounds, as it timed them; unmodelled ms/round: the row's time less the device's "
+        "forwards (its prefills too), the cloud's rounds, the cloud's prefills at their floor, and the rest of "
+        "the floor at its timed costs (the device's choices, checks and fusion, the path's round trip): what "
+        "the model prices nowhere. Model tok/s: the cost model's prediction, "
         "the same floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per "
         "token, then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",

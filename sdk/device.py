@@ -330,6 +330,7 @@ class _Uplink:
             extra[key] = extra.get(key, 0) + count
         if plan.lookahead:
             extra["guard_lookahead_tokens"] = extra.get("guard_lookahead_tokens", 0) + plan.lookahead
+        extra["guard_checks"] = extra.get("guard_checks", 0) + plan.checks
         return plan
 
 

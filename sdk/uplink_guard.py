@@ -56,6 +56,7 @@ class UplinkPlan:
     decisions: list[tuple[str, int, str]] = field(default_factory=list)  # (decision, count, placeholder)
     keep_local: bool = False  # the policy keeps the rest of the text on the device
     lookahead: int = 0  # tokens drafted past the draft to resolve a hold
+    checks: int = 0  # the guard's checks this plan took (each decodes and scans the window again)
 
     @property
     def local_span(self) -> list[int]:
@@ -120,8 +121,11 @@ def plan_uplink(
     tokens = [*pending, *draft]
     send = len(tokens)
     spent = False  # `more()` said the budget is spent: the text ends where it is
+    checks = 0
 
     def check(before: Sequence[int], start: int, n_send: int) -> GuardVerdict:
+        nonlocal checks
+        checks += 1
         ended = bool(tokens) and tokens[-1] in eos_ids
         # At the end of the budget a bare last word cannot become an address any more; any other
         # hold (a written "@", a secret's first digits) still fails closed.
@@ -150,7 +154,9 @@ def plan_uplink(
     def plan(
         commit: list[int], literal: list[int], sent: list[int], kept: int, decisions: Sequence[tuple[str, int, str]]
     ) -> UplinkPlan:
-        return UplinkPlan(commit, literal, sent, tokens, n_pending, kept, list(decisions), lookahead=len(tokens) - send)
+        return UplinkPlan(
+            commit, literal, sent, tokens, n_pending, kept, list(decisions), lookahead=len(tokens) - send, checks=checks
+        )
 
     if verdict.cut_at is None:
         return plan(list(pending), [], list(draft), send, [])
@@ -160,7 +166,7 @@ def plan_uplink(
     # The span is at the front (it may cover the pending recovery): the deployment's policy decides.
     if guard.policy is Policy.KEEP_LOCAL:
         lookahead = len(tokens) - send
-        return UplinkPlan([], [], [], tokens, n_pending, len(tokens), [(KEEP_LOCAL, 1, label)], True, lookahead)
+        return UplinkPlan([], [], [], tokens, n_pending, len(tokens), [(KEEP_LOCAL, 1, label)], True, lookahead, checks)
     assert verdict.kind is not None and verdict.span_end is not None
     span_end = max(verdict.span_end, n_pending)
     decisions = [(PLACEHOLDER, 1, label)]

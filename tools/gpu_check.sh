@@ -120,9 +120,11 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
 verdict() {  # issue 27's criteria off this run's JSON (bench.gpu_verdict), the paper pair projected first
   local args=(--gpu "$OUT/next/gpu.json")
   [ -f "$OUT/e2e/speed_gpu.json" ] && args+=(--e2e "$OUT/e2e/speed_gpu.json")
-  # The device's figures: the shipped int4 drafter on this project's CPU (docs/results/gpu_projection_onnx_int4.md).
+  # The device's figures: the shipped int4 drafter on this project's CPU (docs/results/gpu_projection_onnx_int4.md),
+  # and its work around its forwards there (docs/results/device_work.md).
   if $PY -m bench.gpu_projection --gpu "$OUT/next/gpu.json" --generalist qwen3-32b --specialist qwen3-0.6b \
     --mean-accepted 2.37 --draft-len 4 --draft-step-ms 18.9 --name gpu_projection_onnx_int4 --out "$OUT/next" \
+    --device-work docs/results/device_work.json \
     >"$OUT/next/projection.txt" 2>&1; then
     args+=(--projection "$OUT/next/gpu_projection_onnx_int4.json")
   fi

@@ -45,9 +45,20 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     floors = meta["floors_by_rtt_seconds"]
     for r in steered:  # the device's prefills as timed, the cloud's at the floor of the row's RTT
         floor = floors[str(r["rtt_ms"])]
-        prefills = r["device_prefill_seconds"] + r["generations"] * (floor["g_prefill"] + floor["s0_prefill"])
-        split = r["device_seconds_per_round"] + r["cloud_seconds_per_round"] + r["rtt_ms"] / 1000
+        # ...with each session's Close, a round trip on the path.
+        session = floor["g_prefill"] + floor["s0_prefill"] + r["path_rtt_ms"] / 1000
+        prefills = r["device_prefill_seconds"] + r["generations"] * session
+        # ...and the rest of the floor at its timed costs: the device's choices and guard checks,
+        # the path's round trip as measured through the relay.
+        guard = floor["guard_check"] if r["guard"] != "off" else 0.0
+        choice = floor["sampled_draw"] if r["sampling"] else floor["greedy_pick"]
+        beyond = r["guard_lookahead_tokens"] * choice + max(0, r["guard_checks"] - r["rounds"]) * guard
+        priced = r["draft_len"] * choice + guard + r["path_rtt_ms"] / 1000 + beyond / r["rounds"]
+        split = r["device_seconds_per_round"] + r["cloud_seconds_per_round"] + priced
         assert r["unmodelled_seconds_per_round"] == pytest.approx((r["seconds"] - prefills) / r["rounds"] - split)
+        assert r["path_rtt_ms"] > r["rtt_ms"]  # loopback, TLS and HTTP/2 on top of the relay's delay
+        assert (r["guard_checks"] >= r["rounds"]) if r["guard"] != "off" else (r["guard_checks"] == 0)
+    assert all(floor["guard_check"] > 0 and floor["greedy_pick"] > 0 for floor in floors.values())
     assert "unmodelled ms/round" in (out / "speed.md").read_text()
     assert meta["baseline"]["llm_vs_hf_generate"] > 0 and meta["baseline"]["reps"] == 3
     assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}
@@ -158,7 +169,7 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     rows = [steer, guarded, bonus, sd, fusion, llm]
     for r in rows:
         r["tokens_per_second"] = 1.0
-    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
+    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1, sampling=False)
     # Execute
     out, _ = speed._analyse(rows, costs, args, [0.0])
     by = {r["method"]: r for r in out}
@@ -184,6 +195,48 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     assert by[speed.LLM]["cloud_round_vs_floor"] == pytest.approx(1.2 / (1.0 + 2 * 6.0 / 64))
 
 
+def test_the_model_prices_the_devices_choices_guard_checks_fusion_and_the_paths_round_trip() -> None:
+    # Prepare: the device's work around its forwards, timed alone, and a path that takes 21 ms where
+    # the relay was asked for 20 (loopback, TLS and HTTP/2 on top).
+    costs = speed.Costs(
+        draft_step=0.1,
+        g_blocks={1: 1.0, 5: 1.5},
+        s_blocks={1: 0.2, 5: 0.3},
+        greedy_pick=0.001,
+        sampled_draw=0.01,
+        guard_check=0.05,
+        fuse=0.02,
+    )
+    base = {"rtt_ms": 20.0, "path_rtt_ms": 21.0, "generations": 1, "fallbacks": 0, "bonus_draft_steps": 0}
+    base |= {"tokens": 40, "tokens_per_second": 1.0, "reads_generic_specialist": True, "guard": "placeholder"}
+    steer = {**base, "method": "specsteer", "kind": "specsteer", "draft_len": 4, "rounds": 10, "sampling": True}
+    steer |= {"guard_lookahead_tokens": 3, "guard_checks": 14, "accepted_per_round": 2.0, "cloud_seconds_per_round": 2}
+    off = {**steer, "method": "guard off", "guard": "off", "guard_lookahead_tokens": 0, "guard_checks": 0}
+    greedy = {**steer, "method": "greedy", "sampling": False}
+    fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "rounds": 40, "sampling": True}
+    fusion |= {"guard_lookahead_tokens": 0, "guard_checks": 40, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1}
+    llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "rounds": 40, "guard": None, "sampling": False}
+    llm |= {"guard_lookahead_tokens": 0, "guard_checks": 0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1}
+    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1, sampling=True)
+    # Execute
+    out, _ = speed._analyse([steer, off, greedy, fusion, llm], costs, args, [20.0])
+    by = {r["method"]: r for r in out}
+    # Assert: K forwards each with its sampled draw, one guard check, both blocks, the path's round trip.
+    blocks, path = 1.5 + 0.3, 0.021
+    sampled_round = 4 * (0.1 + 0.01) + 0.05 + blocks + path
+    assert by["specsteer"]["round_floor_seconds"] == pytest.approx(sampled_round)
+    # Beyond the floors: each look-ahead token's forward and draw, and the 4 checks past one a round.
+    beyond = 3 * (0.1 + 0.01) + (14 - 10) * 0.05
+    # The session's Close waits a round trip too.
+    assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(40 / (path + 10 * sampled_round + beyond))
+    assert by["guard off"]["round_floor_seconds"] == pytest.approx(4 * (0.1 + 0.01) + blocks + path)
+    assert by["greedy"]["round_floor_seconds"] == pytest.approx(4 * (0.1 + 0.001) + 0.05 + blocks + path)
+    # fusion: its step, the check of the token it sends, both cloud steps, the path, and its fusion.
+    assert by["fusion"]["round_floor_seconds"] == pytest.approx(0.1 + 0.05 + 1.0 + 0.2 + path + 0.02)
+    # llm runs in the cloud's process: no device work, the relay's RTT once a session.
+    assert by[speed.LLM]["round_floor_seconds"] == pytest.approx(1.0)
+
+
 def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
     # Prepare: the machine runs at half speed by the time the RTT 50 rows run; the rows measure
     # exactly the same rounds at both RTTs, each at its own floor's pace (a drift-free engine).
@@ -201,7 +254,7 @@ def test_each_rtts_rows_are_held_to_the_floor_timed_just_before_them() -> None:
         llm |= {"cloud_seconds_per_round": 1.0 * pace, "tokens_per_second": 1.0 / pace}
         llm |= {"reads_generic_specialist": False}
         rows += [steer, fusion, llm]
-    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1)
+    args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1, sampling=False)
     # Execute
     out, _ = speed._analyse(rows, fast, args, [0.0, 50.0], {0.0: fast, 50.0: slow})
     # Assert: the slow stretch is not read as engine overhead, for llm (timed again at each RTT) either.

@@ -189,7 +189,12 @@ def test_guard_passes_clean_text_untouched(smol_tok) -> None:
     assert results[0][:2] == results[1][:2]
     # Trailing words are held while the device drafts a token or two further (a word may be an
     # address's local part), but nothing is cut or replaced.
-    assert not any(k.startswith("guard_") and k != "guard_lookahead_tokens" for k in results[1][2])
+    counters = ("guard_lookahead_tokens", "guard_checks")
+    assert not any(k.startswith("guard_") and k not in counters for k in results[1][2])
+    # One check a round, and one more for each token looked ahead (what bench.speed's model prices).
+    rounds = len(results[1][1])
+    assert results[1][2]["guard_checks"] == rounds + results[1][2].get("guard_lookahead_tokens", 0)
+    assert "guard_checks" not in results[0][2]
 
 
 def test_plan_cuts_a_draft_before_a_span_and_sends_the_clean_prefix(smol_tok) -> None:
