@@ -12,9 +12,9 @@ Each direction of a connection is a reader thread, which stamps every chunk on a
 writer thread, which releases the chunks in order one one-way delay later, so the link behaves
 like a long wire with unlimited bandwidth, not a slow one. Threads, not an asyncio loop: asyncio
 sleeps through `epoll`, whose timeout Python rounds up to the next millisecond, so an asyncio relay
-released each chunk up to a millisecond late in each direction (a 20 ms relay measured 20.6 ms
-on a bare TCP echo and 21.6 ms under gRPC and TLS, whose messages cross in several chunks), time
-the speed benchmark's cost model could not see. `time.sleep` wakes within a fraction of that.
+could release each chunk up to a millisecond late in each direction (and a gRPC message crosses in
+several chunks). `time.sleep` wakes within a fraction of that. Whatever the relay still adds,
+`bench.speed` measures with the path's round trip (`path_round_trip`).
 """
 
 from __future__ import annotations
