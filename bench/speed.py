@@ -29,7 +29,8 @@ machine's speed drifts over a run, and drift is not engine overhead. With those,
   block(K+1) + generic Specialist block(K+1) + the round trip; sd the same without the generic
   Specialist, which it never reads; fusion: a draft step + a guard check + both cloud 1-token steps
   + the round trip + its fusion; llm: one Generalist step), and the *analytic bound*: the row's
-  tokens over its sessions' prefills plus its measured rounds at the floor plus the draft steps
+  tokens over its sessions' prefills and Closes (the device waits a round trip for the verifier to
+  end the stream) plus its measured rounds at the floor plus the draft steps
   beyond K (the egress guard's look-ahead to resolve its holds, each with its choice and a check
   more, and P_S^c after a fully accepted draft for the steered bonus token), with the fraction of
   it reached;
