@@ -740,9 +740,10 @@ def _llm_row(rtt: float, runs: list, seconds: float) -> dict:
 
 def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     """(once-a-session floor, round floor, cloud part of the round floor), seconds, for a row's
-    method. Once a session: the device's prefill (methods that read its private prompt) and each
-    cloud model's prefill at Open (the generic Specialist only where the session reads its P_S^0,
-    by the server's own rule), and the Close's round trip; `llm` pays its one RTT there. A round over
+    method. Once a session: the device's prefill (methods that read its private prompt), each cloud
+    model's prefill at Open (the generic Specialist only where the session reads its P_S^0, by the
+    server's own rule) less the first round's draft it overlaps, and the Close's round trip; `llm`
+    pays its one RTT there. A round over
     the network pays the path's round trip as measured (`path_rtt_ms`; the relay's RTT in a row of an
     older run)."""
     rtt = row["rtt_ms"] / 1000
@@ -750,14 +751,18 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
         return costs.g_prefill + rtt, costs.g_step, costs.g_step
     c = _row_costs(row, costs)
     path = row["path_rtt_ms"] / 1000 if row.get("path_rtt_ms") is not None else rtt
-    generic = row["reads_generic_specialist"]
-    # The session's end is a round trip too: the device sends Close and waits for the verifier to
-    # end the stream (`sdk.remote`), inside the generation's time.
-    session = c.device_prefill + c.g_prefill + (c.s_prefill if generic else 0.0) + path
+    generic, sampling = row["reads_generic_specialist"], row.get("sampling", False)
+    k = row["draft_len"]  # 0 for fusion: its first round sends no draft
+    # The device sends Open and drafts its first round while the cloud prefills (it does not wait
+    # for the Open): only the prefills' excess over that draft holds the first round up. The
+    # session's end is a round trip: the device sends Close and waits for the verifier to end the
+    # stream (`sdk.remote`), inside the generation's time.
+    first_draft = k * (c.draft_step + c.choice(sampling)) + c.guard_check
+    cloud_prefills = c.g_prefill + (c.s_prefill if generic else 0.0)
+    session = c.device_prefill + max(cloud_prefills - first_draft, 0.0) + path
     if row["kind"] == "fusion":
         return session, fusion_round(c, path, generic=generic), c.g_step + (c.s_step if generic else 0.0)
-    k = row["draft_len"]
-    floor = round_floor(c, k, path, generic=generic, sampling=row.get("sampling", False))
+    floor = round_floor(c, k, path, generic=generic, sampling=sampling)
     return session, floor, c.verify_block(k, generic=generic)
 
 
@@ -789,7 +794,7 @@ def _unmodelled(row: dict, costs: Costs, floor: float, cloud_floor: float) -> fl
     if row["kind"] == "llm" or row.get("device_prefill_seconds") is None:
         return None  # llm's rounds are its whole time in process (nothing to split); a row of an older run
     c = _row_costs(row, costs)
-    session = _floor(row, c)[0] - c.device_prefill  # the cloud's prefills at Open and the Close's round trip
+    session = _floor(row, c)[0] - c.device_prefill  # the cloud's prefills (what the draft leaves) and the Close
     untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * session
     forwards = row["draft_len"] * c.draft_step if row["kind"] != "fusion" else c.draft_step
     lookahead_forwards = (row["guard_lookahead_tokens"] + row["bonus_draft_steps"]) * c.draft_step

@@ -45,13 +45,14 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     floors = meta["floors_by_rtt_seconds"]
     for r in steered:  # the device's prefills as timed, the cloud's at the floor of the row's RTT
         floor = floors[str(r["rtt_ms"])]
-        # ...with each session's Close, a round trip on the path.
-        session = floor["g_prefill"] + floor["s0_prefill"] + r["path_rtt_ms"] / 1000
-        prefills = r["device_prefill_seconds"] + r["generations"] * session
-        # ...and the rest of the floor at its timed costs: the device's choices and guard checks,
-        # the path's round trip as measured through the relay.
         guard = floor["guard_check"] if r["guard"] != "off" else 0.0
         choice = floor["sampled_draw"] if r["sampling"] else floor["greedy_pick"]
+        # ...less the first round's draft they overlap, with each session's Close, a round trip.
+        first_draft = r["draft_len"] * (floor["draft_step"] + choice) + guard
+        overlap = max(floor["g_prefill"] + floor["s0_prefill"] - first_draft, 0.0)
+        prefills = r["device_prefill_seconds"] + r["generations"] * (overlap + r["path_rtt_ms"] / 1000)
+        # ...and the rest of the floor at its timed costs: the device's choices and guard checks,
+        # the path's round trip as measured through the relay.
         beyond = r["guard_lookahead_tokens"] * choice + max(0, r["guard_checks"] - r["rounds"]) * guard
         priced = r["draft_len"] * choice + guard + r["path_rtt_ms"] / 1000 + beyond / r["rounds"]
         split = r["device_seconds_per_round"] + r["cloud_seconds_per_round"] + priced
@@ -176,16 +177,20 @@ def test_the_bound_charges_each_sessions_prefills_once_and_the_model_predicts_it
     # Assert: specsteer pays every prefill once a session; sd never reads P_S^0 (no prefill, no block);
     # llm pays only the Generalist's prefill.
     round_floor = 4 * 0.1 + 1.5 + 0.3
-    assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor))
+    # The cloud's prefills overlap the device's first draft (0.4 s): only the rest holds round 1 up.
+    session = 4.0 + (6.0 + 2.0 - 0.4)
+    steered = 2 * session + 20 * round_floor
+    assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(64 / steered)
     # The guard's look-ahead tokens are device draft steps the floor pays too.
-    assert by["specsteer, guard"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor + 10 * 0.1))
+    assert by["specsteer, guard"]["analytic_bound_tps"] == pytest.approx(64 / (steered + 10 * 0.1))
     # So is P_S^c after a fully accepted draft, which a steered bonus token reads.
-    assert by["specsteer, bonus"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 20 * round_floor + 6 * 0.1))
-    assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 10.0 + 20 * (4 * 0.1 + 1.5)))
+    assert by["specsteer, bonus"]["analytic_bound_tps"] == pytest.approx(64 / (steered + 6 * 0.1))
+    assert by["sd"]["analytic_bound_tps"] == pytest.approx(64 / (2 * (4.0 + 6.0 - 0.4) + 20 * (4 * 0.1 + 1.5)))
+    # fusion's first round drafts nothing before it goes up: nothing overlaps its prefills.
     assert by["fusion"]["analytic_bound_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
     assert by[speed.LLM]["analytic_bound_tps"] == pytest.approx(64 / (2 * 6.0 + 64 * 1.0))
     # The model predicts the rounds from the acceptance: 64 / E(4) of them, at the same floor.
-    assert by["specsteer"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 / e * round_floor))
+    assert by["specsteer"]["model_tps"] == pytest.approx(64 / (2 * session + 64 / e * round_floor))
     # fusion and llm commit one token a round: the model's rounds are their tokens, so every
     # method's measured tokens/s is held to the model.
     assert by["fusion"]["model_tps"] == pytest.approx(64 / (2 * 12.0 + 64 * (0.1 + 1.0 + 0.2)))
