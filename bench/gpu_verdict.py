@@ -145,6 +145,9 @@ def e2e_verdicts(speed: dict[str, Any] | None) -> list[Verdict]:
             f"; a round: {worst['seconds'] / worst['rounds'] * 1e3:.1f} ms measured, "
             f"{unmodelled * 1e3:.1f} ms of it the model prices nowhere"
         )
+        stream = worst.get("stream_seconds_per_round")
+        if stream is not None:
+            figure += f", {stream * 1e3:.1f} ms of which the stream's wait beyond the verifier and the path"
     figure += ")"
     return [Verdict(criterion, figure, target, not off)]
 

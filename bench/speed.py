@@ -473,6 +473,17 @@ def path_round_trip(config: ClientConfig, reps: int = 30) -> float:
         channel.close()
 
 
+def _stream_seconds(runs: list, round_seconds: list[float], path: float) -> float | None:
+    """A round's wait beyond the verifier's `round()` and the path's round trip (medians, so a
+    session's first round, which waits for the Open's prefills, does not weigh): the gRPC stream's
+    hand-offs that a health check does not pay (the client's request and reader threads, the
+    server's scheduler) and the downlink's bytes. Part of the unmodelled column."""
+    waits = [r.stats.extra["round_wait_median_ms"] / 1000 for r in runs if "round_wait_median_ms" in r.stats.extra]
+    if not waits or not round_seconds:
+        return None
+    return statistics.median(waits) - statistics.median(round_seconds) - path
+
+
 def _method_rows(
     bench: _Bench,
     rtt: float,
@@ -502,6 +513,7 @@ def _method_rows(
             opens = sum(len(encode_open(bench.specialist.public_prompt_ids(q), method.params)) for q in bench.prompts)
             row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:], opens)
             row["path_rtt_ms"] = path * 1e3
+            row["stream_seconds_per_round"] = _stream_seconds(runs, cloud.round_seconds[timed_before:], path)
             rows.append(row)
             bench.log(
                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "

@@ -95,16 +95,18 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
         "forwards in the rounds, as it timed them; unmodelled ms/round: the row's time less the device's "
         "forwards (its prefills too), the cloud's rounds, the cloud's prefills at their floor, and the rest of "
         "the floor at its timed costs (the device's choices, checks and fusion, the path's round trip): what "
-        "the model prices nowhere. Model tok/s: the cost model's prediction, "
+        "the model prices nowhere; stream ms/round: of that, a round's wait beyond the verifier's `round()` "
+        "and the path's round trip (medians: the gRPC stream's hand-offs and the downlink's bytes). "
+        "Model tok/s: the cost model's prediction, "
         "the same floor with the rounds predicted from the fitted i.i.d. acceptance alone. Uplink: all of it per "
         "token, then the rounds' alone (the Open's prompt IDs are sent once a session, the Open B column).",
         "",
         "| RTT ms | method | tok/s | vs llm | vs fusion | acceptance | tokens/round | round trips/token | "
         "guard look-ahead tokens/token | "
         "uplink B/token | rounds' uplink B/token | Open B | downlink B/token | wire B/token (TLS) | "
-        "cloud ms/round | cloud round / floor | device ms/round | unmodelled ms/round | "
+        "cloud ms/round | cloud round / floor | device ms/round | unmodelled ms/round | stream ms/round | "
         "bound tok/s | fraction of bound | model tok/s | measured / model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(v: float | None, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
@@ -122,6 +124,7 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
             f"{r['cloud_seconds_per_round'] * 1e3:.0f} | {f(r.get('cloud_round_vs_floor'))} | "
             f"{f(r.get('device_seconds_per_round'), '{:.1f}', 1e3)} | "
             f"{f(r.get('unmodelled_seconds_per_round'), '{:.1f}', 1e3)} | "
+            f"{f(r.get('stream_seconds_per_round'), '{:.1f}', 1e3)} | "
             f"{r['analytic_bound_tps']:.2f} | {r['fraction_of_bound']:.2f} | {f(r.get('model_tps'))} | "
             f"{f(r.get('measured_vs_model'))} |"
         )

@@ -216,6 +216,11 @@ def generate(
         _local_loop(seq, params.sampling, options, state, rng)
     state.stats.seconds = time.perf_counter() - start
     state.stats.extra.update(_forward_times(seq))
+    if state.round_waits:
+        # How long the device waited for verdicts: the verifier's rounds plus the network's.
+        waits = state.round_waits
+        state.stats.extra["round_wait_ms"] = round(sum(waits) * 1000, 2)
+        state.stats.extra["round_wait_median_ms"] = round(float(np.median(waits)) * 1000, 2)
     token_ids = state.generated[:-1] if state.ended else state.generated
     state.stats.new_tokens = len(token_ids)
     return Generation(
@@ -267,6 +272,7 @@ class _State:
         self.budget = budget
         self.generated: list[int] = []
         self.stats = GenerationStats()
+        self.round_waits: list[float] = []  # seconds from each round's send to its verdict
         self._on_commit = on_commit
 
     @property
@@ -372,7 +378,9 @@ def _steered_loop(
         state.commit(plan.local_span)
         draft = plan.draft
         try:
+            sent = time.perf_counter()
             verdict = session.round(plan.commit, draft, plan.literal)
+            state.round_waits.append(time.perf_counter() - sent)
         except VerifierLost:
             # The draft came from P_S^c exactly as the local loop would draw it: keep it.
             state.commit(draft)

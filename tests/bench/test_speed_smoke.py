@@ -60,6 +60,9 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
         assert r["path_rtt_ms"] > r["rtt_ms"]  # loopback, TLS and HTTP/2 on top of the relay's delay
         assert (r["guard_checks"] >= r["rounds"]) if r["guard"] != "off" else (r["guard_checks"] == 0)
     assert all(floor["guard_check"] > 0 and floor["greedy_pick"] > 0 for floor in floors.values())
+    # Of the unmodelled time, the stream's: a round's wait beyond the verifier's round and the path.
+    assert all(r["stream_seconds_per_round"] is not None for r in rows if r["kind"] != "llm")
+    assert "stream ms/round" in (out / "speed.md").read_text()
     assert "unmodelled ms/round" in (out / "speed.md").read_text()
     assert meta["baseline"]["llm_vs_hf_generate"] > 0 and meta["baseline"]["reps"] == 3
     assert set(meta["cost_model"]["best_k_by_rtt"]) == set(meta["floors_by_rtt_seconds"]) == {"0.0", "10.0"}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
 
-from core.session_types import SessionParams, SteeringVector, Verdict
+from core.session_types import Method, SessionParams, SteeringVector, Verdict
 from sdk.device import DecodeOptions, Specialist, generate
 from tests.tinymodels import tiny_lm
 
@@ -60,3 +61,31 @@ def test_rejecting_only_the_last_draft_token_commits_the_recovery(char_tok, bonu
     assert second_commit == [verifier.recovery]
     assert gen.stats.recoveries == 1
     assert gen.stats.accepted == 2 * K - 1
+
+
+class _SlowVerifier(_LastTokenRejected):
+    """`_LastTokenRejected`, answering each round after `delay` seconds (a verifier and a network)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
+        time.sleep(self.delay)
+        return super().round(commit, draft, literal)
+
+
+def test_the_stats_say_how_long_the_device_waited_for_its_verdicts(char_tok) -> None:
+    # bench.speed reads these to split a round's time: the wait beyond the verifier's own round is
+    # the stream's and the network's.
+    specialist = Specialist(tiny_lm(char_tok, seed=1, name="s"))
+    verifier = _SlowVerifier(0.02)
+    gen = generate(specialist, "Hello there", SessionParams(draft_len=K), DecodeOptions(max_new_tokens=2 * K), verifier)
+    extra = gen.stats.extra
+    assert gen.stats.rounds == len(verifier.rounds) == 2
+    assert extra["round_wait_median_ms"] >= 20.0  # each round slept 20 ms
+    assert extra["round_wait_ms"] >= 2 * 20.0
+    assert extra["round_wait_ms"] < gen.stats.seconds * 1000
+    # A device-only generation waits for nothing and says nothing of it.
+    alone = generate(specialist, "Hello there", SessionParams(method=Method.SLM), DecodeOptions(max_new_tokens=3))
+    assert "round_wait_ms" not in alone.stats.extra
