@@ -130,6 +130,7 @@ class RemoteVerifier:
         self.egress = Egress(tap)
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
+        self._was_ready: grpc.Channel | None = None  # the channel last seen READY
         self._closed = False
 
     # -- channel ---------------------------------------------------------------------------------
@@ -161,8 +162,17 @@ class RemoteVerifier:
         # One deadline for the whole attempt: the wait, then (only for a failed channel) the
         # questions about why, so a failure reads within the connect timeout, not twice it.
         deadline = time.monotonic() + self.connect_timeout
-        state = _await_connectivity(channel, self.connect_timeout)
+        state = None
+        if channel is self._was_ready:
+            # Connected before: look without asking to connect. Asking while gRPC's connectivity
+            # poller still runs (a session opened just before) leaves the poller a request it acts
+            # on at its next wake, and if the channel is closed by then, the poller's thread raises
+            # a traceback on stderr (grpc/grpc#18995). A channel still READY needs no request.
+            state = _await_connectivity(channel, min(self.connect_timeout, 1.0), try_to_connect=False)
+        if state is not grpc.ChannelConnectivity.READY:
+            state = _await_connectivity(channel, _left(deadline, floor=0.0))
         if state is grpc.ChannelConnectivity.READY:
+            self._was_ready = channel
             return channel
         if state is None:  # still connecting: a probe would only wait again
             self._drop(channel, close=True)
@@ -222,6 +232,8 @@ class RemoteVerifier:
         with self._lock:
             if self._channel is channel:
                 self._channel = None
+            if self._was_ready is channel:
+                self._was_ready = None
         if close:
             channel.close()
 
@@ -465,8 +477,11 @@ def _end_reason(error: SpecSteerError) -> str:
     return "protocol-error"
 
 
-def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelConnectivity | None:
-    """Wait until the channel is READY or has failed (TRANSIENT_FAILURE / SHUTDOWN); None on timeout."""
+def _await_connectivity(
+    channel: grpc.Channel, timeout: float, *, try_to_connect: bool = True
+) -> grpc.ChannelConnectivity | None:
+    """Wait until the channel is READY or has failed (TRANSIENT_FAILURE / SHUTDOWN); None on timeout.
+    Without `try_to_connect`, the channel's state as first reported: an idle channel stays idle."""
     done = threading.Event()
     seen: list[grpc.ChannelConnectivity] = []
     final = (
@@ -477,10 +492,10 @@ def _await_connectivity(channel: grpc.Channel, timeout: float) -> grpc.ChannelCo
 
     def watch(state: grpc.ChannelConnectivity) -> None:
         seen.append(state)
-        if state in final:
+        if state in final or not try_to_connect:
             done.set()
 
-    channel.subscribe(watch, try_to_connect=True)
+    channel.subscribe(watch, try_to_connect=try_to_connect)
     try:
         done.wait(timeout)
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -253,3 +254,25 @@ def test_an_uplink_the_tap_refuses_is_never_sent_and_ends_the_generation(pki, cl
         assert server.metrics.value("specsteer_rounds_total") == 1
         assert len(tap.uplinks) == 2 and tap.fallbacks == [("s1", "egress-refused")]
         assert server.service.open_sessions == 0
+
+
+def test_closing_right_after_quick_sessions_leaves_no_traceback_on_stderr(pki, cloud, models) -> None:
+    """Sessions opened one after another, then the client closed at once (a short request, a
+    refusal): gRPC's connectivity poller must not be left a request to connect that it acts on
+    after the close. It raised `ValueError: Cannot invoke RPC: Channel closed!` in its own thread
+    (grpc/grpc#18995), a traceback on the user's stderr, whenever a session was opened within
+    0.2 s of the one before."""
+    errors: list[BaseException | None] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        with serve(cloud, pki) as (_, port):
+            for _ in range(3):
+                verifier = remote(port, pki, vocab_size=models[0].vocab_size)
+                for _ in range(2):
+                    verifier.open([5, 6, 7], SessionParams()).close()
+                verifier.close()
+            time.sleep(0.5)  # the poller wakes every 0.2 s
+    finally:
+        threading.excepthook = hook
+    assert errors == []
