@@ -167,7 +167,8 @@ class RemoteVerifier:
             # Connected before: look without asking to connect. Asking while gRPC's connectivity
             # poller still runs (a session opened just before) leaves the poller a request it acts
             # on at its next wake, and if the channel is closed by then, the poller's thread raises
-            # a traceback on stderr (grpc/grpc#18995). A channel still READY needs no request.
+            # a traceback on stderr (grpc/grpc#18995). A channel still READY needs no request; one
+            # gone idle since is asked below (and connects at the poller's next wake, within 0.2 s).
             state = _await_connectivity(channel, min(self.connect_timeout, 1.0), try_to_connect=False)
         if state is not grpc.ChannelConnectivity.READY:
             state = _await_connectivity(channel, _left(deadline, floor=0.0))
