@@ -41,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from bench.speed_timing import DEMO
+from bench.timing import median_ms
 from core import wire
 from core.cli import command_parser, reported, whole_number
 from core.fileio import atomic_write
@@ -58,6 +60,8 @@ from sdk.device import Specialist
 from sdk.uplink_guard import guard_setting
 
 __all__ = ["DeviceText", "DeviceWork", "device_text", "device_work_times", "main"]
+
+CPU = torch.device("cpu")  # the device's work runs on its CPU
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,8 @@ def _seconds(run: Callable[[], object]) -> float:
 
 
 def _median(run: Callable[[], object], reps: int) -> float:
-    run()  # warms the allocator
-    return statistics.median(_seconds(run) for _ in range(reps))
+    """`bench.timing.median_ms` on the CPU, in seconds."""
+    return median_ms(run, CPU, reps) / 1e3
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -794,7 +794,7 @@ def _beyond_k(row: dict, costs: Costs) -> float:
     return steps + max(0, checks - row["rounds"]) * c.guard_check
 
 
-def _unmodelled(row: dict, costs: Costs, floor: float, cloud_floor: float) -> float | None:
+def _unmodelled(row: dict, costs: Costs, session: float, floor: float, cloud_floor: float) -> float | None:
     """A row's seconds a round that the model does not price: its measured time less the device's
     forwards (its prefills included) as the device timed them, the cloud's rounds as the server
     timed them, each session's cloud prefills at their floor and its Close's round trip, and the rest
@@ -806,8 +806,8 @@ def _unmodelled(row: dict, costs: Costs, floor: float, cloud_floor: float) -> fl
     if row["kind"] == "llm" or row.get("device_prefill_seconds") is None:
         return None  # llm's rounds are its whole time in process (nothing to split); a row of an older run
     c = _row_costs(row, costs)
-    session = _floor(row, c)[0] - c.device_prefill  # the cloud's prefills (what the draft leaves) and the Close
-    untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * session
+    # The session's floor less the device's prefill: the cloud's (what the draft leaves) and the Close.
+    untimed = row["seconds"] - row["device_prefill_seconds"] - row["generations"] * (session - c.device_prefill)
     forwards = row["draft_len"] * c.draft_step if row["kind"] != "fusion" else c.draft_step
     lookahead_forwards = (row["guard_lookahead_tokens"] + row["bonus_draft_steps"]) * c.draft_step
     priced = floor - forwards - cloud_floor + (_beyond_k(row, c) - lookahead_forwards) / row["rounds"]
@@ -860,7 +860,7 @@ def _analyse(
                 rounds = r["tokens"]
             r["model_tps"] = r["tokens"] / (sessions + rounds * floor + extra_steps)
             r["measured_vs_model"] = r["tokens_per_second"] / r["model_tps"]
-            r["unmodelled_seconds_per_round"] = _unmodelled(r, c, floor, cloud_floor)
+            r["unmodelled_seconds_per_round"] = _unmodelled(r, c, session, floor, cloud_floor)
     g = costs.g_step
     d_ratio, s_ratio = costs.draft_step / g, costs.s_step / g
     cpu_ratio = costs.g_block(k + 1) / g
