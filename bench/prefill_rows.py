@@ -1,6 +1,6 @@
 """A prompt's prefill, computing the distribution after its last token only against after every token.
 
-    python -m bench.prefill_rows [--model qwen2.5-coder-0.5b-instruct] [--reps 3] [--out docs/results]
+    python -m bench.prefill_rows [--model NAME] [--kv dynamic|slots] [--reps 3] [--out docs/results]
 
 The device prefills its private prompt (the demo user's retrieved examples included: 657 tokens
 with the default Specialist) before a session opens, and the verifier prefills each cloud model's
@@ -10,6 +10,10 @@ rollback ever goes behind the prompt. This times both, taking turns in one proce
 `--reps`), and measures the resident memory each one adds in a fresh process of its own (the
 model loaded and a 16-token forward run, then one prefill): at its peak, and held while its
 sequence lives. Writes OUT/prefill_rows.{json,md}.
+
+`--kv slots` times the verifier's slot pool (`server serve --kv slots`) instead, on the same prompt:
+`SlotPool.run` computing the LM head over the prefill's last row only, against over every row
+(as it did before), both keeping the last; it writes OUT/prefill_rows_slots.{json,md}.
 """
 
 from __future__ import annotations
@@ -22,16 +26,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.speed_timing import demo_device_ids
 from core.cli import command_parser, reported, whole_number
 from core.fileio import atomic_write
 from core.kv import TokenSequence
 from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from server.fused_decoder import fused_decoder_problem
+from server.slot_pool import SlotPool
 
-__all__ = ["EveryRowSequence", "main", "prefill_memory"]
+__all__ = ["ENGINES", "KINDS", "EveryRowSequence", "main", "prefill_memory", "prefills"]
 
 
 class EveryRowSequence(TokenSequence):
@@ -42,7 +49,38 @@ class EveryRowSequence(TokenSequence):
         return len(self.ids) - self.cached
 
 
-KINDS = {"last-row": TokenSequence, "every-row": EveryRowSequence}
+KINDS = ("last-row", "every-row")
+ENGINES = ("dynamic", "slots")
+Prefill = Callable[[list[int]], Any]  # prefills its ids and returns what a session holds after
+
+
+def prefills(lm: CausalLM, engine: str, max_len: int) -> dict[str, Prefill]:
+    """Each kind's prefill on `engine`: a sequence of its own (`dynamic`), or slot 0 of a one-slot
+    pool of `max_len` positions, emptied first (`slots`)."""
+    if engine == "dynamic":
+
+        def sequence(kind: type[TokenSequence]) -> Prefill:
+            def prefill(ids: list[int]) -> TokenSequence:
+                seq = kind(lm.model, ids)
+                seq.next_logprobs()
+                return seq
+
+            return prefill
+
+        return {"last-row": sequence(TokenSequence), "every-row": sequence(EveryRowSequence)}
+    pool = SlotPool(lm.model, 1, max_len, fused=fused_decoder_problem(lm.model.config) is None)
+    slot = pool.claim()
+
+    def last_row(ids: list[int]) -> list[Any]:
+        pool.set_length(slot, 0)
+        return pool.run({slot: ids}, {slot: 1})
+
+    def every_row(ids: list[int]) -> list[Any]:  # as `SlotPool.run` did before it skipped unread rows
+        pool.set_length(slot, 0)
+        logits = pool.forward({slot: ids}, 1, len(ids), len(ids), graphed=False)
+        return [logits[slot, -1:].clone()]
+
+    return {"last-row": last_row, "every-row": every_row}
 
 
 def _device_prompt(model: str) -> tuple[CausalLM, list[int]]:
@@ -50,9 +88,9 @@ def _device_prompt(model: str) -> tuple[CausalLM, list[int]]:
     return lm, demo_device_ids(lm)
 
 
-def _prefill_seconds(lm: CausalLM, ids: list[int], kind: str) -> float:
+def _prefill_seconds(prefill: Prefill, ids: list[int]) -> float:
     start = time.perf_counter()
-    KINDS[kind](lm.model, ids).next_logprobs()
+    prefill(ids)
     return time.perf_counter() - start
 
 
@@ -61,12 +99,13 @@ def _rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def prefill_memory(model: str, kind: str) -> dict[str, float]:
+def prefill_memory(model: str, kind: str, engine: str = "dynamic") -> dict[str, float]:
     """Resident memory a prefill of `kind` adds, in MiB, in this process (run it in a fresh one):
     the peak while it runs (sampled every millisecond) and what stays while its sequence lives
     (a kept row is a view that holds the whole log-softmaxed block alive)."""
     lm, ids = _device_prompt(model)
-    KINDS[kind](lm.model, ids[:16]).next_logprobs()  # the first forward's one-off allocations (kernels' packed weights)
+    prefill = prefills(lm, engine, len(ids))[kind]
+    prefill(ids[:16])  # the first forward's one-off allocations (kernels' packed weights)
     before, peak, running = _rss_mib(), [0.0], threading.Event()
     running.set()
 
@@ -77,8 +116,7 @@ def prefill_memory(model: str, kind: str) -> dict[str, float]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    seq = KINDS[kind](lm.model, ids)
-    seq.next_logprobs()
+    seq = prefill(ids)
     running.clear()
     sampler.join()
     held = _rss_mib() - before
@@ -86,10 +124,10 @@ def prefill_memory(model: str, kind: str) -> dict[str, float]:
     return {"peak_mib": max(peak[0], _rss_mib()) - before, "held_mib": held}
 
 
-def _memory(model: str, kind: str) -> dict[str, float]:
+def _memory(model: str, kind: str, engine: str) -> dict[str, float]:
     code = (
         "import json; from bench.prefill_rows import prefill_memory; "
-        f"print(json.dumps(prefill_memory({model!r}, {kind!r})))"
+        f"print(json.dumps(prefill_memory({model!r}, {kind!r}, {engine!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -98,27 +136,32 @@ def _memory(model: str, kind: str) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = command_parser("bench.prefill_rows", __doc__.splitlines()[0])
     p.add_argument("--model", default=DEFAULT_SPECIALIST, help="a model spec (default: the device's Specialist)")
+    p.add_argument(
+        "--kv", choices=ENGINES, default="dynamic", help="the KV engine: a session's own cache, or the slot pool"
+    )
     p.add_argument("--reps", type=whole_number(1), default=3)
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     args: argparse.Namespace = p.parse_args(argv)
 
     def command() -> int:
         lm, ids = _device_prompt(args.model)
+        runs = prefills(lm, args.kv, len(ids))
         for kind in KINDS:  # warm-up
-            _prefill_seconds(lm, ids, kind)
+            _prefill_seconds(runs[kind], ids)
         seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
         for _ in range(args.reps):
             for kind in KINDS:
-                seconds[kind].append(_prefill_seconds(lm, ids, kind))
+                seconds[kind].append(_prefill_seconds(runs[kind], ids))
         result = {
             "command": "python -m bench.prefill_rows " + " ".join(sys.argv[1:] if argv is None else argv),
             "model": args.model,
+            "kv": args.kv,
             "prompt_tokens": len(ids),
             "vocab": lm.vocab_size,
             "reps": args.reps,
             "median_s": {kind: statistics.median(s) for kind, s in seconds.items()},
             "seconds": seconds,
-            "memory_mib": {kind: _memory(args.model, kind) for kind in KINDS},
+            "memory_mib": {kind: _memory(args.model, kind, args.kv) for kind in KINDS},
         }
         med, mem = result["median_s"], result["memory_mib"]
         ratio = med["last-row"] / med["every-row"]
@@ -127,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "# A prompt's prefill: its last row only, against a row per prompt token",
                 "",
                 f"`{result['command']}`: {args.model}, the demo user's device prompt ({len(ids)} tokens, "
-                f"retrieved examples included), vocabulary {result['vocab']}, this CPU in float32.",
+                f"retrieved examples included), vocabulary {result['vocab']}, this CPU in float32, "
+                + ("a session's own cache." if args.kv == "dynamic" else "the verifier's slot pool (`SlotPool.run`)."),
                 "",
                 "| prefill computes | median s | resident memory added: peak, MiB | held after, MiB |",
                 "|---|---|---|---|",
@@ -140,8 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
         )
         args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out / "prefill_rows.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / "prefill_rows.md", page, mode=0o644)
+        name = "prefill_rows" if args.kv == "dynamic" else "prefill_rows_slots"
+        atomic_write(args.out / f"{name}.json", json.dumps(result, indent=2) + "\n", mode=0o644)
+        atomic_write(args.out / f"{name}.md", page, mode=0o644)
         print(page)
         return 0
 

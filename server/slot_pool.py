@@ -198,13 +198,22 @@ def block_forward(
     lengths: torch.Tensor,
     active: torch.Tensor,
     columns: torch.Tensor,
+    tail: int | None = None,
 ) -> torch.Tensor:
     """Logits [B, n, vocab] of feeding block `ids` [B, n] to slots 0..B-1 after each one's first
     `lengths[b]` positions (rows with `active[b]` False change nothing that is read later), attending
-    over the window `columns`, through transformers' forward. Pure tensor work with no host
-    synchronisation, so a CUDA graph can capture it."""
+    over the window `columns`, through transformers' forward; with `tail`, of the last `tail`
+    positions only ([B, tail, vocab]). Pure tensor work with no host synchronisation, so a CUDA
+    graph can capture it."""
     positions, mask = block_geometry(kv, ids, lengths, active, columns)
-    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=kv, use_cache=True)
+    out = model(
+        input_ids=ids,
+        position_ids=positions,
+        attention_mask=mask,
+        past_key_values=kv,
+        use_cache=True,
+        logits_to_keep=tail or 0,  # transformers' 0: every position
+    )
     return out.logits
 
 
@@ -228,6 +237,7 @@ def fused_block_forward(
     lengths: torch.Tensor,
     active: torch.Tensor,
     columns: torch.Tensor,
+    tail: int | None = None,
 ) -> torch.Tensor:
     """`block_forward` through the fused decoder (server.fused_decoder): the same logits."""
     positions, mask = block_geometry(kv, ids, lengths, active, columns)
@@ -239,7 +249,7 @@ def fused_block_forward(
         keys, values = kv.update(key, value, layer)
         return folded_attention(query, keys, values, bias, shape.scaling).reshape(b, n, -1)
 
-    return decoder(ids, positions, attend)
+    return decoder(ids, positions, attend, tail)
 
 
 def round_outputs(
@@ -354,13 +364,18 @@ class SlotPool:
         return self.decoder is not None
 
     def block(
-        self, ids: torch.Tensor, lengths: torch.Tensor, active: torch.Tensor, columns: torch.Tensor
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        active: torch.Tensor,
+        columns: torch.Tensor,
+        tail: int | None = None,
     ) -> torch.Tensor:
-        """The logits of a bucket's blocks (`block_forward`), through this pool's decoder: pure
-        tensor work, what the graphs capture."""
+        """The logits of a bucket's blocks (`block_forward`; the last `tail` positions only, if
+        given), through this pool's decoder: pure tensor work, what the graphs capture."""
         if self.decoder is not None:
-            return fused_block_forward(self.decoder, self.kv, ids, lengths, active, columns)
-        return block_forward(self.model, self.kv, ids, lengths, active, columns)
+            return fused_block_forward(self.decoder, self.kv, ids, lengths, active, columns, tail)
+        return block_forward(self.model, self.kv, ids, lengths, active, columns, tail)
 
     def _shared_logits(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The graphed forward: `block`'s logits, copied into one buffer that every graph of this
@@ -439,19 +454,28 @@ class SlotPool:
         return columns
 
     def forward(
-        self, blocks: dict[int, list[int]], bucket: int, n: int, window: int | None = None, *, graphed: bool = True
+        self,
+        blocks: dict[int, list[int]],
+        bucket: int,
+        n: int,
+        window: int | None = None,
+        *,
+        graphed: bool = True,
+        tail: int | None = None,
     ) -> torch.Tensor:
         """Logits [bucket, n, vocab] of feeding each slot its block, attending over each slot's
         first `window` columns (default: all); each fed slot's length grows by its block's real
-        tokens (roll back with `set_length`). A graphed forward returns a tensor the next forward
-        overwrites (the graphs' shared logits): read it before then."""
+        tokens (roll back with `set_length`). An ungraphed forward with `tail` computes the last
+        `tail` positions' logits only ([bucket, tail, vocab]; a graph computes all n). A graphed
+        forward returns a tensor the next forward overwrites (the graphs' shared logits): read it
+        before then."""
         with self._lock:
             inputs = self.inputs(blocks, bucket, n, window)
             if graphed:
                 logits = self.forward_graphs(*inputs)
             else:
                 with torch.inference_mode():
-                    logits = self.block(*inputs)
+                    logits = self.block(*inputs, tail=tail)
             for slot, tokens in blocks.items():
                 self.lengths[slot] += len(tokens)
             return logits
@@ -523,10 +547,14 @@ class SlotPool:
         prompt's prefill reads its last), in the order of `blocks`, as tensors of their own (safe
         to keep past the next forward)."""
         keep = keep or {}
+        rows = {slot: min(keep.get(slot, len(tokens)), len(tokens)) for slot, tokens in blocks.items()}
         bucket, n, window, graphed = self.shape_for(blocks)
-        logits = self.forward(blocks, bucket, n, window, graphed=graphed)
+        # Positions before every block's first kept row are read by no one: their LM head is skipped.
+        tail = n - min(len(tokens) - rows[slot] for slot, tokens in blocks.items())
+        logits = self.forward(blocks, bucket, n, window, graphed=graphed, tail=tail)
+        skipped = n - logits.shape[1]
         out = []
         for slot, tokens in blocks.items():
-            rows = min(keep.get(slot, len(tokens)), len(tokens))
-            out.append(logits[slot, len(tokens) - rows : len(tokens)].clone())
+            end = len(tokens) - skipped
+            out.append(logits[slot, end - rows[slot] : end].clone())
         return out

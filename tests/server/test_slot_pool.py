@@ -220,6 +220,38 @@ def test_a_forward_reads_only_the_columns_its_sessions_hold(
             torch.testing.assert_close(logits[slot].float(), want, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["transformers", "fused"])
+def test_a_prefill_computes_the_lm_head_over_the_rows_it_keeps_only(
+    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, fused: bool
+) -> None:
+    """A prompt's prefill hands back its last row, so the LM head (a vocabulary-wide product per
+    position: a sixth of a 1.5B model's 657-token prefill on the CPU) runs over that row only;
+    merged prefills of different lengths over every block's kept rows; a round's block over all
+    of its rows. Each with transformers' logits."""
+    heads: list[int] = []
+    hook = placed.lm_head.register_forward_hook(lambda _m, args, _out: heads.append(args[0].shape[1]))
+    try:
+        pool = SlotPool(placed, slots=3, max_len=64, fused=fused)
+        slots = [pool.claim() for _ in range(3)]
+        long, short, alone = texts(tokenizer, "a longer opening", "a line", "hello there")
+        (last,) = pool.run({slots[2]: alone}, {slots[2]: 1})
+        assert heads == [1]
+        torch.testing.assert_close(last.float().cpu(), reference_logits(placed, alone)[-1:], atol=ATOL, rtol=0)
+        heads.clear()
+        merged = pool.run({slots[0]: long, slots[1]: short}, {slots[0]: 1, slots[1]: 1})
+        assert heads == [len(long) - len(short) + 1]  # from the shorter block's last row on
+        for logits, prompt in zip(merged, (long, short), strict=True):
+            torch.testing.assert_close(logits.float().cpu(), reference_logits(placed, prompt)[-1:], atol=ATOL, rtol=0)
+        heads.clear()
+        block = [20, 21, 22]
+        (rows,) = pool.run({slots[2]: block})
+        assert heads == [len(block)] and rows.shape[0] == len(block)
+        want = reference_logits(placed, [*alone, *block])[-len(block) :]
+        torch.testing.assert_close(rows.float().cpu(), want, atol=ATOL, rtol=0)
+    finally:
+        hook.remove()
+
+
 def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> None:
     """The columns past a session's length are closed by the mask whatever the window, so a
     graph's rounded-up window gives the exact window's logits; one too narrow is refused."""
