@@ -2,13 +2,16 @@
 its target and whether it holds, so that a GPU session's note quotes one command's output.
 
     python -m bench.gpu_verdict --gpu OUT/next/gpu.json [--gpu docs/results/gpu.json] \\
-        [--e2e OUT/e2e/speed_gpu.json] [--projection docs/results/gpu_projection.json] [--out DIR]
+        [--cloud-round OUT/e2e/cloud_round.json] [--e2e OUT/e2e/speed_gpu.json] \\
+        [--projection docs/results/gpu_projection.json] [--out DIR]
 
 - `--gpu` (bench.gpu, one or more; for each configuration the last file that measured it counts,
   so each ratio comes from one run): the Qwen3-32B step and 5-token block within 1.3x of the
   bandwidth floor, the Qwen2.5-1.5B step and block at most 2.5 ms, each on the slot pool's fastest
   path; a whole verify round within 1.15x of its two blocks; 64 sessions at least 16x one
   session's verified tokens/s (1.5B and 7B; the 32B's reported).
+- `--cloud-round` (bench.cloud_round on the GPU): the same 1.15x for the live verifier's round, its
+  session code as the server runs it (each method's; `fusion` and `llm` feed one token a model).
 - `--e2e` (bench.speed on the GPU): every row's measured tokens/s within 10 % of the cost model.
 - `--projection` (bench.gpu_projection, the paper's pair): `specsteer` at least 2x `fusion` at RTT
   50 ms; where (RTT, draft step) it reaches 3x `fusion` and where it beats `llm`.
@@ -30,7 +33,7 @@ from core.cli import command_parser, reported
 from core.errors import ConfigError
 from core.fileio import atomic_write
 
-__all__ = ["Verdict", "e2e_verdicts", "gpu_verdicts", "main", "projection_verdicts"]
+__all__ = ["Verdict", "cloud_round_verdicts", "e2e_verdicts", "gpu_verdicts", "main", "projection_verdicts"]
 
 FLOOR_LIMIT = 1.3  # the 32B's step and block, x the bandwidth floor
 SMALL_STEP_LIMIT_MS = 2.5  # the 1.5B's step and block
@@ -124,6 +127,18 @@ def gpu_verdicts(gpus: Sequence[dict[str, Any]]) -> list[Verdict]:
                 )
             out.append(Verdict(criterion, figure, target, scale >= BATCH_MIN if judged else None))
     return out
+
+
+def cloud_round_verdicts(rounds: dict[str, Any] | None) -> list[Verdict]:
+    """The live verifier's round / its blocks alone (bench.cloud_round), its worst method judged."""
+    criterion, target = "the live verifier's round / its blocks alone", f"<= {ROUND_LIMIT}x"
+    if rounds is None:
+        return [Verdict(criterion, "not measured", target, None)]
+    rows = rounds["rows"]
+    figure = ", ".join(f"{r['method']} {r['round_vs_blocks']:.2f}x" for r in rows)
+    pair = f"{rounds['generalist']} + {rounds['specialist']}"
+    holds = max(r["round_vs_blocks"] for r in rows) <= ROUND_LIMIT
+    return [Verdict(f"{criterion} ({pair}, {rounds['kv']})", f"{figure} ({rounds['device']})", target, holds)]
 
 
 def e2e_verdicts(speed: dict[str, Any] | None) -> list[Verdict]:
@@ -231,6 +246,7 @@ def _judged(judge: Callable[[Any], list[Verdict]], data: Any, what: str) -> list
 def main(argv: Sequence[str] | None = None) -> int:
     p = command_parser("bench.gpu_verdict", __doc__.splitlines()[0])
     p.add_argument("--gpu", type=Path, action="append", default=[], help="a bench.gpu JSON (repeat; later wins)")
+    p.add_argument("--cloud-round", type=Path, help="bench.cloud_round's JSON of the GPU run")
     p.add_argument("--e2e", type=Path, help="bench.speed's JSON of the end-to-end GPU run")
     p.add_argument("--projection", type=Path, help="bench.gpu_projection's JSON for the paper's pair")
     p.add_argument("--out", type=Path, help="also write OUT/gpu_verdict.md and .json")
@@ -240,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpus = [g for g in (_read(path, "bench.gpu") for path in args.gpu) if g is not None]
         verdicts = [
             *_judged(gpu_verdicts, gpus, "bench.gpu"),
+            *_judged(cloud_round_verdicts, _read(args.cloud_round, "bench.cloud_round"), "bench.cloud_round"),
             *_judged(e2e_verdicts, _read(args.e2e, "bench.speed"), "bench.speed"),
             *_judged(projection_verdicts, _read(args.projection, "bench.gpu_projection"), "bench.gpu_projection"),
         ]

@@ -55,16 +55,21 @@ class TensorSequence(CachedSequence[torch.Tensor]):
     def _vector(self, values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
         return torch.stack(values) if values else like.new_zeros(0)
 
-    def block_logprobs(self, start: int, tokens: Sequence[int]) -> tuple[list[float], list[int]]:
-        """For each j: log P(tokens[j] | ids[:start + j]) and the most likely token there (the first on
-        ties), read back from the rows' device in one copy (the verifier's blocks; device rows are
-        never read this way)."""
+    def block_logprobs(self, start: int, tokens: Sequence[int], *, best: bool = True) -> tuple[list[float], list[int]]:
+        """For each j: log P(tokens[j] | ids[:start + j]) and, with `best`, the most likely token
+        there (the first on ties; else an empty list), read back from the rows' device in one copy
+        (the verifier's blocks; device rows are never read this way). Each log-probability is a
+        view of its row picked by a host index, so only the picked values and the argmaxes are
+        gathered: no row is copied, and no index is sent to the device."""
         if not tokens:
             return [], []
-        rows = torch.stack([self.logprobs_at(start + j) for j in range(len(tokens))])
-        picked = torch.tensor(list(tokens), dtype=torch.long, device=rows.device).unsqueeze(1)
-        logps = rows.gather(1, picked).squeeze(1)
-        return logps.tolist(), rows.argmax(dim=-1).tolist()
+        rows = [self.logprobs_at(start + j) for j in range(len(tokens))]
+        picked = torch.stack([row[int(t)] for row, t in zip(rows, tokens, strict=True)])
+        if not best:
+            return picked.tolist(), []
+        # One readback for both: float64 holds every fp32 value and every token index exactly.
+        both = torch.cat([picked.double(), torch.stack(rows).argmax(dim=-1).double()]).tolist()
+        return both[: len(tokens)], [int(i) for i in both[len(tokens) :]]
 
 
 class TokenSequence(TensorSequence):

@@ -556,5 +556,9 @@ class SlotPool:
         out = []
         for slot, tokens in blocks.items():
             end = len(tokens) - skipped
-            out.append(logits[slot, end - rows[slot] : end].clone())
+            kept = logits[slot, end - rows[slot] : end]
+            # A graph's logits are the next forward's buffer, and a slice of a larger tensor would
+            # keep all of it alive: copied. An ungraphed forward's own logits, whole, are not.
+            whole = not graphed and kept.numel() == logits.numel()
+            out.append(kept if whole else kept.clone())
         return out

@@ -35,7 +35,8 @@
 #
 # GPU_CHECK_PART=e2e runs only the end-to-end sweep (issue 27 #5): random-weight Qwen2.5 0.5B and
 # 1.5B written there (bench.random_models) with the carried tokenizer, the Specialist flat and the
-# Generalist's logits spread so that 80 % of sampled drafts pass the ratio test, then bench.speed with the
+# Generalist's logits spread so that 80 % of sampled drafts pass the ratio test, then the live
+# verifier's round against its blocks alone on them (bench.cloud_round), then bench.speed with the
 # verifier on the GPU (bf16, slot pool) and the device on the CPU, at RTT 0/20/50/100 ms, the rows
 # issue 27 holds to the cost model only (llm, fusion, specsteer: sd and the guard-off row took a
 # quarter of an RTT's time in the CPU dry run, and the sweep's time is short), into
@@ -100,6 +101,16 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   # Acceptance built in (bench.random_models; sampled rows): 0.80 a draft, what the shipped pair measures.
   timeout "$left" $PY -m bench.random_models --tokenizer .gpu-tokenizer --configs "$E2E_SPECIALIST,$E2E_GENERALIST" \
     --acceptance 0.8 --specialist "$E2E_SPECIALIST" --out "$models" --device "$DEVICE" >"$OUT/e2e.txt" 2>&1
+  # The live verifier's round (its session code: contract, forwards, log-softmax, ratio test, steering)
+  # against its blocks alone, one session, nothing beside it: a minute at most, before the sweep.
+  left=$(($1 - ($(date +%s) - START)))
+  if [ "$left" -ge 120 ]; then
+    timeout 60 $PY -m bench.cloud_round --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
+      --device "$DEVICE" --dtype "$DTYPE" --kv slots --sampling --methods specsteer,fusion,sd,llm \
+      --out "$OUT/e2e" >"$OUT/cloud_round.txt" 2>&1
+    echo "bench.cloud_round exit $?" >>"$OUT/cloud_round.txt"
+    tail -12 "$OUT/cloud_round.txt"
+  fi
   left=$(($1 - ($(date +%s) - START)))
   [ "$left" -ge 30 ] || { echo "bench.speed skipped: ${left}s left" >>"$OUT/e2e.txt"; return 0; }
   # The device drafts on the CPU beside the verifier's threads (gRPC, the sessions, the CUDA launches):
@@ -120,6 +131,7 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
 verdict() {  # issue 27's criteria off this run's JSON (bench.gpu_verdict), the paper pair projected first
   local args=(--gpu "$OUT/next/gpu.json")
   [ -f "$OUT/e2e/speed_gpu.json" ] && args+=(--e2e "$OUT/e2e/speed_gpu.json")
+  [ -f "$OUT/e2e/cloud_round.json" ] && args+=(--cloud-round "$OUT/e2e/cloud_round.json")
   # The device's figures: the shipped int4 drafter on this project's CPU (docs/results/gpu_projection_onnx_int4.md),
   # and its work around its forwards there (docs/results/device_work.md).
   if $PY -m bench.gpu_projection --gpu "$OUT/next/gpu.json" --generalist qwen3-32b --specialist qwen3-0.6b \

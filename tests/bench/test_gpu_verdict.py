@@ -89,6 +89,22 @@ def test_end_to_end_rows_are_held_to_the_model_within_ten_percent() -> None:
     assert "31.0 ms of it the model prices nowhere, 4.0 ms of which the stream's wait" in off.figure
 
 
+def test_the_live_verifiers_round_is_held_to_its_blocks_by_its_worst_method() -> None:
+    rounds = {
+        "generalist": "g",
+        "specialist": "s",
+        "kv": "slots",
+        "device": "NVIDIA H200",
+        "rows": [{"method": "specsteer", "round_vs_blocks": 1.08}, {"method": "fusion", "round_vs_blocks": 1.02}],
+    }
+    (held,) = gpu_verdict.cloud_round_verdicts(rounds)
+    assert held.holds is True and held.criterion == "the live verifier's round / its blocks alone (g + s, slots)"
+    assert held.figure == "specsteer 1.08x, fusion 1.02x (NVIDIA H200)"
+    rounds["rows"].append({"method": "llm", "round_vs_blocks": 1.4})
+    assert gpu_verdict.cloud_round_verdicts(rounds)[0].holds is False
+    assert gpu_verdict.cloud_round_verdicts(None)[0].figure == "not measured"
+
+
 def test_the_projection_criteria_and_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     projection = RESULTS / "gpu_projection_onnx_int4.json"
     by = _by(gpu_verdict.projection_verdicts(json.loads(projection.read_text())))
