@@ -36,11 +36,17 @@ class SlotSequence(TensorSequence):
         self.pool = pool
         self.model = pool.model  # the batcher groups forwards by model
         try:
-            self.slot = pool.claim()
+            # A lease: the pool moves it down when a lower slot frees, so forwards stay small.
+            self.lease = pool.lease()
         except RuntimeError as exc:  # more sessions than slots (kv_slots below max_sessions)
             raise NoSessionSlot(f"the verifier has no free KV slot: {exc}; try again later") from None
-        self._release = weakref.finalize(self, pool.release, self.slot)
+        self._release = weakref.finalize(self, pool.release, self.lease)
         self._runner: SlotRunner = runner if runner is not None else slot_forward
+
+    @property
+    def slot(self) -> int:
+        """The slot the session holds now (it may move; -1 once released)."""
+        return self.lease.slot
 
     def release(self) -> None:
         """Hand the slot back (once; later calls do nothing)."""
@@ -52,7 +58,7 @@ class SlotSequence(TensorSequence):
         return self._runner(self, new)
 
     def _crop(self, keep: int) -> None:
-        self.pool.set_length(self.slot, keep)
+        self.pool.set_length(self.lease, keep)
         self._cached = keep
 
     def _tail_logits(self, tails: Sequence[Sequence[int]]) -> list[torch.Tensor]:
@@ -67,7 +73,9 @@ def slot_forward_batch(items: Sequence[tuple[SlotSequence, Sequence[int]]]) -> l
     if any(seq.pool is not pool for seq, _ in items):
         raise ValueError("a merged slot forward needs every sequence on one pool")
     try:
-        return pool.run({seq.slot: list(new) for seq, new in items}, {seq.slot: seq.rows_wanted() for seq, _ in items})
+        return pool.run(
+            {seq.lease: list(new) for seq, new in items}, {seq.lease: seq.rows_wanted() for seq, _ in items}
+        )
     except SlotOverflow:
         # Merged, a row may overflow only by another row's padding: the batcher then runs each
         # alone, where this is the session's own length.

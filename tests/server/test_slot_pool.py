@@ -252,6 +252,41 @@ def test_a_prefill_computes_the_lm_head_over_the_rows_it_keeps_only(
         hook.remove()
 
 
+def test_a_session_left_on_a_high_slot_moves_down_when_the_slots_below_it_free(
+    placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forward covers every slot below its highest fed one: a session left alone on slot 2 would
+    compute three rows a forward. When a lower slot frees, the highest session moves into it (its
+    KV copied), so its next forward is a bucket of one, with transformers' logits; a slot from
+    `claim` never moves; a released lease releases nothing twice."""
+    pool = SlotPool(placed, slots=4, max_len=64)
+    buckets: list[int] = []
+    forward = pool.forward
+    monkeypatch.setattr(
+        pool, "forward", lambda blocks, bucket, *a, **kw: buckets.append(bucket) or forward(blocks, bucket, *a, **kw)
+    )
+    prompts = texts(tokenizer, "the first", "a second one", "and the third session")
+    leases = [pool.lease() for _ in prompts]
+    for lease, prompt in zip(leases, prompts, strict=True):
+        pool.run({lease: prompt}, {lease: 1})
+    last = leases[2]
+    pool.release(leases[0])
+    assert last.slot == 0 and leases[0].slot == -1 and pool.lengths[0] == len(prompts[2])
+    pool.release(leases[1])
+    pool.release(leases[0])  # again: nothing
+    assert sorted(pool.free_slots()) == [1, 2, 3]
+    buckets.clear()
+    (logits,) = pool.run({last: [20, 21]})
+    assert buckets == [1]
+    torch.testing.assert_close(
+        logits.float().cpu(), reference_logits(placed, [*prompts[2], 20, 21])[-2:], atol=ATOL, rtol=0
+    )
+    fixed, above = pool.claim(), pool.lease()
+    assert (fixed, above.slot) == (1, 2)
+    pool.release(last)  # slot 0 frees: the lease above moves down, the claimed slot stays
+    assert above.slot == 0 and fixed == 1 and sorted(pool.free_slots()) == [2, 3]
+
+
 def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> None:
     """The columns past a session's length are closed by the mask whatever the window, so a
     graph's rounded-up window gives the exact window's logits; one too narrow is refused."""
