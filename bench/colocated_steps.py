@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return [generate(bench.specialist, q, params, bench.options, bench.local) for q in bench.prompts]
 
     steps["in_process"] = _median_step(in_process())
-    with speed._tls_verifier(bench) as (_, port, client_config):
+    with speed._tls_verifier(bench) as (_, port, client_config, _payload):
         client = SpecSteerClient.connect(bench.specialist, client_config(port))
         with client:
             steps["grpc_tls"] = _median_step([client.generate(q, params, bench.options) for q in bench.prompts])

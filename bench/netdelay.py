@@ -14,7 +14,7 @@ like a long wire with unlimited bandwidth, not a slow one. Threads, not an async
 sleeps through `epoll`, whose timeout Python rounds up to the next millisecond, so an asyncio relay
 could release each chunk up to a millisecond late in each direction (and a gRPC message crosses in
 several chunks). `time.sleep` wakes within a fraction of that. Whatever the relay still adds,
-`bench.speed` measures with the path's round trip (`path_round_trip`).
+`bench.speed` measures with the path's round trip (`bench.path_probe`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import grpc
 import torch
 
 from bench.cost_model import (
@@ -92,6 +91,7 @@ from bench.cost_model import (
 )
 from bench.device_work import DeviceText, device_text, device_work_times
 from bench.netdelay import DelayRelay
+from bench.path_probe import PayloadServer, path_round_trip, payload_round_trip
 from bench.plotting import plotted
 from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
@@ -103,13 +103,12 @@ from core.linear import LINEAR_KERNELS, resolve_linear_kernel
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import task_prompt
 from core.session_types import Method, SessionParams
-from core.wire import encode_open
+from core.wire import encode_open, fusion_downlink_bytes
 from privacy.guard import EgressGuard
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Drafter, Specialist, generate
 from sdk.llamacpp import DRAFTERS, drafter_for
-from sdk.remote import HEALTH_CHECK_METHOD
 from sdk.transport import InProcessVerifier
 from sdk.uplink_guard import guard_setting
 from server.config import SLOT_FORWARDS, ServerConfig
@@ -221,10 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     done: list[float] = []
     floors: dict[float, Costs] = {}
     write = _writer(args, argv, rows, costs, floors, baseline, reference, len(bench.prompts), bench.log)
-    with _tls_verifier(bench) as (cloud, port, client_config):
+    with _tls_verifier(bench) as (cloud, port, client_config, payload_port):
         for rtt in args.rtts:
             floors[rtt] = bench.measure()
-            rows += _rtt_rows(bench, rtt, floors[rtt], cloud, port, client_config)
+            rows += _rtt_rows(bench, rtt, floors[rtt], cloud, (port, payload_port), client_config)
             done.append(rtt)
             write(done)  # partial results survive a run cut short
     return 0
@@ -392,9 +391,10 @@ def _llamacpp_references(bench: _Bench) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[int], ClientConfig]]]:
-    """A real verifier on loopback behind a throwaway PKI: its cloud, its port, and the device's
-    config for a given relay port."""
+def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[int], ClientConfig], int]]:
+    """A real verifier on loopback behind a throwaway PKI: its cloud, its port, the device's config
+    for a given relay port, and the port of a `PayloadServer` with the verifier's certificate (for
+    `fusion`'s vector on the path, `payload_round_trip`)."""
     args = bench.args
     with tempfile.TemporaryDirectory(prefix="specsteer-bench-") as tmp:
         pki = init_pki(Path(tmp) / "pki")
@@ -412,6 +412,7 @@ def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[in
         cloud = TimedCloud(bench.g_lm, bench.cloud_s, max_top_k=config.max_top_k, seed=0, kv_slots=bench.kv_slots)
         server, port = create_server(config, cloud=cloud)
         server.start()
+        payload = PayloadServer(pki.server_cert, pki.server_key, pki.device_ca)
 
         def client_config(relay_port: int) -> ClientConfig:
             return ClientConfig(
@@ -424,8 +425,9 @@ def _tls_verifier(bench: _Bench) -> Iterator[tuple[TimedCloud, int, Callable[[in
             )
 
         try:
-            yield cloud, port, client_config
+            yield cloud, port, client_config, payload.port
         finally:
+            payload.close()
             server.stop(grace=0)
 
 
@@ -434,10 +436,11 @@ def _rtt_rows(
     rtt: float,
     floor: Costs,
     cloud: TimedCloud,
-    port: int,
+    ports: tuple[int, int],
     client_config: Callable[[int], ClientConfig],
 ) -> list[dict]:
-    """One RTT's rows: every method through a relay adding `rtt`, then `llm` timed again in process."""
+    """One RTT's rows: every method through a relay adding `rtt`, then `llm` timed again in process.
+    `ports`: the verifier's and the `PayloadServer`'s."""
     k = bench.args.draft_len
     bench.log(
         f"rtt {rtt:>4.0f} ms  floor re-timed: draft step {floor.draft_step * 1e3:.0f} ms, "
@@ -447,30 +450,19 @@ def _rtt_rows(
     # the start's llm would read the drift as a speedup or a slowdown.
     llm_rtt = [generate(bench.specialist, q, LLM_PARAMS, bench.options, bench.local) for q in bench.prompts]
     bench.log(f"rtt {rtt:>4.0f} ms  llm re-timed: {_tokens_per_second(llm_rtt):.2f} tok/s in process")
+    port, payload_port = ports
+    vector = None
+    if any(m.params.method is Method.FUSION for m in methods(k, bench.args.sampling, bench.args.methods)):
+        size = fusion_downlink_bytes(bench.s_lm.vocab_size)
+        with DelayRelay(payload_port, rtt_ms=rtt) as relay:
+            vector = payload_round_trip(client_config(relay.port), size)
+        bench.log(f"rtt {rtt:>4.0f} ms  the path's round trip with fusion's {size / 1e3:.0f} KB: {vector * 1e3:.2f} ms")
     with DelayRelay(port, rtt_ms=rtt) as relay:
         path = path_round_trip(client_config(relay.port))
         bench.log(f"rtt {rtt:>4.0f} ms  the path's own round trip (health checks via the relay): {path * 1e3:.2f} ms")
-        rows = _method_rows(bench, rtt, path, floor, cloud, relay, client_config(relay.port))
+        rows = _method_rows(bench, rtt, (path, vector), floor, cloud, relay, client_config(relay.port))
     rows.append(_llm_row(rtt, llm_rtt, sum(r.stats.seconds for r in llm_rtt)))
     return rows
-
-
-def path_round_trip(config: ClientConfig, reps: int = 30) -> float:
-    """Median seconds of a gRPC health check to `config.server` over the device's TLS identity: what
-    a round pays the path besides the verifier's work (the relay's delay, loopback, TLS, HTTP/2),
-    timed alone on a channel of its own, after one check that connects it."""
-    channel = grpc.secure_channel(config.server, config.identity().credentials())
-    try:
-        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(HEALTH_CHECK_METHOD)
-        check(b"", timeout=config.connect_timeout)
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            check(b"", timeout=config.round_timeout)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-    finally:
-        channel.close()
 
 
 def _stream_seconds(runs: list, round_seconds: list[float], path: float) -> float | None:
@@ -487,15 +479,17 @@ def _stream_seconds(runs: list, round_seconds: list[float], path: float) -> floa
 def _method_rows(
     bench: _Bench,
     rtt: float,
-    path: float,
+    paths: tuple[float, float | None],
     floor: Costs,
     cloud: TimedCloud,
     relay: DelayRelay,
     client_config: ClientConfig,
 ) -> list[dict]:
     """Each method's generations over one connection per egress-guard setting; specsteer again at
-    the cost model's best K when that differs from `--draft-len`. `path`: the path's round trip."""
+    the cost model's best K when that differs from `--draft-len`. `paths`: the path's round trip,
+    and with `fusion`'s dense vector aboard (None where no row runs `fusion`)."""
     args, k = bench.args, bench.args.draft_len
+    path, vector = paths
     rows: list[dict] = []
     with contextlib.ExitStack() as clients:
         by_guard: dict[str, SpecSteerClient] = {}
@@ -513,7 +507,11 @@ def _method_rows(
             opens = sum(len(encode_open(bench.specialist.public_prompt_ids(q), method.params)) for q in bench.prompts)
             row = _row(method, rtt, runs, wire, cloud.round_seconds[timed_before:], opens)
             row["path_rtt_ms"] = path * 1e3
-            row["stream_seconds_per_round"] = _stream_seconds(runs, cloud.round_seconds[timed_before:], path)
+            # A fusion round's downlink is the dense vector: its path is the round trip with one aboard.
+            dense = method.params.method is Method.FUSION and vector is not None
+            row["vector_path_rtt_ms"] = vector * 1e3 if dense else None
+            row_path = vector if dense else path
+            row["stream_seconds_per_round"] = _stream_seconds(runs, cloud.round_seconds[timed_before:], row_path)
             rows.append(row)
             bench.log(
                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
@@ -757,12 +755,15 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     server's own rule) less the first round's draft it overlaps, and the Close's round trip; `llm`
     pays its one RTT there. A round over
     the network pays the path's round trip as measured (`path_rtt_ms`; the relay's RTT in a row of an
-    older run)."""
+    older run), a `fusion` round the round trip with its dense vector aboard (`vector_path_rtt_ms`)."""
     rtt = row["rtt_ms"] / 1000
     if row["kind"] == "llm":
         return costs.g_prefill + rtt, costs.g_step, costs.g_step
     c = _row_costs(row, costs)
     path = row["path_rtt_ms"] / 1000 if row.get("path_rtt_ms") is not None else rtt
+    # fusion's rounds bring its dense vector back: their round trip with one aboard, as measured.
+    vector = row.get("vector_path_rtt_ms")
+    round_path = vector / 1000 if row["kind"] == "fusion" and vector is not None else path
     generic, sampling = row["reads_generic_specialist"], row.get("sampling", False)
     k = row["draft_len"]  # 0 for fusion: its first round sends no draft
     # The device sends Open and drafts its first round while the cloud prefills (it does not wait
@@ -773,7 +774,7 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     cloud_prefills = c.g_prefill + (c.s_prefill if generic else 0.0)
     session = c.device_prefill + max(cloud_prefills - first_draft, 0.0) + path
     if row["kind"] == "fusion":
-        return session, fusion_round(c, path, generic=generic), c.g_step + (c.s_step if generic else 0.0)
+        return session, fusion_round(c, round_path, generic=generic), c.g_step + (c.s_step if generic else 0.0)
     floor = round_floor(c, k, path, generic=generic, sampling=sampling)
     return session, floor, c.verify_block(k, generic=generic)
 

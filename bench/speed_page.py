@@ -24,6 +24,7 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
     m = meta["cost_model"]
     g = costs.g_step
     paths = {r["rtt_ms"]: r["path_rtt_ms"] for r in rows if r.get("path_rtt_ms") is not None}
+    vectors = {r["rtt_ms"]: r["vector_path_rtt_ms"] for r in rows if r.get("vector_path_rtt_ms") is not None}
     out = [
         f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']}"
         + (f", Linear kernel {meta['linear_kernel']}" if meta.get("linear_kernel") else "")
@@ -62,6 +63,7 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
             f"{(f['g_blocks'][str(k + 1)] + f['s0_blocks'][str(k + 1)]) * 1e3:.0f} ms, Generalist step "
             f"{f['g_blocks']['1'] * 1e3:.0f} ms"
             + (f", the path's round trip {paths[float(rtt)]:.2f} ms" if float(rtt) in paths else "")
+            + (f" ({vectors[float(rtt)]:.2f} ms with fusion's vector aboard)" if float(rtt) in vectors else "")
             for rtt, f in meta["floors_by_rtt_seconds"].items()
         )
         + ". `llm` runs again in each RTT's block, just after those forwards, and is held to them too.",

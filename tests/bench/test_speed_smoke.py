@@ -60,6 +60,9 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
         assert r["path_rtt_ms"] > r["rtt_ms"]  # loopback, TLS and HTTP/2 on top of the relay's delay
         assert (r["guard_checks"] >= r["rounds"]) if r["guard"] != "off" else (r["guard_checks"] == 0)
     assert all(floor["guard_check"] > 0 and floor["greedy_pick"] > 0 for floor in floors.values())
+    # fusion's rounds bring its dense vector back: their path was timed with one aboard.
+    for r in rows:
+        assert (r["vector_path_rtt_ms"] > r["rtt_ms"]) if r["kind"] == "fusion" else r.get("vector_path_rtt_ms") is None
     # Of the unmodelled time, the stream's: a round's wait beyond the verifier's round and the path.
     assert all(r["stream_seconds_per_round"] is not None for r in rows if r["kind"] != "llm")
     assert "stream ms/round" in (out / "speed.md").read_text()
@@ -223,6 +226,7 @@ def test_the_model_prices_the_devices_choices_guard_checks_fusion_and_the_paths_
     greedy = {**steer, "method": "greedy", "sampling": False}
     fusion = {**base, "method": "fusion", "kind": "fusion", "draft_len": 0, "rounds": 40, "sampling": True}
     fusion |= {"guard_lookahead_tokens": 0, "guard_checks": 40, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1}
+    fusion["vector_path_rtt_ms"] = 23.5  # the path's round trip with the dense vector aboard
     llm = {**base, "method": speed.LLM, "kind": "llm", "draft_len": 0, "rounds": 40, "guard": None, "sampling": False}
     llm |= {"guard_lookahead_tokens": 0, "guard_checks": 0, "accepted_per_round": 0.0, "cloud_seconds_per_round": 1}
     args = argparse.Namespace(draft_len=4, k_max=6, paper_target_step_ms=40.0, gpu_block_ratio=1.1, sampling=True)
@@ -239,8 +243,11 @@ def test_the_model_prices_the_devices_choices_guard_checks_fusion_and_the_paths_
     assert by["specsteer"]["analytic_bound_tps"] == pytest.approx(40 / (path + 10 * sampled_round + beyond))
     assert by["guard off"]["round_floor_seconds"] == pytest.approx(4 * (0.1 + 0.01) + blocks + path)
     assert by["greedy"]["round_floor_seconds"] == pytest.approx(4 * (0.1 + 0.001) + 0.05 + blocks + path)
-    # fusion: its step, the check of the token it sends, both cloud steps, the path, and its fusion.
-    assert by["fusion"]["round_floor_seconds"] == pytest.approx(0.1 + 0.05 + 1.0 + 0.2 + path + 0.02)
+    # fusion: its step, the check of the token it sends, both cloud steps, the path with its vector
+    # aboard, and its fusion; its session's Close a plain round trip.
+    fusion_round = 0.1 + 0.05 + 1.0 + 0.2 + 0.0235 + 0.02
+    assert by["fusion"]["round_floor_seconds"] == pytest.approx(fusion_round)
+    assert by["fusion"]["session_floor_seconds"] == pytest.approx(path)
     # llm runs in the cloud's process: no device work, the relay's RTT once a session.
     assert by[speed.LLM]["round_floor_seconds"] == pytest.approx(1.0)
 
