@@ -21,7 +21,6 @@ import cProfile
 import functools
 import io
 import itertools
-import json
 import pstats
 import statistics
 import sys
@@ -33,10 +32,10 @@ from typing import Any
 
 import torch
 
+from bench.results import write_results
 from bench.speed_timing import bare_forward_time, pool_forward_times
 from bench.timing import synchronize
 from core.cli import command_parser, reported, whole_number
-from core.fileio import atomic_write
 from core.kv import model_device
 from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import render_prompt, task_prompt
@@ -190,9 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows": rows,
         }
         page = _page(result)
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out / f"{args.tag}.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / f"{args.tag}.md", page, mode=0o644)
+        write_results(args.out, args.tag, result, page)
         print(page)
         return 0
 

@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.results import write_results
 from bench.speed_timing import DEMO
 from bench.timing import median_ms
 from core import wire
 from core.cli import command_parser, reported, whole_number
-from core.fileio import atomic_write
 from core.limits import WIRE_MAX_TOP_K
 from core.models import DEFAULT_SPECIALIST, load_causal_lm
 from core.prompts import task_prompt
@@ -185,9 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "guard": ClientConfig.guard,
             "seconds": work.as_dict(),
         }
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out / "device_work.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / "device_work.md", page(result), mode=0o644)
+        write_results(args.out, "device_work", result, page(result))
         print(page(result), end="")
         return 0
 

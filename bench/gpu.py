@@ -55,11 +55,11 @@ from transformers import (
 )
 
 from bench.gpu_pool import POOL_PATHS, measure_pool, measure_round
+from bench.results import write_results
 from bench.timing import median_ms
 from core.cli import command_parser, reported, whole_number
 from core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
 from core.errors import ConfigError, one_line
-from core.fileio import atomic_write
 
 
 @dataclass(frozen=True)
@@ -505,8 +505,7 @@ def run(options: Options, names: Sequence[str], out: Path, deadline_s: float, co
 
 
 def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    atomic_write(out / "gpu.json", json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n", mode=0o644)
-    atomic_write(out / "gpu.md", page(meta, rows), mode=0o644)
+    write_results(out, "gpu", {"meta": meta, "rows": rows}, page(meta, rows))
 
 
 def page(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.cost_model import Costs, best_k, expected_tokens, fit_acceptance, fusion_round, predicted_tps
+from bench.results import write_results
 from core.cli import command_parser, reported
 from core.errors import ConfigError
-from core.fileio import atomic_write
 
 RTTS_MS = (0, 20, 50, 100)
 GRID_RTTS_MS = (0, 10, 20, 50, 100, 200)
@@ -204,9 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = project(gpu, args)
         shown = "python -m bench.gpu_projection " + " ".join(sys.argv[1:] if argv is None else argv)
         result["command"] = shown
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out / f"{args.name}.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / f"{args.name}.md", page(result, shown), mode=0o644)
+        write_results(args.out, args.name, result, page(result, shown))
         print(page(result, shown))
         return 0
 

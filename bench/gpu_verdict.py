@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_projection import fastest_pool
+from bench.results import write_results
 from core.cli import command_parser, reported
 from core.errors import ConfigError
-from core.fileio import atomic_write
 
 __all__ = ["Verdict", "cloud_round_verdicts", "e2e_verdicts", "gpu_verdicts", "main", "projection_verdicts"]
 
@@ -263,10 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shown = "python -m bench.gpu_verdict " + " ".join(sys.argv[1:] if argv is None else argv)
         text = page(verdicts, shown)
         if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
             body = {"command": shown, "verdicts": [asdict(v) for v in verdicts]}
-            atomic_write(args.out / "gpu_verdict.json", json.dumps(body, indent=2) + "\n", mode=0o644)
-            atomic_write(args.out / "gpu_verdict.md", text, mode=0o644)
+            write_results(args.out, "gpu_verdict", body, text)
         print(text)
         return 0
 

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.results import write_results
 from bench.speed_timing import demo_device_ids
 from core.cli import command_parser, reported, whole_number
-from core.fileio import atomic_write
 from core.kv import TokenSequence
 from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from server.fused_decoder import fused_decoder_problem
@@ -183,10 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
             ]
         )
-        args.out.mkdir(parents=True, exist_ok=True)
-        name = "prefill_rows" if args.kv == "dynamic" else "prefill_rows_slots"
-        atomic_write(args.out / f"{name}.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / f"{name}.md", page, mode=0o644)
+        write_results(args.out, "prefill_rows" if args.kv == "dynamic" else "prefill_rows_slots", result, page)
         print(page)
         return 0
 

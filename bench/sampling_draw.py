@@ -11,7 +11,6 @@ of the given size, checks that they draw the same tokens, and writes OUT/samplin
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -20,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results import write_results
 from core.cli import command_parser, reported, whole_number
-from core.fileio import atomic_write
 from core.recovery import DRAW_BLOCK, choose, device_rng
 
 __all__ = ["main", "whole_vocabulary_draw"]
@@ -95,9 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
             ]
         )
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(args.out / "sampling_draw.json", json.dumps(result, indent=2) + "\n", mode=0o644)
-        atomic_write(args.out / "sampling_draw.md", page, mode=0o644)
+        write_results(args.out, "sampling_draw", result, page)
         print(page)
         return 0
 
