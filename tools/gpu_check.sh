@@ -105,10 +105,11 @@ e2e() {  # the end-to-end sweep into $OUT/e2e, until $1 seconds after START
   # against its blocks alone, one session, nothing beside it: a minute at most, before the sweep.
   left=$(($1 - ($(date +%s) - START)))
   if [ "$left" -ge 120 ]; then
-    local rounds=40
-    [ "$DEVICE" != cpu ] || rounds=4  # a dry run's rounds of the real configurations take seconds each
+    local rounds=40 round_methods=specsteer,fusion,sd,llm
+    # A dry run's forwards of the real configurations take a tenth of a second and more each here.
+    [ "$DEVICE" != cpu ] || { rounds=4; round_methods=specsteer; }
     timeout 60 $PY -m bench.cloud_round --specialist "$models/$E2E_SPECIALIST" --generalist "$models/$E2E_GENERALIST" \
-      --device "$DEVICE" --dtype "$DTYPE" --kv slots --sampling --methods specsteer,fusion,sd,llm --rounds "$rounds" \
+      --device "$DEVICE" --dtype "$DTYPE" --kv slots --sampling --methods "$round_methods" --rounds "$rounds" \
       --out "$OUT/e2e" >"$OUT/cloud_round.txt" 2>&1
     echo "bench.cloud_round exit $?" >>"$OUT/cloud_round.txt"
     tail -12 "$OUT/cloud_round.txt"
