@@ -5,6 +5,8 @@ where there is a GPU (tools/gpu_check.sh runs it)."""
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +20,7 @@ from server.slot_pool import (
     GRAPH_MAX_N,
     GRAPH_MIN_WINDOW,
     SlotKV,
+    SlotLease,
     SlotOverflow,
     SlotPool,
     folded_gqa_attention,
@@ -285,6 +288,61 @@ def test_a_session_left_on_a_high_slot_moves_down_when_the_slots_below_it_free(
     assert (fixed, above.slot) == (1, 2)
     pool.release(last)  # slot 0 frees: the lease above moves down, the claimed slot stays
     assert above.slot == 0 and fixed == 1 and sorted(pool.free_slots()) == [2, 3]
+
+
+def test_sessions_moved_while_others_open_and_close_keep_their_logits(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moves happen on whichever thread releases a slot: a session's forwards, run on another, see
+    its KV where the pool put it (the lease is resolved under the pool's lock), every time."""
+    pool = SlotPool(model, slots=6, max_len=96)
+    prompts = texts(tokenizer, "first words", "a second, longer line", "third", "the fourth one here")
+    wants = [reference_logits(model, [*prompt, 40])[-1] for prompt in prompts]
+    moves = []
+    move = pool._move
+    monkeypatch.setattr(pool, "_move", lambda source, target: moves.append(source) or move(source, target))
+    live: dict[SlotLease, int] = {}  # lease -> its prompt's index
+    guard, busy, stop, errors = threading.Lock(), [None], threading.Event(), []
+
+    def open_session(index: int) -> None:
+        lease = pool.lease()
+        pool.run({lease: prompts[index]}, {lease: 1})
+        with guard:
+            live[lease] = index
+
+    for index in range(len(prompts)):
+        open_session(index)
+
+    def churn() -> None:  # close any session not being checked, open another in its place
+        rng = random.Random(0)
+        try:
+            while not stop.is_set():
+                with guard:
+                    closable = [lease for lease in live if lease is not busy[0]]
+                    lease = rng.choice(closable)
+                    index = live.pop(lease)
+                pool.release(lease)
+                open_session(index)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    rng = random.Random(1)
+    try:
+        for _ in range(60):
+            with guard:
+                lease, index = rng.choice(list(live.items()))
+                busy[0] = lease
+            (logits,) = pool.run({lease: [40]})
+            pool.set_length(lease, len(prompts[index]))  # the token rolled back: the same forward each time
+            with guard:
+                busy[0] = None
+            torch.testing.assert_close(logits[0].float(), wants[index], atol=ATOL, rtol=0)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors and moves  # sessions did move, and none ever read another's KV
 
 
 def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> None:
