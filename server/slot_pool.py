@@ -33,8 +33,9 @@ Sliding-window layers are refused (their mask differs per layer).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -370,6 +371,8 @@ class SlotPool:
         self._leases: dict[int, SlotLease] = {}  # slot -> the lease on it (slots from `claim` have none)
         self._windows: dict[int, torch.Tensor] = {}  # window -> arange(window), a forward's `columns`
         self._lock = threading.RLock()  # `run` holds it around `forward`, which takes it too
+        self._busy = 0  # how deep this pool's methods are in `_held` (on the thread holding the lock)
+        self._deferred: list[SlotKey] = []  # releases asked for from inside a held section
         # Fused: the pool's own decoder forward (server.fused_decoder; compiled, one region for all
         # layers). Otherwise transformers' forward, compiled whole if asked: inductor fuses the
         # decoder's small ops (a CUDA graph removes launch costs, not kernels), once for every
@@ -423,7 +426,7 @@ class SlotPool:
     def claim(self) -> int:
         """The lowest free slot (low slots keep buckets small), its length 0. It stays where it is
         until released (`lease` gives one that may move down)."""
-        with self._lock:
+        with self._held():
             if not self._free:
                 raise RuntimeError(f"all {self.kv.slots} KV slots are taken")
             self._free.sort(reverse=True)
@@ -433,19 +436,40 @@ class SlotPool:
 
     def lease(self) -> SlotLease:
         """`claim`, as a lease the pool moves to a lower slot when one frees (see the class)."""
-        with self._lock:
+        with self._held():
             lease = SlotLease(self.claim())
             self._leases[lease.slot] = lease
             return lease
 
     def free_slots(self) -> list[int]:
-        with self._lock:
+        with self._held():
             return list(self._free)
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The pool's lock, with the releases asked for while it was held run as it is let go."""
+        with self._lock:
+            self._busy += 1
+            try:
+                yield
+            finally:
+                self._busy -= 1
+                if not self._busy and self._deferred:
+                    deferred, self._deferred = self._deferred, []
+                    for key in deferred:
+                        self.release(key)
 
     def release(self, key: SlotKey) -> None:
         """Hand a slot back (a released lease again: nothing), and move the highest leased slot
-        above the lowest free one down into it."""
+        above the lowest free one down into it. A session dropped without closing releases from its
+        finalizer, which the garbage collector may run on any thread at any allocation, even inside
+        this pool's own forward on this thread (the lock is reentrant): a move then would shift
+        slots under that forward, so such a release waits until the forward is done."""
         with self._lock:
+            if self._busy:
+                self._deferred.append(key)
+                return
+        with self._held():
             slot = self._slot(key)
             if slot < 0 or slot in self._free:
                 return
@@ -480,7 +504,7 @@ class SlotPool:
         """Roll a slot back (or forward, over positions already written) to `length` tokens."""
         if not 0 <= length <= self.kv.max_len:
             raise ValueError(f"length {length} is outside 0..{self.kv.max_len}")
-        with self._lock:
+        with self._held():
             self.lengths[self._slot(key)] = length
 
     def inputs(
@@ -531,7 +555,7 @@ class SlotPool:
         `tail` positions' logits only ([bucket, tail, vocab]; a graph computes all n). A graphed
         forward returns a tensor the next forward overwrites (the graphs' shared logits): read it
         before then."""
-        with self._lock:
+        with self._held():
             inputs = self.inputs(blocks, bucket, n, window)
             if graphed:
                 logits = self.forward_graphs(*inputs)
@@ -596,7 +620,7 @@ class SlotPool:
         bucketed). Returns how many ran."""
         if shapes is None:
             shapes = self.graph_shapes() if self.device.type == "cuda" else []
-        with self._lock:
+        with self._held():
             for bucket, n, window in shapes:
                 ids = torch.zeros((bucket, n), dtype=torch.long, device=self.device)
                 lengths = torch.tensor(self.lengths[:bucket], dtype=torch.long, device=self.device)
@@ -608,7 +632,7 @@ class SlotPool:
         """Each block's own logits [len(block), vocab], or its last `keep[key]` rows only (a
         prompt's prefill reads its last), in the order of `blocks`, as tensors of their own (safe
         to keep past the next forward). Keys are slots or leases, resolved under the lock."""
-        with self._lock:
+        with self._held():
             fed = {self._slot(key): list(tokens) for key, tokens in blocks.items()}
             wanted = {self._slot(key): rows for key, rows in (keep or {}).items()}
             rows = {slot: min(wanted.get(slot, len(tokens)), len(tokens)) for slot, tokens in fed.items()}

@@ -345,6 +345,30 @@ def test_sessions_moved_while_others_open_and_close_keep_their_logits(
     assert not errors and moves  # sessions did move, and none ever read another's KV
 
 
+def test_a_release_from_inside_a_forward_waits_until_the_forward_is_done(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped session's finalizer may run on the thread that is inside the pool's forward (the
+    garbage collector runs at any allocation, and the pool's lock is reentrant). Releasing then
+    would move the forwarded session under it; the release is held until the forward returns."""
+    pool = SlotPool(model, slots=3, max_len=64)
+    first, second = texts(tokenizer, "dropped early", "still running")
+    dropped, running = pool.lease(), pool.lease()
+    pool.run({dropped: first}, {dropped: 1})
+    pool.run({running: second}, {running: 1})
+    block = pool.block
+
+    def collected_mid_forward(*args: object, **kwargs: object) -> torch.Tensor:
+        pool.release(dropped)  # as `weakref.finalize` would, from inside this forward
+        return block(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pool, "block", collected_mid_forward)
+    (logits,) = pool.run({running: [40, 41]})
+    torch.testing.assert_close(logits.float(), reference_logits(model, [*second, 40, 41])[-2:], atol=ATOL, rtol=0)
+    # ...and once it returned, the release happened: the running session moved down into slot 0.
+    assert dropped.slot == -1 and running.slot == 0 and pool.lengths[0] == len(second) + 2
+
+
 def test_a_window_wider_than_needed_changes_no_logit(model: PreTrainedModel) -> None:
     """The columns past a session's length are closed by the mask whatever the window, so a
     graph's rounded-up window gives the exact window's logits; one too narrow is refused."""
