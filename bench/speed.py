@@ -455,7 +455,7 @@ def _rtt_rows(
     if any(m.params.method is Method.FUSION for m in methods(k, bench.args.sampling, bench.args.methods)):
         size = fusion_downlink_bytes(bench.s_lm.vocab_size)
         with DelayRelay(payload_port, rtt_ms=rtt) as relay:
-            vector = payload_round_trip(client_config(relay.port), size)
+            vector = payload_round_trip(client_config(relay.port), size, reps=15)  # 1.5 s at RTT 100 ms
         bench.log(f"rtt {rtt:>4.0f} ms  the path's round trip with fusion's {size / 1e3:.0f} KB: {vector * 1e3:.2f} ms")
     with DelayRelay(port, rtt_ms=rtt) as relay:
         path = path_round_trip(client_config(relay.port))
