@@ -204,6 +204,10 @@ class CloudSession:
         self.s0.push(prefix)
         s_base = len(self.s0)
         self.s0.push(draft)
+        if reads_generic_specialist(params):
+            # P_S^0's block first, unread: on a GPU its forward is queued and runs while the host
+            # waits for P_G's log-probabilities (read back just below), not after them.
+            self.s0.next_logprobs()
         units = self.g.extend(prefix, draft)
         if params.method is Method.SD:
             n_units = verify_exact_greedy([u.g_is_argmax for u in units])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.kv import TokenSequence
-from core.session_types import CandidatePolicy, SessionParams
+from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
@@ -42,3 +42,26 @@ def test_guardrail_scores_only_the_k_candidates_it_sends(pair, monkeypatch, poli
         assert max(sizes) <= most
     else:
         assert max(sizes) > 3
+
+
+@pytest.mark.parametrize(
+    ("params", "s0_forwards_a_round"),
+    [
+        (SessionParams(gamma=0.5), 1),  # the draft's block, once: before P_G's read, then read
+        (SessionParams(method=Method.SD), 0),  # sd verifies and steers by P_G alone
+        (SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), 0),  # llm without alpha: P_G alone
+    ],
+    ids=["specsteer", "sd", "llm"],
+)
+def test_a_round_runs_p_s0_only_where_the_method_reads_it(smol_tok, params, s0_forwards_a_round) -> None:
+    s_lm, g_lm = tiny_lm(smol_tok, seed=5, name="specialist"), tiny_lm(smol_tok, seed=6, name="generalist")
+    prompt = s_lm.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    session = CloudVerifier(g_lm, s_lm, seed=0).open(prompt, params)
+    before = session.s0.forward_passes
+    commit: list[int] = []
+    for _ in range(3):
+        draft = [s_lm.tokenizer.encode(" the", add_special_tokens=False)[0]] * params.draft_len
+        verdict = session.round(commit, draft)
+        assert verdict.steering is not None
+        commit = list(verdict.steering.candidates[0])
+    assert session.s0.forward_passes - before == 3 * s0_forwards_a_round
