@@ -3,7 +3,8 @@
     SpecSteerError              core.errors: the root every package's errors hang from
     ├── ConfigError             a bad option, config file, model setting or adapter request
     │   ├── AdapterError        core.errors: a global adapter folder that is missing or damaged
-    │   └── PkiError            a PKI directory or certificate that cannot be created or used
+    │   ├── PkiError            a PKI directory or certificate that cannot be created or used
+    │   └── SlotPoolTooLarge    a slot pool's KV buffers that the device's free memory cannot hold
     ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
     ├── NoSessionSlot           no session slot for a device within the queue's wait (it may fall back)
     ├── SlotOverflow            a block that would run past its KV slot's positions (server.slot_pool)
@@ -12,10 +13,10 @@
     └── ProtocolError           core.errors: a device message that breaks the session contract
         └── ContractError       core.contract: a frame the one session contract refuses
 
-`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot` and `SlotOverflow` are defined here; the
-others come from the layers below and are gathered here, so a caller imports its `except` clauses
-from one module. A refusal inside the gRPC service (`server.service._Abort`) is no error a caller
-sees: it ends a stream with a status.
+`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `SlotOverflow` and
+`SlotPoolTooLarge` are defined here; the others come from the layers below and are gathered here,
+so a caller imports its `except` clauses from one module. A refusal inside the gRPC service
+(`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "ProfileError",
     "ProtocolError",
     "SlotOverflow",
+    "SlotPoolTooLarge",
     "SpecSteerError",
 ]
 
@@ -52,3 +54,8 @@ class NoSessionSlot(SpecSteerError):
 
 class SlotOverflow(SpecSteerError):
     """A block that would run past its KV slot's `max_len` positions (`server.slot_pool`)."""
+
+
+class SlotPoolTooLarge(ConfigError):
+    """A slot pool whose KV buffers (`kv_slots` x `kv_max_len` positions) the device's free memory
+    cannot hold (`server.slot_pool`): refused before anything is allocated, with the figures."""

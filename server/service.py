@@ -68,7 +68,7 @@ from server.admission import SessionSlots, StreamRate
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.device_identity import DeviceCertificates, NotADevice
-from server.errors import NoSessionSlot
+from server.errors import NoSessionSlot, SlotPoolTooLarge
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
@@ -342,7 +342,7 @@ class VerifierService:
             # when batching is on.
             open_session = functools.partial(self.cloud.open, runner=self.scheduler.runner)
             state.session = await self.scheduler.run(open_session, list(frame.prompt_ids), frame.params)
-        except NoSessionSlot as exc:  # the slot pool's KV slots are all taken
+        except (NoSessionSlot, SlotPoolTooLarge) as exc:  # KV slots all taken, or a new pool would not fit
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Open refused: {exc}") from None
         except ProtocolError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: {exc}") from None

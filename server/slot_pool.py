@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.steering import LOGP_FLOOR
-from server.errors import SlotOverflow
+from server.errors import SlotOverflow, SlotPoolTooLarge
 from server.fused_decoder import FusedDecoder
 
 __all__ = [
@@ -55,11 +56,14 @@ __all__ = [
     "SlotLease",
     "SlotOverflow",
     "SlotPool",
+    "available_bytes",
     "block_forward",
+    "check_kv_fits",
     "folded_attention",
     "folded_attention_bias",
     "folded_gqa_attention",
     "fused_block_forward",
+    "kv_bytes",
     "masked_attention",
     "round_outputs",
     "slot_pool_problem",
@@ -138,6 +142,42 @@ AttentionInterface.register(SLOT_ATTENTION, folded_gqa_attention)
 AttentionMaskInterface.register(SLOT_ATTENTION, sdpa_mask)  # the masks its sdpa fallback takes
 
 
+def kv_bytes(config: PretrainedConfig, slots: int, max_len: int, dtype: torch.dtype) -> int:
+    """What `SlotKV` allocates: keys and values of every layer, `slots` rows of `max_len` positions
+    and the scratch column."""
+    per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * _head_dim(config) * dtype.itemsize
+    return slots * (max_len + 1) * per_position
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors on `device`: a GPU's free memory, the host's `MemAvailable`
+    (Linux); None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_kv_fits(config: PretrainedConfig, slots: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse (`SlotPoolTooLarge`) a pool whose KV buffers `device`'s free memory cannot hold, before
+    any is allocated: on a GPU the allocation would fail with CUDA's out-of-memory traceback partway
+    through the layers, and on a host the zeroed pages would be committed later, as sessions write
+    them, until the kernel kills the process. The server's defaults (64 slots of 2048 positions)
+    ask 32 GiB for the Qwen3-32B config in bf16, beside its 60 GiB of weights (docs/results/gpu.json)."""
+    need, free = kv_bytes(config, slots, max_len, dtype), available_bytes(device)
+    if free is not None and need > free:
+        raise SlotPoolTooLarge(
+            f"the KV slot pool of {slots} slots x {max_len} positions needs {need / 2**30:.1f} GiB on {device} "
+            f"({config.num_hidden_layers} layers, {kv_bytes(config, 1, 0, dtype) // 1024} KiB a position), but only "
+            f"{free / 2**30:.1f} GiB is free: lower kv_slots (--kv-slots) or kv_max_len (--kv-max-len)"
+        )
+
+
 class SlotKV:
     """The K/V buffers of one model's slots, with the cache protocol transformers' attention layers
     call. Set before each forward: `write_at` ([B, n] positions) says where a block's rows go, and
@@ -147,6 +187,7 @@ class SlotKV:
         problem = slot_pool_problem(config)
         if problem is not None:
             raise ValueError(problem)
+        check_kv_fits(config, slots, max_len, device, dtype)
         self.slots, self.max_len = slots, max_len
         shape = (slots, config.num_key_value_heads, max_len + 1, _head_dim(config))  # + the scratch column
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]

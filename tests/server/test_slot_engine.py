@@ -10,6 +10,7 @@ import gc
 import pytest
 import torch
 
+from core.cli import reported
 from core.errors import ConfigError, ProtocolError
 from core.kv import TokenSequence
 from core.models import CausalLM
@@ -18,8 +19,9 @@ from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
 from server.batching import ForwardBatcher
 from server.cli import _overrides, build_parser
-from server.config import load_config
-from server.errors import NoSessionSlot
+from server.config import ServerConfig, load_config
+from server.errors import NoSessionSlot, SlotPoolTooLarge
+from server.main import build_cloud
 from server.metrics import Metrics
 from server.session import CloudVerifier
 from server.slot_sequence import SlotPools, SlotSequence, slot_forward
@@ -32,7 +34,7 @@ from tests.server.test_batching import (
     run_concurrently,
     run_one,
 )
-from tests.tinymodels import tiny_gemma, tiny_lm
+from tests.tinymodels import save_tiny, tiny_gemma, tiny_lm
 from tests.verifier_harness import make_pki
 
 
@@ -141,6 +143,21 @@ def test_kv_settings_from_toml_and_command_line(tmp_path) -> None:
     path.write_text('[models]\nkv = "slots"\nkv_compile = "yes"\n')
     with pytest.raises(ConfigError, match="kv_compile must be true or false; got 'yes'"):
         load_config(path)
+
+
+def test_a_server_whose_slot_pools_would_not_fit_the_host_refuses_to_start(tmp_path, char_tok, capsys) -> None:
+    """`server serve --kv slots` with more slots than the machine's memory holds: one sentence with
+    the figures and exit 1, before a single KV buffer is allocated (not a traceback, and not a
+    server that the kernel kills once sessions write their pages)."""
+    s = save_tiny(tmp_path, char_tok, seed=1, name="s")
+    g = save_tiny(tmp_path, char_tok, seed=2, name="g")
+    config = ServerConfig(generalist=str(g), specialist=str(s), kv="slots", kv_slots=2**20, kv_max_len=2**16)
+    with pytest.raises(SlotPoolTooLarge, match=r"the KV slot pool of 1048576 slots x 65536 positions needs"):
+        build_cloud(config)
+    capsys.readouterr()
+    assert reported("server", lambda: build_cloud(config) and 0) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the weights' loading bar
+    assert last.startswith("server: error: the KV slot pool of 1048576 slots")
 
 
 def test_live_verifier_on_the_slot_pool_serves_concurrent_devices_as_in_process(pair, pki) -> None:

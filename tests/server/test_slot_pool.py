@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, 
 from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
 from core.steering import steering_candidates
+from server.errors import SlotPoolTooLarge
 from server.slot_pool import (
     GRAPH_MAX_N,
     GRAPH_MIN_WINDOW,
@@ -24,6 +25,7 @@ from server.slot_pool import (
     SlotOverflow,
     SlotPool,
     folded_gqa_attention,
+    kv_bytes,
     round_outputs,
 )
 from tests.tinymodels import char_tokenizer, perturbed_copy, tiny_gemma, tiny_lm
@@ -404,6 +406,27 @@ def test_every_graphed_shape_writes_its_logits_into_one_buffer(
     torch.testing.assert_close(second[b, :1], reference_logits(model, [32]), atol=ATOL, rtol=0)
     long = list(range(1, GRAPH_MAX_N + 2))
     assert pool.forward({b: long}, bucket=2, n=len(long)).data_ptr() != first.data_ptr()
+
+
+def test_a_pool_the_devices_free_memory_cannot_hold_is_refused_before_it_allocates(
+    model: PreTrainedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU the KV buffers' allocation would fail partway with CUDA's out-of-memory traceback,
+    and on a host the zeroed pages would be committed later, as sessions write them. Refused up
+    front, in one sentence with the figures; what fits is allocated as before."""
+    per_position = kv_bytes(model.config, 1, 0, torch.float32)
+    assert per_position == 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * 16 * 4
+    allocated: list[tuple[int, ...]] = []
+    zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **kw: allocated.append(a[0]) or zeros(*a, **kw))
+    monkeypatch.setattr("server.slot_pool.available_bytes", lambda device: 10 * per_position)
+    with pytest.raises(SlotPoolTooLarge, match=r"the KV slot pool of 4 slots x 8 positions needs 0\.0 GiB on cpu "):
+        SlotPool(model, slots=4, max_len=8)
+    assert not allocated
+    SlotPool(model, slots=1, max_len=8)  # 9 positions with the scratch column: it fits
+    assert allocated
+    with pytest.raises(SlotPoolTooLarge, match=r"lower kv_slots \(--kv-slots\) or kv_max_len \(--kv-max-len\)$"):
+        SlotPool(model, slots=2, max_len=8)
 
 
 def test_refusals_are_one_sentence(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> None:
