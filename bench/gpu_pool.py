@@ -25,7 +25,7 @@ from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
 from bench.timing import median_ms
-from server.slot_pool import GraphedForward, SlotPool, round_outputs
+from server.slot_pool import GraphedForward, SlotPool, kv_bytes, round_outputs
 
 ROUND_ALPHA = 1.0
 ROUND_TOP_K = 10
@@ -37,13 +37,10 @@ def slots_that_fit(model: PreTrainedModel, wanted: int, max_len: int, headroom: 
     device = next(model.parameters()).device
     if device.type != "cuda":
         return wanted
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    element = next(model.parameters()).element_size()
-    per_slot = 2 * config.num_hidden_layers * config.num_key_value_heads * (max_len + 1) * head_dim * element
+    per_slot = kv_bytes(model.config, 1, max_len, next(model.parameters()).dtype)
     # The logits of a replay ([B, n, vocab], and their fp32 log-softmax in a round) take room too.
-    per_slot += 10 * config.vocab_size * 4 * 3
-    free, _ = torch.cuda.mem_get_info(device)
+    per_slot += 10 * model.config.vocab_size * 4 * 3
+    free = torch.cuda.mem_get_info(device)[0]
     return max(1, min(wanted, int(headroom * free / per_slot)))
 
 
