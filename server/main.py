@@ -18,10 +18,11 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from cryptography import x509
@@ -35,6 +36,9 @@ from core.tls_identity import check_tls_identity
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.front import ConnectionFront
+
+if TYPE_CHECKING:  # transformers loads only when the models do (build_cloud)
+    from transformers import PreTrainedModel
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
@@ -138,11 +142,15 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     generalist = load(config.generalist)
     log.info("loading generic Specialist copy %s", config.specialist)
     specialist = load(config.specialist)
-    adapters = None if config.adapters_dir is None else GlobalAdapters(specialist, config.adapters_dir)
     kv_slots = (
         SlotPools(config.slot_count, config.kv_max_len, forward=config.kv_forward, compiled=config.kv_compile)
         if config.kv == "slots"
         else None
+    )
+    adapters = (
+        None
+        if config.adapters_dir is None
+        else GlobalAdapters(specialist, config.adapters_dir, evicted=None if kv_slots is None else kv_slots.drop)
     )
     try:
         verifier = CloudVerifier(
@@ -165,12 +173,21 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
 
 class GlobalAdapters:
     """The federated global adapters under `adapters_dir` (federation's store), merged into the
-    generic Specialist on first use; the most recent few versions stay loaded."""
+    generic Specialist on first use; the most recent few versions stay loaded. `evicted(model)`,
+    if given, is told of each merged copy let go (the slot pools drop theirs: `SlotPools.drop`)."""
 
-    def __init__(self, base: CausalLM, adapters_dir: Path, keep: int = 2) -> None:
+    def __init__(
+        self,
+        base: CausalLM,
+        adapters_dir: Path,
+        keep: int = 2,
+        *,
+        evicted: Callable[[PreTrainedModel], None] | None = None,
+    ) -> None:
         self.base = base
         self.adapters_dir = adapters_dir
         self.keep = keep
+        self.evicted = evicted
         self._loaded: dict[int, CausalLM] = {}
         self._lock = threading.Lock()
 
@@ -182,7 +199,9 @@ class GlobalAdapters:
                 folder = load_global_adapter(version, self.adapters_dir)
                 self._loaded[version] = apply_adapters(self.base, folder.path, None, expect_version=version)
                 while len(self._loaded) > self.keep:
-                    self._loaded.pop(next(iter(self._loaded)))
+                    dropped = self._loaded.pop(next(iter(self._loaded)))
+                    if self.evicted is not None:
+                        self.evicted(dropped.model)
             return self._loaded[version]
 
 

@@ -127,6 +127,13 @@ class SlotPools:
                 self._pools[id(model)] = pool
             return pool
 
+    def drop(self, model: PreTrainedModel) -> None:
+        """Let go of `model`'s pool (a global adapter's merged copy the verifier evicted): its KV
+        buffers and the model go once the sessions still on it end (each holds its pool). Without
+        this, every adapter version a federation published kept a pool and a model copy for good."""
+        with self._lock:
+            self._pools.pop(id(model), None)
+
     def warm_up(self, models: Sequence[PreTrainedModel]) -> int:
         """Make `models`' pools now and run each of their graphed shapes once (`SlotPool.warm_up`:
         on a GPU, every graph captured and every compile done before the first session; nothing

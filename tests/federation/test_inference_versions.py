@@ -3,6 +3,8 @@ the device's Specialist carries global + personal, and a version mismatch is a c
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
 from server.main import GlobalAdapters
 from server.session import CloudVerifier
+from server.slot_sequence import SlotPools
 from tests.tinymodels import tiny_lm
 
 CFG = TaskConfig(lora_rank=2, lora_alpha=4, lora_targets="q_proj,v_proj")
@@ -100,3 +103,28 @@ def test_sdk_generate_with_a_federation_state_declares_its_version(stores, tiny_
     assert '"new_tokens"' in capsys.readouterr().out
     assert main([*args, "--federation-state", str(tmp_path / "nowhere")]) == 1
     assert "federation state folder" in capsys.readouterr().err
+
+
+def test_an_evicted_adapter_version_gives_back_its_slot_pool_and_model(stores, smol_tok, tiny_chat_model) -> None:
+    """With the slot pool, each global adapter version's merged copy gets a KV pool of its own (on
+    a GPU, gigabytes). When the verifier lets a version go (it keeps the most recent few), the pool
+    goes with it, and the copy is freed once no session is on it: a federation publishing versions
+    for weeks must not pile them up."""
+    base, server_adapters, _ = stores
+    sw = SpecialistWithAdapters(load_causal_lm(str(tiny_chat_model), progress=False), CFG)
+    arrays = _adapter(sw, GLOBAL, 3)
+    write_adapter(
+        version_dir(server_adapters, 2), arrays, sw.lora_config_dict(), kind="global", base=sw.fingerprint, version=2
+    )
+    pools = SlotPools(2, 256)
+    adapters = GlobalAdapters(base, server_adapters, keep=1, evicted=pools.drop)
+    cloud = CloudVerifier(tiny_lm(smol_tok, seed=9), base, seed=0, global_adapters=adapters, kv_slots=pools)
+    prompt = base.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    cloud.open(prompt, SessionParams(adapter_version=1)).close()
+    first = weakref.ref(cloud.specialist_for(1).model)
+    assert any(pool.model is first() for pool in pools.pools())
+    cloud.open(prompt, SessionParams(adapter_version=2)).close()  # v1 is let go: keep=1
+    assert all(pool.model is not first() for pool in pools.pools())
+    gc.collect()
+    assert first() is None  # nothing holds v1's merged copy any more
+    assert any(pool.model is cloud.specialist_for(2).model for pool in pools.pools())
