@@ -105,6 +105,7 @@ class SlotPools:
         self.forward, self.compiled = forward, compiled
         self._pools: dict[int, SlotPool] = {}
         self._lock = threading.Lock()
+        self._warmed = False  # `warm_up` ran: pools made from now on are warmed as they are made
 
     def check(self, model: PreTrainedModel) -> None:
         """Refuse, in one sentence, a model the pool cannot serve."""
@@ -117,15 +118,21 @@ class SlotPools:
             return list(self._pools.values())
 
     def pool(self, model: PreTrainedModel) -> SlotPool:
-        """`model`'s pool, made on first use."""
+        """`model`'s pool, made on first use. One made after `warm_up` (a global adapter version's
+        merged copy, at the first Open that declares it) is warmed up as it is made: otherwise its
+        first sessions' rounds would capture its graphs, or compile its regions, mid-generation."""
         with self._lock:
             pool = self._pools.get(id(model))
-            if pool is None:
-                self.check(model)
-                fused = self.forward == "fused" and fused_decoder_problem(model.config) is None
-                pool = SlotPool(model, self.slots, self.max_len, compiled=self.compiled, fused=fused)
-                self._pools[id(model)] = pool
-            return pool
+            if pool is not None:
+                return pool
+            self.check(model)
+            fused = self.forward == "fused" and fused_decoder_problem(model.config) is None
+            pool = SlotPool(model, self.slots, self.max_len, compiled=self.compiled, fused=fused)
+            self._pools[id(model)] = pool
+            late = self._warmed
+        if late:  # outside the lock: other models' pools stay reachable meanwhile
+            pool.warm_up()
+        return pool
 
     def drop(self, model: PreTrainedModel) -> None:
         """Let go of `model`'s pool (a global adapter's merged copy the verifier evicted): its KV
@@ -138,7 +145,10 @@ class SlotPools:
         """Make `models`' pools now and run each of their graphed shapes once (`SlotPool.warm_up`:
         on a GPU, every graph captured and every compile done before the first session; nothing
         elsewhere). Returns the shapes run."""
-        return sum(self.pool(model).warm_up() for model in models)
+        shapes = sum(self.pool(model).warm_up() for model in models)
+        with self._lock:
+            self._warmed = True
+        return shapes
 
     def sequence(self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: SlotRunner | None) -> SlotSequence:
         return SlotSequence(self.pool(model), prefix_ids, runner)

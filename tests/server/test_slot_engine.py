@@ -24,6 +24,7 @@ from server.errors import NoSessionSlot, SlotPoolTooLarge
 from server.main import build_cloud
 from server.metrics import Metrics
 from server.session import CloudVerifier
+from server.slot_pool import SlotPool
 from server.slot_sequence import SlotPools, SlotSequence, slot_forward
 from tests.server.test_batching import (
     PROMPTS,
@@ -120,6 +121,25 @@ def test_pairs_the_pool_cannot_serve_are_refused(char_tok, bpe_tok, pair) -> Non
         CloudVerifier(gemma, s_lm, kv_slots=SlotPools(2, 64))
     with pytest.raises(ValueError, match="shares the Specialist's vocabulary"):
         CloudVerifier(tiny_lm(bpe_tok, seed=6, name="g"), s_lm, kv_slots=SlotPools(2, 64))
+
+
+def test_a_pool_made_after_the_warm_up_is_warmed_as_it_is_made(pair, smol_tok, monkeypatch) -> None:
+    """The server warms its two models' pools before it serves; a pool made later (a global adapter
+    version's copy, at the first Open declaring it) must not capture its graphs, or compile, in
+    its first sessions' rounds: it is warmed when it is made, once."""
+    warmed: list[object] = []
+    monkeypatch.setattr(SlotPool, "warm_up", lambda pool, shapes=None: warmed.append(pool.model) or 0)
+    s_lm, g_lm = pair
+    pools = SlotPools(2, 64)
+    early = tiny_lm(smol_tok, seed=11, name="made before the warm-up").model
+    pools.pool(early)
+    assert warmed == []  # the server's warm-up does it
+    pools.warm_up([g_lm.model, s_lm.model])
+    assert warmed == [g_lm.model, s_lm.model]
+    version = tiny_lm(smol_tok, seed=12, name="an adapter version's copy").model
+    pools.pool(version)
+    pools.pool(version)
+    assert warmed == [g_lm.model, s_lm.model, version]
 
 
 def test_kv_settings_from_toml_and_command_line(tmp_path) -> None:
