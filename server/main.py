@@ -36,13 +36,13 @@ from core.tls_identity import check_tls_identity
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.front import ConnectionFront
-
-if TYPE_CHECKING:  # transformers loads only when the models do (build_cloud)
-    from transformers import PreTrainedModel
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
 from server.slot_sequence import SlotPools
+
+if TYPE_CHECKING:  # for an annotation only
+    from transformers import PreTrainedModel
 
 __all__ = ["CertificateSource", "VerifierServer", "build_cloud", "connection_limits", "create_server", "fd_headroom"]
 
