@@ -126,7 +126,7 @@ def round_floor(costs: Costs, k: int, rtt: float, *, generic: bool = True, sampl
 def fusion_round(costs: Costs, rtt: float, *, generic: bool = True) -> float:
     """A `fusion` round (one token): the device's step, the guard's check of the token it sends, both
     cloud models' steps, one RTT, and the device's fusion of the dense vector with its row."""
-    cloud = costs.g_step + (costs.s_step if generic else 0.0)
+    cloud = costs.verify_block(0, generic=generic)  # a block of one token: each model's step
     return costs.draft_step + costs.guard_check + cloud + rtt + costs.fuse
 
 

@@ -510,8 +510,8 @@ def _method_rows(
             # A fusion round's downlink is the dense vector: its path is the round trip with one aboard.
             dense = method.params.method is Method.FUSION and vector is not None
             row["vector_path_rtt_ms"] = vector * 1e3 if dense else None
-            row_path = vector if dense else path
-            row["stream_seconds_per_round"] = _stream_seconds(runs, cloud.round_seconds[timed_before:], row_path)
+            _, round_path = _paths(row)
+            row["stream_seconds_per_round"] = _stream_seconds(runs, cloud.round_seconds[timed_before:], round_path)
             rows.append(row)
             bench.log(
                 f"rtt {rtt:>4.0f} ms  {method.label:28s} {row['tokens_per_second']:.2f} tok/s, "
@@ -760,10 +760,7 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     if row["kind"] == "llm":
         return costs.g_prefill + rtt, costs.g_step, costs.g_step
     c = _row_costs(row, costs)
-    path = row["path_rtt_ms"] / 1000 if row.get("path_rtt_ms") is not None else rtt
-    # fusion's rounds bring its dense vector back: their round trip with one aboard, as measured.
-    vector = row.get("vector_path_rtt_ms")
-    round_path = vector / 1000 if row["kind"] == "fusion" and vector is not None else path
+    path, round_path = _paths(row)
     generic, sampling = row["reads_generic_specialist"], row.get("sampling", False)
     k = row["draft_len"]  # 0 for fusion: its first round sends no draft
     # The device sends Open and drafts its first round while the cloud prefills (it does not wait
@@ -774,9 +771,19 @@ def _floor(row: dict, costs: Costs) -> tuple[float, float, float]:
     cloud_prefills = c.g_prefill + (c.s_prefill if generic else 0.0)
     session = c.device_prefill + max(cloud_prefills - first_draft, 0.0) + path
     if row["kind"] == "fusion":
-        return session, fusion_round(c, round_path, generic=generic), c.g_step + (c.s_step if generic else 0.0)
-    floor = round_floor(c, k, path, generic=generic, sampling=sampling)
-    return session, floor, c.verify_block(k, generic=generic)
+        floor = fusion_round(c, round_path, generic=generic)
+    else:
+        floor = round_floor(c, k, round_path, generic=generic, sampling=sampling)
+    return session, floor, c.verify_block(k, generic=generic)  # fusion's k is 0: both models' steps
+
+
+def _paths(row: dict) -> tuple[float, float]:
+    """(the path's round trip, a round's), seconds, as measured before the row's RTT: a `fusion`
+    round brings its dense vector back, so its round trip is the one with a vector aboard
+    (`vector_path_rtt_ms`); the relay's RTT in a row of an older run."""
+    path = row["path_rtt_ms"] / 1000 if row.get("path_rtt_ms") is not None else row["rtt_ms"] / 1000
+    vector = row.get("vector_path_rtt_ms")
+    return path, (vector / 1000 if row["kind"] == "fusion" and vector is not None else path)
 
 
 def _row_costs(row: dict, costs: Costs) -> Costs:
