@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -85,12 +85,7 @@ class DeviceWork:
     fuse: float
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            "greedy_pick": self.greedy_pick,
-            "sampled_draw": self.sampled_draw,
-            "guard_check": self.guard_check,
-            "fuse": self.fuse,
-        }
+        return asdict(self)
 
 
 def device_text(specialist: Specialist, prompt: str, tokens: int, *, sampling: bool, seed: int = 0) -> DeviceText:
