@@ -210,7 +210,7 @@ class FusedDecoder:
         self, ids: torch.Tensor, positions: torch.Tensor, attend: AttentionFunction, tail: int | None = None
     ) -> torch.Tensor:
         """The logits of every position, or of the last `tail` only (a prompt's prefill reads its
-        last row; over every position the LM head took a sixth of a 1.5B model's 657-token prefill
+        last row; over every position the LM head took 14 % of a 1.5B model's 657-token prefill
         on the CPU and its logits 400 MB, docs/results/prefill_rows_slots.md)."""
         hidden = self.embed(ids)
         cos, sin = self.rotary(hidden, positions)

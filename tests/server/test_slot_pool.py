@@ -230,7 +230,7 @@ def test_a_prefill_computes_the_lm_head_over_the_rows_it_keeps_only(
     placed: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, fused: bool
 ) -> None:
     """A prompt's prefill hands back its last row, so the LM head (a vocabulary-wide product per
-    position: a sixth of a 1.5B model's 657-token prefill on the CPU) runs over that row only;
+    position: 14 % of a 1.5B model's 657-token prefill on the CPU) runs over that row only;
     merged prefills of different lengths over every block's kept rows; a round's block over all
     of its rows. Each with transformers' logits."""
     heads: list[int] = []
