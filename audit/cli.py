@@ -1,6 +1,6 @@
 """`audit`: check a device's egress log, for compliance auditors.
 
-    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...]
+    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...] [--device NAME]
                      [--witness-key WITNESS.pub ...] [--witness-state FILE] [--json]
     audit show LOG [--json]                         the sessions in a log, one line each
     audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             action="append",
             help="the verifier's transcript of what each device sent (its witness); repeat for several replicas",
+        )
+        p.add_argument(
+            "--device",
+            metavar="NAME",
+            help="whose log this is: the common name of the device's certificate, as you know it (with "
+            "--server-transcript; the witness state names it where it pinned this log's key)",
         )
         p.add_argument(
             "--witness-key",
@@ -122,6 +128,7 @@ def _run_checks(args: argparse.Namespace) -> tuple[Report, bool]:
         "server_transcript": args.server_transcript,
         "witness_keys": [load_witness_key(path) for path in args.witness_key],
         "witness_state": args.witness_state,
+        "device": args.device,
     }
     try:
         return verify(args.log, **kwargs), True
@@ -209,10 +216,21 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
         "root": base64.b64encode(cp.root).decode(),
         "proof": [base64.b64encode(h).decode() for h in proof],
         "checkpoint": note,
+        # Without the auditor's key the checkpoint was opened with the key the log names itself,
+        # which anyone who rewrote the log could have put there: the proof then says nothing of who.
+        "key_pinned": args.key is not None,
     }
+    # The same rule as `audit verify`: no key of the auditor's, no pass (exit 3).
+    code = EXIT_OK if args.key is not None else EXIT_UNPROVEN
+    unproven = (
+        "audit: the proof holds against the key the log names itself, so it is unproven who signed it: "
+        "give --key PUBKEY"
+    )
     if args.json:
         print(json.dumps(out, indent=2))
-        return EXIT_OK
+        if code != EXIT_OK:
+            print(unproven, file=sys.stderr)
+        return code
     print(f"{rec} is included in the log's signed tree of size {cp.size} (proof verified, RFC 9162 §2.1.3)")
     print(f"leaf hash  {out['leaf_hash']}")
     print(f"root hash  {out['root']}")
@@ -220,7 +238,9 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
         print(f"proof[{i}]   {h}")
     print("checkpoint:")
     sys.stdout.write(note)
-    return EXIT_OK
+    if code != EXIT_OK:
+        print(unproven, file=sys.stderr)
+    return code
 
 
 def _opens_to(note: str, key: VerifierKey, cp: Checkpoint) -> bool:

@@ -297,7 +297,11 @@ MAX_ORDER_REPORTS = 5  # a reordered log names its first few reorderings; the re
 
 
 def compare(
-    device: Sequence[DeviceSession], transcript: Transcript, bindings: Iterable[tuple[str, str]] = ()
+    device: Sequence[DeviceSession],
+    transcript: Transcript,
+    bindings: Iterable[tuple[str, str]] = (),
+    *,
+    device_name: str | None = None,
 ) -> Comparison:
     """Match each certificate's server streams to the device sessions bound to it, hash for hash and in order.
 
@@ -305,9 +309,28 @@ def compare(
     or none. Streams of other names are other devices' and none of this log's business; but every
     certificate the server saw under a name the log binds must be bound by the log, or the log
     could hide its device's streams behind a certificate record naming a made-up fingerprint.
+
+    `device_name` is whose log this is by the auditor's own knowledge (the common name of the
+    device's certificate). The log's records alone cannot say it: a log that names a device and a
+    certificate of its own making would make every stream of the real device someone else's. So
+    without it the log must bind a certificate the server saw, or the comparison fails.
     """
     result = Comparison(failures=list(transcript.problems))
     bound = list(dict.fromkeys([*bindings, *((d.device, d.cert_sha256) for d in device if d.device and d.cert_sha256)]))
+    if device_name is not None:
+        for name in sorted({n for n, _ in bound} - {device_name}):
+            result.failures.append(
+                f"the log binds device {name}, but it is the log of device {device_name}: a device's log binds "
+                "its own certificates only"
+            )
+        result.notes.append(f"compared as the log of device {device_name}, with every stream the server saw from it")
+    elif not {c for _, c in bound} & {s.cert_sha256 for s in transcript.info.values()}:
+        named = ", ".join(f"{n} (certificate sha256 {c[:16]}…)" for n, c in bound) or "no device"
+        result.failures.append(
+            f"the log binds {named}, and the server saw no certificate of it, so nothing ties this log to the "
+            "transcript's devices (a log can name a device and a certificate of its own making): name the "
+            "device whose log this is (--device NAME, the common name of its certificate)"
+        )
     certs = sorted({c for _, c in bound} | {d.cert_sha256 for d in device if d.cert_sha256 is not None})
     for d in device:
         if d.cert_sha256 is None and d.uplinks:
@@ -315,7 +338,7 @@ def compare(
                 f"device session {d.session_id[:8]}… (uplinks from record {d.uplinks[0][0]}) began before the log "
                 "bound a device certificate (no device-cert record), so no server stream can be attributed to it"
             )
-    _check_bindings(bound, transcript, result)
+    _check_bindings(bound, transcript, result, device_name)
     pairs: list[tuple[DeviceSession, Stream]] = []
     for cert in certs:
         streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
@@ -327,7 +350,7 @@ def compare(
         result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}{never}")
         pairs += _compare_one(sessions, streams, who, result)
     _check_order(pairs, result)
-    ours = {n for n, _ in bound}
+    ours = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
     others = {s.cert_sha256 for s in transcript.info.values() if s.device not in ours} - set(certs)
     if others:
         n = sum(1 for s in transcript.info.values() if s.cert_sha256 in others)
@@ -338,9 +361,12 @@ def compare(
     return result
 
 
-def _check_bindings(bound: Sequence[tuple[str, str]], transcript: Transcript, result: Comparison) -> None:
-    """Every certificate the server saw under the log's device names is bound, each under its own name."""
-    names = {n for n, _ in bound}
+def _check_bindings(
+    bound: Sequence[tuple[str, str]], transcript: Transcript, result: Comparison, device_name: str | None
+) -> None:
+    """Every certificate the server saw under the log's device names (and the auditor's) is bound,
+    each under its own name."""
+    names = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
     certs = {c for _, c in bound}
     seen_as: dict[str, set[str]] = defaultdict(set)
     unbound: dict[tuple[str, str], list[Stream]] = defaultdict(list)

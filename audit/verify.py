@@ -524,8 +524,10 @@ def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str
     return Check(name, not failures, summary, tuple(failures), tuple(notes or ()))
 
 
-def _transcript(device: list[DeviceSession], paths: Sequence[Path], bindings: Sequence[tuple[str, str]]) -> Check:
-    result = compare(device, merge([read_transcript(p) for p in paths]), bindings)
+def _transcript(
+    device: list[DeviceSession], paths: Sequence[Path], bindings: Sequence[tuple[str, str]], device_name: str | None
+) -> Check:
+    result = compare(device, merge([read_transcript(p) for p in paths]), bindings, device_name=device_name)
     summary = f"{result.matched} server stream(s) of this device match device sessions hash for hash, in order"
     if result.failures:
         summary = f"{len(result.failures)} mismatch(es) between the server's transcript and the device's log"
@@ -572,6 +574,14 @@ def _devices(ctx: _Context) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _device_name(ctx: _Context, named: str | None, state: WitnessState | None) -> str | None:
+    """Whose log this is: the auditor's word, else the one device the witness pinned this log's key for."""
+    if named is not None or state is None or ctx.key is None:
+        return named
+    owners = [device for device, entry in state.logs.items() if entry.key == str(ctx.key)]
+    return owners[0] if len(owners) == 1 else None
+
+
 def _paths(server_transcript: Path | str | Sequence[Path | str] | None) -> list[Path]:
     if server_transcript is None:
         return []
@@ -588,11 +598,15 @@ def inspect(
     server_transcript: Path | str | Sequence[Path | str] | None = None,
     witness_keys: Sequence[WitnessKey] = (),
     witness_state: WitnessState | Path | str | None = None,
+    device: str | None = None,
 ) -> Report:
     """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure.
 
     `server_transcript` is the verifier's transcript (or several, one per verifier replica): the
-    witness that catches a log cut back below what the server received from this device.
+    witness that catches a log cut back below what the server received from this device. `device`
+    is whose log this is, by the auditor's knowledge (its certificate's common name); without it
+    the witness state names the device whose log key it pinned, and failing both, the log must
+    bind a certificate the transcript holds.
     `witness_keys` are the cosigners the auditor trusts: each must have cosigned the log, and every
     cosigned checkpoint must still match it; `witness_state` is a witness's own record of what it
     cosigned (its state file), which catches a log whose cosigned checkpoints were deleted.
@@ -612,12 +626,12 @@ def inspect(
     checks = [integrity, key_check, cp_check]
     if previous_checkpoint is not None:
         checks.append(_previous(ctx, previous_checkpoint, valid))
-    session_checks, summaries, device = _sessions(ctx)
+    session_checks, summaries, sessions = _sessions(ctx)
     checks.extend(_with_witness_requests(session_checks, ctx))
     paths = _paths(server_transcript)
     devices = _devices(ctx)
     if paths:
-        checks.append(_transcript(device, paths, devices))
+        checks.append(_transcript(sessions, paths, devices, _device_name(ctx, device, witness_state)))
     if witness_keys or witness_state is not None:
         checks.append(_witness(ctx, witness_keys, witness_state))
     not_covered = NOT_COVERED if paths or witness_state is not None else (*NOT_COVERED, NO_WITNESS)
@@ -635,6 +649,7 @@ def verify(
     server_transcript: Path | str | Sequence[Path | str] | None = None,
     witness_keys: Sequence[WitnessKey] = (),
     witness_state: WitnessState | Path | str | None = None,
+    device: str | None = None,
 ) -> Report:
     """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise.
 
@@ -643,7 +658,7 @@ def verify(
     """
     report = inspect(
         log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript,
-        witness_keys=witness_keys, witness_state=witness_state,
+        witness_keys=witness_keys, witness_state=witness_state, device=device,
     )  # fmt: skip
     if not report.ok:
         raise VerificationFailed(report)

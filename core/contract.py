@@ -40,7 +40,7 @@ from google.protobuf.message import DecodeError
 
 from core import wire
 from core.errors import ProtocolError
-from core.limits import WIRE_MAX_TOP_K
+from core.limits import MAX_GUARD_SPANS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
 from core.session_types import (
     ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
@@ -111,6 +111,25 @@ class Phase(StrEnum):
     OPEN = "open"
     CLOSED = "closed"  # Close sent
     FELL_BACK = "fell back"  # device finished locally
+
+
+# What a recorded guard decision may say: the device's decisions, and the names earlier versions
+# wrote ("redact", "filter"), so that their logs still verify. A fixed set, never free text: an
+# identifier of the device's choosing could spell out the span it stands for.
+RECORDED_GUARD_DECISIONS = frozenset({*GuardDecision, "redact", "filter"})
+
+
+def guard_decision_violations(decision: str, count: int) -> list[Violation]:
+    """What is wrong with a guard decision record's `decision` and span `count`, if anything."""
+    out = []
+    if decision not in RECORDED_GUARD_DECISIONS:
+        allowed = ", ".join(sorted(RECORDED_GUARD_DECISIONS))
+        out.append(Violation(Area.SESSION, f"guard decision {decision!r} is none of the decisions ({allowed})"))
+    if not 0 <= count <= MAX_GUARD_SPANS:
+        out.append(
+            Violation(Area.SESSION, f"a guard decision counts {count} spans; a session holds at most {MAX_GUARD_SPANS}")
+        )
+    return out
 
 
 def _outside(ids: Iterable[int], vocab_size: int | None, what: str) -> list[Violation]:
@@ -361,6 +380,14 @@ class SessionState:
             ]
         if vocab_size < 1 or max_top_k < 1:
             return [Violation(Area.SESSION, "the session declares an empty vocabulary or k < 1")]
+        if vocab_size > MAX_VOCAB_SIZE:
+            return [
+                Violation(
+                    Area.SESSION,
+                    f"the session declares a vocabulary of {vocab_size:,} tokens, above the protocol maximum "
+                    f"{MAX_VOCAB_SIZE:,}: with it, IDs that are no model's tokens would pass as token IDs",
+                )
+            ]
         return []
 
     # -- uplinks ---------------------------------------------------------------------------------
@@ -477,6 +504,12 @@ class SessionState:
             out.append(
                 Violation(Area.DOWNLINK, f"{len(unknown)} unknown field(s) outside the schema: {', '.join(unknown)}")
             )
+        if msg.SerializeToString(deterministic=True) != payload:
+            # A field repeated in the bytes parses to its last value: the bytes before it could carry
+            # anything while the message they parse to is a bounded top-k verdict.
+            out.append(
+                Violation(Area.DOWNLINK, "the bytes are not the deterministic serialization of what they parse to")
+            )
         if msg.HasField("cosignature"):
             # The witness's answer to a Close: checked as that, never as a round's verdict.
             problem = wire.cosignature_violation(msg)
@@ -533,6 +566,7 @@ class SessionState:
 
     def examine_guard(self, decision: str, count: int, placeholder: str) -> tuple[list[Violation], Callable[[], None]]:
         out = [Violation(Area.SESSION, f"a guard decision after the session {self.phase.value}")] if self.ended else []
+        out += guard_decision_violations(decision, count)
 
         def commit() -> None:
             self.guard[(decision, placeholder)] += count

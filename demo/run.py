@@ -124,11 +124,12 @@ def run_demo_over_tls(
                 others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
         log(args, "verifier stopped")
     log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
-    # `audit verify LOG --key PUB --server-transcript FILE --witness-key W.pub --witness-state FILE`:
-    # every check, against the keys the auditor holds.
+    # `audit verify LOG --key PUB --server-transcript FILE --device demo-user --witness-key W.pub
+    # --witness-state FILE`: every check, against the keys the auditor holds, for the device it audits.
     report = inspect(
         log_dir, key=load_verifier_key(public), server_transcript=transcript_dir / "server-transcript.jsonl",
         witness_keys=[load_witness_key(witness_public)], witness_state=witness_private.parent / "witness-state.json",
+        device="demo-user",
     )  # fmt: skip
     # With --json, stdout carries only the result object; the auditor's report goes to stderr.
     (sys.stderr if args.json else sys.stdout).write(report.render())

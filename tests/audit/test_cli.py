@@ -14,6 +14,7 @@ import pytest
 from audit import merkle
 from audit.cli import main
 from audit.note import SigningKey, VerifierKey, load_signing_key, load_verifier_key, open_checkpoint
+from core.cli import EXIT_UNPROVEN
 from tests.audit.helpers import BuiltLog, build_log, checkpoint_notes, delete_record, uplink_positions
 
 ROOT = Path(__file__).parents[2]
@@ -67,6 +68,19 @@ def test_prove_inclusion_emits_a_proof_that_checks_out(built: BuiltLog, capsys: 
     assert proof["tree_size"] == cp.size and "record 5" in proof["record"]
     assert main(["prove-inclusion", str(built.directory), "999"]) == 1
     assert "no valid signed checkpoint covers record 999" in capsys.readouterr().err
+
+
+def test_prove_inclusion_without_the_auditors_key_is_unproven(
+    built: BuiltLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --key the checkpoint opens with the key the log names itself, which whoever rewrote the
+    log could have put there: like `audit verify`, no key, no pass."""
+    assert main(["prove-inclusion", str(built.directory), "5", "--json"]) == EXIT_UNPROVEN
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["key_pinned"] is False
+    assert "unproven who signed it: give --key PUBKEY" in captured.err
+    assert main(["prove-inclusion", str(built.directory), "5"]) == EXIT_UNPROVEN
+    assert "(proof verified, RFC 9162" in capsys.readouterr().out
 
 
 def test_export_writes_a_complete_evidence_bundle(built: BuiltLog, tmp_path: Path) -> None:

@@ -139,6 +139,22 @@ def test_a_bad_downlink_is_logged_as_evidence_and_rejected(rec: EgressRecorder) 
     assert _payloads(rec, records.KIND_DOWNLINK) == [msg.SerializeToString()]
 
 
+def test_a_downlink_whose_bytes_carry_more_than_the_message_they_parse_to_is_rejected(rec: EgressRecorder) -> None:
+    """A field repeated in the bytes parses to its last value: bytes in front of an honest top-k
+    verdict could carry anything (a server smuggling data through the device's audit log)."""
+    sid = _opened(rec)
+    uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4]))
+    honest = wire.encode_downlink(1, Verdict(1, SteeringVector(((5,), (6,)), (0.0, -1.0))))
+    covert = b"".join(bytes([1 << 3, byte]) for byte in b"covert text")  # seq = <byte>, then the honest seq wins
+    assert pb.Downlink.FromString(covert + honest) == pb.Downlink.FromString(honest)
+    with pytest.raises(ProtocolError, match="not the deterministic serialization"):
+        rec.record_downlink(sid, covert + honest)
+    rec.log.close()
+    report = inspect(rec.log.directory)
+    downlinks = next(c for c in report.checks if c.name == "downlinks")
+    assert not downlinks.ok and any("deterministic serialization" in f for f in downlinks.failures)
+
+
 def test_a_non_finite_downlink_value_is_rejected(rec: EgressRecorder) -> None:
     sid = _opened(rec)
     uplink_serializer(rec, sid)(wire.round_to_proto(1, [], [4]))
@@ -154,6 +170,11 @@ def test_device_local_records_hold_labels_never_text(rec: EgressRecorder) -> Non
         rec.record_fallback(sid, "the user wrote: my card is 4111 1111")
     with pytest.raises(AuditError, match="placeholder"):
         rec.record_guard_decision(sid, decision="redact", count=1, placeholder="jane.doe@example.com")
+    # An identifier of the device's choosing could spell the span out: a decision is one of a fixed few.
+    with pytest.raises(AuditError, match="none of the decisions"):
+        rec.record_guard_decision(sid, decision="jane-roe-ssn-078-05-1120", count=1, placeholder="[EMAIL]")
+    with pytest.raises(AuditError, match="at most 8192"):
+        rec.record_guard_decision(sid, decision="placeholder", count=2**53 - 1, placeholder="[EMAIL]")
     rec.record_guard_decision(sid, decision="redact", count=2, placeholder="[EMAIL]")
     rec.record_fallback(sid, "verifier-unreachable")
     rec.log.close()
@@ -166,6 +187,26 @@ def test_a_session_must_be_begun_and_bounded(rec: EgressRecorder) -> None:
         uplink_serializer(rec, "0" * 32)
     with pytest.raises(AuditError, match="k cap"):
         rec.begin_session(vocab_size=10, max_top_k=65)
+    # The declared size makes a uint32 a token ID: at 2^32 any 32-bit value (packed text) would pass.
+    with pytest.raises(AuditError, match="vocabulary size must be in"):
+        rec.begin_session(vocab_size=2**32)
+
+
+def test_audit_verify_flags_free_text_in_device_local_records_and_an_unbounded_vocabulary(tmp_path: Path) -> None:
+    """A log written around the recorder: a decision that is not a decision, a count no session can
+    hold, and a vocabulary in which any 32-bit value counts as a token ID."""
+    key = SigningKey.generate("d")
+    with AuditLog.open(tmp_path / "log", key) as log:
+        sid = EgressRecorder(log).begin_session(vocab_size=VOCAB)
+        fields = {"decision": "jane-roe-ssn-078-05-1120", "count": 2**53 - 1, "placeholder": "[SSN]"}
+        log.append_session(records.KIND_GUARD, sid, fields)
+        log.append_session(records.KIND_BEGIN, "f" * 32, {"vocab_size": 2**32, "max_top_k": 8})
+    report = inspect(tmp_path / "log", key=key.verifier)
+    failures = [f for c in report.checks for f in c.failures]
+    assert not report.ok
+    assert any("'jane-roe-ssn-078-05-1120' is none of the decisions" in f for f in failures)
+    assert any("counts 9007199254740991 spans" in f for f in failures)
+    assert any("vocabulary of 4,294,967,296 tokens, above the protocol maximum" in f for f in failures)
 
 
 def test_a_placeholder_on_the_wire_must_be_declared_by_a_guard_decision(rec: EgressRecorder) -> None:

@@ -24,13 +24,13 @@ def proof(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
 def test_the_index_option_and_the_bare_index_prove_the_same_record(
     built: BuiltLog, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log = str(built.directory)
-    assert main(["prove-inclusion", log, "--index", "3", "--json"]) == EXIT_OK
+    log, key = str(built.directory), ["--key", str(built.pub)]
+    assert main(["prove-inclusion", log, "--index", "3", "--json", *key]) == EXIT_OK
     by_option = proof(capsys)
-    assert main(["prove-inclusion", log, "3", "--json"]) == EXIT_OK
+    assert main(["prove-inclusion", log, "3", "--json", *key]) == EXIT_OK
     assert proof(capsys) == by_option
     assert by_option["index"] == 3 and "record 3" in str(by_option["record"])
-    assert main(["prove-inclusion", "--index", "2", log, "2", "--json"]) == EXIT_OK  # the same index twice is fine
+    assert main(["prove-inclusion", "--index", "2", log, "2", "--json", *key]) == EXIT_OK  # the same index twice
     assert proof(capsys)["index"] == 2
 
 

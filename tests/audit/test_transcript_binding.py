@@ -11,6 +11,7 @@ import secrets
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ from audit.identity import DeviceIdentity
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from audit.note import SigningKey
 from audit.transcript import ServerTranscript
-from audit.verify import Report, verify
+from audit.verify import Report, inspect, verify
+from audit.witness_state import WitnessedLog, WitnessState
 from core import wire
 from core.session_types import SessionParams, SteeringVector, Verdict
 from sdk.device import DecodeOptions, Specialist, generate
@@ -148,6 +150,54 @@ def test_a_fake_fingerprint_with_sessions_turned_into_fallbacks_fails(honest: tu
     report = verify(built.directory, key=built.key.verifier)
     assert report.verdict == "VERIFIED" and all(s.ended.startswith("fallback") for s in report.sessions)
     assert "which this log never binds" in _failures(built, path)
+
+
+def _made_up_device(fields: list[dict]) -> list[dict]:
+    """A device name and a fingerprint of the device's own making, and every session dropped."""
+    named = [{**f, "device": "alice-x", "cert_sha256": FAKE} if f["kind"] == records.KIND_DEVICE else f for f in fields]
+    return [f for f in named if f["kind"] not in records.SESSION_KINDS]
+
+
+def test_a_made_up_device_name_cannot_make_the_devices_streams_someone_elses(honest: tuple[BuiltLog, Path]) -> None:
+    """Renamed, the log bound no name the server saw, so alice's three streams counted as another
+    device's and the log verified with zero sessions."""
+    built, path = honest
+    _rewrite(built.directory, built.key, _made_up_device)
+    assert verify(built.directory, key=built.key.verifier).verdict == "VERIFIED"  # the key alone cannot tell
+    text = _failures(built, path)
+    assert "the log binds alice-x (certificate sha256 fefefefefefefefe…), and the server saw no certificate" in text
+    assert "--device NAME" in text
+    # Named by the auditor, the device's streams are compared whatever the log says it is.
+    with pytest.raises(VerificationFailed) as info:
+        verify(built.directory, key=built.key.verifier, server_transcript=path, device=DEVICE.name)
+    (check,) = [c for c in info.value.report.checks if not c.ok]
+    text = "\n".join(check.failures)
+    assert "the log binds device alice-x, but it is the log of device alice" in text
+    assert "3 stream(s) (12 uplink(s)) from device alice" in text and "which this log never binds" in text
+
+
+def test_a_log_with_no_certificate_at_all_is_not_compared_with_nothing(honest: tuple[BuiltLog, Path]) -> None:
+    built, path = honest
+    _rewrite(built.directory, built.key, lambda fs: [f for f in _made_up_device(fs) if f["kind"] != "device-cert"])
+    assert "the log binds no device, and the server saw no certificate of it" in _failures(built, path)
+
+
+def test_the_witness_state_names_the_device_whose_log_key_it_pinned(honest: tuple[BuiltLog, Path]) -> None:
+    built, path = honest
+    _rewrite(built.directory, built.key, _made_up_device)
+    pinned = WitnessedLog("o", str(built.key.verifier), 1, b"\0" * 32, 0, "")
+    state = WitnessState("w", {DEVICE.name: pinned, BOB.name: replace(pinned, key="another log's key")})
+    report = inspect(built.directory, key=built.key.verifier, server_transcript=path, witness_state=state)
+    (check,) = [c for c in report.checks if c.name == "server transcript"]
+    assert any("the log binds device alice-x, but it is the log of device alice" in f for f in check.failures)
+
+
+def test_the_auditor_names_the_device_of_an_honest_log(honest: tuple[BuiltLog, Path]) -> None:
+    built, path = honest
+    report = verify(built.directory, key=built.key.verifier, server_transcript=path, device=DEVICE.name)
+    assert report.verdict == "VERIFIED" and _transcript_check(report).startswith("3 server stream(s)")
+    with pytest.raises(VerificationFailed, match="server transcript"):
+        verify(built.directory, key=built.key.verifier, server_transcript=path, device=BOB.name)
 
 
 def test_whole_sessions_reordered_and_re_signed_fail(honest: tuple[BuiltLog, Path]) -> None:
