@@ -70,6 +70,7 @@ from core.errors import ConfigError, ModelLoadError
 from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from core.session_types import WIRE_MAX_TOP_K
 from core.tomlfile import load_dataclass
+from server.pki import DEVICE_NAME
 
 # The slot pool's decoder forwards (server.slot_sequence.SlotPools): its own, fused, or transformers'.
 SLOT_FORWARDS = ("fused", "transformers")
@@ -203,6 +204,13 @@ class ServerConfig:
             raise ConfigError(f"max_connections must be at least 1; got {self.max_connections}")
         if self.stream_burst is not None and self.stream_burst < 1:
             raise ConfigError(f"stream_burst must be at least 1; got {self.stream_burst}")
+        for name in self.revoked_devices:
+            # A revocation that can match no device would leave the device it meant connected.
+            if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"revoked device {name!r} is not a device name (1-63 lowercase letters, digits or '-', not "
+                    "first: the CN its certificate was issued with), so it would revoke nothing"
+                )
         if not 1 <= self.max_top_k <= WIRE_MAX_TOP_K:
             raise ConfigError(f"max_top_k must be in [1, {WIRE_MAX_TOP_K}]; got {self.max_top_k}")
         if self.workers < 1:

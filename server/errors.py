@@ -11,10 +11,11 @@
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
     └── ProtocolError           core.errors: a device message that breaks the session contract
-        └── ContractError       core.contract: a frame the one session contract refuses
+        ├── ContractError       core.contract: a frame the one session contract refuses
+        └── SessionTooLong      a round past what a session may hold (the protocol's bound, or the KV slots)
 
-`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `SlotOverflow` and
-`SlotPoolTooLarge` are defined here; the others come from the layers below and are gathered here,
+`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `SlotOverflow`,
+`SlotPoolTooLarge` and `SessionTooLong` are defined here; the others come from the layers below and are gathered here,
 so a caller imports its `except` clauses from one module. A refusal inside the gRPC service
 (`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "PkiError",
     "ProfileError",
     "ProtocolError",
+    "SessionTooLong",
     "SlotOverflow",
     "SlotPoolTooLarge",
     "SpecSteerError",
@@ -59,3 +61,9 @@ class SlotOverflow(SpecSteerError):
 class SlotPoolTooLarge(ConfigError):
     """A slot pool whose KV buffers (`kv_slots` x `kv_max_len` positions) the device's free memory
     cannot hold (`server.slot_pool`): refused before anything is allocated, with the figures."""
+
+
+class SessionTooLong(ProtocolError):
+    """A round that would take its session past what the verifier holds for one: the protocol's
+    largest prompt and generation (`core.limits.MAX_SESSION_TOKENS`), or its KV slots' positions.
+    The stream ends with OUT_OF_RANGE; other sessions are unaffected."""

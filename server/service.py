@@ -23,6 +23,9 @@ specific status:
                          (`server.device_identity`: path length, key usage, EKU clientAuth,
                          validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
+    OUT_OF_RANGE         a round that would take the session past what one may hold (the protocol's
+                         prompt and generation, `core.limits.MAX_SESSION_TOKENS`, or the verifier's
+                         KV slots) or past a model's context
 
 With a witness key (`[audit] witness_key`), a Close that carries the device's audit-log checkpoint
 is answered by one more downlink, the witness's cosignature, if `server.witness` accepts it.
@@ -68,7 +71,7 @@ from server.admission import SessionSlots, StreamRate
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.device_identity import DeviceCertificates, NotADevice
-from server.errors import NoSessionSlot, SlotPoolTooLarge
+from server.errors import NoSessionSlot, SessionTooLong, SlotPoolTooLarge
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
@@ -376,6 +379,8 @@ class VerifierService:
             verdict: Verdict = await self.scheduler.run(session.round_frame, frame)
         except ContractError as exc:
             raise self._refusal(exc) from None
+        except SessionTooLong as exc:
+            raise _Abort(grpc.StatusCode.OUT_OF_RANGE, f"round {frame.seq} refused: {exc}", outcome="failed") from None
         except ProtocolError as exc:
             raise self._precondition(f"round {frame.seq} refused: {exc}") from None
         except (ValueError, IndexError, RuntimeError) as exc:

@@ -12,6 +12,7 @@ only what a round needs leaves them (a block's draft log-probabilities, the top-
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ from core import wire
 from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
 from core.kv import ForwardRunner, TensorSequence, TokenSequence
-from core.limits import prompt_length_problem
+from core.limits import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_SESSION_TOKENS, prompt_length_problem
 from core.models import CausalLM
 from core.prompts import render_prompt
 from core.recovery import inverse_cdf
@@ -35,6 +36,7 @@ from core.session_types import (
     Verdict,
 )
 from core.steering import steering_candidates, steering_values, top_indices, verify_exact_greedy, verify_ratios
+from server.errors import SessionTooLong
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
 from server.slot_sequence import SlotPools, SlotSequence
 from server.vocab import TextCodec, same_vocabulary
@@ -146,10 +148,28 @@ class CloudSession:
         self.contract = RoundContract(vocab_size=s_vocab)
         self.contract.after_open(params.draft_len, params.padded_frames)
         self.closed = False
+        self.wire_tokens = len(prompt_ids)  # the prompt's and every verified round's token IDs
+        # `close` may come from another thread mid-round (a stream that vanished while its round ran):
+        # the KV slots are then handed back when the round is done, not under its forwards.
+        self._state = threading.Lock()
+        self._in_round = False
+        self._release_after_round = False
+        self._sequences: list[TensorSequence] = []
+        try:
+            self._start(verifier, prompt_ids, params, runner)
+        except BaseException:
+            # Release now: the half-made session lives on in the exception's traceback, a cycle
+            # that only the collector frees, holding its KV slots until then.
+            self._release()
+            raise
 
+    def _start(
+        self, verifier: CloudVerifier, prompt_ids: Sequence[int], params: SessionParams, runner: ForwardRunner | None
+    ) -> None:
         prompt_text = verifier.s_codec.decode(prompt_ids)
         s0_lm = verifier.specialist_for(params.adapter_version)
         self.s0 = verifier.sequence(s0_lm.model, render_prompt(s0_lm, prompt_text), runner)
+        self._sequences.append(self.s0)
         g_prompt = render_prompt(verifier.generalist, prompt_text)
         if verifier.cross_vocab:
             self.g: SharedVocabGeneralist | CrossVocabGeneralist = CrossVocabGeneralist(
@@ -159,6 +179,7 @@ class CloudSession:
             self.g = SharedVocabGeneralist(
                 verifier.generalist, g_prompt, runner=runner, make_sequence=verifier.sequence
             )
+        self._sequences.append(self.g.seq)
         # Prefill at Open, not in the first round: the device does not wait for Open to be
         # answered, so over a network the prefill overlaps its first drafts; every round then feeds
         # only its own block; and a prompt the models cannot take is refused at Open.
@@ -186,12 +207,36 @@ class CloudSession:
         return self.round_frame(self.contract.next_frame(commit, draft, literal))
 
     def round_frame(self, frame: wire.RoundFrame) -> Verdict:
-        """Check `frame` against the session contract (`ContractError` if it breaks it), then verify."""
-        if self.closed:
-            raise ProtocolError("the session is closed")
+        """Check `frame` against the session contract (`ContractError` if it breaks it) and the
+        session's length (`SessionTooLong`), then verify."""
+        with self._state:
+            if self.closed:
+                raise ProtocolError("the session is closed")
+            if self._in_round:
+                raise ProtocolError("a round of this session is already being verified")
+            self._in_round = True
+        try:
+            return self._round(frame)
+        finally:
+            with self._state:
+                self._in_round = False
+                release = self._release_after_round
+            if release:
+                self._release()
+
+    def _round(self, frame: wire.RoundFrame) -> Verdict:
         raise_first(self.contract.round_violations(frame))
+        added = len(frame.commit) + len(frame.literal) + len(frame.draft)
+        if self.wire_tokens + added > MAX_SESSION_TOKENS:
+            # The verifier holds every session's tokens in its KV caches: the protocol's largest
+            # prompt and longest generation bound them, whatever a device sends.
+            raise SessionTooLong(
+                f"round {frame.seq} would take the session to {self.wire_tokens + added:,} tokens; a session holds "
+                f"at most {MAX_SESSION_TOKENS:,} (a {MAX_PROMPT_TOKENS}-token prompt and {MAX_NEW_TOKENS} new tokens)"
+            )
         self.contract.after_round(frame)
         verdict = self._verify(list(frame.commit), list(frame.draft), list(frame.literal))
+        self.wire_tokens += len(frame.commit) + len(frame.literal) + verdict.accepted
         steering = verdict.steering
         dense = isinstance(steering, FusionVector)
         candidates = steering.candidates if isinstance(steering, SteeringVector) else ()
@@ -289,8 +334,16 @@ class CloudSession:
         raise ProtocolError("the Generalist proposed no token the Specialist can spell")
 
     def close(self) -> None:
-        self.closed = True
-        for seq in (self.s0, self.g.seq):
+        """End the session and hand back its KV slots: now, or once a round in progress is done."""
+        with self._state:
+            self.closed = True
+            if self._in_round:
+                self._release_after_round = True
+                return
+        self._release()
+
+    def _release(self) -> None:
+        for seq in self._sequences:
             if isinstance(seq, SlotSequence):
                 seq.release()
 

@@ -44,6 +44,7 @@ from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from core.errors import ProtocolError
 from core.steering import LOGP_FLOOR
 from server.errors import SlotOverflow, SlotPoolTooLarge
 from server.fused_decoder import FusedDecoder
@@ -541,12 +542,19 @@ class SlotPool:
     def _slot(self, key: SlotKey) -> int:
         return key.slot if isinstance(key, SlotLease) else key
 
+    def _held_slot(self, key: SlotKey) -> int:
+        """`key`'s slot, refused once released: -1 would index the last slot, another session's."""
+        slot = self._slot(key)
+        if slot < 0:
+            raise ProtocolError("the session's KV slot was released (its session closed)")
+        return slot
+
     def set_length(self, key: SlotKey, length: int) -> None:
         """Roll a slot back (or forward, over positions already written) to `length` tokens."""
         if not 0 <= length <= self.kv.max_len:
             raise ValueError(f"length {length} is outside 0..{self.kv.max_len}")
         with self._held():
-            self.lengths[self._slot(key)] = length
+            self.lengths[self._held_slot(key)] = length
 
     def inputs(
         self, blocks: dict[int, list[int]], bucket: int, n: int, window: int | None = None
@@ -674,8 +682,8 @@ class SlotPool:
         prompt's prefill reads its last), in the order of `blocks`, as tensors of their own (safe
         to keep past the next forward). Keys are slots or leases, resolved under the lock."""
         with self._held():
-            fed = {self._slot(key): list(tokens) for key, tokens in blocks.items()}
-            wanted = {self._slot(key): rows for key, rows in (keep or {}).items()}
+            fed = {self._held_slot(key): list(tokens) for key, tokens in blocks.items()}
+            wanted = {self._held_slot(key): rows for key, rows in (keep or {}).items()}
             rows = {slot: min(wanted.get(slot, len(tokens)), len(tokens)) for slot, tokens in fed.items()}
             bucket, n, window, graphed = self.shape_for(fed)
             # Positions before every block's first kept row are read by no one: their LM head is skipped.

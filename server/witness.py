@@ -32,7 +32,7 @@ from audit import merkle
 from audit.cosignature import WitnessSigner, add_cosignature, load_witness_signer
 from audit.errors import AuditError, ProofError
 from audit.note import SIG_PREFIX, Checkpoint, VerifierKey
-from audit.witness_state import WitnessedLog, WitnessState, parse_state
+from audit.witness_state import MAX_REFUSALS, WitnessedLog, WitnessState, parse_state
 from core.errors import ConfigError
 from core.fileio import atomic_write
 from core.wire import WitnessRequest
@@ -79,6 +79,9 @@ class Witness:
                         "reason": decision.reason,
                     }
                 )
+                # Only the last MAX_REFUSALS are kept, in memory as in the file: a device sending bad
+                # checkpoints over and over would otherwise grow the witness's memory for good.
+                del self.state.refusals[:-MAX_REFUSALS]
                 log.info("witness: refused %s's checkpoint of size %d: %s", device, request.size, decision.reason)
             self._save()
             return decision

@@ -68,6 +68,9 @@ def test_toml_config_with_overrides_and_relative_paths(tmp_path) -> None:
         ("[limits]\nidle_timeout = -1\n", "idle_timeout must be a positive"),
         ("[limits]\nmax_top_k = 65\n", "max_top_k must be in \\[1, 64\\]"),
         ("[tls]\nrevoked_devices = 3\n", "list of device names"),
+        # A revocation no device name can match would leave the device it meant connected.
+        ('[tls]\nrevoked_devices = ["Alice"]\n', "revoked device 'Alice' is not a device name"),
+        ('[tls]\nrevoked_devices = ["alice "]\n', "revoked device 'alice ' is not a device name"),
         ("[server\n", "not valid TOML"),
     ],
 )

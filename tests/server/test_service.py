@@ -195,6 +195,15 @@ def test_bad_input_gets_a_specific_status_and_message(channel, live, frames, cod
     assert settled(live[0])  # nothing left behind
 
 
+def test_a_session_past_the_protocols_length_ends_out_of_range(channel, live, monkeypatch) -> None:
+    """The verifier bounded no session (a device could grow its KV caches round after round): a
+    round that would take it past a prompt and a generation of the protocol's sizes is refused."""
+    monkeypatch.setattr("server.session.MAX_SESSION_TOKENS", len(PROMPT_IDS) + 3)
+    _, code, details = raw_stream(channel, [OPEN, wire.encode_round(1, [], [5, 6, 7, 8])])
+    assert code is C.OUT_OF_RANGE and "would take the session to 8 tokens; a session holds at most 7" in details
+    assert settled(live[0])
+
+
 def test_a_commit_that_is_not_a_candidate_is_refused(channel) -> None:
     # gamma = inf rejects every draft, so round 1 returns candidates; commit something else.
     opened = wire.encode_open(PROMPT_IDS, SessionParams(gamma=float("inf"), top_k=3, draft_len=2))

@@ -6,10 +6,14 @@ what the pool cannot serve is refused in one sentence."""
 from __future__ import annotations
 
 import gc
+import threading
+from collections.abc import Sequence
 
+import grpc
 import pytest
 import torch
 
+from core import wire
 from core.cli import reported
 from core.errors import ConfigError, ProtocolError
 from core.kv import TokenSequence
@@ -20,7 +24,7 @@ from sdk.transport import InProcessVerifier
 from server.batching import ForwardBatcher
 from server.cli import _overrides, build_parser
 from server.config import ServerConfig, load_config
-from server.errors import NoSessionSlot, SlotPoolTooLarge
+from server.errors import NoSessionSlot, SessionTooLong, SlotPoolTooLarge
 from server.main import build_cloud
 from server.metrics import Metrics
 from server.session import CloudVerifier
@@ -35,8 +39,9 @@ from tests.server.test_batching import (
     run_concurrently,
     run_one,
 )
+from tests.server.test_service import raw_stream
 from tests.tinymodels import save_tiny, tiny_gemma, tiny_lm
-from tests.verifier_harness import make_pki
+from tests.verifier_harness import identity, make_pki, serve
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +117,98 @@ def test_a_session_longer_than_its_slot_is_refused(pair) -> None:
             s_lm.tokenizer("a prompt that is far too long for it", add_special_tokens=False)["input_ids"],
             SessionParams(),
         )
+
+
+def test_an_open_the_pool_refuses_holds_no_slot_even_before_the_collector_runs(pair) -> None:
+    """The half-made session lived on in the exception's traceback (in the server, a cycle through
+    the job's future), holding both its slots until the collector ran: a device sending over-long
+    prompts emptied the pool."""
+    cloud = slot_cloud(pair, slots=2, max_len=24)
+    long_prompt = pair[0].tokenizer("a prompt that is far too long for it", add_special_tokens=False)["input_ids"]
+    kept = []  # the exceptions, each with its traceback, as the server's futures hold them
+    gc.disable()
+    try:
+        for _ in range(3):
+            with pytest.raises(ProtocolError, match="24-token KV slots") as refused:
+                cloud.open(long_prompt, SessionParams())
+            kept.append(refused.value)
+        assert cloud.kv_slots is not None
+        assert [sorted(pool.free_slots()) for pool in cloud.kv_slots.pools()] == [[0, 1], [0, 1]]
+    finally:
+        gc.enable()
+
+
+def test_a_session_closed_mid_round_keeps_its_slots_until_the_round_is_done(pair) -> None:
+    """A stream that vanished closes its session while the round's job still runs on a worker: the
+    slots then went back under its forward, which wrote into another session's row (a lease at -1
+    indexes the last slot) and made merged forwards fail for every session in them."""
+    s_lm, _ = pair
+    cloud = slot_cloud(pair, slots=2)
+    prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
+    gate, entered, go_on = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_forward(seq: SlotSequence, new: Sequence[int]) -> torch.Tensor:
+        if gate.is_set():  # the round's forwards, not the prefill's
+            entered.set()
+            assert go_on.wait(10)
+        return slot_forward(seq, new)
+
+    session = cloud.open(prompt, SessionParams(draft_len=2), runner=slow_forward)
+    other = cloud.open(prompt, SessionParams(draft_len=2))
+    gate.set()
+    lengths = [list(pool.lengths) for pool in cloud.kv_slots.pools()]  # type: ignore[union-attr]
+    worker = threading.Thread(target=lambda: session.round([], [4, 5]))
+    worker.start()
+    assert entered.wait(10)
+    session.close()  # from the event loop's side, while the round's forward waits
+    assert session.s0.slot == 0 and session.g.seq.slot == 0  # still held
+    go_on.set()
+    worker.join(10)
+    assert session.s0.slot == -1 and session.g.seq.slot == -1  # handed back once the round was done
+    assert other.s0.slot == 0  # and the other session moved down, its length intact
+    for pool, before in zip(cloud.kv_slots.pools(), lengths, strict=True):  # type: ignore[union-attr]
+        assert pool.lengths[0] == before[1]
+    with pytest.raises(ProtocolError, match="closed"):
+        session.round([], [4])
+
+
+def test_the_pool_refuses_a_released_lease_rather_than_write_another_sessions_row(pair) -> None:
+    pool = SlotPool(pair[0].model, 3, 64)
+    held, released = pool.lease(), pool.lease()
+    pool.run({held: [1, 2, 3]})
+    pool.release(released)
+    with pytest.raises(ProtocolError, match="KV slot was released"):
+        pool.run({held: [4], released: [5]})
+    with pytest.raises(ProtocolError, match="KV slot was released"):
+        pool.set_length(released, 0)
+    assert pool.lengths == [3, 0, 0]
+
+
+def test_a_session_past_the_protocols_length_is_refused(pair, monkeypatch) -> None:
+    """The verifier bounded no session: a device could grow its KV caches round after round."""
+    s_lm, _ = pair
+    prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr("server.session.MAX_SESSION_TOKENS", len(prompt) + 4)
+    for cloud in (slot_cloud(pair), CloudVerifier(pair[1], s_lm, seed=0)):
+        session = cloud.open(prompt, SessionParams(draft_len=4))
+        verdict = session.round([], [4, 5, 6])
+        with pytest.raises(SessionTooLong, match=r"would take the session to \d+ tokens; a session holds at most"):
+            session.round([verdict.steering.candidates[0][0]] if verdict.steering else [], [7, 8, 9, 10])
+
+
+def test_a_session_that_outgrows_its_slot_ends_out_of_range_on_a_live_server(pair, pki) -> None:
+    """FAILED_PRECONDITION said the device sent something out of order; the session outgrew the
+    verifier's slots, as OUT_OF_RANGE says for one that outgrows a model's context."""
+    s_lm, _ = pair
+    prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
+    held = len(slot_cloud(pair).open(prompt, SessionParams()).s0)  # the rendered prompt's tokens
+    frames = [wire.encode_open(prompt, SessionParams(draft_len=4)), wire.encode_round(1, [], [4, 5, 6, 7])]
+    with (
+        serve(slot_cloud(pair, slots=2, max_len=held + 2), pki) as (_, port),
+        grpc.secure_channel(f"127.0.0.1:{port}", identity(pki).credentials()) as channel,
+    ):
+        _, code, details = raw_stream(channel, frames)
+    assert code is grpc.StatusCode.OUT_OF_RANGE and f"longer than the verifier's {held + 2}-token KV slots" in details
 
 
 def test_pairs_the_pool_cannot_serve_are_refused(char_tok, bpe_tok, pair) -> None:

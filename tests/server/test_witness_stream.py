@@ -29,7 +29,7 @@ from sdk.device import DecodeOptions, Specialist, generate
 from sdk.egress import RecorderTap
 from server.config import ServerConfig
 from server.session import CloudVerifier
-from server.witness import load_witness
+from server.witness import Cosigned, load_witness
 from tests.audit.helpers import resign_witness_requests
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
@@ -114,6 +114,18 @@ def test_each_close_is_cosigned_and_the_log_verifies_with_the_witness_key(
     after = read_state(state)
     assert len(after.refusals) == len(before.refusals) + 1 and after.logs == before.logs
     assert not any("\n— verifier.test/witness " in c.note for c in scan_log(forged).checkpoints)
+
+
+def test_the_witness_keeps_only_the_last_refusals_in_memory_too(tmp_path: Path, monkeypatch) -> None:
+    """Only the state file was capped: a device sending bad checkpoints over and over grew the
+    witness's memory for good (about 300 bytes a refusal)."""
+    private, _ = write_witness_key_pair("verifier.test/witness", tmp_path)
+    witness = load_witness(private)
+    monkeypatch.setattr("server.witness.MAX_REFUSALS", 3)
+    for size in range(1, 6):
+        bad = wire.WitnessRequest("device.test/log", b"\x01" * 32, size, b"\x02" * 32, b"\x03" * 64)
+        assert not isinstance(witness.cosign("alice", bad), Cosigned)
+    assert [r["size"] for r in witness.state.refusals] == [3, 4, 5]
 
 
 def test_an_unreadable_witness_key_is_one_clear_error(tmp_path: Path) -> None:
