@@ -42,7 +42,7 @@ def verifier_process(
     port_file = pki_dir.parent / "port"
     log_path = pki_dir.parent / "server.log"
     cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
-    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed)]
+    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed or 0)]
     cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
     if transcript_dir is not None:
         cmd += ["--transcript-dir", str(transcript_dir)]
@@ -140,8 +140,14 @@ def run_demo_over_tls(
 
 
 def with_method(args: argparse.Namespace, method: Method) -> argparse.Namespace:
-    """The same options for another method (as `sdk generate --method` would take them)."""
-    return argparse.Namespace(**{**vars(args), "method": method.value})
+    """The same options for another method (as `sdk generate --method` would take them); a method
+    that drafts nothing (or has no alpha) takes its own K (and alpha), not the run's."""
+    own: dict[str, object] = {"method": method.value}
+    if method in (Method.FUSION, Method.LLM):
+        own["draft_len"] = None
+    if method is Method.LLM:
+        own["alpha"] = None
+    return argparse.Namespace(**{**vars(args), **own})
 
 
 def run_as(args: argparse.Namespace, method: Method, prompt: str, profile: Profile) -> Generation:

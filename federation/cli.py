@@ -341,12 +341,13 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     from federation.store import AdapterStore
     from federation.task import TaskConfig
 
-    server = args.state_dir.expanduser() / "server"
+    state = args.state_dir.expanduser()
+    if not state.is_dir():  # a mistyped folder would read as a federation with no adapter yet
+        raise ConfigError(f"--state-dir {state} is not a folder of federation state (it does not exist or is a file).")
+    server = state / "server"
     store = AdapterStore(server / "adapters")
-    runs = []
     log = server / RUN_LOG
-    if log.is_file():
-        runs = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    runs = _read_runs(log) if log.is_file() else []
     device_dirs = list(args.device)
     devices_root = args.state_dir.expanduser() / "devices"
     if not device_dirs and devices_root.is_dir():
@@ -362,6 +363,21 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs[-5:],
         "devices": devices,
     }
+
+
+def _read_runs(log: Path) -> list[dict[str, Any]]:
+    runs = []
+    for n, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            run = json.loads(line)
+        except ValueError:
+            raise ConfigError(f"{log} is damaged: line {n} is not a JSON record of a run.") from None
+        if not isinstance(run, dict):
+            raise ConfigError(f"{log} is damaged: line {n} is not a JSON record of a run.")
+        runs.append(run)
+    return runs
 
 
 def _print_status(result: dict[str, Any]) -> None:

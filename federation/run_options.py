@@ -40,6 +40,11 @@ class RunOptions:
     max_len: int | None = None
     round_timeout: float | None = None
 
+    def __post_init__(self) -> None:
+        state = Path(self.state_dir).expanduser()
+        if state.exists() and not state.is_dir():
+            raise ConfigError(f"--state-dir {state} is a file; the federation's state needs a folder.")
+
     @property
     def server_dir(self) -> Path:
         """The server's state folder: adapter versions, the run log, a scheduled attempt's lease."""
@@ -87,6 +92,8 @@ class RunOptions:
         data = Path(data).expanduser()
         if not data.is_file():
             raise ConfigError(f"The data file {data} does not exist.")
+        if data.stat().st_size == 0:  # every device would refuse, in a run that looks like one
+            raise ConfigError(f"The data file {data} is empty: no device would have a history to train on.")
         users = _users_in(data, device_key_provider(data))
         nodes: list[dict[str, Any]] = []
         for i in range(self.clients):

@@ -15,9 +15,32 @@ from privacy.normalize import fold
 from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names, widen_encoded
 from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
 
-__all__ = ["CanaryDetector", "identities_from_trailers"]
+__all__ = ["CanaryDetector", "identities_from_trailers", "split_trailers"]
 
 _TRAILER_RE = re.compile(r"^\s*[A-Za-z][A-Za-z-]*\s*:\s*(?P<name>[^<>]*?)\s*(?:<(?P<email>[^<>\s]+@[^<>\s]+)>)?\s*$")
+
+
+# A trailer that names a person: Signed-off-by, Co-authored-by, Reviewed-by, ... and Cc.
+_IDENTITY_KEY_RE = re.compile(r"^\s*(?:[A-Za-z][A-Za-z-]*-by|cc)\s*:", re.IGNORECASE)
+_KEY_VALUE_RE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9-]*\s*:\s*\S")
+
+
+def split_trailers(body: str) -> tuple[str, list[str]]:
+    """A commit body without its trailer block, and the block's lines.
+
+    The block is the body's last paragraph when every line of it is a `Key: value` line and one at
+    least names a person (`Signed-off-by:`, `Co-authored-by:`, `Cc:`, ...): what `git log
+    --format=%B` exports, where the trailers are part of the body. A last paragraph of other
+    `Key: value` lines ("Note: ...") is the body's own text.
+    """
+    stripped = body.rstrip()
+    start = stripped.rfind("\n\n") + 2 if "\n\n" in stripped else 0
+    lines = [line for line in stripped[start:].splitlines() if line.strip()]
+    if not lines or not all(_KEY_VALUE_RE.match(line) for line in lines):
+        return body, []
+    if not any(_IDENTITY_KEY_RE.match(line) for line in lines):
+        return body, []
+    return stripped[:start].rstrip(), lines
 
 
 def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:

@@ -57,18 +57,24 @@ def history_secrets(history: Iterable[str]) -> set[str]:
 
 def _secret_like(value: str) -> bool:
     """A value worth registering: not a setting ("HASH=sha256"), an option ("--quiet"), a word
-    ("password") or a constant's name, but 8+ characters of at least two kinds, five of them distinct."""
+    ("password") or an identifier's name (MAX_RETRIES, user_id_2, camelCase), but 8+ characters of
+    at least two kinds, five of them distinct."""
     if len(value) < 8 or value.startswith("-") or re.match(r"[A-Za-z_][\w.-]*=", value) or len(set(value)) < 5:
         return False
-    if re.fullmatch(r"[A-Z0-9_]+|[a-z0-9_]+|[a-z]+(?:[A-Z][a-z]+)+", value):
+    # Names join words with underscores or capitals; a key of one case and digits does not (an AWS
+    # access key, AKIA + 16 upper-case letters and digits, was skipped as a constant's name).
+    if re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z]+)+", value):
         return False
     kinds = [r"[a-z]", r"[A-Z]", r"\d", r"[^A-Za-z0-9]"]
     return sum(bool(re.search(k, value)) for k in kinds) >= 2
 
 
 # The characters around a word that are punctuation of the sentence, not of the secret: a part is
-# tried as written and without them ("aD6;" is "aD6").
-_WORD = re.compile(r"\S+")
+# tried as written and without them ("aD6;" is "aD6"). Hyphens, dots, slashes, colons and bars
+# split words too: a key written in groups ("AKIA-Z7Q2-LMXW-...") is a split secret, like one in
+# groups between spaces (a secret that has them is still found whole, by its pieces).
+_SEPARATORS = "-./:|"
+_WORD = re.compile(rf"[^\s{re.escape(_SEPARATORS)}]+")
 _OPENING = "([{<\"'`"
 _CLOSING = ".,;:!?)]}>\"'`"
 
@@ -207,11 +213,17 @@ class HistorySecretDetector(Detector):
         parts: list[tuple[int, int]] = []
         while i < len(words) and pos < len(secret) and words[i][0][0] - end <= self.split_gap:
             rest = secret[pos:]
+            # A separator of the secret's own is between words, not in them: it must stand just
+            # before the word in the text too ("-Plum" goes on with "granite-plum", "; plum" not).
+            sep = rest[: len(rest) - len(rest.lstrip(_SEPARATORS))]
             # The longest form of the word that the secret goes on with (two characters or more).
-            hit = next(((a, b) for a, b in words[i] if b - a >= 2 and rest.startswith(t[a:b])), None)
+            hit = next(
+                ((a, b) for a, b in words[i] if b - a >= 2 and a >= len(sep) and rest.startswith(t[a - len(sep) : b])),
+                None,
+            )
             if hit is not None:
                 parts.append(hit)
-                pos += hit[1] - hit[0]
+                pos += len(sep) + hit[1] - hit[0]
                 end = hit[1]
             i += 1
         return parts

@@ -39,15 +39,17 @@ _WORD_TLDS = _words(
     "internal arpa"
 )
 
-_L = r"[a-z0-9_%+-]"  # a character of an address's local part or a label, besides the dot
+# A character of an address's local part or a label, besides the dot: any script's letters and
+# digits (RFC 6531/IDN addresses, "иван.петров@почта.рф", which the folding leaves as they are).
+_L = r"[\w%+-]"
 _DOT = r"(?:\s*[\[\(\{<]\s*dot\s*[\]\)\}>]\s*|\s+dot\s+|\.)"
 _AT = r"(?P<at>\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*|\s+at\s+|\s*(?:@|%40|&#0*64;|&commat;)\s*)"
-_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_LABEL = r"[^\W_](?:[\w-]{0,61}[^\W_])?"
 # An address in any of its written forms: "jane.doe@example.com", "jane dot doe at example dot com",
 # "jane.doe [at] example [dot] com", "jane.doe (at) example.com", "jane.doe @ example.com", "%40".
 _EMAIL_RE = re.compile(
-    rf"(?<![a-z0-9._%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
-    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[a-z]{{2,24}}))(?![a-z0-9-])"
+    rf"(?<![\w.%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
+    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[^\W\d_]{{2,24}}))(?![\w-])"
 )
 _PLAIN_AT = re.compile(r"\s*@\s*")
 _WORD_DOT = re.compile(r"\s+dot\s+|[\[\(\{<]\s*dot")
@@ -156,8 +158,8 @@ _DOTP = r"(?:\s*[\[\(\{<]\s*(?:d(?:o(?:t\s*[\]\)\}>]?\s*)?)?)?|\s+(?:d(?:o(?:t\s
 _ATP = r"(?:\s*[\[\(\{<]\s*(?:a(?:t\s*)?)?|\s+(?:a(?:t\s*)?)?|\s*@?|\s*%4?|\s*&(?:#\d*|c[a-z]*)?)"
 _AT_FULL = _AT.replace("?P<at>", "?:")
 _EMAIL_HAZARD = re.compile(
-    rf"(?<![a-z0-9._%+-]){_L}+(?:{_DOT}{_L}+)*"
-    rf"(?:{_DOTP}|{_ATP}|{_AT_FULL}(?:[a-z0-9-]+(?:{_DOT}[a-z0-9-]+)*{_DOTP}?)?)?\Z"
+    rf"(?<![\w.%+-]){_L}+(?:{_DOT}{_L}+)*"
+    rf"(?:{_DOTP}|{_ATP}|{_AT_FULL}(?:[\w-]+(?:{_DOT}[\w-]+)*{_DOTP}?)?)?\Z"
     r"|<[a-z0-9._%+-]*\Z"
 )
 _BARE_WORD = re.compile(rf"{_L}+\.?")

@@ -12,18 +12,21 @@ Accepted profile files:
 
 Each entry is an object with a non-empty string ``subject`` and a string ``body``; ``time`` (string or
 number) is optional, ``trailers`` and any unknown keys are ignored (the names and emails in
-``trailers`` are returned apart, as identities, for the egress guard only).
+``trailers`` are returned apart, as identities, for the egress guard only). A body that ends in its
+own trailer block (``git log --format=%B``: a last paragraph of ``Key: value`` lines, one at least
+naming a person) loses it the same way (`privacy.canaries.split_trailers`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ProfileError
-from privacy.canaries import identities_from_trailers
+from privacy.canaries import identities_from_trailers, split_trailers
 from privacy.vault import (
     KeyProvider,
     ProfileVault,
@@ -35,6 +38,9 @@ from privacy.vault import (
 __all__ = ["ProfileData", "ProfileEntry", "parse_profile_obj", "read_profile"]
 
 _JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
+
+# What json.loads cannot turn into an int (Python's digit limit): one sentence, not its hint.
+_HUGE_NUMBER = f"a number of more than {sys.get_int_max_str_digits():,} digits, which no field takes"
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ def _from_bytes(raw: bytes, source: str, *, jsonl: bool | None) -> ProfileData:
             obj = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
             return _from_jsonl(text, source)
+        except ValueError:  # a number past Python's digit limit for int()
+            raise ProfileError(f"Cannot read profile {source}: it holds {_HUGE_NUMBER}.") from None
         return parse_profile_obj(obj, source=source)
 
     try:
@@ -145,6 +153,8 @@ def _from_bytes(raw: bytes, source: str, *, jsonl: bool | None) -> ProfileData:
         ) from None
     except RecursionError:
         raise ProfileError(f"Cannot read profile {source}: the JSON nests too deeply.") from None
+    except ValueError:  # a number past Python's digit limit for int()
+        raise ProfileError(f"Cannot read profile {source}: it holds {_HUGE_NUMBER}.") from None
     return parse_profile_obj(obj, source=source)
 
 
@@ -161,6 +171,8 @@ def _from_jsonl(text: str, source: str) -> ProfileData:
             ) from None
         except RecursionError:
             raise ProfileError(f"Cannot read profile {source}: line {lineno} nests JSON too deeply.") from None
+        except ValueError:  # a number past Python's digit limit for int()
+            raise ProfileError(f"Cannot read profile {source}: line {lineno} holds {_HUGE_NUMBER}.") from None
 
     # `head -1 dataset.jsonl > me.jsonl` is the obvious way to pull one user out of the dataset,
     # so a single user-object line is accepted; several would make the choice of user ambiguous.
@@ -179,7 +191,8 @@ def _from_jsonl(text: str, source: str) -> ProfileData:
 
 
 def _identities(items: list[object]) -> dict[str, str]:
-    """Names and emails in the entries' `trailers` lists (malformed trailers are skipped: they are optional)."""
+    """Names and emails in the entries' `trailers` lists and in the trailer blocks at the end of
+    their bodies (malformed trailers are skipped: they are optional)."""
     lines = [
         t
         for item in items
@@ -187,7 +200,13 @@ def _identities(items: list[object]) -> dict[str, str]:
         for t in item["trailers"]
         if isinstance(t, str)
     ]
+    lines += [t for item in items if isinstance(item, dict) for t in split_trailers(_body_text(item))[1]]
     return identities_from_trailers(lines)
+
+
+def _body_text(item: dict[object, object]) -> str:
+    body = item.get("body")
+    return body if isinstance(body, str) else ""
 
 
 def _parse_user_id(obj: dict[str, object], source: str) -> str | None:
@@ -216,6 +235,9 @@ def _parse_entry(item: object, source: str, where: str) -> ProfileEntry:
     if not isinstance(body, str):
         raise ProfileError(f'{prefix} has a "body" that is {_json_type(body)}, not a string.')
 
+    # A body exported with its trailers (`git log --format=%B`) loses them as a `trailers` list
+    # would be dropped: names and emails are no writing style (`_identities` keeps them apart).
+    body = split_trailers(body)[0]
     return ProfileEntry(subject=subject.strip(), body=body, time=_parse_time(item.get("time"), prefix))
 
 

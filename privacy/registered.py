@@ -29,7 +29,10 @@ _WORD_NAMES = frozenset(
 
 
 def name_variants(name: str) -> set[str]:
-    """ "jane q. doe" -> {"jane q. doe", "doe, jane", "doe jane", "j. doe", "j doe", "jane doe", "doe, j."}."""
+    """ "jane q. doe" -> {"jane q. doe", "doe, jane", "doe jane", "j. doe", "jane doe", "doe, j.",
+    "jane.doe", "jane_doe", "jane-doe", "janedoe", "doe.jane", "doe_jane"}: the written
+    forms and the handles (`@janedoe`) a developer's text names people by. Not "jdoe": an initial
+    and a surname is too often a word ("S. Hall" is "shall", "W. Hen" is "when")."""
     words = name.split()
     if len(words) < 2:
         return {name}
@@ -45,6 +48,10 @@ def name_variants(name: str) -> set[str]:
         f"{last}, {initial}.",
         f"{first}.{last}",
         f"{first}_{last}",
+        f"{first}-{last}",
+        f"{first}{last}",
+        f"{last}.{first}",
+        f"{last}_{first}",
     }
     if len(words) > 2:
         out.add(f"{last}, {' '.join(words[:-1])}")

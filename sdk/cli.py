@@ -56,9 +56,11 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gamma", type=number(infinity=True), default=0.5, help="acceptance threshold (0 = accept all, inf = none)"
     )
-    p.add_argument("--alpha", type=finite_float, default=1.0, help="steering strength")
+    p.add_argument("--alpha", type=finite_float, default=None, help="steering strength (default 1.0; llm: 0)")
     p.add_argument("--top-k", type=whole_number(), default=10, help="steering candidates per recovery")
-    p.add_argument("--draft-len", type=whole_number(), default=4, help="K, tokens drafted per round")
+    p.add_argument(
+        "--draft-len", type=whole_number(), default=None, help="K, tokens drafted per round (default 4; fusion, llm: 0)"
+    )
     p.add_argument(
         "--policy",
         default="guardrail",
@@ -75,8 +77,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         help="constant-size uplink rounds, hiding how many tokens each carries and where the guard held some "
         "(default on, or the client config's padded_frames; --no-padded-frames sends about 5x fewer uplink bytes)",
     )
-    p.add_argument("--temperature", type=finite_float, default=1.0, help="sampling temperature (with --sampling)")
-    p.add_argument("--seed", type=whole_number(), default=0, help="seed of the sampling draws (with --sampling)")
+    p.add_argument(
+        "--temperature", type=finite_float, default=None, help="sampling temperature (with --sampling; default 1.0)"
+    )
+    p.add_argument(
+        "--seed", type=whole_number(0), default=None, help="seed of the sampling draws (with --sampling; default 0)"
+    )
     p.add_argument(
         "--max-new-tokens", type=whole_number(), default=128, help="most tokens to generate (default 128; demo 64)"
     )
@@ -178,15 +184,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def session_params(args: argparse.Namespace) -> SessionParams:
-    """Map CLI options to session parameters; fusion and llm decide every token in the cloud (K = 0)."""
+    """Map CLI options to session parameters. Left out, K and alpha take the method's own values
+    (fusion and llm decide every token in the cloud, K = 0; llm has no alpha); given, they go to
+    `SessionParams` as given, which refuses what the method cannot take rather than drop it."""
     method = Method(args.method)
+    defaults = SessionParams()
+    draft_len = args.draft_len
+    if draft_len is None:
+        draft_len = 0 if method in (Method.FUSION, Method.LLM) else defaults.draft_len
+    alpha = args.alpha
+    if alpha is None:
+        alpha = 0.0 if method is Method.LLM else defaults.alpha
     return SessionParams(
         method=method,
         sampling=args.sampling,
         gamma=args.gamma,
-        alpha=0.0 if method is Method.LLM else args.alpha,
+        alpha=alpha,
         top_k=args.top_k,
-        draft_len=0 if method in (Method.FUSION, Method.LLM) else args.draft_len,
+        draft_len=draft_len,
         policy=CandidatePolicy(args.policy),
         bonus=not args.no_bonus,
         adapter_version=declared_adapter_version(args),
@@ -329,7 +344,11 @@ def check_options(
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
         raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
-    options = DecodeOptions(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    sampled = {"temperature": args.temperature, "seed": args.seed}
+    given = [name for name, value in sampled.items() if value is not None]
+    if given and not args.sampling:  # greedy decoding draws nothing: the setting would do nothing
+        raise ConfigError(f"--{given[0]} is for sampled decoding: add --sampling")
+    options = DecodeOptions(max_new_tokens=args.max_new_tokens, **{k: v for k, v in sampled.items() if v is not None})
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
     drafter = getattr(args, "drafter", DEFAULT_DRAFTER)
@@ -427,6 +446,15 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
             return run_remote(args, prompt, load_specialist(args, profile), config, tap)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
+    remote_only = {
+        "--audit-key": getattr(args, "audit_key", None) is not None,
+        "--no-fallback": getattr(args, "no_fallback", False),
+        "--connect-timeout": getattr(args, "connect_timeout", None) is not None,
+        "--round-timeout": getattr(args, "round_timeout", None) is not None,
+    }
+    for flag, given in remote_only.items():
+        if given:  # in process there is no network to time out, fall back from or record
+            raise ConfigError(f"{flag} is for a remote verifier: add --server HOST:PORT")
     from core.models import load_causal_lm  # in process, the verifier's models are torch's
     from sdk.device import generate
 
@@ -441,9 +469,8 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
         log(args, f"loading Generalist {args.generalist}")
         g_lm = load_causal_lm(args.generalist, cache_dir=args.cache_dir, quantize=quantize)
     federation_state = getattr(args, "federation_state", None)
-    local = build_local(
-        s_lm, g_lm, profile, args.seed, args.context_entries, federation_state, factory, partial(device_drafter, args)
-    )
+    drafter = partial(device_drafter, args)
+    local = build_local(s_lm, g_lm, profile, options.seed, args.context_entries, federation_state, factory, drafter)
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder", args.placeholder_labels or "generic")
     log(args, f"generating with {params.method.value}")
     return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)

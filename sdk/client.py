@@ -20,6 +20,7 @@ egress guard first (`ClientConfig.guard`, "placeholder" by default; see `sdk/upl
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -29,10 +30,9 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from core.device_lm import DeviceLM, SpecialistLM
 from core.errors import ConfigError, SpecSteerError
-from core.session_types import CandidatePolicy, Method, SessionParams
+from core.session_types import CandidatePolicy, Method, SessionParams, check_setting_types
 from core.tomlfile import load_dataclass
-from privacy.guard import EgressGuard
-from privacy.guard import placeholder_labels as check_placeholder_labels
+from privacy.guard import EgressGuard, placeholder_labels
 from sdk.cloud_plugins import local_verifier_factory
 from sdk.context import Profile
 from sdk.device import DecodeOptions, Generation, Specialist, generate
@@ -108,15 +108,26 @@ class ClientConfig:
     placeholder_labels: str = "generic"
 
     def __post_init__(self) -> None:
+        for name in ("server", "server_name"):
+            value = getattr(self, name)
+            if not (isinstance(value, str) and value) and not (value is None and name == "server_name"):
+                raise ConfigError(f"{name} must be a non-empty string; got {type(value).__name__} {value!r}")
+        for name in ("pins", "cert", "key", "anchors"):
+            value = getattr(self, name)
+            if value is None and name == "anchors":
+                continue
+            if not isinstance(value, str | os.PathLike) or not os.fspath(value) or "\0" in os.fspath(value):
+                raise ConfigError(f"{name} must be a file path; got {type(value).__name__} {value!r}")
         check_guard_setting(self.guard)
-        check_placeholder_labels(self.placeholder_labels)
-        if not isinstance(self.padded_frames, bool):
-            raise ConfigError(f"padded_frames must be true or false; got {self.padded_frames!r}")
+        placeholder_labels(self.placeholder_labels)
         for name in ("connect_timeout", "round_timeout"):
             value = getattr(self, name)
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not (number and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a positive number of seconds; got {value!r}")
+        # A config built in code is checked as one read from TOML: `fallback="false"` is no bool
+        # (and would have kept the fallback on), a number is no server address.
+        check_setting_types(type(self), vars(self))
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""
@@ -215,9 +226,10 @@ class SpecSteerClient:
         """`guard` is an `EgressGuard` or a setting of `GUARD_SETTINGS`; the uplink is guarded unless
         it says "off" in so many words (a privacy SDK fails closed: `None` is refused, not read as off).
 
-        `placeholder_labels` ("generic" or "by-kind") is what a held span goes up as, where `guard`
-        is a setting: one label for every kind by default, so the cloud does not learn what kind
-        of private text was held.
+        `placeholder_labels` ("generic" or "by-kind") is what a held span goes up as: one label for
+        every kind by default, so the cloud does not learn what kind of private text was held. A
+        built `guard` must carry the same labels (`guard_for_profile(..., labels=...)`), or it is
+        refused: neither setting is silently dropped.
 
         `padded_frames`: every round on the wire has one size (`PaddedRound`), so a round's size does
         not show how many tokens it carries or where the guard held some back. The client decides
@@ -234,8 +246,15 @@ class SpecSteerClient:
         self.options = options or DecodeOptions()
 
     def _guard(self, guard: EgressGuard | str, labels: str) -> EgressGuard | None:
-        check_placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
+        placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
         if isinstance(guard, EgressGuard):
+            # A built guard carries its own labels; the client's setting may not be silently ignored.
+            if dict(guard.placeholders) != dict(placeholder_labels(labels)):
+                raise ConfigError(
+                    f"the guard passed labels its spans {sorted(set(guard.placeholders.values()))}, not what "
+                    f"placeholder_labels={labels!r} asks: build it with labels={labels!r} (guard_for_profile) "
+                    "or ask for the labels it has"
+                )
             return guard
         if not isinstance(guard, str):
             raise ConfigError(f"guard must be an EgressGuard or one of placeholder, keep-local, off; got {guard!r}")

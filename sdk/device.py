@@ -56,6 +56,8 @@ class DecodeOptions:
             raise ConfigError(problem)
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ConfigError(f"temperature must be a finite positive number; got {self.temperature}")
+        if self.seed < 0:  # numpy's generators take none
+            raise ConfigError(f"seed must be a whole number, 0 or more; got {self.seed}")
 
 
 @dataclass

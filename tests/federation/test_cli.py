@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from federation.cli import main, parse_duration
+from federation.rounds import RUN_LOG
 from federation.store import AdapterStore
 from tests.federation.conftest import FIXTURE_USERS
 
@@ -122,6 +123,27 @@ def test_bad_input_is_one_sentence_and_a_nonzero_exit(
     if code == 1:
         errors = [line for line in err.splitlines() if line.startswith("federation: error:")]
         assert len(errors) == 1 and errors[0].endswith(".")
+
+
+def test_a_state_dir_or_data_file_that_cannot_serve_is_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped state folder read as "no adapter yet" (exit 0), a file there and a damaged run log
+    were tracebacks, and an empty data file made a run of refusals that exited 0."""
+    a_file, empty, damaged = tmp_path / "notes.txt", tmp_path / "empty.json", tmp_path / "state"
+    a_file.write_text("x")
+    empty.write_text("")
+    (damaged / "server").mkdir(parents=True)
+    (damaged / "server" / RUN_LOG).write_text("{not json\n")
+    cases = [
+        (["status", "--state-dir", str(tmp_path / "no-such")], "is not a folder of federation state"),
+        (["run", "--simulation", "--state-dir", str(a_file)], "is a file; the federation's state needs a folder"),
+        (["run", "--simulation", "--data", str(empty), "--state-dir", str(tmp_path / "s")], "is empty"),
+        (["status", "--state-dir", str(damaged)], "line 1 is not a JSON record of a run"),
+    ]
+    for argv, message in cases:
+        code, _, err = _run(capsys, *argv)
+        assert code == 1 and message in err and "Traceback" not in err, (argv, err)
 
 
 def test_console_entry_point_exit_code_and_stderr(tmp_path: Path) -> None:

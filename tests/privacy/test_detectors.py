@@ -438,3 +438,15 @@ def test_final_text_drops_hazards_but_keeps_complete_spans(char_tok: PreTrainedT
     assert g.check(ids(char_tok, "released"), tail, char_tok, final=True).cut_at is None
     v = g.check([], ids(char_tok, "joe@example.co"), char_tok, final=True)
     assert v.cut_at == 0 and not v.hold and v.action == "placeholder"
+
+
+@pytest.mark.parametrize("form", ["JaneDoe", "janedoe", "@janedoe", "doe.jane", "Jane-Doe", "doe_jane"])
+def test_a_registered_name_is_found_in_the_handles_developers_write(form: str) -> None:
+    """Handles and joined forms went up (`JaneDoe`, `@janedoe`), and "Jane-Doe" went up as the surname."""
+    d = CanaryDetector({"Jane Doe": NAME})
+    text = f"Thanks {form} for the review."
+    spans = d.find(text)
+    assert spans and all(s.kind == NAME for s in spans)
+    covered = "".join(text[s.start : s.end] for s in spans)
+    assert covered.lower().replace("@", "").replace("-", "").replace("_", "").replace(".", "") in ("janedoe", "doejane")
+    assert d.find("The deer and the doe ran off.") == []  # the surname alone is a word

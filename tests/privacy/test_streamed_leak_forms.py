@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from privacy.guard import EgressGuard
-from privacy.history_secrets import HistorySecretDetector
+from privacy.history_secrets import HistorySecretDetector, history_secrets
 from privacy.normalize import fold
 from privacy.pii import PiiDetector
 from privacy.recognizers import SecretRecognizer
@@ -133,3 +133,31 @@ def test_a_keyword_value_is_held_from_its_first_character(guard, char_tok, line:
 def test_a_keyword_followed_by_a_word_is_not_a_secret() -> None:
     for text in ("password: required. Then", "the token: see below", "GITHUB_TOKEN is read"):
         assert SecretRecognizer().find(text) == [], text
+
+
+AWS_HISTORY = ["Use the key AKIAZ7Q2LMXW4R9TB3KD for the staging bucket."]
+
+
+def test_a_key_of_one_case_and_digits_in_the_history_is_registered() -> None:
+    """An AWS access key (AKIA + 16 upper-case letters and digits) was skipped as a constant's name,
+    so every form of it the vendor pattern misses went up: lower case, in groups, its last 12."""
+    assert history_secrets(AWS_HISTORY) == {"AKIAZ7Q2LMXW4R9TB3KD"}
+    # Names of things are still not secrets: constants, snake_case, camelCase.
+    names = "set MAX_RETRY_COUNT2 then SHA256_DIGEST and user_id_2 with retryCountLimit"
+    assert not history_secrets([f"password: {n}" for n in names.split()])
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("key akiaz7q2lmxw4r9tb3kd done", "akiaz7q2lmxw4r9tb3kd"),
+        ("key AKIA Z7Q2 LMXW 4R9T B3KD done", "Z7Q2 LMXW 4R9T B3KD"),
+        ("key AKIA-Z7Q2-LMXW-4R9T-B3KD done", "Z7Q2-LMXW-4R9T-B3KD"),
+        ("the key ends in LMXW4R9TB3KD done", "LMXW4R9TB3KD"),
+    ],
+    ids=["lower-case", "groups", "hyphenated-groups", "last-12"],
+)
+def test_a_history_key_is_held_in_its_written_forms(char_tok, text: str, secret: str) -> None:
+    guard = EgressGuard.for_profile(AWS_HISTORY, char_tok).for_prompt("Write the commit body.")
+    groups = secret.replace("-", " ").split()  # the separators between them say nothing
+    assert leaked(guard, char_tok, text, span_of(text, *groups)) == ""

@@ -70,7 +70,18 @@ def test_generate_with_profile_and_sampling(capsys, models_args, tmp_path) -> No
         (["--prompt", "Hi", "--top-k", "0"], "top-k"),
         (["--prompt", "Hi", "--draft-len", "99"], "draft length"),
         (["--prompt", "Hi", "--alpha", "11"], "alpha"),
-        (["--prompt", "Hi", "--temperature", "0"], "temperature"),
+        (["--prompt", "Hi", "--temperature", "0", "--sampling"], "temperature"),
+        # Settings the run would have dropped without a word: refused, naming them.
+        (["--prompt", "Hi", "--temperature", "5"], "--temperature is for sampled decoding: add --sampling"),
+        (["--prompt", "Hi", "--seed", "7"], "--seed is for sampled decoding: add --sampling"),
+        (
+            ["--prompt", "Hi", "--method", "llm", "--draft-len", "8"],
+            "decides every token in the cloud: draft length K must be 0",
+        ),
+        (["--prompt", "Hi", "--method", "llm", "--alpha", "3"], "alpha must be 0"),
+        (["--prompt", "Hi", "--connect-timeout", "5"], "--connect-timeout is for a remote verifier"),
+        (["--prompt", "Hi", "--no-fallback"], "--no-fallback is for a remote verifier"),
+        (["--prompt", "Hi", "--audit-key", "device.key"], "--audit-key is for a remote verifier"),
         (["--prompt", "Hi", "--max-new-tokens", "0"], "max-new-tokens"),
         (["--prompt", "Hi", "--method", "sd", "--sampling"], "greedy mode only"),
     ],
@@ -93,7 +104,10 @@ def test_malformed_profile_is_a_clear_error(capsys, models_args, tmp_path) -> No
     assert code == 1 and "profile" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(("args", "message"), [(["--method", "beam"], "invalid choice"), (["--gamma", "x"], "number")])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--method", "beam"], "invalid choice"), (["--gamma", "x"], "number"), (["--seed", "-1"], "at least 0")],
+)
 def test_usage_errors_exit_2(capsys, args, message) -> None:
     with pytest.raises(SystemExit) as exc:
         main(gen("--prompt", "Hi", *args))

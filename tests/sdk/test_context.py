@@ -317,6 +317,30 @@ def test_render_context_never_includes_trailers() -> None:
     assert "example.invalid" not in out and "Signed-off-by" not in out
 
 
+def test_trailers_at_the_end_of_a_body_are_cut_and_their_people_registered() -> None:
+    """`git log --format=%B` (and the README's {"subject", "body"} lines) put the trailers in the
+    body: they stayed in the Specialist's context, and their names were never registered."""
+    body = "Tweak flags for the ARM build.\n\nSigned-off-by: Marek Kowalczyk <marek@kowal.pl>\nFixes: #12\n"
+    note = "Keep the old path.\n\nNote: the cache is rebuilt on start."  # a last paragraph of the body's own
+    profile = Profile.from_obj({"profile": [{"subject": "Fix build", "body": body}, {"subject": "s", "body": note}]})
+    assert [e.body for e in profile.entries] == ["Tweak flags for the ARM build.", note]
+    assert dict(profile.identities) == {"Marek Kowalczyk": "name", "marek@kowal.pl": "email"}
+    assert "Kowalczyk" not in render_context(profile.entries, max_chars=10**4)
+
+
+def test_a_number_past_pythons_digit_limit_is_one_sentence(tmp_path: Path) -> None:
+    """json.loads raised a bare ValueError (with Python's own hint) from every reader of profiles."""
+    huge = "1" * 5000
+    for name, text in [
+        ("p.json", f'[{{"subject": "a", "body": "b", "time": {huge}}}]'),
+        ("p.jsonl", f'{{"x": {huge}}}'),
+    ]:
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ProfileError, match="holds a number of more than 4,300 digits, which no field takes"):
+            Profile.from_file(path)
+
+
 def test_render_context_rejects_bad_budget() -> None:
     with pytest.raises(ConfigError, match="max_chars"):
         render_context([ProfileEntry("s", "b")], max_chars=0)

@@ -4,6 +4,7 @@ refused as one `ConfigError` naming the setting, never a bare TypeError from dee
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from core.session_types import CandidatePolicy, Method, SessionParams
 from sdk.client import ClientConfig, SpecSteerClient
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
+from sdk.uplink_guard import guard_for_profile
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
@@ -170,3 +172,31 @@ def test_a_held_span_goes_up_as_one_label_for_every_kind_unless_told_by_kind(mod
     assert [sent_as(by_kind, k) for k in ("email", "phone")] == ["<EMAIL>", "<PHONE>"]
     with pytest.raises(ConfigError, match="placeholder labels are one of generic, by-kind"):
         SpecSteerClient(Specialist(s_lm), verifier, placeholder_labels="none")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fallback", "false", "fallback must be True or False; got str 'false'"),  # would have kept it on
+        ("server", 123, "server must be a non-empty string; got int 123"),
+        ("server_name", 5, "server_name must be a non-empty string"),
+        ("pins", "pins\0.txt", "pins must be a file path"),
+        ("cert", 7, "cert must be a file path"),
+    ],
+)
+def test_a_client_config_built_in_code_checks_every_fields_type(field: str, value: object, message: str) -> None:
+    base: dict[str, object] = {"server": "h:1", "pins": Path("p"), "cert": Path("c"), "key": Path("k")}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ClientConfig(**{**base, field: value})  # type: ignore[arg-type]
+
+
+def test_a_built_guard_whose_labels_are_not_the_clients_is_refused(models) -> None:
+    """A built guard's by-kind labels went up where the client was told generic (the default)."""
+    s_lm, g_lm = models
+    verifier = InProcessVerifier(CloudVerifier(g_lm, s_lm, seed=0).open, vocab_size=s_lm.vocab_size)
+    by_kind = guard_for_profile(None, s_lm.tokenizer, "placeholder", labels="by-kind")
+    with pytest.raises(ConfigError, match="build it with labels='generic'"):
+        SpecSteerClient(Specialist(s_lm), verifier, guard=by_kind)
+    assert SpecSteerClient(Specialist(s_lm), verifier, guard=by_kind, placeholder_labels="by-kind").guard is by_kind
+    generic = guard_for_profile(None, s_lm.tokenizer, "placeholder", labels="generic")
+    assert SpecSteerClient(Specialist(s_lm), verifier, guard=generic).guard is generic
