@@ -62,8 +62,9 @@ SESSION_KINDS = frozenset({KIND_BEGIN, KIND_UPLINK, KIND_DOWNLINK, KIND_FALLBACK
 _SESSION_RE = re.compile(r"[0-9a-f]{32}")
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _IDENT_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
-# A guard placeholder is a label such as "[EMAIL]" or "<PERSON_1>", never user text.
-_PLACEHOLDER_RE = re.compile(r"[A-Za-z0-9_\[\]<>{}:-]{1,32}")
+# A guard placeholder is a label such as "<EMAIL>", "[EMAIL]" or "<PERSON_1>", never user text: an
+# upper-case word in brackets (lower case, digits-first and ':' or '-' could spell a password).
+_PLACEHOLDER_RE = re.compile(r"[<\[{]?[A-Z][A-Z_]{0,23}(?:_[0-9]{1,3})?[>\]}]?")
 _TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 _FILE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 

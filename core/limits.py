@@ -16,7 +16,6 @@ __all__ = [
     "MAX_GUARD_SPANS",
     "MAX_NEW_TOKENS",
     "MAX_PROMPT_TOKENS",
-    "MAX_SESSION_TOKENS",
     "MAX_UPLINK_BYTES",
     "MAX_VOCAB_SIZE",
     "WIRE_MAX_TOP_K",
@@ -39,18 +38,15 @@ WIRE_MAX_TOP_K = 64
 # comes near it (a commit body is ~100 tokens); it is there to refuse absurd values up front.
 MAX_NEW_TOKENS = 4096
 
-# Token IDs one session may put in the verifier's KV caches: its prompt and everything its rounds
-# add (the verifier refuses a round past it, whatever the device sends).
-MAX_SESSION_TOKENS = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS
-
 # The largest vocabulary a session may declare: four times the largest of today's models (Gemma 3's
 # 262,144). The declared size is what makes a uint32 on the wire a token ID, so without a bound a
 # session declaring 2^32 would let any 32-bit value pass as one (text packed four bytes an ID, or
 # the padding ID itself), in the device's egress check and in `audit verify` alike.
 MAX_VOCAB_SIZE = 1 << 20
 
-# Spans the egress guard may act on in one recorded decision: a span is at least one token.
-MAX_GUARD_SPANS = MAX_SESSION_TOKENS
+# Spans the egress guard may act on in one recorded decision: a span is at least one token, and a
+# session holds at most the largest prompt and the longest generation.
+MAX_GUARD_SPANS = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS
 
 # Message caps both ways, on the gRPC channel of both ends. The largest uplink is an Open with
 # MAX_PROMPT_TOKENS IDs of at most 5 varint bytes each (~20 KiB); the largest top-k downlink is

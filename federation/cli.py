@@ -366,15 +366,21 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read_runs(log: Path) -> list[dict[str, Any]]:
+    """The run log's records, each with the fields `status` prints (`ConfigError` names a damaged line)."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {log}: {getattr(exc, 'strerror', None) or 'it is not UTF-8 text'}.") from None
     runs = []
-    for n, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             run = json.loads(line)
         except ValueError:
-            raise ConfigError(f"{log} is damaged: line {n} is not a JSON record of a run.") from None
-        if not isinstance(run, dict):
+            run = None
+        fields = ("run_id", "version_in", "version_out")
+        if not (isinstance(run, dict) and all(k in run for k in fields) and isinstance(run.get("rounds"), list)):
             raise ConfigError(f"{log} is damaged: line {n} is not a JSON record of a run.")
         runs.append(run)
     return runs

@@ -31,6 +31,7 @@ from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameter
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
+from core.session_types import MAX_ADAPTER_VERSION
 from federation.device import Device, NotEligible, Policy, PolicyRefusal
 from federation.ledger import BudgetExhausted
 from federation.offline import go_offline
@@ -83,7 +84,12 @@ def _unpack(msg: Message, context: Context, kind: str) -> tuple[dict[str, np.nda
             raise ValueError("the message carries no global adapter arrays")
         arrays = {key: np.asarray(value.numpy()) for key, value in content.array_records["arrays"].items()}
         config = content.config_records.get("config", {})
-    return arrays, int(config.get("adapter-version", 0)), int(config.get("server-round", 0))
+    version = config.get("adapter-version", 0)
+    # A version past what a session may declare would stay the device's newest for good, and no
+    # session could declare it: the device would serve no generation with its adapter again.
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_ADAPTER_VERSION:
+        raise ValueError(f"the message's adapter version {version!r} is outside [0, {MAX_ADAPTER_VERSION}]")
+    return arrays, version, int(config.get("server-round", 0))
 
 
 def _adapter_keys(context: Context) -> list[str]:

@@ -429,9 +429,15 @@ class Device:
             sw.reset_adapter(PERSONAL, seed=_device_seed(self, 0, 0))
 
     def _save_personal(self, sw: SpecialistWithAdapters, version: int) -> None:
+        weights = sw.get_adapter(PERSONAL)
+        if not all(np.isfinite(np.asarray(v)).all() for v in weights.values()):
+            # A diverged round must not overwrite the adapter the device has: it keeps the old one.
+            raise AdapterError(
+                "The personal adapter diverged in training (values that are not finite): kept the old one."
+            )
         write_adapter(
             self.personal_dir,
-            sw.get_adapter(PERSONAL),
+            weights,
             sw.lora_config_dict(),
             kind=PERSONAL,
             base=sw.fingerprint,

@@ -407,6 +407,9 @@ class SpecialistWithAdapters:
                 f"({len(got)} arrays for {len(expected)} expected; missing: {missing})."
             )
         state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+        for k, tensor in state.items():  # NaN in a global adapter would train into the personal one
+            if not bool(torch.isfinite(tensor).all()):
+                raise ConfigError(f"The {name} adapter array {k} holds values that are not finite numbers.")
         result = set_peft_model_state_dict(self.peft, state, adapter_name=name)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:

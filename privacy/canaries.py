@@ -20,27 +20,33 @@ __all__ = ["CanaryDetector", "identities_from_trailers", "split_trailers"]
 _TRAILER_RE = re.compile(r"^\s*[A-Za-z][A-Za-z-]*\s*:\s*(?P<name>[^<>]*?)\s*(?:<(?P<email>[^<>\s]+@[^<>\s]+)>)?\s*$")
 
 
-# A trailer that names a person: Signed-off-by, Co-authored-by, Reviewed-by, ... and Cc.
-_IDENTITY_KEY_RE = re.compile(r"^\s*(?:[A-Za-z][A-Za-z-]*-by|cc)\s*:", re.IGNORECASE)
+# A trailer that names a person: Signed-off-by, Co-authored-by, Reviewed-by, ... and Cc (as git
+# writes it; "CC: clang 17" is a build setting).
+_IDENTITY_KEY_RE = re.compile(r"^\s*(?:[A-Za-z][A-Za-z-]*-[Bb][Yy]|Cc)\s*:")
 _KEY_VALUE_RE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9-]*\s*:\s*\S")
+# Lines git lets stand in a trailer block: a cherry-pick note, a maintainer's bracketed note.
+_BLOCK_NOTE_RE = re.compile(r"^\s*(?:\(cherry picked from commit [0-9a-f]+\)|\[[^\]]*\])\s*$")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
 
 def split_trailers(body: str) -> tuple[str, list[str]]:
     """A commit body without its trailer block, and the block's lines.
 
-    The block is the body's last paragraph when every line of it is a `Key: value` line and one at
+    The block is the body's last paragraph when every line of it is a `Key: value` line (or a note
+    git lets stand there: "(cherry picked from commit ...)", "[name: fixed typo]") and one at
     least names a person (`Signed-off-by:`, `Co-authored-by:`, `Cc:`, ...): what `git log
     --format=%B` exports, where the trailers are part of the body. A last paragraph of other
-    `Key: value` lines ("Note: ...") is the body's own text.
+    `Key: value` lines ("Note: ...", "CC: clang 17") is the body's own text.
     """
-    stripped = body.rstrip()
-    start = stripped.rfind("\n\n") + 2 if "\n\n" in stripped else 0
-    lines = [line for line in stripped[start:].splitlines() if line.strip()]
-    if not lines or not all(_KEY_VALUE_RE.match(line) for line in lines):
+    text = body.replace("\r\n", "\n").rstrip()
+    breaks = list(_PARAGRAPH_BREAK.finditer(text))
+    start = breaks[-1].end() if breaks else 0
+    lines = [line for line in text[start:].splitlines() if line.strip()]
+    if not lines or not all(_KEY_VALUE_RE.match(line) or _BLOCK_NOTE_RE.match(line) for line in lines):
         return body, []
     if not any(_IDENTITY_KEY_RE.match(line) for line in lines):
         return body, []
-    return stripped[:start].rstrip(), lines
+    return text[: breaks[-1].start()].rstrip() if breaks else "", lines
 
 
 def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
@@ -57,7 +63,8 @@ def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
         name, email = m.group("name").strip(), m.group("email")
         if email:
             out[email] = EMAIL
-        if len(name.split()) >= 2 and "@" not in name:
+        # Only a trailer that names a person gives a name ("Fixes: 1c2d (net: ...)" gives none).
+        if len(name.split()) >= 2 and "@" not in name and _IDENTITY_KEY_RE.match(line):
             out[name] = NAME
     return out
 

@@ -38,7 +38,8 @@ from privacy.spans import SECRET, Detector, Span, merge_spans
 __all__ = ["HistorySecretDetector", "history_secrets"]
 
 _INTRODUCED_HEX = re.compile(
-    r"(?i)(?:token|secret|key|password|passwd|pwd|credential|bearer|auth\w*)\W{1,3}(?:\w+\W{1,3}){0,2}?"
+    r"(?i)\b(?:token|secret|key|password|passwd|pwd|credentials?|bearer|auth(?:orization|entication)?)\W{1,3}"
+    r"(?:\w+\W{1,3}){0,2}?"
     r"(?P<value>[0-9a-f]{20,})(?![0-9a-z])"
 )
 
@@ -70,20 +71,24 @@ def _secret_like(value: str) -> bool:
 
 
 # The characters around a word that are punctuation of the sentence, not of the secret: a part is
-# tried as written and without them ("aD6;" is "aD6"). Hyphens, dots, slashes, colons and bars
-# split words too: a key written in groups ("AKIA-Z7Q2-LMXW-...") is a split secret, like one in
-# groups between spaces (a secret that has them is still found whole, by its pieces).
-_SEPARATORS = "-./:|"
-_WORD = re.compile(rf"[^\s{re.escape(_SEPARATORS)}]+")
+# tried as written and without them ("aD6;" is "aD6").
 _OPENING = "([{<\"'`"
 _CLOSING = ".,;:!?)]}>\"'`"
+# Words are looked at twice: between spaces, and also split at any other character that is neither
+# a letter nor a digit, so a key written in groups ("AKIA-Z7Q2-LMXW-...", "AKIA_Z7Q2_...") is a
+# split secret like one in groups between spaces. A separator that the secret itself has must then
+# stand in the text too (`_continue`).
+_COARSE = re.compile(r"\S+")
+_FINE = re.compile(r"[^\W_]+")
+_SEGMENTATIONS = (_COARSE, _FINE)
+_LEADING_SYMBOLS = re.compile(r"[\W_]*")
 
 
-def _words(text: str) -> list[list[tuple[int, int]]]:
+def _words(text: str, word: re.Pattern[str] = _COARSE) -> list[list[tuple[int, int]]]:
     """For each word of `text`, the ranges it may stand for: as written, without the sentence's
     punctuation around it, the longest first."""
     out = []
-    for m in _WORD.finditer(text):
+    for m in word.finditer(text):
         a, b = m.span()
         forms = {(a, b)}
         a2 = a + len(m.group()) - len(m.group().lstrip(_OPENING))
@@ -179,48 +184,54 @@ class HistorySecretDetector(Detector):
                     yield secret, i + len(part)
                 i = secret.find(part, i + 1) if anywhere else -1
 
-    def _open_split(self, t: str, words: list[list[tuple[int, int]]], i: int, a: int, b: int) -> bool:
+    def _open_split(self, t: str, words: list[list[tuple[int, int]]], i: int, a: int, b: int, fine: bool) -> bool:
         """`t[a:b]` (a form of `words[i]`) may be the first part of a secret whose rest is not
         all written yet, and is recent enough for the rest to follow."""
         if b - a < self.min_part or len(t) - b > self.split_gap:
             return False
         for secret, pos in self._starts(t[a:b]):
-            parts = self._continue(t, words, i + 1, b, secret, pos)
+            parts = self._continue(t, words, i + 1, b, secret, pos, fine)
             if pos + sum(d - c for c, d in parts) < len(secret):
                 return True
         return False
 
     def _split_parts(self, t: str) -> list[tuple[int, int]]:
         """The parts of secrets written in several words with text between (see the module docstring)."""
-        words = _words(t)
         out: list[tuple[int, int]] = []
-        for i, forms in enumerate(words):
-            for a, b in forms:
-                if b - a < self.min_part:
-                    continue
-                for secret, pos in self._starts(t[a:b]):
-                    parts = self._continue(t, words, i + 1, b, secret, pos)
-                    whole = t[a:b] + "".join(t[c:d] for c, d in parts)
-                    if parts and len(whole) >= self.min_piece and _is_piece(whole, secret):
-                        out += [(a, b), *parts]
+        for word in _SEGMENTATIONS:
+            words, fine = _words(t, word), word is _FINE
+            for i, forms in enumerate(words):
+                for a, b in forms:
+                    if b - a < self.min_part:
+                        continue
+                    for secret, pos in self._starts(t[a:b]):
+                        parts = self._continue(t, words, i + 1, b, secret, pos, fine)
+                        whole = t[a:b] + "".join(t[c:d] for c, d in parts)
+                        if parts and len(whole) >= self.min_piece and _is_piece(whole, secret):
+                            out += [(a, b), *parts]
         return out
 
     def _continue(
-        self, t: str, words: list[list[tuple[int, int]]], i: int, end: int, secret: str, pos: int
+        self, t: str, words: list[list[tuple[int, int]]], i: int, end: int, secret: str, pos: int, fine: bool
     ) -> list[tuple[int, int]]:
         """The words from `words[i]` on (within `split_gap` characters of each other) that go on
-        with `secret` from `pos`, in order, until it is complete."""
+        with `secret` from `pos`, in order, until it is complete.
+
+        Between `fine` words (letters and digits only), a character of the secret's own that is
+        neither must stand in the text too, just after the part before or just before the word:
+        "Granite-" or "-Plum" go on with "granite-plum", "Granite; plum" does not."""
         parts: list[tuple[int, int]] = []
         while i < len(words) and pos < len(secret) and words[i][0][0] - end <= self.split_gap:
             rest = secret[pos:]
-            # A separator of the secret's own is between words, not in them: it must stand just
-            # before the word in the text too ("-Plum" goes on with "granite-plum", "; plum" not).
-            sep = rest[: len(rest) - len(rest.lstrip(_SEPARATORS))]
-            # The longest form of the word that the secret goes on with (two characters or more).
-            hit = next(
-                ((a, b) for a, b in words[i] if b - a >= 2 and a >= len(sep) and rest.startswith(t[a - len(sep) : b])),
-                None,
-            )
+            symbols = _LEADING_SYMBOLS.match(rest)  # always matches, maybe empty
+            sep = symbols.group() if fine and symbols else ""
+            after_part = t[end : end + len(sep)] == sep
+            hit = None
+            for a, b in words[i]:  # the longest form the secret goes on with (two characters or more)
+                before_word = a >= len(sep) and t[a - len(sep) : a] == sep
+                if b - a >= 2 and (after_part or before_word) and rest[len(sep) :].startswith(t[a:b]):
+                    hit = (a, b)
+                    break
             if hit is not None:
                 parts.append(hit)
                 pos += len(sep) + hit[1] - hit[0]
@@ -242,12 +253,13 @@ class HistorySecretDetector(Detector):
                 best = i
                 break
         # A recent word that is a piece of a secret: the rest may follow after a few words.
-        words = _words(t)
-        for i, forms in enumerate(words):
-            part = next(((a, b) for a, b in forms if self._open_split(t, words, i, a, b)), None)
-            if part is not None:
-                best = part[0] if best is None else min(best, part[0])
-                break
+        for word in _SEGMENTATIONS:
+            words, fine = _words(t, word), word is _FINE
+            for i, forms in enumerate(words):
+                part = next(((a, b) for a, b in forms if self._open_split(t, words, i, a, b, fine)), None)
+                if part is not None:
+                    best = part[0] if best is None else min(best, part[0])
+                    break
         m = re.search(r"[a-z0-9+/=_-]+\Z", t)
         if m and self._encoded_prefixes:
             word = m.group()

@@ -141,7 +141,13 @@ def parse_ledger(data: object, source: str) -> LedgerData:
         numbers = isinstance(h, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in h)
         if not (numbers and len(h) == 3):
             raise bad("a history entry is not [noise, sample_rate, steps]")
-        history.append((float(h[0]), float(h[1]), int(h[2])))
+        noise, rate, steps = h
+        # What the accountant can take: negative steps would give budget back, a NaN hangs it.
+        if not (math.isfinite(noise) and noise > 0 and math.isfinite(rate) and 0 < rate <= 1):
+            raise bad(f"a history entry {h!r} has a noise multiplier or sample rate out of range")
+        if not (float(steps).is_integer() and steps >= 0):
+            raise bad(f"a history entry {h!r} has a step count that is no whole number of 0 or more")
+        history.append((float(noise), float(rate), int(steps)))
     if not all(isinstance(r, dict) for r in rounds):
         raise bad("a round entry is not an object")
     refusals = data.get("refusals", 0)

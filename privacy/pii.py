@@ -39,17 +39,21 @@ _WORD_TLDS = _words(
     "internal arpa"
 )
 
-# A character of an address's local part or a label, besides the dot: any script's letters and
-# digits (RFC 6531/IDN addresses, "иван.петров@почта.рф", which the folding leaves as they are).
-_L = r"[\w%+-]"
+# Letters of the alphabets that put spaces between words, beside ASCII: Latin with diacritics,
+# Greek, Cyrillic (RFC 6531/IDN addresses, "иван.петров@почта.рф", which the folding leaves as they
+# are). Not Chinese, Japanese, Korean or Thai: written without spaces, their text runs into an
+# address ("詳細はjane.doe@example.comまで") and would swallow it, or hold every run of it.
+_LETTERS = "a-z0-9\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"
+# A character of an address's local part or a label, besides the dot.
+_L = rf"[{_LETTERS}_%+-]"
 _DOT = r"(?:\s*[\[\(\{<]\s*dot\s*[\]\)\}>]\s*|\s+dot\s+|\.)"
 _AT = r"(?P<at>\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*|\s+at\s+|\s*(?:@|%40|&#0*64;|&commat;)\s*)"
-_LABEL = r"[^\W_](?:[\w-]{0,61}[^\W_])?"
+_LABEL = rf"[{_LETTERS}](?:[{_LETTERS}-]{{0,61}}[{_LETTERS}])?"
 # An address in any of its written forms: "jane.doe@example.com", "jane dot doe at example dot com",
 # "jane.doe [at] example [dot] com", "jane.doe (at) example.com", "jane.doe @ example.com", "%40".
 _EMAIL_RE = re.compile(
-    rf"(?<![\w.%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
-    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[^\W\d_]{{2,24}}))(?![\w-])"
+    rf"(?<![{_LETTERS}._%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
+    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[a-z\u0370-\u03ff\u0400-\u04ff]{{2,24}}))(?![{_LETTERS}-])"
 )
 _PLAIN_AT = re.compile(r"\s*@\s*")
 _WORD_DOT = re.compile(r"\s+dot\s+|[\[\(\{<]\s*dot")
@@ -158,8 +162,8 @@ _DOTP = r"(?:\s*[\[\(\{<]\s*(?:d(?:o(?:t\s*[\]\)\}>]?\s*)?)?)?|\s+(?:d(?:o(?:t\s
 _ATP = r"(?:\s*[\[\(\{<]\s*(?:a(?:t\s*)?)?|\s+(?:a(?:t\s*)?)?|\s*@?|\s*%4?|\s*&(?:#\d*|c[a-z]*)?)"
 _AT_FULL = _AT.replace("?P<at>", "?:")
 _EMAIL_HAZARD = re.compile(
-    rf"(?<![\w.%+-]){_L}+(?:{_DOT}{_L}+)*"
-    rf"(?:{_DOTP}|{_ATP}|{_AT_FULL}(?:[\w-]+(?:{_DOT}[\w-]+)*{_DOTP}?)?)?\Z"
+    rf"(?<![{_LETTERS}._%+-]){_L}+(?:{_DOT}{_L}+)*"
+    rf"(?:{_DOTP}|{_ATP}|{_AT_FULL}(?:[{_LETTERS}-]+(?:{_DOT}[{_LETTERS}-]+)*{_DOTP}?)?)?\Z"
     r"|<[a-z0-9._%+-]*\Z"
 )
 _BARE_WORD = re.compile(rf"{_L}+\.?")

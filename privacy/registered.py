@@ -30,7 +30,8 @@ _WORD_NAMES = frozenset(
 
 def name_variants(name: str) -> set[str]:
     """ "jane q. doe" -> {"jane q. doe", "doe, jane", "doe jane", "j. doe", "jane doe", "doe, j.",
-    "jane.doe", "jane_doe", "jane-doe", "janedoe", "doe.jane", "doe_jane"}: the written
+    "jane.doe", "jane_doe", "doe.jane", "doe_jane", and "janedoe", "jane-doe" where no word
+    could be meant}: the written
     forms and the handles (`@janedoe`) a developer's text names people by. Not "jdoe": an initial
     and a surname is too often a word ("S. Hall" is "shall", "W. Hen" is "when")."""
     words = name.split()
@@ -48,11 +49,13 @@ def name_variants(name: str) -> set[str]:
         f"{last}, {initial}.",
         f"{first}.{last}",
         f"{first}_{last}",
-        f"{first}-{last}",
-        f"{first}{last}",
         f"{last}.{first}",
         f"{last}_{first}",
     }
+    # Joined, a name may be a word ("Frank Lin" is "franklin", "Will Power" "willpower", "Max Well"
+    # "maxwell"): only a first name that is no word (`_WORD_NAMES`) joins its surname.
+    if first.lower() not in _WORD_NAMES and len(first) >= 3 and len(last) >= 3:
+        out |= {f"{first}{last}", f"{first}-{last}"}
     if len(words) > 2:
         out.add(f"{last}, {' '.join(words[:-1])}")
     return out

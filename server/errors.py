@@ -65,5 +65,5 @@ class SlotPoolTooLarge(ConfigError):
 
 class SessionTooLong(ProtocolError):
     """A round that would take its session past what the verifier holds for one: the protocol's
-    largest prompt and generation (`core.limits.MAX_SESSION_TOKENS`), or its KV slots' positions.
+    longest generation (`core.limits.MAX_NEW_TOKENS`), or its KV slots' positions.
     The stream ends with OUT_OF_RANGE; other sessions are unaffected."""

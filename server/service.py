@@ -24,8 +24,8 @@ specific status:
                          validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
     OUT_OF_RANGE         a round that would take the session past what one may hold (the protocol's
-                         prompt and generation, `core.limits.MAX_SESSION_TOKENS`, or the verifier's
-                         KV slots) or past a model's context
+                         longest generation, `core.limits.MAX_NEW_TOKENS`, or the verifier's KV
+                         slots) or past a model's context
 
 With a witness key (`[audit] witness_key`), a Close that carries the device's audit-log checkpoint
 is answered by one more downlink, the witness's cosignature, if `server.witness` accepts it.

@@ -23,11 +23,12 @@ from core import wire
 from core.contract import RoundContract, raise_first
 from core.errors import ConfigError, ProtocolError
 from core.kv import ForwardRunner, TensorSequence, TokenSequence
-from core.limits import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_SESSION_TOKENS, prompt_length_problem
+from core.limits import MAX_NEW_TOKENS, prompt_length_problem
 from core.models import CausalLM
 from core.prompts import render_prompt
 from core.recovery import inverse_cdf
 from core.session_types import (
+    MAX_CANDIDATE_TOKENS,
     CandidatePolicy,
     FusionVector,
     Method,
@@ -148,7 +149,10 @@ class CloudSession:
         self.contract = RoundContract(vocab_size=s_vocab)
         self.contract.after_open(params.draft_len, params.padded_frames)
         self.closed = False
-        self.wire_tokens = len(prompt_ids)  # the prompt's and every verified round's token IDs
+        # What the rounds have put in the KV caches: the text's tokens (commits and accepted drafts)
+        # and, apart, the guard's placeholders, which stand in for spans of a different length.
+        self.text_tokens = 0
+        self.placeholder_tokens = 0
         # `close` may come from another thread mid-round (a stream that vanished while its round ran):
         # the KV slots are then handed back when the round is done, not under its forwards.
         self._state = threading.Lock()
@@ -226,22 +230,32 @@ class CloudSession:
 
     def _round(self, frame: wire.RoundFrame) -> Verdict:
         raise_first(self.contract.round_violations(frame))
-        added = len(frame.commit) + len(frame.literal) + len(frame.draft)
-        if self.wire_tokens + added > MAX_SESSION_TOKENS:
-            # The verifier holds every session's tokens in its KV caches: the protocol's largest
-            # prompt and longest generation bound them, whatever a device sends.
-            raise SessionTooLong(
-                f"round {frame.seq} would take the session to {self.wire_tokens + added:,} tokens; a session holds "
-                f"at most {MAX_SESSION_TOKENS:,} (a {MAX_PROMPT_TOKENS}-token prompt and {MAX_NEW_TOKENS} new tokens)"
-            )
+        self._check_length(frame)
         self.contract.after_round(frame)
         verdict = self._verify(list(frame.commit), list(frame.draft), list(frame.literal))
-        self.wire_tokens += len(frame.commit) + len(frame.literal) + verdict.accepted
+        self.text_tokens += len(frame.commit) + verdict.accepted
+        self.placeholder_tokens += len(frame.literal)
         steering = verdict.steering
         dense = isinstance(steering, FusionVector)
         candidates = steering.candidates if isinstance(steering, SteeringVector) else ()
         self.contract.after_answer(frame.seq, verdict.accepted, candidates, fusion_vector=dense)
         return verdict
+
+    def _check_length(self, frame: wire.RoundFrame) -> None:
+        """Refuse a round past what the protocol lets a session generate (`SessionTooLong`).
+
+        The verifier holds every session's tokens in its KV caches, so this bounds them whatever a
+        device sends. A device generates at most `MAX_NEW_TOKENS` of its own tokens and drafts
+        within that budget; its last commit, a steering candidate, may run past it by the
+        candidate's length. Placeholders are counted apart, under the same bound: they stand in
+        for spans of the device's text, each a few tokens longer or shorter than its span."""
+        text = self.text_tokens + len(frame.commit) + len(frame.draft)
+        placeholders = self.placeholder_tokens + len(frame.literal)
+        if text > MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS or placeholders > MAX_NEW_TOKENS:
+            raise SessionTooLong(
+                f"round {frame.seq} would take the session past the protocol's {MAX_NEW_TOKENS} new tokens "
+                f"({text:,} of its text, {placeholders:,} of placeholders)"
+            )
 
     def _verify(self, commit: list[int], draft: list[int], literal: list[int]) -> Verdict:
         params = self.params

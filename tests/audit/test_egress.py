@@ -170,6 +170,9 @@ def test_device_local_records_hold_labels_never_text(rec: EgressRecorder) -> Non
         rec.record_fallback(sid, "the user wrote: my card is 4111 1111")
     with pytest.raises(AuditError, match="placeholder"):
         rec.record_guard_decision(sid, decision="redact", count=1, placeholder="jane.doe@example.com")
+    for label in ("<pw:Hunter2-Summer>", "<card:4111-1111-1111>"):  # a label's characters could spell it
+        with pytest.raises(AuditError, match="placeholder"):
+            rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder=label)
     # An identifier of the device's choosing could spell the span out: a decision is one of a fixed few.
     with pytest.raises(AuditError, match="none of the decisions"):
         rec.record_guard_decision(sid, decision="jane-roe-ssn-078-05-1120", count=1, placeholder="[EMAIL]")

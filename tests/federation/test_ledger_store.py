@@ -53,6 +53,22 @@ def test_damaged_ledger_stops_training_instead_of_resetting(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
+    "entry",
+    [[1.0, 0.5, -19], [1.0, 1.5, 3], [float("nan"), 0.5, 3], [0.0, 0.5, 3], [1.0, 0.5, 2.5]],
+    ids=["negative-steps", "rate-above-1", "nan-noise", "zero-noise", "half-a-step"],
+)
+def test_a_history_entry_the_accountant_cannot_take_is_damage(tmp_path: Path, entry: list[float]) -> None:
+    """Negative steps gave budget back, a NaN hung the accountant, a rate above 1 crashed it."""
+    path = tmp_path / "ledger.json"
+    Ledger.load(path, epsilon_budget=8.0, delta=1e-5).save()
+    data = json.loads(path.read_text())
+    data["history"] = [[1.0, 0.5, 3], entry]
+    path.write_text(json.dumps(data))
+    with pytest.raises(LedgerError, match="damaged: a history entry"):
+        Ledger.load(path, epsilon_budget=8.0, delta=1e-5)
+
+
+@pytest.mark.parametrize(
     "budget, delta, accountant, message",
     [(0.0, 1e-5, "rdp", "budget"), (8.0, 1.0, "rdp", "δ"), (8.0, 1e-5, "gdp2", "accountant")],
 )

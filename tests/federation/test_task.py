@@ -7,11 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
+from core.errors import ConfigError
 from core.models import load_causal_lm
 from core.prompts import render_prompt, task_prompt
 from federation.adapters import AdapterError, apply_adapters, write_adapter
+from federation.client_app import _unpack
 from federation.ledger import Ledger
+from federation.simulation import _server_identity
 from federation.task import (
     GLOBAL,
     PERSONAL,
@@ -119,6 +123,16 @@ def test_dp_trains_only_global_and_personal_only_personal(tiny_chat_model: Path,
     assert any(np.abs(p2[k] - p1[k]).sum() > 0 for k in p1)
 
 
+def test_adapter_arrays_that_are_not_finite_are_refused(tiny_chat_model: Path) -> None:
+    """A server's NaN global adapter trained into the personal one, which the device then saved."""
+    sw = _specialist(tiny_chat_model)
+    arrays = {k: np.full_like(v, np.nan) for k, v in sw.get_adapter(GLOBAL).items()}
+    before = sw.get_adapter(GLOBAL)
+    with pytest.raises(ConfigError, match="holds values that are not finite numbers"):
+        sw.set_adapter_weights(GLOBAL, arrays)
+    assert all(np.array_equal(before[k], v) for k, v in sw.get_adapter(GLOBAL).items())
+
+
 def _random_adapter(sw: SpecialistWithAdapters, name: str, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = {k: rng.normal(scale=0.3, size=v.shape).astype(np.float32) for k, v in sw.get_adapter(name).items()}
@@ -171,3 +185,19 @@ def test_version_zero_is_the_base_model(tiny_chat_model: Path, tmp_path: Path) -
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(merged.model(input_ids=ids).logits, base.model(input_ids=ids).logits)
+
+
+@pytest.mark.parametrize("version", [-1, 2**31, "7", True])
+def test_a_message_whose_adapter_version_no_session_can_declare_is_refused(version: object) -> None:
+    """A version past the protocol's stayed the device's newest for good, and no session could then
+    declare the adapter it serves with: one message broke the device's inference."""
+    arrays = ArrayRecord({"a": Array(np.zeros(2, dtype=np.float32))})
+    with _server_identity(run_id=1):
+        for v, ok in ((3, True), (version, False)):
+            config = ConfigRecord({"adapter-version": v, "server-round": 1})
+            msg = Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=1, message_type="train")
+            if ok:
+                assert _unpack(msg, None, "fitins")[1] == 3  # type: ignore[arg-type]
+            else:
+                with pytest.raises(ValueError, match=r"adapter version .* is outside"):
+                    _unpack(msg, None, "fitins")  # type: ignore[arg-type]

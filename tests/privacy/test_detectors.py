@@ -450,3 +450,30 @@ def test_a_registered_name_is_found_in_the_handles_developers_write(form: str) -
     covered = "".join(text[s.start : s.end] for s in spans)
     assert covered.lower().replace("@", "").replace("-", "").replace("_", "").replace(".", "") in ("janedoe", "doejane")
     assert d.find("The deer and the doe ran off.") == []  # the surname alone is a word
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("Will Power", "Improve willpower of the retry loop"),
+        ("Max Well", "Use maxwell kernels"),
+        ("Mark Down", "Render markdown in the changelog"),
+        ("Max Power", "Add a max-power flag"),
+    ],
+)
+def test_a_name_that_joins_into_a_word_is_not_held_as_that_word(name: str, text: str) -> None:
+    assert CanaryDetector({name: NAME}).find(text) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "詳細はjane.doe@example.comまでご連絡くださいよろしくお願いいたします以上です",
+        "不具合報告先jane.doe@example.com。",
+    ],
+)
+def test_an_address_in_text_without_spaces_is_the_address_alone(text: str) -> None:
+    """Letters of every script joined a Japanese sentence to the address, which then matched no
+    top-level domain and went up whole."""
+    spans = PiiDetector().find(text)
+    assert [(text[s.start : s.end], s.kind) for s in spans] == [("jane.doe@example.com", EMAIL)]

@@ -145,6 +145,10 @@ def test_a_key_of_one_case_and_digits_in_the_history_is_registered() -> None:
     # Names of things are still not secrets: constants, snake_case, camelCase.
     names = "set MAX_RETRY_COUNT2 then SHA256_DIGEST and user_id_2 with retryCountLimit"
     assert not history_secrets([f"password: {n}" for n in names.split()])
+    # A hash after a word that only holds a keyword ("Monkey", "authored") is no introduced secret.
+    sha = "3f9a2b1c4d5e6f708192a3b4c5d6e7f8091a2b3c"
+    assert not history_secrets([f"Monkey patch from {sha}", f"authored in {sha}"])
+    assert history_secrets([f"the auth token {sha}"]) == {sha}
 
 
 @pytest.mark.parametrize(
@@ -153,9 +157,11 @@ def test_a_key_of_one_case_and_digits_in_the_history_is_registered() -> None:
         ("key akiaz7q2lmxw4r9tb3kd done", "akiaz7q2lmxw4r9tb3kd"),
         ("key AKIA Z7Q2 LMXW 4R9T B3KD done", "Z7Q2 LMXW 4R9T B3KD"),
         ("key AKIA-Z7Q2-LMXW-4R9T-B3KD done", "Z7Q2-LMXW-4R9T-B3KD"),
+        ("key AKIA_Z7Q2_LMXW_4R9T_B3KD done", "Z7Q2 LMXW 4R9T B3KD"),
+        ("key AKIA, Z7Q2, LMXW, 4R9T, B3KD done", "Z7Q2 LMXW 4R9T B3KD"),
         ("the key ends in LMXW4R9TB3KD done", "LMXW4R9TB3KD"),
     ],
-    ids=["lower-case", "groups", "hyphenated-groups", "last-12"],
+    ids=["lower-case", "groups", "hyphenated-groups", "underscored-groups", "comma-groups", "last-12"],
 )
 def test_a_history_key_is_held_in_its_written_forms(char_tok, text: str, secret: str) -> None:
     guard = EgressGuard.for_profile(AWS_HISTORY, char_tok).for_prompt("Write the commit body.")

@@ -322,10 +322,17 @@ def test_trailers_at_the_end_of_a_body_are_cut_and_their_people_registered() -> 
     body: they stayed in the Specialist's context, and their names were never registered."""
     body = "Tweak flags for the ARM build.\n\nSigned-off-by: Marek Kowalczyk <marek@kowal.pl>\nFixes: #12\n"
     note = "Keep the old path.\n\nNote: the cache is rebuilt on start."  # a last paragraph of the body's own
-    profile = Profile.from_obj({"profile": [{"subject": "Fix build", "body": body}, {"subject": "s", "body": note}]})
-    assert [e.body for e in profile.entries] == ["Tweak flags for the ARM build.", note]
+    build = "Switch the CI toolchain.\n\nCC: clang 17\nCXX: clang++ 17\nOS: Ubuntu Jammy"  # settings, no people
+    crlf = "Fix foo\r\n  \r\n(cherry picked from commit 1c2d3e4)\r\nCo-authored-by: Ann Lee <ann@x.example>"
+    items = [{"subject": "Fix build", "body": body}, {"subject": "s", "body": note}, {"subject": "t", "body": build}]
+    profile = Profile.from_obj({"profile": items})
+    assert [e.body for e in profile.entries] == ["Tweak flags for the ARM build.", note, build]
     assert dict(profile.identities) == {"Marek Kowalczyk": "name", "marek@kowal.pl": "email"}
     assert "Kowalczyk" not in render_context(profile.entries, max_chars=10**4)
+    # A CRLF body, a blank line of spaces and a cherry-pick note inside the block: still a block.
+    other = Profile.from_obj({"profile": [{"subject": "Fix", "body": crlf}]})
+    assert [e.body for e in other.entries] == ["Fix foo"]
+    assert dict(other.identities) == {"Ann Lee": "name", "ann@x.example": "email"}
 
 
 def test_a_number_past_pythons_digit_limit_is_one_sentence(tmp_path: Path) -> None:

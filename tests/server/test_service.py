@@ -197,10 +197,11 @@ def test_bad_input_gets_a_specific_status_and_message(channel, live, frames, cod
 
 def test_a_session_past_the_protocols_length_ends_out_of_range(channel, live, monkeypatch) -> None:
     """The verifier bounded no session (a device could grow its KV caches round after round): a
-    round that would take it past a prompt and a generation of the protocol's sizes is refused."""
-    monkeypatch.setattr("server.session.MAX_SESSION_TOKENS", len(PROMPT_IDS) + 3)
+    round that would take it past a generation of the protocol's length is refused."""
+    monkeypatch.setattr("server.session.MAX_NEW_TOKENS", 3)
+    monkeypatch.setattr("server.session.MAX_CANDIDATE_TOKENS", 0)
     _, code, details = raw_stream(channel, [OPEN, wire.encode_round(1, [], [5, 6, 7, 8])])
-    assert code is C.OUT_OF_RANGE and "would take the session to 8 tokens; a session holds at most 7" in details
+    assert code is C.OUT_OF_RANGE and "past the protocol's 3 new tokens (4 of its text, 0 of placeholders)" in details
     assert settled(live[0])
 
 

@@ -188,12 +188,15 @@ def test_a_session_past_the_protocols_length_is_refused(pair, monkeypatch) -> No
     """The verifier bounded no session: a device could grow its KV caches round after round."""
     s_lm, _ = pair
     prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
-    monkeypatch.setattr("server.session.MAX_SESSION_TOKENS", len(prompt) + 4)
+    monkeypatch.setattr("server.session.MAX_NEW_TOKENS", 4)
+    monkeypatch.setattr("server.session.MAX_CANDIDATE_TOKENS", 0)
     for cloud in (slot_cloud(pair), CloudVerifier(pair[1], s_lm, seed=0)):
+        # Placeholders count apart: 4 of text and 4 of placeholder are within a bound of 4 each.
         session = cloud.open(prompt, SessionParams(draft_len=4))
-        verdict = session.round([], [4, 5, 6])
-        with pytest.raises(SessionTooLong, match=r"would take the session to \d+ tokens; a session holds at most"):
-            session.round([verdict.steering.candidates[0][0]] if verdict.steering else [], [7, 8, 9, 10])
+        verdict = session.round([], [4, 5, 6, 7], [9, 9, 9, 9])
+        commit = list(verdict.steering.candidates[0]) if verdict.steering else []
+        with pytest.raises(SessionTooLong, match=r"past the protocol's 4 new tokens \(\d+ of its text"):
+            session.round(commit, [7, 8, 9, 10])
 
 
 def test_a_session_that_outgrows_its_slot_ends_out_of_range_on_a_live_server(pair, pki) -> None:
