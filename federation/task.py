@@ -527,6 +527,11 @@ def train_global_dp(
             grad_sample_mode="hooks",
             noise_generator=_os_seeded_generator(),
         )
+        # Opacus divides the noisy sum by its expected batch size, n x q: a number of the private
+        # history's size, which the update's scale then gave away (its norm told n = 5 from n = 6
+        # in one round, cover steps included). A public constant divides it instead; the
+        # accountant's figures (noise multiplier, sample rate, steps) are unchanged.
+        optimizer.expected_batch_size = cfg.batch_size
     module.train()
     try:
         for step, (ids, attention, target) in enumerate(_cycle(loader, cfg.dp_steps)):

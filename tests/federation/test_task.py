@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,22 @@ def test_a_message_whose_adapter_version_no_session_can_declare_is_refused(versi
             else:
                 with pytest.raises(ValueError, match=r"adapter version .* is outside"):
                     _unpack(msg, None, "fitins")  # type: ignore[arg-type]
+
+
+def test_the_update_scale_says_nothing_of_the_historys_size(tiny_chat_model: Path, tmp_path: Path) -> None:
+    """Opacus divided the noisy sum by n x q, a number of the history's size: rounds of noise alone
+    (cover steps, no data read) on 5 and 9 examples had update norms 1.5x apart."""
+    sw = _specialist(tiny_chat_model)
+    data = load_user(FIXTURE_USERS, index=1)
+    train, _ = split_profile(data.profile, CFG.holdout)
+    full = to_dataset(build_examples(sw.lm, train, train, CFG), pad_id=0, max_len=CFG.max_len)
+    assert len(full) >= 9
+    cfg = replace(CFG, dp_steps=4)
+    start = sw.get_adapter(GLOBAL)
+    norms = []
+    for n in (5, 9):  # expected batch sizes 2 and 3 under batches of 4
+        sw.set_adapter_weights(GLOBAL, start)
+        ledger = Ledger.load(tmp_path / f"ledger-{n}.json", epsilon_budget=50.0, delta=1e-5)
+        subset = torch.utils.data.TensorDataset(*(t[:n] for t in full.tensors))
+        norms.append(train_global_dp(sw, subset, cfg, ledger, private_steps=0).update_norm)
+    assert norms[0] / norms[1] == pytest.approx(1.0, abs=0.2), norms  # 1.44 before; noise alone spreads it ~5 %
