@@ -29,6 +29,7 @@ from core.cli import Parser as _Parser
 from core.cli import bad_value, command_parser, number, reported, whole_number
 from core.errors import ConfigError, SpecSteerError
 from federation.attempts import TOKEN_KEY, Attempt
+from federation.errors import RunFailed
 from federation.run_options import RunOptions
 
 __all__ = ["main", "parse_duration"]
@@ -426,7 +427,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_flower(args.verbose)
         if args.command == "schedule":
             return schedule(args)
-        _print_summary(args, run_once(args))
+        summary = run_once(args)
+        _print_summary(args, summary)
+        rounds = summary.get("rounds", [])
+        if rounds and not any(r.get("replies") for r in rounds):
+            # Printed above, but a run in which no device took part is no success to a script.
+            raise RunFailed(
+                f"no device trained in any of the run's {len(rounds)} round(s), so no new global adapter was made."
+            )
         return 0
 
     return reported("federation", command)

@@ -9,6 +9,7 @@
     │   └── LedgerError         privacy.errors: a device's DP ledger is damaged (also a PrivacyError)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── AttemptRevoked          a scheduled attempt that lost its right to publish (it timed out)
+    ├── RunFailed               a run in which no device trained (each device's cause is in its own log)
     └── ProfileError            core.errors: a device's data file cannot be read or parsed
 
 A device refuses a round with `BudgetExhausted`, `NotEligible` or `PolicyRefusal`; they are
@@ -31,6 +32,7 @@ __all__ = [
     "NotEligible",
     "PolicyRefusal",
     "ProfileError",
+    "RunFailed",
     "SpecSteerError",
 ]
 
@@ -49,3 +51,8 @@ class PolicyRefusal(ConfigError):
 
 class AttemptRevoked(SpecSteerError):
     """A scheduled attempt's right to publish was revoked (it overran its deadline or was superseded)."""
+
+
+class RunFailed(SpecSteerError):
+    """A run in which no device trained in any round: every device refused or failed (each
+    device's cause is in its own log), so no new global adapter was made."""

@@ -146,6 +146,20 @@ def test_a_state_dir_or_data_file_that_cannot_serve_is_one_sentence(
         assert code == 1 and message in err and "Traceback" not in err, (argv, err)
 
 
+def test_a_run_in_which_no_device_trained_exits_1(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every device refused (a data file of no profile), and the run exited 0."""
+    data = tmp_path / "list.json"
+    data.write_text("[1, 2]")
+    code, out, err = _run(
+        capsys, "run", "--simulation", "--data", str(data), "--model", str(tiny_bpe_model),
+        "--state-dir", str(tmp_path / "s"), *FAST,
+    )  # fmt: skip
+    assert code == 1 and "0 device(s) trained" in out
+    assert "federation: error: no device trained in any of the run's 1 round(s)" in err and "Traceback" not in err
+
+
 def test_console_entry_point_exit_code_and_stderr(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from federation.cli import main; sys.exit(main())", "run", "--simulation",
