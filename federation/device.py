@@ -72,6 +72,7 @@ from federation.task import (
     dp_sample_rate,
     evaluate_loss,
     load_user,
+    noise_only_update,
     specialist_for,
     train_global_dp,
     train_personal,
@@ -309,7 +310,9 @@ class Device:
             cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
             steps = self._affordable(ledger, cfg, n, steps)
         if n == 0:
-            return self._skip(arrays, ledger, "no usable sequence", run_id=run_id, server_round=server_round)
+            return self._skip(
+                arrays, ledger, "no usable sequence", run_id=run_id, server_round=server_round, cover_steps=proposed
+            )
         if ledger is not None and proposed and not steps:
             ledger.count_refusal()
         # Every device runs all the proposed steps: the ones its budget does not afford for its
@@ -355,12 +358,24 @@ class Device:
         return ledger.affordable_steps(cfg.noise_multiplier, dp_sample_rate(n, cfg.batch_size), most)
 
     def _skip(
-        self, arrays: Mapping[str, np.ndarray], ledger: Ledger | None, why: str, *, run_id: int, server_round: int
+        self,
+        arrays: Mapping[str, np.ndarray],
+        ledger: Ledger | None,
+        why: str,
+        *,
+        run_id: int,
+        server_round: int,
+        cover_steps: int = 0,
     ) -> DPRoundResult:
-        """Sit the round out: send back the adapter received, unchanged, in the shape of a trained reply."""
+        """Sit the round out in the shape of a trained reply: under DP, `cover_steps` of noise alone
+        on the adapter received (an unchanged one would say the device sat out); else it unchanged."""
         self.log({"event": "skipped", "reason": why, "run_id": run_id, "server_round": server_round})
+        if self.cfg.dp and cover_steps:
+            sent = noise_only_update(arrays, self.cfg, cover_steps)
+        else:
+            sent = {k: np.array(v, dtype=np.float32) for k, v in arrays.items()}
         return DPRoundResult(
-            arrays={k: np.array(v, dtype=np.float32) for k, v in arrays.items()},
+            arrays=sent,
             steps=0,
             sample_rate=0.0,
             noise_multiplier=self.cfg.noise_multiplier,

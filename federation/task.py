@@ -579,6 +579,22 @@ def train_global_dp(
     )
 
 
+def noise_only_update(arrays: Mapping[str, np.ndarray], cfg: TaskConfig, steps: int) -> dict[str, np.ndarray]:
+    """`steps` cover steps on `arrays` that need no model: the mechanism's noise (σ·C over the batch
+    size) through SGD with momentum, as `train_global_dp` takes them. What a device with no usable
+    sequence sends: echoing the arrays it received told the server that none of its entries fits
+    at this `max-len` (a server stepping `max-len` learnt its shortest entry's length)."""
+    params = [torch.tensor(np.array(v, dtype=np.float32), requires_grad=True) for v in arrays.values()]
+    optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+    generator = _os_seeded_generator()
+    std = cfg.noise_multiplier * cfg.max_grad_norm
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.normal(0.0, std, p.shape, generator=generator) / cfg.batch_size
+        optimizer.step()
+    return {k: p.detach().numpy() for k, p in zip(arrays, params, strict=True)}
+
+
 def _cover_step(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> None:
     """One DP-SGD step with every per-sample gradient zero: Opacus's noise, scaled as it scales it.
 

@@ -24,6 +24,7 @@ from federation.task import (
     TaskConfig,
     build_examples,
     load_user,
+    noise_only_update,
     per_sequence_loss,
     split_profile,
     to_dataset,
@@ -221,3 +222,19 @@ def test_the_update_scale_says_nothing_of_the_historys_size(tiny_chat_model: Pat
         subset = torch.utils.data.TensorDataset(*(t[:n] for t in full.tensors))
         norms.append(train_global_dp(sw, subset, cfg, ledger, private_steps=0).update_norm)
     assert norms[0] / norms[1] == pytest.approx(1.0, abs=0.2), norms  # 1.44 before; noise alone spreads it ~5 %
+
+
+def test_a_device_with_no_usable_sequence_sends_noise_of_a_rounds_scale(tiny_chat_model: Path, tmp_path: Path) -> None:
+    """It echoed the arrays it received, which told a server stepping `max-len` that none of the
+    device's entries fit (and so the length of its shortest)."""
+    sw = _specialist(tiny_chat_model)
+    data = load_user(FIXTURE_USERS, index=1)
+    train, _ = split_profile(data.profile, CFG.holdout)
+    dataset = to_dataset(build_examples(sw.lm, train, train, CFG), pad_id=0, max_len=CFG.max_len)
+    cfg = replace(CFG, dp_steps=4)
+    start = sw.get_adapter(GLOBAL)
+    ledger = Ledger.load(tmp_path / "ledger.json", epsilon_budget=50.0, delta=1e-5)
+    cover = train_global_dp(sw, dataset, cfg, ledger, private_steps=0).update_norm
+    noise = noise_only_update(start, cfg, cfg.dp_steps)
+    norm = float(np.sqrt(sum(np.sum((noise[k] - start[k]) ** 2) for k in start)))
+    assert norm == pytest.approx(cover, rel=0.2), (norm, cover)
