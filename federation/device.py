@@ -29,7 +29,10 @@ change it, and a later node config that differs is refused):
     dp-required          false lets runs train without DP (default true; simulations with --no-dp)
     accountant           rdp or prv (default rdp)
 
-and, not fixed in the ledger, ``max-dp-steps``: the most DP steps one round may take (default 64).
+and, not fixed in the ledger, ``max-dp-steps``: the most DP steps one round may take (default 64);
+``max-personal-steps`` and ``max-len``: the most personal steps and tokens per training sequence a
+run may ask of it (default 64 and 1024; a run's larger `personal-steps` or `max-len` is cut to
+them: a server could otherwise set the device's memory and time, max-len 10^6 tripled its peak).
 The run's ``dp-steps`` is only a proposal: the device trains as many steps, up to it and
 ``max-dp-steps``, as its budget affords for its own history, and runs the rest as cover steps
 (the same batches through the model, an update of noise alone, no ε spent), so that a device's
@@ -86,6 +89,8 @@ DEFAULT_EPSILON_BUDGET = 8.0
 DEFAULT_DELTA = 1e-5
 DEFAULT_MIN_NOISE = 1.0
 DEFAULT_MAX_DP_STEPS = 64
+DEFAULT_MAX_PERSONAL_STEPS = 64
+DEFAULT_MAX_LEN = 1024
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -102,6 +107,9 @@ class DevicePolicy:
     accountant: str = "rdp"
     # The most DP steps one round may take, whatever the run proposes (compute and pacing; not fixed in the ledger).
     max_dp_steps: int = DEFAULT_MAX_DP_STEPS
+    # The most personal steps and tokens per training sequence a run may ask (the device's memory and time).
+    max_personal_steps: int = DEFAULT_MAX_PERSONAL_STEPS
+    max_len: int = DEFAULT_MAX_LEN
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -113,11 +121,15 @@ class DevicePolicy:
                 dp_required=_as_bool(node.get("dp-required", True)),
                 accountant=str(node.get("accountant", "rdp")),
                 max_dp_steps=int(node.get("max-dp-steps", DEFAULT_MAX_DP_STEPS)),
+                max_personal_steps=int(node.get("max-personal-steps", DEFAULT_MAX_PERSONAL_STEPS)),
+                max_len=int(node.get("max-len", DEFAULT_MAX_LEN)),
             )
         except (TypeError, ValueError):
             raise ConfigError("The device's DP policy in its node config is not a set of numbers.") from None
-        if policy.max_dp_steps < 0:
-            raise ConfigError("The device's max-dp-steps must be 0 or more.")
+        if policy.max_dp_steps < 0 or policy.max_personal_steps < 0:
+            raise ConfigError("The device's max-dp-steps and max-personal-steps must be 0 or more.")
+        if policy.max_len < 1:
+            raise ConfigError("The device's max-len must be at least 1.")
         if policy.accountant not in ACCOUNTANTS:
             raise ConfigError(f"The device's accountant must be one of {', '.join(ACCOUNTANTS)}.")
         return policy
@@ -173,7 +185,14 @@ class Device:
     def from_configs(cls, node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> Device:
         if "data-file" not in node_config:
             raise ConfigError("This SuperNode has no data-file in its node config; a device needs its history.")
+        policy = DevicePolicy.from_node_config(node_config)
         cfg = TaskConfig.from_run_config(run_config)
+        # The run proposes the work; the device bounds what it costs it.
+        cfg = replace(
+            cfg,
+            personal_steps=min(cfg.personal_steps, policy.max_personal_steps),
+            max_len=min(cfg.max_len, policy.max_len),
+        )
         user_id = node_config.get("user-id")
         partition = node_config.get("partition-id")
         default_state = Path.home() / ".specsteer" / "federation" / f"device-{user_id or partition or 'default'}"
@@ -188,7 +207,7 @@ class Device:
             user_id=str(user_id) if user_id is not None else None,
             partition_id=int(partition) if partition is not None else None,
             num_partitions=int(node_config["num-partitions"]) if "num-partitions" in node_config else None,
-            dp_policy=DevicePolicy.from_node_config(node_config),
+            dp_policy=policy,
             eligibility_file=Path(str(node_config["eligibility-file"])) if "eligibility-file" in node_config else None,
             flags=flags,
             cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,

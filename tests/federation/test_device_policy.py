@@ -14,6 +14,7 @@ import pytest
 
 from core.models import load_causal_lm
 from federation.client_app import UNAVAILABLE
+from federation.device import Device
 from federation.simulation import run_in_process
 from federation.task import SpecialistWithAdapters, TaskConfig, device_datasets, load_user, split_profile
 from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
@@ -118,3 +119,16 @@ def test_dp_sequences_hold_exactly_one_commit(tiny_chat_model: Path) -> None:
         pids, pattn, _ = sets.personal_train[:]
         texts = [sw.lm.tokenizer.decode(pids[i][pattn[i].bool()].tolist()) for i in range(len(train))]
         assert sum(t.count("Subject: ") > 1 for t in texts) > len(train) // 2
+
+
+def test_the_device_bounds_the_work_a_run_asks_of_it(tmp_path: Path) -> None:
+    """A run config set the device's memory and time: max-len 10^6 tripled its peak memory, and
+    personal-steps had no bound (the ledger lock held all the while)."""
+    node = {"data-file": str(FIXTURE_USERS), "state-dir": str(tmp_path / "d")}
+    greedy = {"max-len": 10**6, "personal-steps": 10**4}
+    cfg = Device.from_configs(node, greedy).cfg
+    assert (cfg.max_len, cfg.personal_steps) == (1024, 64)
+    cfg = Device.from_configs({**node, "max-len": 4096, "max-personal-steps": 500}, greedy).cfg
+    assert (cfg.max_len, cfg.personal_steps) == (4096, 500)  # the device's own terms may be larger
+    cfg = Device.from_configs(node, {"max-len": 256, "personal-steps": 2}).cfg
+    assert (cfg.max_len, cfg.personal_steps) == (256, 2)  # a run asking less gets what it asks
