@@ -49,7 +49,7 @@ from core.errors import ConfigError
 from core.session_types import GuardDecision
 from privacy.canaries import CanaryDetector
 from privacy.history_secrets import HistorySecretDetector
-from privacy.ngrams import VerbatimNgramDetector
+from privacy.ngrams import RewrittenVerbatimDetector, VerbatimNgramDetector
 from privacy.pii import PiiDetector
 from privacy.recognizers import (
     CardRecognizer,
@@ -190,7 +190,7 @@ class EgressGuard:
         labels: str = "by-kind",
     ) -> EgressGuard:
         """The standard guard: personal-data patterns, verbatim history n-grams, identities and canaries."""
-        history = list(history)
+        history, public_texts = list(history), list(public_texts)  # each is read by two detectors
         registered: dict[str, str] = dict(identities or {})
         registered.update({c: CANARY for c in canaries})
         detectors: list[Detector] = [
@@ -201,6 +201,7 @@ class EgressGuard:
             SecretRecognizer(),
             WrappedEmailRecognizer(),
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
+            RewrittenVerbatimDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]
         secrets = HistorySecretDetector.from_history(history)
         if len(secrets):

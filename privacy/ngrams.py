@@ -15,7 +15,7 @@ import numpy as np
 
 from privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, decode
 
-__all__ = ["VerbatimNgramDetector", "run_words"]
+__all__ = ["RewrittenVerbatimDetector", "VerbatimNgramDetector", "run_words"]
 
 _HASH_BASE = np.uint64(0x9E3779B97F4A7C15)
 
@@ -147,6 +147,60 @@ class VerbatimNgramDetector(Detector):
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
         offsets = enc["offset_mapping"]
         return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
+
+
+class RewrittenVerbatimDetector(Detector):
+    """A passage of the history copied in another case or spacing: ALL CAPITALS, or two spaces
+    between words, tokenizes to other IDs, so `VerbatimNgramDetector` does not see it. This one
+    matches the same runs on lower-cased text with white space collapsed, on both sides, and maps
+    its spans back to the text as written."""
+
+    def __init__(self, inner: VerbatimNgramDetector) -> None:
+        self.inner = inner
+
+    @classmethod
+    def from_texts(
+        cls, history: Iterable[str], tokenizer: Tokenizer, *, n: int = 8, public_texts: Iterable[str] = ()
+    ) -> RewrittenVerbatimDetector:
+        normal = [_normalized(t)[0] for t in history]
+        public = [_normalized(t)[0] for t in public_texts]
+        return cls(VerbatimNgramDetector.from_texts(normal, tokenizer, n=n, public_texts=public))
+
+    def for_prompt(self, prompt: str) -> RewrittenVerbatimDetector:
+        return RewrittenVerbatimDetector(self.inner.for_prompt(_normalized(prompt)[0]))
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def find(self, text: str) -> list[Span]:
+        normal, where = _normalized(text)
+        if not normal:
+            return []
+        return [Span(where[s.start], where[s.end - 1] + 1, PRIVATE_NGRAM) for s in self.inner.find(normal)]
+
+
+_SPACE_RUN = re.compile(r"\s+")
+
+
+def _normalized(text: str) -> tuple[str, list[int]]:
+    """`text` lower-cased with each run of white space one space, and the index in `text` of each
+    character of the result."""
+    out: list[str] = []
+    where: list[int] = []
+    last = 0
+    for m in _SPACE_RUN.finditer(text):
+        for i in range(last, m.start()):
+            low = text[i].lower()
+            out.append(low)
+            where.extend([i] * len(low))
+        out.append(" ")
+        where.append(m.start())
+        last = m.end()
+    for i in range(last, len(text)):
+        low = text[i].lower()
+        out.append(low)
+        where.extend([i] * len(low))
+    return "".join(out), where
 
 
 # Scripts written without spaces between words: each character counts as a word of its own.

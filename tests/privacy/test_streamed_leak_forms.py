@@ -167,3 +167,20 @@ def test_a_history_key_is_held_in_its_written_forms(char_tok, text: str, secret:
     guard = EgressGuard.for_profile(AWS_HISTORY, char_tok).for_prompt("Write the commit body.")
     groups = secret.replace("-", " ").split()  # the separators between them say nothing
     assert leaked(guard, char_tok, text, span_of(text, *groups)) == ""
+
+
+PASSAGE = "Reviewed together with Priya Raghunathan at the Lisbon office after the outage."
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [str.upper, lambda t: t.replace(" ", "  "), lambda t: t.replace(" ", "\n")],
+    ids=["capitals", "spaced", "lines"],
+)
+def test_a_history_passage_rewritten_in_case_or_spacing_is_held(char_tok, rewrite) -> None:
+    """Re-cased or re-spaced, a passage tokenizes to other IDs, and it went up whole."""
+    guard = EgressGuard.for_profile([PASSAGE], char_tok).for_prompt("Write the commit body.")
+    text = rewrite(PASSAGE)
+    words = text.split()
+    sent = leaked(guard, char_tok, text, span_of(text, *words[3:8]))
+    assert sent == "", sent  # "Priya Raghunathan at the Lisbon": the run's first n tokens may go, no more
