@@ -338,7 +338,9 @@ def compare(
                 f"device session {d.session_id[:8]}… (uplinks from record {d.uplinks[0][0]}) began before the log "
                 "bound a device certificate (no device-cert record), so no server stream can be attributed to it"
             )
-    _check_bindings(bound, transcript, result, device_name)
+    # The log's device names, and the auditor's: every certificate the server saw under them is ours.
+    ours = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
+    _check_bindings(bound, ours, transcript, result)
     pairs: list[tuple[DeviceSession, Stream]] = []
     for cert in certs:
         streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
@@ -350,7 +352,6 @@ def compare(
         result.notes.append(f"compared with the {len(streams)} stream(s) the server received from {who}{never}")
         pairs += _compare_one(sessions, streams, who, result)
     _check_order(pairs, result)
-    ours = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
     others = {s.cert_sha256 for s in transcript.info.values() if s.device not in ours} - set(certs)
     if others:
         n = sum(1 for s in transcript.info.values() if s.cert_sha256 in others)
@@ -362,11 +363,10 @@ def compare(
 
 
 def _check_bindings(
-    bound: Sequence[tuple[str, str]], transcript: Transcript, result: Comparison, device_name: str | None
+    bound: Sequence[tuple[str, str]], names: set[str], transcript: Transcript, result: Comparison
 ) -> None:
-    """Every certificate the server saw under the log's device names (and the auditor's) is bound,
-    each under its own name."""
-    names = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
+    """Every certificate the server saw under `names` (the log's device names and the auditor's) is
+    bound, each under its own name."""
     certs = {c for _, c in bound}
     seen_as: dict[str, set[str]] = defaultdict(set)
     unbound: dict[tuple[str, str], list[Stream]] = defaultdict(list)

@@ -28,7 +28,7 @@ word that may be a split secret's first part, for `split_gap` characters: the re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from privacy.normalize import fold
 from privacy.recognizers import secret_values
@@ -80,11 +80,18 @@ _CLOSING = ".,;:!?)]}>\"'`"
 # stand in the text too (`_continue`).
 _COARSE = re.compile(r"\S+")
 _FINE = re.compile(r"[^\W_]+")
-_SEGMENTATIONS = (_COARSE, _FINE)
 _LEADING_SYMBOLS = re.compile(r"[\W_]*")
 
+Words = list[list[tuple[int, int]]]
 
-def _words(text: str, word: re.Pattern[str] = _COARSE) -> list[list[tuple[int, int]]]:
+
+def _segmentations(text: str) -> Iterator[tuple[Words, bool]]:
+    """The words of `text` between spaces, then split at symbols too (`fine`)."""
+    yield _words(text, _COARSE), False
+    yield _words(text, _FINE), True
+
+
+def _words(text: str, word: re.Pattern[str]) -> Words:
     """For each word of `text`, the ranges it may stand for: as written, without the sentence's
     punctuation around it, the longest first."""
     out = []
@@ -184,7 +191,7 @@ class HistorySecretDetector(Detector):
                     yield secret, i + len(part)
                 i = secret.find(part, i + 1) if anywhere else -1
 
-    def _open_split(self, t: str, words: list[list[tuple[int, int]]], i: int, a: int, b: int, fine: bool) -> bool:
+    def _open_split(self, t: str, words: Words, i: int, a: int, b: int, fine: bool) -> bool:
         """`t[a:b]` (a form of `words[i]`) may be the first part of a secret whose rest is not
         all written yet, and is recent enough for the rest to follow."""
         if b - a < self.min_part or len(t) - b > self.split_gap:
@@ -198,8 +205,7 @@ class HistorySecretDetector(Detector):
     def _split_parts(self, t: str) -> list[tuple[int, int]]:
         """The parts of secrets written in several words with text between (see the module docstring)."""
         out: list[tuple[int, int]] = []
-        for word in _SEGMENTATIONS:
-            words, fine = _words(t, word), word is _FINE
+        for words, fine in _segmentations(t):
             for i, forms in enumerate(words):
                 for a, b in forms:
                     if b - a < self.min_part:
@@ -212,7 +218,7 @@ class HistorySecretDetector(Detector):
         return out
 
     def _continue(
-        self, t: str, words: list[list[tuple[int, int]]], i: int, end: int, secret: str, pos: int, fine: bool
+        self, t: str, words: Words, i: int, end: int, secret: str, pos: int, fine: bool
     ) -> list[tuple[int, int]]:
         """The words from `words[i]` on (within `split_gap` characters of each other) that go on
         with `secret` from `pos`, in order, until it is complete.
@@ -253,8 +259,7 @@ class HistorySecretDetector(Detector):
                 best = i
                 break
         # A recent word that is a piece of a secret: the rest may follow after a few words.
-        for word in _SEGMENTATIONS:
-            words, fine = _words(t, word), word is _FINE
+        for words, fine in _segmentations(t):
             for i, forms in enumerate(words):
                 part = next(((a, b) for a, b in forms if self._open_split(t, words, i, a, b, fine)), None)
                 if part is not None:

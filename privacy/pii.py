@@ -43,7 +43,8 @@ _WORD_TLDS = _words(
 # Greek, Cyrillic (RFC 6531/IDN addresses, "иван.петров@почта.рф", which the folding leaves as they
 # are). Not Chinese, Japanese, Korean or Thai: written without spaces, their text runs into an
 # address ("詳細はjane.doe@example.comまで") and would swallow it, or hold every run of it.
-_LETTERS = "a-z0-9\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"
+_GREEK_CYRILLIC = "\u0370-\u03ff\u0400-\u04ff"
+_LETTERS = f"a-z0-9\u00c0-\u024f{_GREEK_CYRILLIC}"
 # A character of an address's local part or a label, besides the dot.
 _L = rf"[{_LETTERS}_%+-]"
 _DOT = r"(?:\s*[\[\(\{<]\s*dot\s*[\]\)\}>]\s*|\s+dot\s+|\.)"
@@ -53,7 +54,7 @@ _LABEL = rf"[{_LETTERS}](?:[{_LETTERS}-]{{0,61}}[{_LETTERS}])?"
 # "jane.doe [at] example [dot] com", "jane.doe (at) example.com", "jane.doe @ example.com", "%40".
 _EMAIL_RE = re.compile(
     rf"(?<![{_LETTERS}._%+-])(?P<local>{_L}{{1,64}}(?:{_DOT}{_L}{{1,64}}){{0,8}})"
-    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[a-z\u0370-\u03ff\u0400-\u04ff]{{2,24}}))(?![{_LETTERS}-])"
+    rf"{_AT}(?P<domain>(?:{_LABEL}{_DOT}){{1,6}}(?P<tld>[a-z{_GREEK_CYRILLIC}]{{2,24}}))(?![{_LETTERS}-])"
 )
 _PLAIN_AT = re.compile(r"\s*@\s*")
 _WORD_DOT = re.compile(r"\s+dot\s+|[\[\(\{<]\s*dot")

@@ -30,10 +30,9 @@ _WORD_NAMES = frozenset(
 
 def name_variants(name: str) -> set[str]:
     """ "jane q. doe" -> {"jane q. doe", "doe, jane", "doe jane", "j. doe", "jane doe", "doe, j.",
-    "jane.doe", "jane_doe", "doe.jane", "doe_jane", and "janedoe", "jane-doe" where no word
-    could be meant}: the written
-    forms and the handles (`@janedoe`) a developer's text names people by. Not "jdoe": an initial
-    and a surname is too often a word ("S. Hall" is "shall", "W. Hen" is "when")."""
+    "jane.doe", "jane_doe", "doe.jane", "doe_jane", and "janedoe", "jane-doe" where no word could be
+    meant}: the written forms and the handles (`@janedoe`) a developer's text names people by. Not
+    "jdoe": an initial and a surname is too often a word ("S. Hall" is "shall", "W. Hen" is "when")."""
     words = name.split()
     if len(words) < 2:
         return {name}

@@ -108,14 +108,15 @@ class ClientConfig:
     placeholder_labels: str = "generic"
 
     def __post_init__(self) -> None:
-        for name in ("server", "server_name"):
+        # Required strings and paths, then the optional ones where given.
+        strings = ["server"] + (["server_name"] if self.server_name is not None else [])
+        paths = ["pins", "cert", "key"] + (["anchors"] if self.anchors is not None else [])
+        for name in strings:
             value = getattr(self, name)
-            if not (isinstance(value, str) and value) and not (value is None and name == "server_name"):
+            if not (isinstance(value, str) and value):
                 raise ConfigError(f"{name} must be a non-empty string; got {type(value).__name__} {value!r}")
-        for name in ("pins", "cert", "key", "anchors"):
+        for name in paths:
             value = getattr(self, name)
-            if value is None and name == "anchors":
-                continue
             if not isinstance(value, str | os.PathLike) or not os.fspath(value) or "\0" in os.fspath(value):
                 raise ConfigError(f"{name} must be a file path; got {type(value).__name__} {value!r}")
         check_guard_setting(self.guard)
@@ -246,10 +247,10 @@ class SpecSteerClient:
         self.options = options or DecodeOptions()
 
     def _guard(self, guard: EgressGuard | str, labels: str) -> EgressGuard | None:
-        placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
+        wanted = placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
         if isinstance(guard, EgressGuard):
             # A built guard carries its own labels; the client's setting may not be silently ignored.
-            if dict(guard.placeholders) != dict(placeholder_labels(labels)):
+            if dict(guard.placeholders) != dict(wanted):
                 raise ConfigError(
                     f"the guard passed labels its spans {sorted(set(guard.placeholders.values()))}, not what "
                     f"placeholder_labels={labels!r} asks: build it with labels={labels!r} (guard_for_profile) "
