@@ -16,10 +16,11 @@ outage.
 One shape is ambiguous: with TLS 1.3 a verifier that rejects the device's certificate does so
 after the device's side of the handshake is done, and gRPC only says "Socket closed", as it would
 for a verifier that accepted the device and then went away. For that shape the device asks the
-peer directly (`certificate_refusal`): one more handshake with the same pinned anchors and
-certificate, no application byte sent, in TLS 1.2 where the peer allows it. There the verifier's
-Finished comes only after it has checked the device's certificate, so a refusal ends the
-handshake itself, and a peer that completes it has accepted the device (closing then is a fault).
+peer directly (`certificate_refusal`): one more TLS 1.3 handshake with the same pinned anchors and
+certificate, no application byte sent, then a read. A gRPC verifier that accepted the device
+speaks first (its HTTP/2 settings); one that refused it sends an alert or closes without a byte.
+The probe never offers TLS 1.2, where the device's certificate (its name) would cross in the
+clear: an on-path attacker who cuts the first connection must not learn who is connecting.
 """
 
 from __future__ import annotations
@@ -140,57 +141,32 @@ def certificate_refusal(
 ) -> str | None:
     """If the verifier at host:port refuses this device's certificate, the refusal; else None.
 
-    One TLS handshake against the pinned anchors (a peer that fails them is not asked anything:
-    None), in TLS 1.2 unless the peer speaks only TLS 1.3, then a read of what the peer says
-    first. No application byte is ever written; `timeout` bounds the whole probe.
-
-    TLS 1.2: the verifier checks the device's certificate before its Finished, so a refusal is a
-    certificate alert or (gRPC's own servers) the connection closed inside the handshake; a
-    completed handshake means the device was accepted, whatever the peer does next.
-    TLS 1.3: the device's side is done first; a refusal is an alert or a close without a byte
-    (it cannot be told from a verifier that went away: fail closed, as a refusal).
+    One TLS 1.3 handshake against the pinned anchors (a peer that fails them is not asked
+    anything: None), then a read of what the peer says first. No application byte is ever written;
+    `timeout` bounds the whole probe. The device's side of a TLS 1.3 handshake is done first, so a
+    refusal is an alert or a close without a byte (which cannot be told from a verifier that went
+    away at that instant: fail closed, as a refusal). A peer that speaks only TLS 1.2 is not asked:
+    there the device's certificate would cross unencrypted.
     """
     deadline = time.monotonic() + timeout
-    contexts = []
-    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
-        context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
-        context.minimum_version = context.maximum_version = version
-        context.set_alpn_protocols(["h2"])
-        contexts.append(context)
+    context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
+    # TLS 1.3 only: a TLS 1.2 handshake sends the device's certificate unencrypted.
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.set_alpn_protocols(["h2"])
     if cert_chain_pem and key_pem:
         try:
             with _key_files(cert_chain_pem, key_pem) as (cert_path, key_path):
-                for context in contexts:
-                    context.load_cert_chain(str(cert_path), str(key_path))
+                context.load_cert_chain(str(cert_path), str(key_path))
         except (ssl.SSLError, OSError):
             return None  # this probe cannot present the identity gRPC did: it proves nothing
-    name = server_name or host
-    answer = _ask(host, port, contexts[0], name, deadline, tls12=True)
-    if answer is _NO_TLS12:
-        answer = _ask(host, port, contexts[1], name, deadline, tls12=False)
-    return answer if isinstance(answer, str) else None
+    return _ask(host, port, context, server_name or host, deadline)
 
 
-class _NoTls12:
-    """The peer refused TLS 1.2: ask again in TLS 1.3."""
-
-
-_NO_TLS12 = _NoTls12()
-# How OpenSSL names a peer that does not speak the offered TLS version.
-_VERSION_REFUSED = (
-    "TLSV1_ALERT_PROTOCOL_VERSION",
-    "UNSUPPORTED_PROTOCOL",
-    "WRONG_SSL_VERSION",
-    "NO_PROTOCOLS_AVAILABLE",
-)
-_CLOSED_IN_HANDSHAKE = "it does not accept this device's certificate (it ended the handshake)"
 _CLOSED_AFTER_HANDSHAKE = "it does not accept this device's certificate (it closed the connection after the handshake)"
 
 
-def _ask(
-    host: str, port: int, context: ssl.SSLContext, name: str, deadline: float, *, tls12: bool
-) -> str | _NoTls12 | None:
-    """One probe handshake: the refusal it reads, `_NO_TLS12`, or None (no refusal shown)."""
+def _ask(host: str, port: int, context: ssl.SSLContext, name: str, deadline: float) -> str | None:
+    """One probe handshake: the refusal it reads, or None (no refusal shown)."""
     left = deadline - time.monotonic()
     if left <= 0:
         return None
@@ -203,14 +179,7 @@ def _ask(
             tls.settimeout(max(deadline - time.monotonic(), 0.001))
             tls.do_handshake()
         except ssl.SSLError as exc:
-            reason = str(exc.reason or "")
-            if tls12 and reason in _VERSION_REFUSED:
-                return _NO_TLS12
-            if tls12 and isinstance(exc, ssl.SSLEOFError):
-                return _CLOSED_IN_HANDSHAKE
-            return _CERTIFICATE_ALERTS.get(reason)
-        except ConnectionResetError:
-            return _CLOSED_IN_HANDSHAKE if tls12 else None
+            return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
         except OSError:
             return None
         try:
@@ -220,9 +189,9 @@ def _ask(
             return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
         except OSError:
             return None
-    # Accepted in TLS 1.2: closing now is a verifier going away. In TLS 1.3 a gRPC verifier that
-    # accepts the device speaks first (its HTTP/2 settings); one that closes without a byte refused it.
-    return None if tls12 or first else _CLOSED_AFTER_HANDSHAKE
+    # A gRPC verifier that accepts the device speaks first (its HTTP/2 settings); one that closes
+    # without a byte refused it.
+    return None if first else _CLOSED_AFTER_HANDSHAKE
 
 
 @contextlib.contextmanager

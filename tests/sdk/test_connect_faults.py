@@ -24,14 +24,14 @@ from cryptography.hazmat.primitives import serialization
 from core.errors import ConfigError
 from core.session_types import SessionParams
 from sdk.cli import main as cli_main
-from sdk.connect_faults import classify
+from sdk.connect_faults import certificate_refusal, classify
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
 from sdk.transport import VerifierLost
 from server import pki as pki_mod
 from server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm
-from tests.verifier_harness import RecordingTap, free_port, make_pki, remote, serve
+from tests.verifier_harness import RecordingTap, free_port, identity, make_pki, remote, serve
 
 PROMPT = "Hello there"
 
@@ -279,8 +279,14 @@ def test_a_cause_gRPC_gives_that_is_no_network_fault_is_a_refusal(pki, models, t
 # -- a peer that closes after the handshake, and the connect deadline ------------------------
 
 
-def _tls_then_close(pki, folder: Path) -> Callable[[socket.socket], None]:
-    """A peer with the verifier's own certificate that completes the handshake, then closes."""
+# An empty HTTP/2 SETTINGS frame: what a gRPC server writes first on a connection it accepted.
+_H2_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _tls_peer(
+    pki, folder: Path, *, then: Callable[[ssl.SSLSocket], None], version: ssl.TLSVersion | None = None
+) -> Callable[[socket.socket], None]:
+    """A peer with the verifier's own certificate that completes the handshake, then does `then`."""
     server = pki_mod.load_issued(pki.directory, "server")
     (folder / "chain.pem").write_bytes(server.chain_pem)
     (folder / "key.pem").write_bytes(server.key_pem)
@@ -289,6 +295,8 @@ def _tls_then_close(pki, folder: Path) -> Callable[[socket.socket], None]:
     context.set_alpn_protocols(["h2"])
     context.verify_mode = ssl.CERT_OPTIONAL
     context.load_verify_locations(cadata=pki_mod.load_issued(pki.directory, "device-ca").cert_pem.decode())
+    if version is not None:
+        context.minimum_version = context.maximum_version = version
 
     def handle(conn: socket.socket) -> None:
         try:
@@ -296,24 +304,52 @@ def _tls_then_close(pki, folder: Path) -> Callable[[socket.socket], None]:
         except OSError:
             conn.close()
             return
-        tls.settimeout(0.2)
         with contextlib.suppress(OSError):
-            tls.recv(65536)  # the client's HTTP/2 preface, unanswered
+            then(tls)
         tls.close()
 
     return handle
+
+
+def _speak_then_close(tls: ssl.SSLSocket) -> None:
+    """A verifier that accepted the device (it speaks first, as gRPC does), then went away."""
+    tls.sendall(_H2_SETTINGS)
+    tls.settimeout(0.2)
+    tls.recv(65536)  # the client's HTTP/2 preface, unanswered
 
 
 def test_a_tls_peer_that_accepts_then_closes_means_fallback(pki, models, tmp_path) -> None:
     tap = RecordingTap()
     specialist = Specialist(models[0], None)
     with (
-        tcp_peer(_tls_then_close(pki, tmp_path)) as port,
+        tcp_peer(_tls_peer(pki, tmp_path, then=_speak_then_close)) as port,
         remote(port, pki, vocab_size=99, tap=tap, connect_timeout=3.0) as v,
     ):
         result = generate(specialist, PROMPT, SessionParams(draft_len=3), DecodeOptions(max_new_tokens=6), v)
-    assert result.stats.fallback == "verifier-unreachable", result.stats.fallback
+    # Whether gRPC saw the peer's settings before the close decides which of the two it reports.
+    assert result.stats.fallback in ("verifier-unreachable", "verifier-lost"), result.stats.fallback
     assert tap.uplinks == []
+
+
+def test_the_refusal_probe_never_shows_the_device_certificate_in_tls_1_2(pki, tmp_path) -> None:
+    # An on-path attacker who cuts the device's TLS 1.3 connection must not make the probe that
+    # follows re-handshake in TLS 1.2, where the device's certificate (its name) crosses unencrypted.
+    seen: list[object] = []
+    peer = _tls_peer(pki, tmp_path, then=lambda tls: seen.append(tls.getpeercert()), version=ssl.TLSVersion.TLSv1_2)
+    alice = identity(pki)
+    with tcp_peer(peer) as port:
+        refusal = certificate_refusal(
+            "127.0.0.1",
+            port,
+            anchors_pem=alice.pins.root_pem,
+            cert_chain_pem=alice.cert_chain,
+            key_pem=alice.key,
+            server_name="localhost",
+            timeout=3.0,
+        )
+        time.sleep(0.2)  # the peer's thread records what it saw
+    assert refusal is None
+    assert seen == []  # no TLS 1.2 handshake completed, with or without the device's certificate
 
 
 @pytest.mark.parametrize("shape", ["accepts and never answers", "nothing listening"])
