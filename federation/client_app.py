@@ -8,10 +8,13 @@ What a device sends back (and nothing else):
   budget (then the arrays are the ones it received) all depend on the history's size, so none
   is sent: every train reply has this one shape.
 * evaluate: ``{"weight": 1}``. Held-out losses are not DP; they stay in the device's own log.
-* a refusal: a Flower error reply with one of a few fixed sentences (not eligible, a run asking
-  for less privacy than the device's policy, or "could not take part"); none depends on the
-  history. No path,
-  user id or exception text leaves the device; the cause goes to the device's own log.
+* a refusal: a Flower error reply with one of a few fixed sentences, one per kind of refusal
+  (`federation.errors.Refusal.public`: not eligible, a run asking for less privacy than the
+  device's policy, settings outside the device's limits, a message it does not accept, secure
+  aggregation not on its terms, or "could not take part"); none depends on the history, and none
+  names the device's own figures or flags (its minimum noise multiplier, its δ, which flag is
+  off would tell one device from another). No path, user id or exception text leaves the
+  device; the detail goes to the device's own log.
 
 The personal adapter is read from and written to the device's state folder only.
 """
@@ -32,8 +35,8 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 
 from core.session_types import MAX_ADAPTER_VERSION
-from federation.device import Device, NotEligible, Policy, PolicyRefusal
-from federation.ledger import BudgetExhausted
+from federation.device import Device, Policy
+from federation.errors import Refusal
 from federation.offline import go_offline
 from federation.task import GLOBAL, specialist_for
 
@@ -97,25 +100,24 @@ def _adapter_keys(context: Context) -> list[str]:
     return sorted(specialist_for(device.cfg, cache_dir=device.cache_dir).get_adapter(GLOBAL))
 
 
-UNAVAILABLE = "The device could not take part in this round; the cause is in its own log."
-# Only these refusals are sent as they are: their sentences name settings and flags, nothing of the data.
-_SAFE_REFUSALS = (NotEligible, PolicyRefusal, BudgetExhausted)
+UNAVAILABLE = Refusal.public
 
 
 def refusal_reason(exc: BaseException) -> str:
-    """What the server may read about a refusal: a fixed sentence, never paths, user ids or exception text."""
-    return str(exc) if isinstance(exc, _SAFE_REFUSALS) else UNAVAILABLE
+    """What the server may read about a refusal: its kind's fixed sentence, never figures, flags,
+    paths, user ids or exception text (those are in the device's own log)."""
+    return exc.public if isinstance(exc, Refusal) else UNAVAILABLE
 
 
 def _refuse(msg: Message, context: Context, device: Device | None, exc: BaseException, kind: str) -> Message:
-    if not isinstance(exc, _SAFE_REFUSALS):
-        cause = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
-        try:
-            if device is None:
-                raise RuntimeError("no device")
-            device.log({"event": "refused", "kind": kind, "run_id": context.run_id, "cause": cause})
-        except Exception:  # the log itself may be what failed; the SuperNode's own stderr stays local
-            log.warning("federation device refused a %s message: %s", kind, cause)
+    # Every refusal's detail goes to the device's own log: the server reads only the fixed sentence.
+    cause = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+    try:
+        if device is None:
+            raise RuntimeError("no device")
+        device.log({"event": "refused", "kind": kind, "run_id": context.run_id, "cause": cause})
+    except Exception:  # the log itself may be what failed; the SuperNode's own stderr stays local
+        log.warning("federation device refused a %s message: %s", kind, cause)
     return Message(Error(code=REFUSED, reason=refusal_reason(exc)), reply_to=msg)
 
 

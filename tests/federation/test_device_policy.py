@@ -26,8 +26,17 @@ def _refusals(summary: dict[str, Any]) -> list[str]:
     return only["refusals"]
 
 
+def _causes(state: Path) -> list[str]:
+    """The causes of the refusals a device logged (its own log; JSON escapes δ)."""
+    lines = (state / "rounds.jsonl").read_text().splitlines()
+    return [str(record.get("cause", "")) for record in map(json.loads, lines)]
+
+
+LESS_PRIVACY = "Refused: the run asks for less privacy than this device's policy allows."
+
+
 @pytest.mark.parametrize(
-    ("overrides", "node", "reason"),
+    ("overrides", "node", "detail"),
     [
         ({"dp": False}, {}, "Refused: this device trains only with differential privacy; the run asks for none."),
         (
@@ -39,17 +48,40 @@ def _refusals(summary: dict[str, Any]) -> list[str]:
     ],
 )
 def test_a_run_asking_for_less_privacy_is_refused(
-    tiny_bpe_model: Path, tmp_path: Path, overrides: dict[str, Any], node: dict[str, Any], reason: str
+    tiny_bpe_model: Path, tmp_path: Path, overrides: dict[str, Any], node: dict[str, Any], detail: str
 ) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **overrides)
     summary, grid = run_in_process(config, node_configs(tmp_path, **node))
-    assert _refusals(summary) == [reason, reason]
+    # The server reads one fixed sentence; the figures are in the device's own log.
+    assert _refusals(summary) == [LESS_PRIVACY, LESS_PRIVACY]
     for i in range(2):
         # Refused before anything was trained or spent: no ledger, no personal adapter.
         assert not (tmp_path / f"device{i}" / "ledger.json").exists()
         assert not (tmp_path / f"device{i}" / "personal").exists()
+        assert any(detail in cause for cause in _causes(tmp_path / f"device{i}"))
     trains = [d for d in grid.deliveries if d.message.metadata.message_type == "train"]
     assert len(trains) == 2 and all(d.reply is not None and d.reply.has_error() for d in trains)
+
+
+def test_refusals_do_not_tell_devices_apart_by_their_terms(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    """The refusal sentences echoed each device's minimum noise multiplier, its δ and the flag that
+    was off: a server could tell devices apart (and follow one across runs) by them."""
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"idle": False, "charging": True, "unmetered": True}))
+    nodes = node_configs(tmp_path, 3)
+    nodes[0]["min-noise-multiplier"] = 0.8
+    nodes[1]["min-noise-multiplier"] = 0.9
+    nodes[2]["delta"] = 1e-6
+    summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path, **{"noise-multiplier": 0.5}), nodes)
+    assert _refusals(summary) == [LESS_PRIVACY] * 3
+    nodes = node_configs(tmp_path, 2, **{"eligibility-file": str(status)})
+    nodes[1]["eligibility-file"] = str(tmp_path / "missing.json")  # unreadable: no flag is set
+    summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path), nodes)
+    assert _refusals(summary) == ["Device not eligible for this round."] * 2
+    sent = b"".join(b for d in grid.deliveries for b in d.sent_bytes)
+    for detail in (b"0.8", b"0.9", b"1e-06", b"idle", b"charging", b"unmetered"):
+        assert detail not in sent, detail
+    assert any("not idle" in cause for cause in _causes(tmp_path / "device0"))
 
 
 def test_the_policy_is_fixed_when_the_ledger_is_created(tiny_bpe_model: Path, tmp_path: Path) -> None:

@@ -188,8 +188,10 @@ def test_eligibility_flags_gate_participation(tiny_bpe_model: Path, tmp_path: Pa
     config = run_config(tiny_bpe_model, tmp_path, **{"min-clients": 1})
     summary, _ = run_in_process(config, nodes)
     (only,) = summary["rounds"]
-    assert only["replies"] == 1 and only["refusals"] == ["Device not eligible for this round: not charging."]
+    # One fixed sentence: which flag is off would tell the server about the device's state.
+    assert only["replies"] == 1 and only["refusals"] == ["Device not eligible for this round."]
     assert not (tmp_path / "device1" / "ledger.json").exists()  # nothing trained, nothing spent
+    assert "not charging" in (tmp_path / "device1" / "rounds.jsonl").read_text()  # its owner is told
 
     # A run that does not require charging takes the device; plugging it in does too.
     config["require-charging"] = False
