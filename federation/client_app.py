@@ -126,7 +126,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     go_offline()
     device = None
     try:
-        device = Device.from_configs(context.node_config, context.run_config)
+        device = Device.from_node_config(context.node_config)  # so that a refusal of the run is in its log
+        device = device.for_run(context.run_config)
         arrays, version, server_round = _unpack(msg, context, "fitins")
         result = device.train_round(
             arrays,
@@ -158,7 +159,8 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     go_offline()
     device = None
     try:
-        device = Device.from_configs(context.node_config, context.run_config)
+        device = Device.from_node_config(context.node_config)  # so that a refusal of the run is in its log
+        device = device.for_run(context.run_config)
         arrays, version, server_round = _unpack(msg, context, "evaluateins")
         # The losses are measured and logged on the device; they are not DP, so none is sent.
         device.evaluate_round(

@@ -29,17 +29,35 @@ change it, and a later node config that differs is refused):
     dp-required          false lets runs train without DP (default true; simulations with --no-dp)
     accountant           rdp or prv (default rdp)
 
-and, not fixed in the ledger, ``max-dp-steps``: the most DP steps one round may take (default 64);
-``max-personal-steps`` and ``max-len``: the most personal steps and tokens per training sequence a
-run may ask of it (default 64 and 1024; a run's larger `personal-steps` or `max-len` is cut to
-them: a server could otherwise set the device's memory and time, max-len 10^6 tripled its peak).
-The run's ``dp-steps`` is only a proposal: the device trains as many steps, up to it and
-``max-dp-steps``, as its budget affords for its own history, and runs the rest as cover steps
-(the same batches through the model, an update of noise alone, no ε spent), so that a device's
-round takes the same time and sends an update of the same size whatever its history's size.
+and, not fixed in the ledger, the device's limits on what a run may ask of it (a server sets the
+run config, so everything in it that costs the device memory, time or its own adapters is bounded
+here, before anything is loaded):
 
-A run asking for less (no DP, less noise, another δ) is refused with a reason that names only the
-settings, never the device's data.
+    model                the one model this device trains (default the embedded Specialist): a run
+                         naming another is refused (it would download or convert any model or path)
+    lora-targets         the modules a run's LoRA adapters may sit on (default the attention and MLP
+                         projections; never the embeddings or the LM head unless listed here)
+    max-lora-rank        the largest LoRA rank a run may ask (default 64; 10^6 grew memory by GBs)
+    max-batch-size       the largest batch a run may ask (default 64)
+    max-dp-steps         the most DP steps one round may take (default 64)
+    max-personal-steps   the most personal steps (default 64; more are cut to it)
+    max-len              the most tokens per training sequence (default 1024; cut to it)
+    max-context-entries, max-context-chars   retrieved context per personal sequence (default 8
+                         and 1800, inference's; cut to them)
+    max-personal-lr      the largest personal learning rate (default 0.01; cut to it): the
+                         personal adapter has no copy elsewhere, and lr 1000 ruined it
+    min-holdout          the newest entries never trained on (default 4; a run's smaller holdout
+                         is raised to it)
+
+A run asking for more is refused with one fixed sentence (`federation.errors`). The run's
+``dp-steps`` is only a proposal: the device trains as many steps, up to it and ``max-dp-steps``,
+as its budget affords for its own history, and runs the rest as cover steps (the same batches
+through the model, an update of noise alone, no ε spent), so that a device's round takes the same
+time and sends an update of the same size whatever its history's size.
+
+A run asking for less privacy (no DP, less noise, another δ) is refused with one fixed sentence
+too: the detail (the device's own minimum, its δ) goes to its own log, since the figures would
+tell devices apart.
 """
 
 from __future__ import annotations
@@ -58,13 +76,16 @@ import torch
 
 from core.errors import ConfigError
 from core.fileio import append_line
+from core.models import DEFAULT_SPECIALIST
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
-from federation.errors import NotEligible, PolicyRefusal
+from federation.errors import NotEligible, PolicyRefusal, RunConfigRefusal
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
 from federation.task import (
+    ALL_LINEAR,
     GLOBAL,
+    MAX_LR,
     PERSONAL,
     DeviceData,
     DeviceDatasets,
@@ -91,6 +112,12 @@ DEFAULT_MIN_NOISE = 1.0
 DEFAULT_MAX_DP_STEPS = 64
 DEFAULT_MAX_PERSONAL_STEPS = 64
 DEFAULT_MAX_LEN = 1024
+DEFAULT_MAX_LORA_RANK = 64
+DEFAULT_MAX_BATCH_SIZE = 64
+DEFAULT_MAX_CONTEXT_ENTRIES = 8
+DEFAULT_MAX_CONTEXT_CHARS = 1800  # what slm-rag inference retrieves
+DEFAULT_MAX_PERSONAL_LR = 0.01
+DEFAULT_MIN_HOLDOUT = 4
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -98,7 +125,8 @@ SEALED_LOG = "rounds.vault"
 
 @dataclass(frozen=True)
 class DevicePolicy:
-    """The device's own DP terms (node config), fixed in its ledger when that is created."""
+    """The device's own terms (node config): its DP policy, fixed in its ledger when that is
+    created, and its limits on what a run may ask of it (not fixed: its operator may change them)."""
 
     epsilon_budget: float = DEFAULT_EPSILON_BUDGET
     delta: float = DEFAULT_DELTA
@@ -110,6 +138,15 @@ class DevicePolicy:
     # The most personal steps and tokens per training sequence a run may ask (the device's memory and time).
     max_personal_steps: int = DEFAULT_MAX_PERSONAL_STEPS
     max_len: int = DEFAULT_MAX_LEN
+    # What the run may not choose for the device (module docstring): its model, its adapters' shape, its work.
+    model: str = DEFAULT_SPECIALIST
+    lora_targets: tuple[str, ...] = ALL_LINEAR
+    max_lora_rank: int = DEFAULT_MAX_LORA_RANK
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    max_context_entries: int = DEFAULT_MAX_CONTEXT_ENTRIES
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
+    max_personal_lr: float = DEFAULT_MAX_PERSONAL_LR
+    min_holdout: int = DEFAULT_MIN_HOLDOUT
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -123,19 +160,39 @@ class DevicePolicy:
                 max_dp_steps=int(node.get("max-dp-steps", DEFAULT_MAX_DP_STEPS)),
                 max_personal_steps=int(node.get("max-personal-steps", DEFAULT_MAX_PERSONAL_STEPS)),
                 max_len=int(node.get("max-len", DEFAULT_MAX_LEN)),
+                model=str(node.get("model", DEFAULT_SPECIALIST)).strip(),
+                lora_targets=tuple(_names(node.get("lora-targets", ",".join(ALL_LINEAR)))),
+                max_lora_rank=int(node.get("max-lora-rank", DEFAULT_MAX_LORA_RANK)),
+                max_batch_size=int(node.get("max-batch-size", DEFAULT_MAX_BATCH_SIZE)),
+                max_context_entries=int(node.get("max-context-entries", DEFAULT_MAX_CONTEXT_ENTRIES)),
+                max_context_chars=int(node.get("max-context-chars", DEFAULT_MAX_CONTEXT_CHARS)),
+                max_personal_lr=float(node.get("max-personal-lr", DEFAULT_MAX_PERSONAL_LR)),
+                min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
             )
-        except (TypeError, ValueError):
-            raise ConfigError("The device's DP policy in its node config is not a set of numbers.") from None
-        if policy.max_dp_steps < 0 or policy.max_personal_steps < 0:
-            raise ConfigError("The device's max-dp-steps and max-personal-steps must be 0 or more.")
-        if policy.max_len < 1:
-            raise ConfigError("The device's max-len must be at least 1.")
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError("The device's policy in its node config holds a value that is not a number.") from None
+        counts = (policy.max_dp_steps, policy.max_personal_steps, policy.max_context_entries, policy.max_context_chars)
+        if min(counts) < 0 or policy.min_holdout < 0:
+            raise ConfigError(
+                "The device's max-dp-steps, max-personal-steps, max-context-entries, max-context-chars "
+                "and min-holdout must be 0 or more."
+            )
+        if min(policy.max_len, policy.max_lora_rank, policy.max_batch_size) < 1:
+            raise ConfigError("The device's max-len, max-lora-rank and max-batch-size must be at least 1.")
+        if not 0 < policy.max_personal_lr <= MAX_LR:
+            raise ConfigError(f"The device's max-personal-lr must be in (0, {MAX_LR:g}].")
+        if not policy.model or not policy.lora_targets:
+            raise ConfigError("The device's model and lora-targets must name something.")
         if policy.accountant not in ACCOUNTANTS:
             raise ConfigError(f"The device's accountant must be one of {', '.join(ACCOUNTANTS)}.")
         return policy
 
     def refuse_less(self, cfg: TaskConfig) -> None:
-        """Raise `PolicyRefusal` if the run's DP settings give less than this policy demands."""
+        """Raise `PolicyRefusal` if the run's DP settings give less than this policy demands.
+
+        The exception's text (the device's log) names the figures; the server reads only the
+        class's fixed sentence, since a device's minimum and δ would tell it from others.
+        """
         if not cfg.dp:
             if self.dp_required:
                 raise PolicyRefusal(
@@ -151,6 +208,34 @@ class DevicePolicy:
             raise PolicyRefusal(
                 f"Refused: the run asks for δ={cfg.delta:g}; this device's δ is fixed at {self.delta:g}."
             )
+
+    def bound(self, cfg: TaskConfig) -> TaskConfig:
+        """The run's settings as this device will train them, or `RunConfigRefusal`.
+
+        Checked from the settings alone, before any model or data is loaded. What fixes the shape
+        of the adapter the server aggregates (model, rank, targets) or the DP accounting (batch
+        size) cannot be cut, so asking for more is refused; what only costs the device work or
+        touches its own adapter (sequence length, context, personal steps and learning rate) is
+        cut to the device's limit; the holdout is raised to the device's minimum.
+        """
+        if cfg.model.strip() != self.model:
+            raise RunConfigRefusal(f"Refused: the run trains {cfg.model!r}; this device trains {self.model!r} only.")
+        if cfg.lora_rank > self.max_lora_rank:
+            raise RunConfigRefusal(f"Refused: the run's lora-rank {cfg.lora_rank} is above {self.max_lora_rank}.")
+        outside = [t for t in cfg.targets if t not in self.lora_targets]
+        if outside:
+            raise RunConfigRefusal(f"Refused: the run puts LoRA on {', '.join(outside)}, which this device does not.")
+        if cfg.batch_size > self.max_batch_size:
+            raise RunConfigRefusal(f"Refused: the run's batch-size {cfg.batch_size} is above {self.max_batch_size}.")
+        return replace(
+            cfg,
+            personal_steps=min(cfg.personal_steps, self.max_personal_steps),
+            max_len=min(cfg.max_len, self.max_len),
+            context_entries=min(cfg.context_entries, self.max_context_entries),
+            context_chars=min(cfg.context_chars, self.max_context_chars),
+            personal_lr=min(cfg.personal_lr, self.max_personal_lr),
+            holdout=max(cfg.holdout, self.min_holdout),
+        )
 
 
 @dataclass(frozen=True)
@@ -183,16 +268,15 @@ class Device:
 
     @classmethod
     def from_configs(cls, node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> Device:
+        """The device of `node_config` set up for the run of `run_config` (`for_run`)."""
+        return cls.from_node_config(node_config).for_run(run_config)
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, Any]) -> Device:
+        """The device alone, before any run: its terms, its state folder and its log."""
         if "data-file" not in node_config:
             raise ConfigError("This SuperNode has no data-file in its node config; a device needs its history.")
         policy = DevicePolicy.from_node_config(node_config)
-        cfg = TaskConfig.from_run_config(run_config)
-        # The run proposes the work; the device bounds what it costs it.
-        cfg = replace(
-            cfg,
-            personal_steps=min(cfg.personal_steps, policy.max_personal_steps),
-            max_len=min(cfg.max_len, policy.max_len),
-        )
         user_id = node_config.get("user-id")
         partition = node_config.get("partition-id")
         default_state = Path.home() / ".specsteer" / "federation" / f"device-{user_id or partition or 'default'}"
@@ -203,7 +287,7 @@ class Device:
         return cls(
             data_file=Path(str(node_config["data-file"])).expanduser(),
             state_dir=Path(str(node_config.get("state-dir", default_state))).expanduser(),
-            cfg=cfg,
+            cfg=TaskConfig(model=policy.model),
             user_id=str(user_id) if user_id is not None else None,
             partition_id=int(partition) if partition is not None else None,
             num_partitions=int(node_config["num-partitions"]) if "num-partitions" in node_config else None,
@@ -212,6 +296,18 @@ class Device:
             flags=flags,
             cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,
         )
+
+    def for_run(self, run_config: Mapping[str, Any]) -> Device:
+        """This device with the run's settings as it will train them, or a `RunConfigRefusal`.
+
+        The run proposes the work; the device bounds what it costs it (`DevicePolicy.bound`), from
+        the settings alone, before any model or data is loaded.
+        """
+        try:
+            cfg = TaskConfig.from_run_config(run_config)
+        except ConfigError as exc:  # a value no device accepts (NaN, inf, out of range): the run's fault
+            raise RunConfigRefusal(str(exc)) from None
+        return replace(self, cfg=self.dp_policy.bound(cfg))
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -341,7 +437,7 @@ class Device:
         cfg = replace(cfg, dp_steps=proposed)
         seed = _device_seed(self, run_id, server_round)
         personal_loss = train_personal(sw, sets.personal_train, cfg, seed=seed)
-        self._save_personal(sw, version)
+        personal_kept = self._save_personal(sw, version)
         result = train_global_dp(
             sw,
             sets.dp_train,
@@ -361,6 +457,8 @@ class Device:
                 "adapter_version_in": version,
                 "examples": n,
                 "personal_loss": personal_loss,
+                # False: it diverged (values that are not finite) and the device kept the old one.
+                "personal_kept": personal_kept,
                 "dp_steps": result.steps,
                 "dp_steps_proposed": self.cfg.dp_steps,
                 "cover_steps": proposed - result.steps,
@@ -462,13 +560,16 @@ class Device:
             # The shared in-process model may hold another device's personal weights: start fresh.
             sw.reset_adapter(PERSONAL, seed=_device_seed(self, 0, 0))
 
-    def _save_personal(self, sw: SpecialistWithAdapters, version: int) -> None:
+    def _save_personal(self, sw: SpecialistWithAdapters, version: int) -> bool:
+        """Keep the personal adapter just trained, unless it diverged (then the old one stays; False).
+
+        A diverged adapter no longer aborts the round: whether personal training diverges depends
+        on the history, and a refusal would have told the server so. The global adapter trains with
+        the personal one disabled, so the round goes on unaffected.
+        """
         weights = sw.get_adapter(PERSONAL)
         if not all(np.isfinite(np.asarray(v)).all() for v in weights.values()):
-            # A diverged round must not overwrite the adapter the device has: it keeps the old one.
-            raise AdapterError(
-                "The personal adapter diverged in training (values that are not finite): kept the old one."
-            )
+            return False
         write_adapter(
             self.personal_dir,
             weights,
@@ -478,6 +579,7 @@ class Device:
             extra={"trained_on_global_version": version},
             seal=None if self.key_provider is None else seal_file(self.key_provider),
         )
+        return True
 
     def log(self, record: dict[str, Any]) -> None:
         """Append to the device's own round log (sealed with the history's key when that is sealed)."""
@@ -506,6 +608,10 @@ def _device_seed(device: Device, run_id: int, server_round: int) -> int:
 
     key = f"{device.user_id}|{device.partition_id}|{device.state_dir}|{run_id}|{server_round}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
+
+
+def _names(value: Any) -> list[str]:
+    return [t.strip() for t in str(value).split(",") if t.strip()]
 
 
 def _as_bool(value: Any) -> bool:

@@ -108,6 +108,9 @@ class RunOptions:
                 node["num-partitions"] = self.clients
             label = node.get("user-id") or f"part{i}"
             node["state-dir"] = str((self.state_dir / "devices" / label).expanduser().resolve())
+            if self.model is not None:
+                # A device trains only the model its node config names; the simulated devices' operator is the run's.
+                node["model"] = self.model
             if self.epsilon is not None:
                 node["epsilon-budget"] = self.epsilon
             if not self.dp:

@@ -47,6 +47,8 @@ from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 __all__ = [
     "ADAPTERS",
+    "ALL_LINEAR",
+    "MAX_LR",
     "DPRoundResult",
     "DeviceData",
     "DeviceDatasets",
@@ -66,6 +68,9 @@ PERSONAL = "personal"
 ADAPTERS = (GLOBAL, PERSONAL)
 _MIN_TARGET_TOKENS = 8
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# The largest learning rate a run may set (global and personal; a device cuts the personal one
+# further, `federation.device`): with SGD-momentum or AdamW a larger one only destroys weights.
+MAX_LR = 10.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,10 @@ class TaskConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, not {getattr(self, name)!r}.")
+        for name in ("lr", "personal_lr"):
+            # NaN compares false both ways, so the test is written to fail on it; lr 0 would train nothing.
+            if not 0 < getattr(self, name) <= MAX_LR:
+                raise ConfigError(f"{name.replace('_', '-')} must be in (0, {MAX_LR:g}], not {getattr(self, name)!r}.")
         for name in ("dp_steps", "personal_steps", "holdout", "context_entries"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)!r}.")

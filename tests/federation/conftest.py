@@ -7,12 +7,16 @@ thread pool spins against other processes and a tiny model trains 100x slower wi
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
 from transformers import PreTrainedTokenizerFast
 
 from tests.tinymodels import save_tiny
@@ -66,9 +70,52 @@ def run_config(model: Path, state: Path, **overrides: Any) -> dict[str, Any]:
     return config
 
 
-def node_configs(state: Path, n: int = 2, **extra: Any) -> list[dict[str, Any]]:
-    """One device per fixture user, each with its own state folder."""
+def node_configs(model: Path, state: Path, n: int = 2, **extra: Any) -> list[dict[str, Any]]:
+    """One device per fixture user, each with its own state folder, training `model` (a device
+    trains only the model its node config names)."""
     return [
-        {"data-file": str(FIXTURE_USERS), "partition-id": i, "state-dir": str(state / f"device{i}"), **extra}
+        {
+            "data-file": str(FIXTURE_USERS),
+            "partition-id": i,
+            "state-dir": str(state / f"device{i}"),
+            "model": str(model),
+            **extra,
+        }
         for i in range(n)
     ]
+
+
+def deliver(
+    content: RecordDict,
+    message_type: str,
+    node_config: dict[str, Any],
+    run_config: dict[str, Any],
+    *,
+    node_id: int = 1000,
+    state: RecordDict | None = None,
+    run_id: int = 7,
+) -> Message:
+    """One message from a (possibly malicious) server to the real ClientApp, as a SuperNode hands it
+    over (Flower's dispatch and mods, the metadata `LocalGrid` stamps), and the device's reply."""
+    from federation.client_app import app
+    from federation.simulation import _server_identity
+
+    with _server_identity(run_id):
+        msg = Message(content, node_id, message_type, group_id="1")
+        msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        msg.metadata.__dict__["_run_id"] = run_id
+        msg.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+        context = Context(
+            run_id=run_id,
+            node_id=node_id,
+            node_config=dict(node_config),
+            state=state if state is not None else RecordDict(),
+            run_config=dict(run_config),
+        )
+        return app(msg, context)
+
+
+def train_content(arrays: dict[str, np.ndarray], **config: Any) -> RecordDict:
+    """A Message-API train or evaluate message's content, as `VersionedFedAvg` sends it."""
+    record = ArrayRecord({k: Array(np.ascontiguousarray(arrays[k])) for k in sorted(arrays)})
+    return RecordDict({"arrays": record, "config": ConfigRecord({"adapter-version": 0, "server-round": 1, **config})})

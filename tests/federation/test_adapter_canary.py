@@ -63,7 +63,8 @@ def _planted_run(model: Path, tmp: Path, *, dp: bool, **overrides: Any) -> tuple
     )
     policy = {} if dp else {"dp-required": False}  # the operator's own simulated devices allow --no-dp
     nodes = [
-        {"data-file": str(data), "partition-id": i, "state-dir": str(tmp / f"device{i}"), **policy} for i in (0, 1)
+        {"data-file": str(data), "partition-id": i, "state-dir": str(tmp / f"device{i}"), "model": str(model), **policy}
+        for i in (0, 1)
     ]
     summary, _ = run_in_process(config, nodes)
     assert summary["version_out"] == 3 and all(r["replies"] == 2 for r in summary["rounds"])

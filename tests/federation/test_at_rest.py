@@ -45,7 +45,7 @@ def test_a_sealed_history_trains_and_everything_derived_stays_sealed(
     monkeypatch.setenv(ENV_KEY, KEY.hex())
     sealed = tmp_path / "history.vault"
     ProfileVault.seal(FIXTURE_USERS.read_bytes(), sealed, StaticKeyProvider(KEY))
-    nodes = node_configs(tmp_path)
+    nodes = node_configs(tiny_bpe_model, tmp_path)
     for node in nodes:
         node["data-file"] = str(sealed)
     config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1})

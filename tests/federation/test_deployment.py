@@ -138,7 +138,10 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
     link = _superlink(tmp_path, certs, port, procs, "superlink")
     nodes = []
     for i in range(2):
-        node_config = f"data-file='{FIXTURE_USERS}' partition-id={i} state-dir='{tmp_path / f'device{i}'}' threads=1"
+        node_config = (
+            f"data-file='{FIXTURE_USERS}' partition-id={i} state-dir='{tmp_path / f'device{i}'}' threads=1 "
+            f"model='{tiny_bpe_model}'"
+        )
         node = Proc(
             [
                 str(BIN / "flower-supernode"),

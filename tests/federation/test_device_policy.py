@@ -51,7 +51,7 @@ def test_a_run_asking_for_less_privacy_is_refused(
     tiny_bpe_model: Path, tmp_path: Path, overrides: dict[str, Any], node: dict[str, Any], detail: str
 ) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **overrides)
-    summary, grid = run_in_process(config, node_configs(tmp_path, **node))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, **node))
     # The server reads one fixed sentence; the figures are in the device's own log.
     assert _refusals(summary) == [LESS_PRIVACY, LESS_PRIVACY]
     for i in range(2):
@@ -68,13 +68,13 @@ def test_refusals_do_not_tell_devices_apart_by_their_terms(tiny_bpe_model: Path,
     was off: a server could tell devices apart (and follow one across runs) by them."""
     status = tmp_path / "status.json"
     status.write_text(json.dumps({"idle": False, "charging": True, "unmetered": True}))
-    nodes = node_configs(tmp_path, 3)
+    nodes = node_configs(tiny_bpe_model, tmp_path, 3)
     nodes[0]["min-noise-multiplier"] = 0.8
     nodes[1]["min-noise-multiplier"] = 0.9
     nodes[2]["delta"] = 1e-6
     summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path, **{"noise-multiplier": 0.5}), nodes)
     assert _refusals(summary) == [LESS_PRIVACY] * 3
-    nodes = node_configs(tmp_path, 2, **{"eligibility-file": str(status)})
+    nodes = node_configs(tiny_bpe_model, tmp_path, 2, **{"eligibility-file": str(status)})
     nodes[1]["eligibility-file"] = str(tmp_path / "missing.json")  # unreadable: no flag is set
     summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path), nodes)
     assert _refusals(summary) == ["Device not eligible for this round."] * 2
@@ -86,13 +86,13 @@ def test_refusals_do_not_tell_devices_apart_by_their_terms(tiny_bpe_model: Path,
 
 def test_the_policy_is_fixed_when_the_ledger_is_created(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1})
-    first, _ = run_in_process(config, node_configs(tmp_path, **{"epsilon-budget": 5}))
+    first, _ = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, **{"epsilon-budget": 5}))
     assert first["rounds"][0]["replies"] == 2
     ledger = json.loads((tmp_path / "device0" / "ledger.json").read_text())
     assert ledger["policy"] == {"dp_required": True, "min_noise_multiplier": 1.0} and ledger["epsilon_budget"] == 5
 
     # A node config that later loosens the policy (bigger budget, DP optional) does not loosen it.
-    looser = node_configs(tmp_path, **{"epsilon-budget": 500, "dp-required": False})
+    looser = node_configs(tiny_bpe_model, tmp_path, **{"epsilon-budget": 500, "dp-required": False})
     second, _ = run_in_process(run_config(tiny_bpe_model, tmp_path, dp=False), looser)
     assert _refusals(second) == [UNAVAILABLE, UNAVAILABLE]
     log = (tmp_path / "device0" / "rounds.jsonl").read_text()
@@ -103,8 +103,13 @@ def test_the_policy_is_fixed_when_the_ledger_is_created(tiny_bpe_model: Path, tm
 def test_refusal_reasons_carry_no_paths_ids_or_exception_text(tiny_bpe_model: Path, tmp_path: Path) -> None:
     missing = tmp_path / "alice-private" / "history.jsonl"
     nodes = [
-        {"data-file": str(missing), "partition-id": 0, "state-dir": str(tmp_path / "d0")},
-        {"data-file": str(FIXTURE_USERS), "user-id": "jane.doe@example.com", "state-dir": str(tmp_path / "d1")},
+        {"data-file": str(missing), "partition-id": 0, "state-dir": str(tmp_path / "d0"), "model": str(tiny_bpe_model)},
+        {
+            "data-file": str(FIXTURE_USERS),
+            "user-id": "jane.doe@example.com",
+            "state-dir": str(tmp_path / "d1"),
+            "model": str(tiny_bpe_model),
+        },
     ]
     summary, grid = run_in_process(run_config(tiny_bpe_model, tmp_path), nodes)
     assert _refusals(summary) == [UNAVAILABLE, UNAVAILABLE]
@@ -119,7 +124,7 @@ def test_refusal_reasons_carry_no_paths_ids_or_exception_text(tiny_bpe_model: Pa
 def test_no_epsilon_and_no_losses_leave_the_device(tiny_bpe_model: Path, tmp_path: Path) -> None:
     # Even a run that asks for the held-out losses (the old share-eval-metrics) gets none.
     config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1, "share-eval-metrics": True})
-    summary, grid = run_in_process(config, node_configs(tmp_path))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path))
     assert summary["version_out"] == 1
     for d in grid.deliveries:
         assert d.reply is not None and not d.reply.has_error()

@@ -38,9 +38,9 @@ def _histories(folder: Path) -> list[Path]:
     return paths
 
 
-def _nodes(histories: list[Path], state: Path, **policy: Any) -> list[dict[str, Any]]:
+def _nodes(model: Path, histories: list[Path], state: Path, **policy: Any) -> list[dict[str, Any]]:
     return [
-        {"data-file": str(h), "state-dir": str(state / f"n{n}"), "epsilon-budget": 8, **policy}
+        {"data-file": str(h), "state-dir": str(state / f"n{n}"), "epsilon-budget": 8, "model": str(model), **policy}
         for n, h in zip(SIZES, histories, strict=True)
     ]
 
@@ -78,7 +78,9 @@ def _config(model: Path, state: Path, steps: int) -> dict[str, Any]:
 @pytest.mark.parametrize("proposed", [2, 8, 32])
 def test_every_history_size_answers_every_proposal_alike(tiny_bpe_model: Path, tmp_path: Path, proposed: int) -> None:
     state = tmp_path / f"proposed-{proposed}"
-    _, grid = run_in_process(_config(tiny_bpe_model, state, proposed), _nodes(_histories(tmp_path), state))
+    _, grid = run_in_process(
+        _config(tiny_bpe_model, state, proposed), _nodes(tiny_bpe_model, _histories(tmp_path), state)
+    )
     seen = _by_size(grid)
     assert sorted(seen) == list(SIZES)
     assert len(set(seen.values())) == 1, seen  # identical for 8, 12, 20 and 36 entries
@@ -125,7 +127,7 @@ def test_every_history_size_costs_the_same_work(
     sizes = _batches_through_the_model(monkeypatch)
     state = tmp_path / "work"
     proposed = 32
-    run_in_process(_config(tiny_bpe_model, state, proposed), _nodes(_histories(tmp_path), state))
+    run_in_process(_config(tiny_bpe_model, state, proposed), _nodes(tiny_bpe_model, _histories(tmp_path), state))
     events = {n: _train_events(state, n) for n in SIZES}
     assert all(len(e) == 1 for e in events.values())
     # The 8-entry device affords fewer steps than the 36-entry one, and covers the rest.
@@ -142,13 +144,15 @@ def test_a_device_that_can_afford_nothing_answers_and_works_alike_and_spends_not
 ) -> None:
     histories = _histories(tmp_path)
     trained_state = tmp_path / "trained"
-    _, trained = run_in_process(_config(tiny_bpe_model, trained_state, 2), _nodes(histories, trained_state))
+    _, trained = run_in_process(
+        _config(tiny_bpe_model, trained_state, 2), _nodes(tiny_bpe_model, histories, trained_state)
+    )
     trained_shape = set(_by_size(trained).values())
 
     sizes = _batches_through_the_model(monkeypatch)
     state = tmp_path / "poor"  # budgets too small for a single step at any size
     summary, grid = run_in_process(
-        _config(tiny_bpe_model, state, 2), _nodes(histories, state, **{"epsilon-budget": 0.01})
+        _config(tiny_bpe_model, state, 2), _nodes(tiny_bpe_model, histories, state, **{"epsilon-budget": 0.01})
     )
     seen = _by_size(grid)
     assert set(seen.values()) == trained_shape  # the same one observation as the devices that trained

@@ -42,7 +42,7 @@ def _chunks(array: np.ndarray, floats: int = 8) -> list[bytes]:
 
 def test_dp_rounds_produce_versions_ledgers_and_device_copies(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **{"num-server-rounds": 2})
-    summary, grid = run_in_process(config, node_configs(tmp_path))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path))
 
     assert summary["version_in"] == 0 and summary["version_out"] == 2
     assert [r["replies"] for r in summary["rounds"]] == [2, 2]
@@ -84,7 +84,7 @@ def test_dp_rounds_produce_versions_ledgers_and_device_copies(tiny_bpe_model: Pa
 
 def test_personal_adapter_bytes_never_leave_the_device(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **{"num-server-rounds": 2})
-    _, grid = run_in_process(config, node_configs(tmp_path))
+    _, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path))
     sent = b"".join(b for d in grid.deliveries for b in d.sent_bytes)
     assert sent  # the devices did send their global adapters
 
@@ -128,7 +128,7 @@ def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, m
         return msg.metadata.message_type == "train" and msg.content["config"]["server-round"] == 1
 
     config = run_config(tiny_bpe_model, tmp_path, **{"num-server-rounds": 2, "min-clients": 1})
-    summary, _ = run_in_process(config, node_configs(tmp_path, 3), dropouts={2: vanish_in_round_1})
+    summary, _ = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, 3), dropouts={2: vanish_in_round_1})
 
     first, second = summary["rounds"]
     assert first["replies"] == 1 and first["version_out"] == 1
@@ -143,7 +143,7 @@ def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, m
 
 def test_restarted_server_resumes_versions_and_ledgers(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path)
-    nodes = node_configs(tmp_path)
+    nodes = node_configs(tiny_bpe_model, tmp_path)
     first, _ = run_in_process(config, nodes, run_id=11)
     federation.task._MODELS.clear()  # a restarted process has no cached model
     second, _ = run_in_process(config, nodes, run_id=12)
@@ -162,7 +162,7 @@ def test_budget_exhaustion_answers_with_cover_steps_and_spends_nothing(tiny_bpe_
     one, two = epsilon_of([(1.0, rate, 2)], 1e-5), epsilon_of([(1.0, rate, 3)], 1e-5)
     budget = (one + two) / 2  # room for exactly one round of 2 steps, not a third step
     config = run_config(tiny_bpe_model, tmp_path, **{"num-server-rounds": 2})
-    summary, grid = run_in_process(config, node_configs(tmp_path, **{"epsilon-budget": budget}))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, **{"epsilon-budget": budget}))
 
     first, second = summary["rounds"]
     assert first["version_out"] == 1
@@ -183,7 +183,7 @@ def test_budget_exhaustion_answers_with_cover_steps_and_spends_nothing(tiny_bpe_
 def test_eligibility_flags_gate_participation(tiny_bpe_model: Path, tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     status.write_text(json.dumps({"idle": True, "charging": False, "unmetered": True}))
-    nodes = node_configs(tmp_path)
+    nodes = node_configs(tiny_bpe_model, tmp_path)
     nodes[1]["eligibility-file"] = str(status)
     config = run_config(tiny_bpe_model, tmp_path, **{"min-clients": 1})
     summary, _ = run_in_process(config, nodes)
@@ -201,7 +201,7 @@ def test_eligibility_flags_gate_participation(tiny_bpe_model: Path, tmp_path: Pa
 
 def test_without_dp_no_budget_is_spent(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, dp=False)
-    summary, grid = run_in_process(config, node_configs(tmp_path, **{"dp-required": False}))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, **{"dp-required": False}))
     assert summary["version_out"] == 1
     assert not (tmp_path / "device0" / "ledger.json").exists()
     metrics: MetricRecord = next(d.reply.content["metrics"] for d in grid.deliveries if d.reply is not None)

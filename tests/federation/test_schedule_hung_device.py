@@ -118,7 +118,7 @@ def test_a_revoked_attempt_cannot_publish_even_when_its_run_completes(
     monkeypatch.setattr(federation.device, "train_global_dp", revoke_while_training)
     config = run_config(tiny_bpe_model, tmp_path, **{TOKEN_KEY: attempt.token, "dp-steps": 1, "personal-steps": 1})
     with pytest.raises(AttemptRevoked, match="may no longer publish"):
-        run_in_process(config, node_configs(tmp_path))
+        run_in_process(config, node_configs(tiny_bpe_model, tmp_path))
     assert AdapterStore(server / "adapters").versions() == [0]  # v0 is the deterministic start, not a round
     assert not (server / "runs.jsonl").exists()
     # The devices did train and release their arrays to the server, so their ledgers say so.
@@ -128,7 +128,7 @@ def test_a_revoked_attempt_cannot_publish_even_when_its_run_completes(
 def test_a_token_without_its_lease_publishes_nothing(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **{TOKEN_KEY: "f" * 32, "dp-steps": 1, "personal-steps": 1})
     with pytest.raises(AttemptRevoked):
-        run_in_process(config, node_configs(tmp_path))
+        run_in_process(config, node_configs(tiny_bpe_model, tmp_path))
     assert AdapterStore(tmp_path / "server" / "adapters").versions() == [0]
 
 

@@ -44,7 +44,7 @@ def test_secagg_server_sees_only_the_average(
 ) -> None:
     captured = _capture(monkeypatch)
     config = run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3})
-    summary, grid = run_in_process(config, node_configs(tmp_path, 3))
+    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, 3))
 
     assert summary["secure_aggregation"] is True
     assert (summary["version_in"], summary["version_out"]) == (0, 1)
@@ -78,7 +78,9 @@ def test_secagg_survives_a_dropout_after_keys_are_shared(
         return configs is not None and configs["stage"] == "collect_masked_vectors"
 
     config = run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3})
-    summary, _ = run_in_process(config, node_configs(tmp_path, 3), dropouts={2: vanish_before_sending_its_vector})
+    summary, _ = run_in_process(
+        config, node_configs(tiny_bpe_model, tmp_path, 3), dropouts={2: vanish_before_sending_its_vector}
+    )
     assert summary["version_out"] == 1 and summary["rounds"][0]["replies"] == 2
     assert sorted(captured) == ["device0", "device1"]
     v1 = AdapterStore(tmp_path / "server" / "adapters").arrays(1)
