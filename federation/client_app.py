@@ -22,6 +22,7 @@ The personal adapter is read from and written to the device's state folder only.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from flwr.compat.common import recorddict_compat as compat
 
 from core.session_types import MAX_ADAPTER_VERSION
 from federation.device import Device, Policy
-from federation.errors import Refusal
+from federation.errors import MessageRefusal, Refusal
 from federation.offline import go_offline
 from federation.task import GLOBAL, specialist_for
 
@@ -67,7 +68,18 @@ def _is_legacy(msg: Message, kind: str) -> bool:
     return f"{kind}.parameters" in msg.content.array_records
 
 
-def _unpack(msg: Message, context: Context, kind: str) -> tuple[dict[str, np.ndarray], int, int]:
+@dataclass(frozen=True)
+class Unpacked:
+    """What a train or evaluate message carries for the device."""
+
+    arrays: dict[str, np.ndarray]
+    version: int
+    server_round: int
+    base: str | None  # the server's base-model fingerprint (None: a server that does not send it)
+
+
+def _unpack(msg: Message, context: Context, kind: str) -> Unpacked:
+    """The message's adapter, version, round and base; `MessageRefusal` for what a server should not send."""
     content = msg.content
     if _is_legacy(msg, kind):
         ins = (
@@ -80,19 +92,25 @@ def _unpack(msg: Message, context: Context, kind: str) -> tuple[dict[str, np.nda
         keys = _adapter_keys(context)
         values = parameters_to_ndarrays(ins.parameters)
         if len(values) != len(keys):
-            raise ValueError(f"the message carries {len(values)} arrays, the global adapter has {len(keys)}")
+            raise MessageRefusal(f"the message carries {len(values)} arrays, the global adapter has {len(keys)}")
         arrays = dict(zip(keys, values, strict=True))
     else:
         if "arrays" not in content.array_records:
-            raise ValueError("the message carries no global adapter arrays")
+            raise MessageRefusal("the message carries no global adapter arrays")
         arrays = {key: np.asarray(value.numpy()) for key, value in content.array_records["arrays"].items()}
         config = content.config_records.get("config", {})
     version = config.get("adapter-version", 0)
     # A version past what a session may declare would stay the device's newest for good, and no
     # session could declare it: the device would serve no generation with its adapter again.
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_ADAPTER_VERSION:
-        raise ValueError(f"the message's adapter version {version!r} is outside [0, {MAX_ADAPTER_VERSION}]")
-    return arrays, version, int(config.get("server-round", 0))
+        raise MessageRefusal(f"the message's adapter version {version!r} is outside [0, {MAX_ADAPTER_VERSION}]")
+    base = config.get("base-fingerprint")
+    if base is not None and not isinstance(base, str):
+        raise MessageRefusal(f"the message's base-fingerprint {base!r} is not a string")
+    server_round = config.get("server-round", 0)
+    if isinstance(server_round, bool) or not isinstance(server_round, int):
+        raise MessageRefusal(f"the message's server-round {server_round!r} is not a whole number")
+    return Unpacked(arrays, version, server_round, base)
 
 
 def _adapter_keys(context: Context) -> list[str]:
@@ -128,13 +146,14 @@ def handle_train(msg: Message, context: Context) -> Message:
     try:
         device = Device.from_node_config(context.node_config)  # so that a refusal of the run is in its log
         device = device.for_run(context.run_config)
-        arrays, version, server_round = _unpack(msg, context, "fitins")
+        got = _unpack(msg, context, "fitins")
         result = device.train_round(
-            arrays,
-            version,
+            got.arrays,
+            got.version,
             policy=Policy.from_run_config(context.run_config),
             run_id=context.run_id,
-            server_round=server_round,
+            server_round=got.server_round,
+            base=got.base,
         )
     except Exception as exc:  # any failure is a refusal; what it was stays on the device
         return _refuse(msg, context, device, exc, "train")
@@ -161,14 +180,15 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     try:
         device = Device.from_node_config(context.node_config)  # so that a refusal of the run is in its log
         device = device.for_run(context.run_config)
-        arrays, version, server_round = _unpack(msg, context, "evaluateins")
+        got = _unpack(msg, context, "evaluateins")
         # The losses are measured and logged on the device; they are not DP, so none is sent.
         device.evaluate_round(
-            arrays,
-            version,
+            got.arrays,
+            got.version,
             policy=Policy.from_run_config(context.run_config),
             run_id=context.run_id,
-            server_round=server_round,
+            server_round=got.server_round,
+            base=got.base,
         )
     except Exception as exc:
         return _refuse(msg, context, device, exc, "evaluate")

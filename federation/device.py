@@ -48,6 +48,9 @@ here, before anything is loaded):
                          personal adapter has no copy elsewhere, and lr 1000 ruined it
     min-holdout          the newest entries never trained on (default 4; a run's smaller holdout
                          is raised to it)
+    max-version-jump     how far past its newest global version a message's may be (default 1000):
+                         the device's newest version is the one its inference declares, and one
+                         message at 2^31-1 kept it there for good
 
 A run asking for more is refused with one fixed sentence (`federation.errors`). The run's
 ``dp-steps`` is only a proposal: the device trains as many steps, up to it and ``max-dp-steps``,
@@ -79,7 +82,7 @@ from core.fileio import append_line
 from core.models import DEFAULT_SPECIALIST
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
-from federation.errors import NotEligible, PolicyRefusal, RunConfigRefusal
+from federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
 from federation.task import (
@@ -118,6 +121,7 @@ DEFAULT_MAX_CONTEXT_ENTRIES = 8
 DEFAULT_MAX_CONTEXT_CHARS = 1800  # what slm-rag inference retrieves
 DEFAULT_MAX_PERSONAL_LR = 0.01
 DEFAULT_MIN_HOLDOUT = 4
+DEFAULT_MAX_VERSION_JUMP = 1000
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -147,6 +151,7 @@ class DevicePolicy:
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_personal_lr: float = DEFAULT_MAX_PERSONAL_LR
     min_holdout: int = DEFAULT_MIN_HOLDOUT
+    max_version_jump: int = DEFAULT_MAX_VERSION_JUMP
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -168,14 +173,15 @@ class DevicePolicy:
                 max_context_chars=int(node.get("max-context-chars", DEFAULT_MAX_CONTEXT_CHARS)),
                 max_personal_lr=float(node.get("max-personal-lr", DEFAULT_MAX_PERSONAL_LR)),
                 min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
+                max_version_jump=int(node.get("max-version-jump", DEFAULT_MAX_VERSION_JUMP)),
             )
         except (TypeError, ValueError, OverflowError):
             raise ConfigError("The device's policy in its node config holds a value that is not a number.") from None
         counts = (policy.max_dp_steps, policy.max_personal_steps, policy.max_context_entries, policy.max_context_chars)
-        if min(counts) < 0 or policy.min_holdout < 0:
+        if min(counts) < 0 or policy.min_holdout < 0 or policy.max_version_jump < 0:
             raise ConfigError(
-                "The device's max-dp-steps, max-personal-steps, max-context-entries, max-context-chars "
-                "and min-holdout must be 0 or more."
+                "The device's max-dp-steps, max-personal-steps, max-context-entries, max-context-chars, "
+                "min-holdout and max-version-jump must be 0 or more."
             )
         if min(policy.max_len, policy.max_lora_rank, policy.max_batch_size) < 1:
             raise ConfigError("The device's max-len, max-lora-rank and max-batch-size must be at least 1.")
@@ -370,18 +376,54 @@ class Device:
             key_provider=self.key_provider,
         )
 
+    def check_version(self, version: int) -> None:
+        """Refuse a message whose version jumps more than ``max-version-jump`` past the device's newest.
+
+        The newest global version a device holds is the one its inference declares; the server
+        numbers versions, and one message at 2^31-1 stayed the newest for good. A device that
+        missed more versions than the bound refuses until its operator raises it or clears
+        ``global/`` (a bound a server cannot walk past in one message, not a proof it is honest).
+        """
+        newest = AdapterStore(self.global_dir).latest()
+        if newest is not None and version > newest + self.dp_policy.max_version_jump:
+            raise MessageRefusal(
+                f"the message's adapter version {version} is more than {self.dp_policy.max_version_jump} "
+                f"past this device's newest, v{newest}"
+            )
+
     def _prepare(
-        self, arrays: Mapping[str, np.ndarray], version: int, data: DeviceData | None = None
+        self, arrays: Mapping[str, np.ndarray], version: int, data: DeviceData | None = None, base: str | None = None
     ) -> tuple[SpecialistWithAdapters, DeviceDatasets]:
+        """The model with the message's global adapter and the device's personal one, and the data.
+
+        Everything about the message is checked before anything is stored: the server's base model
+        is the device's, the arrays are exactly this adapter's LoRA matrices (keys, shapes, finite
+        values), the personal adapter fits this base. Only then is the version kept. (A version of
+        another base was stored first, and the device's inference could never load it again.)
+        """
         sw = specialist_for(self.cfg, cache_dir=self.cache_dir)
-        sets = device_datasets(sw, data if data is not None else self._load(), self.cfg)
-        sw.set_adapter_weights(GLOBAL, arrays)
-        self._keep_global(arrays, version, sw)
+        if base is not None and base != sw.fingerprint:
+            raise MessageRefusal(
+                f"the message's adapter is for the base model {base}; this device's is {sw.fingerprint}"
+            )
+        try:
+            sw.set_adapter_weights(GLOBAL, arrays)
+        except ConfigError as exc:
+            raise MessageRefusal(str(exc)) from None
         self._load_personal(sw)
+        sets = device_datasets(sw, data if data is not None else self._load(), self.cfg)
+        self._keep_global(arrays, version, sw)
         return sw, sets
 
     def train_round(
-        self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
+        self,
+        arrays: Mapping[str, np.ndarray],
+        version: int,
+        *,
+        policy: Policy,
+        run_id: int,
+        server_round: int,
+        base: str | None = None,
     ) -> DPRoundResult:
         """Train personal (kept) then global with DP (returned), as many DP steps as the device affords.
 
@@ -392,20 +434,21 @@ class Device:
         as cover steps (noise only, nothing spent; a device that can afford none runs only those).
         So whether a device takes part, what its reply looks like, how large its update is and how
         long the round takes say nothing about the size of its history. The run's δ and accountant
-        are the device's own (checked).
+        are the device's own (checked). `base` is the server's base-model fingerprint, if it sent one.
         """
         self.check_eligible(policy)
+        self.check_version(version)
         # The ledger fixes the policy when it is created; a later node config cannot loosen it.
         ledger = self.ledger() if self.cfg.dp or self.dp_policy.dp_required or self.ledger_path.exists() else None
         fixed = self.dp_policy if ledger is None else ledger_policy(ledger)
         fixed.refuse_less(self.cfg)
         steps = min(self.cfg.dp_steps, self.dp_policy.max_dp_steps)
         if not self.cfg.dp:
-            return self._train(arrays, version, None, steps, run_id=run_id, server_round=server_round)
+            return self._train(arrays, version, None, steps, run_id=run_id, server_round=server_round, base=base)
         assert ledger is not None
         # The lock is held for the whole round: two runs on one device cannot both pass the budget check.
         with ledger.hold():
-            return self._train(arrays, version, ledger, steps, run_id=run_id, server_round=server_round)
+            return self._train(arrays, version, ledger, steps, run_id=run_id, server_round=server_round, base=base)
 
     def _train(
         self,
@@ -416,10 +459,11 @@ class Device:
         *,
         run_id: int,
         server_round: int,
+        base: str | None = None,
     ) -> DPRoundResult:
         cfg = self.cfg
         proposed = steps
-        sw, sets = self._prepare(arrays, version, self._load())
+        sw, sets = self._prepare(arrays, version, self._load(), base)
         n = len(sets.dp_train)  # entries with no room for a body at this max-len are not in it
         if ledger is not None:
             cfg = replace(cfg, delta=ledger.delta, accountant=ledger.accountant)
@@ -503,11 +547,19 @@ class Device:
         )
 
     def evaluate_round(
-        self, arrays: Mapping[str, np.ndarray], version: int, *, policy: Policy, run_id: int, server_round: int
+        self,
+        arrays: Mapping[str, np.ndarray],
+        version: int,
+        *,
+        policy: Policy,
+        run_id: int,
+        server_round: int,
+        base: str | None = None,
     ) -> dict[str, float]:
         """Keep the new global version and measure held-out loss with and without the personal adapter."""
         self.check_eligible(policy)
-        sw, sets = self._prepare(arrays, version)
+        self.check_version(version)
+        sw, sets = self._prepare(arrays, version, base=base)
         metrics = {
             "loss-global": evaluate_loss(sw, sets.held_out, [GLOBAL]),
             "loss-personal": evaluate_loss(sw, sets.held_out, [GLOBAL, PERSONAL]),

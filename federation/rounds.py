@@ -106,9 +106,10 @@ class VersionedRounds:
         self.rounds.append(record)
         return record
 
-    def version_config(self, server_round: int) -> dict[str, int]:
-        """What every message of a round carries: the version its arrays are, and the round."""
-        return {"adapter-version": self.version, "server-round": server_round}
+    def version_config(self, server_round: int) -> dict[str, int | str]:
+        """What every message of a round carries: the version its arrays are, the round, and the
+        base model's fingerprint (a device refuses arrays made for another base before it keeps them)."""
+        return {"adapter-version": self.version, "server-round": server_round, "base-fingerprint": self.base}
 
     def save_version(
         self, server_round: int, tensors: Mapping[str, np.ndarray], *, devices: int, extra: Mapping[str, Any]

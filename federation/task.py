@@ -398,15 +398,25 @@ class SpecialistWithAdapters:
         return [p for p in self.peft.parameters() if p.requires_grad]
 
     def get_adapter(self, name: str) -> dict[str, np.ndarray]:
+        """Adapter `name`'s LoRA matrices (A and B), and nothing else.
+
+        peft's default (``save_embedding_layers="auto"``) adds the *full* embedding or LM-head
+        matrix when a target names one: an "adapter" that replaced the LM head through one evaluate
+        message. Only low-rank deltas are exported, and `set_adapter_weights` takes only those.
+        """
         from peft import get_peft_model_state_dict
 
-        state = get_peft_model_state_dict(self.peft, adapter_name=name)
-        return {k: v.detach().to(torch.float32).cpu().numpy().copy() for k, v in state.items()}
+        state = get_peft_model_state_dict(self.peft, adapter_name=name, save_embedding_layers=False)
+        return {k: v.detach().to(torch.float32).cpu().numpy().copy() for k, v in state.items() if _is_lora_matrix(k)}
 
     def set_adapter_weights(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
-        """Load `arrays` into adapter `name`; the keys and shapes must be exactly this adapter's."""
+        """Load `arrays` into adapter `name`; the keys and shapes must be exactly this adapter's
+        LoRA matrices (no base weight, no embedding or LM-head matrix, nothing else)."""
         from peft import set_peft_model_state_dict
 
+        foreign = sorted(k for k in arrays if not _is_lora_matrix(k))
+        if foreign:
+            raise ConfigError(f"The {name} adapter arrays hold more than LoRA matrices: {foreign[:2]}.")
         expected = {k: v.shape for k, v in self.get_adapter(name).items()}
         got = {k: tuple(np.asarray(v).shape) for k, v in arrays.items()}
         if set(got) != set(expected) or any(tuple(expected[k]) != got[k] for k in got):
@@ -433,6 +443,11 @@ class SpecialistWithAdapters:
             for module in self.peft.modules():
                 if isinstance(module, LoraLayer) and name in module.lora_A:
                     module.reset_lora_parameters(name, True)
+
+
+def _is_lora_matrix(key: str) -> bool:
+    """A LoRA A or B weight in peft's state-dict naming (``....q_proj.lora_A.weight``)."""
+    return key.endswith((".lora_A.weight", ".lora_B.weight"))
 
 
 # --- training and evaluation ---------------------------------------------------------------------

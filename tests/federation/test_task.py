@@ -15,6 +15,7 @@ from core.models import load_causal_lm
 from core.prompts import render_prompt, task_prompt
 from federation.adapters import AdapterError, apply_adapters, write_adapter
 from federation.client_app import _unpack
+from federation.errors import MessageRefusal
 from federation.ledger import Ledger
 from federation.simulation import _server_identity
 from federation.task import (
@@ -199,9 +200,9 @@ def test_a_message_whose_adapter_version_no_session_can_declare_is_refused(versi
             config = ConfigRecord({"adapter-version": v, "server-round": 1})
             msg = Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=1, message_type="train")
             if ok:
-                assert _unpack(msg, None, "fitins")[1] == 3  # type: ignore[arg-type]
+                assert _unpack(msg, None, "fitins").version == 3  # type: ignore[arg-type]
             else:
-                with pytest.raises(ValueError, match=r"adapter version .* is outside"):
+                with pytest.raises(MessageRefusal, match=r"adapter version .* is outside"):
                     _unpack(msg, None, "fitins")  # type: ignore[arg-type]
 
 
