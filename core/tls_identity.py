@@ -5,12 +5,21 @@ reads them only when it dials or handshakes, and a key that does not match its c
 file that is not PEM at all) then reads as a dead peer: core logs "Invalid private key" and the
 channel fails like a network outage, so a device would fall back and exit 0. A local
 misconfiguration must fail closed instead, with one sentence naming the files (`ConfigError`).
+
+`read_tls_file` is how both ends read TLS material: only a regular file of at most 1 MiB (a FIFO
+would block the start for ever, `/dev/zero` would fill the memory), a private key nobody but its
+owner and group can read, and trust material (pins, anchors, client CAs) nobody but its owner
+can change: a pins file any local user may write lets that user add a trust anchor. The rules
+are OpenSSH's and PostgreSQL's for the same files.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import stat
 from pathlib import Path
+from typing import Literal
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -18,16 +27,70 @@ from cryptography.hazmat.primitives import serialization
 
 from core.errors import ConfigError
 
-__all__ = ["check_tls_identity"]
+__all__ = ["MAX_TLS_FILE_BYTES", "check_client_cas", "check_tls_identity", "read_tls_file"]
 
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
+MAX_TLS_FILE_BYTES = 1 << 20  # a chain of a few certificates is kilobytes
+
+# Permission bits each kind of file must not have.
+_FORBIDDEN_BITS = {
+    "key": stat.S_IRWXO | stat.S_IWGRP | stat.S_IXGRP,  # no one else reads it (a group may read, as PostgreSQL allows)
+    "trust": stat.S_IWOTH | stat.S_IWGRP,  # no one else writes it
+    "certificate": 0,
+}
+
+
+def read_tls_file(path: str | Path, kind: Literal["key", "trust", "certificate"]) -> bytes:
+    """The bytes of a TLS file; `ConfigError` in one sentence if it is no regular file, too large,
+    or (`kind`) a key others can read or trust material others can change."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path} is not a regular file")
+    if info.st_size > MAX_TLS_FILE_BYTES:
+        raise ConfigError(f"{path} is {info.st_size} bytes, more than any TLS file ({MAX_TLS_FILE_BYTES} at most)")
+    loose = stat.S_IMODE(info.st_mode) & _FORBIDDEN_BITS[kind]
+    if loose:
+        who = "read by other users" if kind == "key" else "changed by other users"
+        fix = "chmod 600" if kind == "key" else "chmod go-w"
+        raise ConfigError(f"{path} can be {who} (mode {stat.S_IMODE(info.st_mode):04o}): {fix} it")
+    try:
+        # O_NONBLOCK: a path swapped for a FIFO after the check does not hang the start.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_TLS_FILE_BYTES + 1)
+    if len(data) > MAX_TLS_FILE_BYTES:
+        raise ConfigError(f"{path} is more than {MAX_TLS_FILE_BYTES} bytes, more than any TLS file")
+    return data
+
+
+_PURPOSE = {
+    "client": (x509.ExtendedKeyUsageOID.CLIENT_AUTH, "clientAuth", "a device"),
+    "server": (x509.ExtendedKeyUsageOID.SERVER_AUTH, "serverAuth", "the verifier"),
+}
+
 
 def check_tls_identity(
-    cert_pem: bytes, key_pem: bytes, *, cert_path: Path, key_path: Path, now: dt.datetime | None = None
+    cert_pem: bytes,
+    key_pem: bytes,
+    *,
+    cert_path: Path,
+    key_path: Path,
+    role: Literal["client", "server"],
+    now: dt.datetime | None = None,
 ) -> None:
     """Refuse (`ConfigError`) a certificate chain and key that cannot authenticate their holder:
-    not PEM, a key that is not the certificate's, or a certificate outside its validity dates."""
+    not PEM, a key that is not the certificate's, a certificate outside its validity dates, or one
+    not for this `role` (a CA's certificate; an extended key usage without clientAuth/serverAuth).
+    Any of these would only show at the first handshake, read there as a peer's refusal."""
     try:
         chain = x509.load_pem_x509_certificates(cert_pem)
     except ValueError:
@@ -47,3 +110,32 @@ def check_tls_identity(
             f"the certificate in {cert_path} is not valid now: it is valid from "
             f"{leaf.not_valid_before_utc:%Y-%m-%d %H:%M} to {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
         )
+    usage, usage_name, holder = _PURPOSE[role]
+    if _is_ca(leaf):
+        raise ConfigError(f"the certificate in {cert_path} is a CA's certificate, not one {holder} can present")
+    try:
+        usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return
+    if usage not in usages:
+        raise ConfigError(
+            f"the certificate in {cert_path} is not for {holder}: its extended key usage does not allow {usage_name}"
+        )
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def check_client_cas(cas: list[x509.Certificate], *, path: Path) -> None:
+    """Refuse a client-CA file that holds a certificate no CA: a device's own leaf there would trust
+    whoever holds that one key, not a CA's devices."""
+    for cert in cas:
+        if not _is_ca(cert):
+            raise ConfigError(
+                f"{path} holds a certificate that is not a CA's ({cert.subject.rfc4514_string()}): "
+                "it must hold the device CA's certificate"
+            )

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 
 from core.errors import ConfigError
 from core.pins import spki_pin
+from core.tls_identity import read_tls_file
 
 __all__ = ["MIN_PINS", "PinSet", "PinningError", "load_pin_set", "spki_pin"]
 
@@ -105,12 +106,10 @@ def _parse_certs(data: bytes, source: str) -> list[x509.Certificate]:
 def load_pin_set(pins_path: Path, anchors_path: Path | None = None) -> PinSet:
     """Read a pins file (pins + anchor PEM blocks) and, optionally, a separate anchor bundle."""
     try:
-        data = Path(pins_path).read_bytes()
-        extra = Path(anchors_path).read_bytes() if anchors_path is not None else b""
-    except FileNotFoundError as exc:
-        raise PinningError(f"{exc.filename} does not exist") from None
-    except OSError as exc:
-        raise PinningError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        data = read_tls_file(pins_path, "trust")
+        extra = read_tls_file(anchors_path, "trust") if anchors_path is not None else b""
+    except ConfigError as exc:
+        raise PinningError(str(exc)) from None
     # Pins live outside PEM blocks; everything inside them is certificate material.
     try:
         text = _PEM_BLOCK.sub(b"", data).decode("ascii")

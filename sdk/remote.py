@@ -41,7 +41,7 @@ from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
 from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K, prompt_length_problem, top_k_problem
 from core.session_types import Method, SessionParams, Verdict
-from core.tls_identity import check_tls_identity
+from core.tls_identity import check_tls_identity, read_tls_file
 from sdk.connect_faults import certificate_refusal, classify, specific_cause
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
@@ -73,13 +73,8 @@ class TlsIdentity:
     @classmethod
     def from_files(cls, pins: Path, cert: Path, key: Path, *, anchors: Path | None = None) -> TlsIdentity:
         pin_set = load_pin_set(pins, anchors)
-        try:
-            cert_pem, key_pem = Path(cert).read_bytes(), Path(key).read_bytes()
-        except FileNotFoundError as exc:
-            raise ConfigError(f"{exc.filename} does not exist") from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
-        check_tls_identity(cert_pem, key_pem, cert_path=Path(cert), key_path=Path(key))
+        cert_pem, key_pem = read_tls_file(cert, "certificate"), read_tls_file(key, "key")
+        check_tls_identity(cert_pem, key_pem, cert_path=Path(cert), key_path=Path(key), role="client")
         return cls(pin_set, cert_pem, key_pem)
 
     def credentials(self) -> grpc.ChannelCredentials:

@@ -32,7 +32,7 @@ from core import wire
 from core.errors import ConfigError
 from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
 from core.models import CausalLM
-from core.tls_identity import check_tls_identity
+from core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.front import ConnectionFront
@@ -77,16 +77,16 @@ class CertificateSource:
         cert_path, key_path, ca_path = self.paths
         try:
             signature = self._signature()
-            chain_pem, key_pem, ca_pem = (p.read_bytes() for p in self.paths)
         except OSError as exc:
             raise ConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
-        check_tls_identity(chain_pem, key_pem, cert_path=cert_path, key_path=key_path)
+        chain_pem, key_pem = read_tls_file(cert_path, "certificate"), read_tls_file(key_path, "key")
+        ca_pem = read_tls_file(ca_path, "trust")
+        check_tls_identity(chain_pem, key_pem, cert_path=cert_path, key_path=key_path, role="server")
         try:
             client_cas = x509.load_pem_x509_certificates(ca_pem)
-        except ValueError as exc:
-            raise ConfigError(f"{ca_path} is not valid PEM: {exc}") from None
-        if not client_cas:
-            raise ConfigError(f"{ca_path} holds no CA certificate for devices")
+        except ValueError:
+            raise ConfigError(f"{ca_path} holds no PEM certificate that can be read") from None
+        check_client_cas(client_cas, path=ca_path)
         config = grpc.ssl_server_certificate_configuration([(key_pem, chain_pem)], root_certificates=ca_pem)
         return _Files(signature, config, tuple(client_cas))
 

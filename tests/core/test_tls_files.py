@@ -1,0 +1,87 @@
+"""TLS material is read only from regular, bounded files nobody else can use against the holder,
+and an identity that could never authenticate in its role is refused when it is loaded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from sdk.pinning import PinningError
+from sdk.remote import TlsIdentity
+from server import pki as pki_mod
+from server.main import CertificateSource
+from tests.verifier_harness import make_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("tlsfiles"), devices=("alice",))
+
+
+def _copy(src: Path, dst: Path, mode: int) -> Path:
+    dst.write_bytes(src.read_bytes())
+    dst.chmod(mode)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("mode", "refused"),
+    [(0o600, False), (0o400, False), (0o640, False), (0o644, True), (0o604, True), (0o660, True), (0o666, True)],
+)
+def test_a_device_key_others_can_read_is_refused(pki, tmp_path, mode, refused) -> None:
+    key = _copy(pki.device_key("alice"), tmp_path / "alice.key", mode)
+    if refused:
+        with pytest.raises(ConfigError, match=rf"can be read by other users \(mode {mode:04o}\): chmod 600 it"):
+            TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), key)
+    else:
+        TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), key)
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664])
+def test_a_pins_file_others_can_change_is_refused(pki, tmp_path, mode) -> None:
+    pins = _copy(pki.pins, tmp_path / "pins.txt", mode)
+    with pytest.raises(PinningError, match="can be changed by other users"):
+        TlsIdentity.from_files(pins, pki.device_cert("alice"), pki.device_key("alice"))
+
+
+def test_a_key_path_that_is_no_regular_file_is_refused_without_blocking(pki, tmp_path) -> None:
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo, 0o600)  # opening it for reading would block until a writer comes
+    zero = tmp_path / "zero.key"
+    zero.symlink_to("/dev/zero")  # reading it would never end
+    for path in (fifo, zero, tmp_path):
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), path)
+
+
+def test_a_tls_file_larger_than_any_certificate_is_refused(pki, tmp_path) -> None:
+    big = tmp_path / "big.pem"
+    big.write_bytes(pki.device_cert("alice").read_bytes() + b"\n" * (2 << 20))
+    with pytest.raises(ConfigError, match="more than any TLS file"):
+        TlsIdentity.from_files(pki.pins, big, pki.device_key("alice"))
+
+
+def test_a_device_cannot_present_a_ca_or_a_server_certificate(pki, tmp_path) -> None:
+    device_ca = pki_mod.load_issued(pki.directory, "device-ca")
+    server = pki_mod.load_issued(pki.directory, "server")
+    for stem, issued, message in (
+        ("ca", device_ca, "is a CA's certificate, not one a device can present"),
+        ("server", server, "does not allow clientAuth"),
+    ):
+        cert, key = pki_mod.write_issued(tmp_path, stem, issued)
+        with pytest.raises(ConfigError, match=message):
+            TlsIdentity.from_files(pki.pins, cert, key)
+
+
+def test_the_verifier_refuses_a_device_certificate_to_serve_with_or_a_leaf_as_its_client_ca(pki, tmp_path) -> None:
+    alice = pki_mod.load_issued(pki.directory / "devices", "alice")
+    cert, key = pki_mod.write_issued(tmp_path, "alice", alice)
+    with pytest.raises(ConfigError, match="does not allow serverAuth"):
+        CertificateSource(cert, key, pki.device_ca)
+    server_cert, server_key = pki.directory / "server.pem", pki.directory / "server.key"
+    with pytest.raises(ConfigError, match="is not a CA's"):
+        CertificateSource(server_cert, server_key, cert)
+    CertificateSource(server_cert, server_key, pki.device_ca)  # the real files serve
