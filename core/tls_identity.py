@@ -16,7 +16,9 @@ are OpenSSH's and PostgreSQL's for the same files.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Literal
@@ -27,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 
 from core.errors import ConfigError
 
-__all__ = ["MAX_TLS_FILE_BYTES", "check_client_cas", "check_tls_identity", "read_tls_file"]
+__all__ = ["MAX_TLS_FILE_BYTES", "check_client_cas", "check_tls_identity", "host_name", "read_tls_file"]
 
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
@@ -139,3 +141,25 @@ def check_client_cas(cas: list[x509.Certificate], *, path: Path) -> None:
                 f"{path} holds a certificate that is not a CA's ({cert.subject.rfc4514_string()}): "
                 "it must hold the device CA's certificate"
             )
+
+
+_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_name(value: str, what: str) -> str:
+    """`value` as a name a certificate can carry and a TLS peer can be checked against: an IP
+    address (no network range) or a DNS name, internationalised names in their ASCII (IDNA) form.
+    `ConfigError` naming `what` otherwise: a wildcard, a blank, a NUL, a space or other
+    characters no host name has would be written into a certificate, or checked as some other name."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    try:
+        ascii_name = value.encode("idna").decode("ascii")
+    except UnicodeError:
+        ascii_name = ""
+    labels = ascii_name.removesuffix(".").split(".")
+    if not ascii_name or len(ascii_name) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+        raise ConfigError(f"{what} must be a DNS name or an IP address; got {value!r}")
+    return ascii_name.removesuffix(".").lower()

@@ -41,7 +41,7 @@ from core import wire
 from core.errors import ConfigError, ProtocolError, SpecSteerError
 from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K, prompt_length_problem, top_k_problem
 from core.session_types import Method, SessionParams, Verdict
-from core.tls_identity import check_tls_identity, read_tls_file
+from core.tls_identity import check_tls_identity, host_name, read_tls_file
 from sdk.connect_faults import certificate_refusal, classify, specific_cause
 from sdk.egress import Egress, EgressSession, EgressTap
 from sdk.pinning import PinSet, load_pin_set
@@ -112,8 +112,10 @@ class RemoteVerifier:
         tap: EgressTap | None = None,
     ) -> None:
         self.host = split_target(target)
-        if server_name is not None and not server_name.strip():
-            raise ConfigError("the server name override is empty")
+        if server_name is not None:
+            # The name the verifier's certificate is checked against: a NUL or a blank would be
+            # checked as some other name than the one configured.
+            server_name = host_name(server_name, "the server name override (server_name)")
         if not connect_timeout > 0 or not round_timeout > 0:
             raise ConfigError("connect and round timeouts must be positive")
         self.target = target

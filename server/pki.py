@@ -31,8 +31,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from core.errors import ConfigError
 from core.fileio import atomic_write
 from core.pins import spki_pin
+from core.tls_identity import host_name
 from server.errors import PkiError
 
 __all__ = [
@@ -127,6 +129,17 @@ def new_ca(common_name: str, *, days: int = CA_DAYS, not_before: dt.datetime | N
         .sign(key, hashes.SHA256())
     )
     return Issued(cert, key)
+
+
+def _server_hosts(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The names a server certificate is for, each a DNS name or IP address (`PkiError` otherwise):
+    a wildcard, a blank or a network range must not be written into a certificate."""
+    if not hosts:
+        raise PkiError("a server certificate needs at least one host name")
+    try:
+        return tuple(host_name(host, "a server host (--host)") for host in hosts)
+    except ConfigError as exc:
+        raise PkiError(str(exc)) from None
 
 
 def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
@@ -257,6 +270,7 @@ class Pki:
 def init_pki(directory: Path, *, hosts: Sequence[str] = SERVER_HOSTS) -> Pki:
     """Create a dev PKI in `directory` (created if missing; refused if it already holds one)."""
     directory = Path(directory)
+    hosts = _server_hosts(hosts)  # before anything is created
     if (directory / "ca.key").exists() or (directory / "pins.txt").exists():
         raise PkiError(f"{directory} already holds a PKI; pick an empty directory")
     try:
@@ -296,6 +310,7 @@ def rotate_server(directory: Path, *, issuer: str = "ca", hosts: Sequence[str] =
     """
     if issuer not in ("ca", "backup-ca"):
         raise PkiError(f"the server certificate is issued by 'ca' or 'backup-ca'; got {issuer!r}")
+    hosts = _server_hosts(hosts)
     directory = Path(directory)
     ca = load_issued(directory, issuer)
     cert_path, _ = write_issued(directory, "server", issue_leaf(ca, "specsteer-verifier", hosts=hosts))

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from core.errors import ConfigError
 from sdk.pinning import PinningError
@@ -85,3 +86,19 @@ def test_the_verifier_refuses_a_device_certificate_to_serve_with_or_a_leaf_as_it
     with pytest.raises(ConfigError, match="is not a CA's"):
         CertificateSource(server_cert, server_key, cert)
     CertificateSource(server_cert, server_key, pki.device_ca)  # the real files serve
+
+
+@pytest.mark.parametrize("host", ["", " localhost", "*", "*.example.com", "bad_name!", "10.0.0.0/8", "a\x00b"])
+def test_pki_refuses_a_server_host_no_certificate_should_carry_before_creating_anything(tmp_path, host) -> None:
+    target = tmp_path / "pki"
+    with pytest.raises(pki_mod.PkiError, match="must be a DNS name or an IP address"):
+        pki_mod.init_pki(target, hosts=["localhost", host])
+    assert not target.exists()
+
+
+def test_pki_writes_an_internationalised_host_in_its_ascii_form(tmp_path) -> None:
+    p = pki_mod.init_pki(tmp_path / "pki", hosts=["ünicode.example", "::1"])
+    leaf = pki_mod.load_issued(p.directory, "server").cert
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["xn--nicode-2ya.example"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["::1"]

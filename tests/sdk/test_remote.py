@@ -174,8 +174,10 @@ def test_server_name_override_renames_but_never_skips_host_verification(pki, clo
         assert len(ok.uplinks) == 2  # Open, Close
         # ... and to a name the certificate does not carry is refused.
         _refused(port, pki, "not valid for the host name 'evil.example'", server_name="evil.example")
-    with pytest.raises(ConfigError, match="empty"):
-        RemoteVerifier("127.0.0.1:1", identity(pki), vocab_size=99, server_name=" ")
+    # A name that is no host name is refused before it could be checked as some other name.
+    for bad in (" ", "", "localhost\x00.evil.example", " localhost", "*.example", "a b"):
+        with pytest.raises(ConfigError, match=r"server name override .* must be a DNS name or an IP address"):
+            RemoteVerifier("127.0.0.1:1", identity(pki), vocab_size=99, server_name=bad)
 
 
 def _rotate_to(pki: pki_mod.Pki, issuer: pki_mod.Issued) -> None:
