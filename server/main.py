@@ -7,7 +7,7 @@
 
 The server runs on its own asyncio event loop thread, so tests, the demo and the CLI embed it the
 same way. It serves `specsteer.v1.Verifier` (`server/service.py`) and the standard gRPC health
-check, exposes Prometheus metrics if asked, and re-reads its certificate, key and client CA
+check (to devices it would serve, `Check` only: `DeviceHealth`), exposes Prometheus metrics if asked, and re-reads its certificate, key and client CA
 whenever the files change (`CertificateSource`): rotation needs no restart, and a broken new
 file is refused (the current certificate stays) rather than taking the server down.
 """
@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,6 +285,26 @@ def fd_headroom(config: ServerConfig) -> int:
     return soft
 
 
+class DeviceHealth(health.aio.HealthServicer):
+    """gRPC's standard health service, answered to devices the verifier would serve, Check only.
+
+    Watch is not served: its streams outlive any check, and a device (a revoked one included)
+    could hold them open by the thousand, under every per-device cap, until gRPC's shared call
+    limit refused every other device's session.
+    """
+
+    def __init__(self, refuse_unless_device: Callable[[grpc.aio.ServicerContext], Awaitable[None]]) -> None:
+        super().__init__()
+        self._refuse_unless_device = refuse_unless_device
+
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._refuse_unless_device(context)
+        return await super().Check(request, context)
+
+    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only, not Watch")
+
+
 class VerifierServer:
     """A bound (not yet started) verifier; `start`, `stop`, `wait`. Thread-safe."""
 
@@ -359,7 +379,7 @@ class VerifierServer:
             device_cas=lambda: certificates.device_cas,
         )
         server.add_generic_rpc_handlers((self.service.handler(),))
-        self._health = health.aio.HealthServicer()
+        self._health = DeviceHealth(self.service.refuse_unless_device)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         credentials = grpc.dynamic_ssl_server_credentials(
             self.certificates.initial, self.certificates.fetch, require_client_authentication=True

@@ -124,6 +124,33 @@ def test_serve_refuses_to_start_without_tls_or_with_bad_tls_files(tmp_path, caps
 # -- the running server -----------------------------------------------------------------------------
 
 
+def test_the_health_service_answers_devices_it_serves_with_a_check_and_no_watch(tmp_path, cloud) -> None:
+    # A revoked device used to get SERVING, and any device could hold Watch streams open by the
+    # thousand until gRPC's shared call limit refused every other device's session.
+    p = make_pki(tmp_path, devices=("alice", "mallory"))
+    server, port = create_server(server_config(p, revoked_devices=("mallory",)), cloud=cloud)
+    channels = {
+        name: grpc.secure_channel(f"127.0.0.1:{port}", identity(p, name).credentials()) for name in ("alice", "mallory")
+    }
+    request = health_pb2.HealthCheckRequest(service=wire.SERVICE_NAME)
+    try:
+        server.start()
+        alice, mallory = (health_pb2_grpc.HealthStub(channels[name]) for name in ("alice", "mallory"))
+        assert alice.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as refused:
+            mallory.Check(request, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "revoked" in refused.value.details()
+        with pytest.raises(grpc.RpcError) as watch:
+            next(iter(alice.Watch(request, timeout=5)))
+        assert watch.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "Check only" in watch.value.details()
+    finally:
+        server.stop(grace=0)
+        for channel in channels.values():
+            channel.close()
+
+
 def test_health_check_and_metrics_endpoint(tmp_path, cloud, models) -> None:
     p = make_pki(tmp_path)
     server, port = create_server(server_config(p, metrics_port=0), cloud=cloud)
