@@ -48,6 +48,8 @@ here, before anything is loaded):
                          personal adapter has no copy elsewhere, and lr 1000 ruined it
     min-holdout          the newest entries never trained on (default 4; a run's smaller holdout
                          is raised to it)
+    max-sample-rate      the largest DP sampling rate a round may train at (default 0.5); at a larger
+                         one (a batch as large as the history) it takes no private step
     max-version-jump     how far past its newest global version a message's may be (default 1000):
                          the device's newest version is the one its inference declares, and one
                          message at 2^31-1 kept it there for good
@@ -82,7 +84,7 @@ from core.fileio import append_line
 from core.models import DEFAULT_SPECIALIST
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
-from federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal
+from federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
 from federation.task import (
@@ -122,6 +124,7 @@ DEFAULT_MAX_CONTEXT_CHARS = 1800  # what slm-rag inference retrieves
 DEFAULT_MAX_PERSONAL_LR = 0.01
 DEFAULT_MIN_HOLDOUT = 4
 DEFAULT_MAX_VERSION_JUMP = 1000
+DEFAULT_MAX_SAMPLE_RATE = 0.5
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -152,6 +155,7 @@ class DevicePolicy:
     max_personal_lr: float = DEFAULT_MAX_PERSONAL_LR
     min_holdout: int = DEFAULT_MIN_HOLDOUT
     max_version_jump: int = DEFAULT_MAX_VERSION_JUMP
+    max_sample_rate: float = DEFAULT_MAX_SAMPLE_RATE
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -174,6 +178,7 @@ class DevicePolicy:
                 max_personal_lr=float(node.get("max-personal-lr", DEFAULT_MAX_PERSONAL_LR)),
                 min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
                 max_version_jump=int(node.get("max-version-jump", DEFAULT_MAX_VERSION_JUMP)),
+                max_sample_rate=float(node.get("max-sample-rate", DEFAULT_MAX_SAMPLE_RATE)),
             )
         except (TypeError, ValueError, OverflowError):
             raise ConfigError("The device's policy in its node config holds a value that is not a number.") from None
@@ -185,8 +190,10 @@ class DevicePolicy:
             )
         if min(policy.max_len, policy.max_lora_rank, policy.max_batch_size) < 1:
             raise ConfigError("The device's max-len, max-lora-rank and max-batch-size must be at least 1.")
-        if not 0 < policy.max_personal_lr <= MAX_LR:
-            raise ConfigError(f"The device's max-personal-lr must be in (0, {MAX_LR:g}].")
+        if not 0 < policy.max_personal_lr <= MAX_LR or not 0 < policy.max_sample_rate <= 1:
+            raise ConfigError(
+                f"The device's max-personal-lr must be in (0, {MAX_LR:g}] and its max-sample-rate in (0, 1]."
+            )
         if not policy.model or not policy.lora_targets:
             raise ConfigError("The device's model and lora-targets must name something.")
         if policy.accountant not in ACCOUNTANTS:
@@ -482,17 +489,23 @@ class Device:
         seed = _device_seed(self, run_id, server_round)
         personal_loss = train_personal(sw, sets.personal_train, cfg, seed=seed)
         personal_kept = self._save_personal(sw, version)
-        result = train_global_dp(
-            sw,
-            sets.dp_train,
-            cfg,
-            ledger,
-            run_id=run_id,
-            server_round=server_round,
-            adapter_version=version,
-            seed=seed,
-            private_steps=steps,
-        )
+        try:
+            result = train_global_dp(
+                sw,
+                sets.dp_train,
+                cfg,
+                ledger,
+                run_id=run_id,
+                server_round=server_round,
+                adapter_version=version,
+                seed=seed,
+                private_steps=steps,
+            )
+        except UpdateNotFinite:
+            # Never sent and never charged: noise alone goes out instead, a reply like any other,
+            # since a refusal would tell the server that this history made the round diverge.
+            why = "the DP update was not finite"
+            return self._skip(arrays, ledger, why, run_id=run_id, server_round=server_round, cover_steps=proposed)
         self.log(
             {
                 "event": "train",
@@ -513,10 +526,21 @@ class Device:
         return result
 
     def _affordable(self, ledger: Ledger, cfg: TaskConfig, n: int, most: int) -> int:
+        """The private steps this round may take for `n` sequences (the rest are cover steps).
+
+        None when δ is not below 1/n (an ε at such a δ allows releasing a whole commit in the
+        clear: node delta 0.2 was accepted for 21 commits), and none when the sampling rate is
+        above the device's ``max-sample-rate`` (a batch as large as the history, q = 1, spent 7.1
+        of 8 ε in two steps). Either way the device answers as usual, with cover steps, so the
+        server does not learn that its history is that small.
+        """
         if n == 0 or most == 0:
             return 0
         # The rate Opacus's Poisson loader will use for n sequences; ε grows with it.
-        return ledger.affordable_steps(cfg.noise_multiplier, dp_sample_rate(n, cfg.batch_size), most)
+        rate = dp_sample_rate(n, cfg.batch_size)
+        if ledger.delta * n >= 1 or rate > self.dp_policy.max_sample_rate:
+            return 0
+        return ledger.affordable_steps(cfg.noise_multiplier, rate, most)
 
     def _skip(
         self,
@@ -533,6 +557,8 @@ class Device:
         self.log({"event": "skipped", "reason": why, "run_id": run_id, "server_round": server_round})
         if self.cfg.dp and cover_steps:
             sent = noise_only_update(arrays, self.cfg, cover_steps)
+            if not all(np.isfinite(a).all() for a in sent.values()):  # settings alone decide this, not data
+                raise UpdateNotFinite("The noise-only update holds values that are not finite.")
         else:
             sent = {k: np.array(v, dtype=np.float32) for k, v in arrays.items()}
         return DPRoundResult(

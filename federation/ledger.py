@@ -185,7 +185,7 @@ class Ledger:
             raise LedgerError(f"The noise multiplier must be a positive number, not {noise_multiplier!r}.")
         with self.hold():
             projected = self.project(noise_multiplier, sample_rate, steps)
-            if projected > self.epsilon_budget:
+            if not projected <= self.epsilon_budget:  # NaN (an accountant that failed) is over budget too
                 self.refusals += 1
                 self.save()
                 # No ε figures: the projected total depends on the history's size, which stays on the device.
@@ -200,7 +200,7 @@ class Ledger:
         # ε grows with the number of steps, so the largest affordable count is found by bisection.
         while low < high:
             mid = (low + high + 1) // 2
-            if self.project(noise_multiplier, sample_rate, mid) <= self.epsilon_budget:
+            if self.project(noise_multiplier, sample_rate, mid) <= self.epsilon_budget:  # False for NaN
                 low = mid
             else:
                 high = mid - 1

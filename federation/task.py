@@ -41,6 +41,7 @@ from core.errors import ConfigError, ProfileError
 from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from core.prompts import render_prompt, task_prompt
 from federation.adapters import base_fingerprint
+from federation.errors import UpdateNotFinite
 from federation.ledger import Ledger
 from privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
 from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
@@ -48,7 +49,9 @@ from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 __all__ = [
     "ADAPTERS",
     "ALL_LINEAR",
+    "MAX_GRAD_NORM",
     "MAX_LR",
+    "MAX_NOISE_MULTIPLIER",
     "DPRoundResult",
     "DeviceData",
     "DeviceDatasets",
@@ -71,6 +74,11 @@ ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 # The largest learning rate a run may set (global and personal; a device cuts the personal one
 # further, `federation.device`): with SGD-momentum or AdamW a larger one only destroys weights.
 MAX_LR = 10.0
+# The largest clipping norm and noise multiplier a run may set. DP holds for any finite values, but
+# the noise (σ·C per coordinate and step) must stay a finite float32: max-grad-norm inf or 1e30
+# sent arrays of NaN, after the ledger had charged the round.
+MAX_GRAD_NORM = 100.0
+MAX_NOISE_MULTIPLIER = 1000.0
 
 
 @dataclass(frozen=True)
@@ -131,10 +139,16 @@ class TaskConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, not {getattr(self, name)!r}.")
-        for name in ("lr", "personal_lr"):
+        bounded = (
+            ("lr", MAX_LR),
+            ("personal_lr", MAX_LR),
+            ("max_grad_norm", MAX_GRAD_NORM),
+            ("noise_multiplier", MAX_NOISE_MULTIPLIER),
+        )
+        for name, most in bounded:
             # NaN compares false both ways, so the test is written to fail on it; lr 0 would train nothing.
-            if not 0 < getattr(self, name) <= MAX_LR:
-                raise ConfigError(f"{name.replace('_', '-')} must be in (0, {MAX_LR:g}], not {getattr(self, name)!r}.")
+            if not 0 < getattr(self, name) <= most:
+                raise ConfigError(f"{name.replace('_', '-')} must be in (0, {most:g}], not {getattr(self, name)!r}.")
         for name in ("dp_steps", "personal_steps", "holdout", "context_entries"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)!r}.")
@@ -580,6 +594,10 @@ def train_global_dp(
             module._close()  # drop Opacus's hooks so personal training and evaluation run plain
         sw.peft.eval()
     after = sw.get_adapter(GLOBAL)
+    if not all(np.isfinite(a).all() for a in after.values()):
+        # Checked before the ledger is charged: these arrays are never sent (the caller sends noise
+        # alone instead, which reads no data), so the round released nothing to charge for.
+        raise UpdateNotFinite("The DP update of the global adapter holds values that are not finite.")
     norm = math.sqrt(sum(float(np.sum((after[k] - before[k]) ** 2)) for k in after))
     epsilon = 0.0 if ledger is None else ledger.epsilon_spent
     if cfg.dp and engine is not None and ledger is not None and learning > 0:

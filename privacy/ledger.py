@@ -64,13 +64,19 @@ class LedgerData:
 
 
 def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float:
-    """Total ε at `delta` of a DP-SGD composition history, with Opacus's accountant."""
+    """Total ε at `delta` of a DP-SGD composition history, with Opacus's accountant.
+
+    Never negative: at a large δ the PRV accountant returns ε < 0 (-0.20 for two steps at σ = 1,
+    q = 1/6, δ = 0.2), which `parse_ledger` rightly refuses, so a ledger saved with it could never
+    be read again. δ(ε) falls as ε grows, so a mechanism that is (ε, δ)-DP for some ε < 0 is also
+    (0, δ)-DP: 0 is a true (and the least meaningful) figure.
+    """
     if accountant not in ACCOUNTANTS:
         raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
     if not history:
         return 0.0
     key = tuple((float(s), float(q), int(n)) for s, q, n in history)
-    return _epsilon_cached(key, float(delta), accountant)
+    return max(0.0, _epsilon_cached(key, float(delta), accountant))
 
 
 def _opacus_accountants() -> Any:
@@ -195,13 +201,20 @@ def read_ledger_file(path: Path) -> LedgerData | None:
 
 
 def ledger_json(ledger: LedgerData) -> dict[str, Any]:
-    """The ledger as the JSON object `parse_ledger` reads (ε recomputed from the history)."""
+    """The ledger as the JSON object `parse_ledger` reads (ε recomputed from the history).
+
+    An ε the parser would refuse (not a finite number) is a `LedgerError` here, before anything is
+    written: a saved ledger its own parser cannot read is a device that can never train again.
+    """
+    spent = epsilon_of(ledger.history, ledger.delta, ledger.accountant)
+    if not math.isfinite(spent):
+        raise LedgerError(f"the ε of this history is {spent!r}, which no ledger can record")
     return {
         "format": LEDGER_FORMAT,
         "epsilon_budget": ledger.epsilon_budget,
         "delta": ledger.delta,
         "accountant": ledger.accountant,
-        "epsilon_spent": epsilon_of(ledger.history, ledger.delta, ledger.accountant),
+        "epsilon_spent": spent,
         "history": [list(h) for h in ledger.history],
         "rounds": list(ledger.rounds),
         "refusals": ledger.refusals,

@@ -119,3 +119,14 @@ def train_content(arrays: dict[str, np.ndarray], **config: Any) -> RecordDict:
     """A Message-API train or evaluate message's content, as `VersionedFedAvg` sends it."""
     record = ArrayRecord({k: Array(np.ascontiguousarray(arrays[k])) for k in sorted(arrays)})
     return RecordDict({"arrays": record, "config": ConfigRecord({"adapter-version": 0, "server-round": 1, **config})})
+
+
+def v0_arrays(config: dict[str, Any]) -> tuple[dict[str, np.ndarray], str]:
+    """A run's global adapter v0 and base fingerprint, as the server builds them (a fresh model:
+    the process-wide one holds whatever the last device trained into it)."""
+    from core.models import load_causal_lm
+    from federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
+
+    cfg = TaskConfig.from_run_config(config)
+    sw = SpecialistWithAdapters(load_causal_lm(cfg.model, progress=False), cfg)
+    return sw.get_adapter(GLOBAL), sw.fingerprint

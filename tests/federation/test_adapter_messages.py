@@ -10,7 +10,6 @@ load its federation state again. Each test sends real messages to the real Clien
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,12 +20,7 @@ from federation.adapters import write_adapter
 from federation.errors import MessageRefusal
 from federation.store import AdapterStore, load_device_specialist
 from federation.task import GLOBAL, PERSONAL, TaskConfig, specialist_for
-from tests.federation.conftest import deliver, node_configs, run_config, train_content
-
-
-def _v0(config: dict[str, Any]) -> tuple[dict[str, np.ndarray], str]:
-    sw = specialist_for(TaskConfig.from_run_config(config))
-    return sw.get_adapter(GLOBAL), sw.fingerprint
+from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
 
 
 def _kept(state: Path) -> list[int]:
@@ -37,7 +31,7 @@ def test_an_adapter_is_lora_matrices_only_even_on_the_lm_head(tiny_bpe_model: Pa
     # The device's operator allows the LM head as a LoRA target; the server still ships only deltas.
     (node,) = node_configs(tiny_bpe_model, tmp_path, 1, **{"lora-targets": "q_proj,lm_head"})
     config = run_config(tiny_bpe_model, tmp_path, **{"lora-targets": "q_proj,lm_head"})
-    arrays, base = _v0(config)
+    arrays, base = v0_arrays(config)
     assert arrays and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in arrays)
     # What the attack sent: the full LM-head matrix, one row made to win every position.
     head = load_causal_lm(str(tiny_bpe_model), progress=False).model.lm_head.weight.detach().numpy()
@@ -58,7 +52,7 @@ def test_an_adapter_is_lora_matrices_only_even_on_the_lm_head(tiny_bpe_model: Pa
 def test_arrays_for_another_base_are_refused_before_anything_is_kept(tiny_bpe_model: Path, tmp_path: Path) -> None:
     (node,) = node_configs(tiny_bpe_model, tmp_path, 1)
     config = run_config(tiny_bpe_model, tmp_path)
-    arrays, base = _v0(config)
+    arrays, base = v0_arrays(config)
     for kind in ("evaluate", "train"):
         content = train_content(arrays, **{"adapter-version": 5, "base-fingerprint": "0" * 16})
         reply = deliver(content, kind, node, config)
@@ -75,7 +69,7 @@ def test_a_personal_adapter_of_another_base_stops_the_round_before_the_version_i
 ) -> None:
     (node,) = node_configs(tiny_bpe_model, tmp_path, 1)
     config = run_config(tiny_bpe_model, tmp_path)
-    arrays, base = _v0(config)
+    arrays, base = v0_arrays(config)
     sw = specialist_for(TaskConfig.from_run_config(config))
     personal = {k: np.zeros_like(v) for k, v in sw.get_adapter(PERSONAL).items()}
     write_adapter(tmp_path / "device0" / PERSONAL, personal, sw.lora_config_dict(), kind=PERSONAL, base="f" * 16)
@@ -90,7 +84,7 @@ def test_a_version_may_not_jump_far_past_the_devices_newest(
 ) -> None:
     (node,) = node_configs(tiny_bpe_model, tmp_path, 1)
     config = run_config(tiny_bpe_model, tmp_path)
-    arrays, _ = _v0(config)
+    arrays, _ = v0_arrays(config)
     assert not deliver(train_content(arrays, **{"adapter-version": 1}), "evaluate", node, config).has_error()
     for kind in ("evaluate", "train"):
         reply = deliver(train_content(arrays, **{"adapter-version": 1 + jump}), kind, node, config)

@@ -24,14 +24,14 @@ import federation.task
 from federation.adapters import ADAPTER_WEIGHTS
 from federation.device import Device
 from federation.errors import RunConfigRefusal
-from federation.task import GLOBAL, PERSONAL, TaskConfig, load_user, specialist_for, split_profile
-from tests.federation.conftest import FIXTURE_USERS, deliver, node_configs, run_config, train_content
+from federation.task import PERSONAL, load_user, split_profile
+from tests.federation.conftest import FIXTURE_USERS, deliver, node_configs, run_config, train_content, v0_arrays
 from tests.tinymodels import save_tiny
 
 
 def _v0(config: dict[str, Any]) -> dict[str, np.ndarray]:
     """The global adapter v0 of a run (what the server would send)."""
-    return specialist_for(TaskConfig.from_run_config(config)).get_adapter(GLOBAL)
+    return v0_arrays(config)[0]
 
 
 def _log(state: Path) -> list[dict[str, Any]]:

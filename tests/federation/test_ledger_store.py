@@ -113,3 +113,22 @@ def test_store_versions_are_complete_immutable_and_checked(tmp_path: Path) -> No
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\1")
     with pytest.raises(AdapterError, match="do not match"):
         load_global_adapter(0, tmp_path / "adapters")
+
+
+def test_a_negative_prv_epsilon_is_recorded_as_zero_and_the_ledger_stays_readable(tmp_path: Path) -> None:
+    """At δ = 0.2 Opacus's PRV accountant gives ε = -0.20 for two steps; the ledger saved it, and its
+    own parser then refused the file as damaged: the device could never train again."""
+    from privacy.ledger import read_ledger_file
+
+    history = [(1.0, 1 / 6, 2)]
+    reference = PRVAccountant()
+    reference.history = list(history)
+    assert reference.get_epsilon(delta=0.2) < 0  # what the accountant says
+    assert epsilon_of(history, 0.2, "prv") == 0.0  # (ε < 0, δ)-DP implies (0, δ)-DP
+    path = tmp_path / "ledger.json"
+    ledger = Ledger.load(path, epsilon_budget=8.0, delta=0.2, accountant="prv")
+    entry = ledger.record(run_id=1, server_round=1, adapter_version_in=0, history=history, max_grad_norm=1.0)
+    assert entry.epsilon_after == 0.0
+    data = read_ledger_file(path)
+    assert data is not None and data.history == history and data.epsilon_stored == 0.0
+    assert Ledger.load(path, epsilon_budget=8.0, delta=0.2, accountant="prv").history == history

@@ -1,0 +1,88 @@
+"""DP settings a server sets in the run config, and what the device charges for them.
+
+Before: max-grad-norm inf (or 1e30) sent arrays of NaN after the ledger had charged the round;
+δ = 0.2 for a 21-commit history (δ >= 1/n allows releasing a commit in the clear) was accepted and
+charged; batch-size as large as the history (sampling rate 1) spent 7.1 of 8 ε in two steps. Each
+test sends real messages to the real ClientApp, with real Opacus.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import Message
+
+import federation.task
+from federation.errors import RunConfigRefusal
+from privacy.ledger import read_ledger_file
+from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
+
+
+def _round(model: Path, state: Path, node: dict[str, Any] | None = None, **overrides: Any) -> Message:
+    (config_node,) = node_configs(model, state, 1, **(node or {}))
+    config = run_config(model, state, **overrides)
+    arrays, _ = v0_arrays(run_config(model, state))
+    return deliver(train_content(arrays), "train", config_node, config)
+
+
+def _finite(reply: Message) -> bool:
+    return all(np.isfinite(a.numpy()).all() for a in reply.content["arrays"].values())
+
+
+def _log(state: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (state / "device0" / "rounds.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"max-grad-norm": math.inf}, {"max-grad-norm": 1e30}, {"noise-multiplier": 1e30}, {"noise-multiplier": math.inf}],
+    ids=["clip-inf", "clip-1e30", "noise-1e30", "noise-inf"],
+)
+def test_clip_and_noise_must_be_finite_and_bounded(tiny_bpe_model: Path, tmp_path: Path, overrides: Any) -> None:
+    reply = _round(tiny_bpe_model, tmp_path, **overrides)
+    assert reply.has_error() and reply.error.reason == RunConfigRefusal.public
+    assert not (tmp_path / "device0" / "ledger.json").exists()  # nothing charged
+
+
+def test_an_update_that_is_not_finite_is_never_sent_nor_charged(
+    tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = federation.task.per_sequence_loss
+
+    def overflowing(*args: Any) -> Any:  # a forward pass that overflows on this history
+        return real(*args) * math.inf
+
+    monkeypatch.setattr(federation.task, "per_sequence_loss", overflowing)
+    reply = _round(tiny_bpe_model, tmp_path, **{"personal-steps": 0})
+    # A reply like any other (a refusal would say the history made training diverge), of noise alone.
+    assert not reply.has_error() and _finite(reply)
+    ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
+    assert ledger is None or ledger.history == []
+    assert [r.get("reason") for r in _log(tmp_path) if r["event"] == "skipped"] == ["the DP update was not finite"]
+
+
+def test_delta_not_below_one_over_n_buys_no_private_step(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    # 21 usable commits: δ = 0.2 >= 1/21. The device and the run agree on it; the device still trains nothing.
+    reply = _round(tiny_bpe_model, tmp_path, {"delta": 0.2}, delta=0.2)
+    assert not reply.has_error() and _finite(reply)
+    ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
+    assert ledger is not None and ledger.history == [] and ledger.refusals == 1
+    (trained,) = [r for r in _log(tmp_path) if r["event"] == "train"]
+    assert trained["dp_steps"] == 0 and trained["cover_steps"] == 2 and trained["examples"] == 21
+
+
+def test_a_batch_as_large_as_the_history_buys_no_private_step(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    # Batch 64 (the device's largest) over 21 commits: sampling rate 1, above max-sample-rate 0.5.
+    reply = _round(tiny_bpe_model, tmp_path, **{"batch-size": 64})
+    assert not reply.has_error() and _finite(reply)
+    ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
+    assert ledger is not None and ledger.history == []
+    # The same round at batch 4 (rate 1/6) trains and is charged.
+    reply = _round(tiny_bpe_model, tmp_path / "small-batch")
+    ledger = read_ledger_file(tmp_path / "small-batch" / "device0" / "ledger.json")
+    assert not reply.has_error() and ledger is not None and ledger.history == [(1.0, 1 / 6, 2)]
