@@ -13,7 +13,8 @@ profile), never by hand:
     validity         every certificate on the path is valid now
 
 A device certificate needs no subjectAltName: `server pki issue-device` never wrote one, and the
-device's name is its one CN (`server.service.device_name`).
+device's name is its one CN (`server.service.device_name`). So a path through a CA with name
+constraints is refused: those constrain subjectAltNames, not the CN that names the device.
 """
 
 from __future__ import annotations
@@ -93,7 +94,18 @@ class DeviceCertificates:
         verifier = self._verifier(now or dt.datetime.now(dt.UTC))
         intermediates = [cert for cert in presented if cert != leaf]
         try:
-            verifier.verify(leaf, intermediates)
+            verified = verifier.verify(leaf, intermediates)
         except VerificationError as exc:
             reason = _ENCOUNTERED.sub("", str(exc)).removeprefix("validation failed: ")
             raise NotADevice(f"the client certificate is not a valid device certificate: {reason}") from None
+        # Name constraints bind subjectAltNames, and a device's name is its CN: a tenant's sub-CA
+        # constrained to its own names could still issue any device name. Refused, not half-applied.
+        for issuer in verified.chain[1:]:
+            try:
+                issuer.extensions.get_extension_for_class(x509.NameConstraints)
+            except x509.ExtensionNotFound:
+                continue
+            raise NotADevice(
+                "the client certificate is issued under a CA with name constraints, which do not bind "
+                "a device's name (its CN); such CAs are not supported"
+            )

@@ -7,9 +7,10 @@
 
 The server runs on its own asyncio event loop thread, so tests, the demo and the CLI embed it the
 same way. It serves `specsteer.v1.Verifier` (`server/service.py`) and the standard gRPC health
-check (to devices it would serve, `Check` only: `DeviceHealth`), exposes Prometheus metrics if asked, and re-reads its certificate, key and client CA
-whenever the files change (`CertificateSource`): rotation needs no restart, and a broken new
-file is refused (the current certificate stays) rather than taking the server down.
+check (to devices it would serve, `Check` only: `DeviceHealth`), exposes Prometheus metrics if
+asked, and re-reads its certificate, key and client CA whenever the files change
+(`CertificateSource`): rotation needs no restart, and a broken new file is refused (the current
+certificate stays) rather than taking the server down.
 """
 
 from __future__ import annotations

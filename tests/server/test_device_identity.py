@@ -269,3 +269,41 @@ def test_the_anchors_follow_a_reloaded_client_ca(device_ca) -> None:
     anchors.clear()
     with pytest.raises(NotADevice, match="trusts no device CA"):
         check.verify(leaf)
+
+
+def _ca(name: str, issuer: pki_mod.Issued | None, *, constraints: x509.NameConstraints | None) -> pki_mod.Issued:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    signing_key = issuer.key if issuer else key  # a root signs itself
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer.cert.subject if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(minutes=5))
+        .not_valid_after(NOW + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None if issuer is None else 0), critical=True)
+        .add_extension(_usage(sign=False, issue=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()), critical=False)
+    )
+    if constraints is not None:
+        builder = builder.add_extension(constraints, critical=True)
+    return pki_mod.Issued(builder.sign(signing_key, hashes.SHA256()), key)
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_device_issued_under_a_name_constrained_ca_is_refused(constrained) -> None:
+    # A tenant's sub-CA constrained to its own DNS names: the constraint binds subjectAltNames, but
+    # the device's name is its CN, so it could name any device. Such paths are refused.
+    root = _ca("Device Root", None, constraints=None)
+    constraints = x509.NameConstraints([x509.DNSName("tenant-a.devices")], None) if constrained else None
+    tenant = _ca("Tenant A Device CA", root, constraints=constraints)
+    leaf = pki_mod.issue_leaf(tenant, "bob-of-tenant-b", client=True, hosts=["phone.tenant-a.devices"])
+    check = DeviceCertificates(lambda: (root.cert,))
+    if not constrained:
+        check.verify(leaf.cert, [tenant.cert])  # the same path without the constraint is a device
+        return
+    with pytest.raises(NotADevice, match="CA with name constraints"):
+        check.verify(leaf.cert, [tenant.cert])
