@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, decode
+from privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, clean_text, decode
 
 __all__ = ["RewrittenVerbatimDetector", "VerbatimNgramDetector", "run_words"]
 
@@ -144,7 +144,8 @@ class VerbatimNgramDetector(Detector):
         return run_words(decode(self.tokenizer, [int(t) for t in ids[a:b]])) >= self.min_words
 
     def find(self, text: str) -> list[Span]:
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        # Same length: a lone surrogate becomes U+FFFD, so the offsets still index `text`.
+        enc = self.tokenizer(clean_text(text), add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
         offsets = enc["offset_mapping"]
         return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
 
@@ -228,7 +229,8 @@ def _contains(sorted_set: np.ndarray, queries: np.ndarray) -> np.ndarray:
 
 
 def _encode_all(tokenizer: Tokenizer, texts: Iterable[str]) -> list[list[int]]:
-    batch = [t for t in texts if t]
+    # A lone surrogate (JSON lets one through) would make the tokenizer raise: replaced first.
+    batch = [clean_text(t) for t in texts if t]
     if not batch:
         return [[]]
     return list(tokenizer(batch, add_special_tokens=False)["input_ids"])  # type: ignore[operator]

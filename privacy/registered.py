@@ -14,6 +14,8 @@ import binascii
 import re
 from collections.abc import Iterable, Mapping
 
+from privacy.spans import clean_text
+
 __all__ = ["base64_fragments", "encodings", "name_variants", "secret_cores", "unambiguous_first_names"]
 
 # English words that are also common first names: alone, they say nothing about a person.
@@ -124,7 +126,8 @@ def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]
             continue
         forms = {text, text.replace(" ", "")}
         for form in forms:
-            data = form.encode()
+            # A lone surrogate has no UTF-8 bytes; encoded as U+FFFD, as a tokenizer would see it.
+            data = clean_text(form).encode()
             out.setdefault(binascii.hexlify(data).decode(), kind)
             for frag in base64_fragments(data):
                 out.setdefault(frag.lower(), kind)

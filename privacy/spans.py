@@ -7,7 +7,8 @@ them (`privacy.guard`) build on this module only, never on each other's internal
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +29,8 @@ __all__ = [
     "Detector",
     "Span",
     "Tokenizer",
+    "check_ids",
+    "clean_text",
     "decode",
     "merge_spans",
 ]
@@ -108,10 +111,44 @@ def merge_spans(spans: Iterable[Span]) -> list[Span]:
     return out
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD. JSON accepts an escaped lone surrogate
+    ("\\ud800") and Python keeps it in a `str`, but neither a fast tokenizer nor UTF-8 can take
+    one: a profile, prompt or canary that carries one crashed the guard at build time."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def check_ids(tokenizer: Tokenizer, ids: Sequence[int]) -> None:
+    """Refuse token IDs outside the tokenizer's vocabulary (a caller's error, `ValueError`).
+
+    A negative ID overflowed the Rust decoder, and one past the vocabulary decoded to "" and so
+    passed every detector while the wire carried it: the guard fails closed on both instead."""
+    if not ids:
+        return
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        size: int | None = backend.get_vocab_size(with_added_tokens=True)
+    else:
+        try:
+            size = len(tokenizer)  # type: ignore[arg-type]
+        except TypeError:
+            size = None
+    lo, hi = min(ids), max(ids)
+    if lo < 0 or (size is not None and hi >= size):
+        bad = lo if lo < 0 else hi
+        limit = "" if size is None else f" of {size} IDs"
+        raise ValueError(f"token ID {bad} is outside the tokenizer's vocabulary{limit}")
+
+
 def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
-    """The text of `ids` exactly as the device shows it (`sdk.device.Specialist.decode`)."""
+    """The text of `ids` exactly as the device shows it (`sdk.device.Specialist.decode`); an ID
+    outside the vocabulary is refused (`check_ids`)."""
     if not ids:
         return ""
+    check_ids(tokenizer, ids)
     # A fast tokenizer's Rust backend decodes exactly as `decode(..., clean_up_tokenization_spaces=False)`
     # does, without the Python-side conversions that dominate the guard's cost.
     backend = getattr(tokenizer, "backend_tokenizer", None)
