@@ -37,8 +37,9 @@ from flwr.compat.common import recorddict_compat as compat
 
 from core.session_types import MAX_ADAPTER_VERSION
 from federation.device import Device, Policy
-from federation.errors import MessageRefusal, Refusal
+from federation.errors import MessageRefusal, Refusal, SecAggRefusal
 from federation.offline import go_offline
+from federation.secagg_terms import check_stage
 from federation.task import GLOBAL, specialist_for
 
 __all__ = ["REFUSED", "app", "handle_evaluate", "handle_train", "optional_secaggplus_mod"]
@@ -50,14 +51,42 @@ REFUSED = 100
 
 
 def optional_secaggplus_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """Flower's SecAgg+ mod for train messages of a secure-aggregation run, a no-op otherwise.
+    """Flower's SecAgg+ mod for train messages of a secure-aggregation run, on the device's terms.
 
     `secaggplus_mod` refuses train messages that carry no SecAgg+ stage, so a ClientApp that
-    always had it could not take part in plain FedAvg runs; this lets one app serve both.
+    always had it could not take part in plain FedAvg runs; this lets one app serve both. A device
+    whose node config sets ``secagg-required`` refuses a train message without SecAgg+. Every
+    SecAgg+ message is checked against the device's terms first (`federation.secagg_terms`:
+    cohort, threshold, the nodes each stage names), and whatever fails in the mod is a refusal in
+    one fixed sentence, never a traceback.
     """
-    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
-        return secaggplus_mod(msg, context, call_next)
-    return call_next(msg, context)
+    if msg.metadata.message_type != MessageType.TRAIN:
+        return call_next(msg, context)
+    configs = msg.content.config_records.get(RECORD_KEY_CONFIGS)
+    device = None
+    try:
+        device = Device.from_node_config(context.node_config)
+        if configs is None:
+            if device.dp_policy.secagg_required:
+                raise SecAggRefusal("the run trains without secure aggregation, which this device requires")
+            return call_next(msg, context)
+        check_stage(configs, context.state, msg.metadata.dst_node_id, min_cohort=device.dp_policy.secagg_min_cohort)
+    except Exception as exc:  # the device's terms (or its node config) say no: a refusal
+        return _refuse(msg, context, device, exc, "train")
+    inner: list[Message] = []
+
+    def remember(m: Message, c: Context) -> Message:
+        reply = call_next(m, c)
+        inner.append(reply)
+        return reply
+
+    try:
+        return secaggplus_mod(msg, context, remember)
+    except Exception as exc:
+        if inner and inner[-1].has_error():
+            return inner[-1]  # the device refused the round itself (policy, budget, ...): that refusal
+        failed = SecAggRefusal(f"the SecAgg+ stage failed: {type(exc).__name__}: {exc}")
+        return _refuse(msg, context, device, failed, "train")
 
 
 app = ClientApp(mods=[optional_secaggplus_mod])

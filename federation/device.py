@@ -50,6 +50,9 @@ here, before anything is loaded):
                          is raised to it)
     max-sample-rate      the largest DP sampling rate a round may train at (default 0.5); at a larger
                          one (a batch as large as the history) it takes no private step
+    secagg-required      take part only in SecAgg+ rounds (default false)
+    secagg-min-cohort    the fewest devices a SecAgg+ round may mask its update among (default 3;
+                         the threshold must also be more than half the shares: `federation.secagg_terms`)
     max-version-jump     how far past its newest global version a message's may be (default 1000):
                          the device's newest version is the one its inference declares, and one
                          message at 2^31-1 kept it there for good
@@ -125,6 +128,7 @@ DEFAULT_MAX_PERSONAL_LR = 0.01
 DEFAULT_MIN_HOLDOUT = 4
 DEFAULT_MAX_VERSION_JUMP = 1000
 DEFAULT_MAX_SAMPLE_RATE = 0.5
+DEFAULT_SECAGG_MIN_COHORT = 3
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
@@ -156,6 +160,9 @@ class DevicePolicy:
     min_holdout: int = DEFAULT_MIN_HOLDOUT
     max_version_jump: int = DEFAULT_MAX_VERSION_JUMP
     max_sample_rate: float = DEFAULT_MAX_SAMPLE_RATE
+    # SecAgg+ on the device's terms (federation.secagg_terms), not only on the server's settings.
+    secagg_required: bool = False
+    secagg_min_cohort: int = DEFAULT_SECAGG_MIN_COHORT
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -179,6 +186,8 @@ class DevicePolicy:
                 min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
                 max_version_jump=int(node.get("max-version-jump", DEFAULT_MAX_VERSION_JUMP)),
                 max_sample_rate=float(node.get("max-sample-rate", DEFAULT_MAX_SAMPLE_RATE)),
+                secagg_required=_as_bool(node.get("secagg-required", False)),
+                secagg_min_cohort=int(node.get("secagg-min-cohort", DEFAULT_SECAGG_MIN_COHORT)),
             )
         except (TypeError, ValueError, OverflowError):
             raise ConfigError("The device's policy in its node config holds a value that is not a number.") from None
@@ -194,6 +203,8 @@ class DevicePolicy:
             raise ConfigError(
                 f"The device's max-personal-lr must be in (0, {MAX_LR:g}] and its max-sample-rate in (0, 1]."
             )
+        if policy.secagg_min_cohort < 2:
+            raise ConfigError("The device's secagg-min-cohort must be at least 2: SecAgg+ among one hides nothing.")
         if not policy.model or not policy.lora_targets:
             raise ConfigError("The device's model and lora-targets must name something.")
         if policy.accountant not in ACCOUNTANTS:

@@ -23,6 +23,7 @@ from federation.store import AdapterStore
 __all__ = ["RUN_LOG", "RoundRecord", "ServerSettings", "VersionedRounds"]
 
 RUN_LOG = "runs.jsonl"
+SECAGG_LEAST_THRESHOLD = 0.625
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class ServerSettings:
             raise ConfigError(f"Invalid server setting in the run config: {exc}.") from None
         if settings.rounds < 1 or settings.min_clients < 1 or settings.round_timeout <= 0:
             raise ConfigError("num-server-rounds, min-clients and round-timeout must be positive.")
+        if settings.secagg and not SECAGG_LEAST_THRESHOLD < settings.secagg_threshold <= 1:
+            # Flower rounds threshold x shares half to even (0.625 x 4 shares = 2): above 0.625 it is
+            # more than half the shares for every cohort, which devices require (federation.secagg_terms).
+            raise ConfigError(
+                f"secagg-threshold must be above {SECAGG_LEAST_THRESHOLD} and at most 1: devices refuse a "
+                "threshold of half the shares or fewer."
+            )
         return settings
 
     @property

@@ -72,6 +72,12 @@ class RunOptions:
             config["secagg"] = True
         if self.simulation and (self.min_clients or 0) > self.clients:
             raise ConfigError(f"--min-clients {self.min_clients} is more than the {self.clients} simulated devices.")
+        if self.simulation and self.secagg:
+            from federation.device import DEFAULT_SECAGG_MIN_COHORT  # torch and all: only for this check
+
+            if self.clients < DEFAULT_SECAGG_MIN_COHORT:
+                # Every device refuses a SecAgg+ cohort below its secagg-min-cohort: the run would train nothing.
+                raise ConfigError(f"--secagg needs at least {DEFAULT_SECAGG_MIN_COHORT} devices (--clients).")
         return config
 
     def simulation_nodes(self, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:

@@ -184,11 +184,13 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_run_simulation_with_secure_aggregation(
     tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _run(
-        capsys, "run", "--simulation", "--secagg", "--clients", "2", "--data", str(FIXTURE_USERS),
-        "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path), "--json", *FAST,
-    )  # fmt: skip
+    argv = ["run", "--simulation", "--secagg", "--data", str(FIXTURE_USERS), "--model", str(tiny_bpe_model)]
+    # Devices refuse a SecAgg+ cohort below their secagg-min-cohort (3): said at once, in one sentence.
+    code, out, err = _run(capsys, *argv, "--clients", "2", "--state-dir", str(tmp_path / "two"), "--json", *FAST)
+    assert code != 0
+    assert err.strip().splitlines()[-1] == "federation: error: --secagg needs at least 3 devices (--clients)."
+    code, out, err = _run(capsys, *argv, "--clients", "3", "--state-dir", str(tmp_path), "--json", *FAST)
     assert code == 0, err
     summary = json.loads(out)
     assert summary["secure_aggregation"] is True and summary["version_out"] == 1
-    assert summary["rounds"][0]["replies"] == 2
+    assert summary["rounds"][0]["replies"] == 3

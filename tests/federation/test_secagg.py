@@ -7,13 +7,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import Message
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common import FitIns, ndarrays_to_parameters
+from flwr.compat.common import recorddict_compat as compat
 
 import federation.device
+from federation.errors import ConfigError, PolicyRefusal, SecAggRefusal
 from federation.ledger import Ledger
+from federation.rounds import ServerSettings
 from federation.simulation import run_in_process
 from federation.store import AdapterStore
-from tests.federation.conftest import node_configs, run_config
+from tests.federation.conftest import deliver, node_configs, run_config, v0_arrays
 
 
 def _capture(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, np.ndarray]]:
@@ -86,3 +90,166 @@ def test_secagg_survives_a_dropout_after_keys_are_shared(
     v1 = AdapterStore(tmp_path / "server" / "adapters").arrays(1)
     for key, value in v1.items():
         np.testing.assert_allclose(value, (captured["device0"][key] + captured["device1"][key]) / 2, atol=1e-4)
+
+
+# --- the device's terms (federation.secagg_terms): a malicious server drives the stages by hand ---
+
+CLIP, QUANT, MOD = 8.0, 4194304, 4294967296
+
+
+def _setup(sample: int, shares: int, threshold: Any) -> RecordDict:
+    configs = {
+        "stage": "setup",
+        "sample_num": sample,
+        "share_num": shares,
+        "threshold": threshold,
+        "clipping_range": CLIP,
+        "target_range": QUANT,
+        "mod_range": MOD,
+        "max_weight": 1.0,
+    }
+    return RecordDict({"secaggplus_configs": ConfigRecord(configs)})
+
+
+def _stage(stage: str, **configs: Any) -> RecordDict:
+    return RecordDict({"secaggplus_configs": ConfigRecord({"stage": stage, **configs})})
+
+
+class Cohort:
+    """Devices of one SecAgg+ round, each with its node config and its run-long Flower state."""
+
+    def __init__(self, model: Path, state: Path, ids: list[int], **node: Any) -> None:
+        self.ids = ids
+        self.config = run_config(model, state, secagg=True)
+        self.nodes = {nid: cfg for nid, cfg in zip(ids, node_configs(model, state, len(ids), **node), strict=True)}
+        self.states = {nid: RecordDict() for nid in ids}
+        self.keys: dict[int, tuple[bytes, bytes]] = {}
+
+    def send(self, nid: int, content: RecordDict) -> Message:
+        return deliver(content, "train", self.nodes[nid], self.config, node_id=nid, state=self.states[nid])
+
+    def to_collect(self) -> dict[int, tuple[list[int], list[bytes]]]:
+        """Setup and share keys honestly; returns what each device gets in the collect stage."""
+        for nid in self.ids:
+            reply = self.send(nid, _setup(len(self.ids), len(self.ids), 2))
+            assert not reply.has_error(), reply.error
+            got = reply.content["secaggplus_configs"]
+            self.keys[nid] = (got["pk1"], got["pk2"])
+        inbox: dict[int, tuple[list[int], list[bytes]]] = {nid: ([], []) for nid in self.ids}
+        keys = {str(nid): list(pair) for nid, pair in self.keys.items()}
+        for nid in self.ids:
+            reply = self.send(nid, _stage("share_keys", **keys))
+            assert not reply.has_error(), reply.error
+            got = reply.content["secaggplus_configs"]
+            for dst, text in zip(got["dsts"], got["ctxts"], strict=True):
+                inbox[dst][0].append(nid)
+                inbox[dst][1].append(text)
+        return inbox
+
+    def collect(self, nid: int, sources: list[int], texts: list[bytes]) -> Message:
+        """The collect stage as a legacy FitIns (what SecAgg+'s workflow sends): the device trains."""
+        arrays, _ = v0_arrays(self.config)
+        keys = sorted(arrays)
+        ins = FitIns(ndarrays_to_parameters([arrays[k] for k in keys]), {"adapter-version": 0, "server-round": 1})
+        content = compat.fitins_to_recorddict(ins, True)
+        content.config_records["secaggplus_configs"] = ConfigRecord(
+            {"stage": "collect_masked_vectors", "ctxts": texts, "srcs": sources}
+        )
+        return self.send(nid, content)
+
+
+@pytest.mark.parametrize(
+    ("sample", "shares", "threshold", "taken"),
+    [
+        (1, 1, 1, False),  # the attack: a cohort of one, whose own unmask reply is its self-mask seed
+        (3, 3, 1, False),  # one share of three reconstructs
+        (4, 4, 2, False),  # half: two disjoint halves could each rebuild one of a device's secrets
+        (2, 2, 2, False),  # a cohort below the device's minimum of 3
+        (3, 3, 4, False),  # more shares needed than exist
+        (3, 3, "2", False),  # not a number
+        (3, 3, 2, True),  # what Flower's workflow sends for 3 devices at threshold 0.67
+        (5, 5, 3, True),
+    ],
+)
+def test_the_device_refuses_a_cohort_or_threshold_that_hides_nothing(
+    tiny_bpe_model: Path, tmp_path: Path, sample: int, shares: int, threshold: Any, taken: bool
+) -> None:
+    cohort = Cohort(tiny_bpe_model, tmp_path, [7])
+    reply = cohort.send(7, _setup(sample, shares, threshold))
+    assert reply.has_error() != taken
+    if not taken:
+        assert reply.error.reason == SecAggRefusal.public
+
+
+def test_the_device_refuses_a_key_list_too_small_or_without_it(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    cohort = Cohort(tiny_bpe_model, tmp_path, [7])
+    reply = cohort.send(7, _setup(3, 3, 2))
+    mine = [reply.content["secaggplus_configs"]["pk1"], reply.content["secaggplus_configs"]["pk2"]]
+    fake = [[bytes([i]) * 32, bytes([i + 1]) * 32] for i in (1, 3, 5)]
+    for keys in (
+        {"7": mine, "8": fake[0]},  # two devices: fewer than the device's minimum cohort
+        {"8": fake[0], "9": fake[1], "10": fake[2]},  # the device left out
+        {"7": mine, "8": fake[0], "08": fake[1]},  # one node twice, in two spellings
+    ):
+        reply = cohort.send(7, _stage("share_keys", **keys))
+        assert reply.has_error() and reply.error.reason == SecAggRefusal.public
+
+
+def test_a_node_listed_both_active_and_dead_gets_no_share(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    """The attack: listing the target X as active *and* dead to the two others made each return both
+    of X's shares (self mask and pairwise key); the server rebuilt X's update alone."""
+    ids = [2001, 2002, 2003]
+    target = ids[0]
+    cohort = Cohort(tiny_bpe_model, tmp_path, ids)
+    inbox = cohort.to_collect()
+    for nid in ids:
+        reply = cohort.collect(nid, *inbox[nid])
+        assert not reply.has_error(), reply.error
+    other = ids[1]
+    for active, dead in (
+        (ids, [target]),  # X both active and dead
+        ([*ids, 9999], []),  # a node outside the device's key list
+        (ids[::2], [other]),  # the device itself, which is answering, listed as dead
+        ([other, other, ids[2]], []),  # a node twice
+    ):
+        reply = cohort.send(other, _stage("unmask", active_nids=active, dead_nids=dead))
+        assert reply.has_error() and reply.error.reason == SecAggRefusal.public, (active, dead)
+    # The honest unmask stage (everyone finished) is answered: one self-mask share per active device.
+    reply = cohort.send(other, _stage("unmask", active_nids=ids, dead_nids=[]))
+    assert not reply.has_error(), reply.error
+    assert list(reply.content["secaggplus_configs"]["nids"]) == ids
+
+
+def test_a_stage_out_of_order_or_a_refused_round_is_one_sentence(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    """Flower's mod raised on what a server sent out of order: a traceback, with its text, left the device."""
+    cohort = Cohort(tiny_bpe_model, tmp_path, [7])
+    reply = cohort.send(7, _stage("unmask", active_nids=[7], dead_nids=[]))
+    assert reply.has_error() and reply.error.reason == SecAggRefusal.public
+    # A device that refuses the round itself (here: less noise than its minimum) says so, in its sentence.
+    ids = [11, 12, 13]
+    strict = Cohort(tiny_bpe_model, tmp_path / "strict", ids, **{"min-noise-multiplier": 2.0})
+    inbox = strict.to_collect()
+    reply = strict.collect(11, *inbox[11])
+    assert reply.has_error() and reply.error.reason == PolicyRefusal.public
+
+
+def test_a_device_that_requires_secure_aggregation_refuses_a_plain_round(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    nodes = node_configs(tiny_bpe_model, tmp_path, 3, **{"secagg-required": True})
+    plain, _ = run_in_process(run_config(tiny_bpe_model, tmp_path, **{"min-clients": 3}), nodes)
+    assert plain["rounds"][0]["refusals"] == [SecAggRefusal.public] * 3
+    assert not (tmp_path / "device0" / "ledger.json").exists()
+    secure, _ = run_in_process(run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3}), nodes)
+    assert secure["version_out"] == 1 and secure["rounds"][0]["replies"] == 3
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.6, 0.625, 1.5])
+def test_the_server_refuses_a_threshold_devices_would_refuse(tmp_path: Path, threshold: float) -> None:
+    config = {"server-state-dir": str(tmp_path), "secagg": True, "secagg-threshold": threshold}
+    with pytest.raises(ConfigError, match=r"secagg-threshold must be above 0\.625"):
+        ServerSettings.from_run_config(config)
+    # Above 0.625, Flower's threshold (round half to even of threshold x shares, at least 2) is more
+    # than half the shares for every cohort (SecAggPlusWorkflow.setup_stage computes it so).
+    for fraction in (0.626, 0.67, 1.0):
+        assert ServerSettings.from_run_config({**config, "secagg-threshold": fraction}).secagg_threshold == fraction
+        assert all(2 * max(round(fraction * shares), 2) > shares for shares in range(2, 500))
+    assert 2 * max(round(0.625 * 4), 2) == 4  # 0.625 of 4 shares is 2: exactly half
