@@ -84,6 +84,9 @@ _LEADING_SYMBOLS = re.compile(r"[\W_]*")
 
 Words = list[list[tuple[int, int]]]
 
+_HEAD = 6  # the shortest registered encoding (`privacy.registered.encodings`)
+_PIECE = 16  # a piece of a long encoding that is a span on its own
+
 
 def _segmentations(text: str) -> Iterator[tuple[Words, bool]]:
     """The words of `text` between spaces, then split at symbols too (`fine`)."""
@@ -124,21 +127,26 @@ class HistorySecretDetector(Detector):
         self.min_part = min_part
         self.split_gap = split_gap
         self._joined = "\0".join(folded)
-        grams = {s[i : i + min_piece] for s in folded for i in range(len(s) - min_piece + 1)}
-        self._gram_re = (
-            re.compile("(?=(" + "|".join(map(re.escape, sorted(grams, key=len, reverse=True))) + "))")
-            if grams
-            else None
-        )
+        # Fixed-length windows in sets, not regex alternations: a history with hundreds of secrets
+        # (a pasted lock file's integrity hashes) made one alternation of thousands of branches,
+        # tried at every character of every round (72 ms a drafted token at 400 secrets). A set
+        # lookup per position costs the same whatever the number of secrets.
+        self._grams = frozenset(s[i : i + min_piece] for s in folded for i in range(len(s) - min_piece + 1))
         self.encoded = encodings({s: SECRET for s in secrets})
-        self._encoded_re = (
-            re.compile("|".join(map(re.escape, sorted(self.encoded, key=len, reverse=True)))) if self.encoded else None
-        )
+        # Every encoding is 6+ characters (`encodings`): indexed by its first six.
+        self._encoded_by_head: dict[str, list[str]] = {}
+        for e in sorted(self.encoded, key=len, reverse=True):
+            self._encoded_by_head.setdefault(e[:_HEAD], []).append(e)
         self._encoded_prefixes = {e[:n] for e in self.encoded for n in range(min(4, len(e)), len(e))}
         # A long encoding the look-ahead cannot hold whole reaches the guard in pieces: any 16
         # characters of one are a span too.
-        pieces = {e[i : i + 16] for e in self.encoded for i in range(0, len(e) - 15, 2)}
-        self._piece_re = re.compile("|".join(map(re.escape, sorted(pieces)))) if pieces else None
+        self._pieces = frozenset(e[i : i + _PIECE] for e in self.encoded for i in range(0, len(e) - _PIECE + 1, 2))
+        # The secrets each `min_part`-gram occurs in, so a split part is tried against the few
+        # secrets that can go on after it, not all of them.
+        self._by_gram: dict[str, list[int]] = {}
+        for k, secret in enumerate(folded):
+            for g in sorted({secret[i : i + min_part] for i in range(len(secret) - min_part + 1)}):
+                self._by_gram.setdefault(g, []).append(k)
 
     @classmethod
     def from_history(cls, history: Iterable[str]) -> HistorySecretDetector:
@@ -156,27 +164,28 @@ class HistorySecretDetector(Detector):
         f = fold(text)
         t = f.text
         out: list[Span] = []
-        if self._gram_re is not None:
-            end = 0
-            for m in self._gram_re.finditer(t):
-                a = m.start()
-                if a < end:
-                    continue
-                b = a + self.min_piece
-                while b < len(t) and self._in_secret(t[a : b + 1]):
-                    b += 1
-                while a > 0 and self._in_secret(t[a - 1 : b]):
-                    a -= 1
-                piece = t[a:b]
-                whole = next((s for s in self.secrets if piece in s), piece)
-                if _is_piece(piece, whole):
-                    out.append(Span(*f.span(a, b), SECRET))
-                    end = b
-        for pattern in (self._encoded_re, self._piece_re):
-            if pattern is None:
+        end = 0
+        n = self.min_piece
+        for a in range(len(t) - n + 1):
+            if a < end or t[a : a + n] not in self._grams:
                 continue
-            for m in pattern.finditer(t):
-                out.append(Span(*f.span(*widen_encoded(t, m.start(), m.end())), SECRET))
+            b = a + n
+            while b < len(t) and self._in_secret(t[a : b + 1]):
+                b += 1
+            while a > 0 and self._in_secret(t[a - 1 : b]):
+                a -= 1
+            piece = t[a:b]
+            whole = next((s for s in self.secrets if piece in s), piece)
+            if _is_piece(piece, whole):
+                out.append(Span(*f.span(a, b), SECRET))
+                end = b
+        for a in range(len(t) - _HEAD + 1):
+            for e in self._encoded_by_head.get(t[a : a + _HEAD], ()):
+                if t.startswith(e, a):
+                    out.append(Span(*f.span(*widen_encoded(t, a, a + len(e))), SECRET))
+                    break
+            if t[a : a + _PIECE] in self._pieces:
+                out.append(Span(*f.span(*widen_encoded(t, a, a + _PIECE)), SECRET))
         out += [Span(*f.span(a, b), SECRET) for a, b in self._split_parts(t)]
         return merge_spans(out)
 
@@ -184,7 +193,8 @@ class HistorySecretDetector(Detector):
         """Each (secret, offset) where a secret goes on after `part` as its first part: its start,
         or anywhere in it for a part with a digit or a symbol ("ran" of "granite-..." is a word)."""
         anywhere = bool(re.search(r"[^a-z]", part))
-        for secret in self.secrets:
+        for k in self._by_gram.get(part[: self.min_part], ()):
+            secret = self.secrets[k]
             i = secret.find(part) if anywhere else (0 if secret.startswith(part) else -1)
             while i >= 0:
                 if i + len(part) < len(secret):
@@ -254,10 +264,18 @@ class HistorySecretDetector(Detector):
         offset = len(text) - len(tail_raw)
         best: int | None = None
         # The longest suffix that is still a piece of a secret (two characters or more).
-        for i in range(max(0, len(t) - 80), len(t) - 1):
-            if self._in_secret(t[i:]):
-                best = i
-                break
+        # A suffix of a piece is a piece too, so the longest one is found by bisection (a few
+        # substring searches instead of one per position).
+        lo, hi = max(0, len(t) - 80), len(t) - 1
+        if lo < hi and self._in_secret(t[hi - 1 :]):
+            hi -= 1  # t[hi:] is a piece (two characters or more); find the smallest such start
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._in_secret(t[mid:]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            best = hi
         # A recent word that is a piece of a secret: the rest may follow after a few words.
         for words, fine in _segmentations(t):
             for i, forms in enumerate(words):
