@@ -4,8 +4,9 @@ steered bonus token) and the draw of every token the device writes.
 The cloud's rules (`core.steering`: the ratio test, the top-k steering vector) run on torch
 tensors beside its models; these run in the device process, which drafts on onnxruntime-genai or
 llama.cpp and never imports torch. A torch row on the CPU (the torch drafter's) is read as a numpy
-array without a copy. Same conventions as `core.steering`: fp32 log-probabilities, floored at
-`LOGP_FLOOR` where they enter a score, randomness passed in (`numpy.random.Generator`).
+array without a copy. Same conventions as `core.steering`: fp32 log-probabilities, a probability
+of 0 handled as below (`LOGP_FLOOR`, `RULED_OUT`), NaN refused, randomness passed in
+(`numpy.random.Generator`).
 """
 
 from __future__ import annotations
@@ -16,27 +17,64 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["DRAW_BLOCK", "LOGP_FLOOR", "choose", "device_rng", "floored", "inverse_cdf", "recovery_scores"]
+from core.errors import ModelLoadError
 
-# Log-probabilities enter steering values and recovery scores floored here: log of the smallest
-# normal float32, about -87.34. A model may give a token exactly zero probability (a -inf logit,
-# or a multi-token candidate whose fp32 sum underflows); unfloored, v = log P_G - alpha log P_S^0
-# would be +inf, which the wire refuses, and 0/0 ratios would be NaN. Floored, every value is
-# finite: a token P_S^0 rules out carries the largest personal boost the floor allows, and one
-# that P_S^c and P_S^0 both rule out is neutral (its fused score is log P_G). The ratio test does
-# not use the floor: P_G > gamma * 0 is well defined.
+__all__ = [
+    "DRAW_BLOCK",
+    "LOGP_FLOOR",
+    "RULED_OUT",
+    "choose",
+    "device_rng",
+    "floored",
+    "inverse_cdf",
+    "recovery_scores",
+    "refuse_nan",
+]
+
+# The conventions for a probability of exactly 0 (log = -inf). A model gives one to a token it
+# masks (a -inf logit) or a multi-token candidate whose fp32 sum underflows; unhandled, v = log P_G
+# - alpha log P_S^0 would be +inf or NaN, which the wire refuses (it carries finite float32s). Only
+# the non-finite values are replaced; every finite log-probability enters a value or a score as
+# computed (a floor on finite values changed candidate values, recoveries and the literal ranking
+# on peaked rows, whose tails lie far below any floor):
+# - log P_S^0 or log P_S^c = -inf enters as `LOGP_FLOOR`, the log of the smallest normal float32
+#   (about -87.34): a token P_S^0 rules out carries a large, finite personal boost, and one that
+#   P_S^c and P_S^0 both rule out is neutral (its fused score is log P_G).
+# - log P_G = -inf makes v = `RULED_OUT`, the most negative finite float32, whatever P_S^0 says:
+#   pi* gives the token probability 0, so it must never outrank a token the Generalist allows (a
+#   floor on both terms gave it (1 - alpha) * floor, positive for alpha > 1). Its recovery score
+#   stays at `RULED_OUT` (adding alpha * log P_S^c, at least alpha * `LOGP_FLOOR`, does not move
+#   a float32 of that size), below every score of a token P_G allows, and weighs 0 when sampled.
+# NaN is not a probability: a row holding one comes from a broken model (damaged weights, an
+# overflow in its dtype) and is refused (`ModelLoadError`), never decoded.
+# The ratio test uses none of this: P_G > gamma * 0 is well defined (core.steering.verify_ratios).
 LOGP_FLOOR = math.log(float(np.finfo(np.float32).tiny))
+RULED_OUT = float(np.finfo(np.float32).min)
 
 
 def floored(logp: Any) -> NDArray[np.float32]:
-    """fp32 log-probabilities with -inf and NaN raised to `LOGP_FLOOR`."""
+    """fp32 log-probabilities with -inf (probability 0) replaced by `LOGP_FLOOR`; finite values
+    unchanged. NaN is refused (`ModelLoadError`)."""
     x = np.asarray(logp, dtype=np.float32)
-    return np.maximum(np.nan_to_num(x, nan=LOGP_FLOOR, neginf=LOGP_FLOOR), np.float32(LOGP_FLOOR))
+    refuse_nan(x)
+    return np.where(np.isneginf(x), np.float32(LOGP_FLOOR), x)
+
+
+def refuse_nan(x: NDArray[np.float32], what: str = "log-probabilities") -> None:
+    """Raise `ModelLoadError` if `x` holds a NaN: no rule ranks or draws it, and decoding on would
+    pick an arbitrary token (argmax returns a NaN's index; a draw's weights all become NaN)."""
+    if np.isnan(x).any():
+        raise ModelLoadError(
+            f"the model's {what} hold NaN (its logits are not numbers: damaged weights, or an overflow "
+            "in its dtype); no token can be ranked or drawn"
+        )
 
 
 def recovery_scores(values: Any, logp_sc: Any, alpha: float) -> NDArray[np.float32]:
-    """z_rec(c) = v(c) + alpha * log P_S^c(c) over the candidates (log P_S^c floored like v's terms)."""
+    """z_rec(c) = v(c) + alpha * log P_S^c(c) over the candidates (-inf in log P_S^c enters as
+    `LOGP_FLOOR`; a `RULED_OUT` value stays the lowest score)."""
     v = np.asarray(values, dtype=np.float32)
+    refuse_nan(v, "steering values")
     if alpha == 0:
         return v
     return v + np.float32(alpha) * floored(logp_sc)
@@ -57,9 +95,15 @@ def choose(
     """Greedy: index of the largest score (the first on ties). Sampling: draw from softmax(scores / T),
     by inverting its cumulative distribution at one uniform draw."""
     x = np.asarray(scores, dtype=np.float32)
+    refuse_nan(x, "scores")
     if not sampling:
         return int(np.argmax(x))
-    scaled = x if temperature == 1.0 else x / np.float32(temperature)
+    with np.errstate(over="ignore"):  # `RULED_OUT` / T < 1 is -inf: weight 0, as it should be
+        scaled = x if temperature == 1.0 else x / np.float32(temperature)
+    if not np.isfinite(scaled.max()):
+        # Every score -inf (or `RULED_OUT` pushed to -inf by a temperature below 1): no weights
+        # to draw by. Take the first of them, as greedy would.
+        return int(np.argmax(x))
     weights = np.exp(scaled - scaled.max())  # float32 in [0, 1], the largest exactly 1
     return inverse_cdf(weights, (generator if generator is not None else np.random.default_rng()).random())
 

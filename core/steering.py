@@ -19,17 +19,20 @@ from dataclasses import dataclass
 
 import torch
 
-from core.recovery import LOGP_FLOOR
+from core.errors import ModelLoadError
+from core.recovery import LOGP_FLOOR, RULED_OUT
 from core.session_types import CandidatePolicy
 
 __all__ = [
     "LOGP_FLOOR",
+    "RULED_OUT",
     "Segment",
     "acceptance_probability",
     "align_segments",
     "floored",
     "log_gamma",
     "log_softmax",
+    "refuse_nan",
     "steering_candidates",
     "steering_values",
     "top_indices",
@@ -39,9 +42,21 @@ __all__ = [
 
 
 def floored(logp: torch.Tensor) -> torch.Tensor:
-    """fp32 log-probabilities with -inf and NaN raised to `LOGP_FLOOR` (`core.recovery` says why),
-    the floor the device's recovery scores use too."""
-    return torch.nan_to_num(logp.float(), nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
+    """fp32 log-probabilities with -inf (probability 0) replaced by `LOGP_FLOOR`, finite values
+    unchanged: the convention the device's recovery scores use too (`core.recovery` says why)."""
+    x = logp.float()
+    return torch.where(torch.isneginf(x), torch.full_like(x, LOGP_FLOOR), x)
+
+
+def refuse_nan(*rows: torch.Tensor | None) -> None:
+    """Raise `ModelLoadError` if a row holds a NaN (a broken model's logits): ranked, a NaN row
+    made the candidates token IDs 0..k-1 and rejected every draft, silently."""
+    present = [r for r in rows if r is not None]
+    if present and bool(torch.stack([torch.isnan(r).any() for r in present]).any()):  # one host sync
+        raise ModelLoadError(
+            "a cloud model's log-probabilities hold NaN (its logits are not numbers: damaged weights, or an "
+            "overflow in its dtype); no token can be ranked"
+        )
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -68,13 +83,19 @@ def verify_ratios(
     A unit's log ratio is log P_G - log P_S^0 of its tokens. Greedy: accept iff
     P_G > gamma * P_S^0 (strict). Sampling: accept with probability min(1, P_G / (gamma * P_S^0)),
     i.e. iff u < that, with `uniforms[i]` ~ U[0, 1) drawn by the caller. Stops at the first rejection.
+
+    A unit P_G rules out (ratio -inf, or NaN for 0/0) is rejected in both modes, for every gamma,
+    0 included: greedy's 0 > gamma * P_S^0 is false, and sampling takes the limit gamma -> 0+ of
+    0 / (gamma * P_S^0), which is 0 (it accepted such a unit at gamma = 0 while greedy rejected
+    it). So gamma = 0 accepts every draft P_G allows, which is every draft of a model with finite
+    logits (algorithm.md's gamma = 0 oracle).
     """
     threshold = log_gamma(gamma)
     if sampling and (uniforms is None or len(uniforms) < len(log_ratios)):
         raise ValueError("sampling mode needs one uniform draw per unit")
     for i, ratio in enumerate(log_ratios):
-        if math.isnan(ratio):
-            return i  # 0/0: neither model allows it
+        if math.isnan(ratio) or ratio == -math.inf:
+            return i  # P_G = 0 (0/0 when P_S^0 = 0 too): pi* rules the unit out
         if sampling:
             assert uniforms is not None
             if not uniforms[i] < acceptance_probability(ratio, threshold):
@@ -85,10 +106,13 @@ def verify_ratios(
 
 
 def acceptance_probability(log_ratio: float, log_gamma_value: float) -> float:
-    """min(1, exp(log_ratio) / gamma), without overflow; 1 when gamma = 0, 0 when gamma = inf."""
+    """min(1, exp(log_ratio) / gamma), without overflow: 0 for a unit P_G rules out (log_ratio
+    -inf or NaN) whatever gamma, else 1 when gamma = 0 and 0 when gamma = inf."""
+    if math.isnan(log_ratio) or log_ratio == -math.inf:
+        return 0.0
     excess = log_ratio - log_gamma_value
-    if math.isnan(excess):
-        return 0.0 if log_gamma_value == math.inf else 1.0
+    if math.isnan(excess):  # inf - inf: P_S^0 = 0 against gamma = inf, which rejects everything
+        return 0.0
     return 1.0 if excess >= 0 else math.exp(excess)
 
 
@@ -102,10 +126,15 @@ def verify_exact_greedy(matches: Sequence[bool]) -> int:
 
 
 def steering_values(logp_g: torch.Tensor, logp_s0: torch.Tensor, alpha: float) -> torch.Tensor:
-    """v(y) = log P_G(y) - alpha * log P_S^0(y), both floored at `LOGP_FLOOR`, so always finite."""
-    if alpha == 0:
-        return floored(logp_g)
-    return floored(logp_g) - alpha * floored(logp_s0)
+    """v(y) = log P_G(y) - alpha * log P_S^0(y), always finite (the wire carries finite float32s).
+
+    Finite log-probabilities enter as they are. log P_S^0 = -inf enters as `LOGP_FLOOR`; a token
+    P_G rules out (log P_G = -inf) gets `RULED_OUT`, below every token P_G allows, whatever P_S^0
+    says (`core.recovery` states the conventions).
+    """
+    g = logp_g.float()
+    values = g if alpha == 0 else g - alpha * floored(logp_s0)
+    return torch.where(torch.isneginf(g), torch.full_like(values, RULED_OUT), values)
 
 
 def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -116,7 +145,8 @@ def top_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
     tie included, in index order) are stably sorted, which gives exactly the full sort's first k.
     """
     k = min(k, scores.shape[-1])
-    if scores.dim() != 1 or k == scores.shape[0] or k == 0 or bool(torch.isnan(scores).any()):
+    refuse_nan(scores)
+    if scores.dim() != 1 or k == scores.shape[0] or k == 0:
         return torch.sort(scores, descending=True, stable=True).indices[..., :k]
     threshold = torch.topk(scores, k, sorted=False).values.min()
     pool = torch.nonzero(scores >= threshold).squeeze(-1)  # ascending indices
@@ -138,12 +168,10 @@ def steering_candidates(
     both models find implausible. LITERAL: the paper's k largest v(y). `logp_s0` may be None
     only when alpha == 0 (v is then log P_G and both policies coincide).
     """
-    if logp_s0 is None:
-        if alpha != 0:
-            raise ValueError("P_S^0 is needed when alpha != 0")
-        values = floored(logp_g)
-    else:
-        values = steering_values(logp_g, logp_s0, alpha)
+    if logp_s0 is None and alpha != 0:
+        raise ValueError("P_S^0 is needed when alpha != 0")
+    refuse_nan(logp_g, logp_s0 if alpha != 0 else None)
+    values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)
     ranked_by = logp_g if policy is CandidatePolicy.GUARDRAIL else values
     ids = top_indices(ranked_by, k)
     return ids, values[ids]

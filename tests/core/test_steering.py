@@ -12,6 +12,7 @@ from core.recovery import choose, device_rng, recovery_scores
 from core.session_types import CandidatePolicy
 from core.steering import (
     LOGP_FLOOR,
+    RULED_OUT,
     acceptance_probability,
     align_segments,
     steering_candidates,
@@ -51,7 +52,9 @@ def test_sampling_acceptance_uses_the_uniform_draws() -> None:
 
 
 def test_nan_ratio_is_rejected() -> None:
+    # 0/0: neither model allows the token. Rejected for every gamma, in both modes.
     assert verify_ratios([float("nan")], 0.0, sampling=False) == 0
+    assert verify_ratios([float("nan")], 0.0, sampling=True, uniforms=[0.0]) == 0
 
 
 def test_exact_greedy_rule_counts_leading_matches() -> None:
@@ -158,12 +161,13 @@ def test_zero_probabilities_give_finite_values_and_scores() -> None:
     logp_g, logp_s0 = logp(0.5, 0.5, 0.0), logp(0.5, 0.0, 0.5)
     values = steering_values(logp_g, logp_s0, alpha=1.0)
     assert torch.isfinite(values).all()
-    assert values.tolist() == pytest.approx([0.0, math.log(0.5) - LOGP_FLOOR, LOGP_FLOOR - math.log(0.5)], abs=1e-5)
+    # P_S^0 = 0 enters as the floor; P_G = 0 is ruled out, whatever P_S^0 says.
+    assert values.tolist() == pytest.approx([0.0, math.log(0.5) - LOGP_FLOOR, RULED_OUT], abs=1e-5)
     # P_S^c(1) = 0 too: the personal terms cancel and the fused score is log P_G.
     scores = recovery_scores(values, logp(0.5, 0.0, 0.5), alpha=1.0)
-    assert scores.tolist() == pytest.approx([math.log(0.5), math.log(0.5), LOGP_FLOOR], abs=1e-5)
+    assert scores.tolist() == pytest.approx([math.log(0.5), math.log(0.5), RULED_OUT], abs=1e-5)
     ids, vals = steering_candidates(logp_g, logp_s0, alpha=1.0, k=3, policy=CandidatePolicy.LITERAL)
-    assert ids.tolist()[0] == 1 and torch.isfinite(vals).all()
+    assert ids.tolist() == [1, 0, 2] and torch.isfinite(vals).all()
     # The ratio test is exact: P_G > gamma * 0 passes, 0 > gamma * 0 does not.
     assert verify_ratios([float(logp_g[1] - logp_s0[1])], 1000.0, sampling=False) == 1
     assert verify_ratios([float(logp(0.0)[0] - logp(0.0)[0])], 0.0, sampling=False) == 0
