@@ -61,6 +61,19 @@ def _hashes_of_many(sequences: Sequence[Sequence[int]], n: int) -> np.ndarray:
     return hashes[which[: hashes.size] == which[n - 1 :]]
 
 
+def _prefix_hashes_of_many(sequences: Sequence[Sequence[int]], n: int, lengths: Iterable[int]) -> dict[int, np.ndarray]:
+    """For each length `j` < `n`, the hash of the first `j` ids of every window `_hashes_of_many`
+    keeps for `n`, in the same order (so a prefix stays paired with its n-gram)."""
+    sizes = np.array([len(s) for s in sequences], dtype=np.int64)
+    if not sizes.size or sizes.sum() < n:
+        return {j: np.zeros(0, dtype=np.uint64) for j in lengths}
+    flat = np.concatenate([np.asarray(s, dtype=np.uint64) for s in sequences])
+    which = np.repeat(np.arange(sizes.size), sizes)
+    count = flat.size - n + 1
+    keep = which[:count] == which[n - 1 :]
+    return {j: _window_hashes(flat, j)[:count][keep] for j in lengths}
+
+
 class VerbatimNgramDetector(Detector):
     """Runs of `n`+ Specialist tokens that occur in the private history and not in the public prompt.
 
@@ -77,6 +90,13 @@ class VerbatimNgramDetector(Detector):
     text repeats. Numbers and single identifiers that are personal are the pattern and
     registered-string detectors' to find; a longer copy of anything still counts. `min_words=0`
     counts every run of `n` tokens (a leakage measurement's strict reading).
+
+    Hazard: without one, a copy's first `n - 1` tokens went up before the n-gram was complete
+    (about a fifth of a copied sentence). So the trailing `hazard_tokens`+ tokens of a text that
+    are the start of a private n-gram (one the prompt does not hold) are held: the device drafts
+    on locally, and the hold ends when the copy diverges (the trailing tokens no longer start
+    one), turns into a span, or the text ends. `prefix_hashes` pairs each history hash with the
+    hashes of its first `j` tokens, `hazard_tokens <= j < n` (`from_texts` computes them).
     """
 
     def __init__(
@@ -88,6 +108,8 @@ class VerbatimNgramDetector(Detector):
         *,
         min_words: int = 3,
         long_run: int | None = None,
+        prefix_hashes: dict[int, np.ndarray] | None = None,
+        hazard_tokens: int = 4,
     ):
         if n < 2:
             raise ValueError(f"a verbatim n-gram needs n >= 2 tokens; got {n}")
@@ -97,10 +119,19 @@ class VerbatimNgramDetector(Detector):
         self.tokenizer = tokenizer
         self.min_words = min_words
         self.long_run = 2 * n if long_run is None else max(long_run, n)
-        hashes = np.unique(np.asarray(history_hashes, dtype=np.uint64))
+        self.hazard_tokens = hazard_tokens
+        history_hashes = np.asarray(history_hashes, dtype=np.uint64)
+        hashes, first = np.unique(history_hashes, return_index=True)
+        prefixes = {j: np.asarray(p, dtype=np.uint64)[first] for j, p in (prefix_hashes or {}).items()}
         if exclude is not None and exclude.size:
-            hashes = hashes[~_contains(np.unique(exclude), hashes)]
+            keep = ~_contains(np.unique(exclude), hashes)
+            hashes = hashes[keep]
+            prefixes = {j: p[keep] for j, p in prefixes.items()}
         self.hashes = hashes
+        # Paired with `hashes` (for `for_prompt`, which drops the prompt's n-grams from both).
+        self._paired = prefixes
+        # Only n-grams of `min_words`+ words, or their run could never be a passage anyway.
+        self._prefix_sets = {j: np.unique(p) for j, p in prefixes.items() if j >= hazard_tokens}
 
     @classmethod
     def from_texts(
@@ -112,16 +143,45 @@ class VerbatimNgramDetector(Detector):
         public_texts: Iterable[str] = (),
         min_words: int = 3,
         long_run: int | None = None,
+        hazard_tokens: int = 4,
     ) -> VerbatimNgramDetector:
         """Index the private history (e.g. each entry's subject and body) once per device."""
-        hashes = _hashes_of_many(_encode_all(tokenizer, history), n)
+        history = list(history)
+        # An entry's first word has no space before it and so other tokens than the same word
+        # inside a sentence (" Diagnosed" is not "Di" + "agnosed"): a copy that opens a draft's
+        # sentence matched only from its second word. The opening with a space is indexed too.
+        # Only its first windows differ (the tokens realign after the first word), and only where
+        # the space joins the word (a tokenizer whose space is a token of its own needs none).
+        encoded = _encode_all(tokenizer, history)
+        texts = [t for t in history if t]
+        openings = _encode_all(tokenizer, [" " + t.lstrip()[: 24 * n] for t in texts])
+        encoded += [o[: n + 2] for o, e in zip(openings, encoded, strict=False) if o and o[1 : n + 2] != e[: n + 1]]
+        hashes = _hashes_of_many(encoded, n)
+        prefixes = _prefix_hashes_of_many(encoded, n, range(max(1, hazard_tokens), n)) if hazard_tokens else {}
         exclude = _hashes_of_many(_encode_all(tokenizer, public_texts), n)
-        return cls(hashes, tokenizer, n, exclude, min_words=min_words, long_run=long_run)
+        return cls(
+            hashes,
+            tokenizer,
+            n,
+            exclude,
+            min_words=min_words,
+            long_run=long_run,
+            prefix_hashes=prefixes,
+            hazard_tokens=hazard_tokens,
+        )
 
     def for_prompt(self, prompt: str) -> VerbatimNgramDetector:
-        exclude = _window_hashes(_encode_all(self.tokenizer, [prompt])[0], self.n)
+        # With a space before it too, as the history's openings are indexed (`from_texts`).
+        exclude = _hashes_of_many(_encode_all(self.tokenizer, [prompt, " " + prompt.lstrip()]), self.n)
         return VerbatimNgramDetector(
-            self.hashes, self.tokenizer, self.n, exclude, min_words=self.min_words, long_run=self.long_run
+            self.hashes,
+            self.tokenizer,
+            self.n,
+            exclude,
+            min_words=self.min_words,
+            long_run=self.long_run,
+            prefix_hashes=self._paired,
+            hazard_tokens=self.hazard_tokens,
         )
 
     def __len__(self) -> int:
@@ -149,6 +209,24 @@ class VerbatimNgramDetector(Detector):
         offsets = enc["offset_mapping"]
         return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
 
+    def hazard(self, text: str) -> Span | None:
+        """The earliest of the trailing runs of `hazard_tokens` to `n - 1` tokens that starts a
+        private n-gram (see the class docstring)."""
+        if not self._prefix_sets or not text:
+            return None
+        # Enough characters for n - 1 tokens and one more, whose start may be cut mid-word.
+        tail_start = max(0, len(text) - 24 * self.n)
+        enc = self.tokenizer(clean_text(text[tail_start:]), add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        if tail_start:
+            ids, offsets = ids[1:], offsets[1:]
+        for j in sorted(self._prefix_sets, reverse=True):
+            if j > len(ids):
+                continue
+            if _contains(self._prefix_sets[j], _window_hashes(ids[-j:], j)).any():
+                return Span(tail_start + offsets[-j][0], len(text), PRIVATE_NGRAM)
+        return None
+
 
 class RewrittenVerbatimDetector(Detector):
     """A passage of the history copied in another case or spacing: ALL CAPITALS, or two spaces
@@ -172,6 +250,11 @@ class RewrittenVerbatimDetector(Detector):
 
     def __len__(self) -> int:
         return len(self.inner)
+
+    def hazard(self, text: str) -> Span | None:
+        normal, where = _normalized(text)
+        h = self.inner.hazard(normal) if normal else None
+        return None if h is None else Span(where[h.start] if h.start < len(where) else len(text), len(text), h.kind)
 
     def find(self, text: str) -> list[Span]:
         normal, where = _normalized(text)

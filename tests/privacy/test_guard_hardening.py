@@ -67,3 +67,28 @@ def test_many_history_secrets_cost_about_what_a_few_do() -> None:
     secret = hashes[123]
     sample = f"cache key {secret[10:40]} and encoded {base64.b64encode(secret.encode()).decode()[8:40]}"
     assert len(d.find(sample)) == 2
+
+
+# -- a verbatim copy's opening is held while the match forms ---------------------------------------------
+
+PASSAGE = "Meeting with my lawyer about the divorce settlement on Friday, the house goes to her."
+
+
+def test_the_opening_of_a_verbatim_copy_is_held_until_it_diverges(bpe_tok: PreTrainedTokenizerFast) -> None:
+    d = VerbatimNgramDetector.from_texts([PASSAGE], bpe_tok, n=8)
+    ids = bpe_tok.encode(PASSAGE, add_special_tokens=False)
+    for m in range(4, 8):  # 4 to 7 tokens of the passage: no n-gram yet, but the start of one
+        text = "Notes: " + bpe_tok.decode(ids[:m])
+        h = d.hazard(text)
+        assert h is not None and h.start in (len("Notes:"), len("Notes: ")), (m, text, h)
+        assert d.find(text) == []
+    assert d.hazard("Notes: " + bpe_tok.decode(ids[:2])) is None  # fewer than hazard_tokens
+    # The copy diverges: released.
+    assert d.hazard("Notes: " + bpe_tok.decode(ids[:5]) + " banana bread recipes") is None
+    # A passage the public prompt holds is not private, nor is its opening.
+    assert d.for_prompt(PASSAGE).hazard("Notes: " + bpe_tok.decode(ids[:6])) is None
+    # The guard holds (drafts on locally) rather than sending the opening.
+    guard = EgressGuard.for_profile([PASSAGE], bpe_tok).for_prompt("Write the body.")
+    committed = bpe_tok.encode("Notes: ", add_special_tokens=False)
+    verdict = guard.check(committed, ids[:5], bpe_tok)
+    assert verdict.hold and verdict.cut_at == 0
