@@ -7,6 +7,12 @@ characters) with the deployment's `Policy`:
 * `privacy.pii.PiiDetector` - personal-data patterns (emails, also written out; phone numbers in
   national and international formats; payment cards with a Luhn check; IPv4/IPv6 addresses; URLs
   carrying credentials; IBANs with the country length and mod-97 check; street addresses).
+* `privacy.recognizers` - the same kinds by the libraries made for them (libphonenumber, stdnum,
+  detect-secrets), plus what needs a keyword or a word list: values a keyword announces
+  (`KeywordValueRecognizer`: "password is ...", "pin 4383", national identifiers, passport and
+  licence numbers, dates of birth, bank accounts), identifiers with a shape of their own
+  (`ShapeRecognizer`: vendor tokens, TOTP seeds, crypto and MAC addresses, coordinates, defanged
+  IPv4, phone links, P.O. boxes) and wallet seed phrases (`SeedPhraseRecognizer`, BIP-39).
 * `privacy.ngrams.VerbatimNgramDetector` - runs of `n` or more Specialist tokens (default 8) that
   occur in the user's private history and not in the public prompt, and copy a passage (three
   words or more, or `2 n` tokens of anything): not a date, a number or one identifier that
@@ -53,9 +59,12 @@ from privacy.ngrams import RewrittenVerbatimDetector, VerbatimNgramDetector
 from privacy.pii import PiiDetector
 from privacy.recognizers import (
     CardRecognizer,
+    KeywordValueRecognizer,
     NationalIdRecognizer,
     PhoneRecognizer,
     SecretRecognizer,
+    SeedPhraseRecognizer,
+    ShapeRecognizer,
     WrappedEmailRecognizer,
 )
 from privacy.spans import (
@@ -200,6 +209,9 @@ class EgressGuard:
             NationalIdRecognizer(),
             SecretRecognizer(),
             WrappedEmailRecognizer(),
+            KeywordValueRecognizer(),
+            ShapeRecognizer(),
+            SeedPhraseRecognizer(),
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
             RewrittenVerbatimDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]
@@ -293,8 +305,8 @@ class EgressGuard:
             if isinstance(d, VerbatimNgramDetector):
                 for a, b in d.find_ids(ctx + new):
                     if b > len(ctx):
-                        s = offs[max(a - len(ctx), 0)] if a >= len(ctx) else max(0, boundary - 1)
-                        spans.append(Span(s, offs[b - len(ctx)], PRIVATE_NGRAM))
+                        first = offs[max(a - len(ctx), 0)] if a >= len(ctx) else max(0, boundary - 1)
+                        spans.append(Span(first, offs[b - len(ctx)], PRIVATE_NGRAM))
         spans = merge_spans(spans)
         hazard = None if final else self.hazard(text[:boundary], text[boundary:])
 

@@ -29,17 +29,21 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from privacy.normalize import fold
-from privacy.spans import CARD, EMAIL, NATIONAL_ID, PHONE, SECRET, Detector, Span, merge_spans
+from privacy.spans import ADDRESS, CARD, EMAIL, IBAN, IP, NATIONAL_ID, PHONE, SECRET, Detector, Span, merge_spans
 
 __all__ = [
     "CardRecognizer",
+    "KeywordValueRecognizer",
     "NationalIdRecognizer",
     "PhoneRecognizer",
     "SecretRecognizer",
+    "SeedPhraseRecognizer",
+    "ShapeRecognizer",
     "WrappedEmailRecognizer",
     "looks_random",
     "unwrapped",
@@ -400,3 +404,681 @@ class WrappedEmailRecognizer(Detector):
 
         h = PiiDetector([EMAIL]).hazard(view.text)
         return None if h is None else Span(len(text) - len(tail) + view.raw(h.start), len(text), EMAIL)
+
+
+# -- values a keyword announces (issue: attack 12) -------------------------------------------------
+#
+# Many identifiers have no shape of their own: a passport number, a 4-digit PIN, an account number,
+# a date are ordinary tokens until a keyword says what they are ("passport no. 01MU33842", "garage
+# pin 4383", "born 25 July 2004"). Each rule below is a keyword, an introducer ("is", "was", ":",
+# "number", or nothing) and the value's shape; a validator (stdnum's checksum, a date, digits or
+# symbols in a password) keeps prose out ("the password is required", "private key is 2048 bits").
+# While the value is being written the keyword makes it a hazard, so its first tokens wait for
+# the rest (held, not replaced: a value that turns out to be prose still goes up as drafted).
+
+# "is" and "was" in the languages the SDK's users write ("Meu CPF é ...", "Steuer-ID ist ...").
+_IS_WORDS = r"(?:is|was|are|were|ist|war|est|es|era|é|è|är)(?![a-z])"
+# "is", "was", ":", "=", "#", "number", "no.", "nr." in any order a person writes them, or a space.
+_INTRO = (
+    r"(?:'s)?(?:[ \t]*(?:(?:number|numbers|num|no\.?|nr\.?|#)(?![a-z]))?[ \t]*(?:[:=#-]|" + _IS_WORDS + r")"
+    r"[ \t]*|[ \t]+(?:(?:number|num|no\.?|nr\.?|#)(?![a-z])[ \t]*)?)(?:(?:is|was)[ \t]+)?"
+)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A keyword-anchored value: `keyword` then `_INTRO` then `value` (case-insensitive)."""
+
+    kind: str
+    keyword: str
+    value: str
+    partial: str  # a regex for the value while it is written, for the hazard (`_chars` for a class)
+    ok: Callable[[str], bool] = lambda v: True
+    bare: bool = True  # the value may follow the keyword after a space alone ("pin 4383")
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        intro = _INTRO if self.bare else _INTRO_STRICT
+        return re.compile(rf"(?<![\w])(?:{self.keyword}){intro}(?P<value>{self.value})", re.I)
+
+    @functools.cached_property
+    def hazard(self) -> re.Pattern[str]:
+        intro = _INTRO if self.bare else _INTRO_STRICT
+        return re.compile(rf"(?<![\w])(?:{self.keyword}){intro}(?P<value>{self.partial})\Z", re.I)
+
+
+def _chars(cls: str, n: int = 40) -> str:
+    """The hazard of a value written with the characters `cls`."""
+    return rf"[{cls}]{{1,{n}}}"
+
+
+# The same without a bare space: "is", "was", ":", "=" must say that a value follows.
+_INTRO_STRICT = r"(?:'s)?[ \t]*(?:(?:number|num|no\.?|nr\.?|#)(?![a-z])[ \t]*)?(?:[:=]|" + _IS_WORDS + r")[ \t]*"
+
+# Values everybody writes in documentation ("the password is hunter2", "abc123"): not secrets.
+_EXAMPLE_TEXT = (
+    "hunter2 abc123 abcd1234 123456 1234567 12345678 123456789 password password1 password123 passw0rd "
+    "p@ssw0rd changeme changeit secret secret123 qwerty qwerty123 letmein admin admin123 root toor test "
+    "test123 test1234 example foobar foo123 xxxxxx 000000 111111 1234 0000 12345 s3cr3t mypassword "
+    "yourpassword"
+)
+_EXAMPLE_VALUES = frozenset(_EXAMPLE_TEXT.split())
+# A number with a unit is a size or a length, not a value: "2048 bits", "32 bytes", "8 characters".
+_UNIT_AFTER = re.compile(
+    r"[ \t]*(?:bits?|bytes?|kb|mb|gb|kib|mib|chars?|characters?|digits?|letters?|words?|rounds?|iterations?"
+    r"|days?|hours?|minutes?|seconds?|ms|times?|long|max|min|%)(?![\w])",
+    re.I,
+)
+_PLACEHOLDER_VALUE = re.compile(r"[<{$%*x.]|^(?:your|my|the|some|any|none|null|nil|empty|redacted|n/?a)", re.I)
+
+
+def _password_ok(value: str) -> bool:
+    """A password a person wrote: digits or symbols in it, not an example or a placeholder."""
+    v = value.rstrip(".,;:!?)")
+    if len(v) < 6 or v.lower() in _EXAMPLE_VALUES or _PLACEHOLDER_VALUE.match(v):
+        return False
+    if v.isdigit():
+        return len(v) <= 12  # a long digit run after "password" is an ID more often than not
+    return bool(re.search(r"[\d\W_]", v)) and not re.fullmatch(r"[\d.,]+[a-z]{0,3}", v, re.I)
+
+
+def _strong_password_ok(value: str) -> bool:
+    """A password after a bare keyword: letters with digits and an upper-case letter or a symbol
+    ("Chelsea2000!"); "password reset2" or "password hashing" are prose."""
+    v = value.rstrip(".,;:)")
+    return (
+        _password_ok(v)
+        and bool(re.search(r"[A-Za-z]", v) and re.search(r"\d", v))
+        and bool(re.search(r"[A-Z]", v) or re.search(r"[^\w]", v))
+        and not re.search(r"[/\\]|\.\w{2,4}\Z", v)  # a path or a file name
+    )
+
+
+def _plain_key_ok(value: str) -> bool:
+    """A value after a bare "key": lower-case letters beyond hex with 3+ digits (a cache key or a
+    digest in hex is developer text; a generated API key is not hex)."""
+    return _key_ok(value) and bool(re.search(r"[g-z]", value)) and sum(c.isdigit() for c in value) >= 3
+
+
+def _pin_ok(value: str) -> bool:
+    return value not in _EXAMPLE_VALUES and len(set(value)) > 1
+
+
+def _key_ok(value: str) -> bool:
+    """A key's value: 16+ characters of hex or of lower-case letters with digits (upper-case mixed
+    values are already `looks_random`); not a word, a path or a size."""
+    v = value.rstrip(".,;:")
+    if len(v) < 16 or v.lower() in _EXAMPLE_VALUES or len(set(v)) < 6:
+        return False
+    return bool(re.fullmatch(r"(?:0x)?[0-9a-f]{16,}", v, re.I)) or (
+        bool(re.fullmatch(r"[a-z0-9_\-]{16,}", v)) and sum(c.isdigit() for c in v) >= 3
+    )
+
+
+_PASSWORD_WORDS = (
+    r"(?:wi-?fi|router|door|admin|root|login|account|email|vpn|bank|master|my|the)?[ \t]*"
+    r"(?:passwords?|passwd|pass[ -]?phrase|pwd|pw)"
+)
+_PIN_WORDS = (
+    r"pin(?:[ -]?code)?|passcode|pass[ -]code|(?:door|gate|garage|alarm|access|security|entry|entrance|lock|safe"
+    r"|keypad|unlock|lockbox|building|gym|locker|bike[ -]lock|padlock|voicemail|sim|puk)"
+    r"[ \t]+(?:code|pin|combo|combination)"
+    r"|puk"
+)
+_KEY_WORDS = (
+    r"[\w-]*(?:api|auth|access|secret|private|priv|signing|encryption|master|license|licence|app|client|dd|datadog)"
+    r"[ _-]?keys?|privkey|apikey|api[ _-]token|secret|seed|access[ _-]token|bearer|token"
+)
+
+# National identifiers with a checksum too weak (or no shape strong enough) to find them without
+# their name: 8-12 digits are counters and IDs everywhere in developer text.
+_ID_RULES_SPEC: tuple[tuple[str, str, str, str], ...] = (
+    # (keyword, value, stdnum module or "", partial characters)
+    (r"ssn|social[ \t]+security(?:[ \t]+(?:number|no\.?|#))?|ss#", r"\d{3}[ -]?\d{2}[ -]?\d{4}", "us.ssn", r"\d -"),
+    (r"cpf", r"\d{3}\.?\d{3}\.?\d{3}-?\d{2}", "br.cpf", r"\d.\-"),
+    (r"aadhaa?r(?:[ \t]+(?:card|id))?|uidai|uid", r"\d{4}[ -]?\d{4}[ -]?\d{4}", "in_.aadhaar", r"\d -"),
+    (r"pan(?:[ \t]+card)?|permanent[ \t]+account", r"[a-z]{5}\d{4}[a-z]", "in_.pan", r"a-z0-9"),
+    (
+        r"steuer[ -]?id(?:entifikationsnummer)?|steuer[ -]?nummer|steuerliche[ \t]+identifikationsnummer"
+        r"|identifikationsnummer|idnr|tin|tax[ \t]+id(?:entification)?",
+        r"\d{2}[ /]?\d{3}[ /]?\d{3}[ /]?\d{3}",
+        "de.idnr",
+        r"\d /",
+    ),
+    (r"tfn|tax[ \t]+file", r"\d{3}[ ]?\d{3}[ ]?\d{2,3}", "au.tfn", r"\d "),
+    (
+        r"codice[ \t]+fiscale|cf|c\.f\.",
+        r"[a-z]{6}[0-9lmnpqrstuv]{2}[a-z][0-9lmnpqrstuv]{2}[a-z][0-9lmnpqrstuv]{3}[a-z]",
+        "it.codicefiscale",
+        r"a-z0-9",
+    ),
+)
+_DOCUMENT_WORDS = (
+    r"passport|passeport|reisepass|pasaporte|passaporto"
+    r"|driver'?s?[ \t]+licen[cs]e|driving[ \t]+licen[cs]e|drivers?[ \t]+licen[cs]e"
+    r"|licen[cs]e[ \t]+(?:number|no\.?|#)|dl"
+    r"|f(?:ue|ü)hrerschein|permis[ \t]+de[ \t]+conduire|id[ \t]+card|identity[ \t]+card|national[ \t]+id"
+    r"|personalausweis"
+    r"|vin|vehicle[ \t]+identification|mrn|medical[ \t]+record|nhs|insurance[ \t]+(?:number|no\.?|id)"
+    r"|member[ \t]+id|policy[ \t]+(?:number|no\.?)"
+)
+
+
+def _document_ok(value: str) -> bool:
+    """A document number: 6-20 letters and digits (hyphens between), with a digit, not a year or a size."""
+    v = value.rstrip(".,;:")
+    compact = v.replace("-", "").replace(" ", "")
+    if not 6 <= len(compact) <= 20 or not re.search(r"\d", compact):
+        return False
+    if re.fullmatch(r"(?:19|20)\d\d", compact) or v.lower() in _EXAMPLE_VALUES:
+        return False
+    # "expires", "photo": a word is not a number; a code has at least two digits.
+    return sum(c.isdigit() for c in compact) >= 2
+
+
+# Dates of birth: a date right after a birth keyword, in the languages the SDK's users write.
+_MONTHS = (
+    r"jan(?:uary|vier|uar|\.)?|feb(?:ruary|\.)?|f[ée]vr(?:ier|\.)?|mar(?:ch|s|\.)?|m[äa]rz|apr(?:il|\.)?|avr(?:il|\.)?"
+    r"|may|mai|june?|juin|juni|july?|juil(?:let|\.)?|juli|aug(?:ust|\.)?|ao[ûu]t|sep(?:t(?:ember|embre)?|\.)?"
+    r"|oct(?:ober|obre|\.)?|okt(?:ober|\.)?|nov(?:ember|embre|\.)?|dec(?:ember|\.)?|d[ée]c(?:embre|\.)?|dez(?:ember|\.)?"
+    r"|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre|noviembre|diciembre"
+    r"|gennaio|febbraio|aprile|maggio|giugno|luglio|settembre|ottobre|dicembre"
+)
+_DATE = (
+    r"\d{1,2}[./-]\d{1,2}[./-](?:\d{4}|\d{2})(?![\d./-])|\d{4}[./-]\d{1,2}[./-]\d{1,2}(?![\d./-])"
+    rf"|\d{{1,2}}(?:st|nd|rd|th|er|\.)?[ \t]+(?:of[ \t]+|de[ \t]+)?(?:{_MONTHS})\.?,?[ \t]+(?:de[ \t]+)?\d{{4}}"
+    rf"|(?:{_MONTHS})\.?[ \t]+\d{{1,2}}(?:st|nd|rd|th)?,?[ \t]+\d{{4}}|(?:{_MONTHS})\.?[ \t]+\d{{4}}"
+)
+_BIRTH_WORDS = (
+    r"born(?:[ \t]+(?:on|in))?|b\.|dob|d\.o\.b\.?|date[ \t]+of[ \t]+birth|birth[ \t]?date|birthday|bday|d\.?o\.?b"
+    r"|geb\.|geboren(?:[ \t]+am)?|geburtsdatum|geburtstag|n[ée]e?(?:[ \t]+le)?|date[ \t]+de[ \t]+naissance"
+    r"|nacid[oa](?:[ \t]+el)?|fecha[ \t]+de[ \t]+nacimiento|nat[oa](?:[ \t]+il)?|data[ \t]+di[ \t]+nascita"
+)
+
+# Bank details: a UK sort code or a US routing number, with the account number that follows it.
+_ACCOUNT = (
+    r"(?:[,;]?[ \t]*(?:and[ \t]+)?(?:account|acct|a/c|acc)\.?(?:[ \t]+(?:number|no\.?|#))?[ \t]*[:#]?[ \t]*\d{6,17})?"
+)
+
+
+# The account part of "sort code 66-04-87, account 6475..." while it is written.
+_ACCOUNT_PARTIAL = (
+    r"\d[\d -]{0,9}(?:[,;]?[ \t]*(?:and[ \t]+)?[a-z/]{0,7}\.?(?:[ \t]+[a-z.#]{0,6})?[ \t]*[:#]?[ \t]*\d{0,17})?"
+)
+_DATE_PARTIAL = (
+    r"\d[\d ./-]{0,9}|\d{1,2}(?:st|nd|rd|th|er|\.)?[ \t]+(?:of[ \t]+|de[ \t]+)?[a-zé]{0,9}\.?,?[ \t]*\d{0,4}"
+    r"|[a-zéû]{1,9}\.?[ \t]*\d{0,2}(?:st|nd|rd|th)?,?[ \t]*\d{0,4}"
+)
+
+
+def _routing_ok(value: str) -> bool:
+    return _stdnum_valid("us.rtn", value[:9])
+
+
+def _rules() -> tuple[_Rule, ...]:
+    rules = [
+        _Rule(SECRET, _PASSWORD_WORDS, r"[^\s\"'`]{6,64}", _chars("^\\s\"'`", 64), _password_ok, bare=False),
+        # Without "is" or ":" ("login with password Chelsea2000!") only a value no prose word looks like.
+        _Rule(SECRET, _PASSWORD_WORDS, r"[^\s\"'`]{6,64}", _chars("^\\s\"'`", 64), _strong_password_ok),
+        _Rule(SECRET, r"keys?", r"[a-z0-9]{16,}(?![\w-])", _chars(r"a-z0-9", 64), _plain_key_ok),
+        _Rule(
+            ADDRESS,
+            r"zip(?:[ \t]?code)?|post[ \t]?code|postal[ \t]+code|plz|code[ \t]+postal",
+            r"\d{5}(?:-\d{4})?(?![\w-])|[a-z]{1,2}\d[a-z\d]?[ \t]?\d[a-z]{2}(?![\w])",
+            _chars(r"\w -", 10),
+        ),
+        _Rule(SECRET, _PIN_WORDS, r"\d{4,8}(?![\w.,/:-]|[.,]\d)", _chars(r"\d", 8), _pin_ok),
+        _Rule(SECRET, _KEY_WORDS, r"(?:0x)?[a-z0-9_\-]{16,}(?![\w-])", _chars(r"a-z0-9_\-", 80), _key_ok),
+        _Rule(
+            NATIONAL_ID,
+            _DOCUMENT_WORDS,
+            r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])|(?<=\d) (?=\d)){5,21}(?![\w-])",
+            _chars(r"a-z0-9\- ", 24),
+            _document_ok,
+        ),
+        _Rule(NATIONAL_ID, _BIRTH_WORDS, rf"(?:{_DATE})", _DATE_PARTIAL),
+        _Rule(IBAN, r"sort[ \t]?code", r"\d{2}[- ]?\d{2}[- ]?\d{2}(?![\d])" + _ACCOUNT, _ACCOUNT_PARTIAL),
+        _Rule(IBAN, r"routing|aba|rtn|bank[ \t]+routing", r"\d{9}(?!\d)" + _ACCOUNT, _ACCOUNT_PARTIAL, _routing_ok),
+        _Rule(
+            IBAN,
+            r"(?:bank[ \t]+)?account|acct|a/c|bank[ \t]+acc(?:oun)?t|konto(?:nummer)?|cuenta",
+            r"\d{6,17}(?![\w.,-]|[.,]\d)",
+            _chars(r"\d", 17),
+        ),
+    ]
+    for keyword, value, module, partial in _ID_RULES_SPEC:
+        rules.append(
+            _Rule(
+                NATIONAL_ID,
+                keyword,
+                value + r"(?![\w-])",
+                _chars(partial, 20),
+                functools.partial(lambda m, v: _stdnum_valid(m, v.upper()), module),
+            )
+        )
+    return tuple(rules)
+
+
+_ACCOUNT_NOT_BANK = re.compile(r"(?:aws|gcp|azure|cloud|service|user|github|twitter|x)[ \t]+(?:account|acct)\b", re.I)
+
+
+class KeywordValueRecognizer(Detector):
+    """Values a keyword announces: passwords, PINs and keys ("is", "was", ":" or a bare keyword),
+    national identifiers by their name with stdnum's checksum (SSN, CPF, Aadhaar, PAN, Steuer-ID,
+    TFN, codice fiscale), passport and licence numbers, dates of birth, bank account numbers."""
+
+    RULES: tuple[_Rule, ...] = ()
+
+    def __init__(self) -> None:
+        if not KeywordValueRecognizer.RULES:
+            KeywordValueRecognizer.RULES = _rules()
+
+    def find(self, text: str) -> list[Span]:
+        out: list[Span] = []
+        for rule in self.RULES:
+            for m in rule.pattern.finditer(text):
+                value = m.group("value")
+                if rule.kind == SECRET and _UNIT_AFTER.match(text, m.end("value")):
+                    continue
+                if rule.kind == IBAN and _ACCOUNT_NOT_BANK.search(text, max(0, m.start() - 12), m.start("value")):
+                    continue
+                if rule.ok(value):
+                    a, b = m.span("value")
+                    # A sentence's full stop is not part of the value; a password's "!" or "?" may be.
+                    b -= len(value) - len(value.rstrip(".,;:)" if rule.kind == SECRET else ".,;:!?)"))
+                    out.append(Span(a, b, rule.kind))
+        return merge_spans(out)
+
+    def hazard(self, text: str) -> Span | None:
+        tail = text[-120:]
+        offset = len(text) - len(tail)
+        found = []
+        for rule in self.RULES:
+            m = rule.hazard.search(tail)
+            if m is not None:
+                found.append(Span(offset + m.start("value"), len(text), rule.kind))
+        return min(found, default=None)
+
+
+# -- identifiers with a shape of their own (issue: attack 12) ---------------------------------------
+
+# Vendor tokens detect-secrets 1.5.0 has no plugin for, and cryptocurrency addresses (an address
+# is a payment identity: it links every transaction of its owner).
+_SHAPED_SECRETS = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:hf_[A-Za-z]{30,40}|key-[0-9a-f]{32}|shp(?:at|ss|ca|pa)_[0-9a-fA-F]{32}"
+    r"|otpauth://[th]otp/[^\s?]*\?[^\s]*|0x[0-9a-fA-F]{40}|bc1[ac-hj-np-z02-9]{38,62}|tb1[ac-hj-np-z02-9]{38,62}"
+    r"|[13][1-9A-HJ-NP-Za-km-z]{25,34})(?![A-Za-z0-9_\-])"
+)
+# A TOTP seed: base32 after "secret=" (an otpauth URI's parameter, or pasted alone) or after an
+# authenticator keyword, also in groups of four as authenticator apps show it.
+_BASE32 = r"(?-i:[A-Z2-7]{4}(?:[ ]?[A-Z2-7]{4}){3,15}=*)"  # upper case even where the keyword is not
+_TOTP = re.compile(
+    rf"(?:secret=|(?:totp|otp|2fa|mfa|authenticator|two[- ]factor)[\w -]{{0,20}}?(?:secret|seed|key|code)?[ \t]*"
+    rf"(?:[:=]|is|was)?[ \t]*)(?P<value>{_BASE32})(?![A-Za-z0-9])",
+    re.I,
+)
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _base58check_ok(word: str) -> bool:
+    """A legacy Bitcoin address: base58 with its 4-byte double-SHA-256 checksum."""
+    import hashlib
+
+    n = 0
+    for c in word:
+        n = n * 58 + _BASE58.index(c)
+    raw = n.to_bytes(25, "big") if n.bit_length() <= 200 else b""
+    if len(raw) != 25:
+        return False
+    return hashlib.sha256(hashlib.sha256(raw[:-4]).digest()).digest()[:4] == raw[-4:]
+
+
+def _shaped_secret_ok(word: str) -> bool:
+    if word[0] in "13":
+        return _base58check_ok(word)
+    return True
+
+
+# A MAC address: six pairs with one separator throughout, or three dotted quads (Cisco).
+_MAC = re.compile(
+    r"(?<![\w:.\-])(?:[0-9a-f]{2}(?P<sep>[:\-])[0-9a-f]{2}(?:(?P=sep)[0-9a-f]{2}){4}|[0-9a-f]{4}\.[0-9a-f]{4}\.[0-9a-f]{4})"
+    r"(?![\w:\-]|\.\w)",
+    re.I,
+)
+_MAC_HAZARD = re.compile(r"(?<![\w:.\-])[0-9a-f]{2}(?P<sep>[:\-])(?:[0-9a-f]{1,2}(?:(?P=sep)|\Z)){0,5}\Z", re.I)
+# An IPv4 address written defanged, as threat reports and people hiding it from filters do.
+_DEFANG_DOT = (
+    r"(?:[ \t]*(?:\[\.\]|\(\.\)|\{\.\}|\[dot\]|\(dot\)|\{dot\}|<dot>)[ \t]*|[ \t]+dot[ \t]+|[ \t]+\.[ \t]+"
+    r"|[ \t]*\[[ \t]*\.[ \t]*\][ \t]*)"
+)
+_DEFANGED_IPV4 = re.compile(
+    rf"(?<![\w.])(?P<a>\d{{1,3}}){_DEFANG_DOT}(?P<b>\d{{1,3}})(?:{_DEFANG_DOT}|\.)(?P<c>\d{{1,3}})(?:{_DEFANG_DOT}|\.)"
+    r"(?P<d>\d{1,3})(?![\w]|\.\d)",
+    re.I,
+)
+_DEFANG_HAZARD = re.compile(
+    r"(?<![\w.])\d{1,3}(?:(?:[ \t]*[\[({<](?:\.|d(?:o(?:t)?)?)?[\])}>]?|[ \t]+(?:d(?:o(?:t)?)?|\.)?)[ \t]*\d{0,3}"
+    r"|\.\d{0,3}){1,6}\Z",
+    re.I,
+)
+# Coordinates: decimal degrees with a degree sign or hemisphere letters, or after a location keyword;
+# degrees-minutes-seconds. A pair of decimals alone is a measurement.
+_DEG = r"[ \t]*(?:°|º|deg\b)?[ \t]*"
+_COORD_PAIR = (
+    rf"(?P<lat>[+-]?\d{{1,2}}\.\d{{2,}}){_DEG}(?P<ns>[ns](?![a-z]))?[ \t]*[,;/ ][ \t]*"
+    rf"(?P<lon>[+-]?\d{{1,3}}\.\d{{2,}}){_DEG}(?P<ew>[ew](?![a-z]))?"
+)
+_COORDS = re.compile(rf"(?<![\w.])(?:{_COORD_PAIR})(?![\w]|\.\d)", re.I)
+_COORD_KEYWORD = re.compile(
+    r"(?:gps|coords?|coordinates|co-ordinates|lat(?:itude)?(?:[ /,]*lon(?:g(?:itude)?)?)?|location|position|geo"
+    r"|located|home|house|live|lives|address|pin(?:ned)?|maps?|here|spot|meet|near|parked|camp|pickup|at)\b[^.\n]{0,20}\Z",
+    re.I,
+)
+_DMS = re.compile(
+    r"(?<![\w.])\d{1,3}[ \t]*°[ \t]*\d{1,2}[ \t]*['′][ \t]*(?:\d{1,2}(?:\.\d+)?[ \t]*(?:\"|″|'')?)?[ \t]*[nsew]"
+    r"(?:[ \t]*,?[ \t]*\d{1,3}[ \t]*°[ \t]*\d{1,2}[ \t]*['′][ \t]*(?:\d{1,2}(?:\.\d+)?[ \t]*(?:\"|″|'')?)?"
+    r"[ \t]*[nsew])?",
+    re.I,
+)
+_COORD_HAZARD = re.compile(
+    r"(?<![\w.])[+-]?\d{1,3}\.\d*(?:[ \t]*°?[ \t]*[nsew]?[ \t]*[,;/ ][ \t]*[+-]?\d{0,3}\.?\d*)?\Z", re.I
+)
+
+
+def _coords_ok(text: str, m: re.Match[str]) -> bool:
+    lat, lon = float(m.group("lat")), float(m.group("lon"))
+    if abs(lat) > 90 or abs(lon) > 180:
+        return False
+    marked = "°" in m.group() or "º" in m.group() or m.group("ns") or m.group("ew") or "deg" in m.group().lower()
+    return bool(marked) or bool(_COORD_KEYWORD.search(text[max(0, m.start() - 60) : m.start()]))
+
+
+# Phone numbers the national patterns leave out: ten North American digits in one run, a wa.me
+# link's number, a tel: link without "+".
+_NANP_RUN = re.compile(r"(?<![\w.+\-/])(?:\+?1)?(?P<n>[2-9]\d{2}[2-9]\d{6})(?![\w\-/]|[.,]\d)")
+_PHONE_LINKS = re.compile(
+    r"(?:wa\.me/|whatsapp\.com/send\?phone=|tel:|callto:|sms:|viber://chat\?number=)\+?(?P<n>\d{6,15})\b", re.I
+)
+_PHONE_LINK_HAZARD = re.compile(r"(?:wa\.me/|tel:|callto:|sms:|phone=|number=)\+?\d*\Z", re.I)
+_NANP_CONTEXT_NOT = re.compile(
+    r"(?:id|#|no\.?|number|order|ticket|issue|pr|commit|build|run|job|ts|timestamp|epoch|size|bytes)[ \t:=#]*\Z", re.I
+)
+
+
+def _nanp_ok(text: str, m: re.Match[str]) -> bool:
+    n = m.group("n")
+    # N11 area codes and exchanges are service codes; 555-01xx numbers are fiction's.
+    if n[1:3] == "11" or n[4:6] == "11" or len(set(n)) < 4:
+        return False
+    before = text[max(0, m.start() - 16) : m.start()]
+    if _NANP_CONTEXT_NOT.search(before) and not re.search(r"phone|cell|call|tel|mobile|text|sms|fax", before, re.I):
+        return False
+    # The numbering plan's rules, not libphonenumber's list of assigned area codes: an area code
+    # opened next year, or one the list lags behind, is still a number someone wrote.
+    return n[1] != "9" and not (n[3:6] == "555" and n[6:8] == "01")
+
+
+def _link_phone_ok(n: str) -> bool:
+    # A wa.me or tel: link holds nothing but a phone number: its length is the only check.
+    return 7 <= len(n) <= 15
+
+
+# Postal addresses the street patterns miss: a P.O. box, a street name before its number
+# ("Quayside Street 196, Unit 8B").
+_PO_BOX = re.compile(
+    r"(?<![\w])(?:p\.?[ \t]?o\.?[ \t]?box|post(?:al)?[ \t]+office[ \t]+box|postfach|apartado(?:[ \t]+de[ \t]+correos)?"
+    r"|bo[iî]te[ \t]+postale|casella[ \t]+postale|private[ \t]+bag|gpo[ \t]+box|locked[ \t]+bag)"
+    r"[ \t]*(?:no\.?|#)?[ \t]*\d{1,7}\b"
+    r"(?:,[ \t]*[A-Z][\w'-]+(?:[ \t]+[A-Z][\w'-]+)?)?(?:,?[ \t]*[A-Z]{2}[ \t]+\d{5}(?:-\d{4})?)?",
+    re.I,
+)
+_PO_BOX_HAZARD = re.compile(
+    r"(?<![\w])(?:p\.(?:[ \t]?o\.?(?:[ \t]?b(?:o(?:x)?)?)?)?|po[ \t]?b(?:o(?:x)?)?|postfach)"
+    r"(?:[ \t]*(?:no\.?|#)?[ \t]*\d*)?\Z",
+    re.I,
+)
+_STREET_WORDS = (
+    r"Street|St\.|Avenue|Ave\.?|Road|Rd\.?|Boulevard|Blvd\.?|Lane|Drive|Court|Place|Terrace|Way|Square|Parkway"
+    r"|Highway|Crescent|Close|Circle|Trail|Row|Gardens|Grove|Mews|Alley|Plaza|Quay|Wharf|Walk|Hill|Rise|Green"
+)
+_STREET_NUMBER = re.compile(
+    rf"(?<![\w])(?:[A-Z][a-z'-]+[ \t]+){{1,3}}(?:{_STREET_WORDS})[ \t]+\d{{1,5}}[a-zA-Z]?(?![\w.]|\.\d)"
+    r"(?:,?[ \t]*(?i:unit|apt\.?|apartment|flat|suite|ste\.?|floor|fl\.?|#)[ \t]*\w{1,5})?"
+    r"(?:,[ \t]*[A-Z][\w'-]+(?:[ \t]+[A-Z][\w'-]+)?)?"
+)
+# A street's name is held once a street word follows it, and from its first letter where a
+# phrase announces an address ("I live at Q..."): its first words would go up before the number.
+_STREET_NUMBER_HAZARD = re.compile(
+    rf"(?<![\w])[A-Z][a-z'-]+[ \t]+(?:{_STREET_WORDS})(?:[ \t]+\d{{0,5}}[a-zA-Z]?)?[ \t]*\Z"
+    r"|(?<=(?i:live|ives|ving|oved|ress|ated|ying|stay) (?i:at|on|to|is) )(?:[A-Z][a-z'-]*[ \t]*){1,3}\Z"
+    r"|(?<=(?i:address): )(?:[A-Z][a-z'-]*[ \t]*){1,3}\Z"
+)
+# "Wall Street 2", "Main Street 10 minutes": a street's name that is a famous place or prose.
+_STREET_NOT = re.compile(
+    r"(?:Wall|Easy|Sesame|Main|Fleet|Downing)[ \t]+Street[ \t]+\d{1,5}[ \t]+(?:minutes|years|times)", re.I
+)
+# An IBAN written with dots between its groups (the space and hyphen forms are `privacy.pii`'s).
+_IBAN_DOTTED = re.compile(r"(?<![\w.])[a-z]{2}\d{2}(?:\.[a-z0-9]{4}){2,7}(?:\.[a-z0-9]{1,3})?(?![\w]|\.\w)", re.I)
+_IBAN_DOTTED_HAZARD = re.compile(r"(?<![\w.])[a-z]{2}\d{2}(?:\.[a-z0-9]{0,4}){1,8}\Z", re.I)
+
+
+class ShapeRecognizer(Detector):
+    """Identifiers with a shape of their own that the pattern detectors did not know: more vendor
+    tokens, TOTP seeds, cryptocurrency addresses, MAC addresses, coordinates, defanged IPv4
+    addresses, ten-digit North American numbers and phone links, P.O. boxes, streets written
+    before their number, dotted IBANs, national identifiers whose format or checksum is specific
+    enough without their name (CPF, Aadhaar in groups, PAN, codice fiscale, Steuer-ID in groups)."""
+
+    def find(self, text: str) -> list[Span]:
+        out: list[Span] = []
+        out += [Span(*m.span(), SECRET) for m in _SHAPED_SECRETS.finditer(text) if _shaped_secret_ok(m.group())]
+        out += [Span(*m.span("value"), SECRET) for m in _TOTP.finditer(text)]
+        out += [Span(*m.span(), SECRET) for m in _WEBHOOK.finditer(text)]
+        out += [Span(*m.span(), IP) for m in _MAC.finditer(text) if _mac_ok(m.group())]
+        for m in _DEFANGED_IPV4.finditer(text):
+            octets = [int(m.group(k)) for k in "abcd"]
+            if all(o <= 255 for o in octets) and not all(o < 10 for o in octets):
+                out.append(Span(*m.span(), IP))
+        out += [Span(*m.span(), ADDRESS) for m in _COORDS.finditer(text) if _coords_ok(text, m)]
+        out += [Span(*m.span(), ADDRESS) for m in _DMS.finditer(text)]
+        out += [Span(*m.span(), PHONE) for m in _NANP_RUN.finditer(text) if _nanp_ok(text, m)]
+        out += [Span(*m.span(), PHONE) for m in _PHONE_LINKS.finditer(text) if _link_phone_ok(m.group("n"))]
+        out += [Span(*m.span(), ADDRESS) for m in _PO_BOX.finditer(text)]
+        out += [Span(*m.span(), ADDRESS) for m in _STREET_NUMBER.finditer(text) if not _STREET_NOT.match(m.group())]
+        out += [Span(*m.span(), IBAN) for m in _IBAN_DOTTED.finditer(text) if _iban_dotted_ok(m.group())]
+        for pattern, module in _SHAPED_IDS:
+            out += [
+                Span(*m.span(), NATIONAL_ID) for m in pattern.finditer(text) if _stdnum_valid(module, m.group().upper())
+            ]
+        return merge_spans(out)
+
+    def hazard(self, text: str) -> Span | None:
+        tail = text[-96:]
+        offset = len(text) - len(tail)
+        found = []
+        for pattern in (
+            _MAC_HAZARD,
+            _DEFANG_HAZARD,
+            _PHONE_LINK_HAZARD,
+            _PO_BOX_HAZARD,
+            _STREET_NUMBER_HAZARD,
+            _IBAN_DOTTED_HAZARD,
+            _SHAPED_SECRET_HAZARD,
+            _COORD_HAZARD,
+        ):
+            m = pattern.search(tail)
+            if m is not None:
+                found.append(Span(offset + m.start(), len(text), SECRET))
+        m = _TOTP_HAZARD.search(tail)
+        if m is not None:
+            found.append(Span(offset + m.start("value"), len(text), SECRET))
+        w = _webhook_hazard(tail)
+        if w is not None:
+            found.append(Span(offset + w, len(text), SECRET))
+        return min(found, default=None)
+
+
+def _mac_ok(mac: str) -> bool:
+    digits = re.sub(r"[^0-9a-f]", "", mac.lower())
+    # All zeros and broadcast are placeholders; a MAC has some variety (a hex dump row does not look like one).
+    return digits not in ("000000000000", "ffffffffffff") and len(set(digits)) > 2
+
+
+def _iban_dotted_ok(raw: str) -> bool:
+    from privacy.pii import _iban_length
+
+    return _iban_length(raw.replace(".", " ")) == len(raw)
+
+
+# Identifiers specific enough by shape and checksum: a CPF written with its dots and dash, an
+# Aadhaar in its three groups of four (Verhoeff), a PAN (its fourth letter is the holder's type),
+# a codice fiscale (16 characters, check letter), a Steuer-ID in its 2-3-3-3 groups.
+_SHAPED_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<![\w.\-])\d{3}\.\d{3}\.\d{3}-\d{2}(?![\w\-]|\.\d)"), "br.cpf"),
+    (re.compile(r"(?<![\w.\-])[2-9]\d{3}[ -]\d{4}[ -]\d{4}(?![\w\-]|[.,]\d|[ -]\d)"), "in_.aadhaar"),
+    (re.compile(r"(?<![\w])[A-Z]{3}[PCHFATBLJG][A-Z]\d{4}[A-Z](?![\w])"), "in_.pan"),
+    (
+        re.compile(
+            r"(?<![\w])[A-Z]{6}[0-9LMNPQRSTUV]{2}[ABCDEHLMPRST][0-9LMNPQRSTUV]{2}[A-Z][0-9LMNPQRSTUV]{3}[A-Z](?![\w])",
+            re.I,
+        ),
+        "it.codicefiscale",
+    ),
+    (re.compile(r"(?<![\w.\-])\d{2} \d{3} \d{3} \d{3}(?![\w\-]|[.,]\d| \d)"), "de.idnr"),
+)
+_TOTP_HAZARD = re.compile(
+    r"(?:totp|otp|2fa|mfa|authenticator|two[- ]factor)[\w -]{0,20}?(?:secret|seed|key|code)?[ \t]*"
+    r"(?:[:=]|is|was)?[ \t]*"
+    r"(?P<value>(?-i:[A-Z2-7]{1,4}(?: ?[A-Z2-7]{1,4}){0,15}))\Z",
+    re.I,
+)
+# Webhook URLs carry their secret in the path: the URL is held from its scheme while its host may
+# still become one of these.
+_WEBHOOK_HOSTS = (
+    "hooks.slack.com/",
+    "discord.com/api/webhooks/",
+    "discordapp.com/api/webhooks/",
+    "outlook.office.com/webhook",
+)
+_WEBHOOK = re.compile(
+    r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/[\w/\-]+|discord(?:app)?\.com/api/webhooks/[\w/\-]+)",
+)
+
+
+def _webhook_hazard(tail: str) -> int | None:
+    m = re.search(r"https?://(\S*)\Z", tail)
+    if m is None:
+        return None
+    rest = m.group(1)
+    if any(h.startswith(rest) or rest.startswith(h) for h in _WEBHOOK_HOSTS):
+        return m.start()
+    return None
+
+
+_SHAPED_SECRET_HAZARD = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:hf_[A-Za-z]*|key-[0-9a-f]*|shp(?:at|ss|ca|pa)_[0-9a-fA-F]*|otpauth:\S*|0x[0-9a-fA-F]{8,}"
+    r"|bc1[ac-hj-np-z02-9]*|secret=[A-Za-z2-7]*)\Z"
+)
+
+
+# -- wallet seed phrases (issue: attack 12) --------------------------------------------------------
+
+# A BIP-39 mnemonic is a wallet's private key in words: 12 to 24 words of its 2048-word English list
+# in a row, whatever separates them (spaces, commas, hyphens, line breaks, "1." numbering) and in
+# any case. The list is the `mnemonic` package's (the reference implementation's, Trezor/SatoshiLabs).
+_SEED_WORD = re.compile(r"[A-Za-z]+")
+# What may stand between two words of one phrase: no letters, a little punctuation, a number
+# ("1." numbering); a full stop after a word ends a sentence, not a phrase.
+_SEED_GAP = re.compile(r"(?:[\s,;\-_/|:()\[\]#*]|\d{1,2}\.?){1,8}")
+# Separators prose does not put between single words: commas, hyphens, line breaks, numbering.
+_SEED_LIST_GAP = re.compile(r"[,:\-\n\d|/]")
+_SEED_WORDS_MIN = 12
+_SEED_CONTEXT = re.compile(
+    r"(?:seed|mnemonic|recovery|phrase|words?|backup|wallet|ledger|metamask|trezor)\W{0,6}\Z", re.I
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _bip39_words() -> tuple[frozenset[str], tuple[str, ...]]:
+    from mnemonic import Mnemonic
+
+    words = tuple(sorted(Mnemonic("english").wordlist))
+    return frozenset(words), words
+
+
+def _seed_runs(text: str) -> Iterator[tuple[int, int, int]]:
+    """Runs of BIP-39 words separated by `_SEED_GAP`: (start, end, number of words)."""
+    words, _ = _bip39_words()
+    start = end = count = 0
+    for m in _SEED_WORD.finditer(text):
+        w = m.group().lower()
+        joined = count > 0 and _SEED_GAP.fullmatch(text, end, m.start()) is not None
+        if w in words:
+            if joined:
+                end, count = m.end(), count + 1
+                continue
+            if count:
+                yield start, end, count
+            start, end, count = m.start(), m.end(), 1
+        else:
+            if count:
+                yield start, end, count
+            count = 0
+    if count:
+        yield start, end, count
+
+
+class SeedPhraseRecognizer(Detector):
+    """Wallet seed phrases: 12 or more BIP-39 words in a row (see above)."""
+
+    def find(self, text: str) -> list[Span]:
+        return [Span(a, b, SECRET) for a, b, n in _seed_runs(text) if n >= _SEED_WORDS_MIN]
+
+    def hazard(self, text: str) -> Span | None:
+        # The trailing run of list words (its last word may be half written) may still reach 12.
+        # Two words in a row are held (prose has many such pairs; they dissolve at the next word
+        # off the list), one word only where a seed keyword or numbering announced it.
+        tail = text[-400:]
+        offset = len(text) - len(tail)
+        words, ordered = _bip39_words()
+        m = re.search(r"[A-Za-z]+\Z", tail)
+        end = len(tail)
+        if m is not None and m.group().lower() not in words:
+            import bisect
+
+            w = m.group().lower()
+            i = bisect.bisect_left(ordered, w)
+            if i == len(ordered) or not ordered[i].startswith(w):
+                return None
+            end = m.start()
+            partial = True
+        else:
+            partial = False
+            if m is None and not _SEED_GAP.fullmatch(tail[-1:] or "x"):
+                return None
+        run = None
+        for a, b, n in _seed_runs(tail[:end]):
+            run = (a, b, n)
+        if run is None or (partial and _SEED_GAP.fullmatch(tail, run[1], end) is None and run[1] != end):
+            if partial and m is not None:
+                before = tail[: m.start()]
+                if re.search(r"(?:^|\n|\d[.)]\s*)\Z", before) or _SEED_CONTEXT.search(before):
+                    return Span(offset + m.start(), len(text), SECRET)
+            return None
+        a, b, n = run
+        if b != end and _SEED_GAP.fullmatch(tail, b, end) is None and not (partial and b == end):
+            return None
+        if b < len(tail) and not partial and _SEED_GAP.fullmatch(tail, b) is None:
+            return None
+        n += partial
+        # Prose has pairs of list words ("fix now"), so words separated by spaces are held from three
+        # on; two where the separators are a list's; one where a keyword or numbering announced it.
+        listed = _SEED_LIST_GAP.search(tail, a, len(tail)) is not None
+        if (
+            n >= 3
+            or (n == 2 and listed)
+            or _SEED_CONTEXT.search(tail[:a])
+            or re.search(r"(?:\n|\d[.)]\s*)\Z", tail[:a])
+        ):
+            return Span(offset + a, len(text), SECRET)
+        return None

@@ -1,0 +1,170 @@
+"""Leak forms of attack 12: values a keyword announces ("the wifi password is ...", "pin 4383",
+national identifiers by their name, dates of birth, bank accounts), identifiers with a shape of
+their own (vendor tokens, TOTP seeds, crypto and MAC addresses, coordinates, defanged IPv4, phone
+runs and links, P.O. boxes, streets before their number, dotted IBANs) and wallet seed phrases.
+
+Each form is found by its recognizer and each tricky negative is not; test_announced_streamed.py
+drafts them through the whole guard."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from privacy.recognizers import KeywordValueRecognizer, SeedPhraseRecognizer, ShapeRecognizer
+from privacy.spans import Detector
+
+
+def found(detector: Detector, text: str) -> list[str]:
+    return [text[s.start : s.end] for s in detector.find(text)]
+
+
+ANNOUNCED = [
+    ("the wifi password is Bluebird2018?", "Bluebird2018?"),
+    ("my email password was k7!meadow", "k7!meadow"),
+    ("router password: Tangerine#44", "Tangerine#44"),
+    ("garage pin 4383", "4383"),
+    ("the door code is 902716", "902716"),
+    ("PIN: 5521", "5521"),
+    ("api key is pys7t0r04j9w6xru861wpmbfzd8t422g", "pys7t0r04j9w6xru861wpmbfzd8t422g"),
+    (
+        "privkey " + "f026d47c97fab8995c7964db1be34446b105012cb837c6697a396072754a637d",
+        "f026d47c97fab8995c7964db1be34446b105012cb837c6697a396072754a637d",
+    ),
+    ("DD_API_KEY 123f326ca81fa3a80811cb0fb57558ee", "123f326ca81fa3a80811cb0fb57558ee"),
+    ("CPF 17187727852", "17187727852"),
+    ("my aadhaar is 810963830142 for KYC", "810963830142"),
+    ("PAN: NKSFD6251M", "NKSFD6251M"),
+    ("tax id 67355910481", "67355910481"),
+    ("my tax file number is 664 866 173", "664 866 173"),
+    ("SSN 553858201", "553858201"),
+    ("passport no. 01MU33842", "01MU33842"),
+    ("my driver's license number is D846-1820-7129", "D846-1820-7129"),
+    ("born 25 July 2004", "25 July 2004"),
+    ("DOB: 03/14/1987", "03/14/1987"),
+    ("date of birth is March 9, 1991", "March 9, 1991"),
+    ("geb. 14.03.1987 in Kiel", "14.03.1987"),
+    ("née le 2 février 1990", "2 février 1990"),
+    ("pay me: sort code 66-04-87, account 64759382", "66-04-87, account 64759382"),
+    ("wire to routing 197296688 acct 7577389305", "197296688 acct 7577389305"),
+    ("my account number is 00417732915", "00417732915"),
+]
+
+NOT_ANNOUNCED = [
+    "the password is hunter2",  # the documentation's example
+    "the password is abc123",
+    "private key is 2048 bits",
+    "the password is required.",
+    "password: see the vault",
+    "the password is stored in the keychain",
+    "exit code 1234 means the lock was held",
+    "error code 4040 from the API",
+    "the api key is read from the environment",
+    "the token is refreshed every 3600 seconds",
+    "born in London, raised in Leeds",
+    "passport expires next year",
+    "PIN the dependency to 1.2.3",
+    "cache key 3f2a9b1c",
+    "the AWS account 123456789012 owns the bucket",
+    "SSN 000-00-0000",
+    "tax id 12345678901",
+    "secret key length must be 32 bytes",
+    "password length 12345678 is too long",
+]
+
+
+@pytest.mark.parametrize(("text", "value"), ANNOUNCED)
+def test_an_announced_value_is_found(text: str, value: str) -> None:
+    assert found(KeywordValueRecognizer(), text) == [value]
+
+
+@pytest.mark.parametrize("text", NOT_ANNOUNCED)
+def test_prose_and_examples_after_a_keyword_are_not_values(text: str) -> None:
+    assert found(KeywordValueRecognizer(), text) == []
+
+
+SHAPED = [
+    ("login with 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 then push", "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"),
+    ("mailgun api key-5ec0303a69392391735e55e85e0c0339", "key-5ec0303a69392391735e55e85e0c0339"),
+    ("shopify admin token 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", "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"),
+    ("authenticator secret is HT5W JLKQ QSTO JLBD", "HT5W JLKQ QSTO JLBD"),
+    (
+        "otpauth://totp/Acme:me?secret=JBSWY3DPEHPK3PXP&issuer=Acme",
+        "otpauth://totp/Acme:me?secret=JBSWY3DPEHPK3PXP&issuer=Acme",
+    ),
+    ("my wallet bc1qpgdjrskkj2xu8dt3x7hczsgxxkj7cscwcvp0xx", "bc1qpgdjrskkj2xu8dt3x7hczsgxxkj7cscwcvp0xx"),
+    ("send to 1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa please", "1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa"),
+    ("eth 0x52908400098527886E0F7030069857D2E4169EE7", "0x52908400098527886E0F7030069857D2E4169EE7"),
+    ("my laptop's MAC is 61-7c-08-8a-3b-70", "61-7c-08-8a-3b-70"),
+    ("switch port 0011.22ab.cdef", "0011.22ab.cdef"),
+    ("my home box is 192 dot 168 dot 39 dot 192", "192 dot 168 dot 39 dot 192"),
+    ("ip 10[.]0[.]12[.]57", "10[.]0[.]12[.]57"),
+    ("home: -56.36829, -99.23916", "-56.36829, -99.23916"),
+    ("at 48.8584\u00b0 N, 2.2945\u00b0 E", "48.8584\u00b0 N, 2.2945\u00b0 E"),
+    ("my cell is 8662487647", "8662487647"),
+    ("ping me on https://wa.me/338551590042", "wa.me/338551590042"),
+    ("tel:44818927626", "tel:44818927626"),
+    ("send it to P.O. Box 6622, Kingsbridge, TX 01955", "P.O. Box 6622, Kingsbridge, TX 01955"),
+    ("I live at Quayside Street 196, Unit 8B, Fairview", "Quayside Street 196, Unit 8B, Fairview"),
+    ("IBAN DE89.3704.0044.0532.0130.00", "DE89.3704.0044.0532.0130.00"),
+    ("CPF: 171.877.278-52", "171.877.278-52"),
+    ("my aadhaar is 8109 6383 0142 for KYC", "8109 6383 0142"),
+    ("holder NKSFD6251M", "NKSFD6251M"),
+    ("CF VGCYBS23E03G092E", "VGCYBS23E03G092E"),
+    ("Steuer 67 355 910 481", "67 355 910 481"),
+]
+
+NOT_SHAPED = [
+    "took 1700000000 ms",
+    "version 1.25, 3.50 and 2.75",
+    "see commit 0123456789abcdef0123456789abcdef01234567",
+    "all-zero MAC 00:00:00:00:00:00 means unset",
+    "the ratio was 12.5, 13.75 after the fix",
+    "order 5551234567 shipped",
+    "Bump lodash from 4.17.20 to 4.17.21",
+    "timestamps 2024-01-02 10:11:12",
+    "the 3 dot 5 release",
+]
+
+
+@pytest.mark.parametrize(("text", "value"), SHAPED)
+def test_a_shaped_identifier_is_found(text: str, value: str) -> None:
+    assert found(ShapeRecognizer(), text) == [value]
+
+
+@pytest.mark.parametrize("text", NOT_SHAPED)
+def test_developer_text_is_not_a_shaped_identifier(text: str) -> None:
+    assert found(ShapeRecognizer(), text) == []
+
+
+def _phrase(rng: random.Random, n: int) -> list[str]:
+    from mnemonic import Mnemonic
+
+    return rng.sample(Mnemonic("english").wordlist, n)
+
+
+@pytest.mark.parametrize("n", [12, 24])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        " ".join,
+        ", ".join,
+        "-".join,
+        "\n".join,
+        lambda ws: " ".join(w.upper() for w in ws),
+        lambda ws: " ".join(f"{i}. {w}" for i, w in enumerate(ws, 1)),
+    ],
+)
+def test_a_seed_phrase_is_found_whatever_separates_its_words(n: int, layout) -> None:
+    phrase = layout(_phrase(random.Random(n), n))
+    text = f"Wallet backup: {phrase} (keep it offline)"
+    # The span may take in a list word next to the phrase ("keep"): it covers the whole phrase.
+    spans = SeedPhraseRecognizer().find(text)
+    a = text.index(phrase)
+    assert len(spans) == 1 and spans[0].start <= a + 3 and spans[0].end >= a + len(phrase)
+
+
+def test_prose_of_list_words_is_not_a_seed_phrase() -> None:
+    text = "Fix the build, add a test for the cache and move the old code into a new file."
+    assert found(SeedPhraseRecognizer(), text) == []
