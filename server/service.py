@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import secrets
 import time
 from collections import Counter
@@ -137,6 +138,7 @@ class VerifierService:
         self._slots = SessionSlots(config.max_sessions, reserved=config.reserve, max_queued=config.queue_length)
         self._rate = StreamRate(config.stream_rate, config.burst)
         self._throttle_logged = 0.0
+        self._refusals = _RefusalLog(_THROTTLE_LOG_EVERY)
         self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
         self._revoked = frozenset(config.revoked_devices)
         self._devices = DeviceCertificates(device_cas)
@@ -230,7 +232,11 @@ class VerifierService:
             self.metrics.rejected_messages.labels(abort.code.name).inc()
             who = state.device.name if state.device else "?"
             if outcome != "throttled":  # a looping device must not flood the log either: `_log_throttled`
-                log.info("stream %s (device %s) refused: %s: %s", stream, who, abort.code.name, abort.message)
+                self._refusals.refused(who, stream, abort.code.name, abort.message)
+            # The session and its slot go back now: the status is sent only after any downlink the
+            # device never read, so `abort` may wait as long as the call lives. The stream keeps
+            # counting against its device until then, so a device cannot pile such streams up.
+            self._free(state)
             await context.abort(abort.code, abort.message)
         except asyncio.CancelledError:
             outcome = "vanished"  # the client went away (or the server is stopping)
@@ -257,7 +263,7 @@ class VerifierService:
         read = asyncio.ensure_future(context.read())
         try:
             if state.counted:
-                expired = await self._session_silence(read, state, timeout)
+                expired = await self._session_silence(read, state, timeout, "no uplink")
             else:
                 done, _ = await asyncio.wait({read}, timeout=timeout)
                 expired = None if done else f"no {'Open' if opening else 'uplink'} for {timeout:g} s"
@@ -272,32 +278,48 @@ class VerifierService:
         assert isinstance(raw, bytes)
         return raw
 
-    async def _session_silence(self, read: asyncio.Future[Any], state: _Stream, timeout: float) -> str | None:
-        """Wait for an open session's next uplink: None when it came, else why the session expired.
+    async def _session_silence(
+        self, pending: asyncio.Future[Any], state: _Stream, timeout: float, silence: str
+    ) -> str | None:
+        """Wait for an open session's device (its next uplink, or to take the last downlink):
+        None when `pending` is done, else why the session expired (`silence`: what did not come).
 
-        The clock starts once the last verdict is written, so the models' time never counts. After
-        `round_idle_timeout` seconds of silence the session keeps its slot only while no device
-        holding fewer sessions than this one's waits for a slot (`SessionSlots.starves`).
+        The read's clock starts once the last verdict is written, so the models' time never
+        counts. After `round_idle_timeout` seconds of silence the session keeps its slot only while
+        no device holding fewer sessions than this one's waits for a slot (`SessionSlots.starves`).
         """
         assert state.device is not None
         name = state.device.name
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         short = min(self.config.round_idle_timeout, timeout)
-        done, _ = await asyncio.wait({read}, timeout=short)
+        done, _ = await asyncio.wait({pending}, timeout=short)
         while not done:
             left = deadline - loop.time()
             if left <= 0:
-                return f"no uplink for {timeout:g} s"
+                return f"{silence} for {timeout:g} s"
             if self._slots.starves(name):
-                return f"no uplink for {short:g} s while a device holding fewer sessions waits for a slot"
+                return f"{silence} for {short:g} s while a device holding fewer sessions waits for a slot"
             changed = asyncio.ensure_future(self._slots.changed().wait())
             try:
-                done, _ = await asyncio.wait({read, changed}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({pending, changed}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 changed.cancel()
-            done &= {read}
+            done &= {pending}
         return None
+
+    async def _write(self, state: _Stream, context: grpc.aio.ServicerContext, message: bytes) -> None:
+        """Send a downlink under the same deadlines as a read: a device that stops reading (its
+        flow-control window full) must not park its session, and its slot, in the write."""
+        write = asyncio.ensure_future(context.write(message))
+        try:
+            expired = await self._session_silence(write, state, self.config.idle_timeout, "downlink not read")
+            if expired is not None:
+                raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"session expired: {expired}", outcome="expired")
+            write.result()
+        finally:
+            if not write.done():
+                write.cancel()
 
     async def _serve(self, state: _Stream, context: grpc.aio.ServicerContext) -> str:
         while True:
@@ -317,12 +339,12 @@ class VerifierService:
             if isinstance(frame, wire.OpenFrame):
                 await self._open_session(state, frame)
             elif isinstance(frame, wire.RoundFrame):
-                await context.write(await self._round(state, frame))
+                await self._write(state, context, await self._round(state, frame))
             else:
                 self._close(state, frame)
                 answer = await self._cosign(state, frame)
                 if answer is not None:
-                    await context.write(answer)
+                    await self._write(state, context, answer)
 
     def _precondition(self, message: str) -> _Abort:
         return _Abort(grpc.StatusCode.FAILED_PRECONDITION, message)
@@ -456,6 +478,34 @@ class VerifierService:
                 del self._streams[state.device.name]
         if had_session or outcome != "empty":
             self.metrics.sessions.labels(outcome).inc()
+
+
+class _RefusalLog:
+    """Refused streams in the log: each device's first in a window in full, the rest counted into
+    its next line. A device refused at once (revoked, at its cap) could otherwise write a line
+    per stream, hundreds a second, before any rate limit ran."""
+
+    _MAX_DEVICES = 4096  # names remembered; older ones are forgotten first
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._held: Counter[str] = Counter()
+
+    def refused(self, device: str, stream: str, code: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last.get(device, -math.inf) < self.every:
+            self._held[device] += 1
+            return
+        held = self._held.pop(device, 0)
+        self._last.pop(device, None)
+        self._last[device] = now  # last in insertion order: the oldest are first to go
+        if len(self._last) > self._MAX_DEVICES:
+            oldest = next(iter(self._last))
+            del self._last[oldest]
+            self._held.pop(oldest, None)
+        more = f" ({held} more of its streams refused since its last line)" if held else ""
+        log.info("stream %s (device %s) refused: %s: %s%s", stream, device, code, message, more)
 
 
 class _Stream:

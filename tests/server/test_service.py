@@ -3,6 +3,7 @@ session. Frames are hand-built bytes on a real mutual-TLS stream, as a hostile d
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -15,12 +16,13 @@ from hypothesis import strategies as st
 
 from core import wire
 from core.limits import MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
+from core.models import CausalLM
 from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams
+from core.session_types import Method, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
 from server.session import CloudVerifier
-from tests.tinymodels import tiny_lm
+from tests.tinymodels import tiny_llama, tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 
 C = grpc.StatusCode
@@ -244,6 +246,32 @@ def test_an_idle_session_expires(models, pki) -> None:
         ch.close()
 
 
+def test_a_session_whose_device_stops_reading_expires(char_tok, pki) -> None:
+    # fusion's downlink is the vocabulary's size and any one-token commit is allowed, so a device
+    # can send rounds blind and never read: the server's write then blocks on flow control, where
+    # no idle deadline ran, and the session kept its slot for the connection's life (2 h).
+    big = [
+        CausalLM.from_parts(name, tiny_llama(char_tok, seed=seed, layers=1, hidden=16), char_tok)
+        for seed, name in ((1, "s"), (2, "g"))
+    ]
+    for lm in big:
+        lm.model.resize_token_embeddings(32768)  # 128 KiB downlinks
+    cloud = CloudVerifier(big[1], big[0], seed=0, max_top_k=64)
+    params = SessionParams(method=Method.FUSION, alpha=0.0, draft_len=0, top_k=1)
+    frames = [wire.encode_open([40, 41, 42], params)]
+    frames += [wire.encode_round(i, [44] if i > 1 else [], []) for i in range(1, 2000)]
+    with serve(cloud, pki, idle_timeout=2.0, round_idle_timeout=1.0) as (server, port):
+        ch = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki).credentials())
+        call = ch.stream_stream(wire.SESSION_METHOD)(iter(frames), timeout=60)  # sent, never read
+        try:
+            time.sleep(1.0)
+            assert server.metrics.value("specsteer_rounds_total") > 0  # its rounds ran, then the writes blocked
+            assert settled(server, timeout=10.0)  # its session expired and its slot is back
+        finally:
+            call.cancel()
+            ch.close()
+
+
 def test_session_caps_refuse_politely(models, pki) -> None:
     # A short queue: carol's Open waits 0.3 s for a slot, then is refused (before the held
     # sessions' round-idle deadline could end them).
@@ -286,6 +314,18 @@ def test_revoked_device_is_refused(live, pki) -> None:
     _, code, details = raw_stream(ch, [OPEN])
     ch.close()
     assert code is C.PERMISSION_DENIED and "'mallory' is revoked" in details
+
+
+def test_a_device_refused_stream_after_stream_writes_one_log_line_per_window(models, pki, caplog) -> None:
+    # Refused at once, before any rate limit, a revoked device wrote a line per stream (~950/s).
+    with serve(CloudVerifier(models[1], models[0], seed=0), pki, revoked_devices=("mallory",)) as (_, port):
+        ch = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "mallory").credentials())
+        with caplog.at_level(logging.INFO, logger="server"):
+            codes = [raw_stream(ch, [OPEN])[1] for _ in range(40)]
+        ch.close()
+    assert codes == [C.PERMISSION_DENIED] * 40
+    lines = [r.getMessage() for r in caplog.records if "'mallory' is revoked" in r.getMessage()]
+    assert len(lines) == 1, lines  # the rest are counted into its next line, ten seconds on
 
 
 def test_the_client_certificate_is_parsed_once(live, pki, monkeypatch: pytest.MonkeyPatch) -> None:
