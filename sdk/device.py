@@ -174,6 +174,13 @@ def generate(
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     start = time.perf_counter()
+    if params.method is Method.LLM and params.sampling and options.temperature != 1.0:
+        # `llm` draws each token in the cloud, from P_G at T = 1: the temperature is a device-only
+        # setting that the wire does not carry (no field in Open), so it would be ignored, silently.
+        raise ConfigError(
+            f"llm samples in the cloud at temperature 1, which the device cannot change; got temperature "
+            f"{options.temperature:g} (use temperature 1, or greedy decoding)"
+        )
     public_ids = _checked_request(specialist, prompt, params, verifier)
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
     # The budget bounds the sequence: drafts and look-ahead stay within it (`_steered_loop`); the
@@ -181,7 +188,7 @@ def generate(
     seq = specialist.sequence(ids, capacity=len(ids) + options.max_new_tokens + CAPACITY_MARGIN)
     seq.forward_seconds = []  # the Specialist's own cost, for the stats
     rng = device_rng(options.seed)
-    state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit)
+    state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit, vocabulary_width(specialist.lm))
     lost: VerifierLost | None = None
     kept_local: str | None = None
     if params.method.uses_cloud:
@@ -268,9 +275,29 @@ def _checked_request(
     return public_ids
 
 
+def vocabulary_width(lm: SpecialistLM) -> int | None:
+    """How many of the Specialist's logits are tokens: its tokenizer's vocabulary (added tokens
+    included), or its table if that is smaller; None if the tokenizer does not say (every logit).
+
+    A table padded past the vocabulary (Qwen2.5's 151,936 rows for 151,665 tokens) has rows that
+    are no tokens: the device never drafts or draws them, as the cloud never proposes them
+    (`server.session.vocabulary_width`), so every method works on the one width."""
+    tokenizer = lm.tokenizer
+    try:
+        count = len(tokenizer)
+    except TypeError:
+        # `core.device_lm.FastTokenizer` (no transformers) wraps a `tokenizers.Tokenizer`.
+        backend = getattr(tokenizer, "_backend", None)
+        if backend is None or not hasattr(backend, "get_vocab_size"):
+            return None
+        count = int(backend.get_vocab_size(with_added_tokens=True))
+    return min(count, lm.vocab_size)
+
+
 class _State:
-    def __init__(self, eos_ids: frozenset[int], budget: int, on_commit: OnCommit | None) -> None:
+    def __init__(self, eos_ids: frozenset[int], budget: int, on_commit: OnCommit | None, width: int | None) -> None:
         self.eos_ids = eos_ids
+        self.width = width  # the row's columns that are tokens (`vocabulary_width`)
         self.budget = budget
         self.generated: list[int] = []
         self.stats = GenerationStats()
@@ -305,10 +332,15 @@ def _draw(logprobs: Any, sampling: bool, options: DecodeOptions, rng: Rng) -> in
     return choose(logprobs, sampling=sampling, temperature=options.temperature, generator=rng)
 
 
+def _draw_token(row: Any, width: int | None, sampling: bool, options: DecodeOptions, rng: Rng) -> int:
+    """A token drawn from a whole row of the Specialist, its padded columns left out (a view, no copy)."""
+    return _draw(np.asarray(row)[:width], sampling, options, rng)
+
+
 def _local_loop(seq: CachedSequence[Any], sampling: bool, options: DecodeOptions, state: _State, rng: Rng) -> None:
     """The Specialist alone (slm, slm-rag, and finishing locally when the cloud is gone)."""
     while state.remaining > 0:
-        token = _draw(seq.next_logprobs(), sampling, options, rng)
+        token = _draw_token(seq.next_logprobs(), state.width, sampling, options, rng)
         seq.push(state.commit([token]))
 
 
@@ -360,7 +392,7 @@ def _steered_loop(
     while state.remaining > 0:
         draft: list[int] = []
         for _ in range(min(params.draft_len, state.remaining)):
-            token = _draw(seq.next_logprobs(), params.sampling, options, rng)
+            token = _draw_token(seq.next_logprobs(), state.width, params.sampling, options, rng)
             draft.append(token)
             seq.push([token])
             if token in state.eos_ids:
@@ -368,7 +400,7 @@ def _steered_loop(
 
         start = len(seq) - len(draft) - len(pending)  # where pending + draft begin in `seq`
         limit = start + len(pending) + state.remaining  # look-ahead stays within the token budget
-        look_ahead = partial(_look_ahead, seq, limit, params.sampling, options, rng)
+        look_ahead = partial(_look_ahead, seq, limit, state.width, params.sampling, options, rng)
         plan = uplink.plan(state, pending, draft, look_ahead, params.draft_len)
         if plan.keep_local:
             # Drafted and looked-ahead tokens are P_S^c's own draws, as the local loop makes them: keep them.
@@ -399,7 +431,7 @@ def _steered_loop(
             continue
         if verdict.steering is None:
             raise ProtocolError("the verifier sent no steering candidates where a recovery is needed")
-        pending = state.commit(_recover(seq, verdict, params, options, rng))
+        pending = state.commit(_recover(seq, verdict, params, options, rng, state.width))
         seq.push(pending)
         if rejected:
             stats.recoveries += 1
@@ -408,22 +440,29 @@ def _steered_loop(
     return None
 
 
-def _look_ahead(seq: CachedSequence[Any], limit: int, sampling: bool, options: DecodeOptions, rng: Rng) -> int | None:
+def _look_ahead(
+    seq: CachedSequence[Any], limit: int, width: int | None, sampling: bool, options: DecodeOptions, rng: Rng
+) -> int | None:
     """Draft one more token on the device (the guard resolving a hold), unless `seq` is at `limit`."""
     if len(seq) >= limit:
         return None
-    token = _draw(seq.next_logprobs(), sampling, options, rng)
+    token = _draw_token(seq.next_logprobs(), width, sampling, options, rng)
     seq.push([token])
     return token
 
 
 def _recover(
-    seq: CachedSequence[Any], verdict: Verdict, params: SessionParams, options: DecodeOptions, rng: Rng
+    seq: CachedSequence[Any],
+    verdict: Verdict,
+    params: SessionParams,
+    options: DecodeOptions,
+    rng: Rng,
+    width: int | None = None,
 ) -> tuple[int, ...]:
     """Pick a candidate by v + alpha * log P_S^c."""
     assert verdict.steering is not None
     if isinstance(verdict.steering, FusionVector):
-        return (_fuse(seq, verdict.steering, params, options, rng),)
+        return (_fuse(seq, verdict.steering, params, options, rng, width),)
     candidates = verdict.steering.candidates
     if len(candidates) == 1:
         return candidates[0]
@@ -438,7 +477,12 @@ def _recover(
 
 
 def _fuse(
-    seq: CachedSequence[Any], fusion: FusionVector, params: SessionParams, options: DecodeOptions, rng: Rng
+    seq: CachedSequence[Any],
+    fusion: FusionVector,
+    params: SessionParams,
+    options: DecodeOptions,
+    rng: Rng,
+    width: int | None = None,
 ) -> int:
     """Token-level fusion over the whole vocabulary: the token by v + alpha * log P_S^c, i.e.
     log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T)."""
@@ -446,7 +490,7 @@ def _fuse(
     logp_sc = np.asarray(seq.next_logprobs())
     if logp_sc.shape[-1] != values.shape[-1]:
         raise ProtocolError(f"a fusion vector of {values.shape[-1]} values for a vocabulary of {logp_sc.shape[-1]}")
-    return _draw(recovery_scores(values, logp_sc, params.alpha), params.sampling, options, rng)
+    return _draw_token(recovery_scores(values, logp_sc, params.alpha), width, params.sampling, options, rng)
 
 
 def _score_for_argmax(

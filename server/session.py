@@ -36,7 +36,14 @@ from core.session_types import (
     SteeringVector,
     Verdict,
 )
-from core.steering import steering_candidates, steering_values, top_indices, verify_exact_greedy, verify_ratios
+from core.steering import (
+    refuse_nan,
+    steering_candidates,
+    steering_values,
+    top_indices,
+    verify_exact_greedy,
+    verify_ratios,
+)
 from server.errors import SessionTooLong
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
 from server.slot_sequence import SlotPools, SlotSequence
@@ -75,6 +82,16 @@ class CloudVerifier:
         if not self.cross_vocab and not same:
             raise ValueError("the shared-vocabulary path needs both models to use one tokenizer")
         self.s_codec = TextCodec(specialist.tokenizer, specialist.eos_ids)
+        # One width for every method: the tokenizer's vocabulary. Two models of one tokenizer may
+        # pad their embedding tables to different sizes (Qwen2.5 7B and up: 152,064 rows, 0.5B-3B:
+        # 151,936); rows past the vocabulary are no tokens, so they are masked (never proposed or
+        # chosen) and an ID past it is refused. Compared at the wrong width, v's two rows did not
+        # line up (specsteer crashed), `llm`/`sd` sent padded IDs the device refused, and a draft
+        # past the Generalist's table indexed out of range.
+        self.s_width = vocabulary_width(specialist)
+        self.g_width = vocabulary_width(generalist) if self.cross_vocab else min(self.s_width, generalist.vocab_size)
+        if not self.cross_vocab:
+            self.s_width = self.g_width
         # The KV engine: None, a DynamicCache per session and model; else the slot pool (lean path).
         self.kv_slots = kv_slots
         if kv_slots is not None:
@@ -133,7 +150,8 @@ class CloudSession:
         *,
         runner: ForwardRunner | None = None,
     ) -> None:
-        s_vocab = verifier.specialist.vocab_size
+        # The IDs a device may send: the Specialist's vocabulary, at the width both models share.
+        s_vocab = verifier.s_width
         if not prompt_ids:
             raise ProtocolError("the prompt is empty")
         problem = prompt_length_problem(len(prompt_ids)) or wire.vocabulary_violation(prompt_ids, s_vocab, "prompt")
@@ -292,7 +310,8 @@ class CloudSession:
     def _steering(self) -> SteeringVector | FusionVector:
         params = self.params
         alpha = params.alpha
-        row_g = self.g.next_logprobs()
+        # Only the vocabulary's columns: padded rows of the table are never proposed or chosen.
+        row_g = self.g.next_logprobs()[: self.verifier.g_width]
         if params.method is Method.LLM and params.sampling:
             return self._sample_generalist(row_g)
         if isinstance(self.g, SharedVocabGeneralist):
@@ -308,6 +327,7 @@ class CloudSession:
             return SteeringVector(tuple((i,) for i in ids.tolist()), tuple(values.tolist()))
 
         wanted = 1 if params.method is Method.SD else params.top_k
+        refuse_nan(row_g)  # a NaN row ranks as garbage: refused, not decoded
         cands = self.g.candidates(row_g, wanted * CANDIDATE_POOL_FACTOR)
         if not cands:  # the top of P_G was all special tokens or partial characters: look further
             cands = self.g.candidates(row_g, row_g.shape[-1])[:wanted]
@@ -319,21 +339,23 @@ class CloudSession:
             cands = cands[: params.top_k]  # the guardrail sends the top k by P_G: score only those under P_S^0
         logp_g = torch.tensor([c.logp_g for c in cands])
         logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]).cpu() if alpha != 0 else None
-        values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # finite (floored)
+        values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # always finite
         # Candidates come ranked by P_G (the guardrail order); the literal policy re-ranks by v.
         chosen = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
         chosen = [int(i) for i in chosen if i < len(cands)]
         return SteeringVector(tuple(cands[i].s_tokens for i in chosen), tuple(float(values[i]) for i in chosen))
 
     def _s0_row_beside(self, row_g: torch.Tensor) -> torch.Tensor:
-        """P_S^0's next row on P_G's row's device (the two models may sit on different ones)."""
-        return self.s0.next_logprobs().to(row_g.device)
+        """P_S^0's next row on P_G's row's device (the two models may sit on different ones), at
+        the shared width."""
+        return self.s0.next_logprobs()[: self.verifier.s_width].to(row_g.device)
 
     def _sample_generalist(self, row_g: torch.Tensor) -> SteeringVector:
         """`llm` in sampling mode: one draw from the whole of P_G (not from its top-k), sent as the
         one candidate the device must take. Across vocabularies, tokens the Specialist cannot spell
         (partial characters, special tokens without a counterpart) are redrawn, i.e. the draw is
         from P_G conditioned on being spellable."""
+        refuse_nan(row_g)
         probs = row_g.float().exp().cpu()  # the verifier's seeded generator draws on the CPU
         for _ in range(probs.shape[-1]):
             if not float(probs.sum()) > 0:
@@ -372,9 +394,11 @@ def reads_generic_specialist(params: SessionParams) -> bool:
 
 def fusion_vector(logp_g: torch.Tensor, logp_s0: torch.Tensor | None, alpha: float, vocab_size: int) -> FusionVector:
     """Token-level fusion's downlink: v = log P_G - alpha * log P_S^0 for each of the Specialist's
-    `vocab_size` token IDs (floored, so finite), as the little-endian float32 bytes the wire
-    carries. One tokenizer, but the two models' embedding tables may be padded to different
-    sizes: rows past a model's table are probability 0 (the floor)."""
+    `vocab_size` token IDs (the wire's width, the Specialist's table), as the little-endian float32
+    bytes the wire carries. The rows given may be narrower (cut to the tokenizer's vocabulary, or a
+    smaller table): an ID past them has P_G = 0, so its value is `core.steering.RULED_OUT` and the
+    device never picks it."""
+    refuse_nan(logp_g, logp_s0 if alpha != 0 else None)
     values = steering_values(
         _fit(logp_g, vocab_size), _fit(logp_s0 if logp_s0 is not None else logp_g, vocab_size), alpha
     )
@@ -385,3 +409,9 @@ def _fit(row: torch.Tensor, size: int) -> torch.Tensor:
     if row.shape[-1] >= size:
         return row[:size]
     return torch.cat([row, torch.full((size - row.shape[-1],), -torch.inf, dtype=row.dtype, device=row.device)])
+
+
+def vocabulary_width(lm: CausalLM) -> int:
+    """How many token IDs `lm` can take and score: its tokenizer's vocabulary (added tokens
+    included), or its table if that is smaller. Rows of the table past it are padding."""
+    return min(len(lm.tokenizer), lm.vocab_size)
