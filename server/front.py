@@ -7,7 +7,8 @@ device would be turned away while it did. With `max_connections_per_source` set 
 
 - a connection from an address that already holds N, or beyond the total cap, is closed at once
   (counted in `specsteer_front_refused_total{reason}`), so one source can never hold more than N
-  descriptors and the others always find room;
+  descriptors and the others always find room; an IPv6 source is its /64 network (what one
+  subscriber is given), an IPv4-mapped address its IPv4 address;
 - a connection that sends nothing within the handshake deadline is closed;
 - every other is piped, bytes unchanged, to gRPC's own listener on a loopback port: TLS, mutual
   authentication and every other limit stay gRPC's.
@@ -20,13 +21,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections import Counter
 
 from server.metrics import Metrics
 
-__all__ = ["ConnectionFront"]
+__all__ = ["ConnectionFront", "source_of"]
 
 _CHUNK = 64 * 1024
+# One IPv6 subscriber is given a /64 (RFC 6177) and picks any address in it: counted per address,
+# one peer would hold N connections from each of 2^64 addresses.
+IPV6_SOURCE_PREFIX = 64
+
+
+def source_of(address: str) -> str:
+    """What the per-source cap counts for a peer address: an IPv4 address (also when it arrives
+    IPv4-mapped on an IPv6 socket), or an IPv6 address's /64 network."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # a link-local address's zone is no part of it
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, IPV6_SOURCE_PREFIX), strict=False))
+    return str(ip)
 
 
 class ConnectionFront:
@@ -63,7 +82,7 @@ class ConnectionFront:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        source = str(peer[0]) if peer else "?"
+        source = source_of(str(peer[0])) if peer else "?"
         reason = None
         if self.held[source] >= self.per_source:
             reason = "source"

@@ -386,7 +386,10 @@ class VerifierServer:
             self.certificates.initial, self.certificates.fetch, require_client_authentication=True
         )
         per_source = config.max_connections_per_source
-        address = f"{config.host}:{config.port}" if per_source is None else "127.0.0.1:0"  # behind the front
+        host = config.host.strip("[]")  # "::1" and "[::1]" name one address; gRPC wants the brackets
+        address = (f"[{host}]" if ":" in host else host) + f":{config.port}"
+        if per_source is not None:
+            address = "127.0.0.1:0"  # behind the front
         try:
             port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
@@ -402,7 +405,7 @@ class VerifierServer:
                 metrics=self.metrics,
             )
             try:
-                self.port = await self.front.bind(config.host, config.port)
+                self.port = await self.front.bind(host, config.port)
             except OSError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
 

@@ -17,6 +17,7 @@ from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
 from server.cli import _overrides, build_parser
 from server.config import ServerConfig, load_config
+from server.front import source_of
 from server.main import fd_headroom
 from server.session import CloudVerifier
 from tests.server.test_connection_cap import _closed_by_server
@@ -166,3 +167,29 @@ def test_25000_idle_connections_from_one_source_do_not_delay_another_device(tmp_
         finally:
             for a in attackers:
                 a.communicate(timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("peer", "source"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),  # IPv4 arriving on an IPv6 socket is the same source
+        ("2001:db8:1:2::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),  # any address of one subscriber's /64
+        ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+    ],
+)
+def test_an_ipv6_source_is_its_64_network_so_one_peer_cannot_multiply_its_cap(peer: str, source: str) -> None:
+    assert source_of(peer) == source
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+@pytest.mark.parametrize("per_source", [None, 2])
+def test_the_server_listens_on_an_ipv6_host_written_either_way(tmp_path: Path, char_tok, host, per_source) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    pki = make_pki(tmp_path)
+    cloud = CloudVerifier(tiny_lm(char_tok, seed=2, name="g"), tiny_lm(char_tok, seed=1, name="s"), seed=0)
+    with serve(cloud, pki, host=host, port=0, max_connections_per_source=per_source) as (_, port):
+        socket.create_connection(("::1", port), timeout=5).close()
