@@ -13,6 +13,7 @@
     └── ProtocolError           core.errors: a device message that breaks the session contract
         ├── ContractError       core.contract: a frame the one session contract refuses
         └── SessionTooLong      a round past what a session may hold (the protocol's bound, or the KV slots)
+            └── SessionOverCapacity   within the protocol's bound, past this verifier's KV slots
 
 `PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `SlotOverflow`,
 `SlotPoolTooLarge` and `SessionTooLong` are defined here; the others come from the layers below and are gathered here,
@@ -35,6 +36,7 @@ __all__ = [
     "PkiError",
     "ProfileError",
     "ProtocolError",
+    "SessionOverCapacity",
     "SessionTooLong",
     "SlotOverflow",
     "SlotPoolTooLarge",
@@ -67,3 +69,9 @@ class SessionTooLong(ProtocolError):
     """A round that would take its session past what the verifier holds for one: the protocol's
     longest generation (`core.limits.MAX_NEW_TOKENS`), or its KV slots' positions.
     The stream ends with OUT_OF_RANGE; other sessions are unaffected."""
+
+
+class SessionOverCapacity(SessionTooLong):
+    """A session within the protocol's bounds that this verifier's KV slots are too short for: the
+    verifier's limit, not the device's error, so the stream ends with RESOURCE_EXHAUSTED and the
+    device may finish the text on its own."""

@@ -14,18 +14,19 @@ specific status:
                          on the stream: unknown session), a second Open, a gap in Round seq, a
                          Round after the session ended, a commit that is not a candidate
     DEADLINE_EXCEEDED    the session expired: no uplink within the idle timeout (or the round-idle
-                         timeout, while a device with fewer sessions waits), or no Open within
-                         the (much shorter) open timeout of a new stream
+                         timeout, while a device with fewer sessions waits), a downlink the device
+                         did not read within the same, or no Open within the (much shorter) open
+                         timeout of a new stream
     RESOURCE_EXHAUSTED   the verifier is at its session cap (after the queue wait), this device is
-                         at its stream cap or starts streams faster than its rate; an oversize
-                         frame (gRPC refuses it before it reaches this code)
+                         at its stream cap or starts streams faster than its rate; a session
+                         within the protocol's bounds longer than this verifier's KV slots; an
+                         oversize frame (gRPC refuses it before it reaches this code)
     UNAUTHENTICATED      the client certificate has no valid X.509 path to the device CA
                          (`server.device_identity`: path length, key usage, EKU clientAuth,
                          validity), or does not name exactly one valid device
     PERMISSION_DENIED    the device's certificate is revoked
     OUT_OF_RANGE         a round that would take the session past what one may hold (the protocol's
-                         longest generation, `core.limits.MAX_NEW_TOKENS`, or the verifier's KV
-                         slots) or past a model's context
+                         longest generation, `core.limits.MAX_NEW_TOKENS`) or past a model's context
 
 With a witness key (`[audit] witness_key`), a Close that carries the device's audit-log checkpoint
 is answered by one more downlink, the witness's cosignature, if `server.witness` accepts it.
@@ -72,7 +73,7 @@ from server.admission import SessionSlots, StreamRate
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.device_identity import DeviceCertificates, NotADevice
-from server.errors import NoSessionSlot, SessionTooLong, SlotPoolTooLarge
+from server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
 from server.metrics import Metrics
 from server.pki import DEVICE_NAME
 from server.session import CloudSession, CloudVerifier
@@ -376,7 +377,7 @@ class VerifierService:
             # when batching is on.
             open_session = functools.partial(self.cloud.open, runner=self.scheduler.runner)
             state.session = await self.scheduler.run(open_session, list(frame.prompt_ids), frame.params)
-        except (NoSessionSlot, SlotPoolTooLarge) as exc:  # KV slots all taken, or a new pool would not fit
+        except (NoSessionSlot, SlotPoolTooLarge, SessionOverCapacity) as exc:  # this verifier's limits
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Open refused: {exc}") from None
         except ProtocolError as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Open refused: {exc}") from None
@@ -410,6 +411,10 @@ class VerifierService:
             verdict: Verdict = await self.scheduler.run(session.round_frame, frame)
         except ContractError as exc:
             raise self._refusal(exc) from None
+        except SessionOverCapacity as exc:  # the verifier's limit: the device may finish on its own
+            raise _Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"round {frame.seq} refused: {exc}", outcome="failed"
+            ) from None
         except SessionTooLong as exc:
             raise _Abort(grpc.StatusCode.OUT_OF_RANGE, f"round {frame.seq} refused: {exc}", outcome="failed") from None
         except ProtocolError as exc:

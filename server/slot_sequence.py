@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from core.errors import ProtocolError
 from core.kv import TensorSequence
 from server.config import SLOT_FORWARDS
-from server.errors import NoSessionSlot, SessionTooLong
+from server.errors import NoSessionSlot, SessionOverCapacity
 from server.fused_decoder import fused_decoder_problem
 from server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
@@ -79,7 +79,9 @@ def slot_forward_batch(items: Sequence[tuple[SlotSequence, Sequence[int]]]) -> l
     except SlotOverflow:
         # Merged, a row may overflow only by another row's padding: the batcher then runs each
         # alone, where this is the session's own length.
-        raise SessionTooLong(f"the session is longer than the verifier's {pool.kv.max_len}-token KV slots") from None
+        raise SessionOverCapacity(
+            f"the session is longer than this verifier's {pool.kv.max_len}-token KV slots"
+        ) from None
 
 
 def slot_forward(seq: SlotSequence, new: Sequence[int]) -> torch.Tensor:

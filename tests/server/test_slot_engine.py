@@ -24,7 +24,7 @@ from sdk.transport import InProcessVerifier
 from server.batching import ForwardBatcher
 from server.cli import _overrides, build_parser
 from server.config import ServerConfig, load_config
-from server.errors import NoSessionSlot, SessionTooLong, SlotPoolTooLarge
+from server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
 from server.main import build_cloud
 from server.metrics import Metrics
 from server.session import CloudVerifier
@@ -112,7 +112,7 @@ def test_closing_a_session_frees_its_slots_and_a_full_pool_is_one_sentence(pair)
 def test_a_session_longer_than_its_slot_is_refused(pair) -> None:
     cloud = slot_cloud(pair, max_len=24)
     s_lm = pair[0]
-    with pytest.raises(ProtocolError, match="longer than the verifier's 24-token KV slots"):
+    with pytest.raises(SessionOverCapacity, match="longer than this verifier's 24-token KV slots"):
         cloud.open(
             s_lm.tokenizer("a prompt that is far too long for it", add_special_tokens=False)["input_ids"],
             SessionParams(),
@@ -199,19 +199,23 @@ def test_a_session_past_the_protocols_length_is_refused(pair, monkeypatch) -> No
             session.round(commit, [7, 8, 9, 10])
 
 
-def test_a_session_that_outgrows_its_slot_ends_out_of_range_on_a_live_server(pair, pki) -> None:
-    """FAILED_PRECONDITION said the device sent something out of order; the session outgrew the
-    verifier's slots, as OUT_OF_RANGE says for one that outgrows a model's context."""
+@pytest.mark.parametrize("at", ["open", "round"])
+def test_a_session_past_this_verifiers_slots_ends_resource_exhausted_on_a_live_server(pair, pki, at) -> None:
+    """A session within the protocol's bounds that the verifier's slots cannot hold is the
+    verifier's limit, not the device's error: RESOURCE_EXHAUSTED, on which the device finishes on
+    its own (it was INVALID_ARGUMENT at Open and OUT_OF_RANGE mid-session: a hard error there)."""
     s_lm, _ = pair
     prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
     held = len(slot_cloud(pair).open(prompt, SessionParams()).s0)  # the rendered prompt's tokens
     frames = [wire.encode_open(prompt, SessionParams(draft_len=4)), wire.encode_round(1, [], [4, 5, 6, 7])]
+    max_len = held - 1 if at == "open" else held + 2
     with (
-        serve(slot_cloud(pair, slots=2, max_len=held + 2), pki) as (_, port),
+        serve(slot_cloud(pair, slots=2, max_len=max_len), pki) as (_, port),
         grpc.secure_channel(f"127.0.0.1:{port}", identity(pki).credentials()) as channel,
     ):
         _, code, details = raw_stream(channel, frames)
-    assert code is grpc.StatusCode.OUT_OF_RANGE and f"longer than the verifier's {held + 2}-token KV slots" in details
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+    assert f"longer than this verifier's {max_len}-token KV slots" in details
 
 
 def test_pairs_the_pool_cannot_serve_are_refused(char_tok, bpe_tok, pair) -> None:
