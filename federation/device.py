@@ -48,8 +48,8 @@ here, before anything is loaded):
                          personal adapter has no copy elsewhere, and lr 1000 ruined it
     min-holdout          the newest entries never trained on (default 4; a run's smaller holdout
                          is raised to it)
-    max-sample-rate      the largest DP sampling rate a round may train at (default 0.5); at a larger
-                         one (a batch as large as the history) it takes no private step
+    max-sample-rate      the largest DP sampling rate a round may train at (default 1: any); at a
+                         larger one it takes no private step (cover steps only, nothing spent)
     secagg-required      take part only in SecAgg+ rounds (default false)
     secagg-min-cohort    the fewest devices a SecAgg+ round may mask its update among (default 3;
                          the threshold must also be more than half the shares: `federation.secagg_terms`)
@@ -127,7 +127,9 @@ DEFAULT_MAX_CONTEXT_CHARS = 1800  # what slm-rag inference retrieves
 DEFAULT_MAX_PERSONAL_LR = 0.01
 DEFAULT_MIN_HOLDOUT = 4
 DEFAULT_MAX_VERSION_JUMP = 1000
-DEFAULT_MAX_SAMPLE_RATE = 0.5
+# Off by default: a history of one or two batches trains at q = 1 or 1/2 in any honest run, and
+# the budget bounds what a high rate spends; an operator may ask for subsampling's amplification.
+DEFAULT_MAX_SAMPLE_RATE = 1.0
 DEFAULT_SECAGG_MIN_COHORT = 3
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
@@ -541,9 +543,8 @@ class Device:
 
         None when δ is not below 1/n (an ε at such a δ allows releasing a whole commit in the
         clear: node delta 0.2 was accepted for 21 commits), and none when the sampling rate is
-        above the device's ``max-sample-rate`` (a batch as large as the history, q = 1, spent 7.1
-        of 8 ε in two steps). Either way the device answers as usual, with cover steps, so the
-        server does not learn that its history is that small.
+        above the device's ``max-sample-rate`` (default 1, any). Either way the device answers as
+        usual, with cover steps, so the server does not learn that its history is that small.
         """
         if n == 0 or most == 0:
             return 0

@@ -76,13 +76,17 @@ def test_delta_not_below_one_over_n_buys_no_private_step(tiny_bpe_model: Path, t
     assert trained["dp_steps"] == 0 and trained["cover_steps"] == 2 and trained["examples"] == 21
 
 
-def test_a_batch_as_large_as_the_history_buys_no_private_step(tiny_bpe_model: Path, tmp_path: Path) -> None:
-    # Batch 64 (the device's largest) over 21 commits: sampling rate 1, above max-sample-rate 0.5.
-    reply = _round(tiny_bpe_model, tmp_path, **{"batch-size": 64})
+def test_a_device_may_refuse_to_train_at_a_sampling_rate_above_its_own(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    # Batch 64 (the device's largest) over 21 commits: sampling rate 1. By default the device trains
+    # (its budget bounds what that spends); with max-sample-rate 0.5 it takes no private step.
+    reply = _round(tiny_bpe_model, tmp_path / "default", **{"batch-size": 64})
+    ledger = read_ledger_file(tmp_path / "default" / "device0" / "ledger.json")
+    assert not reply.has_error() and ledger is not None and ledger.history == [(1.0, 1.0, 2)]
+    reply = _round(tiny_bpe_model, tmp_path / "strict", {"max-sample-rate": 0.5}, **{"batch-size": 64})
     assert not reply.has_error() and _finite(reply)
-    ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
+    ledger = read_ledger_file(tmp_path / "strict" / "device0" / "ledger.json")
     assert ledger is not None and ledger.history == []
-    # The same round at batch 4 (rate 1/6) trains and is charged.
-    reply = _round(tiny_bpe_model, tmp_path / "small-batch")
+    # The same device at batch 4 (rate 1/6) trains and is charged.
+    reply = _round(tiny_bpe_model, tmp_path / "small-batch", {"max-sample-rate": 0.5})
     ledger = read_ledger_file(tmp_path / "small-batch" / "device0" / "ledger.json")
     assert not reply.has_error() and ledger is not None and ledger.history == [(1.0, 1 / 6, 2)]
