@@ -29,7 +29,10 @@ leak takes, not from the detectors) adds `--adversarial-per-category` spans in e
 categories, scored the same way against guards whose histories carry the secrets a developer
 pastes (a password, a cloud key pair, a bot token), and `--developer-per-kind` sentences of
 ordinary developer text per kind (hashes, UUIDs, git remotes, versions, documentation URLs,
-identifiers) for false positives.
+identifiers) for false positives. The identifiers set (`bench.guard_cases_identifiers`, attack 12)
+adds as many spans in each of its categories (values a keyword announces, seed phrases, national
+identifiers, quasi-identifiers, unseparated phones, P.O. boxes, bank details) against the same
+guards, and as many developer sentences per kind that use the same keywords without a value.
 Results: docs/results/guard_recall.{md,json}.
 """
 
@@ -49,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import guard_cases_adversarial as adversarial
+from bench import guard_cases_identifiers as identifiers
 from bench.guard_cases import CATEGORIES, Person, Sample, ordinary_sentences, people, positives
 from core.model_registry import DEFAULT_SPECIALIST
 from privacy.guard import EgressGuard
@@ -334,6 +338,9 @@ def render(result: dict[str, Any]) -> str:
     adv = result.get("adversarial")
     if adv:
         lines += render_adversarial(adv)
+    ident = result.get("identifiers")
+    if ident:
+        lines += render_identifiers(ident)
     cost = result["round_trip_cost"]
     lines += [
         "",
@@ -353,21 +360,41 @@ def render(result: dict[str, Any]) -> str:
 
 
 def render_adversarial(adv: dict[str, Any]) -> list[str]:
+    intro = (
+        f"{adv['positives']} spans written from descriptions of how a leak looks (not from the detectors; seed "
+        f"{adv['seed']}), against guards whose histories carry a password, a cloud key pair and a bot token "
+        "(unregistered) besides the user's trailer and PIN canary; and "
+        f"{adv['developer_sentences']} sentences of ordinary developer text for false positives."
+    )
+    title = "## The adversarial set (`bench/guard_cases_adversarial.py`)"
+    return _render_set(adv, title, intro, list(adversarial.CATEGORIES), list(adversarial.DEVELOPER_KINDS))
+
+
+def render_identifiers(ident: dict[str, Any]) -> list[str]:
+    intro = (
+        f"{ident['positives']} identifiers a keyword announces or a shape gives away (passwords told in words, "
+        "PINs, seed phrases, national identifiers, dates of birth, MAC and GPS, defanged IPv4, unseparated phones, "
+        "P.O. boxes, bank details; seed "
+        f"{ident['seed']}), against the adversarial set's guards; and {ident['developer_sentences']} developer "
+        "sentences with the same keywords and no value, for false positives."
+    )
+    title = "## Announced and shaped identifiers (`bench/guard_cases_identifiers.py`)"
+    return _render_set(ident, title, intro, list(identifiers.CATEGORIES), list(identifiers.DEVELOPER_KINDS))
+
+
+def _render_set(adv: dict[str, Any], title: str, intro: str, categories: list[str], kinds: list[str]) -> list[str]:
     runs, dev = adv["runs"], adv["developer_text"]
     labels = [r["label"] for r in runs]
     lines = [
         "",
-        "## The adversarial set (`bench/guard_cases_adversarial.py`)",
+        title,
         "",
-        f"{adv['positives']} spans written from descriptions of how a leak looks (not from the detectors; seed "
-        f"{adv['seed']}), against guards whose histories carry a password, a cloud key pair and a bot token "
-        "(unregistered) besides the user's trailer and PIN canary; and "
-        f"{adv['developer_sentences']} sentences of ordinary developer text for false positives.",
+        intro,
         "",
         "| category | n | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),
     ]
-    for cat in adversarial.CATEGORIES:
+    for cat in categories:
         n = runs[0]["recall"][cat]["n"]
         lines.append(f"| {cat} | {n} | " + " | ".join(f"{100 * r['recall'][cat]['recall']:.1f} %" for r in runs) + " |")
     lines.append(
@@ -376,10 +403,10 @@ def render_adversarial(adv: dict[str, Any]) -> list[str]:
         + " |"
     )
     lines += ["", "| developer text | n | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
-    for kind in adversarial.DEVELOPER_KINDS:
+    for kind in kinds:
         n = dev[0]["by_kind"][kind]["n"]
         lines.append(f"| {kind} | {n} | " + " | ".join(str(d["by_kind"][kind]["false_positives"]) for d in dev) + " |")
-    lines += ["", "Adversarial spans that still reach the cloud (up to three per category):", ""]
+    lines += ["", "Spans that still reach the cloud (up to three per category):", ""]
     for r in runs:
         for cat, examples in r["missed_examples"].items():
             lines.append(f"* {r['label']}, {cat}: " + ", ".join(f"`{e!r}`" for e in examples))
@@ -456,6 +483,20 @@ def main(argv: Iterable[str] | None = None) -> int:
         "runs": [measure(label, ags[label], tok, adv_samples, [], args.draft_len) for label in order],
         "developer_text": [measure_developer_text(label, ags[label], tok, dev_text, args.draft_len) for label in order],
     }
+    # The identifiers set (attack 12) draws from a third generator, against the same guards.
+    id_rng = random.Random(args.seed + 2)
+    id_samples = [
+        Sample(cat, text, spans, i % len(personas))
+        for i, (cat, text, spans) in enumerate(identifiers.positives(id_rng, args.adversarial_per_category))
+    ]
+    id_dev = identifiers.developer_text(id_rng, args.developer_per_kind)
+    ident = {
+        "seed": args.seed + 2,
+        "positives": len(id_samples),
+        "developer_sentences": len(id_dev),
+        "runs": [measure(label, ags[label], tok, id_samples, [], args.draft_len) for label in order],
+        "developer_text": [measure_developer_text(label, ags[label], tok, id_dev, args.draft_len) for label in order],
+    }
     bodies = [q["target"] for u in users[4:] for q in u["queries"]]
     cost = round_trip_cost(gs["guard"], gs["guard, no local-part hold"], tok, bodies, args.draft_len)
     command = "python -m bench.guard_recall " + " ".join(
@@ -471,6 +512,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         "runs": runs,
         "round_trip_cost": cost,
         "adversarial": adv,
+        "identifiers": ident,
         "seconds": time.perf_counter() - start,
     }
     args.out.mkdir(parents=True, exist_ok=True)

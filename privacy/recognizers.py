@@ -780,8 +780,13 @@ _DMS = re.compile(
     r"[ \t]*[nsew])?",
     re.I,
 )
+# A list's first number ("1." at a line's start or after a colon) may open a numbered seed phrase.
+_NUMBERING_HAZARD = re.compile(r"(?:\A|(?<=[\n:]))[ \t]*1[.)]?[ \t]*\Z")
 _COORD_HAZARD = re.compile(
-    r"(?<![\w.])[+-]?\d{1,3}\.\d*(?:[ \t]*°?[ \t]*[nsew]?[ \t]*[,;/ ][ \t]*[+-]?\d{0,3}\.?\d*)?\Z", re.I
+    # Every part may be the last one written so far: "26.1214°", "26.1214° S,", "26.1214° S, 52.8".
+    r"(?<![\w.])[+-]?\d{1,3}\.\d*(?:[ \t]*(?:°|º)?(?:[ \t]*[nsew](?![a-z]))?(?:[ \t]*[,;/ ][ \t]*[+-]?\d{0,3}(?:\.\d*)?"
+    r"(?:[ \t]*(?:°|º)?(?:[ \t]*[nsew](?![a-z]))?)?)?)?[ \t]*\Z",
+    re.I,
 )
 
 
@@ -905,6 +910,7 @@ class ShapeRecognizer(Detector):
             _IBAN_DOTTED_HAZARD,
             _SHAPED_SECRET_HAZARD,
             _COORD_HAZARD,
+            _NUMBERING_HAZARD,
         ):
             m = pattern.search(tail)
             if m is not None:
@@ -912,6 +918,10 @@ class ShapeRecognizer(Detector):
         m = _TOTP_HAZARD.search(tail)
         if m is not None:
             found.append(Span(offset + m.start("value"), len(text), SECRET))
+        # After a location keyword even a number's first digits may start a coordinate ("GPS 26").
+        m = re.search(r"(?<![\w.])[+-]?\d{1,3}\Z", tail)
+        if m is not None and _COORD_KEYWORD.search(tail, max(0, m.start() - 40), m.start()):
+            found.append(Span(offset + m.start(), len(text), ADDRESS))
         w = _webhook_hazard(tail)
         if w is not None:
             found.append(Span(offset + w, len(text), SECRET))
@@ -1028,21 +1038,25 @@ def _seed_runs(text: str) -> Iterator[tuple[int, int, int]]:
         yield start, end, count
 
 
+def _numbered_from(text: str, a: int) -> int:
+    """The start of a phrase's first word, or of the "1." that numbers it."""
+    m = re.search(r"(?<![\w.])\d{1,2}[.)][ \t]*\Z", text[max(0, a - 6) : a])
+    return a - len(m.group()) if m else a
+
+
 class SeedPhraseRecognizer(Detector):
     """Wallet seed phrases: 12 or more BIP-39 words in a row (see above)."""
 
     def find(self, text: str) -> list[Span]:
-        return [Span(a, b, SECRET) for a, b, n in _seed_runs(text) if n >= _SEED_WORDS_MIN]
+        return [Span(_numbered_from(text, a), b, SECRET) for a, b, n in _seed_runs(text) if n >= _SEED_WORDS_MIN]
 
     def hazard(self, text: str) -> Span | None:
         # The trailing run of list words (its last word may be half written) may still reach 12.
-        # Two words in a row are held (prose has many such pairs; they dissolve at the next word
-        # off the list), one word only where a seed keyword or numbering announced it.
         tail = text[-400:]
         offset = len(text) - len(tail)
         words, ordered = _bip39_words()
         m = re.search(r"[A-Za-z]+\Z", tail)
-        end = len(tail)
+        end, partial = len(tail), False
         if m is not None and m.group().lower() not in words:
             import bisect
 
@@ -1050,35 +1064,19 @@ class SeedPhraseRecognizer(Detector):
             i = bisect.bisect_left(ordered, w)
             if i == len(ordered) or not ordered[i].startswith(w):
                 return None
-            end = m.start()
-            partial = True
+            end, partial = m.start(), True
+        runs = list(_seed_runs(tail[:end]))
+        # The last run counts if only separators follow it (", ", " 2. ", a line break).
+        if runs and (runs[-1][1] == end or _SEED_GAP.fullmatch(tail, runs[-1][1], end)):
+            a, n = runs[-1][0], runs[-1][2] + partial
+        elif partial and m is not None:
+            a, n = m.start(), 1
         else:
-            partial = False
-            if m is None and not _SEED_GAP.fullmatch(tail[-1:] or "x"):
-                return None
-        run = None
-        for a, b, n in _seed_runs(tail[:end]):
-            run = (a, b, n)
-        if run is None or (partial and _SEED_GAP.fullmatch(tail, run[1], end) is None and run[1] != end):
-            if partial and m is not None:
-                before = tail[: m.start()]
-                if re.search(r"(?:^|\n|\d[.)]\s*)\Z", before) or _SEED_CONTEXT.search(before):
-                    return Span(offset + m.start(), len(text), SECRET)
             return None
-        a, b, n = run
-        if b != end and _SEED_GAP.fullmatch(tail, b, end) is None and not (partial and b == end):
-            return None
-        if b < len(tail) and not partial and _SEED_GAP.fullmatch(tail, b) is None:
-            return None
-        n += partial
         # Prose has pairs of list words ("fix now"), so words separated by spaces are held from three
         # on; two where the separators are a list's; one where a keyword or numbering announced it.
         listed = _SEED_LIST_GAP.search(tail, a, len(tail)) is not None
-        if (
-            n >= 3
-            or (n == 2 and listed)
-            or _SEED_CONTEXT.search(tail[:a])
-            or re.search(r"(?:\n|\d[.)]\s*)\Z", tail[:a])
-        ):
-            return Span(offset + a, len(text), SECRET)
+        before = tail[:a]
+        if n >= 3 or (n == 2 and listed) or _SEED_CONTEXT.search(before) or re.search(r"(?:\n|\d[.)]\s*)\Z", before):
+            return Span(offset + _numbered_from(tail, a), len(text), SECRET)
         return None

@@ -26,6 +26,13 @@ STREAMED = [
     ("Send it to P.O. Box 6622, Kingsbridge soon.", "P.O. Box 6622, Kingsbridge"),
     ("I live at Quayside Street 196, Unit 8B, Fairview now.", "Quayside Street 196, Unit 8B, Fairview"),
     ("Call my cell 8662487647 after six.", "8662487647"),
+    ("Cabin GPS 26.1214 S, 52.8430 E by the lake.", "26.1214 S, 52.8430 E"),
+    (
+        "Recovery words:\n1. castle 2. zebra 3. fossil 4. inmate 5. harvest 6. clinic 7. apple 8. bamboo"
+        " 9. mosquito 10. salmon 11. raccoon 12. elbow\nKeep it offline.",
+        "1. castle 2. zebra 3. fossil 4. inmate 5. harvest 6. clinic 7. apple 8. bamboo"
+        " 9. mosquito 10. salmon 11. raccoon 12. elbow",
+    ),
     ("Meu CPF: 171.877.278-52 ok", "171.877.278-52"),
     ("Passport no. 01MU33842 expires soon.", "01MU33842"),
     ("The authenticator secret is HT5W JLKQ QSTO JLBD for now.", "HT5W JLKQ QSTO JLBD"),
