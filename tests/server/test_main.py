@@ -7,6 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import socket
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -212,3 +215,27 @@ def test_transcript_holds_the_hash_of_every_uplink_received(tmp_path, cloud, mod
 def test_config_requires_tls_before_models_load(tmp_path) -> None:
     with pytest.raises(ConfigError, match="TLS is required: set cert, key, client_ca"):
         create_server(ServerConfig(port=0))
+
+
+def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_and_drops_silent_ones(monkeypatch) -> None:
+    # prometheus_client's own server gave each connection a thread, with no timeout: ~980 idle
+    # connections left the verifier 27 descriptors.
+    from server import metrics as metrics_mod
+
+    monkeypatch.setattr(metrics_mod._QuietHandler, "timeout", 0.5)
+    m = metrics_mod.Metrics()
+    port = m.serve("127.0.0.1", 0)
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(60)]
+    try:
+        time.sleep(0.2)
+        assert threading.active_count() - before <= metrics_mod._MAX_CONNECTIONS
+        idle[0].settimeout(5)
+        assert idle[0].recv(1) == b""  # a silent connection is closed after the timeout
+    finally:
+        for s in idle:
+            s.close()
+    time.sleep(0.7)  # the held ones time out too
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert b"specsteer_rounds_total" in response.read()
+    m.stop()
