@@ -63,16 +63,19 @@ class PinSet:
             raise PinningError(
                 f"{source} has {len(pins)} pin(s); at least {MIN_PINS} are required (a serving anchor and a backup)"
             )
-        by_pin: dict[str, x509.Certificate] = {}
+        # A pinned key may stand in several certificates (a CA's renewed certificate beside the one
+        # it replaces): each is an anchor, or a renewal would be dropped for the older one.
+        by_pin: dict[str, list[x509.Certificate]] = {}
         for cert in anchors:
             pin = spki_pin(cert)
             if pin not in pins:
                 raise PinningError(f"anchor certificate '{cert.subject.rfc4514_string()}' in {source} is not pinned")
-            by_pin.setdefault(pin, cert)
+            if cert not in by_pin.setdefault(pin, []):
+                by_pin[pin].append(cert)
         unnamed = [p for p in pins if p not in by_pin]
         if unnamed:
             raise PinningError(f"pin {unnamed[0]} in {source} names no anchor certificate")
-        return cls(tuple(pins), tuple(by_pin[p] for p in pins))
+        return cls(tuple(pins), tuple(cert for p in pins for cert in by_pin[p]))
 
 
 def _parse_pins(text: str, source: str) -> list[str]:

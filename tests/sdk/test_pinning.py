@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 
 from sdk.pinning import PinningError, load_pin_set, spki_pin
 from server import pki
@@ -92,3 +94,25 @@ def test_bad_pin_sets_fail_closed(tmp_path, anchors, build, message) -> None:
 def test_missing_pins_file_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(PinningError, match="does not exist"):
         load_pin_set(tmp_path / "nope.txt")
+
+
+def test_every_certificate_of_a_pinned_key_is_an_anchor(tmp_path, anchors) -> None:
+    # A CA's renewed certificate (same key, later dates) beside the one it replaces: only the first
+    # one listed was kept, so a device whose pins file listed the expiring one first was refused.
+    serving, backup, _ = anchors
+    old = serving.cert
+    renewed = (
+        x509.CertificateBuilder()
+        .subject_name(old.subject)
+        .issuer_name(old.subject)
+        .public_key(serving.key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(old.not_valid_before_utc)
+        .not_valid_after(old.not_valid_after_utc + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(serving.key, hashes.SHA256())
+    )
+    text = pki.pins_file_text([("serving", old), ("backup", backup.cert)])
+    pin_set = load_pin_set(_write(tmp_path, text + renewed.public_bytes(serialization.Encoding.PEM).decode()))
+    assert set(pin_set.anchors) == {old, renewed, backup.cert}
+    assert spki_pin(old) == spki_pin(renewed)
