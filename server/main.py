@@ -474,5 +474,36 @@ def create_server(
     fd_headroom(config)
     if cloud is None:
         cloud = build_cloud(config)
+    if config.kv == "dynamic":
+        warn_if_sessions_outgrow_memory(config, cloud)
     server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)
     return server, server.port
+
+
+def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) -> int:
+    """Log a warning when `max_sessions` sessions at the protocol's longest would need more KV
+    memory than is free; returns the bytes they would need.
+
+    With dynamic KV each session's cache grows as it is used, so nothing is refused at start (most
+    sessions are far shorter), but a few devices holding long sessions could exhaust the memory.
+    The slot pool (`--kv slots`) allocates its caches up front and refuses a pool that cannot fit.
+    """
+    from core.limits import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS
+    from core.session_types import MAX_CANDIDATE_TOKENS
+    from server.slot_pool import available_bytes, kv_bytes
+
+    longest = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
+    models = {id(lm): lm for lm in (cloud.generalist, cloud.specialist)}.values()
+    per_session = sum(kv_bytes(lm.model.config, 1, longest, lm.model.dtype) for lm in models)
+    need = config.max_sessions * per_session
+    free = available_bytes(next(iter(models)).model.device)
+    if free is not None and need > free:
+        log.warning(
+            "%d sessions of the protocol's longest (%d positions) would need %.1f GiB of KV cache, "
+            "%.1f GiB is free: lower max_sessions, or use --kv slots, which sizes its caches at start",
+            config.max_sessions,
+            longest,
+            need / 2**30,
+            free / 2**30,
+        )
+    return need
