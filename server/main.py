@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -472,12 +474,38 @@ def create_server(
     """
     certificates = CertificateSource(*config.require_tls())
     fd_headroom(config)
+    check_before_loading(config)
     if cloud is None:
         cloud = build_cloud(config)
     if config.kv == "dynamic":
         warn_if_sessions_outgrow_memory(config, cloud)
     server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)
     return server, server.port
+
+
+def check_before_loading(config: ServerConfig) -> None:
+    """Refuse (`ConfigError`) what would only fail after the models load, minutes in with real ones:
+    a port in use or an address this host does not have (the service's and the metrics'), and a
+    transcript folder that cannot be written."""
+    listen = [(config.host, config.port, "the service")]
+    if config.metrics_port is not None:
+        listen.append((config.metrics_host, config.metrics_port, "the metrics"))
+    for host, port, what in listen:
+        if port == 0:
+            continue  # any free port: nothing to collide with
+        name = host.strip("[]")
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in name else socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((name, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}") from None
+    if config.transcript_dir is not None:
+        try:
+            config.transcript_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create transcript directory {config.transcript_dir}: {exc.strerror}") from None
+        if not os.access(config.transcript_dir, os.W_OK | os.X_OK):
+            raise ConfigError(f"cannot write in transcript directory {config.transcript_dir}")
 
 
 def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) -> int:

@@ -258,3 +258,29 @@ def test_a_server_whose_sessions_could_outgrow_the_memory_says_so_at_start(cloud
     monkeypatch.setattr(slot_pool, "available_bytes", lambda device: need)
     main_mod.warn_if_sessions_outgrow_memory(p_config, cloud)
     assert not caplog.records
+
+
+@pytest.mark.parametrize("what", ["the service", "the metrics", "transcript"])
+def test_what_would_fail_after_the_models_load_is_refused_before(tmp_path, monkeypatch, what) -> None:
+    # A port in use, or a transcript folder that cannot be made, showed only after the models
+    # loaded (minutes with real ones), in gRPC's "Failed to bind ... set GRPC_VERBOSITY=debug".
+    from server import main as main_mod
+
+    def loaded(config):
+        raise AssertionError("the models were loaded first")
+
+    monkeypatch.setattr(main_mod, "build_cloud", loaded)
+    p = make_pki(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        overrides = {
+            "the service": {"port": port},
+            "the metrics": {"metrics_port": port},
+            "transcript": {"transcript_dir": blocker / "transcripts"},
+        }[what]
+        with pytest.raises(ConfigError, match="transcript directory" if what == "transcript" else f"for {what}"):
+            create_server(server_config(p, **overrides))
