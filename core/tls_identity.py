@@ -104,7 +104,13 @@ def check_tls_identity(
     except (ValueError, UnsupportedAlgorithm):
         raise ConfigError(f"{key_path} holds no PEM private key that can be read") from None
     leaf = chain[0]
-    if key.public_key().public_bytes(*_SPKI) != leaf.public_key().public_bytes(*_SPKI):
+    spki = key.public_key().public_bytes(*_SPKI)
+    if spki != leaf.public_key().public_bytes(*_SPKI):
+        if any(spki == cert.public_key().public_bytes(*_SPKI) for cert in chain[1:]):
+            raise ConfigError(
+                f"{cert_path} lists its certificates out of order: the certificate of the key in {key_path} "
+                "must come first, then its issuers"
+            )
         raise ConfigError(f"the key in {key_path} is not the key of the certificate in {cert_path}")
     now = now or dt.datetime.now(dt.UTC)
     if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc:

@@ -102,3 +102,12 @@ def test_pki_writes_an_internationalised_host_in_its_ascii_form(tmp_path) -> Non
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == ["xn--nicode-2ya.example"]
     assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["::1"]
+
+
+def test_a_chain_file_with_the_leaf_after_its_issuer_is_named_as_out_of_order(pki, tmp_path) -> None:
+    alice = pki_mod.load_issued(pki.directory / "devices", "alice")
+    device_ca = pki_mod.load_issued(pki.directory, "device-ca")
+    chain = tmp_path / "chain.pem"
+    chain.write_bytes(device_ca.cert_pem + alice.cert_pem)
+    with pytest.raises(ConfigError, match=r"out of order: the certificate of the key .* must come first"):
+        TlsIdentity.from_files(pki.pins, chain, pki.device_key("alice"))
