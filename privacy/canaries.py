@@ -8,10 +8,11 @@ name variants, a canary's bare secret, hex and base64), on the folded text
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from privacy.normalize import fold
+from privacy.normalize import DIGIT_WORD_PREFIXES, fold
 from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names, widen_encoded
 from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
 
@@ -123,6 +124,13 @@ class CanaryDetector(Detector):
             firsts = {f for f in unambiguous_first_names(names) if f not in common}
             raw_cores = {c: CANARY for s, kind in raw.items() if kind == CANARY for c in secret_cores(s)}
             cores = {c for c in map(_normalize, raw_cores) if " " not in c}
+            # A secret written backwards ("319284" for "482913") is still the secret: the
+            # reversed core is a core too (found with separators, held from its first digit).
+            cores |= {c[::-1] for c in cores}
+            # A name backwards or in ROT13 reads as plainly ("loopretnav sileam").
+            for n in names:
+                for other in (n[::-1], codecs.encode(n, "rot13")):
+                    exact.setdefault(_normalize(other), NAME)
             encoded = encodings({**raw, **raw_cores})
         self.exact = exact
         self.first_names = frozenset(firsts) if variants else frozenset()
@@ -135,7 +143,8 @@ class CanaryDetector(Detector):
         self._encoded_re = _alternation(encoded, re.escape)
         # An encoding longer than the device's look-ahead reaches the guard in pieces after a
         # fail-closed hold: any 16 characters of one are a span too.
-        pieces = {e[i : i + 16] for e in encoded for i in range(0, len(e) - 15, 2)}
+        pieces = {e[i : i + 16]: kind for e, kind in encoded.items() for i in range(0, len(e) - 15, 2)}
+        self._piece_kinds = pieces  # a piece of a name's form is a name, not a canary
         self._piece_re = _alternation(pieces, re.escape)
         self._prefixes: dict[str, str] = {}
         for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
@@ -165,7 +174,12 @@ class CanaryDetector(Detector):
             if pattern is None:
                 continue
             for m in pattern.finditer(t):
-                out.append(Span(*f.span(*widen_encoded(t, m.start(), m.end())), self.encoded.get(m.group(), CANARY)))
+                out.append(
+                    Span(
+                        *f.span(*widen_encoded(t, m.start(), m.end())),
+                        self.encoded.get(m.group()) or self._piece_kinds.get(m.group(), CANARY),
+                    )
+                )
         return merge_spans(out)
 
     def hazard(self, text: str) -> Span | None:
@@ -191,12 +205,18 @@ class CanaryDetector(Detector):
             for m in re.finditer(r"(?<![a-z0-9])[a-z0-9]", tail[-3 * self._max_core - 3 :] if self._max_core else ""):
                 start = m.start() + max(0, len(tail) - 3 * self._max_core - 3)
                 rest = tail[start:]
+                # A number word half written after digits ("8 3 3 ne" of "huit trois trois neuf")
+                # may be the next digit: judged without it.
+                partial = re.search(r"(?<=[\s.\-_/,:|])[a-z]+\Z", rest)
+                if partial and partial.group() in DIGIT_WORD_PREFIXES and re.search(r"\d", rest[: partial.start()]):
+                    rest = rest[: partial.start()]
                 if _LOOSE_TAIL.fullmatch(rest) and re.sub(r"[\s.\-_/,:|]", "", rest) in self._core_prefixes:
                     if best is None or start < best:
                         best, kind_at = start, CANARY
                     break
         if self._encoded_prefixes:
-            m = re.search(r"[a-z0-9+/=_-]+\Z", tail)
+            # Any trailing run without spaces (a string reversed or in ROT13 keeps its symbols).
+            m = re.search(r"\S+\Z", tail)
             if m:
                 word = m.group()
                 for i in range(len(word)):

@@ -283,7 +283,9 @@ class HistorySecretDetector(Detector):
                 if part is not None:
                     best = part[0] if best is None else min(best, part[0])
                     break
-        m = re.search(r"[a-z0-9+/=_-]+\Z", t)
+        # Any trailing run without spaces: a secret reversed or in ROT13 keeps its symbols
+        # ("dh4aghz!9rjy"), so a run of encoding characters alone let it go at the "!".
+        m = re.search(r"\S+\Z", t)
         if m and self._encoded_prefixes:
             word = m.group()
             for i in range(len(word)):

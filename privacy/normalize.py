@@ -22,9 +22,13 @@ The fold, character by character (so every folded character knows where it came 
 6. letters spaced out one by one ("j o h n @ e x a m p l e . c o m", five or more single
    characters, two of them letters, with gaps of up to eight spaces or tabs) are joined; a gap more
    than twice the narrowest stays one space (it separates words), and one at the very end of the
-   text is dropped.
+   text is dropped;
+7. digits written as number words, one word a digit ("six six zero four", "sechs null", "cinq
+   zéro", "seis cero"; English, French, German, Spanish, Italian, Portuguese, Dutch) become the
+   digit, where two or more follow each other: a PIN spelled out is still the PIN. A lone "one"
+   stays a word.
 
-Text that is already ASCII takes a fast path (only steps 5 and 6).
+Text that is already ASCII takes a fast path (only steps 5, 6 and 7).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["CONFUSABLES", "Folded", "fold", "fold_string"]
+__all__ = ["CONFUSABLES", "DIGIT_WORD_PREFIXES", "Folded", "fold", "fold_string"]
 
 # Look-alikes of ASCII letters, digits and punctuation (after NFKD), from Unicode's confusables
 # for Latin: the characters an attacker reaches for because a reader cannot tell them apart.
@@ -112,7 +116,7 @@ def fold(text: str) -> Folded:
     if text.isascii():
         folded = text.replace("\t", " ").lower()
         idx = tuple(range(len(text)))
-        return _join_spaced(Folded(text, folded, idx, tuple(i + 1 for i in idx)))
+        return _digit_words(_join_spaced(Folded(text, folded, idx, tuple(i + 1 for i in idx))))
     parts: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
@@ -121,7 +125,7 @@ def fold(text: str) -> Folded:
         parts.append(f)
         starts.extend([i] * len(f))
         ends.extend([i + 1] * len(f))
-    return _join_spaced(Folded(text, "".join(parts), tuple(starts), tuple(ends)))
+    return _digit_words(_join_spaced(Folded(text, "".join(parts), tuple(starts), tuple(ends))))
 
 
 # Five or more single characters, each followed by a gap of spaces (tabs are spaces by now):
@@ -151,6 +155,57 @@ def _join_spaced(f: Folded) -> Folded:
     starts = tuple(s for s, k in zip(f.starts, keep, strict=True) if k)
     ends = tuple(e for e, k in zip(f.ends, keep, strict=True) if k)
     return Folded(f.raw, text, starts, ends)
+
+
+# Number words of the digits, as folded (accents gone: "zéro" is "zero", "fünf" is "funf").
+_DIGIT_WORDS: dict[str, str] = {}
+for _digits in (
+    "zero one two three four five six seven eight nine",  # English
+    "zero un deux trois quatre cinq six sept huit neuf",  # French
+    "null eins zwei drei vier funf sechs sieben acht neun",  # German
+    "cero uno dos tres cuatro cinco seis siete ocho nueve",  # Spanish
+    "zero uno due tre quattro cinque sei sette otto nove",  # Italian
+    "zero um dois tres quatro cinco seis sete oito nove",  # Portuguese
+    "nul een twee drie vier vijf zes zeven acht negen",  # Dutch
+):
+    for _i, _w in enumerate(_digits.split()):
+        _DIGIT_WORDS.setdefault(_w, str(_i))
+_DIGIT_WORDS.update({"une": "1", "ein": "1", "fuenf": "5", "zwo": "2", "oh": "0"})
+del _digits, _i, _w
+_DIGIT_WORD = "(?:" + "|".join(sorted(_DIGIT_WORDS, key=len, reverse=True)) + ")"
+# Two or more number words with separators between. Not one alone, even at the end of a text
+# being drafted: "Test User One" is a name, "this one" a phrase (the first word of a spelled PIN
+# may go up before the second makes a run; the rest is held).
+_DIGIT_RUN = re.compile(rf"(?<![^\W\d_]){_DIGIT_WORD}(?:[\s,.;:/-]{{1,3}}{_DIGIT_WORD})+(?![^\W\d_])")
+# The proper prefixes of the number words: the end of a text still being drafted ("huit trois ne"
+# is "8 3" and maybe the start of "neuf").
+DIGIT_WORD_PREFIXES = frozenset(w[:i] for w in _DIGIT_WORDS for i in range(1, len(w)))
+_ONE_WORD = re.compile(rf"(?<![^\W\d_]){_DIGIT_WORD}(?![^\W\d_])")
+
+
+def _digit_words(f: Folded) -> Folded:
+    """`f` with runs of number words as digits (step 7 of the module docstring)."""
+    runs = list(_DIGIT_RUN.finditer(f.text))
+    if not runs:
+        return f
+    text: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    last = 0
+    for run in runs:
+        for w in _ONE_WORD.finditer(f.text, run.start(), run.end()):
+            text.append(f.text[last : w.start()])
+            starts.extend(f.starts[last : w.start()])
+            ends.extend(f.ends[last : w.start()])
+            # The digit stands for the whole word as drafted.
+            text.append(_DIGIT_WORDS[w.group()])
+            starts.append(f.starts[w.start()])
+            ends.append(f.ends[w.end() - 1])
+            last = w.end()
+    text.append(f.text[last:])
+    starts.extend(f.starts[last:])
+    ends.extend(f.ends[last:])
+    return Folded(f.raw, "".join(text), tuple(starts), tuple(ends))
 
 
 def fold_string(text: str) -> str:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import re
 from collections.abc import Iterable, Mapping
 
+from privacy.normalize import fold_string
 from privacy.spans import clean_text
 
 __all__ = ["base64_fragments", "encodings", "name_variants", "secret_cores", "unambiguous_first_names"]
@@ -115,7 +117,8 @@ def widen_encoded(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]:
-    """{encoded form: kind} for each registered string of `min_len`+ characters: hex and base64.
+    """{encoded form: kind} for each registered string of `min_len`+ characters: hex and base64,
+    and the string reversed and in ROT13 (folded).
 
     Matched as folded (lower-case) substrings: hex case does not matter, and a base64 fragment of
     8+ characters matching in another case by chance is as unlikely as any 40-bit collision.
@@ -125,6 +128,13 @@ def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]
         if len(text) < min_len:
             continue
         forms = {text, text.replace(" ", "")}
+        # Written backwards or in ROT13 a string is as readable as it is: registered as folded
+        # text, matched like an encoding (a substring of the folded draft).
+        for form in forms:
+            for other in (form[::-1], codecs.encode(form, "rot13")):
+                folded = fold_string(clean_text(other))
+                if folded != fold_string(clean_text(form)):
+                    out.setdefault(folded, kind)
         for form in forms:
             # A lone surrogate has no UTF-8 bytes; encoded as U+FFFD, as a tokenizer would see it.
             data = clean_text(form).encode()

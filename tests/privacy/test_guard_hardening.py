@@ -4,6 +4,7 @@ secrets and names in obfuscated forms, a many-secret history's cost, verbatim co
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import random
 import time
@@ -11,9 +12,12 @@ import time
 import pytest
 from transformers import PreTrainedTokenizerFast
 
+from privacy.canaries import CanaryDetector
 from privacy.guard import EgressGuard
 from privacy.history_secrets import HistorySecretDetector
 from privacy.ngrams import VerbatimNgramDetector
+from privacy.normalize import fold
+from privacy.spans import CANARY, NAME
 
 # -- odd input fails closed with a clear error, or is cleaned ------------------------------------------
 
@@ -92,3 +96,53 @@ def test_the_opening_of_a_verbatim_copy_is_held_until_it_diverges(bpe_tok: PreTr
     committed = bpe_tok.encode("Notes: ", add_special_tokens=False)
     verdict = guard.check(committed, ids[:5], bpe_tok)
     assert verdict.hold and verdict.cut_at == 0
+
+
+# -- registered secrets obfuscated ----------------------------------------------------------------------
+
+
+def test_number_words_fold_to_digits_in_runs_only() -> None:
+    assert fold("the code is six six zero four").text == "the code is 6 6 0 4"
+    assert fold("sechs null acht, cinq zéro, seis cero").text == "6 0 8, 5 0, 6 0"
+    assert fold("I have one dog and two cats").text == "i have one dog and two cats"
+    f = fold("code: seven three")
+    assert f.span(6, len(f.text)) == (6, len("code: seven three"))  # a digit maps back to its word
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the code is four eight two nine one three",
+        "le code est quatre huit deux neuf un trois",
+        "der Code ist vier acht zwei neun eins drei",
+        "el código es cuatro ocho dos nueve uno tres",
+        "backwards it is 319284",
+    ],
+)
+def test_a_pin_in_number_words_or_reversed_is_found(text: str) -> None:
+    d = CanaryDetector(["my PIN is 482913"])
+    assert any(s.kind == CANARY for s in d.find(text)), text
+
+
+def test_a_pin_spelled_out_is_held_while_a_number_word_is_half_written() -> None:
+    d = CanaryDetector(["my PIN is 482913"])
+    text = "le code est quatre huit deux ne"
+    h = d.hazard(text)
+    assert h is not None and h.start == text.index("quatre")
+
+
+def test_a_history_secret_reversed_or_in_rot13_is_found_and_held() -> None:
+    secret = "Qu4ntum!9EwL"
+    d = HistorySecretDetector([secret])
+    for form in (secret[::-1], codecs.encode(secret, "rot13")):
+        text = f"pw: {form} ok"
+        assert [text[s.start : s.end] for s in d.find(text)] == [form]
+        half = f"pw: {form[:8]}"  # past the "!": still the start of the form
+        h = d.hazard(half)
+        assert h is not None and h.start == 4, (form, h)
+
+
+def test_a_registered_name_reversed_or_in_rot13_is_found() -> None:
+    d = CanaryDetector({"Maelis Vanterpool": NAME})
+    for form in ("loopretnaV sileaM", codecs.encode("Maelis Vanterpool", "rot13")):
+        assert any(s.kind == NAME for s in d.find(f"signed: {form}")), form
