@@ -469,13 +469,22 @@ _UNIT_AFTER = re.compile(
     r"|days?|hours?|minutes?|seconds?|ms|times?|long|max|min|%)(?![\w])",
     re.I,
 )
-_PLACEHOLDER_VALUE = re.compile(r"[<{$%*x.]|^(?:your|my|the|some|any|none|null|nil|empty|redacted|n/?a)", re.I)
+# A placeholder in place of a value: "<password>", "{{ secret }}", "***", "xxxx", "...", "your_password".
+_PLACEHOLDER_VALUE = re.compile(
+    r"<|\{\{|\*{3}|x{4}|\.{3}|(?:your|my|the|some|any|none|null|nil|empty|redacted|changeme|n/?a)(?![a-z])", re.I
+)
+
+
+# Code that reads a password from somewhere is not one: "os.environ['DB_PASS']", "getenv(...)", "$VAR".
+_CODE_VALUE = re.compile(
+    r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[\[(]|\$\{|\$[A-Z_][A-Z0-9_]*(?![\w!#%^&*?])|%\w+%|\w+\.\w+\.\w+"
+)
 
 
 def _password_ok(value: str) -> bool:
-    """A password a person wrote: digits or symbols in it, not an example or a placeholder."""
+    """A password a person wrote: digits or symbols in it, not an example, a placeholder or code."""
     v = value.rstrip(".,;:!?)")
-    if len(v) < 6 or v.lower() in _EXAMPLE_VALUES or _PLACEHOLDER_VALUE.match(v):
+    if len(v) < 6 or v.lower() in _EXAMPLE_VALUES or _PLACEHOLDER_VALUE.match(v) or _CODE_VALUE.match(v):
         return False
     if v.isdigit():
         return len(v) <= 12  # a long digit run after "password" is an ID more often than not
@@ -627,7 +636,13 @@ def _rules() -> tuple[_Rule, ...]:
             r"\d{5}(?:-\d{4})?(?![\w-])|[a-z]{1,2}\d[a-z\d]?[ \t]?\d[a-z]{2}(?![\w])",
             _chars(r"\w -", 10),
         ),
-        _Rule(SECRET, _PIN_WORDS, r"\d{4,8}(?![\w.,/:-]|[.,]\d)", _chars(r"\d", 8), _pin_ok),
+        _Rule(
+            SECRET,
+            _PIN_WORDS,
+            r"\d{4,8}(?![\w/:-]|[.,]\d)(?![ \t]+(?:release|version|build|edition|update|branch)\b)",
+            _chars(r"\d", 8),
+            _pin_ok,
+        ),
         _Rule(SECRET, _KEY_WORDS, r"(?:0x)?[a-z0-9_\-]{16,}(?![\w-])", _chars(r"a-z0-9_\-", 80), _key_ok),
         _Rule(
             NATIONAL_ID,
@@ -641,10 +656,13 @@ def _rules() -> tuple[_Rule, ...]:
         _Rule(IBAN, r"routing|aba|rtn|bank[ \t]+routing", r"\d{9}(?!\d)" + _ACCOUNT, _ACCOUNT_PARTIAL, _routing_ok),
         _Rule(
             IBAN,
-            r"(?:bank[ \t]+)?account|acct|a/c|bank[ \t]+acc(?:oun)?t|konto(?:nummer)?|cuenta",
+            r"bank[ \t]+account|account[ \t]+(?:number|no\.?|#)|acct|a/c|bank[ \t]+acc(?:oun)?t"
+            r"|konto(?:nummer)?|cuenta",
             r"\d{6,17}(?![\w.,-]|[.,]\d)",
             _chars(r"\d", 17),
         ),
+        # "account" alone is a test fixture's or a cloud's as often: only with "is" or ":".
+        _Rule(IBAN, r"account", r"\d{6,17}(?![\w.,-]|[.,]\d)", _chars(r"\d", 17), bare=False),
     ]
     for keyword, value, module, partial in _ID_RULES_SPEC:
         rules.append(

@@ -24,6 +24,9 @@ ANNOUNCED = [
     ("the wifi password is Bluebird2018?", "Bluebird2018?"),
     ("my email password was k7!meadow", "k7!meadow"),
     ("router password: Tangerine#44", "Tangerine#44"),
+    ("the password is $ecretW0rd! now", "$ecretW0rd!"),
+    ("password is xK9!mWq2", "xK9!mWq2"),
+    ("my bike lock pin is 1987.", "1987"),
     ("garage pin 4383", "4383"),
     ("the door code is 902716", "902716"),
     ("PIN: 5521", "5521"),
@@ -71,6 +74,12 @@ NOT_ANNOUNCED = [
     "tax id 12345678901",
     "secret key length must be 32 bytes",
     "password length 12345678 is too long",
+    "password = os.environ['DB_PASS']",  # code that reads a password
+    "password: ${DB_PASSWORD}",
+    "password: <your-password>",
+    "call it with our pin 2024 release",
+    "we bumped the pin to 1.4.2",
+    "account 12345678 test fixture",
 ]
 
 
