@@ -163,3 +163,15 @@ def test_an_id_past_the_shared_vocabulary_is_refused_not_indexed(pair, char_tok)
     session = cloud.open(char_tok.encode("refs", add_special_tokens=False), SessionParams(draft_len=2))
     with pytest.raises(ContractError, match="outside the vocabulary of 100"):
         session.round([], [len(char_tok) + 5])
+
+
+def test_the_device_reads_the_width_from_either_tokenizer(char_tok) -> None:
+    """A transformers tokenizer, or the torch-free `FastTokenizer` of an onnxruntime/llama.cpp device."""
+    from types import SimpleNamespace
+
+    from core.device_lm import FastTokenizer
+    from sdk.device import vocabulary_width
+
+    fast = FastTokenizer(char_tok.backend_tokenizer, None)
+    assert vocabulary_width(SimpleNamespace(tokenizer=fast, vocab_size=128)) == len(char_tok) == 100
+    assert vocabulary_width(SimpleNamespace(tokenizer=char_tok, vocab_size=90)) == 90  # a smaller table
