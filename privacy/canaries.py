@@ -13,7 +13,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from privacy.normalize import DIGIT_WORD_PREFIXES, fold
-from privacy.registered import encodings, name_variants, secret_cores, unambiguous_first_names, widen_encoded
+from privacy.registered import (
+    encodings,
+    name_handles,
+    name_variants,
+    secret_cores,
+    unambiguous_first_names,
+    unambiguous_surnames,
+    widen_encoded,
+)
 from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
 
 __all__ = ["CanaryDetector", "identities_from_trailers", "split_trailers"]
@@ -82,8 +90,10 @@ class CanaryDetector(Detector):
     """Registered strings and the forms they take on the way out, matched on the folded text.
 
     * the string itself, in any case, with any whitespace between words;
-    * a registered name's variants ("Doe, Jane", "J. Doe", "jane.doe"), and its first name alone
-      where that is unambiguous (`privacy.registered.unambiguous_first_names`);
+    * a registered name's variants ("Doe, Jane", "J. Doe", "jane.doe"), its logins ("jdoeson",
+      "janed", `privacy.registered.name_handles`), backwards and in ROT13, and its first name or
+      surname alone where that is unambiguous (`privacy.registered.unambiguous_first_names`,
+      `unambiguous_surnames`), with a possessive or plural "s";
     * a canary's secret without its template phrase ("482913" of "my PIN is 482913"), also with
       separators between its characters ("4 8 2 9 1 3", "48-29-13");
     * the hex and base64 encodings of every registered string and secret; the whole encoded word
@@ -122,6 +132,12 @@ class CanaryDetector(Detector):
                     exact.setdefault(v, NAME)
             common = {w.lower() for w in common_words}
             firsts = {f for f in unambiguous_first_names(names) if f not in common}
+            # The surname alone names the person as well ("Reviewed by Vanterpool"), by the same
+            # rule: not a word the history writes in lower case.
+            firsts |= unambiguous_surnames(names, common)
+            for n in names:
+                for handle in name_handles(n, common):
+                    exact.setdefault(handle, NAME)
             raw_cores = {c: CANARY for s, kind in raw.items() if kind == CANARY for c in secret_cores(s)}
             cores = {c for c in map(_normalize, raw_cores) if " " not in c}
             # A secret written backwards ("319284" for "482913") is still the secret: the
@@ -134,7 +150,8 @@ class CanaryDetector(Detector):
             encoded = encodings({**raw, **raw_cores})
         self.exact = exact
         self.first_names = frozenset(firsts) if variants else frozenset()
-        self._first_re = _alternation(self.first_names, _word_pattern)
+        # With a possessive or plural "s" ("Vanterpool's", "die Vanterpools").
+        self._first_re = _alternation(self.first_names, _name_pattern)
         self.cores = frozenset(cores)
         self.encoded = encoded
         self.min_prefix = min_prefix
@@ -166,7 +183,9 @@ class CanaryDetector(Detector):
             # A first name alone is a name only where it is written as one: "Jane", "JANE", not "jane".
             for m in self._first_re.finditer(t):
                 a, b = f.span(m.start(), m.end())
-                if text[a].isupper():
+                # ... or as a login in any case: "maelis@host", "/home/maelis".
+                login = text[b : b + 1] == "@" or text[a - 1 : a] == "/"
+                if text[a].isupper() or login:
                     out.append(Span(a, b, NAME))
         if self._core_re is not None:
             out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
@@ -235,6 +254,10 @@ def _word_pattern(norm: str) -> str:
     left = r"(?<!\w)" if norm[0].isalnum() or norm[0] == "_" else ""
     right = r"(?!\w)" if norm[-1].isalnum() or norm[-1] == "_" else ""
     return f"{left}{body}{right}"
+
+
+def _name_pattern(norm: str) -> str:
+    return f"(?<!\\w){re.escape(norm)}(?:'?s)?(?!\\w)"
 
 
 def _loose_pattern(core: str) -> str:

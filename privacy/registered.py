@@ -18,7 +18,15 @@ from collections.abc import Iterable, Mapping
 from privacy.normalize import fold_string
 from privacy.spans import clean_text
 
-__all__ = ["base64_fragments", "encodings", "name_variants", "secret_cores", "unambiguous_first_names"]
+__all__ = [
+    "base64_fragments",
+    "encodings",
+    "name_handles",
+    "name_variants",
+    "secret_cores",
+    "unambiguous_first_names",
+    "unambiguous_surnames",
+]
 
 # English words that are also common first names: alone, they say nothing about a person.
 _WORD_NAMES = frozenset(
@@ -68,6 +76,32 @@ def unambiguous_first_names(names: Iterable[str]) -> set[str]:
     """First names that identify one registered person: 3+ letters, not shared, not a common word."""
     firsts = [n.split()[0] for n in names if len(n.split()) >= 2]
     return {f for f in firsts if len(f) >= 3 and f.isalpha() and firsts.count(f) == 1 and f not in _WORD_NAMES}
+
+
+def unambiguous_surnames(names: Iterable[str], common: Iterable[str] = ()) -> set[str]:
+    """Surnames that identify one registered person, by the first names' rule: 3+ letters, not
+    shared, not a word (`_WORD_NAMES`, or one of `common`: what the history writes in lower case)."""
+    words = {w.lower() for w in common} | _WORD_NAMES
+    lasts = [n.split()[-1] for n in names if len(n.split()) >= 2]
+    return {s for s in lasts if len(s) >= 3 and s.isalpha() and lasts.count(s) == 1 and s.lower() not in words}
+
+
+def name_handles(name: str, common: Iterable[str] = ()) -> set[str]:
+    """Logins a name makes that `name_variants` leaves out: initial + surname ("mvanterpool"),
+    first name + initial ("maelisv", "maelis.v"), only where the parts are no words (`common`,
+    `_WORD_NAMES`) and long enough that the join is no word either: "S. Hall" is "shall", "W. Hen"
+    "when", so a surname of five letters or more."""
+    words = name.split()
+    if len(words) < 2:
+        return set()
+    first, last = words[0], words[-1]
+    skip = {w.lower() for w in common} | _WORD_NAMES
+    out: set[str] = set()
+    if last.isalpha() and len(last) >= 5 and last.lower() not in skip:
+        out.add(f"{first[0]}{last}")
+    if first.isalpha() and len(first) >= 4 and first.lower() not in skip:
+        out |= {f"{first}{last[0]}", f"{first}.{last[0]}"}
+    return out
 
 
 _CORE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9]")

@@ -146,3 +146,33 @@ def test_a_registered_name_reversed_or_in_rot13_is_found() -> None:
     d = CanaryDetector({"Maelis Vanterpool": NAME})
     for form in ("loopretnaV sileaM", codecs.encode("Maelis Vanterpool", "rot13")):
         assert any(s.kind == NAME for s in d.find(f"signed: {form}")), form
+
+
+# -- a registered name's surname, possessives and logins -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "form"),
+    [
+        ("Reviewed by Vanterpool yesterday.", "Vanterpool"),
+        ("Per Vanterpool's request, the flag is gone.", "Vanterpool's"),
+        ("The Vanterpools are away.", "Vanterpools"),
+        ("home dir is /home/mvanterpool/", "mvanterpool"),
+        ("login as maelis.v on the box", "maelis.v"),
+        ("ssh maelisv@buildbox", "maelisv"),
+        ("ssh maelis@10.0.0.5", "maelis"),
+        ("signed: V a n t e r p o o l", "V a n t e r p o o l"),
+    ],
+)
+def test_a_registered_names_surname_and_logins_are_names(text: str, form: str) -> None:
+    d = CanaryDetector({"Maelis Vanterpool": NAME}, common_words=["the", "request"])
+    assert [text[s.start : s.end] for s in d.find(text) if s.kind == NAME] == [form]
+
+
+def test_surnames_and_logins_that_are_words_are_not_names() -> None:
+    # "S. Hall" must not hold "shall"; a surname the history writes in lower case is a word.
+    d = CanaryDetector({"Sarah Hall": NAME, "Maelis Lane": NAME}, common_words=["hall"])
+    for text in ("we shall see", "Hall effect sensor", "the hall", "we took Lane 3", "sarah and mlane"):
+        assert [s for s in d.find(text) if s.kind == NAME] == [], text
+    # A name written in lower case in prose is a word ("maelis" alone), a login only by "@" or "/".
+    assert CanaryDetector({"Maelis Vanterpool": NAME}).find("the vanterpool config") == []
