@@ -554,6 +554,13 @@ _ID_RULES_SPEC: tuple[tuple[str, str, str, str], ...] = (
         "de.idnr",
         r"\d /",
     ),
+    # A taxpayer number of 11 digits is a CPF as often as a Steuer-ID: both checksums are tried.
+    (
+        r"taxpayer[ \t]+(?:id|number|no\.?)|tax[ \t]+(?:id|number|no\.?)|tin",
+        r"\d{3}\.?\d{3}\.?\d{3}-?\d{2}",
+        "br.cpf",
+        r"\d.\-",
+    ),
     (r"tfn|tax[ \t]+file", r"\d{3}[ ]?\d{3}[ ]?\d{2,3}", "au.tfn", r"\d "),
     (
         r"codice[ \t]+fiscale|cf|c\.f\.",
@@ -800,6 +807,8 @@ _DMS = re.compile(
 )
 # A list's first number ("1." at a line's start or after a colon) may open a numbered seed phrase.
 _NUMBERING_HAZARD = re.compile(r"(?:\A|(?<=[\n:]))[ \t]*1[.)]?[ \t]*\Z")
+# Degrees, minutes and seconds while written: from the degree sign on ("11°03'49.9"S 167°0").
+_DMS_HAZARD = re.compile(r"(?<![\w.])\d{1,3}[ \t]*°[\d \t'′\".″,°nsew]{0,30}\Z", re.I)
 _COORD_HAZARD = re.compile(
     # Every part may be the last one written so far: "26.1214°", "26.1214° S,", "26.1214° S, 52.8".
     r"(?<![\w.])[+-]?\d{1,3}\.\d*(?:[ \t]*(?:°|º)?(?:[ \t]*[nsew](?![a-z]))?(?:[ \t]*[,;/ ][ \t]*[+-]?\d{0,3}(?:\.\d*)?"
@@ -929,6 +938,7 @@ class ShapeRecognizer(Detector):
             _SHAPED_SECRET_HAZARD,
             _COORD_HAZARD,
             _NUMBERING_HAZARD,
+            _DMS_HAZARD,
         ):
             m = pattern.search(tail)
             if m is not None:

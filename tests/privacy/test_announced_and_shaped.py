@@ -38,6 +38,7 @@ ANNOUNCED = [
     ("DD_API_KEY 123f326ca81fa3a80811cb0fb57558ee", "123f326ca81fa3a80811cb0fb57558ee"),
     ("CPF 17187727852", "17187727852"),
     ("my aadhaar is 810963830142 for KYC", "810963830142"),
+    ("taxpayer id 17187727852 on the invoice", "17187727852"),
     ("PAN: NKSFD6251M", "NKSFD6251M"),
     ("tax id 67355910481", "67355910481"),
     ("my tax file number is 664 866 173", "664 866 173"),
@@ -177,3 +178,18 @@ def test_a_seed_phrase_is_found_whatever_separates_its_words(n: int, layout) -> 
 def test_prose_of_list_words_is_not_a_seed_phrase() -> None:
     text = "Fix the build, add a test for the cache and move the old code into a new file."
     assert found(SeedPhraseRecognizer(), text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("home: 11", 6),  # a location keyword's number may start a coordinate
+        ("home: 11\u00b003'49", 6),
+        ("GPS 26.1214\u00b0", 4),
+        ("Recovery words:\n1", 16),  # a list's "1" may open a numbered seed phrase
+        ("post to https://hooks.sl", 8),
+    ],
+)
+def test_a_shaped_identifier_is_held_while_written(text: str, start: int) -> None:
+    hazards = [h for d in (ShapeRecognizer(), SeedPhraseRecognizer()) if (h := d.hazard(text)) is not None]
+    assert min(h.start for h in hazards) == start
