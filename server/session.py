@@ -12,6 +12,10 @@ only what a round needs leaves them (a block's draft log-probabilities, the top-
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import itertools
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 
@@ -75,7 +79,12 @@ class CloudVerifier:
         # devices that declare it). Without it, only version 0 (the base weights) is served.
         self.global_adapters = global_adapters
         self.max_top_k = max_top_k
-        self._rng = torch.Generator().manual_seed(seed if seed is not None else torch.seed())
+        # Each session draws from a generator of its own (`session_generator`): with one shared
+        # generator a device sampling with a known seed could count the draws other devices'
+        # sessions made between its rounds. Without a seed the key is secret and random.
+        self._seed_key = hashlib.sha256(str(seed).encode() if seed is not None else secrets.token_bytes(32)).digest()
+        self._sessions = itertools.count()
+        self._sessions_lock = threading.Lock()
         same = same_vocabulary(specialist.tokenizer, generalist.tokenizer)
         # cross_vocab=True forces the text-based path even for one tokenizer (tests compare both).
         self.cross_vocab = (not same) if cross_vocab is None else cross_vocab
@@ -128,17 +137,23 @@ class CloudVerifier:
         except ConfigError as exc:
             raise ProtocolError(f"the session declares global adapter v{adapter_version}: {exc}") from None
 
-    def uniforms(self, n: int) -> list[float]:
-        return torch.rand(n, generator=self._rng).tolist()
+    def session_generator(self) -> torch.Generator:
+        """A new session's own generator: seeded from the verifier's key (its `seed`, else random
+        bytes) and the session's number, so sessions opened in one order draw alike from run to
+        run, and no session's draws depend on another's."""
+        with self._sessions_lock:
+            number = next(self._sessions)
+        digest = hmac.new(self._seed_key, number.to_bytes(8, "big"), hashlib.sha256).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
 
-    def draw(self, probs: torch.Tensor) -> int:
-        """One index drawn with weights `probs` (on the CPU, any positive total; an entry of weight 0
-        is never drawn), at one uniform from the verifier's seeded generator, by the device's
-        two-level inverse CDF (`core.recovery.inverse_cdf`): `torch.multinomial` took 2.9 ms over a
-        152k vocabulary on this CPU, over a quarter of a stand-in `llm` round
-        (docs/results/cloud_round_fast_cloud_cpu.md)."""
-        uniform = float(torch.rand(1, generator=self._rng))
-        return inverse_cdf(probs.numpy().astype(np.float32, copy=False), uniform)
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One index drawn with weights `probs` (on the CPU, any positive total; an entry of weight 0
+    is never drawn), at one uniform from `generator`, by the device's two-level inverse CDF
+    (`core.recovery.inverse_cdf`): `torch.multinomial` took 2.9 ms over a 152k vocabulary on this
+    CPU, over a quarter of a stand-in `llm` round (docs/results/cloud_round_fast_cloud_cpu.md)."""
+    uniform = float(torch.rand(1, generator=generator))
+    return inverse_cdf(probs.numpy().astype(np.float32, copy=False), uniform)
 
 
 class CloudSession:
@@ -163,6 +178,7 @@ class CloudSession:
             raise ProtocolError(f"top-k {params.top_k} is above this verifier's maximum {verifier.max_top_k}")
         self.verifier = verifier
         self.params = params
+        self._rng = verifier.session_generator()
         # The session contract (core.contract) that the device's recorder and `audit verify` follow too.
         self.contract = RoundContract(vocab_size=s_vocab)
         self.contract.after_open(params.draft_len, params.padded_frames)
@@ -296,7 +312,7 @@ class CloudSession:
             for unit in units:
                 logp_s0 = sum(s0_logps[j] for j in range(unit.s_start, unit.s_stop))
                 ratios.append(unit.logp_g - logp_s0)
-            uniforms = self.verifier.uniforms(len(ratios)) if params.sampling else None
+            uniforms = torch.rand(len(ratios), generator=self._rng).tolist() if params.sampling else None
             n_units = verify_ratios(ratios, params.gamma, sampling=params.sampling, uniforms=uniforms)
         accepted = units[n_units - 1].s_stop if n_units else 0
 
@@ -356,11 +372,11 @@ class CloudSession:
         (partial characters, special tokens without a counterpart) are redrawn, i.e. the draw is
         from P_G conditioned on being spellable."""
         refuse_nan(row_g)
-        probs = row_g.float().exp().cpu()  # the verifier's seeded generator draws on the CPU
+        probs = row_g.float().exp().cpu()  # the session's seeded generator draws on the CPU
         for _ in range(probs.shape[-1]):
             if not float(probs.sum()) > 0:
                 break
-            g = self.verifier.draw(probs)
+            g = draw(probs, self._rng)
             if isinstance(self.g, SharedVocabGeneralist):
                 return SteeringVector(((g,),), (0.0,))
             spelled = self.g.spell(g)
