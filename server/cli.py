@@ -144,7 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=whole_number(), help="serve Prometheus metrics on this port (0: any)")
     serve.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
     serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
-    serve.add_argument("--seed", type=whole_number(), help="seed for sampling-mode acceptance draws")
+    serve.add_argument(
+        "--seed",
+        type=whole_number(),
+        help="seed for sampling-mode draws, for reproducible tests (default: a secret random key; whoever "
+        "knows the seed can tell how many sessions were opened before theirs)",
+    )
     serve.add_argument(
         "--witness-key", type=Path, help="cosign devices' audit-log checkpoints with this `server witness-key` key"
     )
