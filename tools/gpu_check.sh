@@ -11,10 +11,11 @@
 #      .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .venv/gpu-wheels \
 #        pytest pluggy iniconfig pytest-timeout pygments gguf bm25s scipy cryptography cffi \
-#        pycparser grpcio-health-checking pyyaml psutil detect-secrets phonenumbers python-stdnum
+#        pycparser grpcio-health-checking pyyaml psutil detect-secrets phonenumbers python-stdnum \
+#        mnemonic
 #    Only those the machine lacks are installed (its image has pytest, scipy, pyyaml and psutil;
-#    the device's egress guard in the end-to-end sweep needs detect-secrets, phonenumbers and
-#    python-stdnum, which it has not). With .gpu-tokenizer about 58 MB of the 64 MiB a call may
+#    the device's egress guard in the end-to-end sweep needs detect-secrets, phonenumbers,
+#    python-stdnum and mnemonic, which it has not). With .gpu-tokenizer about 58 MB of the 64 MiB a call may
 #    carry. Dry-run it here first with the GPU machine's packages simulated (tools/gpu_machine/).
 # 2. The CUDA tests: the cloud on cuda fp32 against the CPU and the oracles, bf16 agreement, the
 #    merged forward, loading onto the GPU (tests/server/test_device_dtype.py), the slot pool's CUDA
@@ -78,7 +79,7 @@ wanted = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "pyt
           "pygments": "pygments", "gguf": "gguf", "bm25s": "bm25s", "scipy": "scipy", "cryptography": "cryptography",
           "cffi": "cffi", "pycparser": "pycparser", "grpc_health": "grpcio-health-checking", "yaml": "pyyaml",
           "psutil": "psutil", "detect_secrets": "detect-secrets", "phonenumbers": "phonenumbers",
-          "stdnum": "python-stdnum"}
+          "stdnum": "python-stdnum", "mnemonic": "mnemonic"}
 print(" ".join(dist for module, dist in wanted.items() if importlib.util.find_spec(module) is None))
 EOF
 )

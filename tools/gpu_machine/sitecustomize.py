@@ -22,7 +22,8 @@ from typing import Any
 
 # Import names of what this project's environment installs and the GPU machine's image lacks (as
 # the package list read there on 2026-11-17 has it), less the wheels tools/gpu_check.sh carries
-# (bm25s, cffi, cryptography, detect_secrets, gguf, grpc_health, phonenumbers, pycparser, stdnum).
+# (bm25s, cffi, cryptography, detect_secrets, gguf, grpc_health, mnemonic, phonenumbers, pycparser,
+# stdnum).
 # hf_hub 2's httpx2 stack is left out: the machine's transformers 5.17 takes hf_hub 1.
 NOT_THERE = frozenset(
     {
