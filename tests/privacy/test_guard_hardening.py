@@ -7,7 +7,6 @@ import base64
 import codecs
 import json
 import random
-import time
 
 import pytest
 from transformers import PreTrainedTokenizerFast
@@ -50,22 +49,10 @@ def _integrity_hashes(n: int) -> list[str]:
     return [f"sha512-{base64.b64encode(bytes(rng.randrange(256) for _ in range(64))).decode()}" for _ in range(n)]
 
 
-def test_many_history_secrets_cost_about_what_a_few_do() -> None:
-    """A pasted lock file registers hundreds of secrets; a regex alternation of all their pieces
-    made every round ~70x slower. Set lookups cost the same whatever their number."""
-    text = "The quick brown fox jumps over the lazy dog, then the build cache. " * 8
-
-    def cost(n: int) -> float:
-        d = HistorySecretDetector(_integrity_hashes(n))
-        d.find(text), d.hazard(text)  # warm caches (fold)
-        t0 = time.perf_counter()
-        for i in range(5):
-            d.find(text + str(i))
-            d.hazard(text + str(i))
-        return time.perf_counter() - t0
-
-    few, many = min(cost(4) for _ in range(2)), min(cost(400) for _ in range(2))
-    assert many < 4 * few + 0.01, (few, many)
+def test_a_secret_among_hundreds_of_history_secrets_is_still_found() -> None:
+    """A pasted lock file registers hundreds of secrets; the set lookups that replaced a regex
+    alternation of all their pieces must still find each one. Their cost is a benchmark's
+    (`python -m bench.guard_secret_cost`), not asserted here."""
     hashes = _integrity_hashes(400)
     d = HistorySecretDetector(hashes)
     secret = hashes[123]
