@@ -307,6 +307,10 @@ class DeviceHealth(health.aio.HealthServicer):
     async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only, not Watch")
 
+    async def List(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        # The base class raises NotImplementedError, which reached the device as its repr.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only, not List")
+
 
 class VerifierServer:
     """A bound (not yet started) verifier; `start`, `stop`, `wait`. Thread-safe."""

@@ -149,6 +149,10 @@ def test_the_health_service_answers_devices_it_serves_with_a_check_and_no_watch(
             next(iter(alice.Watch(request, timeout=5)))
         assert watch.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "Check only" in watch.value.details()
+        with pytest.raises(grpc.RpcError) as listed:
+            alice.List(health_pb2.HealthListRequest(), timeout=5)
+        assert listed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "Check only" in listed.value.details()  # not "Unexpected <class 'NotImplementedError'>"
     finally:
         server.stop(grace=0)
         for channel in channels.values():
