@@ -489,8 +489,8 @@ def create_server(
 
 def check_before_loading(config: ServerConfig) -> None:
     """Refuse (`ConfigError`) what would only fail after the models load, minutes in with real ones:
-    a port in use or an address this host does not have (the service's and the metrics'), and a
-    transcript folder that cannot be written."""
+    a port in use or an address this host does not have (the service's and the metrics'), a global
+    adapters folder that is not there, and a transcript folder that cannot be written."""
     listen = [(config.host, config.port, "the service")]
     if config.metrics_port is not None:
         listen.append((config.metrics_host, config.metrics_port, "the metrics"))
@@ -503,6 +503,9 @@ def check_before_loading(config: ServerConfig) -> None:
                 probe.bind((name, port))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}") from None
+    if config.adapters_dir is not None and not config.adapters_dir.is_dir():
+        # Else every session declaring a global adapter would be refused, and the cause never said.
+        raise ConfigError(f"the global adapters folder {config.adapters_dir} does not exist or is no folder")
     if config.transcript_dir is not None:
         try:
             config.transcript_dir.mkdir(parents=True, exist_ok=True)

@@ -264,7 +264,7 @@ def test_a_server_whose_sessions_could_outgrow_the_memory_says_so_at_start(cloud
     assert not caplog.records
 
 
-@pytest.mark.parametrize("what", ["the service", "the metrics", "transcript"])
+@pytest.mark.parametrize("what", ["the service", "the metrics", "transcript", "adapters"])
 def test_what_would_fail_after_the_models_load_is_refused_before(tmp_path, monkeypatch, what) -> None:
     # A port in use, or a transcript folder that cannot be made, showed only after the models
     # loaded (minutes with real ones), in gRPC's "Failed to bind ... set GRPC_VERBOSITY=debug".
@@ -285,6 +285,8 @@ def test_what_would_fail_after_the_models_load_is_refused_before(tmp_path, monke
             "the service": {"port": port},
             "the metrics": {"metrics_port": port},
             "transcript": {"transcript_dir": blocker / "transcripts"},
+            "adapters": {"adapters_dir": tmp_path / "no-such-folder"},
         }[what]
-        with pytest.raises(ConfigError, match="transcript directory" if what == "transcript" else f"for {what}"):
+        message = {"transcript": "transcript directory", "adapters": "global adapters folder"}.get(what, f"for {what}")
+        with pytest.raises(ConfigError, match=message):
             create_server(server_config(p, **overrides))
