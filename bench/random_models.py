@@ -188,12 +188,14 @@ def measured_acceptance(
     specialist = Specialist(s_lm, Profile.from_obj(demo, source=str(DEMO_PROFILE)))
     verifier = in_process_verifier(s_lm, g_lm, seed=0)
     rounds = drafted = accepted = rejected = 0
-    for query in demo["queries"][:queries]:
+    for index, query in enumerate(demo["queries"][:queries]):
         stats = generate(
             specialist,
             task_prompt(query["subject"]),
             SessionParams(gamma=0.5, draft_len=4, sampling=sampling),
-            DecodeOptions(max_new_tokens=32),
+            # A seed per query: with one seed each query's draws were the same stream, so over a
+            # small vocabulary one early end-of-text ended every query at the same token.
+            DecodeOptions(max_new_tokens=32, seed=index),
             verifier,
         ).stats
         rounds += stats.rounds
