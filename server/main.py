@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from cryptography import x509
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
 from core import wire
 from core.errors import ConfigError
@@ -288,28 +289,63 @@ def fd_headroom(config: ServerConfig) -> int:
     return soft
 
 
+_HEALTH_SERVICE = "grpc.health.v1.Health"
+_HEALTH_CHECKS_PER_DEVICE = 4  # a device's health checks in flight at once
+_HEALTH_REQUEST_TIMEOUT = 5.0  # seconds from a Check's start to its request
+
+
 class DeviceHealth(health.aio.HealthServicer):
     """gRPC's standard health service, answered to devices the verifier would serve, Check only.
 
-    Watch is not served: its streams outlive any check, and a device (a revoked one included)
-    could hold them open by the thousand, under every per-device cap, until gRPC's shared call
-    limit refused every other device's session.
+    Watch and List are not served: Watch streams outlive any check, and a device (a revoked one
+    included) could hold them open by the thousand, under every per-device cap, until gRPC's
+    shared call limit refused every other device's session. Check is served as a call whose
+    handler starts with the call, not with its request: as a unary method gRPC ran the handler
+    (and so the device check) only once the request came, so calls whose request never came held
+    the shared limit just as well. Each device has at most four checks in flight, and a request
+    must come within five seconds.
     """
 
-    def __init__(self, refuse_unless_device: Callable[[grpc.aio.ServicerContext], Awaitable[None]]) -> None:
+    def __init__(self, refuse_unless_device: Callable[[grpc.aio.ServicerContext], Awaitable[str]]) -> None:
         super().__init__()
         self._refuse_unless_device = refuse_unless_device
+        self._in_flight: Counter[str] = Counter()
 
-    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._refuse_unless_device(context)
-        return await super().Check(request, context)
+    def handler(self) -> grpc.GenericRpcHandler:
+        refused = grpc.unary_unary_rpc_method_handler(self._not_served)
+        check = grpc.stream_unary_rpc_method_handler(
+            self._check,
+            request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+        )
+        watch = grpc.unary_stream_rpc_method_handler(self._not_served_stream)
+        return grpc.method_handlers_generic_handler(_HEALTH_SERVICE, {"Check": check, "Watch": watch, "List": refused})
 
-    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only, not Watch")
+    async def _check(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        name = await self._refuse_unless_device(context)
+        if self._in_flight[name] >= _HEALTH_CHECKS_PER_DEVICE:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"device {name!r} already has {_HEALTH_CHECKS_PER_DEVICE} health checks in flight",
+            )
+        self._in_flight[name] += 1
+        try:
+            try:
+                request = await asyncio.wait_for(requests.__anext__(), _HEALTH_REQUEST_TIMEOUT)
+            except (TimeoutError, StopAsyncIteration):
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no health check request came")
+            return await super().Check(request, context)
+        finally:
+            self._in_flight[name] -= 1
+            if not self._in_flight[name]:
+                del self._in_flight[name]
 
-    async def List(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        # The base class raises NotImplementedError, which reached the device as its repr.
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only, not List")
+    async def _not_served(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only")
+
+    async def _not_served_stream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this verifier answers the health Check only")
+        yield  # an async generator, as a streaming handler must be
 
 
 class VerifierServer:
@@ -387,7 +423,7 @@ class VerifierServer:
         )
         server.add_generic_rpc_handlers((self.service.handler(),))
         self._health = DeviceHealth(self.service.refuse_unless_device)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        server.add_generic_rpc_handlers((self._health.handler(),))
         credentials = grpc.dynamic_ssl_server_credentials(
             self.certificates.initial, self.certificates.fetch, require_client_authentication=True
         )

@@ -185,14 +185,16 @@ class VerifierService:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
         return Device(name, cert_sha256(cert))
 
-    async def refuse_unless_device(self, context: grpc.aio.ServicerContext) -> None:
-        """Abort the call unless its peer is a device this verifier would serve (for the calls
-        beside the session, e.g. the health check: a revoked device learns nothing from them)."""
+    async def refuse_unless_device(self, context: grpc.aio.ServicerContext) -> str:
+        """The device's name; the call is aborted unless its peer is a device this verifier would
+        serve (for the calls beside the session, e.g. the health check: a revoked device learns
+        nothing from them)."""
         try:
-            self._device(context)
+            return self._device(context).name
         except _Abort as abort:
             self.metrics.rejected_messages.labels(abort.code.name).inc()
             await context.abort(abort.code, abort.message)
+            raise  # not reached: abort raises
 
     def _admit(self, state: _Stream) -> None:
         """Count the stream against its device from its first moment, or refuse it at once."""

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -149,6 +150,19 @@ def test_the_health_service_answers_devices_it_serves_with_a_check_and_no_watch(
             next(iter(alice.Watch(request, timeout=5)))
         assert watch.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "Check only" in watch.value.details()
+        # A Check whose request never comes is refused at its start, not held until it does: held,
+        # such calls from a revoked device filled gRPC's shared call limit.
+        silent = threading.Event()
+
+        def never() -> Iterator[bytes]:
+            silent.wait(10)
+            yield b""
+
+        half_open = channels["mallory"].stream_unary("/grpc.health.v1.Health/Check")
+        with pytest.raises(grpc.RpcError) as held:
+            half_open(never(), timeout=5)
+        silent.set()
+        assert held.value.code() == grpc.StatusCode.PERMISSION_DENIED
         with pytest.raises(grpc.RpcError) as listed:
             alice.List(health_pb2.HealthListRequest(), timeout=5)
         assert listed.value.code() == grpc.StatusCode.UNIMPLEMENTED
