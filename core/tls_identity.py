@@ -149,7 +149,7 @@ def check_client_cas(cas: list[x509.Certificate], *, path: Path) -> None:
             )
 
 
-_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")  # used with fullmatch: "$" takes a final "\n"
 
 
 def host_name(value: str, what: str) -> str:
@@ -157,6 +157,8 @@ def host_name(value: str, what: str) -> str:
     address (no network range) or a DNS name, internationalised names in their ASCII (IDNA) form.
     `ConfigError` naming `what` otherwise: a wildcard, a blank, a NUL, a space or other
     characters no host name has would be written into a certificate, or checked as some other name."""
+    if "%" in value:  # an IPv6 zone ("fe80::1%eth0") is no part of a name a certificate carries
+        raise ConfigError(f"{what} must be a DNS name or an IP address without a zone; got {value!r}")
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
@@ -166,6 +168,6 @@ def host_name(value: str, what: str) -> str:
     except UnicodeError:
         ascii_name = ""
     labels = ascii_name.removesuffix(".").split(".")
-    if not ascii_name or len(ascii_name) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+    if not ascii_name or len(ascii_name) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
         raise ConfigError(f"{what} must be a DNS name or an IP address; got {value!r}")
     return ascii_name.removesuffix(".").lower()

@@ -323,6 +323,9 @@ class VerifierService:
         finally:
             if not write.done():
                 write.cancel()
+            # Read its outcome, so a write that failed as the call ended is no "exception was
+            # never retrieved" traceback in the log, which a device could otherwise cause at will.
+            write.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     async def _serve(self, state: _Stream, context: grpc.aio.ServicerContext) -> str:
         while True:

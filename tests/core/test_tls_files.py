@@ -88,11 +88,13 @@ def test_the_verifier_refuses_a_device_certificate_to_serve_with_or_a_leaf_as_it
     CertificateSource(server_cert, server_key, pki.device_ca)  # the real files serve
 
 
-@pytest.mark.parametrize("host", ["", " localhost", "*", "*.example.com", "bad_name!", "10.0.0.0/8", "a\x00b"])
+@pytest.mark.parametrize(
+    "host", ["", " localhost", "*", "*.example.com", "bad_name!", "10.0.0.0/8", "a\x00b", "localhost\n", "::1%eth0"]
+)
 def test_pki_refuses_a_server_host_no_certificate_should_carry_before_creating_anything(tmp_path, host) -> None:
     target = tmp_path / "pki"
     with pytest.raises(pki_mod.PkiError, match="must be a DNS name or an IP address"):
-        pki_mod.init_pki(target, hosts=["localhost", host])
+        pki_mod.init_pki(target, hosts=["localhost", host])  # "localhost\n" was written with its newline
     assert not target.exists()
 
 

@@ -38,6 +38,11 @@ ANNOUNCED = [
     ("DD_API_KEY 123f326ca81fa3a80811cb0fb57558ee", "123f326ca81fa3a80811cb0fb57558ee"),
     ("CPF 17187727852", "17187727852"),
     ("my aadhaar is 810963830142 for KYC", "810963830142"),
+    # In quotes, or after "=>": the quote stopped the value class, and the value went up.
+    ('my password is "Tr0ub4dor&3x" now.', "Tr0ub4dor&3x"),
+    ("my password is 'Tr0ub4dor&3x' now.", "Tr0ub4dor&3x"),
+    ("password => Tr0ub4dor&3x ok.", "Tr0ub4dor&3x"),
+    ('api_key: "pys7t0r04j9w6xru861wpmbfzd8t422g"', "pys7t0r04j9w6xru861wpmbfzd8t422g"),
     ("taxpayer id 17187727852 on the invoice", "17187727852"),
     ("PAN: NKSFD6251M", "NKSFD6251M"),
     ("tax id 67355910481", "67355910481"),
@@ -193,3 +198,12 @@ def test_prose_of_list_words_is_not_a_seed_phrase() -> None:
 def test_a_shaped_identifier_is_held_while_written(text: str, start: int) -> None:
     hazards = [h for d in (ShapeRecognizer(), SeedPhraseRecognizer()) if (h := d.hazard(text)) is not None]
     assert min(h.start for h in hazards) == start
+
+
+@pytest.mark.timeout(30)
+def test_a_long_run_of_dashed_words_is_read_in_linear_time() -> None:
+    # An unbounded "[\w-]*" before a key keyword was quadratic: 10 KB of "1-1-..." took 11.5 s a
+    # check, 100 KB did not finish in 600 s. Bounded, 40 KB is a fraction of a second here; the
+    # timeout only catches the quadratic form coming back.
+    text = "1-" * 20_000 + " aa-" * 5_000
+    assert KeywordValueRecognizer().find(text) == []
