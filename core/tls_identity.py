@@ -45,33 +45,47 @@ _FORBIDDEN_BITS = {
 
 def read_tls_file(path: str | Path, kind: Literal["key", "trust", "certificate"]) -> bytes:
     """The bytes of a TLS file; `ConfigError` in one sentence if it is no regular file, too large,
-    or (`kind`) a key others can read or trust material others can change."""
+    or (`kind`) a key others can read or trust material others can change or own.
+
+    The file is opened first and the open file checked (`fstat`), so what is read is what was
+    checked. O_NONBLOCK: opening a FIFO does not wait for a writer."""
     path = Path(path)
     try:
-        info = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{path} is not a regular file")
-    if info.st_size > MAX_TLS_FILE_BYTES:
-        raise ConfigError(f"{path} is {info.st_size} bytes, more than any TLS file ({MAX_TLS_FILE_BYTES} at most)")
-    loose = stat.S_IMODE(info.st_mode) & _FORBIDDEN_BITS[kind]
-    if loose:
-        who = "read by other users" if kind == "key" else "changed by other users"
-        fix = "chmod 600" if kind == "key" else "chmod go-w"
-        raise ConfigError(f"{path} can be {who} (mode {stat.S_IMODE(info.st_mode):04o}): {fix} it")
     try:
-        # O_NONBLOCK: a path swapped for a FIFO after the check does not hang the start.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        _check_tls_file(path, kind, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(MAX_TLS_FILE_BYTES + 1)
     if len(data) > MAX_TLS_FILE_BYTES:
         raise ConfigError(f"{path} is more than {MAX_TLS_FILE_BYTES} bytes, more than any TLS file")
     return data
+
+
+def _check_tls_file(path: Path, kind: str, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path} is not a regular file")
+    if info.st_size > MAX_TLS_FILE_BYTES:
+        raise ConfigError(f"{path} is {info.st_size} bytes, more than any TLS file ({MAX_TLS_FILE_BYTES} at most)")
+    named = path if not path.is_symlink() else f"{path} (a link to {path.resolve()})"
+    if kind != "certificate" and info.st_uid not in (0, os.geteuid()):
+        # Its owner could rewrite it whatever its mode: a key it can read, an anchor it can add.
+        raise ConfigError(f"{named} belongs to user {info.st_uid}, not to this user or root: chown it")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & _FORBIDDEN_BITS[kind]:
+        who = "read by other users" if kind == "key" else "changed by other users"
+        fix = "chmod 600 it" if kind == "key" else "chmod go-w it"
+        # A Kubernetes secret volume is read-only, its files links into "..data", 0644 unless the
+        # volume says otherwise: chmod cannot help there.
+        mounted = path.is_symlink() and "..data" in os.readlink(path)
+        fix += " (a Kubernetes secret volume: set its defaultMode to 0400)" if mounted else ""
+        raise ConfigError(f"{named} can be {who} (mode {mode:04o}): {fix}")
 
 
 _PURPOSE = {

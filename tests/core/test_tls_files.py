@@ -113,3 +113,28 @@ def test_a_chain_file_with_the_leaf_after_its_issuer_is_named_as_out_of_order(pk
     chain.write_bytes(device_ca.cert_pem + alice.cert_pem)
     with pytest.raises(ConfigError, match=r"out of order: the certificate of the key .* must come first"):
         TlsIdentity.from_files(pki.pins, chain, pki.device_key("alice"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_pins_file_or_key_another_user_owns_is_refused_whatever_its_mode(pki, tmp_path) -> None:
+    # Its owner can rewrite it: add an anchor to the pins, read the key. Mode 0644 let it through.
+    pins = _copy(pki.pins, tmp_path / "pins.txt", 0o644)
+    os.chown(pins, 65534, 65534)  # nobody
+    with pytest.raises(PinningError, match="belongs to user 65534, not to this user or root"):
+        TlsIdentity.from_files(pins, pki.device_cert("alice"), pki.device_key("alice"))
+    key = _copy(pki.device_key("alice"), tmp_path / "alice.key", 0o600)
+    os.chown(key, 65534, 65534)
+    with pytest.raises(ConfigError, match="belongs to user 65534"):
+        TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), key)
+
+
+def test_a_key_in_a_kubernetes_secret_volume_is_named_with_the_volume_setting_that_fixes_it(pki, tmp_path) -> None:
+    # Secret volumes are read-only links into "..data", 0644 by default: "chmod 600 it" cannot work.
+    data = tmp_path / "..2026_11_27" / "tls.key"
+    data.parent.mkdir()
+    _copy(pki.device_key("alice"), data, 0o644)
+    (tmp_path / "..data").symlink_to(data.parent.name)
+    key = tmp_path / "tls.key"
+    key.symlink_to("..data/tls.key")
+    with pytest.raises(ConfigError, match=r"a link to .*tls\.key\).*set its defaultMode to 0400"):
+        TlsIdentity.from_files(pki.pins, pki.device_cert("alice"), key)
