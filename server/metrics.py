@@ -6,12 +6,13 @@ device name or anything a device sent: only status codes and outcomes, a bounded
 The HTTP endpoint is prometheus_client's WSGI app on a server of our own: its `start_http_server`
 gives every connection a thread with no timeout, so anyone who could reach the port held a thread
 and a descriptor per idle connection (980 of them left the verifier 27 descriptors). Here a
-connection that sends nothing for `_REQUEST_TIMEOUT` seconds is closed, and at most
+connection is closed after `_REQUEST_TIMEOUT` seconds, silent or not, and at most
 `_MAX_CONNECTIONS` are served at once; more are closed on accept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from socketserver import ThreadingMixIn
@@ -24,12 +25,28 @@ __all__ = ["Metrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
-_REQUEST_TIMEOUT = 10.0  # seconds a scrape connection may stay silent
+_REQUEST_TIMEOUT = 10.0  # seconds a scrape connection may last, and may stay silent
 _MAX_CONNECTIONS = 16  # scrapers served at once: a Prometheus or two, never a crowd
 
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = _REQUEST_TIMEOUT  # socketserver sets it on the connection: a silent peer is dropped
+
+    def setup(self) -> None:
+        super().setup()
+        # The timeout bounds each read, not the request: a peer sending a header line every few
+        # seconds held its slot for ever. The whole connection gets the same bound.
+        self._deadline = threading.Timer(self.timeout, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a scrape every few seconds is no news

@@ -254,6 +254,19 @@ def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_and_drops_si
     finally:
         for s in idle:
             s.close()
+    # A peer that sends a header line now and then (slowloris) is cut at the same bound.
+    slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+    slow.sendall(b"GET /metrics HTTP/1.1\r\n")
+    cut = False
+    for _ in range(6):
+        time.sleep(0.3)
+        try:
+            slow.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            cut = True
+            break
+    slow.close()
+    assert cut
     time.sleep(0.7)  # the held ones time out too
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         assert b"specsteer_rounds_total" in response.read()
