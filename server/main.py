@@ -34,8 +34,9 @@ from grpc_health.v1 import health, health_pb2
 
 from core import wire
 from core.errors import ConfigError
-from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES
+from core.limits import MAX_DOWNLINK_BYTES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
 from core.models import CausalLM
+from core.session_types import MAX_CANDIDATE_TOKENS
 from core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
 from server.batching import Scheduler
 from server.config import ServerConfig
@@ -43,6 +44,7 @@ from server.front import ConnectionFront
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
+from server.slot_pool import available_bytes, kv_bytes
 from server.slot_sequence import SlotPools
 
 if TYPE_CHECKING:  # for an annotation only
@@ -559,10 +561,6 @@ def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) 
     sessions are far shorter), but a few devices holding long sessions could exhaust the memory.
     The slot pool (`--kv slots`) allocates its caches up front and refuses a pool that cannot fit.
     """
-    from core.limits import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS
-    from core.session_types import MAX_CANDIDATE_TOKENS
-    from server.slot_pool import available_bytes, kv_bytes
-
     longest = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
     models = {id(lm): lm for lm in (cloud.generalist, cloud.specialist)}.values()
     per_session = sum(kv_bytes(lm.model.config, 1, longest, lm.model.dtype) for lm in models)

@@ -276,17 +276,16 @@ def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_and_drops_si
 def test_a_server_whose_sessions_could_outgrow_the_memory_says_so_at_start(cloud, caplog, monkeypatch) -> None:
     # 64 sessions of a 1.5B Generalist at the protocol's longest need ~43 GB of KV: nothing said so.
     from server import main as main_mod
-    from server import slot_pool
 
     p_config = main_mod.ServerConfig(max_sessions=64)
     need = main_mod.warn_if_sessions_outgrow_memory(p_config, cloud)
     assert need > 0
-    monkeypatch.setattr(slot_pool, "available_bytes", lambda device: need - 1)
+    monkeypatch.setattr(main_mod, "available_bytes", lambda device: need - 1)
     with caplog.at_level(logging.WARNING, logger="server"):
         main_mod.warn_if_sessions_outgrow_memory(p_config, cloud)
     assert any("would need" in r.getMessage() and "--kv slots" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    monkeypatch.setattr(slot_pool, "available_bytes", lambda device: need)
+    monkeypatch.setattr(main_mod, "available_bytes", lambda device: need)
     main_mod.warn_if_sessions_outgrow_memory(p_config, cloud)
     assert not caplog.records
 
