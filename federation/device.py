@@ -100,6 +100,7 @@ from federation.task import (
     DPRoundResult,
     SpecialistWithAdapters,
     TaskConfig,
+    all_finite,
     device_datasets,
     dp_sample_rate,
     evaluate_loss,
@@ -569,7 +570,7 @@ class Device:
         self.log({"event": "skipped", "reason": why, "run_id": run_id, "server_round": server_round})
         if self.cfg.dp and cover_steps:
             sent = noise_only_update(arrays, self.cfg, cover_steps)
-            if not all(np.isfinite(a).all() for a in sent.values()):  # settings alone decide this, not data
+            if not all_finite(sent):  # settings alone decide this, not data
                 raise UpdateNotFinite("The noise-only update holds values that are not finite.")
         else:
             sent = {k: np.array(v, dtype=np.float32) for k, v in arrays.items()}
@@ -658,7 +659,7 @@ class Device:
         the personal one disabled, so the round goes on unaffected.
         """
         weights = sw.get_adapter(PERSONAL)
-        if not all(np.isfinite(np.asarray(v)).all() for v in weights.values()):
+        if not all_finite(weights):
             return False
         write_adapter(
             self.personal_dir,

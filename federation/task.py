@@ -58,6 +58,7 @@ __all__ = [
     "Example",
     "SpecialistWithAdapters",
     "TaskConfig",
+    "all_finite",
     "build_examples",
     "evaluate_loss",
     "load_user",
@@ -594,7 +595,7 @@ def train_global_dp(
             module._close()  # drop Opacus's hooks so personal training and evaluation run plain
         sw.peft.eval()
     after = sw.get_adapter(GLOBAL)
-    if not all(np.isfinite(a).all() for a in after.values()):
+    if not all_finite(after):
         # Checked before the ledger is charged: these arrays are never sent (the caller sends noise
         # alone instead, which reads no data), so the round released nothing to charge for.
         raise UpdateNotFinite("The DP update of the global adapter holds values that are not finite.")
@@ -619,6 +620,12 @@ def train_global_dp(
         accountant=cfg.accountant if cfg.dp else "none",
         update_norm=norm,
     )
+
+
+def all_finite(arrays: Mapping[str, Any]) -> bool:
+    """Whether every array of an adapter holds finite values only (one that does not is never sent
+    or kept)."""
+    return all(np.isfinite(np.asarray(a)).all() for a in arrays.values())
 
 
 def noise_only_update(arrays: Mapping[str, np.ndarray], cfg: TaskConfig, steps: int) -> dict[str, np.ndarray]:
