@@ -58,6 +58,10 @@ class FastTokenizer:
         self._template = chat_template
         self.chat_template = chat_template.source if chat_template is not None else None
 
+    def __len__(self) -> int:
+        """The vocabulary's size, added tokens included, as `len()` of a transformers tokenizer."""
+        return int(self._backend.get_vocab_size(with_added_tokens=True))
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
 

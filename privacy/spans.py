@@ -128,14 +128,10 @@ def check_ids(tokenizer: Tokenizer, ids: Sequence[int]) -> None:
     passed every detector while the wire carried it: the guard fails closed on both instead."""
     if not ids:
         return
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        size: int | None = backend.get_vocab_size(with_added_tokens=True)
-    else:
-        try:
-            size = len(tokenizer)  # type: ignore[arg-type]
-        except TypeError:
-            size = None
+    try:
+        size: int | None = len(tokenizer)  # type: ignore[arg-type]  # added tokens included
+    except TypeError:
+        size = None
     lo, hi = min(ids), max(ids)
     if lo < 0 or (size is not None and hi >= size):
         bad = lo if lo < 0 else hi

@@ -282,15 +282,10 @@ def vocabulary_width(lm: SpecialistLM) -> int | None:
     A table padded past the vocabulary (Qwen2.5's 151,936 rows for 151,665 tokens) has rows that
     are no tokens: the device never drafts or draws them, as the cloud never proposes them
     (`server.session.vocabulary_width`), so every method works on the one width."""
-    tokenizer = lm.tokenizer
     try:
-        count = len(tokenizer)
+        count = len(lm.tokenizer)  # `core.device_lm.FastTokenizer` counts as transformers' do
     except TypeError:
-        # `core.device_lm.FastTokenizer` (no transformers) wraps a `tokenizers.Tokenizer`.
-        backend = getattr(tokenizer, "_backend", None)
-        if backend is None or not hasattr(backend, "get_vocab_size"):
-            return None
-        count = int(backend.get_vocab_size(with_added_tokens=True))
+        return None
     return min(count, lm.vocab_size)
 
 

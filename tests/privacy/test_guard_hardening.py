@@ -41,6 +41,17 @@ def test_token_ids_outside_the_vocabulary_are_refused(bpe_tok: PreTrainedTokeniz
         guard.check([len(bpe_tok)], [5], bpe_tok)
 
 
+def test_token_ids_outside_the_vocabulary_are_refused_on_a_torch_free_device(bpe_tok: PreTrainedTokenizerFast) -> None:
+    # The onnxruntime/llama.cpp device's `FastTokenizer` had no len(): only negative IDs were caught.
+    from core.device_lm import FastTokenizer
+
+    fast = FastTokenizer(bpe_tok.backend_tokenizer, None)
+    assert len(fast) == len(bpe_tok)
+    guard = EgressGuard.for_profile(["some history"], fast)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"outside the tokenizer's vocabulary of {len(bpe_tok)} IDs"):
+        guard.check([], [len(bpe_tok) + 10], fast)  # type: ignore[arg-type]
+
+
 # -- a history with many secrets ------------------------------------------------------------------------
 
 
