@@ -749,25 +749,13 @@ _TOTP = re.compile(
     rf"(?:[:=]|is|was)?[ \t]*)(?P<value>{_BASE32})(?![A-Za-z0-9])",
     re.I,
 )
-_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def _base58check_ok(word: str) -> bool:
-    """A legacy Bitcoin address: base58 with its 4-byte double-SHA-256 checksum."""
-    import hashlib
-
-    n = 0
-    for c in word:
-        n = n * 58 + _BASE58.index(c)
-    raw = n.to_bytes(25, "big") if n.bit_length() <= 200 else b""
-    if len(raw) != 25:
-        return False
-    return hashlib.sha256(hashlib.sha256(raw[:-4]).digest()).digest()[:4] == raw[-4:]
 
 
 def _shaped_secret_ok(word: str) -> bool:
-    if word[0] in "13":
-        return _base58check_ok(word)
+    if word[0] in "13":  # a legacy Bitcoin address: base58 with its double-SHA-256 checksum
+        from stdnum import bitcoin
+
+        return bool(bitcoin.is_valid(word))
     return True
 
 
