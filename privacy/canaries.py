@@ -131,7 +131,7 @@ class CanaryDetector(Detector):
                 for v in name_variants(n):
                     exact.setdefault(v, NAME)
             common = {w.lower() for w in common_words}
-            firsts = {f for f in unambiguous_first_names(names) if f not in common}
+            firsts = unambiguous_first_names(names, common)
             # The surname alone names the person as well ("Reviewed by Vanterpool"), by the same
             # rule: not a word the history writes in lower case.
             firsts |= unambiguous_surnames(names, common)

@@ -72,18 +72,21 @@ def name_variants(name: str) -> set[str]:
     return out
 
 
-def unambiguous_first_names(names: Iterable[str]) -> set[str]:
-    """First names that identify one registered person: 3+ letters, not shared, not a common word."""
-    firsts = [n.split()[0] for n in names if len(n.split()) >= 2]
-    return {f for f in firsts if len(f) >= 3 and f.isalpha() and firsts.count(f) == 1 and f not in _WORD_NAMES}
+def unambiguous_first_names(names: Iterable[str], common: Iterable[str] = ()) -> set[str]:
+    """First names that identify one registered person (`_unambiguous`)."""
+    return _unambiguous([n.split()[0] for n in names if len(n.split()) >= 2], common)
 
 
 def unambiguous_surnames(names: Iterable[str], common: Iterable[str] = ()) -> set[str]:
-    """Surnames that identify one registered person, by the first names' rule: 3+ letters, not
-    shared, not a word (`_WORD_NAMES`, or one of `common`: what the history writes in lower case)."""
+    """Surnames that identify one registered person, by the first names' rule (`_unambiguous`)."""
+    return _unambiguous([n.split()[-1] for n in names if len(n.split()) >= 2], common)
+
+
+def _unambiguous(parts: list[str], common: Iterable[str]) -> set[str]:
+    """The parts of 3+ letters that no other registered name shares and that are no word
+    (`_WORD_NAMES`, or one of `common`: what the history writes in lower case)."""
     words = {w.lower() for w in common} | _WORD_NAMES
-    lasts = [n.split()[-1] for n in names if len(n.split()) >= 2]
-    return {s for s in lasts if len(s) >= 3 and s.isalpha() and lasts.count(s) == 1 and s.lower() not in words}
+    return {p for p in parts if len(p) >= 3 and p.isalpha() and parts.count(p) == 1 and p.lower() not in words}
 
 
 def name_handles(name: str, common: Iterable[str] = ()) -> set[str]:
