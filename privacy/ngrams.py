@@ -52,17 +52,11 @@ def _window_hashes(ids: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 
 def _hashes_of_many(sequences: Sequence[Sequence[int]], n: int) -> np.ndarray:
     """Window hashes of many sequences in one pass; windows that straddle two sequences are dropped."""
-    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
-    if not lengths.size or lengths.sum() < n:
-        return np.zeros(0, dtype=np.uint64)
-    flat = np.concatenate([np.asarray(s, dtype=np.uint64) for s in sequences])
-    which = np.repeat(np.arange(lengths.size), lengths)
-    hashes = _window_hashes(flat, n)
-    return hashes[which[: hashes.size] == which[n - 1 :]]
+    return _prefix_hashes_of_many(sequences, n, [n])[n]
 
 
 def _prefix_hashes_of_many(sequences: Sequence[Sequence[int]], n: int, lengths: Iterable[int]) -> dict[int, np.ndarray]:
-    """For each length `j` < `n`, the hash of the first `j` ids of every window `_hashes_of_many`
+    """For each length `j` <= `n`, the hash of the first `j` ids of every window `_hashes_of_many`
     keeps for `n`, in the same order (so a prefix stays paired with its n-gram)."""
     sizes = np.array([len(s) for s in sequences], dtype=np.int64)
     if not sizes.size or sizes.sum() < n:
