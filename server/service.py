@@ -239,7 +239,7 @@ class VerifierService:
             # The session and its slot go back now: the status is sent only after any downlink the
             # device never read, so `abort` may wait as long as the call lives. The stream keeps
             # counting against its device until then, so a device cannot pile such streams up.
-            self._free(state)
+            self._settle(state, outcome)
             await context.abort(abort.code, abort.message)
         except asyncio.CancelledError:
             outcome = "vanished"  # the client went away (or the server is stopping)
@@ -247,7 +247,8 @@ class VerifierService:
         finally:
             if self.transcript is not None and state.device is not None:
                 self.transcript.end_stream(stream, outcome)  # the witness statement: all it received
-            self._release(state, outcome)
+            self._settle(state, outcome)
+            self._release(state)
 
     def _log_throttled(self) -> None:
         """One line per device every few seconds for throttled streams, however many there were."""
@@ -468,6 +469,7 @@ class VerifierService:
         return wire.encode_cosignature(frame.seq, result.witness, result.signature)
 
     def _free(self, state: _Stream) -> None:
+        """The session and its slot go back (a Close, or the end of the stream)."""
         if state.session is not None:
             state.session.close()
             state.session = None
@@ -477,17 +479,23 @@ class VerifierService:
             self._slots.release(state.device.name)
             self.metrics.sessions_active.dec()
 
-    def _release(self, state: _Stream, outcome: str) -> None:
+    def _settle(self, state: _Stream, outcome: str) -> None:
+        """The session and its slot go back with its outcome counted in the metrics, once: whoever
+        sees the slot free after a refusal (a waiting Open, a scrape, a test) also sees why."""
         had_session = state.counted or state.ended
         self._free(state)
+        if not state.settled and (had_session or outcome != "empty"):
+            self.metrics.sessions.labels(outcome).inc()
+        state.settled = True
+
+    def _release(self, state: _Stream) -> None:
+        """The stream stops counting against its device (only when the call itself ends)."""
         if state.admitted:
             assert state.device is not None
             state.admitted = False
             self._streams[state.device.name] -= 1
             if not self._streams[state.device.name]:
                 del self._streams[state.device.name]
-        if had_session or outcome != "empty":
-            self.metrics.sessions.labels(outcome).inc()
 
 
 class _RefusalLog:
@@ -533,6 +541,7 @@ class _Stream:
         self.counted = False
         self.admitted = False  # counted in the device's live streams
         self.ended = False
+        self.settled = False  # its outcome is counted
 
 
 def device_name(cert: x509.Certificate) -> str:

@@ -3,6 +3,7 @@ session. Frames are hand-built bytes on a real mutual-TLS stream, as a hostile d
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from core.proto import verifier_pb2 as pb
 from core.session_types import Method, SessionParams
 from sdk.device import DecodeOptions, Specialist, generate
 from sdk.transport import InProcessVerifier
+from server.service import VerifierService
 from server.session import CloudVerifier
 from tests.tinymodels import tiny_llama, tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
@@ -244,6 +246,50 @@ def test_an_idle_session_expires(models, pki) -> None:
         assert settled(server)
         assert server.metrics.value("specsteer_sessions_total", {"outcome": "expired"}) == 1
         ch.close()
+
+
+class _LateCleanupContext:
+    """A servicer context whose abort returns late: the stream's cleanup after it then runs well
+    after the device has its status, as it may on a loaded verifier."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        try:
+            await self._context.abort(code, details)
+        finally:
+            await asyncio.sleep(0.5)
+
+
+def test_a_refused_session_is_counted_when_its_slot_goes_back(models, pki, monkeypatch) -> None:
+    # The slot goes back before the status is sent; its outcome must be counted with it, not in
+    # the cleanup after the status (CI once read the metric in between).
+    session = VerifierService.session
+
+    async def late_cleanup(self, request_iterator, context) -> None:
+        await session(self, request_iterator, _LateCleanupContext(context))
+
+    monkeypatch.setattr(VerifierService, "session", late_cleanup)
+    with serve(CloudVerifier(models[1], models[0], seed=0), pki, idle_timeout=0.3) as (server, port):
+        ch = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki).credentials())
+        gate = threading.Event()
+
+        def frames() -> Iterator[bytes]:
+            yield OPEN
+            gate.wait(10)
+
+        with pytest.raises(grpc.RpcError) as info:
+            list(ch.stream_stream(wire.SESSION_METHOD)(frames(), timeout=10))
+        gate.set()
+        assert info.value.code() is C.DEADLINE_EXCEEDED
+        assert settled(server)
+        assert server.metrics.value("specsteer_sessions_total", {"outcome": "expired"}) == 1
+        ch.close()
+        time.sleep(0.6)  # the late cleanup ends before the verifier stops
 
 
 def test_a_session_whose_device_stops_reading_expires(char_tok, pki) -> None:
