@@ -50,6 +50,9 @@ here, before anything is loaded):
                          is raised to it)
     max-sample-rate      the largest DP sampling rate a round may train at (default 1: any); at a
                          larger one it takes no private step (cover steps only, nothing spent)
+    require-idle, require-charging, require-unmetered   the eligibility flags this device needs
+                         set before it takes part (default true each): a run's ``require-…``
+                         may add to them, never waive them (the device's floor, not the server's)
     secagg-required      take part only in SecAgg+ rounds (default false)
     secagg-min-cohort    the fewest devices a SecAgg+ round may mask its update among (default 3;
                          the threshold must also be more than half the shares: `federation.secagg_terms`)
@@ -163,6 +166,10 @@ class DevicePolicy:
     min_holdout: int = DEFAULT_MIN_HOLDOUT
     max_version_jump: int = DEFAULT_MAX_VERSION_JUMP
     max_sample_rate: float = DEFAULT_MAX_SAMPLE_RATE
+    # The eligibility flags the device itself requires; a run may require more, never fewer.
+    require_idle: bool = True
+    require_charging: bool = True
+    require_unmetered: bool = True
     # SecAgg+ on the device's terms (federation.secagg_terms), not only on the server's settings.
     secagg_required: bool = False
     secagg_min_cohort: int = DEFAULT_SECAGG_MIN_COHORT
@@ -189,6 +196,9 @@ class DevicePolicy:
                 min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
                 max_version_jump=int(node.get("max-version-jump", DEFAULT_MAX_VERSION_JUMP)),
                 max_sample_rate=float(node.get("max-sample-rate", DEFAULT_MAX_SAMPLE_RATE)),
+                require_idle=_as_bool(node.get("require-idle", True)),
+                require_charging=_as_bool(node.get("require-charging", True)),
+                require_unmetered=_as_bool(node.get("require-unmetered", True)),
                 secagg_required=_as_bool(node.get("secagg-required", False)),
                 secagg_min_cohort=int(node.get("secagg-min-cohort", DEFAULT_SECAGG_MIN_COHORT)),
             )
@@ -267,7 +277,10 @@ class DevicePolicy:
 
 @dataclass(frozen=True)
 class Policy:
-    """Which eligibility flags a run requires (run config ``require-idle`` etc.)."""
+    """Which eligibility flags a run requires (run config ``require-idle`` etc.).
+
+    Only ever added to the device's own (`DevicePolicy.require_idle` etc.): a run cannot waive them.
+    """
 
     idle: bool = True
     charging: bool = True
@@ -367,9 +380,14 @@ class Device:
         )
 
     def check_eligible(self, policy: Policy) -> None:
-        """Raise `NotEligible` unless every flag the run requires is set right now."""
+        """Raise `NotEligible` unless every flag the run or the device requires is set right now.
+
+        The run may only add to the device's own requirements (node config ``require-…``): a
+        server that sent ``require-charging = false`` trained a device on battery that asked not to.
+        """
         flags = self.read_flags()
-        missing = [f for f in FLAGS if getattr(policy, f) and not flags.get(f, False)]
+        own = self.dp_policy
+        missing = [f for f in FLAGS if (getattr(policy, f) or getattr(own, f"require_{f}")) and not flags.get(f, False)]
         if missing:
             raise NotEligible(f"Device not eligible for this round: not {', not '.join(missing)}.")
 

@@ -84,6 +84,30 @@ def test_refusals_do_not_tell_devices_apart_by_their_terms(tiny_bpe_model: Path,
     assert any("not idle" in cause for cause in _causes(tmp_path / "device0"))
 
 
+def test_a_run_cannot_waive_the_devices_eligibility(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    """A run config of require-idle/-charging/-unmetered = false trained a device that was on
+    battery, busy and metered: the server, not the device, decided when it may spend its battery,
+    its data plan and its budget. The run may now only add to the device's own requirements."""
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"idle": False, "charging": False, "unmetered": False}))
+    nodes = node_configs(tiny_bpe_model, tmp_path, **{"eligibility-file": str(status)})
+    waiving = {f"require-{flag}": False for flag in ("idle", "charging", "unmetered")}
+    summary, _ = run_in_process(run_config(tiny_bpe_model, tmp_path, **waiving), nodes)
+    assert _refusals(summary) == ["Device not eligible for this round."] * 2
+    for i in range(2):
+        assert not (tmp_path / f"device{i}" / "ledger.json").exists()  # nothing read, nothing spent
+        assert any("not idle, not charging, not unmetered" in c for c in _causes(tmp_path / f"device{i}"))
+
+    # The device's operator may waive its own flags; a run may still require them.
+    status.write_text(json.dumps({"idle": True, "charging": False, "unmetered": True}))
+    own = node_configs(tiny_bpe_model, tmp_path, **{"eligibility-file": str(status), "require-charging": False})
+    summary, _ = run_in_process(run_config(tiny_bpe_model, tmp_path), own)
+    assert _refusals(summary) == ["Device not eligible for this round."] * 2  # the run requires charging
+    config = run_config(tiny_bpe_model, tmp_path, **{"require-charging": False, "dp-steps": 1, "personal-steps": 1})
+    summary, _ = run_in_process(config, own)
+    assert summary["rounds"][0]["replies"] == 2
+
+
 def test_the_policy_is_fixed_when_the_ledger_is_created(tiny_bpe_model: Path, tmp_path: Path) -> None:
     config = run_config(tiny_bpe_model, tmp_path, **{"dp-steps": 1, "personal-steps": 1})
     first, _ = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, **{"epsilon-budget": 5}))

@@ -193,7 +193,8 @@ def test_eligibility_flags_gate_participation(tiny_bpe_model: Path, tmp_path: Pa
     assert not (tmp_path / "device1" / "ledger.json").exists()  # nothing trained, nothing spent
     assert "not charging" in (tmp_path / "device1" / "rounds.jsonl").read_text()  # its owner is told
 
-    # A run that does not require charging takes the device; plugging it in does too.
+    # A device whose operator waived the flag (node config) takes part in a run that waives it too.
+    nodes[1]["require-charging"] = False
     config["require-charging"] = False
     summary, _ = run_in_process(config, nodes)
     assert summary["rounds"][0]["replies"] == 2
