@@ -69,9 +69,14 @@ class ServerTranscript:
         self.path = path
         self._fd = fd
         self._durable = durable
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # orders the lines; guards the streams' counts
         self._counts: dict[str, int] = {}  # open streams and how many uplinks each has had
         self._known: set[str] = set()
+        # Group commit: lines are written under `_lock`, and one fsync covers every line written
+        # before it, so concurrent streams share fsyncs instead of queueing one each (~4 ms apiece).
+        self._sync_lock = threading.Lock()
+        self._written = 0  # lines written so far
+        self._synced = 0  # lines known to be on disk
 
     @classmethod
     def open(cls, path: Path | str, *, durable: bool = True) -> Self:
@@ -88,24 +93,46 @@ class ServerTranscript:
                 )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         transcript = cls(path, fd, durable=durable)
-        if exists:
-            transcript._known = set(existing.info)
-            if not path.read_bytes().endswith(b"\n"):
+        with transcript._lock:
+            if exists:
+                transcript._known = set(existing.info)
                 # A line torn by a crash stays as evidence (the auditor is told); new lines start clean.
-                transcript._write_raw(b"\n")
-        else:
-            transcript._write({"format": TRANSCRIPT_FORMAT})
+                torn = not path.read_bytes().endswith(b"\n")
+                written = transcript._write_raw(b"\n") if torn else 0
+            else:
+                written = transcript._write({"format": TRANSCRIPT_FORMAT})
+        transcript._sync(written)
         return transcript
 
-    def _write(self, obj: Mapping[str, object]) -> None:
-        self._write_raw(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n")
+    def _write(self, obj: Mapping[str, object]) -> int:
+        return self._write_raw(
+            json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
+        )
 
-    def _write_raw(self, data: bytes) -> None:
+    def _write_raw(self, data: bytes) -> int:
+        """Write `data` (the caller holds `_lock`); return its ticket for `_sync`."""
+        if self._fd < 0:
+            raise AuditError(f"the server transcript {self.path} is closed")
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        if self._durable:
-            os.fsync(self._fd)
+        self._written += 1
+        return self._written
+
+    def _sync(self, ticket: int) -> None:
+        """Return once the line with `ticket` is on disk (at once when not durable). Call it
+        without holding `_lock`, so other streams go on writing lines while this one waits."""
+        if not self._durable:
+            return
+        with self._sync_lock:
+            if self._synced >= ticket:  # a fsync since that line covered it
+                return
+            with self._lock:
+                target, fd = self._written, self._fd
+            if fd < 0:
+                raise AuditError(f"the server transcript {self.path} is closed")
+            os.fsync(fd)
+            self._synced = target
 
     def begin_stream(self, stream: str, device: str, cert_sha256: str) -> None:
         """A stream from the device whose verified client certificate is `device` / `cert_sha256` begins."""
@@ -116,17 +143,20 @@ class ServerTranscript:
         with self._lock:
             if stream in self._known:
                 raise AuditError(f"stream {stream} already exists in the transcript")
-            self._write({"stream": stream, "device": device, "cert_sha256": cert_sha256})
+            ticket = self._write({"stream": stream, "device": device, "cert_sha256": cert_sha256})
             self._known.add(stream)
             self._counts[stream] = 0
+        self._sync(ticket)
 
     def record_uplink(self, stream: str, payload: bytes) -> None:
         with self._lock:
             i = self._counts.get(stream)
             if i is None:
                 raise AuditError(f"stream {stream!r} was not begun (or has ended) in the transcript")
-            self._write({"stream": stream, "i": i, "len": len(payload), "sha256": hashlib.sha256(payload).hexdigest()})
+            line = {"stream": stream, "i": i, "len": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+            ticket = self._write(line)
             self._counts[stream] = i + 1
+        self._sync(ticket)
 
     def end_stream(self, stream: str, outcome: str) -> None:
         """The server's witness statement: the stream is over after the uplinks recorded so far.
@@ -138,12 +168,16 @@ class ServerTranscript:
             raise AuditError(f"a stream outcome is a short lowercase identifier; got {outcome!r}")
         with self._lock:
             count = self._counts.pop(stream, None)
-            if count is not None:
-                self._write({"stream": stream, "end": outcome, "uplinks": count})
+            if count is None:
+                return
+            ticket = self._write({"stream": stream, "end": outcome, "uplinks": count})
+        self._sync(ticket)
 
     def close(self) -> None:
-        with self._lock:
+        with self._sync_lock, self._lock:  # after a fsync under way, so none runs on a closed descriptor
             if self._fd >= 0:
+                if self._durable and self._synced < self._written:  # lines whose writers did not wait
+                    os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
 

@@ -228,7 +228,10 @@ class VerifierService:
             state.device = self._device(context)
             self._admit(state)
             if self.transcript is not None:  # the transcript says which certificate sent each stream
-                self.transcript.begin_stream(stream, state.device.name, state.device.fingerprint)
+                # Its fsync (a few ms) runs off the event loop that serves every other session.
+                await asyncio.to_thread(
+                    self.transcript.begin_stream, stream, state.device.name, state.device.fingerprint
+                )
             outcome = await self._serve(state, context)
         except _Abort as abort:
             outcome = abort.outcome
@@ -245,10 +248,13 @@ class VerifierService:
             outcome = "vanished"  # the client went away (or the server is stopping)
             raise
         finally:
-            if self.transcript is not None and state.device is not None:
-                self.transcript.end_stream(stream, outcome)  # the witness statement: all it received
-            self._settle(state, outcome)
-            self._release(state)
+            try:
+                if self.transcript is not None and state.device is not None:
+                    # The witness statement: all it received.
+                    await asyncio.to_thread(self.transcript.end_stream, stream, outcome)
+            finally:  # even if a cancellation ends that wait (the line is still written: its thread runs on)
+                self._settle(state, outcome)
+                self._release(state)
 
     def _log_throttled(self) -> None:
         """One line per device every few seconds for throttled streams, however many there were."""
@@ -336,7 +342,7 @@ class VerifierService:
             state.frames += 1
             if self.transcript is not None:
                 # Hash what arrived, before parsing: malformed and late frames are evidence too.
-                self.transcript.record_uplink(state.stream, raw)
+                await asyncio.to_thread(self.transcript.record_uplink, state.stream, raw)
             if state.ended:
                 raise self._precondition(RoundContract(phase=Phase.CLOSED).after_end("a frame").message)
             try:
