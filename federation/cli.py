@@ -7,7 +7,9 @@
                         [--run-timeout DURATION] [--retries N] [--retry-backoff DURATION]
     federation status [--state-dir D] [--device DIR ...]
 
-Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage).
+Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage). `run`
+prints what each round's devices did (trained, sat out and why, refused and why); a run in which
+no device trained exits 1 (`RunFailed`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -162,6 +165,7 @@ def run_once(
         nodes = options.simulation_nodes(lambda message: _log(args, message))
         _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
         summary, _ = run_in_process(config, nodes, cancelled=None if attempt is None else attempt.cancelled)
+        _add_device_outcomes(summary, nodes)
         return summary
     if args.data is not None or args.epsilon is not None:
         raise ConfigError(
@@ -179,6 +183,55 @@ def run_once(
     )
 
 
+def _add_device_outcomes(summary: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """Add to each round what the simulated devices' own logs say they did with it.
+
+    The server counts replies, and a device that took no step learning from its data (no budget
+    left, no usable sequence) replies like one that trained: that is what keeps its history's
+    size from the server. A simulation's operator owns its devices, so their logs can say which.
+    """
+    from federation.device import TRAINED, Device, round_outcome
+
+    seen: dict[int, Counter[str]] = {}
+    for node in nodes:
+        try:
+            records = Device.from_node_config(node).read_log()
+        except Exception:  # a log that cannot be read says nothing; the device is not counted as trained
+            records = []
+        for record in records:
+            what = round_outcome(record)
+            if what is not None and record.get("run_id") == summary.get("run_id"):
+                seen.setdefault(int(record.get("server_round", 0)), Counter())[what] += 1
+    for r in summary.get("rounds", []):
+        outcomes = seen.get(r["server_round"], Counter())
+        r["devices"] = {"of": len(nodes), "trained": outcomes.pop(TRAINED, 0), "sat_out": dict(outcomes)}
+
+
+def _trained(r: dict[str, Any]) -> int:
+    """Devices that trained in a round: from their logs in a simulation, else the updates the server got."""
+    devices = r.get("devices")
+    return int(devices["trained"]) if devices is not None else int(r.get("replies", 0))
+
+
+def _tally(counts: dict[str, int]) -> str:
+    return "; ".join(reason.rstrip(".") + (f" ×{n}" if n > 1 else "") for reason, n in counts.items())
+
+
+def _round_parts(r: dict[str, Any]) -> list[str]:
+    """What happened to a round's devices: trained (or sent an update), sat out and why, refused and why."""
+    devices = r.get("devices")
+    if devices is None:  # a SuperLink's devices: the server cannot tell an update of noise alone from training
+        parts = [f"{r.get('replies', 0)} device(s) sent an update"]
+    else:
+        parts = [f"{devices['trained']} of {devices['of']} device(s) trained"]
+        if devices["sat_out"]:
+            parts.append(f"{sum(devices['sat_out'].values())} sat out ({_tally(devices['sat_out'])})")
+    refusals = r.get("refusals") or []
+    if refusals:
+        parts.append(f"{len(refusals)} refused or failed ({_tally(Counter(refusals))})")
+    return parts
+
+
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     if args.json:
         print(json.dumps(summary))
@@ -186,13 +239,31 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     print(f"run {summary.get('run_id')}: global adapter v{summary.get('version_in')} -> v{summary.get('version_out')}")
     for r in summary.get("rounds", []):
         eps = r.get("train_metrics", {}).get("epsilon")
-        made = f"v{r['version_out']}" if r.get("version_out") is not None else "no new version"
-        line = f"  round {r['server_round']}: {r.get('replies', 0)} device(s) trained, {made}"
+        made = "no new version"
+        if r.get("version_out") is not None:
+            made = f"v{r['version_out']}" + ("" if _trained(r) else ", which learnt from no device's data")
+        line = f"  round {r['server_round']}: {', '.join(_round_parts(r))}, {made}"
         if eps is not None:
             line += f", mean device ε {eps:.3f}"
-        if r.get("refusals"):
-            line += f", {len(r['refusals'])} refused or failed ({r['refusals'][0]})"
         print(line)
+
+
+def _none_trained(rounds: list[dict[str, Any]]) -> str:
+    """The one sentence of a run in which no device trained: what its devices did instead."""
+    sat: Counter[str] = Counter()
+    refused: Counter[str] = Counter()
+    for r in rounds:
+        sat.update((r.get("devices") or {}).get("sat_out") or {})
+        refused.update(r.get("refusals") or [])
+    what = []
+    if sat:
+        what.append(f"{sum(sat.values())} sat out: {_tally(dict(sat))}")
+    if refused:
+        what.append(f"{sum(refused.values())} refused or failed: {_tally(dict(refused))}")
+    why = f" ({'; '.join(what)})" if what else ""
+    made = [r["version_out"] for r in rounds if r.get("version_out") is not None]
+    result = f"v{made[-1]} learnt from no device's data" if made else "no new global adapter was made"
+    return f"no device trained in any of the run's {len(rounds)} round(s){why}, so {result}."
 
 
 # --- schedule -------------------------------------------------------------------------------------
@@ -430,11 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = run_once(args)
         _print_summary(args, summary)
         rounds = summary.get("rounds", [])
-        if rounds and not any(r.get("replies") for r in rounds):
-            # Printed above, but a run in which no device took part is no success to a script.
-            raise RunFailed(
-                f"no device trained in any of the run's {len(rounds)} round(s), so no new global adapter was made."
-            )
+        if rounds and not any(_trained(r) for r in rounds):
+            # Printed above, but a run in which no device trained is no success to a script.
+            raise RunFailed(_none_trained(rounds))
         return 0
 
     return reported("federation", command)

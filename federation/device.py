@@ -89,7 +89,7 @@ from core.errors import ConfigError
 from core.fileio import append_line
 from core.models import DEFAULT_SPECIALIST
 from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
-from federation.atrest import append_sealed_log, device_key_provider, seal_file, unseal_file
+from federation.atrest import append_sealed_log, device_key_provider, read_sealed_log, seal_file, unseal_file
 from federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
 from federation.ledger import Ledger
 from federation.store import AdapterStore, version_dir
@@ -116,7 +116,16 @@ from federation.task import (
 from privacy.ledger import ACCOUNTANTS
 from privacy.vault import KeyProvider
 
-__all__ = ["DEFAULT_EPSILON_BUDGET", "Device", "DevicePolicy", "NotEligible", "Policy", "PolicyRefusal"]
+__all__ = [
+    "DEFAULT_EPSILON_BUDGET",
+    "TRAINED",
+    "Device",
+    "DevicePolicy",
+    "NotEligible",
+    "Policy",
+    "PolicyRefusal",
+    "round_outcome",
+]
 
 DEFAULT_EPSILON_BUDGET = 8.0
 DEFAULT_DELTA = 1e-5
@@ -138,6 +147,8 @@ DEFAULT_SECAGG_MIN_COHORT = 3
 KEEP_GLOBAL_VERSIONS = 3
 FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
+PLAIN_LOG = "rounds.jsonl"
+TRAINED = "trained"
 
 
 @dataclass(frozen=True)
@@ -698,7 +709,35 @@ class Device:
         if provider is not None:
             append_sealed_log(self.state_dir / SEALED_LOG, provider, {"time": time.time(), **clean})
             return
-        append_line(self.state_dir / "rounds.jsonl", json.dumps({"time": time.time(), **clean}))
+        append_line(self.state_dir / PLAIN_LOG, json.dumps({"time": time.time(), **clean}))
+
+    def read_log(self) -> list[dict[str, Any]]:
+        """The device's own round log, oldest first (unsealed in memory when it is sealed)."""
+        provider = self.key_provider
+        if provider is not None:
+            return read_sealed_log(self.state_dir / SEALED_LOG, provider)
+        path = self.state_dir / PLAIN_LOG
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def round_outcome(record: Mapping[str, Any]) -> str | None:
+    """What a record of the device's log says it did with a train message it answered: `TRAINED`
+    (it took steps that learnt from its data), why it took none, or None (another record).
+
+    A device that takes no such step still answers like one that trained (cover steps, an update
+    of noise alone), so the server cannot tell the two apart; only the device's log can.
+    """
+    if record.get("event") == "skipped":
+        return str(record.get("reason") or "skipped")
+    if record.get("event") != "train":
+        return None
+    if (record.get("dp_steps") or 0) > 0:
+        return TRAINED
+    if not record.get("dp_steps_proposed"):
+        return "the run proposed no step"
+    return "no private step within its ε budget, δ or sampling-rate limit"
 
 
 def ledger_policy(ledger: Ledger) -> DevicePolicy:

@@ -108,5 +108,5 @@ class UpdateNotFinite(SpecSteerError):
 
 
 class RunFailed(SpecSteerError):
-    """A run in which no device trained in any round: every device refused or failed (each
-    device's cause is in its own log), so no new global adapter was made."""
+    """A run in which no device trained in any round: every device refused, failed or (in a
+    simulation, whose devices' logs say so) sat out, so no version learnt from any device's data."""

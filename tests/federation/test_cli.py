@@ -156,8 +156,41 @@ def test_a_run_in_which_no_device_trained_exits_1(
         capsys, "run", "--simulation", "--data", str(data), "--model", str(tiny_bpe_model),
         "--state-dir", str(tmp_path / "s"), *FAST,
     )  # fmt: skip
-    assert code == 1 and "0 device(s) trained" in out
+    assert code == 1 and "0 of 2 device(s) trained, 2 refused or failed" in out
     assert "federation: error: no device trained in any of the run's 1 round(s)" in err and "Traceback" not in err
+
+
+def test_a_run_says_which_devices_trained_and_why_the_others_sat_out(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Devices that took no step learning from their data (no ε left, no usable sequence) answer
+    like devices that trained (so the server cannot learn their history's size), and `run`
+    printed "2 device(s) trained" and exited 0 for a run in which none had."""
+    # u09's subjects alone fill max-len: it has no usable sequence; u04 trains.
+    users = [json.loads(line) for line in FIXTURE_USERS.read_text().splitlines()[:2]]
+    for entry in users[1]["profile"]:
+        entry["subject"] = "x" * 3000
+    data = tmp_path / "users.jsonl"
+    data.write_text("".join(json.dumps(u) + "\n" for u in users))
+    argv = ["run", "--simulation", "--data", str(data), "--model", str(tiny_bpe_model), *FAST]
+    code, out, err = _run(capsys, *argv, "--state-dir", str(tmp_path / "mixed"))
+    assert code == 0, err
+    assert "round 1: 1 of 2 device(s) trained, 1 sat out (no usable sequence), v1\n" in out
+
+    # A budget too small for one step: both devices send noise alone and the run says so, and fails.
+    argv = ["run", "--simulation", "--data", str(FIXTURE_USERS), "--model", str(tiny_bpe_model), *FAST]
+    code, out, err = _run(capsys, *argv, "--epsilon", "0.001", "--state-dir", str(tmp_path / "poor"))
+    assert code == 1
+    assert "round 1: 0 of 2 device(s) trained, 2 sat out (no private step within its ε budget" in out
+    assert "v1, which learnt from no device's data" in out
+    errors = [line for line in err.splitlines() if line.startswith("federation: error:")]
+    assert errors == [
+        "federation: error: no device trained in any of the run's 1 round(s) (2 sat out: no private step within "
+        "its ε budget, δ or sampling-rate limit ×2), so v1 learnt from no device's data."
+    ]
+    code, out, _ = _run(capsys, *argv, "--epsilon", "0.001", "--state-dir", str(tmp_path / "poor"), "--json")
+    (only,) = json.loads(out)["rounds"]
+    assert code == 1 and only["replies"] == 2 and only["devices"]["trained"] == 0
 
 
 def test_console_entry_point_exit_code_and_stderr(tmp_path: Path) -> None:
