@@ -179,8 +179,11 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
 
 class GlobalAdapters:
     """The federated global adapters under `adapters_dir` (federation's store), merged into the
-    generic Specialist on first use; the most recent few versions stay loaded. `evicted(model)`,
-    if given, is told of each merged copy let go (the slot pools drop theirs: `SlotPools.drop`)."""
+    generic Specialist on first use. Only the newest `keep` versions in the store are served, and
+    each stays merged: a device cycling through old versions would otherwise make every Open
+    re-merge the Specialist (seconds of work under this lock, holding up every other Open). An
+    older version is refused with a sentence naming the ones served. `evicted(model)`, if given,
+    is told of each merged copy let go (the slot pools drop theirs: `SlotPools.drop`)."""
 
     def __init__(
         self,
@@ -198,16 +201,25 @@ class GlobalAdapters:
         self._lock = threading.Lock()
 
     def __call__(self, version: int) -> CausalLM:
+        from core.adapter_files import adapter_versions
         from core.adapters import apply_adapters, load_global_adapter
+        from core.errors import AdapterError
 
         with self._lock:
-            if version not in self._loaded:
-                folder = load_global_adapter(version, self.adapters_dir)
-                self._loaded[version] = apply_adapters(self.base, folder.path, None, expect_version=version)
-                while len(self._loaded) > self.keep:
-                    dropped = self._loaded.pop(next(iter(self._loaded)))
-                    if self.evicted is not None:
-                        self.evicted(dropped.model)
+            if version in self._loaded:
+                return self._loaded[version]
+            served = adapter_versions(self.adapters_dir)[-self.keep :]
+            if served and version < served[0]:
+                raise AdapterError(
+                    f"global adapter v{version} is retired: this verifier serves v{served[0]}..v{served[-1]}; "
+                    "the device should fetch the newest"
+                )
+            folder = load_global_adapter(version, self.adapters_dir)
+            self._loaded[version] = apply_adapters(self.base, folder.path, None, expect_version=version)
+            while len(self._loaded) > self.keep:
+                dropped = self._loaded.pop(min(self._loaded))  # the oldest version, not the first merged
+                if self.evicted is not None:
+                    self.evicted(dropped.model)
             return self._loaded[version]
 
 

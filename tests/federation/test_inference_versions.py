@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import core.adapters as core_adapters
 from core.errors import ProtocolError
 from core.models import load_causal_lm
 from core.session_types import SessionParams
@@ -111,11 +112,6 @@ def test_an_evicted_adapter_version_gives_back_its_slot_pool_and_model(stores, s
     goes with it, and the copy is freed once no session is on it: a federation publishing versions
     for weeks must not pile them up."""
     base, server_adapters, _ = stores
-    sw = SpecialistWithAdapters(load_causal_lm(str(tiny_chat_model), progress=False), CFG)
-    arrays = _adapter(sw, GLOBAL, 3)
-    write_adapter(
-        version_dir(server_adapters, 2), arrays, sw.lora_config_dict(), kind="global", base=sw.fingerprint, version=2
-    )
     pools = SlotPools(2, 256)
     adapters = GlobalAdapters(base, server_adapters, keep=1, evicted=pools.drop)
     cloud = CloudVerifier(tiny_lm(smol_tok, seed=9), base, seed=0, global_adapters=adapters, kv_slots=pools)
@@ -123,8 +119,49 @@ def test_an_evicted_adapter_version_gives_back_its_slot_pool_and_model(stores, s
     cloud.open(prompt, SessionParams(adapter_version=1)).close()
     first = weakref.ref(cloud.specialist_for(1).model)
     assert any(pool.model is first() for pool in pools.pools())
+    _publish(server_adapters, tiny_chat_model, 2)  # the federation's next round
     cloud.open(prompt, SessionParams(adapter_version=2)).close()  # v1 is let go: keep=1
     assert all(pool.model is not first() for pool in pools.pools())
     gc.collect()
     assert first() is None  # nothing holds v1's merged copy any more
     assert any(pool.model is cloud.specialist_for(2).model for pool in pools.pools())
+
+
+def _publish(server_adapters: Path, model: Path, version: int) -> None:
+    sw = SpecialistWithAdapters(load_causal_lm(str(model), progress=False), CFG)
+    arrays = _adapter(sw, GLOBAL, version + 1)
+    write_adapter(
+        version_dir(server_adapters, version),
+        arrays,
+        sw.lora_config_dict(),
+        kind="global",
+        base=sw.fingerprint,
+        version=version,
+    )
+
+
+def test_a_device_cycling_adapter_versions_makes_no_merge_per_open(
+    stores, smol_tok, tiny_chat_model, monkeypatch
+) -> None:
+    """Each Open of a version not merged merges the Specialist (seconds on a real model, under the
+    lock every Open takes). Only the newest `keep` versions are served, and each is merged once, so
+    cycling versions cannot make the verifier merge again and again."""
+    base, server_adapters, _ = stores
+    for version in (2, 3):
+        _publish(server_adapters, tiny_chat_model, version)
+    merges: list[int] = []
+    merge = core_adapters.apply_adapters
+
+    def counted(base_lm, global_dir, *args, expect_version=None, **kwargs):
+        merges.append(expect_version)
+        return merge(base_lm, global_dir, *args, expect_version=expect_version, **kwargs)
+
+    monkeypatch.setattr(core_adapters, "apply_adapters", counted)
+    cloud = CloudVerifier(
+        tiny_lm(smol_tok, seed=9), base, global_adapters=GlobalAdapters(base, server_adapters, keep=2)
+    )
+    with pytest.raises(ProtocolError, match=r"global adapter v1 is retired: this verifier serves v2\.\.v3"):
+        cloud.open([5, 6, 7], SessionParams(adapter_version=1))
+    for version in (2, 3, 2, 3, 3, 2):
+        cloud.open([5, 6, 7], SessionParams(adapter_version=version)).close()
+    assert sorted(merges) == [2, 3]
