@@ -2,7 +2,8 @@
 
 The device's state folder (node config ``state-dir``) survives restarts::
 
-    ledger.json        the ε ledger (federation.ledger), which also fixes the device's DP policy
+    ledger.json        the ε ledger (federation.ledger), which also fixes the device's DP policy;
+                       sealed when the history is, with its counter of writes (ledger.json.seq)
     personal/          the personal adapter — never sent anywhere (sealed if the history is)
     global/v<N>/       the global adapter versions it received (the newest few)
     rounds.jsonl       its own log: what it trained, its held-out losses, why it refused (stays
@@ -388,6 +389,7 @@ class Device:
             accountant=p.accountant,
             dp_required=p.dp_required,
             min_noise_multiplier=p.min_noise_multiplier,
+            key_provider=self.key_provider,  # sealed, with its counter, when the history is
         )
 
     def check_eligible(self, policy: Policy) -> None:

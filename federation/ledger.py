@@ -16,6 +16,20 @@ update; `Ledger.hold` keeps the lock across a whole round (check, train, record)
 cannot both pass the budget check. Writes are atomic (temporary file, fsync, rename): a crash
 leaves the previous ledger, never half of one, and a ledger that cannot be parsed is an error
 rather than a silent fresh start (which would reset the spent budget to zero).
+
+Sealed (`Ledger.load(..., key_provider=...)`, a device whose history is sealed; `federation.atrest`):
+the ledger is a vault (AES-256-GCM with the history's key, as the personal adapter and the round
+log), so it can be neither read nor edited without the key, and it names itself (a random id) and
+counts its writes. A sealed counter beside it (``ledger.json.seq``: the id and the count) is
+written after each write of the ledger, so at every moment the ledger's count is the counter's or
+one more (a crash between the two). On every load, under the lock, a ledger whose count is below
+the counter's (rolled back to an older copy), whose id is another's, that is missing or in
+plaintext while the counter says writes were made, or that is sealed with no counter beside it is
+a `LedgerError`: the device refuses to train rather than trust it. A plaintext ledger with no
+counter (written before ledgers were sealed) is read once and sealed at its next write. What no
+file on the device can detect is the ledger and its counter rolled back together (a copy of the
+whole state folder put back): that needs a monotonic counter outside the folder (a TPM, the OS's
+keystore), which the device does not have.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import contextlib
 import fcntl
 import json
 import math
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +47,9 @@ from typing import Any
 
 from core.fileio import atomic_write
 from federation.errors import BudgetExhausted
+from privacy.errors import VaultError
 from privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
+from privacy.vault import KeyProvider, ProfileVault, is_vault
 
 __all__ = [
     "ACCOUNTANTS",
@@ -78,6 +95,10 @@ class Ledger:
     history: list[tuple[float, float, int]] = field(default_factory=list)
     rounds: list[RoundEntry] = field(default_factory=list)
     refusals: int = 0
+    # Sealed: the key (None: a plaintext ledger), the ledger's id and its count of writes.
+    key_provider: KeyProvider | None = field(default=None, repr=False, compare=False)
+    seal_id: str | None = None
+    seal_seq: int = 0
     _lock_depth: int = field(default=0, repr=False, compare=False)
     _lock_file: Any = field(default=None, repr=False, compare=False)
 
@@ -91,12 +112,14 @@ class Ledger:
         accountant: str = "rdp",
         dp_required: bool | None = None,
         min_noise_multiplier: float | None = None,
+        key_provider: KeyProvider | None = None,
     ) -> Ledger:
         """The ledger at `path`; a missing file is an empty ledger (nothing spent) with this policy.
 
         An existing ledger keeps the policy it was created with: asking for another is a `LedgerError`.
         `dp_required` and `min_noise_multiplier` left at None accept what the ledger fixed (a new
-        ledger: DP required, no noise floor).
+        ledger: DP required, no noise floor). With `key_provider` the ledger is sealed (module
+        docstring) and one that does not verify is a `LedgerError`.
         """
         _check_budget(epsilon_budget, delta, accountant, min_noise_multiplier or 0.0)
         ledger = cls(
@@ -106,12 +129,23 @@ class Ledger:
             accountant=accountant,
             dp_required=True if dp_required is None else bool(dp_required),
             min_noise_multiplier=0.0 if min_noise_multiplier is None else float(min_noise_multiplier),
+            key_provider=key_provider,
         )
-        ledger._reload(strict=(dp_required is not None, min_noise_multiplier is not None))
+        strict = (dp_required is not None, min_noise_multiplier is not None)
+        if key_provider is not None and ledger.path.parent.is_dir():
+            with ledger.hold(strict=strict):  # the ledger and its counter read as one
+                pass
+        else:
+            ledger._reload(strict=strict)
         return ledger
 
+    @property
+    def counter_path(self) -> Path:
+        """A sealed ledger's counter of writes, beside it."""
+        return self.path.with_name(self.path.name + ".seq")
+
     def _reload(self, *, strict: tuple[bool, bool] | None = None) -> None:
-        data = read_ledger_file(self.path)
+        data = self._read_verified()
         if data is None:
             return
         if strict is not None:
@@ -125,6 +159,54 @@ class Ledger:
         except TypeError as exc:
             raise LedgerError(f"the privacy ledger {self.path} is damaged: a round entry {exc}") from None
         self.refusals = data.refusals
+        self.seal_id, self.seal_seq = data.seal_id, data.seal_seq
+
+    def _read_verified(self) -> LedgerData | None:
+        """The ledger on disk; sealed, checked against its counter (module docstring)."""
+        where = f"The device's privacy ledger {self.path}"
+        if self.key_provider is None:
+            if is_vault(self.path) or self.counter_path.exists():
+                raise LedgerError(f"{where} is sealed but the device's history no longer is; it cannot be trusted.")
+            return read_ledger_file(self.path)
+        counter = self._read_counter()
+        sealed = is_vault(self.path)
+        data = read_ledger_file(self.path, self.key_provider)
+        if data is not None and not sealed:
+            data.seal_id, data.seal_seq = None, 0  # a plaintext ledger's own say carries no weight
+        if counter is None:
+            if sealed:
+                raise LedgerError(f"{where} has lost its counter of writes; it cannot be trusted.")
+            return data  # none yet, or a plaintext ledger from before ledgers were sealed
+        seal_id, seq = counter
+        if data is None or not sealed:
+            if seq == 0:  # created, never written: nothing was spent
+                return data
+            state = "missing" if data is None else "in plaintext"
+            raise LedgerError(f"{where} is {state}, but {seq} sealed write(s) were made; it cannot be trusted.")
+        if data.seal_id != seal_id:
+            raise LedgerError(
+                f"{where} is not the one this device wrote (another ledger's copy); it cannot be trusted."
+            )
+        if data.seal_seq < seq:
+            raise LedgerError(
+                f"{where} was rolled back: it holds write {data.seal_seq} of {seq}; it cannot be trusted."
+            )
+        return data
+
+    def _read_counter(self) -> tuple[str, int] | None:
+        if not self.counter_path.exists():
+            return None
+        assert self.key_provider is not None
+        try:
+            counter = json.loads(ProfileVault.open(self.counter_path, self.key_provider).decode("utf-8"))
+        except (VaultError, ValueError) as exc:
+            raise LedgerError(f"The privacy ledger's counter {self.counter_path} does not verify: {exc}.") from None
+        seal_id, seq = counter.get("id") if isinstance(counter, dict) else None, None
+        if isinstance(counter, dict):
+            seq = counter.get("seq")
+        if not isinstance(seal_id, str) or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise LedgerError(f"The privacy ledger's counter {self.counter_path} is damaged.")
+        return seal_id, seq
 
     def _check_policy(self, data: LedgerData, required_given: bool, floor_given: bool) -> None:
         names = ["budget", "δ", "accountant"]
@@ -146,7 +228,7 @@ class Ledger:
             )
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[Ledger]:
+    def hold(self, *, strict: tuple[bool, bool] | None = None) -> Iterator[Ledger]:
         """Hold the ledger's exclusive lock (re-entrant), with the newest state reloaded from disk."""
         if self._lock_depth:
             self._lock_depth += 1
@@ -160,7 +242,7 @@ class Ledger:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             self._lock_depth, self._lock_file = 1, handle
-            self._reload()
+            self._reload(strict=strict)
             yield self
         finally:
             self._lock_depth, self._lock_file = 0, None
@@ -254,6 +336,8 @@ class Ledger:
             refusals=self.refusals,
             dp_required=self.dp_required,
             min_noise_multiplier=self.min_noise_multiplier,
+            seal_id=self.seal_id,
+            seal_seq=self.seal_seq,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -261,7 +345,28 @@ class Ledger:
 
     def save(self) -> None:
         with self.hold():
-            atomic_write_json(self.path, self.as_dict())
+            provider = self.key_provider
+            if provider is None:
+                atomic_write_json(self.path, self.as_dict())
+                return
+            if self.seal_id is None:  # the first sealed write (of a new ledger, or of a plaintext one)
+                self.seal_id, self.seal_seq = secrets.token_hex(16), 0
+                self._write_counter(provider)
+            self.seal_seq += 1
+            text = json.dumps(self.as_dict(), indent=1) + "\n"
+            try:
+                # The ledger first, then its counter: a crash between leaves the ledger one write ahead.
+                ProfileVault.seal(text.encode("utf-8"), self.path, provider)
+            except VaultError as exc:
+                raise LedgerError(f"Cannot write the sealed privacy ledger {self.path}: {exc}.") from None
+            self._write_counter(provider)
+
+    def _write_counter(self, provider: KeyProvider) -> None:
+        counter = json.dumps({"id": self.seal_id, "seq": self.seal_seq}).encode("utf-8")
+        try:
+            ProfileVault.seal(counter, self.counter_path, provider)
+        except VaultError as exc:
+            raise LedgerError(f"Cannot write the privacy ledger's counter {self.counter_path}: {exc}.") from None
 
 
 def _check_budget(epsilon_budget: float, delta: float, accountant: str, min_noise: float = 0.0) -> None:

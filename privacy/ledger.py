@@ -5,14 +5,23 @@ A ledger is one JSON object per device (written by `federation.ledger.Ledger`, r
 
     {"format": 1, "epsilon_budget": float, "delta": float, "accountant": "rdp"|"prv",
      "epsilon_spent": float, "history": [[noise, sample_rate, steps], ...], "rounds": [{...}],
-     "refusals": int, "policy": {"dp_required": bool, "min_noise_multiplier": float}}
+     "refusals": int, "policy": {"dp_required": bool, "min_noise_multiplier": float},
+     "seal": {"id": str, "seq": int}}
 
 Budget, δ, accountant and ``policy`` are the device's DP policy, fixed when the ledger is
 created. ``history`` is the accountant's full composition history so that ε is always recomputed
 (`epsilon_of`), never trusted from the stored total. ``policy`` is absent from ledgers written
 before the device enforced its policy; such ledgers read as DP-required with no noise floor.
 
-Only `core` is imported; Opacus (the accountant) is imported when ε is computed.
+A device whose history is sealed keeps its ledger sealed too (`federation.ledger`): the file is a
+vault (`privacy.vault`, AES-256-GCM with the history's key) holding this object, whose ``seal``
+names the ledger (a random id) and counts its writes, checked against a sealed counter beside it
+so that a ledger rolled back or swapped is refused. `read_ledger_file` opens a sealed ledger with
+the key it is given, else the environment's (as `privacy budget` does); only plaintext ledgers
+have no ``seal``.
+
+Only `core` is imported; Opacus (the accountant) is imported when ε is computed, and the vault
+when a sealed ledger is read.
 """
 
 from __future__ import annotations
@@ -61,6 +70,8 @@ class LedgerData:
     dp_required: bool = True
     min_noise_multiplier: float = 0.0
     policy_recorded: bool = True  # False: written before the device enforced a policy
+    seal_id: str | None = None  # a sealed ledger's id (None: a plaintext ledger)
+    seal_seq: int = 0  # a sealed ledger's count of writes
 
 
 def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float:
@@ -170,6 +181,14 @@ def parse_ledger(data: object, source: str) -> LedgerData:
         raise bad(f"policy.dp_required is {required!r}")
     if isinstance(floor, bool) or not isinstance(floor, int | float) or not math.isfinite(floor) or floor < 0:
         raise bad(f"policy.min_noise_multiplier is {floor!r}")
+    seal = data.get("seal")
+    seal_id, seal_seq = None, 0
+    if seal is not None:
+        if not isinstance(seal, dict):
+            raise bad("seal is not an object")
+        seal_id, seal_seq = seal.get("id"), seal.get("seq")
+        if not isinstance(seal_id, str) or isinstance(seal_seq, bool) or not isinstance(seal_seq, int) or seal_seq < 0:
+            raise bad("seal is not an id and a count of writes")
     return LedgerData(
         epsilon_budget=budget,
         delta=delta,
@@ -181,23 +200,46 @@ def parse_ledger(data: object, source: str) -> LedgerData:
         dp_required=required,
         min_noise_multiplier=float(floor),
         policy_recorded=recorded,
+        seal_id=seal_id,
+        seal_seq=seal_seq,
     )
 
 
-def read_ledger_file(path: Path) -> LedgerData | None:
-    """The ledger at `path`, or None if there is none; unreadable or damaged is a `LedgerError`."""
+def read_ledger_file(path: Path, key_provider: Any = None) -> LedgerData | None:
+    """The ledger at `path`, or None if there is none; unreadable or damaged is a `LedgerError`.
+
+    A sealed ledger is opened with `key_provider` (a `privacy.vault.KeyProvider`), or with the
+    environment's key when none is given; one that fails authentication is a `LedgerError`.
+    """
     try:
-        raw = path.read_text(encoding="utf-8")
+        blob = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise LedgerError(f"cannot read the privacy ledger {path}: {reason}") from None
+    from privacy import vault
+
+    if blob.startswith(vault.MAGIC):
+        blob = _unseal(path, key_provider)
     try:
-        data = json.loads(raw)
+        data = json.loads(blob.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise LedgerError(f"cannot read the privacy ledger {path}: {exc}") from None
     return parse_ledger(data, str(path))
+
+
+def _unseal(path: Path, key_provider: Any) -> bytes:
+    from core.errors import ProfileError
+    from privacy import vault
+
+    try:
+        provider = key_provider or vault.environment_key_provider(f"the privacy ledger {path} is sealed")
+        return vault.ProfileVault.open(path, provider)
+    except ProfileError as exc:  # no key in the environment
+        raise LedgerError(str(exc)) from None
+    except vault.VaultError as exc:
+        raise LedgerError(f"cannot open the sealed privacy ledger {path}: {exc}") from None
 
 
 def ledger_json(ledger: LedgerData) -> dict[str, Any]:
@@ -219,4 +261,5 @@ def ledger_json(ledger: LedgerData) -> dict[str, Any]:
         "rounds": list(ledger.rounds),
         "refusals": ledger.refusals,
         "policy": {"dp_required": ledger.dp_required, "min_noise_multiplier": ledger.min_noise_multiplier},
+        **({"seal": {"id": ledger.seal_id, "seq": ledger.seal_seq}} if ledger.seal_id is not None else {}),
     }
