@@ -21,8 +21,11 @@ signed then. The session ID is random and device-local: it never goes on the wir
 The witness exchange (docs/audit-format.md, section 8): `witness_request(sid)` signs a checkpoint
 of the log as it stands and proves it consistent with the last cosigned one; the Close carries it,
 and the recorder lets a Close carry only the request it issued for that session. The verifier's
-answer, a downlink with its cosignature, is logged like any downlink; the cosigned checkpoint is
-then kept in checkpoints.jsonl and a checkpoint signed over the answer, so no tail is left unsigned.
+answer, a downlink with its cosignature, is logged like any downlink, and a checkpoint signed over
+it, so no tail is left unsigned. Only a cosignature that verifies under the log's witness key
+(`AuditLog.open(..., witness_key=)`) is kept in checkpoints.jsonl and proved from by the next Close;
+any other answer stays on record only (one that fails under the key raises `ProtocolError`), so a
+bad answer cannot make the witness refuse every later Close.
 
     request = recorder.witness_request(sid)
     recorder.record_uplink(sid, wire.encode_close(seq, request))
@@ -35,9 +38,9 @@ import threading
 
 from audit import merkle, records
 from audit.cosignature import add_cosignature
-from audit.errors import AuditError, EgressBlocked
+from audit.errors import AuditError, EgressBlocked, NoteError
 from audit.log import AuditLog
-from audit.note import parse_note
+from audit.note import Checkpoint, parse_note
 from core import wire
 from core.contract import SessionState, Violation
 from core.errors import ProtocolError
@@ -140,10 +143,31 @@ class EgressRecorder:
             cosignature = wire.decode_cosignature(payload)
             issued = self._witness.pop(session_id, None) if cosignature is not None else None
             if cosignature is not None and issued is not None:  # the contract admitted it: our Close asked
-                # Kept unverified (the device holds no witness key); `audit verify --witness-key` checks it.
-                self.log.store_cosigned(add_cosignature(issued[1], cosignature.witness, cosignature.signature))
+                request, note = issued
+                problem = self._cosignature_problem(request, cosignature)
+                if problem is None:
+                    self.log.store_cosigned(add_cosignature(note, cosignature.witness, cosignature.signature))
+                # Kept on record either way (the downlink above); never proved from unless it verified.
                 self.log.checkpoint()  # the answer is the session's last record: sign over it
+                if problem is not None and self.log.witness_key is not None:
+                    raise ProtocolError(
+                        f"the verifier answered the Close with an invalid cosignature (audit record {index}): "
+                        f"{problem}; it is kept on record, and the next Close proves from the last valid one"
+                    )
             return index
+
+    def _cosignature_problem(self, request: wire.WitnessRequest, cosignature: wire.CosignatureFrame) -> str | None:
+        """Why the answer to a Close is not the witness's valid cosignature of the checkpoint it carried."""
+        key = self.log.witness_key
+        if key is None:
+            return "the device holds no witness key to check it with"
+        if cosignature.witness != key.name:
+            return f"it names witness {cosignature.witness!r}, not {key.name!r}"
+        try:
+            key.verify(Checkpoint(request.origin, request.size, request.root_hash).body(), cosignature.signature)
+        except NoteError as exc:
+            return str(exc)
+        return None
 
     def record_fallback(self, session_id: str, reason: str) -> int:
         """The device finished this session locally; `reason` is a short identifier, never free text."""

@@ -43,10 +43,11 @@ from typing import Any, Self
 from google.protobuf.message import DecodeError
 
 from audit import merkle, records
+from audit.cosignature import WitnessKey, cosignatures
 from audit.errors import AuditError, KeyFileError, LogCorruptError
 from audit.identity import DeviceIdentity
 from audit.note import Checkpoint as CheckpointBody
-from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, parse_note, sign_checkpoint
+from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
 from core.fileio import fsync_folder
 from core.session_types import WIRE_MAX_TOP_K
 from core.wire import pb
@@ -313,6 +314,7 @@ class AuditLog:
         self.repairs: list[TornTail] = []
         self.interrupted: list[str] = []
         self.device: DeviceIdentity | None = None  # the certificate the log's latest device-cert record binds
+        self.witness_key: WitnessKey | None = None  # the witness whose cosignatures the log proves from
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -324,17 +326,24 @@ class AuditLog:
         *,
         segment_records: int = DEFAULT_SEGMENT_RECORDS,
         device: DeviceIdentity | None = None,
+        witness_key: WitnessKey | None = None,
     ) -> Self:
         """Open (or create) the log; `device` binds the log key to the device's mTLS certificate.
 
         The binding is a `device-cert` record (record 1 of a new log) and is appended again when
         the certificate changes, so `audit verify` compares each session only with the server's
         streams from the certificate in force when the session began.
+
+        `witness_key` is the verifier's witness key (`server witness-key`'s .pub): only a checkpoint
+        whose cosignature verifies under it is kept as cosigned and proved from by the next Close.
+        Without it no cosignature is trusted, and every Close proves from size 0 (which the witness
+        cosigns only the first time).
         """
         if segment_records < 1:
             raise AuditError("segment_records must be at least 1")
         directory = Path(directory)
         log = cls(directory, key, segment_records=segment_records)
+        log.witness_key = witness_key
         if (
             directory.exists()
             and not (directory / SEGMENTS_DIR).exists()
@@ -488,20 +497,29 @@ class AuditLog:
             raise LogCorruptError(f"checkpoint {stored.number} (size {cp.size}) does not match the stored records")
 
     def _load_cosigned(self, scan: LogScan) -> None:
-        """The largest stored checkpoint that carries a signature line besides the log key's: a witness's.
+        """The largest stored checkpoint that carries a valid cosignature by the log's witness key.
 
-        The device cannot check a cosignature without the witness's key, and need not: it only
-        tells the witness which size to prove consistency from; `audit verify --witness-key` checks.
+        A cosignature the device cannot check (no witness key, or one that does not verify under
+        it) is never proved from: one bad answer would otherwise make the witness refuse every
+        later Close (its proof would start from a size the witness never cosigned).
         """
         for stored in scan.checkpoints:
             try:
-                parsed = parse_note(stored.note)
                 cp = open_checkpoint(stored.note, self.key.verifier)
             except NoteError:
                 continue  # the newest-first pass below refuses a checkpoint that does not verify
-            others = [s for s in parsed.signatures if (s.name, s.key_id) != (self.key.name, self.key.verifier.id)]
-            if others and cp.size <= len(self._leaves) and (self._cosigned is None or cp.size > self._cosigned[0]):
+            if not self._cosigned_by_witness(stored.note):
+                continue
+            if cp.size <= len(self._leaves) and (self._cosigned is None or cp.size > self._cosigned[0]):
                 self._cosigned = (cp.size, cp.root)
+
+    def _cosigned_by_witness(self, note: str) -> bool:
+        if self.witness_key is None:
+            return False
+        try:
+            return bool(cosignatures(note, self.witness_key))
+        except NoteError:
+            return False
 
     def _open_segment(self, first: int) -> None:
         if self._seg_fd is not None:
@@ -618,15 +636,18 @@ class AuditLog:
         return self._cosigned
 
     def store_cosigned(self, note: str) -> None:
-        """Keep a checkpoint note that a witness cosigned (the log's note plus the witness's line).
+        """Keep a checkpoint note that the witness cosigned (the log's note plus the witness's line).
 
         It goes into checkpoints.jsonl beside the plain checkpoints: `audit verify --witness-key`
         checks every cosignature there, and the next witness request proves consistency from it.
+        Only a cosignature that verifies under the log's `witness_key` is kept (AuditError otherwise).
         """
         with self._lock:
             cp = open_checkpoint(note, self.key.verifier)
             if cp.size > self.size or merkle.root(self._leaves[: cp.size]) != cp.root:
                 raise AuditError(f"the cosigned checkpoint of size {cp.size} is not one of this log's")
+            if not self._cosigned_by_witness(note):
+                raise AuditError(f"the checkpoint of size {cp.size} carries no valid cosignature by the witness key")
             self._store_note(note)
             if self._cosigned is None or cp.size > self._cosigned[0]:
                 self._cosigned = (cp.size, cp.root)

@@ -153,7 +153,11 @@ def cosignature_check(
             try:
                 found.append((where, key, cp, key.verify(cp.body(), a.signature)))
             except NoteError as exc:
-                failures.append(f"{where}: {exc}: a forged or altered cosignature")
+                # The downlink is what came over the wire: the verifier's answer, kept as evidence.
+                failures.append(
+                    f"record {a.position}: the verifier answered the Close with an invalid cosignature "
+                    f"(not a valid cosignature of the checkpoint the Close carried: {exc})"
+                )
     state_entry = None
     if state is not None:
         state_entry, problem = _state_entry(state, witness_keys, log_key)

@@ -119,7 +119,7 @@ def run_demo_over_tls(
                 guard=args.guard or "placeholder",
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
-            with audit_tap(log_dir, private, config.cert) as tap:
+            with audit_tap(log_dir, private, config.cert, witness_public) as tap:
                 result = run_remote(args, prompt, specialist, config, tap)
                 others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
         log(args, "verifier stopped")

@@ -147,6 +147,12 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-config", type=Path, help="TOML file with a [verifier] table (flags override it)")
     p.add_argument("--audit-log", type=Path, help="append every uplink and downlink to this tamper-evident log")
     p.add_argument("--audit-key", type=Path, help="the device's log signing key (`audit keygen` makes one)")
+    p.add_argument(
+        "--witness-key",
+        type=Path,
+        help="the verifier's witness key (`server witness-key`'s .pub): the audit log keeps and proves from "
+        "only cosignatures that verify under it",
+    )
     _add_fault_options(p)
 
 
@@ -409,20 +415,25 @@ def run_remote(
 
 
 @contextmanager
-def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = None) -> Iterator[EgressTap | None]:
+def audit_tap(
+    log_dir: Path | None, key_path: Path | None, cert: Path | None = None, witness_key: Path | None = None
+) -> Iterator[EgressTap | None]:
     """The egress tap that writes the device's audit log, if one is asked for.
 
     `cert` is the device's mTLS certificate: the log binds its key to it, so an auditor compares
-    the log with only this device's streams in the verifier's transcript.
+    the log with only this device's streams in the verifier's transcript. `witness_key` is the
+    verifier's witness key: without it, no cosignature is proved from (docs/audit-format.md, §8).
     """
     if log_dir is None:
-        if key_path is not None:
-            raise ConfigError("--audit-key is for an audit log: add --audit-log DIR")
+        if key_path is not None or witness_key is not None:
+            flag = "--audit-key" if key_path is not None else "--witness-key"
+            raise ConfigError(f"{flag} is for an audit log: add --audit-log DIR")
         yield None
         return
     if key_path is None:
         raise ConfigError("--audit-log needs --audit-key (create one with: audit keygen --name NAME --out DIR)")
     # Device code that writes the log; the auditor's side of audit/ is never needed here.
+    from audit.cosignature import load_witness_key
     from audit.egress import EgressRecorder
     from audit.errors import AuditError
     from audit.identity import DeviceIdentity
@@ -431,7 +442,8 @@ def audit_tap(log_dir: Path | None, key_path: Path | None, cert: Path | None = N
 
     try:
         device = None if cert is None else DeviceIdentity.from_pem(cert.read_bytes())
-        with AuditLog.open(log_dir, load_signing_key(key_path), device=device) as log:
+        witness = None if witness_key is None else load_witness_key(witness_key)
+        with AuditLog.open(log_dir, load_signing_key(key_path), device=device, witness_key=witness) as log:
             yield RecorderTap(EgressRecorder(log))
     except AuditError as exc:
         raise ConfigError(f"audit log {log_dir}: {exc}") from None
@@ -442,12 +454,13 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     if config is not None:
         check_options(args, prompt, remote=True)
         config.identity()  # a bad pin set or certificate fails now, before the model loads
-        with audit_tap(args.audit_log, args.audit_key, config.cert) as tap:
+        with audit_tap(args.audit_log, args.audit_key, config.cert, args.witness_key) as tap:
             return run_remote(args, prompt, load_specialist(args, profile), config, tap)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     remote_only = {
         "--audit-key": getattr(args, "audit_key", None) is not None,
+        "--witness-key": getattr(args, "witness_key", None) is not None,
         "--no-fallback": getattr(args, "no_fallback", False),
         "--connect-timeout": getattr(args, "connect_timeout", None) is not None,
         "--round-timeout": getattr(args, "round_timeout", None) is not None,

@@ -77,7 +77,7 @@ def build(tmp: Path, sessions: int = 3) -> Witnessed:
     private, witness_pub = write_witness_key_pair("witness.test/w1", tmp / "witness")
     signer = WitnessSigner.parse(private.read_text())
     witness = Witness(signer, tmp / "witness" / "state.json")
-    with AuditLog.open(tmp / "log", key, device=DEVICE) as log:
+    with AuditLog.open(tmp / "log", key, device=DEVICE, witness_key=signer.key) as log:
         rec = EgressRecorder(log)
         for seed in range(sessions):
             assert isinstance(witnessed_session(rec, witness, seed=seed), Cosigned)
@@ -165,7 +165,7 @@ def _request(log: AuditLog, *, old: int = 0, key: SigningKey | None = None) -> w
 def test_the_witness_refuses_a_rewritten_smaller_foreign_or_forged_checkpoint(tmp_path: Path) -> None:
     key = SigningKey.generate("device.test/log")
     witness = Witness(WitnessSigner.generate("witness.test/w1"), tmp_path / "state.json")
-    with AuditLog.open(tmp_path / "a", key, device=DEVICE) as log:
+    with AuditLog.open(tmp_path / "a", key, device=DEVICE, witness_key=witness.signer.key) as log:
         rec = EgressRecorder(log)
         assert isinstance(witnessed_session(rec, witness, seed=0), Cosigned)
         cosigned = log.cosigned

@@ -16,7 +16,7 @@ import pytest
 
 from audit import records
 from audit.cli import main
-from audit.cosignature import write_witness_key_pair
+from audit.cosignature import load_witness_key, write_witness_key_pair
 from audit.egress import EgressRecorder
 from audit.identity import DeviceIdentity
 from audit.log import AuditLog, scan_log
@@ -44,9 +44,10 @@ def _run(tmp: Path, char_tok, *, log_dir: Path, key: SigningKey, prompts: tuple[
         write_witness_key_pair("verifier.test/witness", witness_dir)
     private = witness_dir / "verifier.test_witness.witness.key"
     identity = DeviceIdentity.from_pem(pki.device_cert("alice").read_bytes())
+    witness_pub = load_witness_key(witness_dir / "verifier.test_witness.witness.pub")
     with (
         serve(cloud, pki, witness_key=private) as (_, port),
-        AuditLog.open(log_dir, key, device=identity) as log,
+        AuditLog.open(log_dir, key, device=identity, witness_key=witness_pub) as log,
         remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
     ):
         for prompt in prompts:

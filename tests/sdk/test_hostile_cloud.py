@@ -1,0 +1,193 @@
+"""The device against a hostile verifier: a real gRPC server over mutual TLS on 127.0.0.1, holding
+the pinned certificate, that answers with what an honest verifier never sends.
+
+Each test drives the device's real remote transport (and, where it matters, its real audit log)
+and asserts what the device did: what it refused, what it kept on record, what it proved from.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from audit.cosignature import WitnessSigner
+from audit.egress import EgressRecorder
+from audit.log import AuditLog
+from audit.note import Checkpoint, SigningKey
+from audit.verify import inspect
+from core import wire
+from core.session_types import SessionParams
+from core.wire import pb
+from sdk.device import DecodeOptions, Generation, Specialist, generate
+from sdk.egress import RecorderTap
+from server import pki as pki_mod
+from server.witness import Cosigned, Witness
+from tests.tinymodels import tiny_lm
+from tests.verifier_harness import make_pki, remote
+
+PROMPT = "Hello there"
+Behaviour = Callable[[Iterator[bytes], grpc.ServicerContext], Iterator[bytes]]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> pki_mod.Pki:
+    return make_pki(tmp_path_factory.mktemp("hostile"), devices=("alice",))
+
+
+@pytest.fixture(scope="module")
+def specialist(char_tok) -> Specialist:
+    return Specialist(tiny_lm(char_tok, seed=1, name="s"))
+
+
+class _Handler(grpc.GenericRpcHandler):
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        if details.method != wire.SESSION_METHOD:
+            return None
+        return grpc.stream_stream_rpc_method_handler(self.behaviour)
+
+
+@contextmanager
+def hostile(pki: pki_mod.Pki, behaviour: Behaviour, **server_kw: Any) -> Iterator[int]:
+    """A verifier with the pinned certificate that runs `behaviour` for every session stream."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=(_Handler(behaviour),), **server_kw)
+    credentials = grpc.ssl_server_credentials(
+        [(pki.server_key.read_bytes(), pki.server_cert.read_bytes())],
+        root_certificates=pki.device_ca.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(0)
+
+
+def answer(seq: int, *cands: tuple[tuple[int, ...], float], accepted: int = 0) -> bytes:
+    msg = pb.Downlink(seq=seq, accepted=accepted)
+    for ids, value in cands:
+        msg.candidates.add(token_ids=list(ids), value=value)
+    return msg.SerializeToString(deterministic=True)
+
+
+def rounds_then(on_close: Callable[[wire.CloseFrame], Iterator[bytes]]) -> Behaviour:
+    """Answer every round with accepted 0 and one candidate; at the Close, run `on_close`."""
+
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if isinstance(frame, wire.RoundFrame):
+                yield answer(frame.seq, ((5,), 0.0))
+            elif isinstance(frame, wire.CloseFrame):
+                yield from on_close(frame)
+                return
+
+    return behaviour
+
+
+def run(specialist: Specialist, port: int, pki: pki_mod.Pki, *, max_new: int = 3, **kw: Any) -> Generation:
+    kw.setdefault("connect_timeout", 5.0)
+    kw.setdefault("round_timeout", 10.0)
+    with remote(port, pki, vocab_size=specialist.lm.vocab_size, **kw) as verifier:
+        return generate(specialist, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=max_new), verifier)
+
+
+# -- 1. a bad cosignature must not break witnessing ---------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["random-signature", "another-root"])
+def test_a_bad_cosignature_is_kept_on_record_but_never_proved_from(
+    tmp_path: Path, pki: pki_mod.Pki, specialist: Specialist, bad: str
+) -> None:
+    """One bad answer to a Close (random bytes under the witness's key ID, or the witness's genuine
+    signature over another root) used to become the log's last cosigned size: every later Close
+    proved from it and the honest witness refused them all. Now it is on record, the device proves
+    from the last valid cosignature, and `audit verify` names the verifier's answer, not the log."""
+    signer = WitnessSigner.generate("verifier.test/witness")
+    honest = Witness(signer, tmp_path / "witness-state.json")
+    log_key = SigningKey.generate("device.test/log")
+    plan = ["honest", bad, "honest", "honest"]
+    answers: list[str] = []
+
+    def on_close(frame: wire.CloseFrame) -> Iterator[bytes]:
+        request = frame.witness
+        assert request is not None
+        mode = plan[len(answers)]
+        if mode == "honest":
+            result = honest.cosign("alice", request)
+            answers.append(type(result).__name__)
+            if isinstance(result, Cosigned):
+                yield wire.encode_cosignature(frame.seq, result.witness, result.signature)
+            return
+        answers.append(mode)
+        if mode == "random-signature":
+            signature = signer.key.id + os.urandom(72)
+        else:
+            signature = signer.cosign(Checkpoint(request.origin, request.size, os.urandom(32)), int(time.time()))
+        yield wire.encode_cosignature(frame.seq, signer.name, signature)
+
+    sizes = []
+    with (
+        hostile(pki, rounds_then(on_close)) as port,
+        AuditLog.open(tmp_path / "log", log_key, witness_key=signer.key) as log,
+    ):
+        tap = RecorderTap(EgressRecorder(log))
+        for _ in plan:
+            out = run(specialist, port, pki, tap=tap)
+            assert out.stats.fallback is None
+            sizes.append(log.cosigned[0] if log.cosigned else None)
+    # The honest witness cosigned every Close after the bad answer: each proved from a size it cosigned.
+    assert answers == ["Cosigned", bad, "Cosigned", "Cosigned"]
+    assert sizes[1] == sizes[0] and sizes[0] is not None and sizes[3] > sizes[2] > sizes[1]
+    report = inspect(tmp_path / "log", key=log_key.verifier, witness_keys=[signer.key])
+    failures = [f for c in report.checks for f in c.failures]
+    assert len(failures) == 1, failures  # no checkpoint of the device's is blamed
+    assert failures[0].startswith("record ")
+    assert "the verifier answered the Close with an invalid cosignature" in failures[0]
+
+
+def test_without_a_witness_key_no_cosignature_is_proved_from(
+    tmp_path: Path, pki: pki_mod.Pki, specialist: Specialist
+) -> None:
+    """The device cannot check a cosignature without the witness's key: it keeps the answer on
+    record (the log holds what crossed the wire) but never proves from it."""
+    signer = WitnessSigner.generate("verifier.test/witness")
+
+    def on_close(frame: wire.CloseFrame) -> Iterator[bytes]:
+        request = frame.witness
+        assert request is not None and request.old_size == 0
+        # A genuine witness signature, over a checkpoint the device never had.
+        signature = signer.cosign(Checkpoint(request.origin, request.size + 1000, request.root_hash), 1)
+        yield wire.encode_cosignature(frame.seq, signer.name, signature)
+
+    log_key = SigningKey.generate("device.test/log")
+    with hostile(pki, rounds_then(on_close)) as port, AuditLog.open(tmp_path / "log", log_key) as log:
+        tap = RecorderTap(EgressRecorder(log))
+        for _ in range(2):
+            assert run(specialist, port, pki, tap=tap).stats.fallback is None
+            assert log.cosigned is None
+    # Reopened (now with the key), the log still proves from nothing: the answer never verified.
+    with AuditLog.open(tmp_path / "log", log_key, witness_key=signer.key) as log:
+        assert log.cosigned is None
+    report = inspect(tmp_path / "log", key=log_key.verifier)
+    assert report.ok, [f for c in report.checks for f in c.failures]
+    downlinks = [r for r in _records(tmp_path / "log") if r.kind == "downlink" and r.payload is not None]
+    assert sum(wire.decode_cosignature(r.payload) is not None for r in downlinks) == 2  # both on record
+
+
+def _records(log: Path) -> list[Any]:
+    from audit import records
+    from audit.log import scan_log
+
+    return [records.parse(s.data) for s in scan_log(log).records]
