@@ -83,11 +83,12 @@ class CrossVocabGeneralist:
         prompt_ids: Sequence[int],
         *,
         runner: ForwardRunner | None = None,
+        make_sequence: SequenceFactory = TokenSequence,
     ) -> None:
         self.lm = lm
         self.codec = TextCodec(lm.tokenizer, lm.eos_ids)
         self.s_codec = specialist
-        self.seq = TokenSequence(lm.model, prompt_ids, runner)
+        self.seq = make_sequence(lm.model, prompt_ids, runner)
         self._prompt_len = len(prompt_ids)
         self._s_generated: list[int] = []
         self._g_ends: list[float] = []

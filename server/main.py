@@ -41,6 +41,7 @@ from core.tls_identity import check_client_cas, check_tls_identity, read_tls_fil
 from server.batching import Scheduler
 from server.config import ServerConfig
 from server.front import ConnectionFront
+from server.kv_budget import KvBudget
 from server.metrics import Metrics
 from server.service import TranscriptSink, VerifierService
 from server.session import CloudVerifier
@@ -166,6 +167,7 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
             seed=config.seed,
             global_adapters=adapters,
             kv_slots=kv_slots,
+            kv_budget=None if kv_slots is not None else dynamic_kv_budget(generalist),
         )
     except ValueError as exc:  # the slot pool cannot serve this pair
         raise ConfigError(f"--kv slots: {exc}.") from None
@@ -565,13 +567,35 @@ def check_before_loading(config: ServerConfig) -> None:
             raise ConfigError(f"cannot write in transcript directory {config.transcript_dir}")
 
 
+# The share of the memory free once the models are loaded that sessions' dynamic KV caches may
+# take together; the rest is for activations (a long prompt's prefill) and the process itself.
+KV_BUDGET_SHARE = 0.75
+
+
+def dynamic_kv_budget(generalist: CausalLM) -> KvBudget | None:
+    """The budget of every session's dynamic KV cache (`server.kv_budget`), from the memory free on
+    the models' device now; None where that cannot be read (no bound, as before)."""
+    free = available_bytes(generalist.model.device)
+    if free is None:
+        log.warning("free memory cannot be read here: sessions' KV caches are not bounded")
+        return None
+    budget = KvBudget(max(1, int(free * KV_BUDGET_SHARE)))
+    log.info(
+        "sessions' KV caches may take %.1f GiB together (%.0f%% of the free memory)",
+        budget.limit / 2**30,
+        KV_BUDGET_SHARE * 100,
+    )
+    return budget
+
+
 def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) -> int:
     """Log a warning when `max_sessions` sessions at the protocol's longest would need more KV
     memory than is free; returns the bytes they would need.
 
     With dynamic KV each session's cache grows as it is used, so nothing is refused at start (most
-    sessions are far shorter), but a few devices holding long sessions could exhaust the memory.
-    The slot pool (`--kv slots`) allocates its caches up front and refuses a pool that cannot fit.
+    sessions are far shorter); a session whose growth the KV budget cannot cover is refused with
+    RESOURCE_EXHAUSTED (`server.kv_budget`). The slot pool (`--kv slots`) allocates its caches up
+    front and refuses a pool that cannot fit.
     """
     longest = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
     models = {id(lm): lm for lm in (cloud.generalist, cloud.specialist)}.values()
@@ -581,7 +605,8 @@ def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) 
     if free is not None and need > free:
         log.warning(
             "%d sessions of the protocol's longest (%d positions) would need %.1f GiB of KV cache, "
-            "%.1f GiB is free: lower max_sessions, or use --kv slots, which sizes its caches at start",
+            "%.1f GiB is free: sessions past the KV budget will be refused; lower max_sessions, or use "
+            "--kv slots, which sizes its caches at start",
             config.max_sessions,
             longest,
             need / 2**30,

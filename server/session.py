@@ -50,6 +50,7 @@ from core.steering import (
 )
 from server.errors import SessionTooLong
 from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
+from server.kv_budget import BudgetedSequence, KvBudget
 from server.slot_sequence import SlotPools, SlotSequence
 from server.vocab import TextCodec, same_vocabulary
 
@@ -72,6 +73,7 @@ class CloudVerifier:
         cross_vocab: bool | None = None,
         global_adapters: Callable[[int], CausalLM] | None = None,
         kv_slots: SlotPools | None = None,
+        kv_budget: KvBudget | None = None,
     ) -> None:
         self.generalist = generalist
         self.specialist = specialist
@@ -103,6 +105,8 @@ class CloudVerifier:
             self.s_width = self.g_width
         # The KV engine: None, a DynamicCache per session and model; else the slot pool (lean path).
         self.kv_slots = kv_slots
+        # With dynamic KV: the memory all sessions' caches may take together (None: unbounded).
+        self.kv_budget = kv_budget
         if kv_slots is not None:
             if self.cross_vocab:
                 raise ValueError("the slot pool serves a Generalist that shares the Specialist's vocabulary")
@@ -113,9 +117,11 @@ class CloudVerifier:
         self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None
     ) -> TensorSequence:
         """A session's sequence on `model`, on this verifier's KV engine."""
-        if self.kv_slots is None:
-            return TokenSequence(model, prefix_ids, runner)
-        return self.kv_slots.sequence(model, prefix_ids, runner)
+        if self.kv_slots is not None:
+            return self.kv_slots.sequence(model, prefix_ids, runner)
+        if self.kv_budget is not None:
+            return BudgetedSequence(model, prefix_ids, runner, self.kv_budget)
+        return TokenSequence(model, prefix_ids, runner)
 
     def open(
         self, prompt_ids: Sequence[int], params: SessionParams, *, runner: ForwardRunner | None = None
@@ -211,7 +217,7 @@ class CloudSession:
         g_prompt = render_prompt(verifier.generalist, prompt_text)
         if verifier.cross_vocab:
             self.g: SharedVocabGeneralist | CrossVocabGeneralist = CrossVocabGeneralist(
-                verifier.generalist, verifier.s_codec, g_prompt, runner=runner
+                verifier.generalist, verifier.s_codec, g_prompt, runner=runner, make_sequence=verifier.sequence
             )
         else:
             self.g = SharedVocabGeneralist(
@@ -396,7 +402,7 @@ class CloudSession:
 
     def _release(self) -> None:
         for seq in self._sequences:
-            if isinstance(seq, SlotSequence):
+            if isinstance(seq, SlotSequence | BudgetedSequence):
                 seq.release()
 
 

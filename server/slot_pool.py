@@ -65,6 +65,7 @@ __all__ = [
     "folded_gqa_attention",
     "fused_block_forward",
     "kv_bytes",
+    "kv_bytes_per_position",
     "masked_attention",
     "round_outputs",
     "slot_pool_problem",
@@ -146,8 +147,12 @@ AttentionMaskInterface.register(SLOT_ATTENTION, sdpa_mask)  # the masks its sdpa
 def kv_bytes(config: PretrainedConfig, slots: int, max_len: int, dtype: torch.dtype) -> int:
     """What `SlotKV` allocates: keys and values of every layer, `slots` rows of `max_len` positions
     and the scratch column."""
-    per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * _head_dim(config) * dtype.itemsize
-    return slots * (max_len + 1) * per_position
+    return slots * (max_len + 1) * kv_bytes_per_position(config, dtype)
+
+
+def kv_bytes_per_position(config: PretrainedConfig, dtype: torch.dtype) -> int:
+    """Keys and values of every layer for one position of one sequence."""
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * _head_dim(config) * dtype.itemsize
 
 
 def available_bytes(device: torch.device) -> int | None:
