@@ -23,6 +23,10 @@ serializer is the identity), so the tap holds exactly the bytes that went out. C
 off, retries are off (a retried stream would resend uplinks the tap saw once), and message sizes
 are capped both ways (`core.limits`). A session's `uplink_bytes` counts what gRPC wrote: a frame the
 tap saw but a broken stream never carried is on record, not in the count.
+
+One answer is outstanding at a time (a round's verdict, or the cosignature a Close asked for), so
+at most that answer is buffered: a downlink that answers nothing (after the Close, or a second one
+for a round) goes to the tap, then cancels the call at once as a `ProtocolError`.
 """
 
 from __future__ import annotations
@@ -282,7 +286,12 @@ class RemoteSession:
         self._max_top_k = max_top_k
         self._seq = 0
         self._requests: queue.Queue[bytes | object] = queue.Queue()
-        self._responses: queue.Queue[bytes | grpc.RpcError | object] = queue.Queue()
+        # Bounded: one answer is outstanding at a time (a round's, or the Close's cosignature), plus
+        # the stream's end. A downlink nobody asked for is a breach that cancels the call (_read).
+        self._responses: queue.Queue[bytes | grpc.RpcError | object] = queue.Queue(maxsize=2)
+        self._outstanding = 0  # answers asked for and not yet received
+        self._outstanding_lock = threading.Lock()
+        self._breach: ProtocolError | None = None  # set by the reader: a downlink nobody asked for
         self._call: grpc.Call | None = None
         self._reader: threading.Thread | None = None
         self._broken: SpecSteerError | None = None
@@ -325,19 +334,55 @@ class RemoteSession:
 
     def _read(self, call: Iterator[bytes]) -> None:
         # Each downlink goes to the egress tap (the audit log) on receipt, not when a round takes
-        # it: one still queued when the session is cancelled is on record too.
+        # it: one still queued when the session is cancelled is on record too. Only answers asked
+        # for are kept: a downlink that answers nothing (a flood after the Close, a second answer
+        # to one round) is on record, then ends the call at once, so nothing piles up in memory.
         try:
             for raw in call:
                 self._sent()  # a downlink answers the frame last sent (one round is out at a time)
+                expected = self._take_outstanding()
                 try:
-                    self._responses.put(self._egress.downlink(raw))
+                    item = self._egress.downlink(raw)
                 except SpecSteerError as exc:  # the tap refused it: it is logged, never used
-                    self._responses.put(exc)
+                    self._stop_reading(exc)
                     return
+                if not expected:
+                    self._stop_reading(
+                        ProtocolError(
+                            f"the verifier sent a downlink of {len(raw):,} bytes that answers nothing "
+                            "(no round or cosignature was outstanding): a protocol breach, the call is cancelled"
+                        )
+                    )
+                    return
+                self._put(item)
             self._sent()
-            self._responses.put(_END)
+            self._put(_END)
         except grpc.RpcError as exc:
-            self._responses.put(exc)
+            self._put(exc)
+
+    def _take_outstanding(self) -> bool:
+        with self._outstanding_lock:
+            if self._outstanding <= 0:
+                return False
+            self._outstanding -= 1
+            return True
+
+    def _expect_answer(self) -> None:
+        with self._outstanding_lock:
+            self._outstanding += 1
+
+    def _stop_reading(self, error: SpecSteerError) -> None:
+        """The reader's end on a breach: the error for whoever waits, and the call cancelled now."""
+        if self._breach is None and isinstance(error, ProtocolError):
+            self._breach = error
+        self._put(error)
+        if self._call is not None:
+            self._call.cancel()
+
+    def _put(self, item: bytes | grpc.RpcError | object) -> None:
+        # Never blocks the reader: the queue holds at most the one answer asked for and the end.
+        with contextlib.suppress(queue.Full):
+            self._responses.put_nowait(item)
 
     def _send(self, payload: bytes) -> None:
         # The tap sees the bytes first; if it refuses them, they are never queued for gRPC, and
@@ -408,9 +453,13 @@ class RemoteSession:
         self._egress.fallback(reason)
 
     def round(self, commit: Sequence[int], draft: Sequence[int], literal: Sequence[int] = ()) -> Verdict:
+        if self._broken is None and self._breach is not None:
+            self._broken = self._breach
+            self._cancel()
         if self._broken is not None:
             raise self._broken
         self._seq += 1
+        self._expect_answer()  # before the uplink: its answer may arrive before _send returns
         self._send(wire.encode_round(self._seq, commit, draft, literal, pad_to=self.pad_to))
         try:
             item = self._responses.get(timeout=self._verifier.round_timeout)
@@ -446,12 +495,18 @@ class RemoteSession:
         """Send Close and wait (briefly) for the verifier to end the stream; never raises on a dead one."""
         if self._call is None:
             return
+        if self._broken is None and self._breach is not None:
+            self._broken = self._breach
         if self._broken is None:
             self._seq += 1
             with contextlib.suppress(SpecSteerError):
                 # With an audit log, the Close asks the verifier, the log's witness, to cosign its
-                # checkpoint; the answer arrives as one more downlink, which the reader logs.
-                self._send(wire.encode_close(self._seq, self._egress.witness_request()))
+                # checkpoint; the answer arrives as one more downlink, which the reader logs. Any
+                # other downlink after the Close cancels the call (_read): close never waits on it.
+                request = self._egress.witness_request()
+                if request is not None:
+                    self._expect_answer()
+                self._send(wire.encode_close(self._seq, request))
         elif not self._egress.ended:
             # A session that ends without Close still ends on record (the auditor checks that every
             # session closes or records why not): a lost verifier the device did not fall back

@@ -8,6 +8,7 @@ and asserts what the device did: what it refused, what it kept on record, what i
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -24,6 +25,7 @@ from audit.log import AuditLog
 from audit.note import Checkpoint, SigningKey
 from audit.verify import inspect
 from core import wire
+from core.errors import ProtocolError
 from core.session_types import SessionParams
 from core.wire import pb
 from sdk.device import DecodeOptions, Generation, Specialist, generate
@@ -31,7 +33,7 @@ from sdk.egress import RecorderTap
 from server import pki as pki_mod
 from server.witness import Cosigned, Witness
 from tests.tinymodels import tiny_lm
-from tests.verifier_harness import make_pki, remote
+from tests.verifier_harness import RecordingTap, make_pki, remote
 
 PROMPT = "Hello there"
 Behaviour = Callable[[Iterator[bytes], grpc.ServicerContext], Iterator[bytes]]
@@ -191,3 +193,85 @@ def _records(log: Path) -> list[Any]:
     from audit.log import scan_log
 
     return [records.parse(s.data) for s in scan_log(log).records]
+
+
+# -- 2. a downlink nobody asked for is never buffered ------------------------------------------------
+
+
+class _CountingTap(RecordingTap):
+    """A tap that lets a test wait until the device's reader has taken `n` downlinks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = threading.Condition()
+
+    def on_downlink(self, session_id: str, payload: bytes) -> None:
+        with self.seen:
+            super().on_downlink(session_id, payload)
+            self.seen.notify_all()
+
+    def wait_for(self, n: int) -> None:
+        with self.seen:
+            self.seen.wait_for(lambda: len(self.downlinks) >= n, timeout=30)
+
+
+def test_a_flood_after_the_close_is_cut_off_at_its_first_frame(pki: pki_mod.Pki, specialist: Specialist) -> None:
+    """A verifier that floods ~16 KiB downlinks after the Close used to fill an unbounded queue (and
+    held every generate() for seconds): the first frame that answers nothing cancels the call."""
+    flood = answer(999, ((5,), 0.0)) + b"\x08\x01" * 8000  # a repeated seq field pads it to ~16 KiB
+    ended = threading.Event()
+    sent = [0]
+
+    def on_close(frame: wire.CloseFrame) -> Iterator[bytes]:
+        try:
+            while sent[0] < 20_000:  # bounded, so a device that never cancels still ends the test
+                sent[0] += 1
+                yield flood
+        finally:
+            ended.set()
+
+    tap = _CountingTap()
+    with hostile(pki, rounds_then(on_close)) as port:
+        out = run(specialist, port, pki, tap=tap, max_new=4)
+        assert ended.wait(30)  # the server's stream ended: the device cancelled it
+    assert out.stats.fallback is None
+    rounds = [u for u in tap.uplinks if isinstance(wire.decode_uplink(u), wire.RoundFrame)]
+    # One answer per round, then exactly one unsolicited frame read (and on record) before the cancel.
+    assert len(tap.downlinks) == len(rounds) + 1
+    assert tap.downlinks[-1] == flood
+    assert sent[0] < 20_000
+
+
+def test_an_answer_to_a_round_not_yet_asked_is_a_breach(pki: pki_mod.Pki, specialist: Specialist) -> None:
+    """A second downlink after round 1's answer (a pre-answer of round 2) is refused when it
+    arrives: round 2 is never sent, and the call is cancelled."""
+
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if isinstance(frame, wire.RoundFrame):
+                yield answer(frame.seq, ((5,), 0.0))
+                if frame.seq == 1:
+                    yield answer(2, ((5,), 0.0))
+            elif isinstance(frame, wire.CloseFrame):
+                return
+
+    tap = _CountingTap()
+    with (
+        hostile(pki, behaviour) as port,
+        remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=tap, round_timeout=10.0) as verifier,
+        pytest.raises(ProtocolError, match="answers nothing"),
+    ):
+        # Round 2 goes up only once the device's reader has taken both frames of round 1.
+        generate(
+            specialist,
+            PROMPT,
+            SessionParams(),
+            DecodeOptions(max_new_tokens=8),
+            verifier,
+            on_commit=lambda _ids: tap.wait_for(2),
+        )
+    kinds = [type(wire.decode_uplink(u)).__name__ for u in tap.uplinks]
+    assert kinds == ["OpenFrame", "RoundFrame"], kinds  # round 2 never went up
+    assert len(tap.downlinks) == 2  # both on record
+    assert tap.fallbacks and tap.fallbacks[-1][1] == "protocol-error"  # the session's end says why
