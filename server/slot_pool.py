@@ -45,7 +45,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from core.errors import ProtocolError
-from core.steering import LOGP_FLOOR
+from core.steering import LOGP_FLOOR, RULED_OUT
 from server.errors import SlotOverflow, SlotPoolTooLarge
 from server.fused_decoder import FusedDecoder
 
@@ -310,18 +310,29 @@ def round_outputs(
     Row i of a block's logits is the distribution after its first i + 1 tokens, so drafted token j
     (ids[:, j + 1]) is scored by row j, and if the ratio test stops after a accepted drafts the
     steering vector is row a's. Returns fp32 `log_ratios` [B, n-1], P_G's greedy `g_best` [B, n],
-    and the guardrail top-k `top_ids` / `top_values` [B, n, k] of every row.
+    the guardrail top-k `top_ids` / `top_values` [B, n, k] of every row (`core.steering.steering_values`:
+    log P_S^0 = -inf enters as `LOGP_FLOOR`, a token P_G rules out gets `RULED_OUT`), and `nan` [B]:
+    whether a block's logits hold a NaN, which `core.steering.refuse_nan` refuses (a graph cannot
+    raise, so its caller must).
     """
     logp_g = torch.log_softmax(g_logits.float(), dim=-1)
     logp_s0 = torch.log_softmax(s0_logits.float(), dim=-1)
     drafts = ids[:, 1:].unsqueeze(-1)
     log_ratios = (logp_g[:, :-1].gather(-1, drafts) - logp_s0[:, :-1].gather(-1, drafts)).squeeze(-1)
     top = torch.topk(logp_g, k, dim=-1)
-    # Floored as core.steering.floored floors (no tensor built from a host scalar: a graph cannot copy one in).
-    g_top = torch.nan_to_num(top.values, nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
-    s0_top = torch.nan_to_num(logp_s0.gather(-1, top.indices), nan=LOGP_FLOOR, neginf=LOGP_FLOOR).clamp_min(LOGP_FLOOR)
-    values = g_top if alpha == 0 else g_top - alpha * s0_top
-    return {"log_ratios": log_ratios, "g_best": logp_g.argmax(-1), "top_ids": top.indices, "top_values": values}
+    # masked_fill takes its value as a kernel argument: a graph cannot copy in a tensor built from a host scalar.
+    s0_top = logp_s0.gather(-1, top.indices)
+    s0_top = s0_top.masked_fill(torch.isneginf(s0_top), LOGP_FLOOR)
+    values = top.values if alpha == 0 else top.values - alpha * s0_top
+    values = values.masked_fill(torch.isneginf(top.values), RULED_OUT)
+    nan = torch.isnan(logp_g).flatten(1).any(-1) | torch.isnan(logp_s0).flatten(1).any(-1)
+    return {
+        "log_ratios": log_ratios,
+        "g_best": logp_g.argmax(-1),
+        "top_ids": top.indices,
+        "top_values": values,
+        "nan": nan,
+    }
 
 
 class GraphedForward:

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, 
 
 from core.kv import TokenSequence
 from core.session_types import CandidatePolicy
-from core.steering import steering_candidates
+from core.steering import RULED_OUT, steering_candidates, steering_values
 from server.errors import SlotPoolTooLarge
 from server.slot_pool import (
     GRAPH_MAX_N,
@@ -141,6 +141,27 @@ def test_round_outputs_match_core_steering(tokenizer: PreTrainedTokenizerFast) -
         )
         assert out["top_ids"][0, accepted].tolist() == ids.tolist()
         torch.testing.assert_close(out["top_values"][0, accepted], values, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.7])
+def test_round_outputs_follow_the_spec_where_a_model_rules_tokens_out(alpha: float) -> None:
+    """A token P_G gives probability 0 is RULED_OUT (below every token P_G allows, whatever P_S^0
+    says), log P_S^0 = -inf enters floored, and a NaN row is flagged for refusal: as
+    `core.steering.steering_values` and `refuse_nan` do. The in-graph copy floored all three."""
+    vocab, k = 12, 6
+    g = torch.full((1, 2, vocab), float("-inf"))
+    g[..., :3] = torch.tensor([2.0, 1.0, 0.5])  # P_G allows three tokens: the top 6 hold three it rules out
+    s0 = torch.randn(1, 2, vocab)
+    s0[..., 1] = float("-inf")  # P_S^0 rules out one token P_G allows
+    out = round_outputs(g, s0, torch.tensor([[3, 1]]), alpha=alpha, k=k)
+    for row in range(2):
+        ids = out["top_ids"][0, row]
+        want = steering_values(torch.log_softmax(g[0, row], -1), torch.log_softmax(s0[0, row], -1), alpha)[ids]
+        torch.testing.assert_close(out["top_values"][0, row], want)
+        assert (out["top_values"][0, row, 3:] == RULED_OUT).all()
+    assert not out["nan"].any()
+    s0[0, 1, 4] = float("nan")
+    assert round_outputs(g, s0, torch.tensor([[3, 1]]), alpha=alpha, k=k)["nan"].tolist() == [True]
 
 
 def test_qwen3_decoder_runs_on_the_pool(tokenizer: PreTrainedTokenizerFast) -> None:
