@@ -73,7 +73,12 @@ class Outcome:
 
 
 def run_text(guard: Any, tok: Any, ids: list[int], draft_len: int) -> Outcome:
-    """Draft `ids` K tokens a round; the cloud accepts every draft. Which tokens went up in the clear?"""
+    """Draft `ids` K tokens a round; the cloud accepts every draft. Which tokens went up in the clear?
+
+    Each text is a session of its own: its record of what went up starts empty (`new_session`;
+    a `--baseline` revision's guard has none)."""
+    if hasattr(guard, "new_session"):
+        guard = guard.new_session()
     eos = tok.eos_token_id
     ids = [*ids, eos]
     sent: set[int] = set()

@@ -18,6 +18,8 @@ from privacy.registered import (
     name_handles,
     name_variants,
     secret_cores,
+    sound_key,
+    transliterate,
     unambiguous_first_names,
     unambiguous_surnames,
     widen_encoded,
@@ -150,6 +152,15 @@ class CanaryDetector(Detector):
             encoded = encodings({**raw, **raw_cores})
         self.exact = exact
         self.first_names = frozenset(firsts) if variants else frozenset()
+        # A name written in Cyrillic or Greek ("Алиса Уокер", "Алиса" alone where "Alice" is
+        # unambiguous): by the sound of its romanization (`privacy.registered.sound_key`).
+        self._sounds: set[str] = set()
+        self._sound_pairs: set[tuple[str, str]] = set()
+        if variants:
+            self._sounds = {k for n in self.first_names if len(k := sound_key(n)) >= 3}
+            for n, kind in self.strings.items():
+                if kind == NAME and len(n.split()) >= 2:
+                    self._sound_pairs.add((sound_key(n.split()[0]), sound_key(n.split()[-1])))
         # With a possessive or plural "s" ("Vanterpool's", "die Vanterpools").
         self._first_re = _alternation(self.first_names, _name_pattern)
         self.cores = frozenset(cores)
@@ -187,6 +198,8 @@ class CanaryDetector(Detector):
                 login = text[b : b + 1] == "@" or text[a - 1 : a] == "/"
                 if text[a].isupper() or login:
                     out.append(Span(a, b, NAME))
+        if self._sounds or self._sound_pairs:
+            out += self._transliterated(text)
         if self._core_re is not None:
             out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
         for pattern in (self._encoded_re, self._piece_re):
@@ -201,7 +214,43 @@ class CanaryDetector(Detector):
                 )
         return merge_spans(out)
 
+    def _transliterated(self, text: str) -> list[Span]:
+        """Registered names written in Cyrillic or Greek (see `__init__`)."""
+        out: list[Span] = []
+        words = [(m, sound_key(transliterate(m.group()))) for m in _OTHER_SCRIPT_WORD.finditer(text)]
+        for i, (m, key) in enumerate(words):
+            if not m.group()[0].isupper() or not key:
+                continue
+            if key in self._sounds:
+                out.append(Span(m.start(), m.end(), NAME))
+            if i + 1 < len(words):
+                nxt, key2 = words[i + 1]
+                if (key, key2) in self._sound_pairs and not text[m.end() : nxt.start()].strip(" \t,."):
+                    out.append(Span(m.start(), nxt.end(), NAME))
+        return out
+
     def hazard(self, text: str) -> Span | None:
+        if self._sounds or self._sound_pairs:
+            # A capitalized Cyrillic or Greek word at the end may still become a registered name.
+            # (A first name's word followed by the start of its surname: from the first name.)
+            tail = text[-60:]
+            m = re.search(
+                r"(?<![^\W\d_])(?:(?P<first>[\u0370-\u03ff\u0400-\u04ff]+)[ \t]+)?"
+                r"(?P<last>[\u0370-\u03ff\u0400-\u04ff]+)[ \t]?\Z",
+                tail,
+            )
+            if m is not None:
+                key = sound_key(transliterate(m.group("last")))
+                firsts = self._sounds | {a for a, _ in self._sound_pairs}
+                if m.group("first") and m.group("first")[0].isupper():
+                    first = sound_key(transliterate(m.group("first")))
+                    if key and any(a == first and b.startswith(key) for a, b in self._sound_pairs):
+                        return Span(len(text) - len(tail) + m.start(), len(text), NAME)
+                if m.group("last")[0].isupper() and key and any(k.startswith(key) for k in firsts):
+                    return Span(len(text) - len(tail) + m.start("last"), len(text), NAME)
+        return self._registered_hazard(text)
+
+    def _registered_hazard(self, text: str) -> Span | None:
         if not (self._prefixes or self._core_prefixes or self._encoded_prefixes):
             return None
         offset = max(0, len(text) - 2 * self._max_len - 8)
@@ -245,6 +294,10 @@ class CanaryDetector(Detector):
                             best, kind_at = start, CANARY
                         break
         return None if best is None else Span(offset + f.raw_start(best), len(text), kind_at)
+
+
+# A word in Cyrillic or Greek letters (with their accents).
+_OTHER_SCRIPT_WORD = re.compile(r"[\u0370-\u03ff\u0400-\u04ff\u0300-\u036f]+")
 
 
 def _word_pattern(norm: str) -> str:

@@ -67,6 +67,7 @@ from privacy.recognizers import (
     ShapeRecognizer,
     WrappedEmailRecognizer,
 )
+from privacy.registered import common_english_words
 from privacy.spans import (
     ADDRESS,
     CANARY,
@@ -86,6 +87,7 @@ from privacy.spans import (
     decode,
     merge_spans,
 )
+from privacy.uplinked import UplinkRecord
 
 __all__ = [
     "GENERIC_PLACEHOLDER",
@@ -180,6 +182,11 @@ class EgressGuard:
     context_chars: int = 512  # committed text re-scanned for spans that continue into the draft
     context_tokens: int = 96  # committed tokens decoded by `check` for the same purpose
     placeholders: Mapping[str, str] = field(default_factory=lambda: dict(PLACEHOLDERS))
+    # The session's record of the secrets' chunks that went up (`privacy.uplinked`): made new by
+    # `for_prompt` (and `new_session`), filled by `note_uplink`; None: no record (a guard that is
+    # not one session's).
+    uplinked: UplinkRecord | None = field(default=None, compare=False, repr=False)
+    words: frozenset[str] = field(default=frozenset(), compare=False, repr=False)  # the history's lower-case words
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "detectors", tuple(self.detectors))
@@ -218,16 +225,38 @@ class EgressGuard:
         secrets = HistorySecretDetector.from_history(history)
         if len(secrets):
             detectors.append(secrets)
+        # Words the history writes in lower case are words, not names: "Will Smith"'s "Will" alone
+        # is not redacted in a history that says "we will" (nor is "will" a chunk of a secret).
+        words = frozenset(w for text in history for w in re.findall(r"(?<![A-Za-z])[a-z]{3,}(?![A-Za-z])", text))
         if registered:
-            # Words the history writes in lower case are words, not names: "Will Smith"'s "Will"
-            # alone is not redacted in a history that says "we will".
-            words = {w for text in history for w in re.findall(r"(?<![A-Za-z])[a-z]{3,}(?![A-Za-z])", text)}
             detectors.append(CanaryDetector(registered, common_words=words))
-        return cls(tuple(detectors), policy, placeholders=placeholder_labels(labels))
+        return cls(tuple(detectors), policy, placeholders=placeholder_labels(labels), words=words)
 
     def for_prompt(self, prompt: str) -> EgressGuard:
-        """The guard for one session: n-grams of the public prompt are not private."""
-        return replace(self, detectors=tuple(d.for_prompt(prompt) for d in self.detectors))
+        """The guard for one session: n-grams of the public prompt are not private, and what goes
+        up is recorded for this session alone (`new_session`)."""
+        return replace(self, detectors=tuple(d.for_prompt(prompt) for d in self.detectors)).new_session()
+
+    def new_session(self) -> EgressGuard:
+        """This guard with an empty record of what went up (`privacy.uplinked.UplinkRecord`): the
+        registered secrets (the history's, the canaries' cores), whose chunks `note_uplink` records."""
+        secrets: list[tuple[str, str]] = []
+        for d in self.detectors:
+            if isinstance(d, HistorySecretDetector):
+                secrets += [(x, SECRET) for x in d.secrets]
+            elif isinstance(d, CanaryDetector):
+                secrets += [(x, CANARY) for x in sorted(d.cores)]
+        record = UplinkRecord(secrets, common_words=self.words | common_english_words())
+        return replace(self, uplinked=record)
+
+    def note_uplink(self, committed_ids: Sequence[int], sent_ids: Sequence[int], tokenizer: Tokenizer) -> None:
+        """`sent_ids` went up after `committed_ids` (the device's text before them): the session's
+        record takes the chunks of secrets in them. Nothing without a record."""
+        if self.uplinked is None or not sent_ids:
+            return
+        ctx = list(committed_ids[-self.context_tokens :]) if self.context_tokens else []
+        text = decode(tokenizer, [*ctx, *sent_ids])
+        self.uplinked.note(text, _common_prefix(decode(tokenizer, ctx), text))
 
     def without_local_part_holds(self) -> EgressGuard:
         """This guard, not holding a bare trailing word as a possible address local part (for the
@@ -256,6 +285,8 @@ class EgressGuard:
         window = committed_text[start:] + draft_text
         boundary = len(committed_text) - start
         raw = [s for d in self.detectors for s in d.find(window) if s.end > boundary]
+        if self.uplinked is not None:
+            raw += [s for s in self.uplinked.find(window, boundary) if s.end > boundary]
         return [Span(s.start + start, s.end + start, s.kind) for s in merge_spans(raw)]
 
     def hazard(self, committed_text: str, draft_text: str) -> Span | None:
@@ -267,6 +298,8 @@ class EgressGuard:
         # went on, and the partial character itself is held.
         whole = window.rstrip("\ufffd")
         found = [Span(h.start, len(window), h.kind) for d in self.detectors if (h := d.hazard(whole)) is not None]
+        if self.uplinked is not None and (h := self.uplinked.hazard(whole)) is not None:
+            found.append(Span(h.start, len(window), h.kind))
         if len(whole) < len(window):
             found.append(Span(len(whole), len(window), PRIVATE_NGRAM))
         h = min(found, default=None)
@@ -308,6 +341,12 @@ class EgressGuard:
                         first = offs[max(a - len(ctx), 0)] if a >= len(ctx) else max(0, boundary - 1)
                         spans.append(Span(first, offs[b - len(ctx)], PRIVATE_NGRAM))
         spans = merge_spans(spans)
+        if self.uplinked is not None:
+            # A secret held once is the session's for the rest of it: found whole or in chunks
+            # without the keyword that announced it.
+            for s in spans:
+                if s.kind == SECRET and s.end > boundary:
+                    self.uplinked.hold(text[s.start : s.end])
         hazard = None if final else self.hazard(text[:boundary], text[boundary:])
 
         cut: int | None = None

@@ -26,7 +26,8 @@ The fold, character by character (so every folded character knows where it came 
 7. digits written as number words, one word a digit ("six six zero four", "sechs null", "cinq
    zéro", "seis cero"; English, French, German, Spanish, Italian, Portuguese, Dutch) become the
    digit, where two or more follow each other: a PIN spelled out is still the PIN. A lone "one"
-   stays a word.
+   stays a word. Words of the spelling alphabet ("alpha bravo seven x-ray") become their letters,
+   joined, in a run of three or more spelled characters with two of its words at least.
 
 Text that is already ASCII takes a fast path (only steps 5, 6 and 7).
 """
@@ -38,7 +39,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["CONFUSABLES", "DIGIT_WORD_PREFIXES", "Folded", "fold", "fold_string"]
+__all__ = ["CONFUSABLES", "DIGIT_WORDS", "DIGIT_WORD_PREFIXES", "Folded", "fold", "fold_string", "spelled_tail"]
 
 # Look-alikes of ASCII letters, digits and punctuation (after NFKD), from Unicode's confusables
 # for Latin: the characters an attacker reaches for because a reader cannot tell them apart.
@@ -172,6 +173,17 @@ for _digits in (
         _DIGIT_WORDS.setdefault(_w, str(_i))
 _DIGIT_WORDS.update({"une": "1", "ein": "1", "fuenf": "5", "zwo": "2", "oh": "0"})
 del _digits, _i, _w
+# The spelling alphabet (ICAO/NATO): "alpha bravo seven" spells "ab7". Its words are read as
+# letters only in a run of three or more spelled characters with two of its words at least
+# ("echo one two" stays a command, "Delta Air" a name).
+_SPELLING_WORDS: dict[str, str] = {
+    w: w[0]
+    for w in str.split(
+        "alpha alfa bravo charlie delta echo foxtrot golf hotel india juliett juliet kilo lima mike november "
+        "oscar papa quebec romeo sierra tango uniform victor whiskey whisky xray x-ray yankee zulu"
+    )
+}
+_SPELLING_WORD = "(?:" + "|".join(sorted(map(re.escape, _SPELLING_WORDS), key=len, reverse=True)) + ")"
 _DIGIT_WORD = "(?:" + "|".join(sorted(_DIGIT_WORDS, key=len, reverse=True)) + ")"
 # Two or more number words with separators between. Not one alone, even at the end of a text
 # being drafted: "Test User One" is a name, "this one" a phrase (the first word of a spelled PIN
@@ -180,25 +192,70 @@ _DIGIT_RUN = re.compile(rf"(?<![^\W\d_]){_DIGIT_WORD}(?:[\s,.;:/-]{{1,3}}{_DIGIT
 # The proper prefixes of the number words: the end of a text still being drafted ("huit trois ne"
 # is "8 3" and maybe the start of "neuf").
 DIGIT_WORD_PREFIXES = frozenset(w[:i] for w in _DIGIT_WORDS for i in range(1, len(w)))
+DIGIT_WORDS = frozenset(_DIGIT_WORDS)
 _ONE_WORD = re.compile(rf"(?<![^\W\d_]){_DIGIT_WORD}(?![^\W\d_])")
+_SPELLED = rf"(?:{_SPELLING_WORD}|{_DIGIT_WORD})"
+_SPELLED_RUN = re.compile(rf"(?<![^\W\d_]){_SPELLED}(?:[\s,.;:/-]{{1,3}}{_SPELLED}){{2,}}(?![^\W\d_])")
+_ONE_SPELLED = re.compile(rf"(?<![^\W\d_]){_SPELLED}(?![^\W\d_])")
 
 
 def _digit_words(f: Folded) -> Folded:
-    """`f` with runs of number words as digits (step 7 of the module docstring)."""
-    runs = list(_DIGIT_RUN.finditer(f.text))
+    """`f` with runs of number words as digits, and of the spelling alphabet's words as their
+    letters, joined (step 7 of the module docstring)."""
+    spelled = [
+        m
+        for m in _SPELLED_RUN.finditer(f.text)
+        if sum(w.group() in _SPELLING_WORDS for w in _ONE_SPELLED.finditer(m.group())) >= 2
+    ]
+    runs = spelled + [m for m in _DIGIT_RUN.finditer(f.text) if not any(_overlap(m, s) for s in spelled)]
     if not runs:
         return f
+    out = _replace_words(f, sorted(runs, key=lambda m: m.start()), _ONE_SPELLED, {**_DIGIT_WORDS, **_SPELLING_WORDS})
+    # Spelled letters are single characters now: joined like letters spaced out (step 6).
+    return _join_spaced(out) if spelled else out
+
+
+# A run of the spelling alphabet's words at the end of a text still being drafted ("alpha", "alpha
+# bravo se"): it may go on spelling a secret, and is read as letters only from its third word.
+_SPELLED_TAIL = re.compile(
+    rf"(?<![^\W\d_]){_SPELLING_WORD}(?:[\s,.;:/-]{{1,3}}{_SPELLED})*(?:[\s,.;:/-]{{1,3}}[a-z-]*)?\Z"
+)
+
+
+def spelled_tail(text: str) -> int | None:
+    """Where a trailing run of spelling-alphabet words starts in lower-case `text` (its last word
+    may be half written), or None."""
+    m = _SPELLED_TAIL.search(text[-160:])
+    if m is None:
+        return None
+    last = re.search(r"[a-z-]*\Z", m.group()).group()  # type: ignore[union-attr]  # always matches
+    if (
+        last
+        and last not in _SPELLING_WORDS
+        and last not in DIGIT_WORDS
+        and not any(w.startswith(last) for w in (*_SPELLING_WORDS, *DIGIT_WORDS))
+    ):
+        return None
+    return len(text) - len(text[-160:]) + m.start()
+
+
+def _overlap(a: re.Match[str], b: re.Match[str]) -> bool:
+    return a.start() < b.end() and b.start() < a.end()
+
+
+def _replace_words(f: Folded, runs: list[re.Match[str]], word: re.Pattern[str], table: dict[str, str]) -> Folded:
+    """`f` with each word of `runs` replaced by its character in `table`."""
     text: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     last = 0
     for run in runs:
-        for w in _ONE_WORD.finditer(f.text, run.start(), run.end()):
+        for w in word.finditer(f.text, run.start(), run.end()):
             text.append(f.text[last : w.start()])
             starts.extend(f.starts[last : w.start()])
             ends.extend(f.ends[last : w.start()])
             # The digit stands for the whole word as drafted.
-            text.append(_DIGIT_WORDS[w.group()])
+            text.append(table[w.group()])
             starts.append(f.starts[w.start()])
             ends.append(f.ends[w.end() - 1])
             last = w.end()

@@ -28,12 +28,13 @@ of the text may still grow into one of its spans.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from privacy.normalize import fold
+from privacy.normalize import DIGIT_WORD_PREFIXES, DIGIT_WORDS, Folded, fold, fold_string
 from privacy.spans import ADDRESS, CARD, EMAIL, IBAN, IP, NATIONAL_ID, PHONE, SECRET, Detector, Span, merge_spans
 
 __all__ = [
@@ -272,7 +273,8 @@ def looks_random(word: str) -> bool:
     case letters (identifiers, paths and prose have them; base64 and tokens do not). Hex-only
     words (commit hashes, digests, UUIDs) are ordinary developer text."""
     w = word.strip("._-=")
-    if len(w) < 16 or _HEX_ONLY.fullmatch(w):
+    # A "0x" literal is hex too ("0x9E3779B97F4A7C15", a hash's constant).
+    if len(w) < 16 or _HEX_ONLY.fullmatch(w.removeprefix("0x")):
         return False
     if not (re.search(r"[a-z]", w) and re.search(r"[A-Z]", w) and re.search(r"\d", w)):
         return False
@@ -417,13 +419,21 @@ class WrappedEmailRecognizer(Detector):
 # the rest (held, not replaced: a value that turns out to be prose still goes up as drafted).
 
 # "is" and "was" in the languages the SDK's users write ("Meu CPF é ...", "Steuer-ID ist ...").
-_IS_WORDS = r"(?:is|was|are|were|ist|war|est|es|era|é|è|är)(?![a-z])"
+# Matched on the folded text (`privacy.normalize.fold`): accents are gone, so "é"/"è" are "e" (a
+# bare "e" written as such is not taken for one: `_plain_e`), "är" is "ar"; words of other scripts
+# are written here as they are and folded once (`_folded`).
+_IS_WORDS = (
+    r"(?P<is>is|was|are|were|ist|war|lautet|lautete|heisst|est|es|era|e|ar|er|jest|wynosi)(?![a-z])"
+    r"|(?:{})".format("|".join(map(re.escape, map(fold_string, ("は", "是", "为", "為", "는", "은", "이", "가")))))
+)
 # "is", "was", ":", "=", "#", "number", "no.", "nr." in any order a person writes them, or a space.
 # A value may stand in quotes ('password is "Tr0ub4dor&3"'): the quote opens it, the value class
 # (which takes no quote) ends at the closing one.
 _OPEN_QUOTE = r"[\"'`\u2018\u201c]?"
 _INTRO = (
-    r"(?:'s)?(?:[ \t]*(?:(?:number|numbers|num|no\.?|nr\.?|#)(?![a-z]))?[ \t]*(?:=>|[:=#-]|" + _IS_WORDS + r")"
+    r"(?:'s)?(?:[ \t]*(?:(?:number|numbers|num|nummer|numero|no\.?|nr\.?|#)(?![a-z]))?[ \t]*(?:=>|[:=#-]|"
+    + _IS_WORDS
+    + r")"
     r"[ \t]*|[ \t]+(?:(?:number|num|no\.?|nr\.?|#)(?![a-z])[ \t]*)?)(?:(?:is|was)[ \t]+)?" + _OPEN_QUOTE
 )
 
@@ -438,16 +448,28 @@ class _Rule:
     partial: str  # a regex for the value while it is written, for the hazard (`_chars` for a class)
     ok: Callable[[str], bool] = lambda v: True
     bare: bool = True  # the value may follow the keyword after a space alone ("pin 4383")
+    # Keywords of scripts that write no space between words (パスワード, 密码, 비밀번호), folded:
+    # matched without a word boundary before them.
+    unspaced: str = ""
+
+    def _keyword(self) -> str:
+        spaced = rf"(?<![\w])(?:{self.keyword})"
+        return rf"(?:{spaced}|{self.unspaced})" if self.unspaced else spaced
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
         intro = _INTRO if self.bare else _INTRO_STRICT
-        return re.compile(rf"(?<![\w])(?:{self.keyword}){intro}(?P<value>{self.value})", re.I)
+        return re.compile(rf"{self._keyword()}{intro}(?P<value>{self.value})", re.I)
 
     @functools.cached_property
     def hazard(self) -> re.Pattern[str]:
         intro = _INTRO if self.bare else _INTRO_STRICT
-        return re.compile(rf"(?<![\w])(?:{self.keyword}){intro}(?P<value>{self.partial})\Z", re.I)
+        return re.compile(rf"{self._keyword()}{intro}(?P<value>{self.partial})\Z", re.I)
+
+
+def _folded(*words: str) -> str:
+    """An alternation of `words` as the folded text spells them (`privacy.normalize.fold`)."""
+    return "|".join(re.escape(fold_string(w)) for w in words)
 
 
 def _chars(cls: str, n: int = 40) -> str:
@@ -457,7 +479,10 @@ def _chars(cls: str, n: int = 40) -> str:
 
 # The same without a bare space: "is", "was", ":", "=" must say that a value follows.
 _INTRO_STRICT = (
-    r"(?:'s)?[ \t]*(?:(?:number|num|no\.?|nr\.?|#)(?![a-z])[ \t]*)?(?:=>|[:=]|" + _IS_WORDS + r")[ \t]*" + _OPEN_QUOTE
+    r"(?:'s)?[ \t]*(?:(?:number|num|nummer|numero|no\.?|nr\.?|#)(?![a-z])[ \t]*)?(?:=>|[:=]|"
+    + _IS_WORDS
+    + r")[ \t]*"
+    + _OPEN_QUOTE
 )
 
 # Values everybody writes in documentation ("the password is hunter2", "abc123"): not secrets.
@@ -515,7 +540,8 @@ def _plain_key_ok(value: str) -> bool:
 
 
 def _pin_ok(value: str) -> bool:
-    return value not in _EXAMPLE_VALUES and len(set(value)) > 1
+    digits = re.sub(r"\D", "", value)
+    return digits not in _EXAMPLE_VALUES and len(set(digits)) > 1 and (len(digits) <= 8 or digits != value)
 
 
 def _key_ok(value: str) -> bool:
@@ -524,6 +550,11 @@ def _key_ok(value: str) -> bool:
     v = value.rstrip(".,;:")
     if len(v) < 16 or v.lower() in _EXAMPLE_VALUES or len(set(v)) < 6:
         return False
+    # A "0x" literal of 64 bits or less is a number in code (an LCG's multiplier, a hash's seed, a
+    # mask: "SEED = 0xDEADBEEFCAFEBABE"); no key a person keeps secret is that short, and keys
+    # written with "0x" (a wallet's private key, an AES key) are 32+ hex digits.
+    if re.fullmatch(r"0x[0-9a-f]{1,16}", v, re.I):
+        return False
     return bool(re.fullmatch(r"(?:0x)?[0-9a-f]{16,}", v, re.I)) or (
         bool(re.fullmatch(r"[a-z0-9_\-]{16,}", v)) and sum(c.isdigit() for c in v) >= 3
     )
@@ -531,14 +562,29 @@ def _key_ok(value: str) -> bool:
 
 _PASSWORD_WORDS = (
     r"(?:wi-?fi|router|door|admin|root|login|account|email|vpn|bank|master|my|the)?[ \t]*"
-    r"(?:passwords?|passwd|pass[ -]?phrase|pwd|pw)"
+    r"(?:passwords?|passwd|pass[ -]?phrase|pwd|pw"
+    # German, French, Spanish, Portuguese, Italian/Turkish, Dutch, Swedish, Danish/Norwegian,
+    # Finnish, Polish/Czech, Hungarian, Romanian/Russian (as folded: accents dropped, "ß" is "ss").
+    r"|passwort|kennwort|mot[ \t]+de[ \t]+passe|mdp|contrasena|clave|senha|palavra[ -]passe|parola(?:[ \t]+d'ordine)?"
+    r"|sifre|wachtwoord|losenord(?:et)?|adgangskode(?:n)?|passord(?:et)?|salasana|haslo|heslo|jelszo|parol"
+    r")"
+)
+# The same words in scripts that write no spaces (Japanese, Chinese, Korean) or look nothing like
+# Latin (Russian, Greek, Arabic, Hebrew).
+_PASSWORD_UNSPACED = _folded(
+    "パスワード", "暗証番号", "密码", "密碼", "口令", "비밀번호", "암호", "пароль", "κωδικός", "كلمة المرور", "סיסמה"
 )
 _PIN_WORDS = (
-    r"pin(?:[ -]?code)?|passcode|pass[ -]code|(?:door|gate|garage|alarm|access|security|entry|entrance|lock|safe"
+    r"pin(?:[ -]?(?:code|nummer|nr\.?|numero|kod|kode|koodi))?|geheimzahl|(?:code|codigo|codice|numero|kod)[ \t]+pin"
+    r"|(?:code|codigo|codice)[ \t]+(?:secret|secreto|segreto)|passcode|pass[ -]code"
+    r"|(?:door|gate|garage|alarm|access|security|entry|entrance|lock|safe"
     r"|keypad|unlock|lockbox|building|gym|locker|bike[ -]lock|padlock|voicemail|sim|puk)"
     r"[ \t]+(?:code|pin|combo|combination)"
     r"|puk"
 )
+_NUMBER_WORD = "(?:" + "|".join(sorted(DIGIT_WORDS, key=len, reverse=True)) + ")"
+_NUMBER_WORD_PREFIX = "(?:" + "|".join(sorted(DIGIT_WORD_PREFIXES | DIGIT_WORDS, key=len, reverse=True)) + ")"
+_PIN_UNSPACED = _folded("暗証番号", "暗証コード", "pin码", "pin碼", "密码", "密碼", "핀번호", "пин-код", "пин")
 _KEY_WORDS = (
     # A bounded prefix ("DD_API_KEY", "stripe-secret-key"): unbounded, "[\w-]*" scanned to the end of
     # the text after every "-" and backed up, quadratic (10 KB of "1-1-1-..." took 11.5 s a check).
@@ -634,15 +680,57 @@ _DATE_PARTIAL = (
 )
 
 
+# The dates code and test data put where a date must be: the Unix epoch, the ends of centuries
+# and of the millennium, the last day a date type holds ("dob 1999-12-31 in fixture"). A date of
+# birth is also in the past, after 1900.
+_SENTINEL_YEARS = frozenset({"1900", "1970", "1999", "2000", "0001", "9999"})
+_FIRST_OR_LAST_MONTH = re.compile(
+    r"(?P<jan>jan(?:uary|vier|uar|\.)?|enero|gennaio)|(?P<dec>dec(?:ember|embre|\.)?|dez(?:ember|\.)?|diciembre|dicembre)"
+)
+
+
+def _birth_ok(value: str) -> bool:
+    """A date that may be somebody's birth: not a sentinel date (1 January or 31 December of
+    `_SENTINEL_YEARS`), not before 1900 or in a year to come."""
+    import datetime
+
+    year = re.search(r"(?<!\d)\d{4}(?!\d)", value)
+    if year is None:
+        return True  # "25.07.04": a two-digit year says nothing more
+    if not 1900 <= int(year.group()) <= datetime.date.today().year:
+        return False
+    rest = value[: year.start()] + " " + value[year.end() :]
+    numbers = sorted(int(n) for n in re.findall(r"\d{1,2}", rest))
+    month = _FIRST_OR_LAST_MONTH.search(rest.lower())
+    if month is not None:
+        numbers = sorted([*numbers, 1 if month.group("jan") else 12])
+    return not (year.group() in _SENTINEL_YEARS and numbers in ([1, 1], [12, 31]))
+
+
 def _routing_ok(value: str) -> bool:
     return _stdnum_valid("us.rtn", value[:9])
 
 
 def _rules() -> tuple[_Rule, ...]:
     rules = [
-        _Rule(SECRET, _PASSWORD_WORDS, r"[^\s\"'`]{6,64}", _chars("^\\s\"'`", 64), _password_ok, bare=False),
+        _Rule(
+            SECRET,
+            _PASSWORD_WORDS,
+            r"[^\s\"'`]{6,64}",
+            _chars("^\\s\"'`", 64),
+            _password_ok,
+            bare=False,
+            unspaced=_PASSWORD_UNSPACED,
+        ),
         # Without "is" or ":" ("login with password Chelsea2000!") only a value no prose word looks like.
-        _Rule(SECRET, _PASSWORD_WORDS, r"[^\s\"'`]{6,64}", _chars("^\\s\"'`", 64), _strong_password_ok),
+        _Rule(
+            SECRET,
+            _PASSWORD_WORDS,
+            r"[^\s\"'`]{6,64}",
+            _chars("^\\s\"'`", 64),
+            _strong_password_ok,
+            unspaced=_PASSWORD_UNSPACED,
+        ),
         _Rule(SECRET, r"keys?", r"[a-z0-9]{16,}(?![\w-])", _chars(r"a-z0-9", 64), _plain_key_ok),
         _Rule(
             ADDRESS,
@@ -653,9 +741,15 @@ def _rules() -> tuple[_Rule, ...]:
         _Rule(
             SECRET,
             _PIN_WORDS,
-            r"\d{4,8}(?![\w/:-]|[.,]\d)(?![ \t]+(?:release|version|build|edition|update|branch)\b)",
-            _chars(r"\d", 8),
+            # Also spaced out ("4 7 1 9", "47 19", "4-7-1-9", and so spelled out: "four seven one
+            # nine" folds to "4 7 1 9").
+            r"(?:\d(?:[ \t]\d){3,11}|\d(?:-\d){3,11}|\d\d(?:[ \t]\d\d){1,5}|\d{4,8})"
+            r"(?![\w/:-]|[.,]\d)(?![ \t]+(?:release|version|build|edition|update|branch)\b)",
+            # While written: digits and their separators, or a number word's first letters after
+            # them (the first word of a spelled PIN is not folded to a digit until the second).
+            rf"(?:(?:\d|{_NUMBER_WORD})[ \t,-]{{0,3}}){{0,11}}(?:\d|{_NUMBER_WORD_PREFIX})[ \t,-]{{0,3}}",
             _pin_ok,
+            unspaced=_PIN_UNSPACED,
         ),
         _Rule(SECRET, _KEY_WORDS, r"(?:0x)?[a-z0-9_\-]{16,}(?![\w-])", _chars(r"a-z0-9_\-", 80), _key_ok),
         _Rule(
@@ -665,7 +759,7 @@ def _rules() -> tuple[_Rule, ...]:
             _chars(r"a-z0-9\- ", 24),
             _document_ok,
         ),
-        _Rule(NATIONAL_ID, _BIRTH_WORDS, rf"(?:{_DATE})", _DATE_PARTIAL),
+        _Rule(NATIONAL_ID, _BIRTH_WORDS, rf"(?:{_DATE})", _DATE_PARTIAL, _birth_ok),
         _Rule(IBAN, r"sort[ \t]?code", r"\d{2}[- ]?\d{2}[- ]?\d{2}(?![\d])" + _ACCOUNT, _ACCOUNT_PARTIAL),
         _Rule(IBAN, r"routing|aba|rtn|bank[ \t]+routing", r"\d{9}(?!\d)" + _ACCOUNT, _ACCOUNT_PARTIAL, _routing_ok),
         _Rule(
@@ -706,30 +800,55 @@ class KeywordValueRecognizer(Detector):
             KeywordValueRecognizer.RULES = _rules()
 
     def find(self, text: str) -> list[Span]:
+        # On the folded text: a full-width "ｐｉｎ：４７１９", a spelled-out "four seven one nine", a
+        # "contraseña" are the plain forms the rules are written for.
+        f = fold(text)
+        t = f.text
         out: list[Span] = []
         for rule in self.RULES:
-            for m in rule.pattern.finditer(text):
-                value = m.group("value")
-                if rule.kind == SECRET and _UNIT_AFTER.match(text, m.end("value")):
+            for m in rule.pattern.finditer(t):
+                if _plain_e(f, m):
                     continue
-                if rule.kind == IBAN and _ACCOUNT_NOT_BANK.search(text, max(0, m.start() - 12), m.start("value")):
+                if rule.kind == SECRET and _UNIT_AFTER.match(t, m.end("value")):
                     continue
+                if rule.kind == IBAN and _ACCOUNT_NOT_BANK.search(t, max(0, m.start() - 12), m.start("value")):
+                    continue
+                value = _cased(f, *m.span("value"))  # what the validators see: the case as written
                 if rule.ok(value):
                     a, b = m.span("value")
                     # A sentence's full stop is not part of the value; a password's "!" or "?" may be.
                     b -= len(value) - len(value.rstrip(".,;:)" if rule.kind == SECRET else ".,;:!?)"))
-                    out.append(Span(a, b, rule.kind))
+                    out.append(Span(*f.span(a, b), rule.kind))
         return merge_spans(out)
 
     def hazard(self, text: str) -> Span | None:
         tail = text[-120:]
         offset = len(text) - len(tail)
+        f = fold(tail)
         found = []
         for rule in self.RULES:
-            m = rule.hazard.search(tail)
-            if m is not None:
-                found.append(Span(offset + m.start("value"), len(text), rule.kind))
+            m = rule.hazard.search(f.text)
+            if m is not None and not _plain_e(f, m):
+                found.append(Span(offset + f.raw_start(m.start("value")), len(text), rule.kind))
         return min(found, default=None)
+
+
+def _plain_e(f: Folded, m: re.Match[str]) -> bool:
+    """The rule's "is" is an "e" written without an accent: Italian "è" and Portuguese "é" fold to
+    "e", a bare "e" ("password e-mailed") is not one."""
+    if m.group("is") != "e":
+        return False
+    return f.raw[f.starts[m.start("is")]] in "eE"
+
+
+def _cased(f: Folded, a: int, b: int) -> str:
+    """Folded `[a, b)` with the case of the raw characters it came from (a full-width "Ｐ" is "P")."""
+    out = []
+    for i in range(a, b):
+        c = f.text[i]
+        raw = f.raw[f.starts[i] : f.ends[i]]
+        out.append(c.upper() if len(raw) == 1 and raw.isupper() and c.isalpha() else c)
+    return "".join(out)
 
 
 # -- identifiers with a shape of their own (issue: attack 12) ---------------------------------------
@@ -954,7 +1073,15 @@ class ShapeRecognizer(Detector):
 def _mac_ok(mac: str) -> bool:
     digits = re.sub(r"[^0-9a-f]", "", mac.lower())
     # All zeros and broadcast are placeholders; a MAC has some variety (a hex dump row does not look like one).
-    return digits not in ("000000000000", "ffffffffffff") and len(set(digits)) > 2
+    if digits in ("000000000000", "ffffffffffff") or len(set(digits)) <= 2:
+        return False
+    # Documentation's examples: every pair a doubled digit ("aa:bb:cc:dd:ee:ff", "11:22:33:44:55:66"),
+    # the hex digits counting up or down ("01:23:45:67:89:ab"), and the range IANA reserves for
+    # documentation (00:00:5e:00:53:xx, RFC 7042). A vendor's address is none of these by chance
+    # (one in 2^24 at most).
+    pairs = [digits[i : i + 2] for i in range(0, 12, 2)]
+    steps = {int(b, 16) - int(a, 16) for a, b in itertools.pairwise(digits)}
+    return not (all(p[0] == p[1] for p in pairs) or steps in ({1}, {-1}) or digits.startswith("00005e0053"))
 
 
 def _iban_dotted_ok(raw: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -20,10 +21,13 @@ from privacy.spans import clean_text
 
 __all__ = [
     "base64_fragments",
+    "common_english_words",
     "encodings",
     "name_handles",
     "name_variants",
     "secret_cores",
+    "sound_key",
+    "transliterate",
     "unambiguous_first_names",
     "unambiguous_surnames",
 ]
@@ -84,9 +88,20 @@ def unambiguous_surnames(names: Iterable[str], common: Iterable[str] = ()) -> se
 
 def _unambiguous(parts: list[str], common: Iterable[str]) -> set[str]:
     """The parts of 3+ letters that no other registered name shares and that are no word
-    (`_WORD_NAMES`, or one of `common`: what the history writes in lower case)."""
-    words = {w.lower() for w in common} | _WORD_NAMES
+    (`_WORD_NAMES`, a common English word of `common_english_words`, or one of `common`: what the
+    history writes in lower case). "Black" of "Mark Black" alone is the colour ("Run Black", "Black
+    formats it") as often as the person; the whole name is still found."""
+    words = {w.lower() for w in common} | _WORD_NAMES | common_english_words()
     return {p for p in parts if len(p) >= 3 and p.isalpha() and parts.count(p) == 1 and p.lower() not in words}
+
+
+@functools.lru_cache(maxsize=1)
+def common_english_words() -> frozenset[str]:
+    """2,048 common English words: BIP-39's English list (the `mnemonic` package's, a dependency
+    already), chosen for being everyday words ("black", "young", "stone", "price", "rose")."""
+    from mnemonic import Mnemonic
+
+    return frozenset(Mnemonic("english").wordlist)
 
 
 def name_handles(name: str, common: Iterable[str] = ()) -> set[str]:
@@ -179,3 +194,52 @@ def encodings(strings: Mapping[str, str], *, min_len: int = 6) -> dict[str, str]
             for frag in base64_fragments(data):
                 out.setdefault(frag.lower(), kind)
     return out
+
+
+# Cyrillic and Greek letters as they are romanized (after `fold`, which has already turned the
+# letters that look Latin into their look-alikes: "а" is "a", "с" is "c", "р" is "p", "н" is "h").
+# A name written in another script ("Алиса", "Μάρκος") is that name: transliterated, it is
+# compared by its sound (`sound_key`), since romanizations differ ("Alisa" for "Alice").
+_TRANSLIT = {
+    # Cyrillic
+    "б": "b", "в": "v", "г": "g", "д": "d", "ж": "zh", "з": "z", "и": "i", "й": "i", "л": "l",
+    "п": "p", "ф": "f", "ц": "ts", "ч": "ch", "ш": "sh", "щ": "shch", "ъ": "", "ы": "y", "ь": "",
+    "э": "e", "ю": "yu", "я": "ya", "є": "ye", "ґ": "g", "ў": "u", "љ": "lj", "њ": "nj", "џ": "dzh",
+    "ђ": "dj", "ћ": "c", "ѓ": "gj", "ќ": "kj",
+    # Greek
+    "δ": "d", "ζ": "z", "η": "i", "θ": "th", "λ": "l", "μ": "m", "ξ": "x", "π": "p", "σ": "s",
+    "ς": "s", "φ": "f", "ψ": "ps",
+}  # fmt: skip
+# The look-alikes `fold` maps by their shape, read by their sound where the whole word is in
+# another script ("h" of "н" is an "n", "p" of "р" an "r", "c" of "с" an "s").
+_SOUND_OF_LOOKALIKE = {"h": "n", "p": "r", "c": "s", "b": "v", "y": "u", "x": "kh", "3": "z", "6": "b"}
+_OTHER_SCRIPT = re.compile(r"[\u0370-\u03ff\u0400-\u04ff]")
+
+
+def transliterate(raw_word: str) -> str:
+    """A word written in Cyrillic or Greek, romanized (lower case; empty if it has Latin letters
+    too: a mix of scripts is a homoglyph's disguise, which `fold` reads by shape)."""
+    if re.search(r"[A-Za-z]", raw_word) or not _OTHER_SCRIPT.search(raw_word):
+        return ""
+    out = []
+    for ch in fold_string(raw_word):
+        out.append(_TRANSLIT.get(ch, _SOUND_OF_LOOKALIKE.get(ch, ch)))
+    return "".join(out)
+
+
+def sound_key(word: str) -> str:
+    """A name's sound, the same for its romanizations: "alice", "alisa" -> "als"; "black", "blek"
+    -> "blk"; "john", "dzhon" -> "jn". The first letter, then the consonants (vowels are what
+    romanizations disagree on), after the spellings of one sound are made one."""
+    w = word.lower()
+    for a, b in (
+        ("dzh", "j"), ("zh", "j"), ("dj", "j"), ("kh", "h"), ("ph", "f"), ("th", "t"), ("ck", "k"),
+        ("ch", "k"), ("q", "k"), ("x", "ks"), ("w", "v"), ("y", "i"),
+    ):  # fmt: skip
+        w = w.replace(a, b)
+    w = re.sub(r"c(?=[eiy])", "s", w).replace("c", "k")
+    w = w[:1] + w[1:].replace("h", "")  # "john", "thomas": an h after the first letter is not heard
+    w = re.sub(r"(.)\1+", r"\1", w)
+    if not w:
+        return ""
+    return w[0] + re.sub(r"[aeiou]", "", w[1:])

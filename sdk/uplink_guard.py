@@ -154,6 +154,8 @@ def plan_uplink(
     def plan(
         commit: list[int], literal: list[int], sent: list[int], kept: int, decisions: Sequence[tuple[str, int, str]]
     ) -> UplinkPlan:
+        # The session's record of what went up (a secret's chunks, `privacy.uplinked`).
+        guard.note_uplink([*committed, *tokens[: kept - len(sent)]], sent, tokenizer)
         return UplinkPlan(
             commit, literal, sent, tokens, n_pending, kept, list(decisions), lookahead=len(tokens) - send, checks=checks
         )
