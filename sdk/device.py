@@ -27,7 +27,15 @@ from core.limits import max_new_tokens_problem, prompt_length_problem, top_k_pro
 from core.prompts import Example, render_prompt
 from core.recovery import choose, device_rng, recovery_scores
 from core.sequence import CachedSequence
-from core.session_types import FusionVector, GenerationStats, Method, SessionParams, Verdict, check_setting_types
+from core.session_types import (
+    FusionVector,
+    GenerationStats,
+    Method,
+    SessionParams,
+    SteeringVector,
+    Verdict,
+    check_setting_types,
+)
 from privacy.guard import EgressGuard
 from privacy.spans import Tokenizer
 from sdk.context import Profile, ProfileIndex, fit_context
@@ -416,7 +424,7 @@ def _steered_loop(
             raise
         stats.rounds += 1
         stats.drafted += len(draft)
-        n = _check_verdict(verdict, len(draft))
+        n = _check_verdict(verdict, len(draft), state.width)
         stats.accepted += n
         seq.truncate(len(seq) - len(draft) + n)
         state.commit(draft[:n])
@@ -508,7 +516,15 @@ def _score_for_argmax(
     return logp
 
 
-def _check_verdict(verdict: Verdict, drafted: int) -> int:
+def _check_verdict(verdict: Verdict, drafted: int, width: int | None = None) -> int:
     if not 0 <= verdict.accepted <= drafted:
         raise ProtocolError(f"the verifier accepted {verdict.accepted} of {drafted} drafted tokens")
+    if width is not None and isinstance(verdict.steering, SteeringVector):
+        # The transport bounds IDs by the embedding table; rows past the tokenizer's vocabulary
+        # (`vocabulary_width`) are no tokens, and an honest cloud never proposes them.
+        bad = next((t for c in verdict.steering.candidates for t in c if t >= width), None)
+        if bad is not None:
+            raise ProtocolError(
+                f"the verifier proposed token ID {bad}, a padded row past the Specialist's vocabulary of {width}"
+            )
     return verdict.accepted

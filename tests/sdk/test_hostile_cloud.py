@@ -26,13 +26,14 @@ from audit.note import Checkpoint, SigningKey
 from audit.verify import inspect
 from core import wire
 from core.errors import ProtocolError
+from core.models import CausalLM
 from core.session_types import SessionParams
 from core.wire import pb
 from sdk.device import DecodeOptions, Generation, Specialist, generate
 from sdk.egress import RecorderTap
 from server import pki as pki_mod
 from server.witness import Cosigned, Witness
-from tests.tinymodels import tiny_lm
+from tests.tinymodels import tiny_llama, tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, remote
 
 PROMPT = "Hello there"
@@ -275,3 +276,34 @@ def test_an_answer_to_a_round_not_yet_asked_is_a_breach(pki: pki_mod.Pki, specia
     assert kinds == ["OpenFrame", "RoundFrame"], kinds  # round 2 never went up
     assert len(tap.downlinks) == 2  # both on record
     assert tap.fallbacks and tap.fallbacks[-1][1] == "protocol-error"  # the session's end says why
+
+
+# -- 3. candidates past the tokenizer's vocabulary (padded embedding rows) -------------------------
+
+
+def test_a_candidate_in_a_padded_embedding_row_is_refused(char_tok, pki: pki_mod.Pki) -> None:
+    """A Specialist whose table is padded past its tokenizer (as Qwen2.5's 151,936 rows for 151,665
+    tokens): the transport bounds IDs by the table, so a hostile verifier could steer the device
+    to rows that are no tokens. The device refuses them."""
+    model = tiny_llama(char_tok, seed=1)
+    model.resize_token_embeddings(len(char_tok) + 28)
+    padded = Specialist(CausalLM.from_parts("padded", model, char_tok))
+    assert padded.lm.vocab_size == len(char_tok) + 28
+    row = len(char_tok) + 5
+
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if isinstance(frame, wire.RoundFrame):
+                yield answer(frame.seq, ((row,), 0.0))
+            elif isinstance(frame, wire.CloseFrame):
+                return
+
+    committed: list[int] = []
+    with (
+        hostile(pki, behaviour) as port,
+        remote(port, pki, vocab_size=padded.lm.vocab_size, round_timeout=10.0) as verifier,
+        pytest.raises(ProtocolError, match="padded row"),
+    ):
+        generate(padded, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=6), verifier, on_commit=committed.extend)
+    assert all(t < len(char_tok) for t in committed)
