@@ -420,19 +420,18 @@ class RemoteSession:
         return error
 
     def _from_status(self, exc: grpc.RpcError) -> SpecSteerError:
-        code, details = exc.code(), exc.details() or ""
+        code, raw = exc.code(), exc.details() or ""
+        details = _last_words(raw)  # the verifier's words: printable and short, never its escapes
         where = self._verifier.target
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             self._broken = VerifierRefused(f"the verifier at {where} refused this device: {details}")
             return self._broken
         if code is grpc.StatusCode.UNAVAILABLE:
-            fault = classify(details, self._verifier.server_name or self._verifier.host)
+            fault = classify(raw, self._verifier.server_name or self._verifier.host)
             # Mid-stream the handshake is long done and the verifier accepted this device: a cause
             # that names no failed check (a verifier shutting down: "Cancelling all calls") is a loss.
             if fault.refused and not fault.unknown:
-                self._broken = VerifierRefused(
-                    f"refused the verifier at {where}: {fault.meaning} ({_last_words(details)})"
-                )
+                self._broken = VerifierRefused(f"refused the verifier at {where}: {fault.meaning} ({details})")
                 return self._broken
             return self._lost("verifier-lost", f"the connection to the verifier at {where} broke: {details}")
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -561,5 +560,8 @@ def _left(deadline: float, *, floor: float) -> float:
     return max(deadline - time.monotonic(), floor)
 
 
-def _last_words(detail: str) -> str:
-    return specific_cause(detail)[:240]
+def _last_words(detail: str, limit: int = 240) -> str:
+    """The peer's words as they may go into an error message: the specific cause, printable
+    characters only (no control characters or terminal escapes), at most `limit` characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in specific_cause(detail)).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -307,3 +307,40 @@ def test_a_candidate_in_a_padded_embedding_row_is_refused(char_tok, pki: pki_mod
     ):
         generate(padded, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=6), verifier, on_commit=committed.extend)
     assert all(t < len(char_tok) for t in committed)
+
+
+# -- 4. the verifier's status details are its words: printable and short ----------------------------
+
+
+def _abort_after_round_one(code: grpc.StatusCode, details: str) -> Behaviour:
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if isinstance(frame, wire.RoundFrame):
+                if frame.seq > 1:
+                    ctx.abort(code, details)
+                yield answer(frame.seq, ((5,), 0.0))
+            elif isinstance(frame, wire.CloseFrame):
+                return
+
+    return behaviour
+
+
+ESCAPES = "\x1b[2J\x1b[31mPWNED\x1b[0m\r\nfake: verifier-refused\x00\x07" + "A" * 7000
+
+
+def test_status_details_reach_errors_printable_and_short(pki: pki_mod.Pki, specialist: Specialist) -> None:
+    """Terminal escapes, control characters and kilobytes of text in a status's details used to flow
+    verbatim into `fallback_detail` (and the CLI's stderr) and into raised errors."""
+    with hostile(pki, _abort_after_round_one(grpc.StatusCode.INTERNAL, ESCAPES)) as port:
+        out = run(specialist, port, pki, max_new=8)
+    detail = out.fallback_detail
+    assert out.stats.fallback == "verifier-error" and detail is not None
+    assert "PWNED" in detail and detail.isprintable() and len(detail) < 400, detail
+    with (
+        hostile(pki, _abort_after_round_one(grpc.StatusCode.INVALID_ARGUMENT, ESCAPES)) as port,
+        pytest.raises(ProtocolError) as raised,
+    ):
+        run(specialist, port, pki, max_new=8)
+    message = str(raised.value)
+    assert "PWNED" in message and message.isprintable() and len(message) < 400, message
