@@ -20,7 +20,8 @@ Errors, all `SpecSteerError`s:
 
 Every uplink is serialized here and passes through `sdk.egress` before gRPC sees it (gRPC's own
 serializer is the identity), so the tap holds exactly the bytes that went out. Compression is
-off, retries are off (a retried stream would resend uplinks the tap saw once), and message sizes
+off and a compressed downlink is refused (the channel enables identity only, so the tap never sees
+inflated bytes), retries are off (a retried stream would resend uplinks the tap saw once), and message sizes
 are capped both ways (`core.limits`). A session's `uplink_bytes` counts what gRPC wrote: a frame the
 tap saw but a broken stream never carried is on record, not in the count.
 
@@ -142,6 +143,9 @@ class RemoteVerifier:
             # A fusion session's dense downlink is bounded by the vocabulary (core.wire.fusion_violation).
             ("grpc.max_receive_message_length", max(MAX_DOWNLINK_BYTES, wire.fusion_downlink_bytes(self.vocab_size))),
             ("grpc.enable_retries", 0),
+            # Identity only (bit 0): a compressed downlink is refused by gRPC, never inflated, so the
+            # audit log's downlink bytes are the wire's (and a gzip bomb never reaches memory).
+            ("grpc.compression_enabled_algorithms_bitset", 1),
             # A private subchannel pool: a reconnect really dials again instead of inheriting
             # another channel's connection (or its backoff after the verifier went away).
             ("grpc.use_local_subchannel_pool", 1),

@@ -344,3 +344,25 @@ def test_status_details_reach_errors_printable_and_short(pki: pki_mod.Pki, speci
         run(specialist, port, pki, max_new=8)
     message = str(raised.value)
     assert "PWNED" in message and message.isprintable() and len(message) < 400, message
+
+
+# -- 5. a compressed downlink is refused, never inflated ----------------------------------------------
+
+
+def test_a_gzip_compressed_downlink_is_refused(pki: pki_mod.Pki, specialist: Specialist) -> None:
+    """gRPC used to inflate gzip downlinks before the tap saw them, so the audit log recorded bytes
+    that never crossed the wire as such; the channel now enables identity only."""
+
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        ctx.set_compression(grpc.Compression.Gzip)
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if isinstance(frame, wire.RoundFrame):
+                yield answer(frame.seq, ((5,), 0.0))
+            elif isinstance(frame, wire.CloseFrame):
+                return
+
+    with hostile(pki, behaviour) as port:
+        out = run(specialist, port, pki, max_new=8)
+    # gRPC refuses the first compressed message: the session ends there, the device finishes locally.
+    assert out.stats.fallback is not None and "compression" in (out.fallback_detail or "").lower()
