@@ -104,7 +104,8 @@ def choose(
         # Every score -inf (or `RULED_OUT` pushed to -inf by a temperature below 1): no weights
         # to draw by. Take the first of them, as greedy would.
         return int(np.argmax(x))
-    weights = np.exp(scaled - scaled.max())  # float32 in [0, 1], the largest exactly 1
+    with np.errstate(over="ignore"):  # scores ±3.4e38 apart overflow to -inf: weight 0, as they should
+        weights = np.exp(scaled - scaled.max())  # float32 in [0, 1], the largest exactly 1
     return inverse_cdf(weights, (generator if generator is not None else np.random.default_rng()).random())
 
 
