@@ -67,8 +67,9 @@ def _deterministic() -> Iterator[None]:
         yield
 
 
-def _open(directory: Path) -> AuditLog:
-    return AuditLog.open(directory, TEST_KEY, segment_records=SEGMENT_RECORDS, device=DEVICE)
+def _open(directory: Path, *, witnessed: bool = False) -> AuditLog:
+    witness_key = TEST_WITNESS.key if witnessed else None  # the device checks the witness's answers with it
+    return AuditLog.open(directory, TEST_KEY, segment_records=SEGMENT_RECORDS, device=DEVICE, witness_key=witness_key)
 
 
 def _finish(log: AuditLog) -> None:
@@ -133,11 +134,19 @@ def _write_uplink_bypass(directory: Path) -> None:
     _finish(log)
 
 
-def _witnessed_sessions(directory: Path, drafts: tuple[tuple[int, ...], ...], answer: _Answer) -> None:
+def _witnessed_sessions(
+    directory: Path, drafts: tuple[tuple[int, ...], ...], answer: _Answer, *, keep_unchecked: bool = False
+) -> None:
     """One session per draft, each Close carrying the log's checkpoint and `answer`'s downlink logged
-    after it. Its own clock and session IDs from the start, so a rewrite replays them identically."""
-    with _deterministic():
-        log = _open(directory)
+    after it. Its own clock and session IDs from the start, so a rewrite replays them identically.
+    `keep_unchecked`: keep every answer as cosigned without checking it (the key holder's own tool
+    rewriting the log, which the honest recorder would not do)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_deterministic())
+        if keep_unchecked:
+            stack.enter_context(mock.patch.object(egress.EgressRecorder, "_cosignature_problem", lambda *_: None))
+            stack.enter_context(mock.patch.object(AuditLog, "_cosigned_by_witness", lambda *_: True))
+        log = _open(directory, witnessed=True)
         rec = egress.EgressRecorder(log)
         for n, draft in enumerate(drafts):
             sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
@@ -182,7 +191,7 @@ def _rewrite_under_cosigned(directory: Path) -> None:
             answers.append(rec.payload)
     shutil.rmtree(directory)
     drafts = ((5, 6, 8), *_WITNESSED_DRAFTS[1:])
-    _witnessed_sessions(directory, drafts, lambda n, _: answers[n])
+    _witnessed_sessions(directory, drafts, lambda n, _: answers[n], keep_unchecked=True)
 
 
 def _bogus_cosignature(directory: Path) -> None:
