@@ -310,8 +310,12 @@ def test_a_session_whose_device_stops_reading_expires(char_tok, pki) -> None:
         ch = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki).credentials())
         call = ch.stream_stream(wire.SESSION_METHOD)(iter(frames), timeout=60)  # sent, never read
         try:
-            time.sleep(1.0)
-            assert server.metrics.value("specsteer_rounds_total") > 0  # its rounds ran, then the writes blocked
+            # Its rounds ran (on a loaded machine the first may take more than a moment), then the
+            # writes blocked.
+            deadline = time.monotonic() + 30
+            while not server.metrics.value("specsteer_rounds_total"):
+                assert time.monotonic() < deadline, "no round of the session ran"
+                time.sleep(0.02)
             assert settled(server, timeout=10.0)  # its session expired and its slot is back
         finally:
             call.cancel()
@@ -319,9 +323,10 @@ def test_a_session_whose_device_stops_reading_expires(char_tok, pki) -> None:
 
 
 def test_session_caps_refuse_politely(models, pki) -> None:
-    # A short queue: carol's Open waits 0.3 s for a slot, then is refused (before the held
-    # sessions' round-idle deadline could end them).
-    limits = {"max_sessions": 2, "max_sessions_per_device": 1, "queue_timeout": 0.3}
+    # A short queue: carol's Open waits 0.3 s for a slot, then is refused. The held sessions'
+    # round-idle deadline is far off: at the default 5 s, a loaded machine could reach carol's
+    # Open late enough for it to end one of them and give carol its slot.
+    limits = {"max_sessions": 2, "max_sessions_per_device": 1, "queue_timeout": 0.3, "round_idle_timeout": 60.0}
     with serve(CloudVerifier(models[1], models[0], seed=0), pki, **limits) as (server, port):
         alice = [grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "alice").credentials()) for _ in range(2)]
         bob = grpc.secure_channel(f"127.0.0.1:{port}", identity(pki, "bob").credentials())
