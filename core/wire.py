@@ -461,4 +461,8 @@ def decode_downlink(raw: bytes, *, max_top_k: int, vocab_size: int, fusion: bool
     unknown = unknown_fields(msg)
     if unknown:
         raise ProtocolError(f"the downlink carries unknown fields ({', '.join(unknown[:3])})")
-    return msg.seq, verdict_from_proto(msg, max_top_k=max_top_k, vocab_size=vocab_size, fusion=fusion)
+    verdict = verdict_from_proto(msg, max_top_k=max_top_k, vocab_size=vocab_size, fusion=fusion)
+    # As the session contract (`core.contract`) judges it with an audit log: one encoding per content.
+    if msg.SerializeToString(deterministic=True) != raw:
+        raise ProtocolError("the downlink is not the canonical (deterministic) serialization of its content")
+    return msg.seq, verdict
