@@ -552,10 +552,13 @@ def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
     return out
 
 
-def _witness(ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None) -> Check:
+def _witness(ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None, device: str | None) -> Check:
+    # Whose log this is: the auditor's word, else the names the log binds (the witness state's entry
+    # for this log must be under one of them).
+    names = [device] if device is not None else [n for n, _ in _devices(ctx)]
     result = cosignature_check(
         _parsed_records(ctx), ctx.scan.checkpoints, len(ctx.leaves), keys, ctx.key,
-        lambda sizes: _roots_at(ctx.leaves, sizes), state,
+        lambda sizes: _roots_at(ctx.leaves, sizes), state, names,
     )  # fmt: skip
     if result.failures:
         summary = f"{len(result.failures)} problem(s) with the witness's cosignatures"
@@ -633,7 +636,7 @@ def inspect(
     if paths:
         checks.append(_transcript(sessions, paths, devices, _device_name(ctx, device, witness_state)))
     if witness_keys or witness_state is not None:
-        checks.append(_witness(ctx, witness_keys, witness_state))
+        checks.append(_witness(ctx, witness_keys, witness_state, device))
     not_covered = NOT_COVERED if paths or witness_state is not None else (*NOT_COVERED, NO_WITNESS)
     return Report(
         str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,

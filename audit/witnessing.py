@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from audit import merkle, records
 from audit.cosignature import WitnessKey, cosignatures
-from audit.errors import NoteError, ProofError
+from audit.errors import AuditError, NoteError, ProofError
 from audit.log import StoredCheckpoint
 from audit.note import Checkpoint, VerifierKey
 from audit.witness_state import WitnessedLog, WitnessState
@@ -132,8 +132,13 @@ def cosignature_check(
     log_key: VerifierKey | None,
     roots_at: RootsAt,
     state: WitnessState | None = None,
+    devices: Sequence[str] = (),
 ) -> CosignatureResult:
-    """Every cosignature by the auditor's witness keys verified and matched against the records."""
+    """Every cosignature by the auditor's witness keys verified and matched against the records.
+
+    `devices` are whose log this is (the auditor's `--device`, else the names the log binds): the
+    witness state's entry for this log must be pinned under one of them.
+    """
     _, answers = _exchanges(parsed)
     failures: list[str] = []
     summaries: list[str] = []
@@ -160,7 +165,7 @@ def cosignature_check(
                 )
     state_entry = None
     if state is not None:
-        state_entry, problem = _state_entry(state, witness_keys, log_key)
+        state_entry, problem = _state_entry(state, witness_keys, log_key, devices)
         if problem is not None:
             failures.append(problem)
     sizes = {cp.size for _, _, cp, _ in found} | ({state_entry[1].size} if state_entry else set())
@@ -196,16 +201,35 @@ def cosignature_check(
 
 
 def _state_entry(
-    state: WitnessState, witness_keys: Sequence[WitnessKey], log_key: VerifierKey | None
+    state: WitnessState, witness_keys: Sequence[WitnessKey], log_key: VerifierKey | None, devices: Sequence[str]
 ) -> tuple[tuple[WitnessKey, WitnessedLog] | None, str | None]:
-    """The witness's record of this log, if the state is by a key the auditor gave and it verifies."""
+    """The witness's record of this log, if the state is by a key the auditor gave and it verifies.
+
+    The witness pins a log key for one device (the name mutual TLS verified). A state that pins
+    this log's key under two names means the witness cosigned one log twice, possibly two
+    histories of it (a split view): neither entry can vouch for the log, so that fails. The one
+    entry must be under this log's device (`devices`), when known.
+    """
     key = next((k for k in witness_keys if str(k) == state.witness), None)
     if key is None:
         return None, f"the witness state is by witness {state.witness}: give that key with --witness-key"
-    entries = [e for e in state.logs.values() if log_key is not None and e.key == str(log_key)]
-    if not entries:
+    owners = sorted(d for d, e in state.logs.items() if log_key is not None and _same_key(e.key, log_key))
+    if not owners:
         return None, "the witness state holds no checkpoint of this log: the witness never cosigned it"
-    entry = entries[0]
+    if len(owners) > 1:
+        sizes = ", ".join(f"{d} (size {state.logs[d].size})" for d in owners)
+        return None, (
+            f"the witness state pins this log's key under {len(owners)} devices, {sizes}: the witness cosigned "
+            "one log under several names, so it may have been shown two histories of it (equivocation, a split "
+            "view), and its record vouches for neither"
+        )
+    owner = owners[0]
+    if devices and owner not in devices:
+        return None, (
+            f"the witness state holds this log's key under device {owner}, but this is the log of "
+            f"{', '.join(sorted(set(devices)))}: the witness cosigned it as another device's"
+        )
+    entry = state.logs[owner]
     recorded = Checkpoint(entry.origin, entry.size, entry.root)
     try:
         if not any(c.checkpoint == recorded for c in cosignatures(entry.note, key)):
@@ -213,3 +237,13 @@ def _state_entry(
     except NoteError as exc:
         return None, f"the witness state's checkpoint does not verify: {exc}"
     return (key, entry), None
+
+
+def _same_key(text: str, key: VerifierKey) -> bool:
+    """Whether a state entry's pinned key is `key`'s Ed25519 key (under whatever log name)."""
+    if text == str(key):
+        return True
+    try:
+        return VerifierKey.parse(text).public_key == key.public_key
+    except AuditError:
+        return False

@@ -6,7 +6,9 @@ the last size this witness cosigned for it (`core.wire.WitnessRequest`). The wit
 
 1. the checkpoint is signed by the log key pinned for this device (the certificate's name, which
    mutual TLS verified) at first sight: trust on first use, so a device that changes its log key
-   is refused until the operator removes its entry from the state file;
+   is refused until the operator removes its entry from the state file. A log key is pinned for
+   one device only: a key already pinned for another device is refused at first sight, or one log
+   could be cosigned under two names with two histories (a split view) that each verify;
 2. it is not smaller than the last cosigned checkpoint (no rollback), and the proof shows the
    last cosigned tree is a prefix of it (no rewrite, no fork). At first sight there is nothing
    to be consistent with, and the checkpoint is accepted as it is.
@@ -95,7 +97,15 @@ class Witness:
         if not key.verify(checkpoint.body().encode(), request.signature):
             return Refused("the checkpoint's signature does not verify under the log key it names")
         last = self.state.logs.get(device)
-        if last is not None:
+        if last is None:
+            other = _pinned_elsewhere(self.state, device, key)
+            if other is not None:
+                return Refused(
+                    f"the log key {key} is pinned for device {other}: one log witnessed under two device names "
+                    "could be shown two histories (a split view), so it is refused until the operator removes "
+                    f"{other}'s entry from the state file"
+                )
+        else:
             if last.key != str(key):
                 return Refused(
                     f"the checkpoint is signed by log key {key}, not the key {last.key} pinned for this device"
@@ -132,6 +142,23 @@ class Witness:
         except OSError as exc:
             # Fail closed: a cosignature the witness cannot remember must not be handed out.
             raise AuditError(f"cannot write the witness state {self.state_path}: {exc.strerror or exc}") from None
+
+
+def _pinned_elsewhere(state: WitnessState, device: str, key: VerifierKey) -> str | None:
+    """The other device, if any, whose entry pins `key`'s Ed25519 key (under whatever log name)."""
+    for other, entry in sorted(state.logs.items()):
+        if other == device:
+            continue
+        if entry.key == str(key) or _public_key(entry.key) == key.public_key:
+            return other
+    return None
+
+
+def _public_key(text: str) -> bytes | None:
+    try:
+        return VerifierKey.parse(text).public_key
+    except AuditError:
+        return None
 
 
 def _log_note(checkpoint: Checkpoint, key: VerifierKey, signature: bytes) -> str:

@@ -209,6 +209,68 @@ def test_the_recorder_lets_a_close_carry_only_the_checkpoint_it_issued(tmp_path:
         rec.record_uplink(sid, wire.encode_close(3, issued))
 
 
+# -- one log key under two device names: a split view -------------------------------------------------
+
+
+def _split_view(tmp: Path, witness_for_fork: Callable[[Witness], Witness]) -> tuple[Witnessed, Path, Witness]:
+    """An honest log cosigned as alice, and a fork of it (session 1 dropped, the same log key) whose
+    Closes go to `witness_for_fork(witness)` as device aaa-spare (a spare certificate of the fleet)."""
+    key = SigningKey.generate("device.test/log")
+    pub = tmp / "device.pub"
+    pub.write_text(f"{key.verifier}\n")
+    private, witness_pub = write_witness_key_pair("witness.test/w1", tmp / "witness")
+    signer = WitnessSigner.parse(private.read_text())
+    witness = Witness(signer, tmp / "witness" / "state.json")
+    with AuditLog.open(tmp / "honest", key, device=DEVICE, witness_key=signer.key) as log:
+        rec = EgressRecorder(log)
+        for seed in (0, 1, 2):
+            assert isinstance(witnessed_session(rec, witness, seed=seed), Cosigned)
+    fork_witness = witness_for_fork(witness)
+    with AuditLog.open(tmp / "fork", key, device=DEVICE, witness_key=signer.key) as log:
+        rec = EgressRecorder(log)
+        for seed in (0, 2):
+            witnessed_session(rec, fork_witness, seed=seed, device="aaa-spare")
+    w = Witnessed(tmp, tmp / "honest", key, pub, signer, witness_pub, tmp / "witness" / "state.json")
+    return w, tmp / "fork", fork_witness
+
+
+def test_the_witness_refuses_a_log_key_pinned_for_another_device(tmp_path: Path) -> None:
+    """A log key is pinned for one device: the fork's first Close under another name is refused."""
+    w, _, _ = _split_view(tmp_path, lambda witness: witness)
+    state = read_state(w.state)
+    assert set(state.logs) == {"alice"}
+    assert [r["device"] for r in state.refusals] == ["aaa-spare", "aaa-spare"]
+    assert "is pinned for device alice" in state.refusals[0]["reason"]
+    assert "split view" in state.refusals[0]["reason"]
+
+
+def test_a_witness_state_with_one_log_key_under_two_devices_fails_as_equivocation(tmp_path: Path) -> None:
+    """A state written by a witness that pinned one key twice (or edited so): neither log verifies on it,
+    and the honest log is not told it was "rewritten after it was cosigned"."""
+
+    def second_witness(witness: Witness) -> Witness:  # the same signer, its own state: no cross-device check
+        return Witness(witness.signer, tmp_path / "witness" / "other-state.json")
+
+    w, fork, _ = _split_view(tmp_path, second_witness)
+    state = json.loads(w.state.read_text())
+    state["logs"].update(json.loads((tmp_path / "witness" / "other-state.json").read_text())["logs"])
+    split = tmp_path / "split-state.json"
+    split.write_text(json.dumps(state))
+    for log in (w.log, fork):
+        code, report = audit(w, log, "--witness-state", str(split))
+        assert (code, report["verdict"]) == (1, FAILED), log
+        text = failures(report)
+        assert "pins this log's key under 2 devices, aaa-spare (size 16), alice (size 24)" in text, text
+        assert "equivocation" in text and "rewritten after it was cosigned" not in text, text
+    # The fork's own state (its key pinned under aaa-spare only) is not this log's device's record.
+    code, report = audit(w, fork, "--witness-state", str(tmp_path / "witness" / "other-state.json"))
+    assert (code, report["verdict"]) == (1, FAILED)
+    assert "under device aaa-spare, but this is the log of alice" in failures(report)
+    # The honest log and its witness's honest state still verify.
+    code, report = audit(w, w.log, "--witness-state", str(w.state))
+    assert (code, report["verdict"]) == (0, VERIFIED), failures(report)
+
+
 # -- every key-holder rewrite class fails with the witness's key (and state) ---------------------------
 
 
