@@ -13,33 +13,16 @@ from privacy.normalize import fold
 from privacy.pii import PiiDetector
 from privacy.recognizers import SecretRecognizer
 from privacy.spans import EMAIL, SECRET, URL_CREDENTIALS
-from sdk.uplink_guard import plan_uplink
+from tests.privacy.test_guard_attack_forms import drafted
 
 HISTORY = ["Deploy notes.\n\n  SMTP_USER=relay\n  SMTP_PASSWORD=Zr4#kP9!mWq2\n"]
 
 
 def leaked(guard: EgressGuard, tok, text: str, spans: list[tuple[int, int]], draft_len: int = 4) -> str:
     """The characters of `spans` that went up in the clear, drafting `text` K tokens a round."""
-    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = [*enc["input_ids"], tok.eos_token_id]
-    sent: set[int] = set()
-    p = 0
-    while p < len(ids):
-        script = iter(ids[p + draft_len :])
-        plan = plan_uplink(
-            guard,
-            tok,
-            ids[:p],
-            [],
-            ids[p : p + draft_len],
-            more=lambda s=script: next(s, None),
-            eos_ids=frozenset({tok.eos_token_id}),
-            draft_len=draft_len,
-        )
-        sent.update(range(p + plan.kept - len(plan.draft), p + plan.kept))
-        p += plan.kept
+    sent, offsets = drafted(guard, tok, text, draft_len)
     out = []
-    for i, (a, b) in enumerate(enc["offset_mapping"]):
+    for i, (a, b) in enumerate(offsets):
         if i in sent and any(a < e and b > s for s, e in spans):
             out.append(text[a:b])
     return "".join(out)
