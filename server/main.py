@@ -423,6 +423,10 @@ class VerifierServer:
                 ),
                 # Without this a second process could bind the same port and take half the devices.
                 ("grpc.so_reuseport", 0),
+                # Identity only: gRPC would inflate a compressed uplink before the servicer, so the
+                # transcript would hash other bytes than arrived (and a small frame could inflate to
+                # the message cap). A compressed message is refused by gRPC itself.
+                ("grpc.compression_enabled_algorithms_bitset", 1),
                 *connection_limits(config),
             ],
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
