@@ -36,7 +36,7 @@ from audit.note import (
     open_checkpoint,
     write_key_pair,
 )
-from audit.verify import UNPROVEN, Report, inspect, verify
+from audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
 from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
 from core.cli import Parser as _Parser
 from core.errors import SpecSteerError
@@ -269,10 +269,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     cp_dir.mkdir()
     for stored in scan.checkpoints:
         (cp_dir / f"{stored.number:06d}.note").write_text(stored.note, encoding="utf-8")
-    if scan.checkpoints:
-        (out / "latest.note").write_text(scan.checkpoints[-1].note, encoding="utf-8")
-    key = _key(args.key)
-    (out / "device.pub").write_text(f"{key or verifier_of(args.log)}\n", encoding="utf-8")
+    key = _key(args.key) or verifier_of(args.log)
+    # The largest valid checkpoint that matches the records, not the file's last line (anyone can
+    # append an old one): the auditor passes it as --checkpoint next time.
+    latest = latest_checkpoint(scan, key)
+    if latest is not None:
+        (out / "latest.note").write_text(latest, encoding="utf-8")
+    (out / "device.pub").write_text(f"{key}\n", encoding="utf-8")
     (out / "report.txt").write_text(report.render(), encoding="utf-8")
     (out / "report.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
     manifest = []

@@ -28,8 +28,8 @@ from typing import Any
 from audit import merkle, records
 from audit.cosignature import WitnessKey
 from audit.errors import AuditError, VerificationFailed
-from audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredRecord, scan_log, torn_evidence
-from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint
+from audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
+from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
 from audit.transcript import DeviceSession, compare, merge, read_transcript
 from audit.witness_state import WitnessState, read_state
 from audit.witnessing import ParsedRecord, cosignature_check, request_failures
@@ -334,6 +334,7 @@ def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
                 f"checkpoint {number} (size {cp.size}) does not match the records: a record between "
                 f"record {below} and record {cp.size - 1} was changed, removed or moved"
             )
+    failures += _checkpoint_order(ctx, valid)
     if not ctx.scan.checkpoints:
         failures.append("the log has no signed checkpoint, so nothing in it is signed")
     latest = max((cp.size for _, cp in valid), default=0)
@@ -349,6 +350,61 @@ def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
     if not failures:
         summary += f", all signed by {ctx.key.name}+{ctx.key.id.hex()} and matching the records (latest size {latest})"
     return Check("checkpoints", not failures, summary, tuple(failures), tuple(notes)), valid
+
+
+def _checkpoint_order(ctx: _Context, valid: list[tuple[int, Checkpoint]]) -> list[str]:
+    """Fail checkpoint lines that the device cannot have written where they stand.
+
+    The device appends a checkpoint signed by the log key alone at its current size, only when the
+    size has grown (or again at the same size after a reopen), so those sizes never go down; a
+    cosigned note repeats, with the witness's line added, a checkpoint it signed earlier (the one the
+    Close carried), and may come after a larger one (another session's end came first). An old line
+    appended again (which made `audit export` hand out an old latest.note) breaks these rules.
+    """
+    notes = {s.number: s.note for s in ctx.scan.checkpoints}
+    failures: list[str] = []
+    top: tuple[int, int] | None = None  # (line, size) of the largest log-signed-only checkpoint so far
+    signed: set[tuple[int, bytes]] = set()
+    for number, cp in valid:
+        try:
+            extra = len(parse_note(notes[number]).signatures) > 1
+        except NoteError:
+            continue  # it opened, so it parses
+        if extra:
+            if (cp.size, cp.root) not in signed:
+                failures.append(
+                    f"checkpoint {number} (size {cp.size}) carries other signatures than the log's but repeats no "
+                    "earlier checkpoint: the device stores a cosigned checkpoint only after the one its Close carried"
+                )
+            continue
+        if top is not None and cp.size < top[1]:
+            failures.append(
+                f"checkpoint {number} (size {cp.size}) comes after checkpoint {top[0]} (size {top[1]}): the device "
+                "signs its checkpoints in growing order, so this line was copied or moved here"
+            )
+            continue
+        if top is None or cp.size > top[1]:
+            top = (number, cp.size)
+        signed.add((cp.size, cp.root))
+    return failures
+
+
+def latest_checkpoint(scan: LogScan, key: VerifierKey) -> str | None:
+    """The note of the largest checkpoint that verifies under `key` and matches the records (for
+    `audit export`'s latest.note: not the last line, which anyone can append to)."""
+    leaves = [s.leaf for s in scan.records]
+    opened: list[tuple[StoredCheckpoint, Checkpoint]] = []
+    for stored in scan.checkpoints:
+        try:
+            opened.append((stored, open_checkpoint(stored.note, key)))
+        except NoteError:
+            continue
+    roots = _roots_at(leaves, {cp.size for _, cp in opened if cp.size <= len(leaves)})
+    good = [(cp.size, stored.number, stored.note) for stored, cp in opened if roots.get(cp.size) == cp.root]
+    if not good:
+        return None
+    size = max(g[0] for g in good)
+    return min(g for g in good if g[0] == size)[2]
 
 
 def _previous(ctx: _Context, note: str, valid: list[tuple[int, Checkpoint]]) -> Check:

@@ -108,6 +108,27 @@ def test_export_writes_a_complete_evidence_bundle(built: BuiltLog, tmp_path: Pat
     assert main(["export", str(built.directory), "--out", str(out)]) == 1  # never overwrites
 
 
+def test_export_keeps_the_largest_checkpoint_not_an_old_line_appended_last(
+    built: BuiltLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Anyone with write access appends a copy of the oldest checkpoint line: the bundle's latest.note
+    must still sign the log's full size (else a later rollback passes --checkpoint latest.note), and
+    verify names the line that the device cannot have written there."""
+    cp_file = built.directory / "checkpoints.jsonl"
+    lines = cp_file.read_text().splitlines(keepends=True)
+    key = load_verifier_key(built.pub)
+    sizes = [open_checkpoint(json.loads(line)["note"], key).size for line in lines]
+    cp_file.write_text("".join(lines) + lines[0])
+    out = tmp_path / "bundle"
+    main(["export", str(built.directory), "--out", str(out), "--key", str(built.pub)])
+    assert open_checkpoint((out / "latest.note").read_text(), key).size == max(sizes)
+    capsys.readouterr()
+    assert main(["verify", str(built.directory), "--key", str(built.pub), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    text = "\n".join(m for c in report["checks"] for m in c["failures"])
+    assert f"checkpoint {len(lines)} (size {sizes[0]}) comes after checkpoint {len(lines) - 1}" in text, text
+
+
 def test_keygen_writes_a_private_key_only_its_owner_can_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
