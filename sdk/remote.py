@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -278,6 +279,9 @@ class RemoteVerifier:
 
 
 _END = object()
+# gRPC's details when what a peer sent is past this end's limits ("received metadata size exceeds
+# hard limit", "Received message larger than max").
+_RECEIVE_LIMIT = re.compile(r"exceeds (hard |soft )?limit|larger than max", re.IGNORECASE)
 
 
 class RemoteSession:
@@ -440,6 +444,12 @@ class RemoteSession:
             return self._lost("verifier-lost", f"the connection to the verifier at {where} broke: {details}")
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return self._lost("verifier-expired", f"the verifier at {where} expired the session: {details}")
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and _RECEIVE_LIMIT.search(raw):
+            # gRPC's own words for what the verifier sent past this device's limits (metadata,
+            # a message): the verifier's fault, not its capacity.
+            return self._lost(
+                "verifier-error", f"the verifier at {where} sent more than this device accepts: {details}"
+            )
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
             return self._lost("verifier-busy", f"the verifier at {where} is at capacity: {details}")
         if code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):

@@ -366,3 +366,29 @@ def test_a_gzip_compressed_downlink_is_refused(pki: pki_mod.Pki, specialist: Spe
         out = run(specialist, port, pki, max_new=8)
     # gRPC refuses the first compressed message: the session ends there, the device finishes locally.
     assert out.stats.fallback is not None and "compression" in (out.fallback_detail or "").lower()
+
+
+# -- 7. a verifier that sends past the device's limits is at fault, not at capacity -------------------
+
+
+@pytest.mark.parametrize("where", ["initial", "trailing"])
+def test_metadata_past_the_devices_limit_is_the_verifiers_error_not_its_capacity(
+    pki: pki_mod.Pki, specialist: Specialist, where: str
+) -> None:
+    def behaviour(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        big = (("x-big", "B" * 200_000),)
+        if where == "initial":
+            ctx.send_initial_metadata(big)
+        for raw in requests:
+            frame = wire.decode_uplink(raw)
+            if not isinstance(frame, wire.RoundFrame):
+                continue
+            if frame.seq > 1:
+                ctx.set_trailing_metadata(big)  # the stream ends mid-session with the oversized trailers
+                return
+            yield answer(frame.seq, ((5,), 0.0))
+
+    with hostile(pki, behaviour) as port:
+        out = run(specialist, port, pki, max_new=8)
+    assert out.stats.fallback == "verifier-error", out.fallback_detail
+    assert "sent more than this device accepts" in (out.fallback_detail or "")
