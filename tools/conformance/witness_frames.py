@@ -5,8 +5,10 @@ The Close vectors join `wire/uplinks.json` (judged by `core.wire.decode_uplink`,
 a cosignature sent where a round's answer is due joins `wire/downlinks.json`. `wire/cosignatures.json`
 holds the downlinks answering a Close that asked for a cosignature, as the device's recorder judges
 them before keeping one: the session contract's `examine_downlink` in a session whose Close
-(`CLOSE_SEQ`) carried a witness request. The device holds no witness key: a well-formed
-cosignature is kept unverified, and `audit verify --witness-key` checks it (`audit/cases.json`).
+(`CLOSE_SEQ`) carried a witness request. The contract judges form only: a well-formed
+cosignature is kept on record; the device proves later Closes from it only if it verifies under
+the witness key the device was given (`sdk generate --witness-key`), and `audit verify
+--witness-key` checks it (`audit/cases.json`).
 """
 
 from __future__ import annotations
