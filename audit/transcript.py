@@ -318,6 +318,7 @@ class DeviceSession:
     cert_sha256: str | None = None
     device: str | None = None  # the name the log binds with that certificate
     first_downlink: int | None = None
+    closed: bool = False  # ended by its Close (then its last uplink)
 
 
 @dataclass
@@ -495,6 +496,21 @@ def _compare_one(
                 f"session {prefix.session_id[:8]}… (which fell back)"
             )
             continue
+        # A session that closed may have logged and sent its Close after the server ended the stream
+        # (an idle timeout after the last verdict, a restart): the server then holds every uplink
+        # but that final Close. The log holds more than the server received, never less: a note.
+        lost = next((d for d in unmatched if _lost_close(d, key)), None)
+        if lost is not None:
+            unmatched.remove(lost)
+            pairs.append((lost, stream))
+            result.matched += 1
+            ended = f"ended: {stream.end}" if stream.end is not None else "no end recorded"
+            result.notes.append(
+                f"server stream {stream.name} ({ended}) received every uplink of device session "
+                f"{lost.session_id[:8]}… but its final Close (record {lost.uplinks[-1][0]}): the stream was over "
+                "before the Close arrived (the log holds more than the server received, not less)"
+            )
+            continue
         result.failures.append(_explain_stray(stream, unmatched, who))
     for d in unmatched:
         first = d.uplinks[0][0]
@@ -513,6 +529,11 @@ def _compare_one(
             )
     streams_per_key = Counter(tuple(e.sha256 for e in s.entries) for _, s in pairs)
     return [(d, s) for d, s in pairs if streams_per_key[tuple(e.sha256 for e in s.entries)] == 1]
+
+
+def _lost_close(session: DeviceSession, hashes: tuple[str, ...]) -> bool:
+    """`hashes` are all of a closed session's uplinks but its final one, the Close."""
+    return session.closed and len(session.uplinks) == len(hashes) + 1 and _starts_with(session, hashes)
 
 
 def _starts_with(session: DeviceSession, hashes: tuple[str, ...]) -> bool:

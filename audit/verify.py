@@ -538,7 +538,8 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
         )  # fmt: skip
         name, cert = certs[sid] or (None, None)
         fell_back = state.phase.value == "fell back"
-        device.append(DeviceSession(sid, uplinks[sid], fell_back, cert, name, first_downlink.get(sid)))
+        closed = state.phase.value == "closed"
+        device.append(DeviceSession(sid, uplinks[sid], fell_back, cert, name, first_downlink.get(sid), closed))
     interrupted = [s for s in summaries if s.ended == "fallback (interrupted)"]
     if interrupted:
         notes.append(f"{len(interrupted)} session(s) were interrupted (the device process ended mid-session)")

@@ -80,6 +80,32 @@ def test_a_closed_session_the_server_never_received_is_a_mismatch(tmp_path: Path
     assert "closed normally but the server has no matching record" in _fail_text(built, tmp_path / "server.jsonl")
 
 
+def test_a_close_the_server_never_received_is_one_note_not_two_failures(tmp_path: Path) -> None:
+    """The server ended the stream after the last verdict (idle timeout, restart): the device logged and
+    sent its Close, the server never got it. The log holds more than the server, not less."""
+    built = build_log(tmp_path, sessions=2)
+    streams = list(_device_uplinks(built).values())
+    with ServerTranscript.open(tmp_path / "server.jsonl") as t:
+        for i, payloads in enumerate(streams):
+            t.begin_stream(f"s{i}", DEVICE.name, DEVICE.cert_sha256)
+            for p in payloads if i == 0 else payloads[:-1]:
+                t.record_uplink(f"s{i}", p)
+            t.end_stream(f"s{i}", "closed" if i == 0 else "expired")
+    report = verify(built.directory, key=built.key.verifier, server_transcript=tmp_path / "server.jsonl")
+    (check,) = [c for c in report.checks if c.name == "server transcript"]
+    lost = [n for n in check.notes if "but its final Close" in n]
+    assert len(lost) == 1 and "server stream s1 (ended: expired)" in lost[0], check.notes
+    assert "2 server stream(s) of this device match" in check.summary
+    # Missing more than the final Close is still a failure, as is the Close of a session missing.
+    with ServerTranscript.open(tmp_path / "short.jsonl") as t:
+        for i, payloads in enumerate(streams):
+            t.begin_stream(f"s{i}", DEVICE.name, DEVICE.cert_sha256)
+            for p in payloads if i == 0 else payloads[:-2]:
+                t.record_uplink(f"s{i}", p)
+            t.end_stream(f"s{i}", "expired")
+    assert "closed normally" in _fail_text(built, tmp_path / "short.jsonl")
+
+
 def test_a_malformed_transcript_line_is_named(tmp_path: Path) -> None:
     built = build_log(tmp_path, sessions=1)
     _server_saw(tmp_path / "server.jsonl", list(_device_uplinks(built).values()))
