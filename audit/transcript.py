@@ -210,10 +210,22 @@ class Stream:
 
 
 @dataclass
+class TornLine:
+    """A line cut short by a crash: the prefix of one line the writer wrote (not JSON), kept by the
+    restarted server, which starts its lines after it (`ServerTranscript.open`)."""
+
+    line: int
+    open_streams: frozenset[str]  # the streams begun and not ended before it: one of them may own it
+    restarted: bool = True  # no stream open at the torn line wrote again after it (as after a restart)
+    label: str = ""  # "transcript N: " when several transcripts are merged
+
+
+@dataclass
 class Transcript:
     streams: dict[str, list[TranscriptEntry]] = field(default_factory=dict)  # each stream's uplinks
     info: dict[str, Stream] = field(default_factory=dict)  # who sent each stream, and how it ended
     problems: list[str] = field(default_factory=list)
+    torn: list[TornLine] = field(default_factory=list)  # judged per device by `compare`
 
 
 def _parse_line(obj: object) -> str | None:
@@ -241,11 +253,15 @@ def read_transcript(path: Path) -> Transcript:
     out = Transcript()
     if lines and lines[-1] == b"":
         lines.pop()
+    open_streams: set[str] = set()
     for number, raw in enumerate(lines, start=1):
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
-            out.problems.append(f"server transcript line {number} is not JSON")
+            if number > 1 and _torn_prefix(raw):
+                out.torn.append(TornLine(number, frozenset(open_streams)))
+            else:
+                out.problems.append(f"server transcript line {number} is not JSON")
             continue
         if number == 1:
             if obj != {"format": TRANSCRIPT_FORMAT}:
@@ -266,6 +282,7 @@ def read_transcript(path: Path) -> Transcript:
                 continue
             out.info[name] = Stream(name, obj["device"], obj["cert_sha256"], number)
             out.streams[name] = out.info[name].entries
+            open_streams.add(name)
             continue
         if stream is None:
             out.problems.append(f"server transcript line {number}: stream {name} was never begun (no device for it)")
@@ -273,7 +290,11 @@ def read_transcript(path: Path) -> Transcript:
         if stream.end is not None:
             out.problems.append(f"server transcript line {number}: stream {name} continues after its end")
             continue
+        for i, torn in enumerate(out.torn):
+            if torn.restarted and name in torn.open_streams:
+                out.torn[i] = replace(torn, restarted=False)  # the writer went on: no crash tore it
         if kind == "end":
+            open_streams.discard(name)
             stream.end = obj["end"]
             if obj["uplinks"] != len(stream.entries):
                 out.problems.append(
@@ -292,11 +313,21 @@ def read_transcript(path: Path) -> Transcript:
     return out
 
 
+MAX_LINE_BYTES = 1024  # the longest line the writer writes (a begin line with a 128-character name) is shorter
+
+
+def _torn_prefix(raw: bytes) -> bool:
+    """Whether `raw` can be the start of one line the writer wrote, cut short: ASCII JSON that opens
+    an object and holds no second one (the writer escapes every '"' inside a value)."""
+    return raw.startswith(b'{"') and len(raw) < MAX_LINE_BYTES and raw.isascii() and b'{"' not in raw[1:]
+
+
 def merge(transcripts: Sequence[Transcript]) -> Transcript:
     """One view of several transcripts (e.g. of several verifier replicas); stream names must not clash."""
     out = Transcript()
     for i, t in enumerate(transcripts):
         out.problems += [f"transcript {i + 1}: {p}" for p in t.problems] if len(transcripts) > 1 else t.problems
+        out.torn += [replace(x, label=f"transcript {i + 1}: " if len(transcripts) > 1 else "") for x in t.torn]
         for name, stream in t.info.items():
             if name in out.info:
                 out.problems.append(f"stream {name} appears in two transcripts")
@@ -376,6 +407,7 @@ def compare(
     # The log's device names, and the auditor's: every certificate the server saw under them is ours.
     ours = {n for n, _ in bound} | ({device_name} if device_name is not None else set())
     _check_bindings(bound, ours, transcript, result)
+    _check_torn(transcript, ours, set(certs), result)
     pairs: list[tuple[DeviceSession, Stream]] = []
     for cert in certs:
         streams = [s for s in transcript.info.values() if s.cert_sha256 == cert and s.entries]
@@ -395,6 +427,41 @@ def compare(
             "other devices)"
         )
     return result
+
+
+def _check_torn(transcript: Transcript, names: set[str], certs: set[str], result: Comparison) -> None:
+    """A line torn by a crash is another device's business unless it can be this device's uplink.
+
+    The writer writes a stream's begin line before any of its uplinks, so a torn line is a begin
+    line (which records no uplink) or the uplink or end line of a stream open at that point. A
+    crash ends every open stream: the restarted server writes nothing more for them. So a torn
+    line that no stream of this device's names or certificates was open for cannot hide one of its
+    uplinks: a note. It fails when such a stream was open (the lost line may be an uplink of it,
+    whose hash nobody can check), or when a stream open at it wrote again after it (no crash
+    then: the writer went on past a damaged line, which a restart explains no longer).
+    """
+    for torn in transcript.torn:
+        where = f"{torn.label}server transcript line {torn.line}"
+        if not torn.restarted:
+            result.failures.append(
+                f"{where} is not JSON, and streams open before it go on after it: not a line torn by a crash"
+            )
+            continue
+        mine = sorted(
+            n
+            for n in torn.open_streams
+            if transcript.info[n].device in names or transcript.info[n].cert_sha256 in certs
+        )
+        if mine:
+            result.failures.append(
+                f"{where} was torn by a crash while stream {', '.join(mine)} of this device was open: it may be "
+                "an uplink of it that the server received, whose hash is lost"
+            )
+        else:
+            result.notes.append(
+                f"{where} was torn by a crash (the server restarted after it); no stream of this device was "
+                "open then, so it holds none of this device's uplinks"
+            )
 
 
 def _check_bindings(

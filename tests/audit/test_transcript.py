@@ -13,7 +13,7 @@ from audit.cli import main
 from audit.errors import AuditError, VerificationFailed
 from audit.identity import DeviceIdentity
 from audit.log import scan_log
-from audit.transcript import ServerTranscript, read_transcript
+from audit.transcript import ServerTranscript, TornLine, read_transcript
 from audit.verify import verify
 from core import wire
 from tests.audit.helpers import DEVICE, BuiltLog, build_log
@@ -106,6 +106,43 @@ def test_a_close_the_server_never_received_is_one_note_not_two_failures(tmp_path
     assert "closed normally" in _fail_text(built, tmp_path / "short.jsonl")
 
 
+def _torn_by_a_crash(path: Path, stream: str, device: DeviceIdentity) -> None:
+    """`device`'s stream is open when the server crashes mid-line; the server restarts and goes on."""
+    with ServerTranscript.open(path) as t:
+        t.begin_stream(stream, device.name, device.cert_sha256)
+        t.record_uplink(stream, b"\x0a\x02\x08\x01")
+    path.write_bytes(path.read_bytes()[:-25])  # the crash tore the last write
+    with ServerTranscript.open(path) as t:  # the restarted server: new streams only
+        t.begin_stream("later", "carol", "c3" * 32)
+        t.end_stream("later", "closed")
+
+
+def test_a_line_torn_by_a_crash_fails_only_the_device_whose_stream_was_open(tmp_path: Path) -> None:
+    """A torn line fails no device forever: only one whose stream was open then (it may be its uplink)."""
+    built = build_log(tmp_path, sessions=2)
+    streams = list(_device_uplinks(built).values())
+    transcript = tmp_path / "server.jsonl"
+    _server_saw(transcript, streams)
+    _torn_by_a_crash(transcript, "bobstream", BOB)
+    report = verify(built.directory, key=built.key.verifier, server_transcript=transcript, device="alice")
+    (check,) = [c for c in report.checks if c.name == "server transcript"]
+    assert any("torn by a crash" in n and "none of this device's uplinks" in n for n in check.notes), check.notes
+    # The same crash with one of alice's streams open: the torn line may be her uplink.
+    mine = tmp_path / "mine.jsonl"
+    _server_saw(mine, streams)
+    _torn_by_a_crash(mine, "alicestream", DEVICE)
+    with pytest.raises(VerificationFailed) as info:
+        verify(built.directory, key=built.key.verifier, server_transcript=mine, device="alice")
+    text = "\n".join(m for c in info.value.report.checks for m in c.failures)
+    assert "torn by a crash while stream alicestream of this device was open" in text, text
+    # A damaged line that streams open before it write past is no crash: it fails every device.
+    lines = transcript.read_bytes().split(b"\n")
+    torn = next(i for i, line in enumerate(lines) if line.startswith(b"{") and not line.endswith(b"}"))
+    lines.insert(torn + 1, b'{"stream":"bobstream","end":"closed","uplinks":1}')
+    transcript.write_bytes(b"\n".join(lines))
+    assert "not a line torn by a crash" in _fail_text(built, transcript)
+
+
 def test_a_malformed_transcript_line_is_named(tmp_path: Path) -> None:
     built = build_log(tmp_path, sessions=1)
     _server_saw(tmp_path / "server.jsonl", list(_device_uplinks(built).values()))
@@ -159,7 +196,8 @@ def test_the_writer_keeps_identity_and_end_and_refuses_an_old_format(tmp_path: P
     parsed = read_transcript(path)
     assert parsed.info["s1"].end == "closed" and parsed.info["s1"].device == "alice"
     assert parsed.info["s3"].cert_sha256 == BOB.cert_sha256 and parsed.info["s3"].end is None
-    assert parsed.problems == ["server transcript line 5 is not JSON"]
+    # Not a problem in itself: `compare` judges it per device (whose streams were open then).
+    assert parsed.problems == [] and parsed.torn == [TornLine(5, frozenset())]
     old = tmp_path / "v1.jsonl"
     old.write_text(
         '{"format":"specsteer-server-transcript/1"}\n{"stream":"a","i":0,"len":1,"sha256":"' + "0" * 64 + '"}\n'
