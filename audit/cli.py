@@ -27,8 +27,10 @@ from pathlib import Path
 from audit import merkle, records
 from audit.cosignature import load_witness_key
 from audit.errors import AuditError, VerificationFailed
+from audit.files import read_regular
 from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
 from audit.note import (
+    MAX_NOTE_BYTES,
     Checkpoint,
     NoteError,
     VerifierKey,
@@ -111,10 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read_text(path: Path, what: str) -> str:
+    data = read_regular(path, what, MAX_NOTE_BYTES)
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AuditError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AuditError(f"cannot read {what} {path}: {exc}") from None
 
 
 def _key(path: Path | None) -> VerifierKey | None:

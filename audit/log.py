@@ -38,16 +38,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
 
 from google.protobuf.message import DecodeError
 
 from audit import merkle, records
 from audit.cosignature import WitnessKey, cosignatures
 from audit.errors import AuditError, KeyFileError, LogCorruptError
+from audit.files import open_regular
 from audit.identity import DeviceIdentity
+from audit.note import MAX_NOTE_BYTES, NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
 from audit.note import Checkpoint as CheckpointBody
-from audit.note import NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
 from core.fileio import fsync_folder
 from core.session_types import WIRE_MAX_TOP_K
 from core.wire import pb
@@ -61,6 +62,7 @@ HEADER = struct.Struct(">I")
 TRAILER_SIZE = 32
 MAX_RECORD_BYTES = 2 * records.MAX_PAYLOAD_BYTES  # base64 and JSON around the largest payload
 DEFAULT_SEGMENT_RECORDS = 4096
+MAX_PROBLEMS = 100  # damage past this many places in the log is not read any further
 INTERRUPTED = "interrupted"
 
 
@@ -109,19 +111,43 @@ class LogScan:
     checkpoints: list[StoredCheckpoint] = field(default_factory=list)
 
 
-def _frame_at(buf: bytes, offset: int) -> tuple[int, bytes, bytes] | None:
-    """(end, record, trailer) of the complete frame at `offset`, or None if it runs past the end."""
-    if offset + HEADER.size > len(buf):
+class _Segment:
+    """A segment file read frame by frame (never whole: a segment can be any size on disk)."""
+
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self._handle = handle
+        self.size = size
+
+    def read(self, offset: int, n: int) -> bytes:
+        self._handle.seek(offset)
+        return self._handle.read(n)
+
+    def all_zero(self, offset: int) -> bool:
+        """Whether every byte from `offset` to the end is zero (read in bounded chunks)."""
+        self._handle.seek(offset)
+        while chunk := self._handle.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+        return True
+
+
+def _frame_at(seg: _Segment, offset: int) -> tuple[int, bytes, bytes] | None:
+    """(end, record, trailer) of the complete frame at `offset`, or None if it runs past the end
+    (or declares a length no writer produces: the frame header itself is then damaged)."""
+    head = seg.read(offset, HEADER.size)
+    if len(head) < HEADER.size:
         return None
-    (length,) = HEADER.unpack_from(buf, offset)
+    (length,) = HEADER.unpack(head)
     end = offset + HEADER.size + length + TRAILER_SIZE
-    if end > len(buf):
+    if length > MAX_RECORD_BYTES or end > seg.size:
         return None
-    data = buf[offset + HEADER.size : offset + HEADER.size + length]
-    return end, data, buf[end - TRAILER_SIZE : end]
+    body = seg.read(offset + HEADER.size, length + TRAILER_SIZE)
+    if len(body) < length + TRAILER_SIZE:  # the file shrank while it was read
+        return None
+    return end, body[:length], body[length:]
 
 
-def _torn_reason(buf: bytes, offset: int) -> str | None:
+def _torn_reason(seg: _Segment, offset: int) -> str | None:
     """Why the bytes from `offset` to the end are one torn final write, or None if they are not.
 
     The writer appends each frame in one write and fsyncs it, so a crash leaves at most one frame
@@ -130,43 +156,50 @@ def _torn_reason(buf: bytes, offset: int) -> str | None:
     bytes than one frame, a length no writer produces) is damage. Decided in constant time plus
     one pass over the tail, so a hostile tail costs no more than reading it.
     """
-    rest = len(buf) - offset
-    if buf.count(0, offset) == rest:
+    rest = seg.size - offset
+    if seg.all_zero(offset):
         return "a final write that never reached the disk (zero-filled)"
     if rest < HEADER.size:
         return "an incomplete frame header"
-    (length,) = HEADER.unpack_from(buf, offset)
+    (length,) = HEADER.unpack(seg.read(offset, HEADER.size))
     if length > MAX_RECORD_BYTES:
         return None
     end = offset + HEADER.size + length + TRAILER_SIZE
-    if end > len(buf):
+    if end > seg.size:
         return "an incomplete frame"
-    if end == len(buf):
+    if end == seg.size:
         return "a final frame whose checksum does not match"
     return None
 
 
-def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
+def _scan_segment(scan: LogScan, name: str, seg: _Segment, *, last: bool) -> None:
     offset = 0
-    while offset < len(buf):
-        frame = _frame_at(buf, offset)
+    while offset < seg.size:
+        frame = _frame_at(seg, offset)
         position = len(scan.records)
-        if frame is not None and len(frame[1]) > MAX_RECORD_BYTES:
-            frame = None  # a length no writer produces: the frame header itself is damaged
         if frame is None or merkle.leaf_hash(frame[1]) != frame[2]:
             # A crash tears only the final write: only the last segment's last frame can be torn,
             # and only in a log with no damage before it.
-            reason = _torn_reason(buf, offset) if last and not scan.problems else None
+            reason = _torn_reason(seg, offset) if last and not scan.problems else None
             if reason is not None:
-                scan.torn.append(TornTail(f"{SEGMENTS_DIR}/{name}", offset, len(buf) - offset, reason))
+                scan.torn.append(TornTail(f"{SEGMENTS_DIR}/{name}", offset, seg.size - offset, reason))
                 return
             if frame is None:
                 scan.problems.append(
                     f"record {position} ({name} at byte {offset}): the frame is damaged and the rest of the "
-                    f"segment ({len(buf) - offset} bytes) cannot be read"
+                    f"segment ({seg.size - offset} bytes) cannot be read"
                 )
                 return
             end, data, _ = frame
+            if len(scan.problems) >= MAX_PROBLEMS:
+                # A segment of garbage frames (a sparse file of zeros) would otherwise cost a record and a
+                # message per 36 bytes: the log already fails, so the rest is not read.
+                scan.problems.append(
+                    f"record {position} ({name} at byte {offset}) and the rest of the segment "
+                    f"({seg.size - offset} bytes) were not read: the segment is already damaged in "
+                    f"{MAX_PROBLEMS} places"
+                )
+                return
             scan.records.append(StoredRecord(position, name, offset, data, merkle.leaf_hash(data), False))
             scan.problems.append(
                 f"record {position} ({name} at byte {offset}): checksum mismatch, its bytes were altered"
@@ -178,29 +211,43 @@ def _scan_segment(scan: LogScan, name: str, buf: bytes, *, last: bool) -> None:
         offset = end
 
 
+# A checkpoints.jsonl line: {"note": "<note>"}, the note escaped as JSON (at most 6 bytes a character).
+MAX_CHECKPOINT_LINE = 6 * MAX_NOTE_BYTES + 16
+
+
 def _read_checkpoints(scan: LogScan) -> None:
     path = scan.directory / CHECKPOINTS_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return
-    buf = path.read_bytes()
-    offset = 0
-    number = 0
-    while offset < len(buf):
-        nl = buf.find(b"\n", offset)
-        if nl < 0:
-            # The newline is the last byte written, so a line without one is a checkpoint torn by a crash.
-            scan.torn.append(TornTail(CHECKPOINTS_FILE, offset, len(buf) - offset, "an incomplete checkpoint line"))
-            return
-        try:
-            obj = json.loads(buf[offset:nl].decode("utf-8"))
-            if not isinstance(obj, dict) or set(obj) != {"note"} or not isinstance(obj["note"], str):
-                raise ValueError("not a checkpoint entry")
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            scan.problems.append(f"checkpoint {number} ({CHECKPOINTS_FILE} at byte {offset}) is not a valid entry")
-        else:
-            scan.checkpoints.append(StoredCheckpoint(number, obj["note"]))
-        number += 1
-        offset = nl + 1
+    with open_regular(path, "the checkpoints file", follow=False) as (handle, _):
+        offset = 0
+        number = 0
+        while line := handle.readline(MAX_CHECKPOINT_LINE + 1):
+            if not line.endswith(b"\n"):
+                if len(line) <= MAX_CHECKPOINT_LINE:
+                    # The newline is the last byte written, so a line without one is a checkpoint torn by a crash.
+                    scan.torn.append(TornTail(CHECKPOINTS_FILE, offset, len(line), "an incomplete checkpoint line"))
+                    return
+                # Longer than any entry: skip to the end of the line (in bounded reads).
+                while line and not line.endswith(b"\n"):
+                    offset += len(line)
+                    line = handle.readline(MAX_CHECKPOINT_LINE + 1)
+                scan.problems.append(f"checkpoint {number} ({CHECKPOINTS_FILE}) is longer than any valid entry")
+                if not line:
+                    return
+                number += 1
+                offset += len(line)
+                continue
+            try:
+                obj = json.loads(line[:-1].decode("utf-8"))
+                if not isinstance(obj, dict) or set(obj) != {"note"} or not isinstance(obj["note"], str):
+                    raise ValueError("not a checkpoint entry")
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                scan.problems.append(f"checkpoint {number} ({CHECKPOINTS_FILE} at byte {offset}) is not a valid entry")
+            else:
+                scan.checkpoints.append(StoredCheckpoint(number, obj["note"]))
+            number += 1
+            offset += len(line)
 
 
 def scan_log(directory: Path) -> LogScan:
@@ -227,10 +274,10 @@ def scan_log(directory: Path) -> LogScan:
                 f"{len(scan.records)} records: {missing}"
             )
         last = i == len(segments) - 1
-        buf = (seg_dir / name).read_bytes()
-        if not buf and not last:
-            scan.problems.append(f"segment {name} is empty but is not the last segment")
-        _scan_segment(scan, name, buf, last=last)
+        with open_regular(seg_dir / name, "the segment", follow=False) as (handle, size):
+            if not size and not last:
+                scan.problems.append(f"segment {name} is empty but is not the last segment")
+            _scan_segment(scan, name, _Segment(handle, size), last=last)
     _read_checkpoints(scan)
     return scan
 
@@ -252,17 +299,26 @@ class TornEvidence:
 
 def torn_evidence(directory: Path) -> list[TornEvidence]:
     torn_dir = Path(directory) / TORN_DIR
-    if not torn_dir.is_dir():
+    if not os.path.lexists(torn_dir):
         return []
+    if torn_dir.is_symlink() or not torn_dir.is_dir():
+        raise AuditError(f"{torn_dir} is not a folder: the log keeps its torn bytes in a folder {TORN_DIR}/")
     out = []
     for path in sorted(torn_dir.iterdir()):
         m = _EVIDENCE_RE.fullmatch(path.name)
-        data = path.read_bytes()
+        digest = hashlib.sha256()
+        length = 0
+        with open_regular(path, "the torn-write evidence", follow=False) as (handle, _):
+            # Hashed in bounded chunks: a cut is one frame or a zero-filled tail, of any length on disk.
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                length += len(chunk)
         if m is None:
-            out.append(TornEvidence(path.name, "", 0, "", len(data), False))
+            out.append(TornEvidence(path.name, "", 0, "", length, False))
             continue
-        digest = hashlib.sha256(data).hexdigest()
-        out.append(TornEvidence(path.name, m.group(1), int(m.group(2)), m.group(3), len(data), digest == m.group(3)))
+        out.append(
+            TornEvidence(path.name, m.group(1), int(m.group(2)), m.group(3), length, digest.hexdigest() == m.group(3))
+        )
     return out
 
 
@@ -459,15 +515,20 @@ class AuditLog:
         """Cut a torn tail back to the last complete record, keeping the cut bytes under torn/."""
         path = self.directory / torn.file
         with path.open("r+b") as f:
-            f.seek(torn.offset)
-            cut = f.read()
             torn_dir = self.directory / TORN_DIR
             torn_dir.mkdir(mode=0o700, exist_ok=True)
-            # The content hash in the name keeps two cuts at one offset (two crashes) apart.
-            keep = torn_dir / f"{path.name}.{torn.offset}.{hashlib.sha256(cut).hexdigest()}.bin"
-            fd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # Hashed, then copied, in bounded chunks (a zero-filled tail can be long): the content hash
+            # in the name keeps two cuts at one offset (two crashes) apart.
+            digest = hashlib.sha256()
+            f.seek(torn.offset)
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+            keep = torn_dir / f"{path.name}.{torn.offset}.{digest.hexdigest()}.bin"
+            fd = os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
-                _write_all(fd, cut)
+                f.seek(torn.offset)
+                while chunk := f.read(1 << 20):
+                    _write_all(fd, chunk)
                 os.fsync(fd)
             finally:
                 os.close(fd)

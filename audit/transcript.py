@@ -39,13 +39,14 @@ import os
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import BinaryIO, Self
 
 from audit.errors import AuditError
+from audit.files import open_regular
 
 TRANSCRIPT_FORMAT = "specsteer-server-transcript/2"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -245,15 +246,30 @@ def _parse_line(obj: object) -> str | None:
     return None
 
 
+def _lines(handle: BinaryIO) -> Iterator[bytes]:
+    """The file's lines without their newlines, each cut at MAX_LINE_BYTES (read in bounded pieces)."""
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        if line.endswith(b"\n"):
+            yield line[:-1]
+            continue
+        head = line
+        while line and not line.endswith(b"\n"):  # longer than any line the writer writes: skip the rest
+            line = handle.readline(MAX_LINE_BYTES + 1)
+        yield head
+
+
 def read_transcript(path: Path) -> Transcript:
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
-        raise AuditError(f"cannot read the server transcript {path}: {exc.strerror}") from None
+    with open_regular(Path(path), "the server transcript") as (handle, _):
+        try:
+            return _read_lines(_lines(handle))
+        except OSError as exc:
+            raise AuditError(f"cannot read the server transcript {path}: {exc.strerror or exc}") from None
+
+
+def _read_lines(lines: Iterable[bytes]) -> Transcript:
     out = Transcript()
-    if lines and lines[-1] == b"":
-        lines.pop()
     open_streams: set[str] = set()
+    number = 0
     for number, raw in enumerate(lines, start=1):
         try:
             obj = json.loads(raw.decode("utf-8"))
@@ -308,12 +324,12 @@ def read_transcript(path: Path) -> Transcript:
                 f"message {len(stream.entries) - 1} (a gap or reordering in the server's own record)"
             )
         stream.entries.append(TranscriptEntry(number, obj["sha256"]))
-    if not lines:
+    if not number:
         out.problems.append("the server transcript is empty")
     return out
 
 
-MAX_LINE_BYTES = 1024  # the longest line the writer writes (a begin line with a 128-character name) is shorter
+MAX_LINE_BYTES = 4096  # longer than any line the writer writes (a begin line: a 128-character name, escaped)
 
 
 def _torn_prefix(raw: bytes) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import AuditError
+from audit.files import read_regular
 
 FORMAT = "specsteer-witness-state/1"
 MAX_REFUSALS = 256
@@ -99,9 +100,13 @@ def parse_state(text: str, where: str) -> WitnessState:
     return WitnessState(witness, {str(d): _entry(str(d), e) for d, e in logs.items()}, list(refusals))
 
 
+MAX_STATE_BYTES = 256 << 20  # ~1 KB per device log and MAX_REFUSALS refusals: far below this
+
+
 def read_state(path: Path) -> WitnessState:
+    data = read_regular(Path(path), "the witness state", MAX_STATE_BYTES)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AuditError(f"cannot read witness state {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AuditError(f"cannot read witness state {path}: {exc}") from None
     return parse_state(text, str(path))
