@@ -57,7 +57,7 @@ SEGMENTS_DIR = "segments"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 TORN_DIR = "torn"
 LOCK_FILE = "lock"
-SEGMENT_RE = re.compile(r"seg-(\d{12})\.log")
+SEGMENT_RE = re.compile(r"seg-([0-9]{12})\.log")
 HEADER = struct.Struct(">I")
 TRAILER_SIZE = 32
 MAX_RECORD_BYTES = 2 * records.MAX_PAYLOAD_BYTES  # base64 and JSON around the largest payload
@@ -282,7 +282,7 @@ def scan_log(directory: Path) -> LogScan:
     return scan
 
 
-_EVIDENCE_RE = re.compile(r"([A-Za-z0-9._-]{1,64})\.(\d{1,19})\.([0-9a-f]{64})\.bin")
+_EVIDENCE_RE = re.compile(r"([A-Za-z0-9._-]{1,64})\.([0-9]{1,19})\.([0-9a-f]{64})\.bin")
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ _IDENT_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A guard placeholder is a label such as "<EMAIL>", "[EMAIL]" or "<PERSON_1>", never user text: an
 # upper-case word in brackets (lower case, digits-first and ':' or '-' could spell a password).
 _PLACEHOLDER_RE = re.compile(r"[<\[{]?[A-Z][A-Z_]{0,23}(?:_[0-9]{1,3})?[>\]}]?")
-_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+# ASCII digits only: \d would take any script's digits, ~9 bits per position the device could choose.
+_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _FILE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 

@@ -177,3 +177,17 @@ def test_a_cut_whose_repair_record_was_lost_is_recorded_on_the_next_open(tmp_pat
     AuditLog.open(built.directory, built.key).close()
     report = verify(built.directory, key=built.key.verifier)
     assert sum("cut a torn final write" in n for n in report.checks[0].notes) == 1
+
+
+def test_only_ascii_digits_in_times_segment_names_and_evidence_names(tmp_path: Path) -> None:
+    """`\\d` takes any script's digits: a time in Arabic-Indic digits would carry ~9 bits a position."""
+    built = build_log(tmp_path, sessions=1)
+    data = scan_log(built.directory).records[1].data
+    fields = records.parse(data).fields
+    digits = fields["time"].translate({ord(c): 0x660 + int(c) for c in "0123456789"})  # ٠١٢…
+    with pytest.raises(records.RecordError):
+        records.parse(data.replace(fields["time"].encode(), records.encode({"t": digits})[6:-2]))
+    os.rename(
+        built.directory / SEGMENTS_DIR / "seg-000000000000.log", built.directory / SEGMENTS_DIR / "seg-٠٠٠٠٠٠٠٠٠٠٠٠.log"
+    )
+    assert any("is not a segment of this log" in p for p in scan_log(built.directory).problems)
