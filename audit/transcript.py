@@ -375,6 +375,7 @@ class Comparison:
     matched: int = 0
 
 
+MAX_STRAY_REPORTS = 100  # streams matching no session are each explained up to this many, then counted
 MAX_ORDER_REPORTS = 5  # a reordered log names its first few reorderings; the rest are counted
 
 
@@ -551,27 +552,39 @@ def _compare_one(
     with the same parameters) are not returned: which stream is whose, and so their order, is
     unknown.
     """
-    unmatched = sorted((d for d in device if d.uplinks), key=lambda d: d.uplinks[0][0])
+    ordered = sorted((d for d in device if d.uplinks), key=lambda d: d.uplinks[0][0])
+    # Insertion-ordered "set" of the sessions not yet matched, and an index by first uplink hash: a
+    # stream can only be a prefix of (or explained by) a session that begins with its first uplink.
+    # So matching stays linear however many streams are strays.
+    unmatched: dict[str, DeviceSession] = {d.session_id: d for d in ordered}
+    by_first: dict[str, list[DeviceSession]] = defaultdict(list)
     by_hashes: dict[tuple[str, ...], list[DeviceSession]] = defaultdict(list)
-    for d in unmatched:
+    for d in ordered:
         by_hashes[tuple(h for _, h in d.uplinks)].append(d)
+        by_first[d.uplinks[0][1]].append(d)
+
+    def candidates(key: tuple[str, ...]) -> list[DeviceSession]:
+        return [d for d in by_first.get(key[0], ()) if d.session_id in unmatched]
+
     pairs: list[tuple[DeviceSession, Stream]] = []
     leftovers: list[Stream] = []
     for stream in sorted(streams, key=lambda s: (s.source, s.entries[0].line)):
         key = tuple(e.sha256 for e in stream.entries)
         if by_hashes.get(key):
             d = by_hashes[key].pop(0)
-            unmatched.remove(d)
+            del unmatched[d.session_id]
             pairs.append((d, stream))
             result.matched += 1
         else:
             leftovers.append(stream)
+    strays = 0
     for stream in leftovers:
         key = tuple(e.sha256 for e in stream.entries)
         # A device that fell back may have logged uplinks that never arrived: a prefix is fine then.
-        prefix = next((d for d in unmatched if d.fell_back and _starts_with(d, key)), None)
+        near = candidates(key)
+        prefix = next((d for d in near if d.fell_back and _starts_with(d, key)), None)
         if prefix is not None:
-            unmatched.remove(prefix)
+            del unmatched[prefix.session_id]
             pairs.append((prefix, stream))
             result.matched += 1
             result.notes.append(
@@ -582,9 +595,9 @@ def _compare_one(
         # A session that closed may have logged and sent its Close after the server ended the stream
         # (an idle timeout after the last verdict, a restart): the server then holds every uplink
         # but that final Close. The log holds more than the server received, never less: a note.
-        lost = next((d for d in unmatched if _lost_close(d, key)), None)
+        lost = next((d for d in near if _lost_close(d, key)), None)
         if lost is not None:
-            unmatched.remove(lost)
+            del unmatched[lost.session_id]
             pairs.append((lost, stream))
             result.matched += 1
             ended = f"ended: {stream.end}" if stream.end is not None else "no end recorded"
@@ -594,8 +607,14 @@ def _compare_one(
                 "before the Close arrived (the log holds more than the server received, not less)"
             )
             continue
-        result.failures.append(_explain_stray(stream, unmatched, who))
-    for d in unmatched:
+        strays += 1
+        if strays <= MAX_STRAY_REPORTS:
+            result.failures.append(_explain_stray(stream, near, who))
+    if strays > MAX_STRAY_REPORTS:
+        result.failures.append(
+            f"{strays - MAX_STRAY_REPORTS} more server stream(s) from {who} match no session of this log"
+        )
+    for d in unmatched.values():
         first = d.uplinks[0][0]
         if d.fell_back and d.first_downlink is None:
             result.notes.append(f"device session {d.session_id[:8]}… fell back; the server has no stream for it")

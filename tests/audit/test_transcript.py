@@ -216,3 +216,25 @@ def test_several_replicas_transcripts_are_compared_as_one(tmp_path: Path) -> Non
     assert main([*argv, "--server-transcript", str(tmp_path / "a.jsonl")]) == 1  # one replica is not enough
     both = ["--server-transcript", str(tmp_path / "a.jsonl"), "--server-transcript", str(tmp_path / "b.jsonl")]
     assert main([*argv, *both]) == 0
+
+
+def test_many_stray_streams_are_explained_up_to_a_cap_then_counted() -> None:
+    """Strays are matched through an index by first uplink (linear, not quadratic), and explained
+    up to MAX_STRAY_REPORTS each; the rest are counted in one line."""
+    from audit.transcript import MAX_STRAY_REPORTS, DeviceSession, Stream, Transcript, TranscriptEntry, compare
+
+    cert = DEVICE.cert_sha256
+    sessions = [
+        DeviceSession(f"{i:032x}", [(3 * i + 1, f"{i:064x}")], True, cert, "alice", 3 * i + 2) for i in range(150)
+    ]
+    transcript = Transcript()
+    for i in range(150):  # each stream's first uplink is its session's, its second never logged
+        stream = Stream(f"s{i}", "alice", cert, 2 * i + 2, [TranscriptEntry(2 * i + 2, f"{i:064x}")])
+        stream.entries.append(TranscriptEntry(2 * i + 3, "f" * 64))
+        transcript.info[stream.name] = stream
+        transcript.streams[stream.name] = stream.entries
+    result = compare(sessions, transcript, [("alice", cert)], device_name="alice")
+    explained = [f for f in result.failures if "message 1 (transcript line" in f]
+    assert len(explained) == MAX_STRAY_REPORTS
+    assert explained[0].startswith("server stream s0: message 1") and "device session 00000000…" in explained[0]
+    assert any(f"{150 - MAX_STRAY_REPORTS} more server stream(s) from device alice" in f for f in result.failures)
