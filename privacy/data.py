@@ -148,6 +148,7 @@ class UplinkSession:
 
     session_id: str
     prompt_ids: list[int] = field(default_factory=list)
+    vocab_size: int | None = None  # from the session-begin record: the Specialist's vocabulary
     # (commit_ids + literal_ids, draft_ids): what the cloud committed before the draft, and the draft
     rounds: list[tuple[list[int], list[int]]] = field(default_factory=list)
     accepted: list[int | None] = field(default_factory=list)  # per round, from its downlink
@@ -216,7 +217,9 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
         if sid is None:
             continue
         session = sessions.setdefault(sid, UplinkSession(sid))
-        if rec.kind == records.KIND_GUARD:
+        if rec.kind == records.KIND_BEGIN:
+            session.vocab_size = rec.fields["vocab_size"]
+        elif rec.kind == records.KIND_GUARD:
             guard[(rec.fields["decision"], rec.fields["placeholder"])] += rec.fields["count"]
         elif rec.kind == records.KIND_UPLINK:
             if received is not None and rec.fields["sha256"] not in received:

@@ -14,13 +14,36 @@ from pathlib import Path
 from typing import Any
 
 from privacy.canaries import CanaryDetector
-from privacy.data import read_canaries, read_uplinks, read_users
+from privacy.data import UplinkSession, read_canaries, read_uplinks, read_users
 from privacy.errors import PrivacyError
 from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
 from privacy.ngrams import VerbatimNgramDetector
 from privacy.pii import PiiDetector
 
 __all__ = ["leakage_report"]
+
+# How far a Specialist's embedding may be padded past its tokenizer's size (Qwen2.5: 151,936
+# rows for 151,665 tokens); a session-begin vocabulary outside [len(tokenizer), that] was written
+# by another tokenizer's model.
+_PADDING = 1 / 16
+
+
+def _check_tokenizer(sessions: Sequence[UplinkSession], tokenizer: Any, audit_log: Path) -> None:
+    """Refuse a tokenizer that is not the one the log's Specialist used: decoding its IDs with
+    another vocabulary would make a report of some other text (often a clean one)."""
+    size = len(tokenizer)
+    for s in sessions:
+        if s.vocab_size is not None and not size <= s.vocab_size <= size + max(256, int(size * _PADDING)):
+            raise PrivacyError(
+                f"the audit log {audit_log} was written by a Specialist with a vocabulary of {s.vocab_size} "
+                f"tokens and this tokenizer has {size}: pass that Specialist's tokenizer with --tokenizer"
+            )
+        top = max((i for i in (*s.prompt_ids, *(t for r in s.device_tokens() for t in r))), default=-1)
+        if top >= size:
+            raise PrivacyError(
+                f"the audit log {audit_log} holds token ID {top}, past this tokenizer's {size} tokens: "
+                "pass the Specialist's tokenizer with --tokenizer"
+            )
 
 
 def leakage_report(
@@ -46,6 +69,7 @@ def leakage_report(
         if not users:
             raise PrivacyError(f"the data file {data} has no user {user!r}")
     log = read_uplinks(audit_log, server_transcript=server_transcript)
+    _check_tokenizer(log.sessions, tokenizer, audit_log)
 
     def decode(ids: Sequence[int]) -> str:
         return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)

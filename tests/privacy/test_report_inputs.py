@@ -1,0 +1,65 @@
+"""`privacy leakage-report` against crafted audit logs: the wrong tokenizer, what the guard's
+detectors find, counts across rejected drafts, transcripts that match nothing, the prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+from audit.egress import EgressRecorder
+from audit.log import AuditLog
+from audit.note import SigningKey
+from core import wire
+from core.session_types import SessionParams, SteeringVector, Verdict
+from privacy.cli import main
+from privacy.errors import PrivacyError
+from privacy.report import leakage_report
+from tests.privacy.test_protocol import FIXTURES
+
+Round = tuple[list[int], list[int], int]  # commit, draft, accepted
+
+
+def write_log(path: Path, vocab_size: int, prompt: Sequence[int], rounds: Sequence[Round]) -> None:
+    """One session through the device's own recorder: the Open, each round and its verdict, the Close."""
+    with AuditLog.open(path, SigningKey.generate("device.test/report")) as log:
+        rec = EgressRecorder(log)
+        sid = rec.begin_session(vocab_size=vocab_size, max_top_k=4)
+        rec.record_uplink(sid, wire.encode_open(list(prompt), SessionParams(top_k=4, draft_len=32)))
+        for seq, (commit, draft, accepted) in enumerate(rounds, start=1):
+            rec.record_uplink(sid, wire.encode_round(seq, commit, draft, []))
+            steer = SteeringVector(((1,),), (0.0,))
+            rec.record_downlink(sid, wire.encode_downlink(seq, Verdict(accepted, steer)))
+        rec.record_uplink(sid, wire.encode_close(len(rounds) + 1))
+
+
+def sent(tok: PreTrainedTokenizerFast, text: str) -> list[Round]:
+    """`text` uplinked in accepted drafts of 16 tokens."""
+    ids = tok.encode(text, add_special_tokens=False)
+    return [([], ids[i : i + 16], len(ids[i : i + 16])) for i in range(0, len(ids), 16)]
+
+
+def test_a_log_of_another_tokenizer_is_refused(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log written by a 49,152-token Specialist decoded with the 100-token char tokenizer would
+    be another text: refused in one sentence, exit 1, not a clean report."""
+    write_log(tmp_path / "big", 49152, [5, 6], [([], [40000, 30000, 7], 3)])
+    with pytest.raises(PrivacyError, match="vocabulary of 49152 tokens"):
+        leakage_report(data=FIXTURES, audit_log=tmp_path / "big", tokenizer=char_tok)
+    # A size within an embedding's padding, but an ID past the tokenizer's end.
+    write_log(tmp_path / "ids", len(char_tok) + 64, [5], [([], [len(char_tok) + 3], 1)])
+    with pytest.raises(PrivacyError, match="past this tokenizer"):
+        leakage_report(data=FIXTURES, audit_log=tmp_path / "ids", tokenizer=char_tok)
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path / "big")]
+    args += ["--tokenizer", str(tok_dir)]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    # The log's own tokenizer still gives a report.
+    write_log(tmp_path / "ok", len(char_tok), [5], sent(char_tok, "hello there"))
+    assert leakage_report(data=FIXTURES, audit_log=tmp_path / "ok", tokenizer=char_tok)["sessions"] == 1
