@@ -547,8 +547,9 @@ class Device:
                 private_steps=steps,
             )
         except UpdateNotFinite:
-            # Never sent and never charged: noise alone goes out instead, a reply like any other,
-            # since a refusal would tell the server that this history made the round diverge.
+            # Never sent, but charged (train_global_dp: the choice depends on the data): noise alone goes
+            # out instead, a reply like any other, since a refusal would tell the server that this
+            # history made the round diverge.
             why = "the DP update was not finite"
             return self._skip(arrays, ledger, why, run_id=run_id, server_round=server_round, cover_steps=proposed)
         self.log(

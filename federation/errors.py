@@ -13,7 +13,7 @@
     │   └── LedgerError         privacy.errors: a device's DP ledger is damaged (also a PrivacyError)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── AttemptRevoked          a scheduled attempt that lost its right to publish (it timed out)
-    ├── UpdateNotFinite         a DP round whose update is not finite (never sent, never charged)
+    ├── UpdateNotFinite         a DP round whose update is not finite (never sent, but charged)
     ├── RunFailed               a run in which no device trained (each device's cause is in its own log)
     └── ProfileError            core.errors: a device's data file cannot be read or parsed
 
@@ -103,8 +103,9 @@ class AttemptRevoked(SpecSteerError):
 
 
 class UpdateNotFinite(SpecSteerError):
-    """A DP round's update holds values that are not finite: the device sends noise alone instead and
-    charges nothing (`federation.device`), since whether training diverges depends on the data."""
+    """A DP round's update holds values that are not finite: the device sends noise alone instead
+    (`federation.device`), and the round is charged all the same, since whether training diverges
+    depends on the data."""
 
 
 class RunFailed(SpecSteerError):

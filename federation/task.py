@@ -524,7 +524,9 @@ def train_global_dp(
     Of the ``cfg.dp_steps`` steps, only the first ``private_steps`` (default: all) learn from the
     data; the rest are cover steps: the same batch through the model and its per-sample
     gradients (the same work), then an update of the mechanism's noise alone, which reads no data,
-    so neither the accountant nor the ledger counts it.
+    so neither the accountant nor the ledger counts it. The private steps are charged once the
+    data was read, before anything decides what is sent: an update that is not finite
+    (`UpdateNotFinite`, never sent) or a round that fails part-way is charged too.
     """
     from opacus import PrivacyEngine
 
@@ -572,6 +574,8 @@ def train_global_dp(
         # accountant's figures (noise multiplier, sample rate, steps) are unchanged.
         optimizer.expected_batch_size = cfg.batch_size
     module.train()
+    charge = cfg.dp and engine is not None and ledger is not None and learning > 0
+    finished = False
     try:
         for step, (ids, attention, target) in enumerate(_cycle(loader, cfg.dp_steps)):
             optimizer.zero_grad(set_to_none=True)
@@ -589,27 +593,33 @@ def train_global_dp(
                 optimizer.step()
             else:
                 _cover_step(optimizer, params)
+        finished = True
     finally:
         module.eval()
         if engine is not None:
             module._close()  # drop Opacus's hooks so personal training and evaluation run plain
         sw.peft.eval()
+        if charge:
+            # Charged as soon as the data was read, before anything decides what is sent: whether
+            # the update is finite (else noise alone goes out), or whether training fails at all,
+            # depends on the data, so that choice is itself a release of this round's mechanism.
+            # A round that did not finish is charged the whole round its budget check allowed.
+            assert engine is not None and ledger is not None
+            taken = list(engine.accountant.history) if finished else [(cfg.noise_multiplier, rate, learning)]
+            entry = ledger.record(
+                run_id=run_id,
+                server_round=server_round,
+                adapter_version_in=adapter_version,
+                history=taken,
+                max_grad_norm=cfg.max_grad_norm,
+            )
     after = sw.get_adapter(GLOBAL)
     if not all_finite(after):
-        # Checked before the ledger is charged: these arrays are never sent (the caller sends noise
-        # alone instead, which reads no data), so the round released nothing to charge for.
+        # Checked after the ledger is charged: these arrays are never sent (the caller sends noise
+        # alone instead), but the choice between them and noise depends on the data.
         raise UpdateNotFinite("The DP update of the global adapter holds values that are not finite.")
     norm = math.sqrt(sum(float(np.sum((after[k] - before[k]) ** 2)) for k in after))
-    epsilon = 0.0 if ledger is None else ledger.epsilon_spent
-    if cfg.dp and engine is not None and ledger is not None and learning > 0:
-        entry = ledger.record(
-            run_id=run_id,
-            server_round=server_round,
-            adapter_version_in=adapter_version,
-            history=list(engine.accountant.history),
-            max_grad_norm=cfg.max_grad_norm,
-        )
-        epsilon = entry.epsilon_after
+    epsilon = entry.epsilon_after if charge else (0.0 if ledger is None else ledger.epsilon_spent)
     return DPRoundResult(
         arrays=after,
         steps=learning,

@@ -2,7 +2,8 @@
 
 Before: max-grad-norm inf (or 1e30) sent arrays of NaN after the ledger had charged the round;
 δ = 0.2 for a 21-commit history (δ >= 1/n allows releasing a commit in the clear) was accepted and
-charged; batch-size as large as the history (sampling rate 1) spent 7.1 of 8 ε in two steps. Each
+charged; batch-size as large as the history (sampling rate 1) spent 7.1 of 8 ε in two steps; a DP
+update that diverged (whether it does depends on the data) was replaced by noise and never charged. Each
 test sends real messages to the real ClientApp, with real Opacus.
 """
 
@@ -49,7 +50,7 @@ def test_clip_and_noise_must_be_finite_and_bounded(tiny_bpe_model: Path, tmp_pat
     assert not (tmp_path / "device0" / "ledger.json").exists()  # nothing charged
 
 
-def test_an_update_that_is_not_finite_is_never_sent_nor_charged(
+def test_an_update_that_is_not_finite_is_never_sent_but_charged(
     tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = federation.task.per_sequence_loss
@@ -61,9 +62,23 @@ def test_an_update_that_is_not_finite_is_never_sent_nor_charged(
     reply = _round(tiny_bpe_model, tmp_path, **{"personal-steps": 0})
     # A reply like any other (a refusal would say the history made training diverge), of noise alone.
     assert not reply.has_error() and _finite(reply)
+    # DP-SGD read the history and whether it diverged depends on it: the steps are charged.
     ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
-    assert ledger is None or ledger.history == []
+    assert ledger is not None and ledger.history == [(1.0, 1 / 6, 2)] and len(ledger.rounds) == 1
     assert [r.get("reason") for r in _log(tmp_path) if r["event"] == "skipped"] == ["the DP update was not finite"]
+
+
+def test_a_round_that_fails_after_reading_the_data_is_charged_the_whole_round(
+    tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(*args: Any) -> Any:  # a forward pass over this history that fails (an OOM, a crash)
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(federation.task, "per_sequence_loss", failing)
+    _round(tiny_bpe_model, tmp_path, **{"personal-steps": 0})
+    # The failure (an error reply instead of an update) depends on the data: the whole round is charged.
+    ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
+    assert ledger is not None and ledger.history == [(1.0, 1 / 6, 2)]
 
 
 def test_delta_not_below_one_over_n_buys_no_private_step(tiny_bpe_model: Path, tmp_path: Path) -> None:
