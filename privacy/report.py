@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from privacy.canaries import CanaryDetector
-from privacy.data import UplinkSession, read_canaries, read_uplinks, read_users
+from privacy.data import Canary, UplinkSession, read_canaries, read_uplinks, read_users
 from privacy.errors import PrivacyError
+from privacy.guard import EgressGuard
 from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
 from privacy.ngrams import VerbatimNgramDetector
 from privacy.pii import PiiDetector
@@ -77,42 +78,52 @@ def leakage_report(
     identities: dict[str, str] = {}
     for u in users:
         identities.update(u.identities())
+    planted: list[Canary] = []
+    if canaries is not None:
+        space, planted = read_canaries(canaries)
+        if space.size > MAX_RANKED_SPACE:
+            raise PrivacyError(f"{canaries}: a canary space of {space.size} secrets is too large to rank exactly")
+        planted = [c for c in planted if user is None or c.user_id in (None, user)]
+    history = [t for u in users for t in u.history_texts()]
     ident = CanaryDetector(identities)
     pii = PiiDetector()
-    verbatim = VerbatimNgramDetector.from_texts([t for u in users for t in u.history_texts()], tokenizer, n=ngram)
+    verbatim = VerbatimNgramDetector.from_texts(history, tokenizer, n=ngram)
+    # The device's own detector set (patterns, recognizers, the history's secrets, identities,
+    # canaries, verbatim and rewritten history): what the guard would have stopped, by kind.
+    guard = EgressGuard.for_profile(
+        history, tokenizer, identities=identities, canaries=[space.render(c.secret) for c in planted], n=ngram
+    )
 
     texts: list[str] = []
     identity_hits: Counter[str] = Counter()
     pattern_hits: Counter[str] = Counter()
+    detector_hits: Counter[str] = Counter()
     runs = run_tokens = 0
     for s in log.sessions:
-        det = verbatim.for_prompt(decode(s.prompt_ids))
+        prompt = decode(s.prompt_ids)
+        det = verbatim.for_prompt(prompt)
+        session_guard = guard.for_prompt(prompt)
         for view in s.views():
             text = decode(view)
             texts.append(text)
             identity_hits.update(sp.kind for sp in ident.find(text))
             pattern_hits.update(sp.kind for sp in pii.find(text))
+            detector_hits.update(sp.kind for sp in session_guard.inspect("", text))
             found = det.find_ids(view)
             runs += len(found)
             run_tokens += sum(b - a for a, b in found)
     stream = "\n".join(texts)
 
     exposures: list[dict[str, Any]] = []
-    if canaries is not None:
-        space, planted = read_canaries(canaries)
-        if space.size > MAX_RANKED_SPACE:
-            raise PrivacyError(f"{canaries}: a canary space of {space.size} secrets is too large to rank exactly")
-        for c in planted:
-            if user is not None and c.user_id not in (None, user):
-                continue
-            exposures.append(
-                {
-                    "user_id": c.user_id,
-                    "exposure": canary_exposure(space, c.secret, stream),
-                    "max_exposure": space.bits,
-                    "verbatim": space.render(c.secret) in stream,
-                }
-            )
+    for c in planted:
+        exposures.append(
+            {
+                "user_id": c.user_id,
+                "exposure": canary_exposure(space, c.secret, stream),
+                "max_exposure": space.bits,
+                "verbatim": space.render(c.secret) in stream,
+            }
+        )
 
     sizes = [n for s in log.sessions for n in s.round_sizes]
     size_counts = Counter(sizes)
@@ -123,6 +134,7 @@ def leakage_report(
         "uplink_bytes": sum(s.uplink_bytes for s in log.sessions),
         "identity_hits": dict(sorted(identity_hits.items())),
         "pattern_hits": dict(sorted(pattern_hits.items())),
+        "detector_hits": dict(sorted(detector_hits.items())),
         "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
         "canaries": exposures,
         "round_sizes": {

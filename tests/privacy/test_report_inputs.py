@@ -3,6 +3,7 @@ detectors find, counts across rejected drafts, transcripts that match nothing, t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -63,3 +64,23 @@ def test_a_log_of_another_tokenizer_is_refused(
     # The log's own tokenizer still gives a report.
     write_log(tmp_path / "ok", len(char_tok), [5], sent(char_tok, "hello there"))
     assert leakage_report(data=FIXTURES, audit_log=tmp_path / "ok", tokenizer=char_tok)["sessions"] == 1
+
+
+def _user(tmp_path: Path) -> Path:
+    history = [
+        {"subject": "Deploy notes", "body": "the staging DB password: Tr0ub4dor&3x! (rotate monthly)."},
+        {"subject": "HR form", "body": "my social security number 536-22-8471 for the payroll form"},
+    ]
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"user_id": "u77", "profile": history}) + "\n")
+    return path
+
+
+def test_the_report_runs_the_guards_detectors(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    """A history password copied into an uplink and an SSN: the personal-data patterns alone
+    see neither; the guard's detectors (history secrets, recognizers) see both, by kind."""
+    write_log(
+        tmp_path / "log", len(char_tok), [5], sent(char_tok, "the password is Tr0ub4dor&3x! and SSN 536-22-8471 ok")
+    )
+    r = leakage_report(data=_user(tmp_path), audit_log=tmp_path / "log", tokenizer=char_tok)
+    assert r["detector_hits"] == {"national-id": 1, "secret": 1}
