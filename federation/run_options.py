@@ -14,7 +14,9 @@ from typing import Any
 
 from core.errors import ConfigError
 
-__all__ = ["RunOptions"]
+__all__ = ["SPLIT_FILE", "RunOptions"]
+
+SPLIT_FILE = "split.json"  # in <state-dir>/devices: how the simulated devices' data was split
 
 
 @dataclass(frozen=True)
@@ -123,4 +125,55 @@ class RunOptions:
                 # In a simulation the operator owns the simulated devices, so their policy follows --no-dp.
                 node["dp-required"] = False
             nodes.append(node)
+        self._fix_split(data, users)
         return nodes
+
+    def _fix_split(self, data: Path, users: list[dict[str, Any]]) -> None:
+        """Record how the simulated devices were split, and refuse another split of this state-dir.
+
+        Each simulated device's ledger is its state folder, named by user or by shard (``part<i>``):
+        a later run that split the same history another way (``--clients 1`` then ``2``, or the
+        data changed) would put entries that ``part0`` was charged for under ``part1``'s ledger,
+        which never charged them, and their ε would compose past the budget unseen.
+        """
+        import hashlib
+        import json
+
+        from core.fileio import atomic_write
+
+        devices = (self.state_dir / "devices").expanduser().resolve()
+        try:  # what the devices read: the users, else (a format read elsewhere) the file itself
+            content = json.dumps(users, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+            content = content if users else data.read_bytes()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"Cannot read the data file {data}: {exc}.") from None
+        # By user, each ledger is its user's whatever the data holds; by shard, a part's entries
+        # depend on the number of shards and on every entry of the history (entries[i::n]).
+        split: dict[str, Any] = {"split": "by user"}
+        if len(users) <= 1:
+            split = {"split": f"{self.clients} shards", "data-sha256": hashlib.sha256(content).hexdigest()}
+        path = devices / SPLIT_FILE
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+            earlier = devices.is_dir() and any(p.name != SPLIT_FILE for p in devices.iterdir())
+        except (OSError, ValueError):
+            recorded, earlier = {"unreadable": True}, True
+        if recorded is None and earlier:
+            raise ConfigError(
+                f"--state-dir {self.state_dir} holds simulated devices whose split of the data was not "
+                "recorded, so their ledgers cannot be matched to their data: start a new --state-dir."
+            )
+        if recorded is not None and recorded != split:
+            raise ConfigError(
+                f"--state-dir {self.state_dir} holds simulated devices split from other data or another "
+                "number of devices (each device's ledger charged only its own part): use the same --data "
+                "and --clients, or start a new --state-dir."
+            )
+        if recorded is None:
+            try:
+                devices.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, json.dumps(split, indent=1) + "\n")
+            except OSError as exc:
+                raise ConfigError(
+                    f"Cannot record the simulated devices' split in {path}: {exc.strerror or exc}."
+                ) from None
