@@ -185,6 +185,8 @@ class UplinkLog:
     sessions: list[UplinkSession]
     guard: Counter[tuple[str, str]]  # (decision, placeholder) -> spans, from guard-decision records
     problems: list[str]
+    logged: int = 0  # uplink records in the log
+    received: int = 0  # of them, those counted (all of them without a server transcript)
 
 
 def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = None) -> UplinkLog:
@@ -207,6 +209,7 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
     sessions: dict[str, UplinkSession] = {}
     pending: dict[str, dict[int, int]] = {}  # session -> round seq -> index into rounds
     guard: Counter[tuple[str, str]] = Counter()
+    logged = kept = 0
     for stored in scan.records:
         try:
             rec = records.parse(stored.data)
@@ -222,8 +225,10 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
         elif rec.kind == records.KIND_GUARD:
             guard[(rec.fields["decision"], rec.fields["placeholder"])] += rec.fields["count"]
         elif rec.kind == records.KIND_UPLINK:
+            logged += 1
             if received is not None and rec.fields["sha256"] not in received:
                 continue
+            kept += 1
             payload = rec.payload or b""
             try:
                 msg = pb.Uplink.FromString(payload)
@@ -254,4 +259,4 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
             index = pending.get(sid, {}).pop(down.seq, None)
             if index is not None:
                 session.accepted[index] = min(down.accepted, len(session.rounds[index][1]))
-    return UplinkLog([s for s in sessions.values() if s.rounds or s.prompt_ids], guard, problems)
+    return UplinkLog([s for s in sessions.values() if s.rounds or s.prompt_ids], guard, problems, logged, kept)

@@ -70,6 +70,16 @@ def leakage_report(
         if not users:
             raise PrivacyError(f"the data file {data} has no user {user!r}")
     log = read_uplinks(audit_log, server_transcript=server_transcript)
+    if server_transcript is not None and log.logged and not log.received:
+        raise PrivacyError(
+            f"the server transcript {server_transcript} holds none of the {log.logged} uplinks of the audit log "
+            f"{audit_log}: it is another server's or another time's transcript"
+        )
+    if log.received < log.logged:
+        log.problems.append(
+            f"the server transcript holds {log.received} of the log's {log.logged} uplinks "
+            f"({log.received / log.logged:.0%}); only those are counted"
+        )
     _check_tokenizer(log.sessions, tokenizer, audit_log)
 
     def decode(ids: Sequence[int]) -> str:

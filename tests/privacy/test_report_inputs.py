@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerFast
 from audit.egress import EgressRecorder
 from audit.log import AuditLog
 from audit.note import SigningKey
+from audit.transcript import ServerTranscript
 from core import wire
 from core.session_types import SessionParams, SteeringVector, Verdict
 from privacy.cli import main
@@ -84,3 +85,30 @@ def test_the_report_runs_the_guards_detectors(tmp_path: Path, char_tok: PreTrain
     )
     r = leakage_report(data=_user(tmp_path), audit_log=tmp_path / "log", tokenizer=char_tok)
     assert r["detector_hits"] == {"national-id": 1, "secret": 1}
+
+
+def test_a_transcript_that_drops_uplinks_is_said(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transcript that matches none of the log's uplinks is refused (not an empty report, exit
+    0); one that holds only some gives a note with the share."""
+    write_log(tmp_path / "log", len(char_tok), [5], sent(char_tok, "hello there"))
+    other = tmp_path / "other.jsonl"
+    with ServerTranscript.open(other, durable=False) as server:
+        server.begin_stream("s1", "device", "0" * 64)
+        server.record_uplink("s1", b"not an uplink of this log")
+    with pytest.raises(PrivacyError, match="holds none of the 3 uplinks"):
+        leakage_report(data=FIXTURES, audit_log=tmp_path / "log", tokenizer=char_tok, server_transcript=other)
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path / "log")]
+    assert main([*args, "--tokenizer", str(tok_dir), "--server-transcript", str(other)]) == 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # Only the Open arrived.
+    some = tmp_path / "some.jsonl"
+    with ServerTranscript.open(some, durable=False) as server:
+        server.begin_stream("s1", "device", "0" * 64)
+        server.record_uplink("s1", wire.encode_open([5], SessionParams(top_k=4, draft_len=32)))
+    r = leakage_report(data=FIXTURES, audit_log=tmp_path / "log", tokenizer=char_tok, server_transcript=some)
+    assert r["sessions"] == 1 and r["rounds"] == 0
+    assert "holds 1 of the log's 3 uplinks (33%)" in " ".join(r["problems"])
