@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,7 @@ __all__ = [
     "auroc",
     "canary_exposure",
     "canary_rank",
+    "canary_readings",
     "canary_scores",
     "counterfactual_ngram_leakage",
     "exposure",
@@ -186,8 +188,49 @@ def canary_rank(space: CanarySpace, secret: str, stream: str) -> float:
 
 
 def canary_exposure(space: CanarySpace, secret: str, stream: str) -> float:
-    """Exposure of `secret` in `stream` with its exact rank among all of R (`canary_rank`)."""
-    return exposure_from_rank(canary_rank(space, secret, stream), space.size)
+    """Exposure of `secret` in `stream` with its exact rank among all of R (`canary_rank`), the
+    most of the stream's readings (`canary_readings`): a canary that went up spaced out, with
+    separators, in number words or reversed is as exposed as one that went up verbatim."""
+    space.render(secret)  # raises for a secret outside the space
+    return max(
+        exposure_from_rank(canary_rank(sp, sec, text), space.size)
+        for sp, sec, text in canary_readings(space, secret, stream)
+    )
+
+
+# Separators a secret's symbols may be written apart with ("4 0 2 9 1 3", "402-913", "40.29.13").
+_SEPARATORS = " \t\n-._/,:"
+
+
+def canary_readings(space: CanarySpace, secret: str, stream: str) -> list[tuple[CanarySpace, str, str]]:
+    """The ways an attacker reads `stream` for a canary of `space`, as (space, secret, stream):
+    as written; folded (`privacy.normalize.fold`: case, lookalikes, number words) with the
+    separators between two symbols of the alphabet dropped, the template folded alike; and each
+    of these reversed (a secret written backwards after the template reads forwards before the
+    reversed template: the same space, so ranks stay comparable). The folded readings are skipped
+    for an alphabet folding changes."""
+    from privacy.normalize import fold_string  # a text module the numeric ones do not need
+
+    head, tail = space.template.split("{secret}")
+
+    def reverse(sp: CanarySpace, sec: str, text: str) -> tuple[CanarySpace, str, str]:
+        h, t = sp.template.split("{secret}")
+        # "my PIN is 319204" read backwards is "402913 si NIP ym": the secret itself, the template reversed.
+        return CanarySpace(t[::-1] + "{secret}" + h[::-1], sp.alphabet, sp.length), sec, text[::-1]
+
+    out = [(space, secret, stream)]
+    if fold_string(space.alphabet) == space.alphabet and not set(_SEPARATORS) & set(space.alphabet):
+        symbols = "".join(re.escape(c) for c in space.alphabet)
+        joined = re.compile(f"(?<=[{symbols}])[{re.escape(_SEPARATORS)}]{{1,3}}(?=[{symbols}])")
+
+        def collapse(text: str) -> str:
+            return joined.sub("", fold_string(text))
+
+        folded = collapse(stream)
+        template = collapse(head) + "{secret}" + collapse(tail)
+        if folded != stream or template != space.template:
+            out.append((CanarySpace(template, space.alphabet, space.length), secret, folded))
+    return out + [reverse(*r) for r in out]
 
 
 class _StreamRuns:
