@@ -41,6 +41,8 @@ __all__ = [
     "ACCOUNTANTS",
     "LEDGER_FILE",
     "LEDGER_FORMAT",
+    "MAX_STEPS",
+    "MIN_NOISE_MULTIPLIER",
     "LedgerData",
     "LedgerError",
     "epsilon_of",
@@ -52,6 +54,11 @@ __all__ = [
 LEDGER_FORMAT = 1
 LEDGER_FILE = "ledger.json"
 ACCOUNTANTS = ("rdp", "prv")
+# What the accountants can compute: below σ 0.1 Opacus's PRV accountant fails (σ 0.01: a
+# RuntimeError) and RDP divides by zero (σ 1e-300); 10^8 steps made PRV ask for 735 TiB. A device
+# takes at most max-dp-steps (64 by default) a round, so 10^6 steps is some 15,000 rounds.
+MIN_NOISE_MULTIPLIER = 0.1
+MAX_STEPS = 10**6
 
 History = list[tuple[float, float, int]]
 
@@ -84,6 +91,12 @@ def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float
     """
     if accountant not in ACCOUNTANTS:
         raise LedgerError(f"Unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}.")
+    if not (isinstance(delta, int | float) and 0 < delta < 1):
+        raise LedgerError(f"δ must be strictly between 0 and 1, not {delta!r}.")
+    if any(not float(s) >= MIN_NOISE_MULTIPLIER for s, _, _ in history):
+        raise LedgerError(f"A noise multiplier below {MIN_NOISE_MULTIPLIER:g} gives no ε the accountant can compute.")
+    if sum(int(n) for _, _, n in history) > MAX_STEPS:
+        raise LedgerError(f"A history of more than {MAX_STEPS} DP-SGD steps gives no ε the accountant can compute.")
     # Composing n steps of one mechanism then m more is n + m steps of it, for both accountants: so
     # entries with the same (σ, q) are merged (one a round, never merged, made PRV take 208 s for
     # 200 rounds, 5.3 s merged, the same ε), in one canonical order, and steps of 0 dropped.
@@ -94,7 +107,16 @@ def epsilon_of(history: History, delta: float, accountant: str = "rdp") -> float
     if not merged:
         return 0.0
     key = tuple(sorted((s, q, n) for (s, q), n in merged.items()))
-    return max(0.0, _epsilon_cached(key, float(delta), accountant))
+    try:
+        return max(0.0, _epsilon_cached(key, float(delta), accountant))
+    except LedgerError:
+        raise
+    except (ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:
+        # Every caller (the device's budget check, `privacy budget`) gets one sentence, and a device
+        # whose ε cannot be computed trains no more (it is over any budget).
+        raise LedgerError(
+            f"the {accountant} accountant cannot compute the ε of this history ({type(exc).__name__})."
+        ) from None
 
 
 def _opacus_accountants() -> Any:
@@ -153,6 +175,8 @@ def parse_ledger(data: object, source: str) -> LedgerData:
 
     budget = number("epsilon_budget")
     delta = number("delta")
+    if not 0 < delta < 1:  # δ >= 1 allows anything at ε 0 (δ = 5 read as ε 0.000)
+        raise bad(f"delta is {delta!r}, not strictly between 0 and 1")
     stored = number("epsilon_spent")
     accountant = data.get("accountant")
     if accountant not in ACCOUNTANTS:
@@ -167,11 +191,17 @@ def parse_ledger(data: object, source: str) -> LedgerData:
             raise bad("a history entry is not [noise, sample_rate, steps]")
         noise, rate, steps = h
         # What the accountant can take: negative steps would give budget back, a NaN hangs it.
-        if not (math.isfinite(noise) and noise > 0 and math.isfinite(rate) and 0 < rate <= 1):
-            raise bad(f"a history entry {h!r} has a noise multiplier or sample rate out of range")
-        if not (float(steps).is_integer() and steps >= 0):
-            raise bad(f"a history entry {h!r} has a step count that is no whole number of 0 or more")
+        ok = math.isfinite(noise) and noise >= MIN_NOISE_MULTIPLIER and math.isfinite(rate) and 0 < rate <= 1
+        if not ok:
+            raise bad(
+                f"a history entry {h!r} has a noise multiplier (at least {MIN_NOISE_MULTIPLIER:g}) "
+                "or sample rate out of range"
+            )
+        if not (math.isfinite(steps) and float(steps).is_integer() and 0 <= steps <= MAX_STEPS):
+            raise bad(f"a history entry {h!r} has a step count that is no whole number from 0 to {MAX_STEPS}")
         history.append((float(noise), float(rate), int(steps)))
+    if sum(n for _, _, n in history) > MAX_STEPS:
+        raise bad(f"its history holds more than {MAX_STEPS} DP-SGD steps")
     if not all(isinstance(r, dict) for r in rounds):
         raise bad("a round entry is not an object")
     refusals = data.get("refusals", 0)
