@@ -165,15 +165,22 @@ class UplinkSession:
     def views(self, context: int = 32) -> list[list[int]]:
         """Every token sequence the cloud saw: the committed text, and each rejected draft tail
         after the `context` committed tokens it continued from."""
-        out: list[list[int]] = []
+        return [ids for ids, _ in self.new_views(context)]
+
+    def new_views(self, context: int = 32) -> list[tuple[list[int], int]]:
+        """`views` with, for each, where what it adds begins: 0 for the committed text, the
+        length of the repeated context for a rejected draft (a count over views counts only what
+        touches that new part, or one name before two rejected drafts is counted three times)."""
+        out: list[tuple[list[int], int]] = []
         committed: list[int] = []
         for (commit, draft), n in zip(self.rounds, self.accepted, strict=True):
             committed = committed + commit
             k = len(draft) if n is None else n
             if k < len(draft):
-                out.append(committed[-context:] + draft)
+                before = committed[-context:] if context else []
+                out.append((before + draft, len(before) + k))
             committed = committed + draft[:k]
-        return [committed, *out]
+        return [(committed, 0), *out]
 
     def device_tokens(self) -> list[list[int]]:
         """Only what the device authored (commits and drafts, no prompt), round by round."""

@@ -29,6 +29,15 @@ __all__ = ["leakage_report"]
 _PADDING = 1 / 16
 
 
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _check_tokenizer(sessions: Sequence[UplinkSession], tokenizer: Any, audit_log: Path) -> None:
     """Refuse a tokenizer that is not the one the log's Specialist used: decoding its IDs with
     another vocabulary would make a report of some other text (often a clean one)."""
@@ -113,15 +122,17 @@ def leakage_report(
         prompt = decode(s.prompt_ids)
         det = verbatim.for_prompt(prompt)
         session_guard = guard.for_prompt(prompt)
-        for view in s.views():
+        for view, new in s.new_views():
             text = decode(view)
             texts.append(text)
-            identity_hits.update(sp.kind for sp in ident.find(text))
-            pattern_hits.update(sp.kind for sp in pii.find(text))
-            detector_hits.update(sp.kind for sp in session_guard.inspect("", text))
-            found = det.find_ids(view)
+            # Only what touches the view's new part: a rejected draft repeats committed context.
+            cut = _common_prefix(decode(view[:new]), text) if new else 0
+            identity_hits.update(sp.kind for sp in ident.find(text) if sp.end > cut)
+            pattern_hits.update(sp.kind for sp in pii.find(text) if sp.end > cut)
+            detector_hits.update(sp.kind for sp in session_guard.inspect(text[:cut], text[cut:]))
+            found = [(a, b) for a, b in det.find_ids(view) if b > new]
             runs += len(found)
-            run_tokens += sum(b - a for a, b in found)
+            run_tokens += sum(b - max(a, new) for a, b in found)
     stream = "\n".join(texts)
 
     exposures: list[dict[str, Any]] = []

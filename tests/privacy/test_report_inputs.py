@@ -32,7 +32,8 @@ def write_log(path: Path, vocab_size: int, prompt: Sequence[int], rounds: Sequen
         rec.record_uplink(sid, wire.encode_open(list(prompt), SessionParams(top_k=4, draft_len=32)))
         for seq, (commit, draft, accepted) in enumerate(rounds, start=1):
             rec.record_uplink(sid, wire.encode_round(seq, commit, draft, []))
-            steer = SteeringVector(((1,),), (0.0,))
+            nxt = rounds[seq][0][:1] if seq < len(rounds) and rounds[seq][0] else [1]
+            steer = SteeringVector((tuple(nxt),), (0.0,))
             rec.record_downlink(sid, wire.encode_downlink(seq, Verdict(accepted, steer)))
         rec.record_uplink(sid, wire.encode_close(len(rounds) + 1))
 
@@ -112,3 +113,23 @@ def test_a_transcript_that_drops_uplinks_is_said(
     r = leakage_report(data=FIXTURES, audit_log=tmp_path / "log", tokenizer=char_tok, server_transcript=some)
     assert r["sessions"] == 1 and r["rounds"] == 0
     assert "holds 1 of the log's 3 uplinks (33%)" in " ".join(r["problems"])
+
+
+def test_rejected_drafts_do_not_count_their_repeated_context_again(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast
+) -> None:
+    """ "Test User One" went up once; two rejected drafts after it repeat it as their context: one
+    name and one verbatim run, not three."""
+
+    def enc(text: str) -> list[int]:
+        return char_tok.encode(text, add_special_tokens=False)
+
+    rounds = [([], enc("Thanks, Test User One"), 21), (enc("."), enc(" ok"), 0), (enc("!"), enc(" bye"), 0)]
+    write_log(tmp_path / "log", len(char_tok), [5], rounds)
+    trailers = ["Signed-off-by: Test User One <t@x.org>"]
+    history = [{"subject": "x", "body": "Thanks, Test User One", "trailers": trailers}]
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"user_id": "u1", "profile": history}) + "\n")
+    r = leakage_report(data=data, audit_log=tmp_path / "log", tokenizer=char_tok, ngram=8)
+    assert r["identity_hits"] == {"name": 1} and r["detector_hits"].get("name") == 1
+    assert r["verbatim_runs"]["runs"] == 1 and r["verbatim_runs"]["tokens"] == 21
