@@ -202,8 +202,10 @@ def _passphrase() -> str:
 def _seal(profile: Path, out: Path) -> int:
     from privacy.data import PrivacyError
     from privacy.profile_format import read_profile
-    from privacy.vault import PassphraseKeyProvider, ProfileVault
+    from privacy.vault import PassphraseKeyProvider, ProfileVault, is_vault
 
+    if is_vault(profile):  # a vault inside a vault: the device would open it to ciphertext, not a profile
+        raise PrivacyError(f"{profile} is already a sealed vault")
     # Parse first: sealing a file the SDK cannot read would only fail later, on the device.
     parsed = read_profile(profile)
     if out.resolve() == profile.resolve():

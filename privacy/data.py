@@ -27,6 +27,7 @@ from audit.log import scan_log
 from audit.transcript import read_transcript
 from core import wire
 from core.errors import ProtocolError
+from core.fileio import atomic_write
 from core.wire import pb
 from privacy.canaries import identities_from_trailers
 from privacy.errors import PrivacyError
@@ -119,7 +120,7 @@ def write_canaries(path: str | Path, space: CanarySpace, canaries: Sequence[Cana
         "space": space.as_dict(),
         "canaries": [{"user_id": c.user_id, "secret": c.secret} for c in canaries],
     }
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    atomic_write(path, json.dumps(data, indent=1) + "\n")  # 0600: the secrets are the test's answer
 
 
 def read_canaries(path: str | Path) -> tuple[CanarySpace, list[Canary]]:

@@ -294,3 +294,22 @@ def test_seal_refuses_without_a_passphrase_or_with_a_bad_profile(
     assert main(["seal", str(tmp_path / "bad.json"), "--out", str(tmp_path / "v")]) == 1
     assert "Cannot read profile" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+
+
+def test_seal_refuses_a_vault_and_canaries_are_written_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sealing a vault again made a file that opens to ciphertext, not a profile: refused; the
+    canary file holds the secrets an exposure test looks for: written 0600."""
+    profile = tmp_path / "me.json"
+    profile.write_text(FIXTURES.read_text().splitlines()[0])
+    monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
+    monkeypatch.setattr("privacy.vault.SCRYPT_N", 2**14)
+    assert main(["seal", str(profile), "--out", str(tmp_path / "me.vault")]) == 0
+    capsys.readouterr()
+    assert main(["seal", str(tmp_path / "me.vault"), "--out", str(tmp_path / "again.vault")]) == 1
+    err = capsys.readouterr().err
+    assert "already a sealed vault" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "again.vault").exists()
+    write_canaries(tmp_path / "canaries.json", CanarySpace(), [Canary("u04", "402913")])
+    assert (tmp_path / "canaries.json").stat().st_mode & 0o777 == 0o600
