@@ -169,6 +169,8 @@ def _print_leakage(r: dict[str, Any]) -> None:
     print(f"personal-data patterns: {pats}")
     found = ", ".join(f"{k} {v}" for k, v in r["detector_hits"].items()) or "none"
     print(f"guard detectors (what the device's guard would stop): {found}")
+    if r["prompt_hits"]:
+        print("in the prompts (sent as they are): " + ", ".join(f"{k} {v}" for k, v in r["prompt_hits"].items()))
     v = r["verbatim_runs"]
     print(f"verbatim history runs of {v['n']}+ tokens: {v['runs']} ({v['tokens']} tokens)")
     for c in r["canaries"]:

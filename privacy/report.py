@@ -118,8 +118,12 @@ def leakage_report(
     pattern_hits: Counter[str] = Counter()
     detector_hits: Counter[str] = Counter()
     runs = run_tokens = 0
+    prompt_hits: Counter[str] = Counter()
     for s in log.sessions:
         prompt = decode(s.prompt_ids)
+        # The prompt goes up in the Open: it is what the cloud received too (the user's, not the
+        # device's, text), so it is scanned on its own, with every detector.
+        prompt_hits.update(sp.kind for sp in guard.inspect("", prompt))
         det = verbatim.for_prompt(prompt)
         session_guard = guard.for_prompt(prompt)
         for view, new in s.new_views():
@@ -156,6 +160,7 @@ def leakage_report(
         "identity_hits": dict(sorted(identity_hits.items())),
         "pattern_hits": dict(sorted(pattern_hits.items())),
         "detector_hits": dict(sorted(detector_hits.items())),
+        "prompt_hits": dict(sorted(prompt_hits.items())),
         "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
         "canaries": exposures,
         "round_sizes": {

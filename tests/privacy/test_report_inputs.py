@@ -133,3 +133,11 @@ def test_rejected_drafts_do_not_count_their_repeated_context_again(
     r = leakage_report(data=data, audit_log=tmp_path / "log", tokenizer=char_tok, ngram=8)
     assert r["identity_hits"] == {"name": 1} and r["detector_hits"].get("name") == 1
     assert r["verbatim_runs"]["runs"] == 1 and r["verbatim_runs"]["tokens"] == 21
+
+
+def test_the_prompt_the_cloud_received_is_scanned(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    """The Open's prompt goes up as it is: an SSN in it is reported, apart from the device's text."""
+    prompt = char_tok.encode("payroll: SSN 536-22-8471, fix the form", add_special_tokens=False)
+    write_log(tmp_path / "log", len(char_tok), prompt, sent(char_tok, "done"))
+    r = leakage_report(data=_user(tmp_path), audit_log=tmp_path / "log", tokenizer=char_tok)
+    assert r["prompt_hits"] == {"national-id": 1} and r["detector_hits"] == {}
