@@ -176,7 +176,9 @@ def _print_leakage(r: dict[str, Any]) -> None:
     for c in r["canaries"]:
         print(f"canary of {c['user_id']}: exposure {c['exposure']:.2f} of {c['max_exposure']:.2f} bits")
     rs = r["round_sizes"]
-    print(f"round sizes: {rs['distinct']} distinct, {rs['bits_about_session']:.3f} bits about the session")
+    # Sizes against the session they belong to say nothing with one session (0 bits whatever they are).
+    bits = f"{rs['bits_about_session']:.3f}" if r["sessions"] > 1 else "n/a (one session)"
+    print(f"round sizes: {rs['distinct']} distinct, bits about the session: {bits}")
     if r["guard_decisions"]:
         print("guard: " + ", ".join(f"{k} {n}" for k, n in r["guard_decisions"].items()))
     for p in r["problems"]:

@@ -166,7 +166,8 @@ def leakage_report(
         "round_sizes": {
             "distinct": len(size_counts),
             "histogram": {str(k): v for k, v in sorted(size_counts.items())},
-            # Sizes against the session they belong to: a constant-size uplink gives 0 bits.
+            # Sizes against the session they belong to: a constant-size uplink gives 0 bits, and so
+            # does a log of one session, whatever its sizes (the command line says n/a for it).
             "bits_about_session": size_channel(
                 sizes, [i for i, s in enumerate(log.sessions) for _ in s.round_sizes]
             ).mutual_information_bits

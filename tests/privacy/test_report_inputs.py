@@ -141,3 +141,16 @@ def test_the_prompt_the_cloud_received_is_scanned(tmp_path: Path, char_tok: PreT
     write_log(tmp_path / "log", len(char_tok), prompt, sent(char_tok, "done"))
     r = leakage_report(data=_user(tmp_path), audit_log=tmp_path / "log", tokenizer=char_tok)
     assert r["prompt_hits"] == {"national-id": 1} and r["detector_hits"] == {}
+
+
+def test_bits_about_the_session_is_not_a_number_for_one_session(
+    tmp_path: Path, char_tok: PreTrainedTokenizerFast, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rounds of very different sizes in one session: "0.000 bits" would read as a closed channel."""
+    rounds = [([], [10] * 8, 8), ([1], [11], 1), ([1], [12] * 8, 8)]
+    write_log(tmp_path / "log", len(char_tok), [5], rounds)
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path / "log")]
+    assert main([*args, "--tokenizer", str(tok_dir)]) == 0
+    assert "bits about the session: n/a (one session)" in capsys.readouterr().out
