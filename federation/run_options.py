@@ -16,7 +16,7 @@ from core.errors import ConfigError
 
 __all__ = ["SPLIT_FILE", "RunOptions"]
 
-SPLIT_FILE = "split.json"  # in <state-dir>/devices: how the simulated devices' data was split
+SPLIT_FILE = "simulation-split.json"  # in <state-dir>, beside devices/: how their data was split
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,10 @@ class RunOptions:
         split: dict[str, Any] = {"split": "by user"}
         if len(users) <= 1:
             split = {"split": f"{self.clients} shards", "data-sha256": hashlib.sha256(content).hexdigest()}
-        path = devices / SPLIT_FILE
+        path = devices.parent / SPLIT_FILE  # not in devices/, whose every entry is a device
         try:
             recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-            earlier = devices.is_dir() and any(p.name != SPLIT_FILE for p in devices.iterdir())
+            earlier = devices.is_dir() and any(devices.iterdir())
         except (OSError, ValueError):
             recorded, earlier = {"unreadable": True}, True
         if recorded is None and earlier:
@@ -171,7 +171,7 @@ class RunOptions:
             )
         if recorded is None:
             try:
-                devices.mkdir(parents=True, exist_ok=True)
+                devices.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, json.dumps(split, indent=1) + "\n")
             except OSError as exc:
                 raise ConfigError(
