@@ -482,17 +482,16 @@ class VerifierService:
         if state.counted:
             assert state.device is not None
             state.counted = False
+            self.metrics.sessions_active.dec()  # before the slot goes back: whoever sees it free sees this
             self._slots.release(state.device.name)
-            self.metrics.sessions_active.dec()
 
     def _settle(self, state: _Stream, outcome: str) -> None:
         """The session and its slot go back with its outcome counted in the metrics, once: whoever
         sees the slot free after a refusal (a waiting Open, a scrape, a test) also sees why."""
-        had_session = state.counted or state.ended
-        self._free(state)
-        if not state.settled and (had_session or outcome != "empty"):
-            self.metrics.sessions.labels(outcome).inc()
+        if not state.settled and (state.counted or state.ended or outcome != "empty"):
+            self.metrics.sessions.labels(outcome).inc()  # before the slot goes back, as above
         state.settled = True
+        self._free(state)
 
     def _release(self, state: _Stream) -> None:
         """The stream stops counting against its device (only when the call itself ends)."""
