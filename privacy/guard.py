@@ -96,6 +96,7 @@ __all__ = [
     "EgressGuard",
     "GuardVerdict",
     "Policy",
+    "common_prefix_length",
     "kind_of_placeholder",
     "placeholder_labels",
     "token_offsets",
@@ -256,7 +257,7 @@ class EgressGuard:
             return
         ctx = list(committed_ids[-self.context_tokens :]) if self.context_tokens else []
         text = decode(tokenizer, [*ctx, *sent_ids])
-        self.uplinked.note(text, _common_prefix(decode(tokenizer, ctx), text))
+        self.uplinked.note(text, common_prefix_length(decode(tokenizer, ctx), text))
 
     def without_local_part_holds(self) -> EgressGuard:
         """This guard, not holding a bare trailing word as a possible address local part (for the
@@ -408,14 +409,15 @@ def _token_bounds(
     split: list[bool] = []
     for i in range(len(new) + 1):
         prefix = decode(tokenizer, ids[: len(context) + i]) if i < len(new) else full
-        offs.append(_common_prefix(prefix, full))
+        offs.append(common_prefix_length(prefix, full))
         split.append(not full.startswith(prefix))
     for i in range(len(offs) - 2, -1, -1):
         offs[i] = min(offs[i], offs[i + 1])
     return full, offs, split
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix_length(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
     if b.startswith(a):
         return len(a)
     n = 0

@@ -16,7 +16,7 @@ from typing import Any
 from privacy.canaries import CanaryDetector
 from privacy.data import Canary, UplinkSession, read_canaries, read_uplinks, read_users
 from privacy.errors import PrivacyError
-from privacy.guard import EgressGuard
+from privacy.guard import EgressGuard, common_prefix_length
 from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
 from privacy.ngrams import VerbatimNgramDetector
 from privacy.pii import PiiDetector
@@ -27,15 +27,6 @@ __all__ = ["leakage_report"]
 # rows for 151,665 tokens); a session-begin vocabulary outside [len(tokenizer), that] was written
 # by another tokenizer's model.
 _PADDING = 1 / 16
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _check_tokenizer(sessions: Sequence[UplinkSession], tokenizer: Any, audit_log: Path) -> None:
@@ -130,7 +121,7 @@ def leakage_report(
             text = decode(view)
             texts.append(text)
             # Only what touches the view's new part: a rejected draft repeats committed context.
-            cut = _common_prefix(decode(view[:new]), text) if new else 0
+            cut = common_prefix_length(decode(view[:new]), text) if new else 0
             identity_hits.update(sp.kind for sp in ident.find(text) if sp.end > cut)
             pattern_hits.update(sp.kind for sp in pii.find(text) if sp.end > cut)
             detector_hits.update(sp.kind for sp in session_guard.inspect(text[:cut], text[cut:]))
