@@ -47,20 +47,33 @@ class _Answer:
 RootsAt = Callable[[set[int]], dict[int, bytes]]
 
 
-def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[tuple[int, wire.WitnessRequest, set[int]]], list[_Answer]]:
+@dataclass(frozen=True)
+class _Request:
+    position: int  # the Close's record
+    request: wire.WitnessRequest
+    earlier: set[int]  # the sizes cosigned before it
+    own: int  # how many records the log held after its session's record before the Close
+
+
+def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[_Request], list[_Answer]]:
     """Every Close's witness request (with the sizes cosigned before it), and every answer."""
-    requests: list[tuple[int, wire.WitnessRequest, set[int]]] = []
+    requests: list[_Request] = []
     answers: list[_Answer] = []
     pending: dict[str, wire.WitnessRequest] = {}
     cosigned: set[int] = set()
+    last: dict[str, int] = {}  # each session's latest record so far
     for p in parsed:
         rec = p.record
-        if rec is None or rec.payload is None or rec.session is None:
+        if rec is None or rec.session is None:
+            continue
+        own = last.get(rec.session, -1) + 1
+        last[rec.session] = p.position
+        if rec.payload is None:
             continue
         if rec.kind == records.KIND_UPLINK:
             request = wire.witness_of(rec.payload)
             if request is not None:
-                requests.append((p.position, request, set(cosigned)))
+                requests.append(_Request(p.position, request, set(cosigned), own))
                 pending[rec.session] = request
         else:
             answer = wire.decode_cosignature(rec.payload)
@@ -76,15 +89,25 @@ def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, ro
     requests, _ = _exchanges(parsed)
     if not requests:
         return []
-    roots = roots_at({r.size for _, r, _ in requests} | {r.old_size for _, r, _ in requests})
+    roots = roots_at({q.request.size for q in requests} | {q.request.old_size for q in requests})
     failures: list[str] = []
-    for position, r, earlier in requests:
+    for q in requests:
+        position, r, earlier = q.position, q.request, q.earlier
         where = f"record {position} (the Close's witness request)"
         if key is None or r.origin != key.name or r.log_key != key.public_key:
             failures.append(f"{where}: names log {r.origin!r} and a key that is not this log's")
             continue
         if r.size > position:
             failures.append(f"{where}: signs {r.size} records, more than the {position} logged before it")
+            continue
+        # The recorder signs the log as it stands when the session asks to close, after every record
+        # of the session's own: only other sessions' records may come between. The cloud sees the
+        # size, so a size the device could pick freely would carry log2(position) bits a Close.
+        if r.size < q.own:
+            failures.append(
+                f"{where}: signs {r.size} records, fewer than the {q.own} logged up to its session's own "
+                "last record (a size the device chose: the cloud sees it)"
+            )
             continue
         checkpoint = Checkpoint(r.origin, r.size, r.root_hash)
         if roots.get(r.size) != r.root_hash:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from audit import records
+from audit.cosignature import load_witness_key, write_witness_key_pair
 from audit.egress import EgressRecorder
 from audit.errors import VerificationFailed
 from audit.identity import DeviceIdentity
@@ -407,16 +408,24 @@ def test_every_session_dropped_under_the_real_certificate_fails(honest: tuple[Bu
 
 
 def test_concurrent_sessions_through_a_real_verifier_verify(tmp_path: Path, char_tok) -> None:
-    """Threads of one device share a channel and a log; the server's order is whatever the network made it."""
+    """Threads of one device share a channel and a log; the server's order is whatever the network made it.
+    The verifier is also the log's witness: a Close's checkpoint may sign other sessions' records too."""
     s_lm, g_lm = tiny_lm(char_tok, seed=1, name="s"), tiny_lm(char_tok, seed=2, name="g")
     pki = make_pki(tmp_path)
     key = SigningKey.generate("device.test/concurrent")
     identity = DeviceIdentity.from_pem(pki.device_cert("alice").read_bytes())
+    witness_private, witness_public = write_witness_key_pair("verifier.test/witness", tmp_path / "witness")
+    witness_key = load_witness_key(witness_public)
     start = threading.Barrier(4)
     failed: list[BaseException] = []
     with (
-        serve(CloudVerifier(g_lm, s_lm, seed=0, max_top_k=64), pki, transcript_dir=tmp_path / "t") as (_, port),
-        AuditLog.open(tmp_path / "log", key, device=identity) as log,
+        serve(
+            CloudVerifier(g_lm, s_lm, seed=0, max_top_k=64),
+            pki,
+            transcript_dir=tmp_path / "t",
+            witness_key=witness_private,
+        ) as (_, port),
+        AuditLog.open(tmp_path / "log", key, device=identity, witness_key=witness_key) as log,
         remote(port, pki, vocab_size=s_lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
     ):
 
@@ -438,5 +447,12 @@ def test_concurrent_sessions_through_a_real_verifier_verify(tmp_path: Path, char
     spans = {sid: (order.index(sid), len(order) - order[::-1].index(sid)) for sid in set(order)}
     assert len(spans) == 8
     assert any(a[0] < b[0] < a[1] for a in spans.values() for b in spans.values()), "no two sessions overlapped"
-    report = verify(tmp_path / "log", key=key.verifier, server_transcript=tmp_path / "t" / "server-transcript.jsonl")
+    report = verify(
+        tmp_path / "log",
+        key=key.verifier,
+        server_transcript=tmp_path / "t" / "server-transcript.jsonl",
+        witness_keys=[witness_key],
+    )
     assert "8 server stream(s) of this device match" in _transcript_check(report)
+    (check,) = [c for c in report.checks if c.name == "witness cosignatures"]
+    assert check.ok and "cosignature(s) by verifier.test/witness" in check.summary, check.summary

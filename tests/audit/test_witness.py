@@ -16,7 +16,7 @@ import json
 import shutil
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -413,3 +413,32 @@ def test_the_rewrites_that_keep_a_cosignature_fail_on_the_key_alone(honest: Witn
         shutil.copytree(honest.log, log, ignore=shutil.ignore_patterns("lock"))
         REWRITES[name](honest, log)
         assert main(["verify", str(log), "--key", str(honest.pub)]) == 0, name
+
+
+def test_a_close_cannot_choose_the_size_its_checkpoint_signs(honest: Witnessed, tmp_path: Path) -> None:
+    """The cloud sees the size a Close's checkpoint signs. Any size up to the Close verified, so the
+    key holder could send log2(position) bits of its choice a Close (here 2, well before the session's
+    own records); only other sessions' records may come between the session's last and the size."""
+
+    def edit(fields: list[dict]) -> list[dict]:
+        i = max(i for i, f in enumerate(fields) if f["kind"] == records.KIND_UPLINK and _request_of(f))
+        payload = base64.b64decode(fields[i]["bytes"])
+        chosen = replace(_request_of(fields[i]), size=2, old_size=0, consistency_proof=())
+        seq = wire.pb.Uplink.FromString(payload).close.seq
+        fields[i] = {**fields[i], **records.payload_fields("up", wire.encode_close(seq, chosen))}
+        return fields
+
+    log = tmp_path / "log"
+    shutil.copytree(honest.log, log, ignore=shutil.ignore_patterns("lock"))
+    _rewrite(honest, log, edit)
+    # On the device's key alone (a witness that cosigns what it is sent would hide nothing here).
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["verify", str(log), "--key", str(honest.pub)]) == 1
+    assert "signs 2 records, fewer than the" in out.getvalue()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["verify", str(honest.log), "--key", str(honest.pub)]) == 0  # the honest sizes pass
+
+
+def _request_of(f: dict) -> wire.WitnessRequest | None:
+    return wire.witness_of(base64.b64decode(f["bytes"]))
