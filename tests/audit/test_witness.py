@@ -213,24 +213,15 @@ def test_the_recorder_lets_a_close_carry_only_the_checkpoint_it_issued(tmp_path:
 
 
 def _split_view(tmp: Path, witness_for_fork: Callable[[Witness], Witness]) -> tuple[Witnessed, Path, Witness]:
-    """An honest log cosigned as alice, and a fork of it (session 1 dropped, the same log key) whose
-    Closes go to `witness_for_fork(witness)` as device aaa-spare (a spare certificate of the fleet)."""
-    key = SigningKey.generate("device.test/log")
-    pub = tmp / "device.pub"
-    pub.write_text(f"{key.verifier}\n")
-    private, witness_pub = write_witness_key_pair("witness.test/w1", tmp / "witness")
-    signer = WitnessSigner.parse(private.read_text())
-    witness = Witness(signer, tmp / "witness" / "state.json")
-    with AuditLog.open(tmp / "honest", key, device=DEVICE, witness_key=signer.key) as log:
-        rec = EgressRecorder(log)
-        for seed in (0, 1, 2):
-            assert isinstance(witnessed_session(rec, witness, seed=seed), Cosigned)
-    fork_witness = witness_for_fork(witness)
-    with AuditLog.open(tmp / "fork", key, device=DEVICE, witness_key=signer.key) as log:
+    """An honest log cosigned as alice (`build`), and a fork of it (session 1 dropped, the same log
+    key) whose Closes go to `witness_for_fork(witness)` as device aaa-spare (a spare certificate of
+    the fleet)."""
+    w = build(tmp)
+    fork_witness = witness_for_fork(Witness(w.witness, w.state))  # the witness as it stands after alice's
+    with AuditLog.open(tmp / "fork", w.key, device=DEVICE, witness_key=w.witness.key) as log:
         rec = EgressRecorder(log)
         for seed in (0, 2):
             witnessed_session(rec, fork_witness, seed=seed, device="aaa-spare")
-    w = Witnessed(tmp, tmp / "honest", key, pub, signer, witness_pub, tmp / "witness" / "state.json")
     return w, tmp / "fork", fork_witness
 
 
