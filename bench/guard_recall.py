@@ -481,13 +481,21 @@ def main(argv: Iterable[str] | None = None) -> int:
     adv_samples = adversarial_samples(adv_rng, personas, args.adversarial_per_category)
     dev_text = adversarial.developer_text(adv_rng, args.developer_per_kind)
     ags = adversarial_guards(personas, histories, tok, baseline)
-    adv = {
-        "seed": args.seed + 1,
-        "positives": len(adv_samples),
-        "developer_sentences": len(dev_text),
-        "runs": [measure(label, ags[label], tok, adv_samples, [], args.draft_len) for label in order],
-        "developer_text": [measure_developer_text(label, ags[label], tok, dev_text, args.draft_len) for label in order],
-    }
+
+    def against_adversarial_guards(
+        seed: int, samples: list[Sample], developer: list[tuple[str, str]]
+    ) -> dict[str, Any]:
+        return {
+            "seed": seed,
+            "positives": len(samples),
+            "developer_sentences": len(developer),
+            "runs": [measure(label, ags[label], tok, samples, [], args.draft_len) for label in order],
+            "developer_text": [
+                measure_developer_text(label, ags[label], tok, developer, args.draft_len) for label in order
+            ],
+        }
+
+    adv = against_adversarial_guards(args.seed + 1, adv_samples, dev_text)
     # The identifiers set (attack 12) draws from a third generator, against the same guards.
     id_rng = random.Random(args.seed + 2)
     id_samples = [
@@ -495,13 +503,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         for i, (cat, text, spans) in enumerate(identifiers.positives(id_rng, args.adversarial_per_category))
     ]
     id_dev = identifiers.developer_text(id_rng, args.developer_per_kind)
-    ident = {
-        "seed": args.seed + 2,
-        "positives": len(id_samples),
-        "developer_sentences": len(id_dev),
-        "runs": [measure(label, ags[label], tok, id_samples, [], args.draft_len) for label in order],
-        "developer_text": [measure_developer_text(label, ags[label], tok, id_dev, args.draft_len) for label in order],
-    }
+    ident = against_adversarial_guards(args.seed + 2, id_samples, id_dev)
     bodies = [q["target"] for u in users[4:] for q in u["queries"]]
     cost = round_trip_cost(gs["guard"], gs["guard, no local-part hold"], tok, bodies, args.draft_len)
     command = "python -m bench.guard_recall " + " ".join(
