@@ -24,12 +24,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from audit import merkle, records
-from audit.cosignature import load_witness_key
-from audit.errors import AuditError, VerificationFailed
-from audit.files import read_regular
-from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
-from audit.note import (
+from specsteer.audit import merkle, records
+from specsteer.audit.cosignature import load_witness_key
+from specsteer.audit.errors import AuditError, VerificationFailed
+from specsteer.audit.files import read_regular
+from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
+from specsteer.audit.note import (
     MAX_NOTE_BYTES,
     Checkpoint,
     NoteError,
@@ -38,10 +38,10 @@ from audit.note import (
     open_checkpoint,
     write_key_pair,
 )
-from audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
-from core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
-from core.cli import Parser as _Parser
-from core.errors import SpecSteerError
+from specsteer.audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
+from specsteer.core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
+from specsteer.core.cli import Parser as _Parser
+from specsteer.core.errors import SpecSteerError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,8 +29,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from audit.errors import KeyFileError, NoteError
-from audit.note import SIG_PREFIX, Checkpoint, parse_note
+from specsteer.audit.errors import KeyFileError, NoteError
+from specsteer.audit.note import SIG_PREFIX, Checkpoint, parse_note
 
 ALG_COSIGNATURE_V1 = 0x04
 HEADER = "cosignature/v1\n"

@@ -36,15 +36,15 @@ from __future__ import annotations
 import secrets
 import threading
 
-from audit import merkle, records
-from audit.cosignature import add_cosignature
-from audit.errors import AuditError, EgressBlocked, NoteError
-from audit.log import AuditLog
-from audit.note import Checkpoint, parse_note
-from core import wire
-from core.contract import SessionState, Violation
-from core.errors import ProtocolError
-from core.limits import MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
+from specsteer.audit import merkle, records
+from specsteer.audit.cosignature import add_cosignature
+from specsteer.audit.errors import AuditError, EgressBlocked, NoteError
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import Checkpoint, parse_note
+from specsteer.core import wire
+from specsteer.core.contract import SessionState, Violation
+from specsteer.core.errors import ProtocolError
+from specsteer.core.limits import MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
 
 
 def _describe(violations: list[Violation]) -> str:

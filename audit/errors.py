@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.errors import SpecSteerError
+from specsteer.core.errors import SpecSteerError
 
 if TYPE_CHECKING:
-    from audit.verify import Report
+    from specsteer.audit.verify import Report
 
 
 class AuditError(SpecSteerError):

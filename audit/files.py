@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from audit.errors import AuditError
+from specsteer.audit.errors import AuditError
 
 __all__ = ["open_regular", "read_regular"]
 

@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
-from audit.errors import AuditError
+from specsteer.audit.errors import AuditError
 
 
 @dataclass(frozen=True)

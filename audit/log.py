@@ -42,16 +42,16 @@ from typing import Any, BinaryIO, Self
 
 from google.protobuf.message import DecodeError
 
-from audit import merkle, records
-from audit.cosignature import WitnessKey, cosignatures
-from audit.errors import AuditError, KeyFileError, LogCorruptError
-from audit.files import open_regular
-from audit.identity import DeviceIdentity
-from audit.note import MAX_NOTE_BYTES, NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
-from audit.note import Checkpoint as CheckpointBody
-from core.fileio import fsync_folder
-from core.session_types import WIRE_MAX_TOP_K
-from core.wire import pb
+from specsteer.audit import merkle, records
+from specsteer.audit.cosignature import WitnessKey, cosignatures
+from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError
+from specsteer.audit.files import open_regular
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.note import MAX_NOTE_BYTES, NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from specsteer.audit.note import Checkpoint as CheckpointBody
+from specsteer.core.fileio import fsync_folder
+from specsteer.core.session_types import WIRE_MAX_TOP_K
+from specsteer.core.wire import pb
 
 SEGMENTS_DIR = "segments"
 CHECKPOINTS_FILE = "checkpoints.jsonl"

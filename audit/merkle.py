@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from audit.errors import ProofError
+from specsteer.audit.errors import ProofError
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()

@@ -28,7 +28,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from audit.errors import KeyFileError, NoteError
+from specsteer.audit.errors import KeyFileError, NoteError
 
 ALG_ED25519 = 0x01
 SIG_PREFIX = "— "  # U+2014 EM DASH and a space open every signature line

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from audit.errors import RecordError
+from specsteer.audit.errors import RecordError
 
 LOG_FORMAT = "specsteer-audit-log/1"
 MAX_PAYLOAD_BYTES = 1 << 20  # one uplink or downlink; real ones are well under a kilobyte

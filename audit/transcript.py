@@ -45,8 +45,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Self
 
-from audit.errors import AuditError
-from audit.files import open_regular
+from specsteer.audit.errors import AuditError
+from specsteer.audit.files import open_regular
 
 TRANSCRIPT_FORMAT = "specsteer-server-transcript/2"
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit import merkle, records
-from audit.cosignature import WitnessKey
-from audit.errors import AuditError, VerificationFailed
-from audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
-from audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
-from audit.transcript import DeviceSession, compare, merge, read_transcript
-from audit.witness_state import WitnessState, read_state
-from audit.witnessing import ParsedRecord, cosignature_check, request_failures
-from core.contract import Area, SessionState, Violation
-from core.session_types import WIRE_MAX_TOP_K
+from specsteer.audit import merkle, records
+from specsteer.audit.cosignature import WitnessKey
+from specsteer.audit.errors import AuditError, VerificationFailed
+from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
+from specsteer.audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
+from specsteer.audit.transcript import DeviceSession, compare, merge, read_transcript
+from specsteer.audit.witness_state import WitnessState, read_state
+from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures
+from specsteer.core.contract import Area, SessionState, Violation
+from specsteer.core.session_types import WIRE_MAX_TOP_K
 
 NOT_COVERED = (
     "TLS metadata: the size, timing and number of encrypted records and connections are visible on the network "

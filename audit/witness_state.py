@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.errors import AuditError
-from audit.files import read_regular
+from specsteer.audit.errors import AuditError
+from specsteer.audit.files import read_regular
 
 FORMAT = "specsteer-witness-state/1"
 MAX_REFUSALS = 256

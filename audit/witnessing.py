@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from audit import merkle, records
-from audit.cosignature import WitnessKey, cosignatures
-from audit.errors import AuditError, NoteError, ProofError
-from audit.log import StoredCheckpoint
-from audit.note import Checkpoint, VerifierKey
-from audit.witness_state import WitnessedLog, WitnessState
-from core import wire
+from specsteer.audit import merkle, records
+from specsteer.audit.cosignature import WitnessKey, cosignatures
+from specsteer.audit.errors import AuditError, NoteError, ProofError
+from specsteer.audit.log import StoredCheckpoint
+from specsteer.audit.note import Checkpoint, VerifierKey
+from specsteer.audit.witness_state import WitnessedLog, WitnessState
+from specsteer.core import wire
 
 
 @dataclass(frozen=True)

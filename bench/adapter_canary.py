@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from bench.dataset import first_users
-from core.models import CausalLM, load_causal_lm
-from privacy.adapter_exposure import (
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.privacy.adapter_exposure import (
     DEFAULT_CANARY_SUBJECT,
     CanaryRecord,
     LikelihoodExposure,
@@ -58,9 +58,9 @@ from privacy.adapter_exposure import (
     model_exposures,
     plant_canary_records,
 )
-from privacy.data import Canary, write_canaries
-from privacy.leakage import CanarySpace
-from privacy.ledger import epsilon_of, read_ledger_file
+from specsteer.privacy.data import Canary, write_canaries
+from specsteer.privacy.leakage import CanarySpace
+from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -217,9 +217,9 @@ def _read_users(path: Path, count: int, history: int) -> list[dict[str, Any]]:
 
 def _train(args: argparse.Namespace, data: Path, state: Path, *, dp: bool) -> dict[str, Any]:
     """One `federation run --simulation` of the given data; the run's summary, adapters and ledgers."""
-    from federation.offline import quiet_flower
-    from federation.run_options import RunOptions
-    from federation.simulation import run_in_process
+    from specsteer.federation.offline import quiet_flower
+    from specsteer.federation.run_options import RunOptions
+    from specsteer.federation.simulation import run_in_process
 
     options = RunOptions(
         state_dir=state,

@@ -21,7 +21,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer  # type: ignore[impo
 from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
 from sklearn.pipeline import Pipeline  # type: ignore[import-untyped]
 
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 __all__ = ["Attribution", "AuthorClassifier"]
 

@@ -14,13 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit import log as log_mod
-from audit import merkle, records
-from audit.egress import EgressRecorder
-from audit.log import HEADER, SEGMENTS_DIR, AuditLog, scan_log
-from audit.note import SigningKey
-from core import wire
-from core.session_types import SessionParams
+from specsteer.audit import log as log_mod
+from specsteer.audit import merkle, records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import HEADER, SEGMENTS_DIR, AuditLog, scan_log
+from specsteer.audit.note import SigningKey
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
 
 
 def _frame(data: bytes) -> bytes:

@@ -35,13 +35,13 @@ import torch
 from bench.results import write_results
 from bench.speed_timing import bare_forward_time, pool_forward_times
 from bench.timing import synchronize
-from core.cli import command_parser, reported, whole_number
-from core.kv import model_device
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from core.prompts import render_prompt, task_prompt
-from core.session_types import Method, SessionParams, SteeringVector
-from server.session import CloudSession, CloudVerifier, reads_generic_specialist
-from server.slot_sequence import SlotPools
+from specsteer.core.cli import command_parser, reported, whole_number
+from specsteer.core.kv import model_device
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.core.session_types import Method, SessionParams, SteeringVector
+from specsteer.server.session import CloudSession, CloudVerifier, reads_generic_specialist
+from specsteer.server.slot_sequence import SlotPools
 
 __all__ = ["main", "round_against_blocks", "timed_rounds"]
 

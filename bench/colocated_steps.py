@@ -24,10 +24,10 @@ from collections.abc import Sequence
 import torch
 
 from bench import speed
-from core.fileio import atomic_write
-from core.session_types import SessionParams
-from sdk.client import SpecSteerClient
-from sdk.device import Generation, generate
+from specsteer.core.fileio import atomic_write
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.client import SpecSteerClient
+from specsteer.sdk.device import Generation, generate
 
 __all__ = ["main"]
 

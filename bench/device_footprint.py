@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.speed_timing import DEMO
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from core.prompts import task_prompt
 from demo.run import verifier_process
-from server.pki import Pki, init_pki, issue_device
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.prompts import task_prompt
+from specsteer.server.pki import Pki, init_pki, issue_device
 
 __all__ = ["main"]
 
@@ -52,7 +52,7 @@ def _device_run(argv: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sdk.cli", *argv],
+            [sys.executable, "-m", "specsteer.sdk.cli", *argv],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,

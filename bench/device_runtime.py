@@ -36,15 +36,15 @@ import numpy as np
 import torch
 
 from bench.speed_timing import DEMO
-from core.gguf_cache import cache_root
-from core.kv import CachedSequence, TokenSequence
-from core.model_registry import DEFAULT_SPECIALIST
-from core.models import CausalLM, load_causal_lm
-from core.onnx_cache import converted_onnx, folder_fingerprint
-from core.prompts import task_prompt
-from sdk.context import Profile
-from sdk.device import Specialist
-from sdk.onnx_drafter import OnnxDrafter, onnx_source
+from specsteer.core.gguf_cache import cache_root
+from specsteer.core.kv import CachedSequence, TokenSequence
+from specsteer.core.model_registry import DEFAULT_SPECIALIST
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.core.onnx_cache import converted_onnx, folder_fingerprint
+from specsteer.core.prompts import task_prompt
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import Specialist
+from specsteer.sdk.onnx_drafter import OnnxDrafter, onnx_source
 
 __all__ = ["main"]
 

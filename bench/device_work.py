@@ -46,18 +46,18 @@ import torch
 from bench.results import write_results
 from bench.speed_timing import DEMO
 from bench.timing import median_ms
-from core import wire
-from core.cli import command_parser, reported, whole_number
-from core.limits import WIRE_MAX_TOP_K
-from core.models import DEFAULT_SPECIALIST, load_causal_lm
-from core.prompts import task_prompt
-from core.recovery import choose, device_rng, recovery_scores
-from core.session_types import FusionVector, SessionParams, Verdict
-from privacy.guard import EgressGuard
-from sdk.client import ClientConfig
-from sdk.context import Profile
-from sdk.device import Specialist
-from sdk.uplink_guard import guard_setting
+from specsteer.core import wire
+from specsteer.core.cli import command_parser, reported, whole_number
+from specsteer.core.limits import WIRE_MAX_TOP_K
+from specsteer.core.models import DEFAULT_SPECIALIST, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.recovery import choose, device_rng, recovery_scores
+from specsteer.core.session_types import FusionVector, SessionParams, Verdict
+from specsteer.privacy.guard import EgressGuard
+from specsteer.sdk.client import ClientConfig
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import Specialist
+from specsteer.sdk.uplink_guard import guard_setting
 
 __all__ = ["DeviceText", "DeviceWork", "device_text", "device_work_times", "main"]
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from bench.dataset import first_users
 from bench.federation_cost_page import markdown, plot, ratios
-from federation.run_options import RunOptions
+from specsteer.federation.run_options import RunOptions
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 # (id, label, DP, SecAgg+); the first is the baseline every ratio divides by.
@@ -67,11 +67,11 @@ PRELOAD = [
     "opacus",
     "peft",
     "transformers",
-    "federation.run_options",
-    "federation.client_app",
-    "federation.server_app",
-    "federation.secagg",
-    "federation.simulation",
+    "specsteer.federation.run_options",
+    "specsteer.federation.client_app",
+    "specsteer.federation.server_app",
+    "specsteer.federation.secagg",
+    "specsteer.federation.simulation",
 ]
 
 
@@ -333,8 +333,8 @@ def _timed_training(recorder: _Recorder) -> Iterator[None]:
     `federation.device` calls them, and `train_global_dp` calls `per_sequence_loss`, by these
     module-level names; the wrappers only add timers and count the sequences of each global batch.
     """
-    import federation.device as device
-    import federation.task as task
+    import specsteer.federation.device as device
+    import specsteer.federation.task as task
 
     originals = {"train_global_dp": device.train_global_dp, "train_personal": device.train_personal}
     loss = task.per_sequence_loss
@@ -378,11 +378,11 @@ def measure_case(spec: dict[str, Any]) -> None:
     """One configuration, start to finish, in this (fresh) process; writes its result to spec['result']."""
     import torch
 
-    from federation.client_app import app as client_app
-    from federation.offline import quiet_flower
-    from federation.server_app import ServerSettings, ensure_initial_version
-    from federation.simulation import deflated_bytes, run_in_process
-    from federation.task import TaskConfig, specialist_for
+    from specsteer.federation.client_app import app as client_app
+    from specsteer.federation.offline import quiet_flower
+    from specsteer.federation.server_app import ServerSettings, ensure_initial_version
+    from specsteer.federation.simulation import deflated_bytes, run_in_process
+    from specsteer.federation.task import TaskConfig, specialist_for
 
     torch.set_num_threads(int(spec["threads"]))
     quiet_flower(False)

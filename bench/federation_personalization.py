@@ -33,11 +33,11 @@ from typing import Any
 import torch
 from rouge_score import rouge_scorer
 
-from core.models import DEFAULT_SPECIALIST, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import Method, SessionParams
-from federation.adapters import apply_adapters, write_adapter
-from federation.task import (
+from specsteer.core.models import DEFAULT_SPECIALIST, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.federation.adapters import apply_adapters, write_adapter
+from specsteer.federation.task import (
     GLOBAL,
     PERSONAL,
     SpecialistWithAdapters,
@@ -47,7 +47,7 @@ from federation.task import (
     to_dataset,
     train_personal,
 )
-from sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 DEFAULT_USERS = "u00,u01,u02"

@@ -57,9 +57,9 @@ from transformers import (
 from bench.gpu_pool import POOL_PATHS, measure_pool, measure_round
 from bench.results import write_results
 from bench.timing import median_ms
-from core.cli import command_parser, reported, whole_number
-from core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
-from core.errors import ConfigError, one_line
+from specsteer.core.cli import command_parser, reported, whole_number
+from specsteer.core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
+from specsteer.core.errors import ConfigError, one_line
 
 
 @dataclass(frozen=True)

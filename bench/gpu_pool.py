@@ -25,7 +25,7 @@ from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
 from bench.timing import median_ms
-from server.slot_pool import GraphedForward, SlotPool, kv_bytes, round_outputs
+from specsteer.server.slot_pool import GraphedForward, SlotPool, kv_bytes, round_outputs
 
 ROUND_ALPHA = 1.0
 ROUND_TOP_K = 10

@@ -33,8 +33,8 @@ from typing import Any
 
 from bench.cost_model import Costs, best_k, expected_tokens, fit_acceptance, fusion_round, predicted_tps
 from bench.results import write_results
-from core.cli import command_parser, reported
-from core.errors import ConfigError
+from specsteer.core.cli import command_parser, reported
+from specsteer.core.errors import ConfigError
 
 RTTS_MS = (0, 20, 50, 100)
 GRID_RTTS_MS = (0, 10, 20, 50, 100, 200)

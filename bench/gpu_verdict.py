@@ -30,8 +30,8 @@ from typing import Any
 
 from bench.gpu_projection import fastest_pool
 from bench.results import write_results
-from core.cli import command_parser, reported
-from core.errors import ConfigError
+from specsteer.core.cli import command_parser, reported
+from specsteer.core.errors import ConfigError
 
 __all__ = ["Verdict", "cloud_round_verdicts", "e2e_verdicts", "gpu_verdicts", "main", "projection_verdicts"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from privacy.pii import luhn_ok
+from specsteer.privacy.pii import luhn_ok
 
 FIRST = str.split(
     "Anneliese Bartholomew Casimir Delphine Evander Fionnuala Gwendolyn Horatio Isolde Jerome Kasimira Leopold "

@@ -54,11 +54,11 @@ from typing import Any
 from bench import guard_cases_adversarial as adversarial
 from bench import guard_cases_identifiers as identifiers
 from bench.guard_cases import CATEGORIES, Person, Sample, ordinary_sentences, people, positives
-from core.model_registry import DEFAULT_SPECIALIST
-from privacy.guard import EgressGuard
-from privacy.pii import PiiDetector
-from sdk.context import Profile
-from sdk.uplink_guard import guard_for_profile, plan_uplink
+from specsteer.core.model_registry import DEFAULT_SPECIALIST
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.pii import PiiDetector
+from specsteer.sdk.context import Profile
+from specsteer.sdk.uplink_guard import guard_for_profile, plan_uplink
 
 DEFAULT_DATA = Path("/work/shared/data/commit-bodies-dev.jsonl")
 # -- the device's decision path ------------------------------------------------------------------
@@ -118,7 +118,7 @@ def caught(tok: Any, sample: Sample, outcome: Outcome, offsets: list[tuple[int, 
 
 def specialist_tokenizer() -> Any:
     """The default Specialist's tokenizer, from its converted cache without loading the weights."""
-    from core.models import load_causal_lm
+    from specsteer.core.models import load_causal_lm
 
     return load_causal_lm(DEFAULT_SPECIALIST, weights=False, progress=False).tokenizer
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.results import write_results
-from privacy.history_secrets import HistorySecretDetector
+from specsteer.privacy.history_secrets import HistorySecretDetector
 
 TEXT = "The quick brown fox jumps over the lazy dog, then the build cache. " * 8
 

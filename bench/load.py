@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.plotting import figure, plotted
-from core.device import DTYPE_CHOICES
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import SessionParams
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Specialist
+from specsteer.core.device import DTYPE_CHOICES
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Specialist
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 
@@ -131,7 +131,7 @@ def _serve_and_run(
 ) -> float:
     """Start a verifier with batching `mode`, run every N against it; returns its idle RSS (MB)."""
     from demo.run import verifier_process  # the demo's way of running `server serve` on loopback
-    from server.pki import init_pki, issue_device
+    from specsteer.server.pki import init_pki, issue_device
 
     pki = init_pki(root / "pki")
     cert, key = issue_device(pki.directory, "load")

@@ -22,8 +22,8 @@ from types import TracebackType
 
 import grpc
 
-from sdk.client import ClientConfig
-from sdk.remote import HEALTH_CHECK_METHOD
+from specsteer.sdk.client import ClientConfig
+from specsteer.sdk.remote import HEALTH_CHECK_METHOD
 
 __all__ = ["PAYLOAD_METHOD", "PayloadServer", "path_round_trip", "payload_round_trip"]
 

@@ -68,8 +68,8 @@ from bench.personal_loop_report import (
     write_report,
 )
 from bench.quality import RunsLog
-from core.errors import ConfigError, SpecSteerError
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 CONTEXT_ENTRIES = 3  # retrieved history entries, `sdk generate`'s default (--context-entries)
@@ -112,7 +112,7 @@ class Training:
         return self.root / "federation"
 
     def options(self) -> Any:
-        from federation.run_options import RunOptions
+        from specsteer.federation.run_options import RunOptions
 
         # One round per run: resumable after each, as periodic `federation schedule` runs are.
         return RunOptions(
@@ -139,7 +139,7 @@ class Training:
 
     def rounds_done(self) -> list[dict[str, Any]]:
         """The server's summaries of the finished runs (one round each)."""
-        from federation.rounds import RUN_LOG
+        from specsteer.federation.rounds import RUN_LOG
 
         log = self.options().server_dir / RUN_LOG
         if not log.is_file():
@@ -170,7 +170,7 @@ class Training:
 
     def summary(self) -> dict[str, Any]:
         """Per device: ε spent (its ledger), the held-out losses of each evaluation (its own log)."""
-        from federation.device import Device
+        from specsteer.federation.device import Device
 
         config = self.options().run_config()
         devices = []
@@ -230,13 +230,13 @@ def train(training: Training) -> None:
     """Evaluate v0 on every device (once), then run the rounds still missing, one run each."""
     import torch
 
-    from federation.device import Device, Policy
-    from federation.offline import go_offline, quiet_flower
-    from federation.rounds import ServerSettings
-    from federation.server_app import ensure_initial_version
-    from federation.simulation import run_in_process
-    from federation.store import AdapterStore
-    from federation.task import TaskConfig
+    from specsteer.federation.device import Device, Policy
+    from specsteer.federation.offline import go_offline, quiet_flower
+    from specsteer.federation.rounds import ServerSettings
+    from specsteer.federation.server_app import ensure_initial_version
+    from specsteer.federation.simulation import run_in_process
+    from specsteer.federation.store import AdapterStore
+    from specsteer.federation.task import TaskConfig
 
     go_offline()
     quiet_flower(False)
@@ -326,7 +326,7 @@ class Generator:
     """The models, loaded once; per author, the device and verifier `sdk generate` would build."""
 
     def __init__(self, specialist: str, generalist: str) -> None:
-        from core.models import load_causal_lm
+        from specsteer.core.models import load_causal_lm
 
         self.specialist_name = specialist
         self.s_lm = load_causal_lm(specialist, progress=False)
@@ -338,9 +338,9 @@ class Generator:
         [--federation-state STATE]` builds them: the library calls of `sdk.cli.build_local` and
         `declared_adapter_version` (a benchmark may not import a command line, docs/architecture.md).
         Cached for one author at a time: the merged models are large."""
-        from core.adapters import load_device_specialist
-        from sdk.cloud_plugins import local_verifier_factory
-        from sdk.device import Specialist
+        from specsteer.core.adapters import load_device_specialist
+        from specsteer.sdk.cloud_plugins import local_verifier_factory
+        from specsteer.sdk.device import Specialist
 
         key = (str(profile.user_id), None if state is None else str(state))
         if key not in self._local:
@@ -358,10 +358,10 @@ class Generator:
     def generate(
         self, user: dict[str, Any], query: dict[str, Any], row: Row, state: Path | None, max_new_tokens: int
     ) -> dict[str, Any]:
-        from core.prompts import task_prompt
-        from core.session_types import Method, SessionParams
-        from sdk.context import Profile
-        from sdk.device import DecodeOptions, generate
+        from specsteer.core.prompts import task_prompt
+        from specsteer.core.session_types import Method, SessionParams
+        from specsteer.sdk.context import Profile
+        from specsteer.sdk.device import DecodeOptions, generate
 
         profile = Profile.from_obj(user, source=str(user["user_id"]))
         specialist, cloud, version = self.local(profile, state)

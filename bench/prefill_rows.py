@@ -32,11 +32,11 @@ from typing import Any
 
 from bench.results import write_results
 from bench.speed_timing import demo_device_ids
-from core.cli import command_parser, reported, whole_number
-from core.kv import TokenSequence
-from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from server.fused_decoder import fused_decoder_problem
-from server.slot_pool import SlotPool
+from specsteer.core.cli import command_parser, reported, whole_number
+from specsteer.core.kv import TokenSequence
+from specsteer.core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.server.fused_decoder import fused_decoder_problem
+from specsteer.server.slot_pool import SlotPool
 
 __all__ = ["ENGINES", "KINDS", "EveryRowSequence", "main", "prefill_memory", "prefills"]
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from core.prompts import task_prompt
-from core.session_types import SessionParams
-from privacy.leakage import CanarySpace, plant_canary
-from sdk.context import Profile, ProfileIndex
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import SessionParams
+from specsteer.privacy.leakage import CanarySpace, plant_canary
+from specsteer.sdk.context import Profile, ProfileIndex
 
 __all__ = [
     "CONFIGS",

@@ -19,10 +19,10 @@ import numpy as np
 
 from bench.plotting import figure
 from bench.privacy_cases import CONFIGS, CONTROL_PARAMS, CONTROL_PROMPT, PAIRS, SPACE, Case
-from core import wire
-from core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
-from privacy.data import UplinkSession
-from privacy.leakage import (
+from specsteer.core import wire
+from specsteer.core.session_types import MAX_CANDIDATE_TOKENS, SessionParams
+from specsteer.privacy.data import UplinkSession
+from specsteer.privacy.leakage import (
     auroc,
     canary_exposure,
     counterfactual_ngram_leakage,

@@ -55,32 +55,32 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 import torch
 from rouge_score import rouge_scorer
 
-from audit.egress import EgressRecorder
-from audit.errors import VerificationFailed
-from audit.identity import DeviceIdentity
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.transcript import ServerTranscript
-from audit.verify import verify
 from bench.privacy_cases import CONFIGS, CONTROL_PARAMS, CONTROL_PROMPT, SPACE, Case, Config, build_cases
 from bench.privacy_page import adapter_canary_summary, summarize, write_page
-from core.gguf_cache import default_cache_dir
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from core.models import CausalLM, load_causal_lm
-from core.prompts import context_text, render_prompt, task_prompt
-from core.session_types import SessionParams
-from privacy.data import Canary, read_uplinks, write_canaries
-from privacy.membership import MembershipProbe, draft_likelihood_attack
-from privacy.report import leakage_report
-from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.egress import RecorderTap
-from sdk.remote import RemoteVerifier, TlsIdentity
-from sdk.uplink_guard import guard_for_profile
-from server.config import ServerConfig
-from server.main import create_server
-from server.pki import init_pki, issue_device
-from server.session import CloudVerifier
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import VerificationFailed
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.transcript import ServerTranscript
+from specsteer.audit.verify import verify
+from specsteer.core.gguf_cache import default_cache_dir
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.core.prompts import context_text, render_prompt, task_prompt
+from specsteer.core.session_types import SessionParams
+from specsteer.privacy.data import Canary, read_uplinks, write_canaries
+from specsteer.privacy.membership import MembershipProbe, draft_likelihood_attack
+from specsteer.privacy.report import leakage_report
+from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
+from specsteer.sdk.uplink_guard import guard_for_profile
+from specsteer.server.config import ServerConfig
+from specsteer.server.main import create_server
+from specsteer.server.pki import init_pki, issue_device
+from specsteer.server.session import CloudVerifier
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 RUNS_LOG = "privacy.runs.jsonl"

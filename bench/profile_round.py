@@ -23,13 +23,13 @@ from collections.abc import Sequence
 import torch
 
 from bench.speed_timing import DEMO, measure_costs
-from core.models import DEFAULT_SPECIALIST, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import SessionParams
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.models import DEFAULT_SPECIALIST, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,15 +32,15 @@ from pathlib import Path
 from rouge_score import rouge_scorer
 
 from bench.plotting import figure
-from core.linear import LINEAR_KERNELS, resolve_linear_kernel
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import CandidatePolicy, Method, SessionParams
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Drafter, Specialist, generate
-from sdk.drafters import DRAFTERS, ONNX_PRECISIONS, drafter_for
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.linear import LINEAR_KERNELS, resolve_linear_kernel
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Drafter, Specialist, generate
+from specsteer.sdk.drafters import DRAFTERS, ONNX_PRECISIONS, drafter_for
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 # The two candidate Specialists; the `alt` rows run the one that is not `--specialist`.

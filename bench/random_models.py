@@ -44,10 +44,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from bench.gpu import CONFIGS, hf_config
-from core.cli import command_parser, reported
-from core.device import resolve_device
-from core.errors import ConfigError
-from core.prompts import render_prompt, task_prompt
+from specsteer.core.cli import command_parser, reported
+from specsteer.core.device import resolve_device
+from specsteer.core.errors import ConfigError
+from specsteer.core.prompts import render_prompt, task_prompt
 
 __all__ = [
     "FLAT_LOGIT_STD",
@@ -177,11 +177,11 @@ def measured_acceptance(
     never tried: with K = 4, per_draft is about (p + p^2 + p^3 + p^4) / 4, 0.59 at p = 0.8. The
     drafts tried are the accepted ones and one per rejection (`recoveries`; a rejection in a
     generation's last round, with no token left to recover, is not counted)."""
-    from core.models import load_causal_lm
-    from core.session_types import SessionParams
-    from sdk.context import Profile
-    from sdk.device import DecodeOptions, Specialist, generate
-    from server.local import in_process_verifier
+    from specsteer.core.models import load_causal_lm
+    from specsteer.core.session_types import SessionParams
+    from specsteer.sdk.context import Profile
+    from specsteer.sdk.device import DecodeOptions, Specialist, generate
+    from specsteer.server.local import in_process_verifier
 
     demo = json.loads(DEMO_PROFILE.read_text(encoding="utf-8"))
     s_lm, g_lm = load_causal_lm(specialist_dir, progress=False), load_causal_lm(generalist_dir, progress=False)

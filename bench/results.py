@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.fileio import atomic_write
+from specsteer.core.fileio import atomic_write
 
 __all__ = ["write_results"]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.results import write_results
-from core.cli import command_parser, reported, whole_number
-from core.recovery import DRAW_BLOCK, choose, device_rng
+from specsteer.core.cli import command_parser, reported, whole_number
+from specsteer.core.recovery import DRAW_BLOCK, choose, device_rng
 
 __all__ = ["main", "whole_vocabulary_draw"]
 

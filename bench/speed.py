@@ -97,25 +97,25 @@ from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
 from bench.speed_page import command_line, markdown, plot
 from bench.speed_timing import DEMO, logger, measure_costs
-from core.cli import whole_number
-from core.device import DTYPE_CHOICES
-from core.linear import LINEAR_KERNELS, resolve_linear_kernel
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import Method, SessionParams
-from core.wire import encode_open, fusion_downlink_bytes
-from privacy.guard import EgressGuard
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Drafter, Specialist, generate
-from sdk.llamacpp import DRAFTERS, drafter_for
-from sdk.transport import InProcessVerifier
-from sdk.uplink_guard import guard_setting
-from server.config import SLOT_FORWARDS, ServerConfig
-from server.main import create_server
-from server.pki import init_pki, issue_device
-from server.session import CloudSession, CloudVerifier, reads_generic_specialist
-from server.slot_sequence import SlotPools
+from specsteer.core.cli import whole_number
+from specsteer.core.device import DTYPE_CHOICES
+from specsteer.core.linear import LINEAR_KERNELS, resolve_linear_kernel
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.core.wire import encode_open, fusion_downlink_bytes
+from specsteer.privacy.guard import EgressGuard
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Drafter, Specialist, generate
+from specsteer.sdk.llamacpp import DRAFTERS, drafter_for
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.sdk.uplink_guard import guard_setting
+from specsteer.server.config import SLOT_FORWARDS, ServerConfig
+from specsteer.server.main import create_server
+from specsteer.server.pki import init_pki, issue_device
+from specsteer.server.session import CloudSession, CloudVerifier, reads_generic_specialist
+from specsteer.server.slot_sequence import SlotPools
 
 PAPER_DRAFT_B, PAPER_TARGET_B = 0.6, 32.0
 LLM = "llm (in cloud)"

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from bench.timing import synchronize
-from core.gguf_cache import locate_embedded_gguf
-from core.kv import model_device
-from core.models import CausalLM
-from core.prompts import render_prompt
+from specsteer.core.gguf_cache import locate_embedded_gguf
+from specsteer.core.kv import model_device
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt
 
 __all__ = ["gguf_of", "hf_generate", "llamacpp_reference"]
 

@@ -17,10 +17,10 @@ import torch
 
 from bench.speed_page import command_line
 from bench.speed_timing import DEMO, bare_forward_time, demo_device_ids, drafter_times, logger, torch_drafter_times
-from core.linear import onednn_available, resolve_linear_kernel, use_linear_kernel
-from core.models import load_causal_lm
-from core.prompts import render_prompt, task_prompt
-from sdk.llamacpp import drafter_for
+from specsteer.core.linear import onednn_available, resolve_linear_kernel, use_linear_kernel
+from specsteer.core.models import load_causal_lm
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.sdk.llamacpp import drafter_for
 
 __all__ = ["compare_drafters", "compare_kernels", "compare_quantize"]
 

@@ -21,13 +21,13 @@ import torch
 
 from bench.cost_model import Costs
 from bench.timing import median_ms
-from core.kv import CachedSequence, TokenSequence, model_device, recording_cache
-from core.models import CausalLM
-from core.prompts import render_prompt, task_prompt
-from sdk.context import Profile
-from sdk.device import Drafter, Specialist
-from server.slot_pool import SlotPool
-from server.slot_sequence import SlotPools
+from specsteer.core.kv import CachedSequence, TokenSequence, model_device, recording_cache
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import Drafter, Specialist
+from specsteer.server.slot_pool import SlotPool
+from specsteer.server.slot_sequence import SlotPools
 
 __all__ = [
     "DEMO",

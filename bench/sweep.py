@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.quality import DEFAULT_DATA, Key, Pairs, RunsLog, complete_queries, load_queries, scores
-from core.model_registry import DEFAULT_GENERALIST
-from core.session_types import Method, SessionParams
+from specsteer.core.model_registry import DEFAULT_GENERALIST
+from specsteer.core.session_types import Method, SessionParams
 
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
 SMOLLM2 = "smollm2-135m-instruct"

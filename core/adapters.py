@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.adapter_files import (
+from specsteer.core.adapter_files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     GLOBAL,
@@ -53,8 +53,8 @@ from core.adapter_files import (
     state_folders,
     version_dir,
 )
-from core.errors import AdapterError
-from core.models import CausalLM
+from specsteer.core.errors import AdapterError
+from specsteer.core.models import CausalLM
 
 __all__ = [
     "ADAPTER_CONFIG",

@@ -21,7 +21,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from core.errors import ModelLoadError, one_line
+from specsteer.core.errors import ModelLoadError, one_line
 
 __all__ = ["ChatTemplate"]
 

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from core.errors import SpecSteerError
-from core.version import __version__
+from specsteer.core.errors import SpecSteerError
+from specsteer.core.version import __version__
 
 __all__ = [
     "EXIT_ERROR",

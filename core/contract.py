@@ -38,10 +38,10 @@ from enum import StrEnum
 
 from google.protobuf.message import DecodeError
 
-from core import wire
-from core.errors import ProtocolError
-from core.limits import MAX_GUARD_SPANS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
-from core.session_types import (
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.limits import MAX_GUARD_SPANS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
+from specsteer.core.session_types import (
     ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
     MAX_LITERAL_TOKENS,
@@ -49,7 +49,7 @@ from core.session_types import (
     GuardDecision,
     Method,
 )
-from core.wire import pb, unknown_fields
+from specsteer.core.wire import pb, unknown_fields
 
 __all__ = [
     "NO_SESSION",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.errors import ModelLoadError
+from specsteer.core.errors import ModelLoadError
 
 if TYPE_CHECKING:
     import torch

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.chat_template import ChatTemplate
-from core.errors import ModelLoadError, one_line
-from core.gguf_cache import cache_root, converted_embedded, converted_gguf
-from core.model_registry import EMBEDDED_MODELS, unknown_model
+from specsteer.core.chat_template import ChatTemplate
+from specsteer.core.errors import ModelLoadError, one_line
+from specsteer.core.gguf_cache import cache_root, converted_embedded, converted_gguf
+from specsteer.core.model_registry import EMBEDDED_MODELS, unknown_model
 
 __all__ = ["DeviceLM", "FastTokenizer", "SpecialistLM", "load_device_lm", "model_folder"]
 

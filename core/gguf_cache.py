@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.errors import ModelLoadError, one_line
-from core.fileio import atomic_write, atomic_writer, publish_folder
-from core.model_registry import (
+from specsteer.core.errors import ModelLoadError, one_line
+from specsteer.core.fileio import atomic_write, atomic_writer, publish_folder
+from specsteer.core.model_registry import (
     EMBEDDED_MODELS,
     EmbeddedModel,
     SplitGGUF,

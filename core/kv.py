@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from core.sequence import CachedSequence
-from core.steering import log_softmax
+from specsteer.core.sequence import CachedSequence
+from specsteer.core.steering import log_softmax
 
 __all__ = [
     "CachedSequence",

@@ -20,7 +20,7 @@ import os
 import torch
 from torch import nn
 
-from core.errors import ModelLoadError
+from specsteer.core.errors import ModelLoadError
 
 __all__ = [
     "LINEAR_KERNELS",

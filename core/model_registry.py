@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ModelLoadError
+from specsteer.core.errors import ModelLoadError
 
 __all__ = [
     "DEFAULT_GENERALIST",

@@ -34,13 +34,13 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import is_accelerate_available
 from transformers.utils import logging as hf_logging
 
-from core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
-from core.device_lm import model_folder
-from core.errors import ModelLoadError, one_line
-from core.kv import model_device
-from core.linear import resolve_linear_kernel, use_linear_kernel
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from core.quantize import QUANTIZE_CHOICES, quantize_linear
+from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
+from specsteer.core.device_lm import model_folder
+from specsteer.core.errors import ModelLoadError, one_line
+from specsteer.core.kv import model_device
+from specsteer.core.linear import resolve_linear_kernel, use_linear_kernel
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.quantize import QUANTIZE_CHOICES, quantize_linear
 
 __all__ = [
     "DEFAULT_GENERALIST",

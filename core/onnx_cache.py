@@ -31,9 +31,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from core.errors import ConfigError, ModelLoadError, one_line
-from core.fileio import publish_folder
-from core.gguf_cache import CACHE_MARKER
+from specsteer.core.errors import ConfigError, ModelLoadError, one_line
+from specsteer.core.fileio import publish_folder
+from specsteer.core.gguf_cache import CACHE_MARKER
 
 __all__ = [
     "DEFAULT_ONNX_PRECISION",

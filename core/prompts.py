@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.device_lm import SpecialistLM
+    from specsteer.core.device_lm import SpecialistLM
 
 __all__ = [
     "CONTEXT_HEADER",

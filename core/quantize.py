@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from core.linear import use_linear_kernel
+from specsteer.core.linear import use_linear_kernel
 
 if TYPE_CHECKING:  # core.models imports this module to apply the option
-    from core.models import CausalLM
+    from specsteer.core.models import CausalLM
 
 __all__ = ["QUANTIZE_CHOICES", "quantize_linear"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from core.errors import ModelLoadError
+from specsteer.core.errors import ModelLoadError
 
 __all__ = [
     "DRAW_BLOCK",

@@ -16,8 +16,8 @@ from enum import StrEnum
 from functools import cache
 from typing import TypeVar
 
-from core.errors import ConfigError
-from core.limits import WIRE_MAX_TOP_K as WIRE_MAX_TOP_K  # the sizes of a session live in core.limits
+from specsteer.core.errors import ConfigError
+from specsteer.core.limits import WIRE_MAX_TOP_K as WIRE_MAX_TOP_K  # the sizes of a session live in core.limits
 
 # Bounds every party enforces; the wire encodes gamma and alpha in fixed point at these resolutions,
 # so an uplink cannot smuggle arbitrary floats.

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from core.errors import ModelLoadError
-from core.recovery import LOGP_FLOOR, RULED_OUT
-from core.session_types import CandidatePolicy
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.recovery import LOGP_FLOOR, RULED_OUT
+from specsteer.core.session_types import CandidatePolicy
 
 __all__ = [
     "LOGP_FLOOR",

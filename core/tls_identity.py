@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 __all__ = ["MAX_TLS_FILE_BYTES", "check_client_cas", "check_tls_identity", "host_name", "read_tls_file"]
 

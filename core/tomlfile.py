@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 __all__ = ["load_dataclass", "read_toml"]
 

@@ -14,9 +14,9 @@ import numpy as np
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from core.errors import ConfigError, ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import (
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import (
     ALPHA_SCALE,
     GAMMA_SCALE,
     MAX_CANDIDATE_TOKENS,

@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from core.errors import ConfigError
-from core.prompts import task_prompt
-from core.session_types import Method
 from demo.run import run_as, run_demo_over_tls
-from sdk.cli import build_parser, print_result, run
-from sdk.cli import main as sdk_main
-from sdk.context import Profile, demo_profile_path
+from specsteer.core.errors import ConfigError
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import Method
+from specsteer.sdk.cli import build_parser, print_result, run
+from specsteer.sdk.cli import main as sdk_main
+from specsteer.sdk.context import Profile, demo_profile_path
 
 __all__ = ["main"]
 

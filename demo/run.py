@@ -14,18 +14,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from audit.cosignature import load_witness_key, write_witness_key_pair
-from audit.errors import AuditError
-from audit.note import load_verifier_key, write_key_pair
-from audit.verify import inspect
-from core.errors import ConfigError
-from core.gguf_cache import default_cache_dir
-from core.session_types import Method
-from sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
-from sdk.client import ClientConfig
-from sdk.context import Profile
-from sdk.device import Generation
-from server.pki import init_pki, issue_device
+from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
+from specsteer.audit.errors import AuditError
+from specsteer.audit.note import load_verifier_key, write_key_pair
+from specsteer.audit.verify import inspect
+from specsteer.core.errors import ConfigError
+from specsteer.core.gguf_cache import default_cache_dir
+from specsteer.core.session_types import Method
+from specsteer.sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
+from specsteer.sdk.client import ClientConfig
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import Generation
+from specsteer.server.pki import init_pki, issue_device
 
 __all__ = ["run_demo_over_tls", "verifier_process"]
 
@@ -41,7 +41,7 @@ def verifier_process(
     """
     port_file = pki_dir.parent / "port"
     log_path = pki_dir.parent / "server.log"
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
+    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--tls-dir", str(pki_dir), "--host", "127.0.0.1"]
     cmd += ["--port", "0", "--port-file", str(port_file), "--seed", str(args.seed or 0)]
     cmd += ["--generalist", args.generalist, "--specialist", args.specialist]
     if transcript_dir is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save as save_numpy
 
-from core.adapters import (
+from specsteer.core.adapters import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     MANIFEST,
@@ -29,8 +29,8 @@ from core.adapters import (
     read_adapter,
     sha256_file,
 )
-from core.fileio import atomic_write
-from federation.ledger import atomic_write_json
+from specsteer.core.fileio import atomic_write
+from specsteer.federation.ledger import atomic_write_json
 
 __all__ = [
     "ADAPTER_WEIGHTS",

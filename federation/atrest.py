@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import ProfileError
-from privacy.vault import (
+from specsteer.core.errors import ProfileError
+from specsteer.privacy.vault import (
     ENV_KEY,
     ENV_PASSPHRASE,
     KeyProvider,

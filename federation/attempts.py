@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.fileio import atomic_write
-from federation.errors import AttemptRevoked
+from specsteer.core.fileio import atomic_write
+from specsteer.federation.errors import AttemptRevoked
 
 __all__ = ["ATTEMPT_FILE", "TOKEN_KEY", "Attempt", "AttemptRevoked", "publishing"]
 

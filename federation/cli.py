@@ -28,12 +28,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from core.cli import Parser as _Parser
-from core.cli import bad_value, command_parser, number, reported, whole_number
-from core.errors import ConfigError, SpecSteerError
-from federation.attempts import TOKEN_KEY, Attempt
-from federation.errors import RunFailed
-from federation.run_options import RunOptions
+from specsteer.core.cli import Parser as _Parser
+from specsteer.core.cli import bad_value, command_parser, number, reported, whole_number
+from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.federation.attempts import TOKEN_KEY, Attempt
+from specsteer.federation.errors import RunFailed
+from specsteer.federation.run_options import RunOptions
 
 __all__ = ["main", "parse_duration"]
 
@@ -160,7 +160,7 @@ def run_once(
     if args.simulation:
         if args.superlink or args.root_certificates or args.insecure:
             raise ConfigError("--root-certificates and --insecure only apply with --superlink.")
-        from federation.simulation import run_in_process
+        from specsteer.federation.simulation import run_in_process
 
         nodes = options.simulation_nodes(lambda message: _log(args, message))
         _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
@@ -171,7 +171,7 @@ def run_once(
         raise ConfigError(
             "--data and --epsilon are device settings: give them to each flower-supernode's --node-config."
         )
-    from federation.deploy import submit_run
+    from specsteer.federation.deploy import submit_run
 
     return submit_run(
         args.superlink,
@@ -190,7 +190,7 @@ def _add_device_outcomes(summary: dict[str, Any], nodes: list[dict[str, Any]]) -
     left, no usable sequence) replies like one that trained: that is what keeps its history's
     size from the server. A simulation's operator owns its devices, so their logs can say which.
     """
-    from federation.device import TRAINED, Device, round_outcome
+    from specsteer.federation.device import TRAINED, Device, round_outcome
 
     seen: dict[int, Counter[str]] = {}
     for node in nodes:
@@ -399,7 +399,7 @@ def _read_last_start(path: Path) -> float | None:
 
 
 def _write_last_start(path: Path, when: float) -> None:
-    from federation.ledger import atomic_write_json
+    from specsteer.federation.ledger import atomic_write_json
 
     atomic_write_json(path, {"last_start": when})
 
@@ -408,10 +408,10 @@ def _write_last_start(path: Path, when: float) -> None:
 
 
 def status(args: argparse.Namespace) -> dict[str, Any]:
-    from federation.device import Device
-    from federation.server_app import RUN_LOG
-    from federation.store import AdapterStore
-    from federation.task import TaskConfig
+    from specsteer.federation.device import Device
+    from specsteer.federation.server_app import RUN_LOG
+    from specsteer.federation.store import AdapterStore
+    from specsteer.federation.task import TaskConfig
 
     state = args.state_dir.expanduser()
     if not state.is_dir():  # a mistyped folder would read as a federation with no adapter yet
@@ -483,7 +483,7 @@ def _log(args: argparse.Namespace, message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from federation.offline import go_offline, quiet_flower
+    from specsteer.federation.offline import go_offline, quiet_flower
 
     go_offline()  # before Flower or Hugging Face is imported by any command
 

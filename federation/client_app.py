@@ -35,12 +35,12 @@ from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameter
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
-from core.session_types import MAX_ADAPTER_VERSION
-from federation.device import Device, Policy
-from federation.errors import MessageRefusal, Refusal, SecAggRefusal
-from federation.offline import go_offline
-from federation.secagg_terms import check_stage
-from federation.task import GLOBAL, specialist_for
+from specsteer.core.session_types import MAX_ADAPTER_VERSION
+from specsteer.federation.device import Device, Policy
+from specsteer.federation.errors import MessageRefusal, Refusal, SecAggRefusal
+from specsteer.federation.offline import go_offline
+from specsteer.federation.secagg_terms import check_stage
+from specsteer.federation.task import GLOBAL, specialist_for
 
 __all__ = ["REFUSED", "app", "handle_evaluate", "handle_train", "optional_secaggplus_mod"]
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
-from federation.offline import OFFLINE_ENV
-from server.pki import issue_leaf, new_ca
+from specsteer.core.errors import ConfigError
+from specsteer.federation.offline import OFFLINE_ENV
+from specsteer.server.pki import issue_leaf, new_ca
 
 __all__ = [
     "APP_NAME",
@@ -64,7 +64,7 @@ def _toml_value(value: Any) -> str:
 
 def app_pyproject(run_config: Mapping[str, Any] | None = None) -> str:
     """The pyproject.toml of the Flower app (the same sections the project's own pyproject carries)."""
-    from federation.task import TaskConfig
+    from specsteer.federation.task import TaskConfig
 
     defaults: dict[str, Any] = {
         **TaskConfig().as_run_config(),
@@ -97,8 +97,8 @@ def app_pyproject(run_config: Mapping[str, Any] | None = None) -> str:
         'publisher = "specsteer"',
         "",
         "[tool.flwr.app.components]",
-        'serverapp = "federation.server_app:app"',
-        'clientapp = "federation.client_app:app"',
+        'serverapp = "specsteer.federation.server_app:app"',
+        'clientapp = "specsteer.federation.client_app:app"',
         "",
         "[tool.flwr.app.config]",
         *(f"{key} = {_toml_value(value)}" for key, value in defaults.items()),
@@ -165,7 +165,7 @@ def submit_run(
 
 
 def _summary_for(run_config: Mapping[str, Any], run_id: int | None) -> dict[str, Any] | None:
-    from federation.server_app import RUN_LOG
+    from specsteer.federation.server_app import RUN_LOG
 
     log = Path(str(run_config.get("server-state-dir", ""))).expanduser() / RUN_LOG
     deadline = time.time() + 10  # the ServerApp writes its summary as its last act

@@ -86,15 +86,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import ConfigError
-from core.fileio import append_line
-from core.models import DEFAULT_SPECIALIST
-from federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
-from federation.atrest import append_sealed_log, device_key_provider, read_sealed_log, seal_file, unseal_file
-from federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
-from federation.ledger import Ledger
-from federation.store import AdapterStore, version_dir
-from federation.task import (
+from specsteer.core.errors import ConfigError
+from specsteer.core.fileio import append_line
+from specsteer.core.models import DEFAULT_SPECIALIST
+from specsteer.federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
+from specsteer.federation.atrest import append_sealed_log, device_key_provider, read_sealed_log, seal_file, unseal_file
+from specsteer.federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
+from specsteer.federation.ledger import Ledger
+from specsteer.federation.store import AdapterStore, version_dir
+from specsteer.federation.task import (
     ALL_LINEAR,
     GLOBAL,
     MAX_LR,
@@ -114,8 +114,8 @@ from federation.task import (
     train_global_dp,
     train_personal,
 )
-from privacy.ledger import ACCOUNTANTS
-from privacy.vault import KeyProvider
+from specsteer.privacy.ledger import ACCOUNTANTS
+from specsteer.privacy.vault import KeyProvider
 
 __all__ = [
     "DEFAULT_EPSILON_BUDGET",
@@ -643,7 +643,7 @@ class Device:
 
     def status(self) -> dict[str, Any]:
         """The device's state as its owner sees it (read only: the ledger's policy is whatever it fixed)."""
-        from privacy.ledger import epsilon_of, read_ledger_file
+        from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 
         data = read_ledger_file(self.ledger_path)
         personal = None

@@ -27,8 +27,8 @@ from the layers below and are gathered here, so a caller imports its `except` cl
 
 from __future__ import annotations
 
-from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, SpecSteerError
-from privacy.errors import LedgerError
+from specsteer.core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, SpecSteerError
+from specsteer.privacy.errors import LedgerError
 
 __all__ = [
     "AdapterError",

@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.fileio import atomic_write
-from federation.errors import BudgetExhausted
-from privacy.errors import VaultError
-from privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
-from privacy.vault import KeyProvider, ProfileVault, is_vault
+from specsteer.core.fileio import atomic_write
+from specsteer.federation.errors import BudgetExhausted
+from specsteer.privacy.errors import VaultError
+from specsteer.privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
+from specsteer.privacy.vault import KeyProvider, ProfileVault, is_vault
 
 __all__ = [
     "ACCOUNTANTS",

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError
-from federation.attempts import TOKEN_KEY, publishing
-from federation.store import AdapterStore
+from specsteer.core.errors import ConfigError
+from specsteer.federation.attempts import TOKEN_KEY, publishing
+from specsteer.federation.store import AdapterStore
 
 __all__ = ["RUN_LOG", "RoundRecord", "ServerSettings", "VersionedRounds"]
 

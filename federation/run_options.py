@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 __all__ = ["SPLIT_FILE", "RunOptions"]
 
@@ -75,7 +75,7 @@ class RunOptions:
         if self.simulation and (self.min_clients or 0) > self.clients:
             raise ConfigError(f"--min-clients {self.min_clients} is more than the {self.clients} simulated devices.")
         if self.simulation and self.secagg:
-            from federation.device import DEFAULT_SECAGG_MIN_COHORT  # torch and all: only for this check
+            from specsteer.federation.device import DEFAULT_SECAGG_MIN_COHORT  # torch and all: only for this check
 
             if self.clients < DEFAULT_SECAGG_MIN_COHORT:
                 # Every device refuses a SecAgg+ cohort below its secagg-min-cohort: the run would train nothing.
@@ -87,12 +87,12 @@ class RunOptions:
 
         Without `data` the SDK's demo user is split among the devices (`log` is told so).
         """
-        from federation.atrest import device_key_provider
-        from federation.task import _users_in
+        from specsteer.federation.atrest import device_key_provider
+        from specsteer.federation.task import _users_in
 
         data = self.data
         if data is None:
-            from sdk.context import demo_profile_path
+            from specsteer.sdk.context import demo_profile_path
 
             data = demo_profile_path()
             if log is not None:
@@ -139,7 +139,7 @@ class RunOptions:
         import hashlib
         import json
 
-        from core.fileio import atomic_write
+        from specsteer.core.fileio import atomic_write
 
         devices = (self.state_dir / "devices").expanduser().resolve()
         try:  # what the devices read: the users, else (a format read elsewhere) the file itself

@@ -31,8 +31,8 @@ from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid
 
-from federation.rounds import RoundRecord, ServerSettings, VersionedRounds
-from federation.store import AdapterStore
+from specsteer.federation.rounds import RoundRecord, ServerSettings, VersionedRounds
+from specsteer.federation.store import AdapterStore
 
 __all__ = ["VersionedSecAggFedAvg", "run_secagg"]
 

@@ -39,7 +39,7 @@ from flwr.app import ConfigRecord, RecordDict
 from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE, Key, Stage
 
-from federation.errors import SecAggRefusal
+from specsteer.federation.errors import SecAggRefusal
 
 __all__ = ["check_stage"]
 

@@ -34,14 +34,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from core.fileio import append_line
-from core.models import load_causal_lm
-from federation.adapters import AdapterError
-from federation.attempts import publishing
-from federation.offline import go_offline
-from federation.rounds import RUN_LOG, RoundRecord, ServerSettings, VersionedRounds
-from federation.store import AdapterStore
-from federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
+from specsteer.core.fileio import append_line
+from specsteer.core.models import load_causal_lm
+from specsteer.federation.adapters import AdapterError
+from specsteer.federation.attempts import publishing
+from specsteer.federation.offline import go_offline
+from specsteer.federation.rounds import RUN_LOG, RoundRecord, ServerSettings, VersionedRounds
+from specsteer.federation.store import AdapterStore
+from specsteer.federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
 
 __all__ = [
     "RUN_LOG",
@@ -188,7 +188,7 @@ def run_federation(grid: Grid, run_config: Mapping[str, Any], *, run_id: int = 0
     lora_config = _stored_lora_config(store, start)
     began = time.time()
     if settings.secagg:
-        from federation.secagg import run_secagg
+        from specsteer.federation.secagg import run_secagg
 
         version, rounds = run_secagg(
             grid, run_config, settings, store, start, lora_config=lora_config, base=first.base, run_id=run_id

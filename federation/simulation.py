@@ -39,7 +39,7 @@ from flwr.supercore.inflatable.inflatable_object import InflatableObject, get_al
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from federation.errors import AttemptRevoked
+from specsteer.federation.errors import AttemptRevoked
 
 __all__ = ["LocalGrid", "SimNode", "deflated_bytes", "run_in_process"]
 
@@ -207,10 +207,10 @@ def run_in_process(
     `dropouts` maps a node's index to a predicate that makes it vanish for a message; setting
     `cancelled` stops the run at its next message (`AttemptRevoked`).
     """
-    from federation.client_app import app as default_client
-    from federation.offline import go_offline
-    from federation.server_app import RUN_LOG
-    from federation.server_app import app as default_server
+    from specsteer.federation.client_app import app as default_client
+    from specsteer.federation.offline import go_offline
+    from specsteer.federation.server_app import RUN_LOG
+    from specsteer.federation.server_app import app as default_server
 
     go_offline()
     client = client_app or default_client

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.adapters import (
+from specsteer.core.adapters import (
     MAX_VERSION,
     AdapterError,
     AdapterFolder,
@@ -28,7 +28,7 @@ from core.adapters import (
     load_tensors,
     version_dir,
 )
-from federation.adapters import write_adapter
+from specsteer.federation.adapters import write_adapter
 
 __all__ = ["MAX_VERSION", "AdapterStore", "load_device_specialist", "load_global_adapter", "version_dir"]
 

@@ -37,14 +37,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from core.errors import ConfigError, ProfileError
-from core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
-from core.prompts import render_prompt, task_prompt
-from federation.adapters import base_fingerprint
-from federation.errors import UpdateNotFinite
-from federation.ledger import Ledger
-from privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
-from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
+from specsteer.core.errors import ConfigError, ProfileError
+from specsteer.core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.federation.adapters import base_fingerprint
+from specsteer.federation.errors import UpdateNotFinite
+from specsteer.federation.ledger import Ledger
+from specsteer.privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
+from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 __all__ = [
     "ADAPTERS",

@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from core.models import CausalLM
-from core.prompts import render_prompt, task_prompt
-from privacy.leakage import CanarySpace, exposure_from_rank
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.privacy.leakage import CanarySpace, exposure_from_rank
 
 __all__ = [
     "DEFAULT_CANARY_SUBJECT",
@@ -392,7 +392,7 @@ def model_exposures(
 
 def adapter_model(base: CausalLM, adapters_dir: str | Path, version: int) -> CausalLM:
     """`base` with global adapter `version` of an adapter store merged in (what the verifier runs as P_S^0)."""
-    from core.adapters import apply_adapters, load_global_adapter
+    from specsteer.core.adapters import apply_adapters, load_global_adapter
 
     folder = load_global_adapter(version, adapters_dir)
     return apply_adapters(base, folder.path, None, expect_version=version)

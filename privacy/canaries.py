@@ -12,8 +12,8 @@ import codecs
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from privacy.normalize import DIGIT_WORD_PREFIXES, fold
-from privacy.registered import (
+from specsteer.privacy.normalize import DIGIT_WORD_PREFIXES, fold
+from specsteer.privacy.registered import (
     encodings,
     name_handles,
     name_variants,
@@ -24,7 +24,7 @@ from privacy.registered import (
     unambiguous_surnames,
     widen_encoded,
 )
-from privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
+from specsteer.privacy.spans import CANARY, EMAIL, KINDS, NAME, Detector, Span, merge_spans
 
 __all__ = ["CanaryDetector", "identities_from_trailers", "split_trailers"]
 

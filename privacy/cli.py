@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.cli import EXIT_ERROR, EXIT_OK, command_parser, whole_number
-from core.cli import Parser as _Parser
-from core.errors import SpecSteerError
+from specsteer.core.cli import EXIT_ERROR, EXIT_OK, command_parser, whole_number
+from specsteer.core.cli import Parser as _Parser
+from specsteer.core.errors import SpecSteerError
 
 __all__ = ["budget_report", "main", "read_ledger"]
 
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_ledger(path: Path) -> dict[str, Any]:
     """A device's ε ledger, parsed by `privacy.ledger` (the one parser); ε is recomputed when possible."""
-    from privacy.data import PrivacyError
-    from privacy.ledger import epsilon_of, read_ledger_file
+    from specsteer.privacy.data import PrivacyError
+    from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 
     data = read_ledger_file(path)
     if data is None:
@@ -99,7 +99,7 @@ def read_ledger(path: Path) -> dict[str, Any]:
 
 def budget_report(state_dir: Path, device: str | None = None) -> list[dict[str, Any]]:
     """Ledgers of every device under `state_dir` (federation layout), or of one device."""
-    from privacy.data import PrivacyError
+    from specsteer.privacy.data import PrivacyError
 
     root = state_dir.expanduser()
     if device is not None:
@@ -150,13 +150,13 @@ def _load_tokenizer(spec: str | None) -> Any:
     if path is not None and path.is_dir():
         from transformers import AutoTokenizer
 
-        from privacy.data import PrivacyError
+        from specsteer.privacy.data import PrivacyError
 
         try:
             return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise PrivacyError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0]}") from None
-    from core.models import DEFAULT_SPECIALIST, load_causal_lm
+    from specsteer.core.models import DEFAULT_SPECIALIST, load_causal_lm
 
     return load_causal_lm(spec or DEFAULT_SPECIALIST, progress=False).tokenizer
 
@@ -189,8 +189,8 @@ def _print_leakage(r: dict[str, Any]) -> None:
 
 
 def _passphrase() -> str:
-    from privacy.data import PrivacyError
-    from privacy.vault import ENV_PASSPHRASE
+    from specsteer.privacy.data import PrivacyError
+    from specsteer.privacy.vault import ENV_PASSPHRASE
 
     value = os.environ.get(ENV_PASSPHRASE)
     if value:
@@ -204,9 +204,9 @@ def _passphrase() -> str:
 
 
 def _seal(profile: Path, out: Path) -> int:
-    from privacy.data import PrivacyError
-    from privacy.profile_format import read_profile
-    from privacy.vault import PassphraseKeyProvider, ProfileVault, is_vault
+    from specsteer.privacy.data import PrivacyError
+    from specsteer.privacy.profile_format import read_profile
+    from specsteer.privacy.vault import PassphraseKeyProvider, ProfileVault, is_vault
 
     if is_vault(profile):  # a vault inside a vault: the device would open it to ciphertext, not a profile
         raise PrivacyError(f"{profile} is already a sealed vault")
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print_budget(rows)
             return EXIT_OK
         if args.command == "leakage-report":
-            from privacy.report import leakage_report
+            from specsteer.privacy.report import leakage_report
 
             report = leakage_report(
                 data=args.data,

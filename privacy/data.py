@@ -21,17 +21,17 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from audit import records
-from audit.errors import AuditError
-from audit.log import scan_log
-from audit.transcript import read_transcript
-from core import wire
-from core.errors import ProtocolError
-from core.fileio import atomic_write
-from core.wire import pb
-from privacy.canaries import identities_from_trailers
-from privacy.errors import PrivacyError
-from privacy.leakage import CanarySpace
+from specsteer.audit import records
+from specsteer.audit.errors import AuditError
+from specsteer.audit.log import scan_log
+from specsteer.audit.transcript import read_transcript
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.fileio import atomic_write
+from specsteer.core.wire import pb
+from specsteer.privacy.canaries import identities_from_trailers
+from specsteer.privacy.errors import PrivacyError
+from specsteer.privacy.leakage import CanarySpace
 
 __all__ = [
     "CANARY_FORMAT",

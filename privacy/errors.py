@@ -13,7 +13,7 @@ Every privacy error is defined here; `privacy.data` and `privacy.vault` import t
 
 from __future__ import annotations
 
-from core.errors import ConfigError, SpecSteerError
+from specsteer.core.errors import ConfigError, SpecSteerError
 
 __all__ = ["LedgerError", "PrivacyError", "VaultError", "WrongKeyError"]
 

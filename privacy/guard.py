@@ -51,13 +51,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from core.errors import ConfigError
-from core.session_types import GuardDecision
-from privacy.canaries import CanaryDetector
-from privacy.history_secrets import HistorySecretDetector
-from privacy.ngrams import RewrittenVerbatimDetector, VerbatimNgramDetector
-from privacy.pii import PiiDetector
-from privacy.recognizers import (
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import GuardDecision
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.history_secrets import HistorySecretDetector
+from specsteer.privacy.ngrams import RewrittenVerbatimDetector, VerbatimNgramDetector
+from specsteer.privacy.pii import PiiDetector
+from specsteer.privacy.recognizers import (
     CardRecognizer,
     KeywordValueRecognizer,
     NationalIdRecognizer,
@@ -67,8 +67,8 @@ from privacy.recognizers import (
     ShapeRecognizer,
     WrappedEmailRecognizer,
 )
-from privacy.registered import common_english_words
-from privacy.spans import (
+from specsteer.privacy.registered import common_english_words
+from specsteer.privacy.spans import (
     ADDRESS,
     CANARY,
     CARD,
@@ -87,7 +87,7 @@ from privacy.spans import (
     decode,
     merge_spans,
 )
-from privacy.uplinked import UplinkRecord
+from specsteer.privacy.uplinked import UplinkRecord
 
 __all__ = [
     "GENERIC_PLACEHOLDER",

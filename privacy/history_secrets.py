@@ -30,10 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from privacy.normalize import fold
-from privacy.recognizers import secret_values
-from privacy.registered import encodings, widen_encoded
-from privacy.spans import SECRET, Detector, Span, merge_spans
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.recognizers import secret_values
+from specsteer.privacy.registered import encodings, widen_encoded
+from specsteer.privacy.spans import SECRET, Detector, Span, merge_spans
 
 __all__ = ["HistorySecretDetector", "history_secrets"]
 

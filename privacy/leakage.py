@@ -209,7 +209,7 @@ def canary_readings(space: CanarySpace, secret: str, stream: str) -> list[tuple[
     of these reversed (a secret written backwards after the template reads forwards before the
     reversed template: the same space, so ranks stay comparable). The folded readings are skipped
     for an alphabet folding changes."""
-    from privacy.normalize import fold_string  # a text module the numeric ones do not need
+    from specsteer.privacy.normalize import fold_string  # a text module the numeric ones do not need
 
     head, tail = space.template.split("{secret}")
 

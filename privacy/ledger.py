@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy.errors import LedgerError
+from specsteer.privacy.errors import LedgerError
 
 __all__ = [
     "ACCOUNTANTS",
@@ -255,7 +255,7 @@ def read_ledger_file(path: Path, key_provider: Any = None) -> LedgerData | None:
     except OSError as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise LedgerError(f"cannot read the privacy ledger {path}: {reason}") from None
-    from privacy import vault
+    from specsteer.privacy import vault
 
     if blob.startswith(vault.MAGIC):
         blob = _unseal(path, key_provider)
@@ -267,8 +267,8 @@ def read_ledger_file(path: Path, key_provider: Any = None) -> LedgerData | None:
 
 
 def _unseal(path: Path, key_provider: Any) -> bytes:
-    from core.errors import ProfileError
-    from privacy import vault
+    from specsteer.core.errors import ProfileError
+    from specsteer.privacy import vault
 
     try:
         provider = key_provider or vault.environment_key_provider(f"the privacy ledger {path} is sealed")

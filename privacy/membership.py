@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from privacy.leakage import auroc, tpr_at_fpr
+from specsteer.privacy.leakage import auroc, tpr_at_fpr
 
 __all__ = ["MembershipProbe", "draft_likelihood_attack", "draft_membership_score"]
 

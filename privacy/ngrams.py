@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, clean_text, decode
+from specsteer.privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, clean_text, decode
 
 __all__ = ["RewrittenVerbatimDetector", "VerbatimNgramDetector", "run_words"]
 

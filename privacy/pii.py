@@ -13,8 +13,8 @@ import ipaddress
 import re
 from collections.abc import Iterable
 
-from privacy.normalize import fold
-from privacy.spans import ADDRESS, CARD, EMAIL, IBAN, IP, PHONE, URL_CREDENTIALS, Detector, Span, merge_spans
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.spans import ADDRESS, CARD, EMAIL, IBAN, IP, PHONE, URL_CREDENTIALS, Detector, Span, merge_spans
 
 __all__ = ["PiiDetector", "luhn_ok"]
 

@@ -25,9 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import ProfileError
-from privacy.canaries import identities_from_trailers, split_trailers
-from privacy.vault import (
+from specsteer.core.errors import ProfileError
+from specsteer.privacy.canaries import identities_from_trailers, split_trailers
+from specsteer.privacy.vault import (
     KeyProvider,
     ProfileVault,
     VaultError,

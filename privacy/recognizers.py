@@ -34,8 +34,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from privacy.normalize import DIGIT_WORD_PREFIXES, DIGIT_WORDS, Folded, fold, fold_string
-from privacy.spans import ADDRESS, CARD, EMAIL, IBAN, IP, NATIONAL_ID, PHONE, SECRET, Detector, Span, merge_spans
+from specsteer.privacy.normalize import DIGIT_WORD_PREFIXES, DIGIT_WORDS, Folded, fold, fold_string
+from specsteer.privacy.spans import (
+    ADDRESS,
+    CARD,
+    EMAIL,
+    IBAN,
+    IP,
+    NATIONAL_ID,
+    PHONE,
+    SECRET,
+    Detector,
+    Span,
+    merge_spans,
+)
 
 __all__ = [
     "CardRecognizer",
@@ -109,7 +121,7 @@ class PhoneRecognizer(Detector):
         out = []
         if view.text != f.text:
             # A national number broken by a line break: the national patterns on the joined view.
-            from privacy.pii import PiiDetector
+            from specsteer.privacy.pii import PiiDetector
 
             out += [Span(*f.span(*view.span(s.start, s.end)), PHONE) for s in PiiDetector([PHONE]).find(view.text)]
         if "+" not in f.text and "00" not in f.text:
@@ -393,7 +405,7 @@ class WrappedEmailRecognizer(Detector):
         view = unwrapped(text)
         if view.text == text:
             return []
-        from privacy.pii import PiiDetector
+        from specsteer.privacy.pii import PiiDetector
 
         return [Span(*view.span(s.start, s.end), EMAIL) for s in PiiDetector([EMAIL]).find(view.text)]
 
@@ -402,7 +414,7 @@ class WrappedEmailRecognizer(Detector):
         view = unwrapped(tail)
         if view.text == tail:
             return None
-        from privacy.pii import PiiDetector
+        from specsteer.privacy.pii import PiiDetector
 
         h = PiiDetector([EMAIL]).hazard(view.text)
         return None if h is None else Span(len(text) - len(tail) + view.raw(h.start), len(text), EMAIL)
@@ -1085,7 +1097,7 @@ def _mac_ok(mac: str) -> bool:
 
 
 def _iban_dotted_ok(raw: str) -> bool:
-    from privacy.pii import _iban_length
+    from specsteer.privacy.pii import _iban_length
 
     return _iban_length(raw.replace(".", " ")) == len(raw)
 

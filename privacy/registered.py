@@ -16,8 +16,8 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
-from privacy.normalize import fold_string
-from privacy.spans import clean_text
+from specsteer.privacy.normalize import fold_string
+from specsteer.privacy.spans import clean_text
 
 __all__ = [
     "base64_fragments",

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from privacy.canaries import CanaryDetector
-from privacy.data import Canary, UplinkSession, read_canaries, read_uplinks, read_users
-from privacy.errors import PrivacyError
-from privacy.guard import EgressGuard, common_prefix_length
-from privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
-from privacy.ngrams import VerbatimNgramDetector
-from privacy.pii import PiiDetector
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.data import Canary, UplinkSession, read_canaries, read_uplinks, read_users
+from specsteer.privacy.errors import PrivacyError
+from specsteer.privacy.guard import EgressGuard, common_prefix_length
+from specsteer.privacy.leakage import MAX_RANKED_SPACE, canary_exposure, size_channel
+from specsteer.privacy.ngrams import VerbatimNgramDetector
+from specsteer.privacy.pii import PiiDetector
 
 __all__ = ["leakage_report"]
 

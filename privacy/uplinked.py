@@ -32,9 +32,9 @@ import bisect
 import re
 from collections.abc import Iterable, Iterator
 
-from privacy.history_secrets import _is_piece, _segmentations
-from privacy.normalize import Folded, fold, fold_string, spelled_tail
-from privacy.spans import SECRET, Span, merge_spans
+from specsteer.privacy.history_secrets import _is_piece, _segmentations
+from specsteer.privacy.normalize import Folded, fold, fold_string, spelled_tail
+from specsteer.privacy.spans import SECRET, Span, merge_spans
 
 __all__ = ["UplinkRecord"]
 

@@ -39,9 +39,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from core.errors import ProfileError
-from core.fileio import atomic_write
-from privacy.errors import VaultError, WrongKeyError
+from specsteer.core.errors import ProfileError
+from specsteer.core.fileio import atomic_write
+from specsteer.privacy.errors import VaultError, WrongKeyError
 
 __all__ = [
     "ENV_KEY",

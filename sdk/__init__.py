@@ -2,7 +2,7 @@
 
 What an app embeds, importable from `sdk` itself (the submodules are the implementation):
 
-    from sdk import ClientConfig, Profile, SpecSteerClient, load_causal_lm
+    from specsteer.sdk import ClientConfig, Profile, SpecSteerClient, load_causal_lm
 
     config = ClientConfig.from_file("device.toml")  # [verifier] server, pins, cert, key
     specialist = load_causal_lm("qwen2.5-coder-0.5b-instruct")  # the on-device model (the embedded default)
@@ -27,9 +27,9 @@ onnxruntime-genai never imports torch at all:
 import importlib
 import typing
 
-from core.session_types import CandidatePolicy, GenerationStats, Method, SessionParams
-from sdk._version import __version__
-from sdk.errors import (
+from specsteer.core.session_types import CandidatePolicy, GenerationStats, Method, SessionParams
+from specsteer.sdk._version import __version__
+from specsteer.sdk.errors import (
     ConfigError,
     ModelLoadError,
     PinningError,
@@ -41,13 +41,13 @@ from sdk.errors import (
 )
 
 if typing.TYPE_CHECKING:  # what a type checker sees; at run time `__getattr__` imports these on first use
-    from core.device_lm import DeviceLM, load_device_lm
-    from core.models import CausalLM, load_causal_lm
-    from sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
-    from sdk.context import Profile
-    from sdk.device import DecodeOptions, Generation, Specialist
-    from sdk.llamacpp import LlamaCppDrafter
-    from sdk.onnx_drafter import OnnxDrafter
+    from specsteer.core.device_lm import DeviceLM, load_device_lm
+    from specsteer.core.models import CausalLM, load_causal_lm
+    from specsteer.sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
+    from specsteer.sdk.context import Profile
+    from specsteer.sdk.device import DecodeOptions, Generation, Specialist
+    from specsteer.sdk.llamacpp import LlamaCppDrafter
+    from specsteer.sdk.onnx_drafter import OnnxDrafter
 
 __all__ = [
     "CandidatePolicy",
@@ -81,20 +81,20 @@ __all__ = [
 
 # Public name -> the module that defines it, for the names imported on first use.
 _LAZY = {
-    "CausalLM": "core.models",
-    "load_causal_lm": "core.models",
-    "DeviceLM": "core.device_lm",
-    "load_device_lm": "core.device_lm",
-    "OnnxDrafter": "sdk.onnx_drafter",
-    "ClientConfig": "sdk.client",
-    "GenerationSettings": "sdk.client",
-    "GenerationStream": "sdk.client",
-    "SpecSteerClient": "sdk.client",
-    "Profile": "sdk.context",
-    "DecodeOptions": "sdk.device",
-    "Generation": "sdk.device",
-    "Specialist": "sdk.device",
-    "LlamaCppDrafter": "sdk.llamacpp",
+    "CausalLM": "specsteer.core.models",
+    "load_causal_lm": "specsteer.core.models",
+    "DeviceLM": "specsteer.core.device_lm",
+    "load_device_lm": "specsteer.core.device_lm",
+    "OnnxDrafter": "specsteer.sdk.onnx_drafter",
+    "ClientConfig": "specsteer.sdk.client",
+    "GenerationSettings": "specsteer.sdk.client",
+    "GenerationStream": "specsteer.sdk.client",
+    "SpecSteerClient": "specsteer.sdk.client",
+    "Profile": "specsteer.sdk.context",
+    "DecodeOptions": "specsteer.sdk.device",
+    "Generation": "specsteer.sdk.device",
+    "Specialist": "specsteer.sdk.device",
+    "LlamaCppDrafter": "specsteer.sdk.llamacpp",
 }
 
 

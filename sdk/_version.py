@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from core.version import DISTRIBUTION, __version__, _source_version
+from specsteer.core.version import DISTRIBUTION, __version__, _source_version
 
 __all__ = ["DISTRIBUTION", "__version__", "_source_version"]

@@ -28,27 +28,27 @@ from typing import TYPE_CHECKING
 
 # Only what building the parser needs is imported here: torch and transformers (seconds, hundreds of
 # MB) load inside the commands that run a model, so `sdk --help` and argparse's usage errors stay instant.
-from core.cli import Parser as _Parser
-from core.cli import command_parser, finite_float, number, reported, whole_number
-from core.errors import ConfigError
-from core.limits import WIRE_MAX_TOP_K
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from core.session_types import CandidatePolicy, Method, SessionParams
-from privacy.guard import PLACEHOLDER_LABELS
-from sdk.cloud_plugins import local_verifier_factory, sdk_command
-from sdk.context import Profile
-from sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
-from sdk.egress import RecorderTap
-from sdk.uplink_guard import GUARD_SETTINGS, guard_setting
+from specsteer.core.cli import Parser as _Parser
+from specsteer.core.cli import command_parser, finite_float, number, reported, whole_number
+from specsteer.core.errors import ConfigError
+from specsteer.core.limits import WIRE_MAX_TOP_K
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.privacy.guard import PLACEHOLDER_LABELS
+from specsteer.sdk.cloud_plugins import local_verifier_factory, sdk_command
+from specsteer.sdk.context import Profile
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
+from specsteer.sdk.egress import RecorderTap
+from specsteer.sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 if TYPE_CHECKING:
-    from core.device_lm import DeviceLM, SpecialistLM
-    from core.models import CausalLM
-    from sdk.client import ClientConfig
-    from sdk.cloud_plugins import LocalVerifierFactory
-    from sdk.device import DecodeOptions, Drafter, Generation, Specialist
-    from sdk.egress import EgressTap
-    from sdk.transport import InProcessVerifier
+    from specsteer.core.device_lm import DeviceLM, SpecialistLM
+    from specsteer.core.models import CausalLM
+    from specsteer.sdk.client import ClientConfig
+    from specsteer.sdk.cloud_plugins import LocalVerifierFactory
+    from specsteer.sdk.device import DecodeOptions, Drafter, Generation, Specialist
+    from specsteer.sdk.egress import EgressTap
+    from specsteer.sdk.transport import InProcessVerifier
 
 
 def _add_decoding_options(p: argparse.ArgumentParser) -> None:
@@ -220,7 +220,7 @@ def declared_adapter_version(args: argparse.Namespace) -> int:
     state = getattr(args, "federation_state", None)
     if state is None:
         return 0
-    from core.adapter_files import GLOBAL, latest_version
+    from specsteer.core.adapter_files import GLOBAL, latest_version
 
     return latest_version(Path(state) / GLOBAL) or 0
 
@@ -251,7 +251,7 @@ def build_local(
     The verifier comes from `factory`, by default the one the cloud package registers
     (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
     """
-    from sdk.device import Specialist
+    from specsteer.sdk.device import Specialist
 
     device_lm = device_specialist(specialist_lm, federation_state)
     if callable(drafter):
@@ -267,7 +267,7 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
     """The base Specialist, or with the device's federated global + personal adapters merged in."""
     if federation_state is None:
         return base
-    from core.adapters import load_device_specialist
+    from specsteer.core.adapters import load_device_specialist
 
     return load_device_specialist(base, federation_state)[0]
 
@@ -275,7 +275,7 @@ def device_specialist(base: CausalLM, federation_state: Path | None) -> CausalLM
 def device_drafter(args: argparse.Namespace, lm: SpecialistLM) -> Drafter | None:
     """The `--drafter` for the device's Specialist `lm` (None: its torch model drafts); with
     --federation-state, `lm` has the adapters merged in and the drafter converts those weights."""
-    from sdk.drafters import drafter_for
+    from specsteer.sdk.drafters import drafter_for
 
     return drafter_for(
         getattr(args, "drafter", DEFAULT_DRAFTER),
@@ -292,8 +292,8 @@ def federated_onnx_drafter(args: argparse.Namespace, lm: DeviceLM, state: Path) 
     under the merged model's name; torch loads only when this adapter version is not converted yet."""
     from dataclasses import replace
 
-    from core.adapter_files import adapter_label, state_folders
-    from sdk.onnx_drafter import OnnxDrafter
+    from specsteer.core.adapter_files import adapter_label, state_folders
+    from specsteer.sdk.onnx_drafter import OnnxDrafter
 
     if not state.is_dir():
         raise ConfigError(f"the federation state folder {state} does not exist")
@@ -311,7 +311,7 @@ def federated_onnx_drafter(args: argparse.Namespace, lm: DeviceLM, state: Path) 
 
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
     """The remote verifier's settings from --client-config and flags, or None to run in-process."""
-    from sdk.client import ClientConfig
+    from specsteer.sdk.client import ClientConfig
 
     flags = {
         "server": getattr(args, "server", None),
@@ -344,8 +344,8 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
 def check_options(
     args: argparse.Namespace, prompt: str, *, remote: bool = False
 ) -> tuple[SessionParams, DecodeOptions]:
-    from sdk.device import DecodeOptions
-    from sdk.drafters import check_drafter_installed
+    from specsteer.sdk.device import DecodeOptions
+    from specsteer.sdk.drafters import check_drafter_installed
 
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
@@ -375,7 +375,7 @@ def check_options(
 
 def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
     """The device's Specialist for a remote verifier (in process, `run` loads both models)."""
-    from sdk.device import Specialist
+    from specsteer.sdk.device import Specialist
 
     log(args, f"loading Specialist {args.specialist}")
     federation_state = getattr(args, "federation_state", None)
@@ -383,7 +383,7 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
     if kind == "onnx" or (kind != "torch" and federation_state is None):
         # Another backend runs the forwards and the verifier is remote: nothing here needs torch
         # (about 380 MB resident with transformers), only the tokenizer and the model's facts.
-        from core.device_lm import load_device_lm
+        from specsteer.core.device_lm import load_device_lm
 
         device_lm = load_device_lm(args.specialist, cache_dir=args.cache_dir)
         if federation_state is None:
@@ -391,7 +391,7 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
         else:
             drafter, device_lm = federated_onnx_drafter(args, device_lm, Path(federation_state))
         return Specialist(device_lm, profile, context_entries=args.context_entries, drafter=drafter)
-    from core.models import load_causal_lm
+    from specsteer.core.models import load_causal_lm
 
     quantize = getattr(args, "quantize", "fp32")
     lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize)
@@ -403,7 +403,7 @@ def run_remote(
     args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig, tap: EgressTap | None = None
 ) -> Generation:
     """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
-    from sdk.client import SpecSteerClient
+    from specsteer.sdk.client import SpecSteerClient
 
     params, options = check_options(args, prompt)
     with SpecSteerClient.connect(specialist, config, tap=tap) as client:
@@ -433,12 +433,12 @@ def audit_tap(
     if key_path is None:
         raise ConfigError("--audit-log needs --audit-key (create one with: audit keygen --name NAME --out DIR)")
     # Device code that writes the log; the auditor's side of audit/ is never needed here.
-    from audit.cosignature import load_witness_key
-    from audit.egress import EgressRecorder
-    from audit.errors import AuditError
-    from audit.identity import DeviceIdentity
-    from audit.log import AuditLog
-    from audit.note import load_signing_key
+    from specsteer.audit.cosignature import load_witness_key
+    from specsteer.audit.egress import EgressRecorder
+    from specsteer.audit.errors import AuditError
+    from specsteer.audit.identity import DeviceIdentity
+    from specsteer.audit.log import AuditLog
+    from specsteer.audit.note import load_signing_key
 
     try:
         device = None if cert is None else DeviceIdentity.from_pem(cert.read_bytes())
@@ -468,8 +468,8 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     for flag, given in remote_only.items():
         if given:  # in process there is no network to time out, fall back from or record
             raise ConfigError(f"{flag} is for a remote verifier: add --server HOST:PORT")
-    from core.models import load_causal_lm  # in process, the verifier's models are torch's
-    from sdk.device import generate
+    from specsteer.core.models import load_causal_lm  # in process, the verifier's models are torch's
+    from specsteer.sdk.device import generate
 
     params, options = check_options(args, prompt)
     # The in-process verifier is cloud code, found by entry point: a missing one fails before the models load.

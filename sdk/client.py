@@ -1,6 +1,6 @@
 """The Python API an app embeds: open a client once, generate many times, stream text as it commits.
 
-    from sdk.client import ClientConfig, SpecSteerClient
+    from specsteer.sdk.client import ClientConfig, SpecSteerClient
 
     config = ClientConfig(server="verifier.example:50051", pins=Path("pins.txt"),
                           cert=Path("device.pem"), key=Path("device.key"))
@@ -28,21 +28,21 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
-from core.device_lm import DeviceLM, SpecialistLM
-from core.errors import ConfigError, SpecSteerError
-from core.session_types import CandidatePolicy, Method, SessionParams, check_setting_types
-from core.tomlfile import load_dataclass
-from privacy.guard import EgressGuard, placeholder_labels
-from sdk.cloud_plugins import local_verifier_factory
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.egress import EgressTap
-from sdk.remote import RemoteVerifier, TlsIdentity, split_target
-from sdk.transport import Verifier
-from sdk.uplink_guard import check_guard_setting, guard_setting
+from specsteer.core.device_lm import DeviceLM, SpecialistLM
+from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams, check_setting_types
+from specsteer.core.tomlfile import load_dataclass
+from specsteer.privacy.guard import EgressGuard, placeholder_labels
+from specsteer.sdk.cloud_plugins import local_verifier_factory
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.egress import EgressTap
+from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, split_target
+from specsteer.sdk.transport import Verifier
+from specsteer.sdk.uplink_guard import check_guard_setting, guard_setting
 
 if TYPE_CHECKING:  # the device process that drafts on another backend never imports torch
-    from core.models import CausalLM
+    from specsteer.core.models import CausalLM
 
 __all__ = ["ClientConfig", "GenerationSettings", "GenerationStream", "SpecSteerClient"]
 

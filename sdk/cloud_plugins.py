@@ -5,7 +5,7 @@ cloud code. Two device commands still want the cloud beside them: `sdk generate`
 `--server` runs the verifier in this process, and `sdk demo` starts a verifier and audits its own
 log. The cloud side registers both in its package metadata (pyproject.toml):
 
-    [project.entry-points."specsteer.local_verifier"]   in_process = "server.local:in_process_verifier"
+    [project.entry-points."specsteer.local_verifier"]   in_process = "specsteer.server.local:in_process_verifier"
     [project.entry-points."specsteer.sdk_commands"]     demo = "demo.cli:main"
 
 An install without the cloud code (or a broken one) gets one sentence naming the extra to install.
@@ -18,11 +18,11 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: the `sdk` CLI reads the plugins before any model is needed
-    from core.models import CausalLM
-    from sdk.transport import InProcessVerifier
+    from specsteer.core.models import CausalLM
+    from specsteer.sdk.transport import InProcessVerifier
 
 __all__ = [
     "CLOUD_EXTRA_HINT",

@@ -22,10 +22,10 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
-from core.errors import ConfigError
-from core.prompts import ENTRY_SEP, HEADER_GAP, SUBJECT_PREFIX, Example
-from privacy.profile_format import ProfileData, ProfileEntry, parse_profile_obj, read_profile
-from privacy.vault import KeyProvider
+from specsteer.core.errors import ConfigError
+from specsteer.core.prompts import ENTRY_SEP, HEADER_GAP, SUBJECT_PREFIX, Example
+from specsteer.privacy.profile_format import ProfileData, ProfileEntry, parse_profile_obj, read_profile
+from specsteer.privacy.vault import KeyProvider
 
 __all__ = ["Profile", "ProfileEntry", "ProfileIndex", "demo_profile_path", "fit_context"]
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from core.device_lm import SpecialistLM
-from core.errors import ConfigError, ProtocolError
-from core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
-from core.prompts import Example, render_prompt
-from core.recovery import choose, device_rng, recovery_scores
-from core.sequence import CachedSequence
-from core.session_types import (
+from specsteer.core.device_lm import SpecialistLM
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
+from specsteer.core.prompts import Example, render_prompt
+from specsteer.core.recovery import choose, device_rng, recovery_scores
+from specsteer.core.sequence import CachedSequence
+from specsteer.core.session_types import (
     FusionVector,
     GenerationStats,
     Method,
@@ -36,14 +36,14 @@ from core.session_types import (
     Verdict,
     check_setting_types,
 )
-from privacy.guard import EgressGuard
-from privacy.spans import Tokenizer
-from sdk.context import Profile, ProfileIndex, fit_context
-from sdk.transport import Verifier, VerifierLost, VerifierSession
-from sdk.uplink_guard import UplinkPlan, plan_uplink
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.spans import Tokenizer
+from specsteer.sdk.context import Profile, ProfileIndex, fit_context
+from specsteer.sdk.transport import Verifier, VerifierLost, VerifierSession
+from specsteer.sdk.uplink_guard import UplinkPlan, plan_uplink
 
 if TYPE_CHECKING:
-    from core.models import CausalLM
+    from specsteer.core.models import CausalLM
 
 OnCommit = Callable[[list[int]], None]
 CAPACITY_MARGIN = 64
@@ -149,7 +149,7 @@ class Specialist:
         most `capacity` tokens (`Drafter.sequence`)."""
         if self.drafter is not None:
             return self.drafter.sequence(prefix_ids, capacity)
-        from core.kv import TokenSequence  # torch: only for the torch drafter
+        from specsteer.core.kv import TokenSequence  # torch: only for the torch drafter
 
         return TokenSequence(cast("CausalLM", self.lm).model, prefix_ids)
 

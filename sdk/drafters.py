@@ -10,13 +10,13 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from core.errors import ConfigError
-from core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_installed
+from specsteer.core.errors import ConfigError
+from specsteer.core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_installed
 
 if TYPE_CHECKING:
-    from core.device_lm import SpecialistLM
-    from core.models import CausalLM
-    from sdk.device import Drafter
+    from specsteer.core.device_lm import SpecialistLM
+    from specsteer.core.models import CausalLM
+    from specsteer.sdk.device import Drafter
 
 __all__ = [
     "DEFAULT_DRAFTER",
@@ -65,10 +65,10 @@ def drafter_for(
         if from_weights:
             # The adapters are merged into the torch model only: drafting on the GGUF would drop them.
             raise ConfigError("the llamacpp drafter runs the base GGUF, without the federation's adapters")
-        from sdk.llamacpp import LlamaCppDrafter
+        from specsteer.sdk.llamacpp import LlamaCppDrafter
 
         return LlamaCppDrafter.for_specialist(spec, lm)
-    from sdk.onnx_drafter import OnnxDrafter
+    from specsteer.sdk.onnx_drafter import OnnxDrafter
 
     chosen = precision or DEFAULT_ONNX_PRECISION
     if from_weights:

@@ -26,7 +26,7 @@ import re
 import secrets
 from typing import Protocol
 
-from core.wire import WitnessRequest
+from specsteer.core.wire import WitnessRequest
 
 __all__ = ["Egress", "EgressSession", "EgressTap", "NullTap", "RecorderTap"]
 

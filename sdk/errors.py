@@ -18,11 +18,11 @@ The three device-only classes are defined next to the code that raises them (`sd
 
 from __future__ import annotations
 
-from core.contract import ContractError
-from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
-from sdk.pinning import PinningError
-from sdk.remote import VerifierRefused
-from sdk.transport import VerifierLost
+from specsteer.core.contract import ContractError
+from specsteer.core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+from specsteer.sdk.pinning import PinningError
+from specsteer.sdk.remote import VerifierRefused
+from specsteer.sdk.transport import VerifierLost
 
 __all__ = [
     "AdapterError",

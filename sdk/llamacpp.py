@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from core.device_lm import SpecialistLM
-from core.errors import ConfigError
-from core.gguf_cache import locate_embedded_gguf
-from core.sequence import CachedSequence
+from specsteer.core.device_lm import SpecialistLM
+from specsteer.core.errors import ConfigError
+from specsteer.core.gguf_cache import locate_embedded_gguf
+from specsteer.core.sequence import CachedSequence
 
 # The dispatch by name lives in sdk.drafters; re-exported here, where callers first found it.
-from sdk.drafters import DRAFTERS, LLAMACPP_INSTALL_HINT, check_drafter_installed, drafter_for
+from specsteer.sdk.drafters import DRAFTERS, LLAMACPP_INSTALL_HINT, check_drafter_installed, drafter_for
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",

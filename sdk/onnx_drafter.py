@@ -28,20 +28,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from core.adapter_files import state_fingerprint
-from core.device_lm import SpecialistLM, model_folder
-from core.errors import ConfigError, ModelLoadError, one_line
-from core.gguf_cache import cache_root
-from core.onnx_cache import (
+from specsteer.core.adapter_files import state_fingerprint
+from specsteer.core.device_lm import SpecialistLM, model_folder
+from specsteer.core.errors import ConfigError, ModelLoadError, one_line
+from specsteer.core.gguf_cache import cache_root
+from specsteer.core.onnx_cache import (
     DEFAULT_ONNX_PRECISION,
     check_onnx_installed,
     converted_onnx,
     folder_fingerprint,
 )
-from core.sequence import CachedSequence
+from specsteer.core.sequence import CachedSequence
 
 if TYPE_CHECKING:
-    from core.models import CausalLM
+    from specsteer.core.models import CausalLM
 
 __all__ = ["DEFAULT_CONTEXT_TOKENS", "OnnxDrafter", "OnnxSequence", "onnx_source", "weights_fingerprint"]
 
@@ -174,8 +174,8 @@ class OnnxDrafter:
         digest = hashlib.sha256(f"{folder_fingerprint(source)}\0{state_fingerprint(state_dir)}".encode())
 
         def merged() -> CausalLM:
-            from core.adapters import load_device_specialist  # torch: only to build the conversion
-            from core.models import load_causal_lm
+            from specsteer.core.adapters import load_device_specialist  # torch: only to build the conversion
+            from specsteer.core.models import load_causal_lm
 
             merged_lm = load_device_specialist(load_causal_lm(source, progress=progress), state_dir)[0]
             if merged_lm.name.split("+", 1)[1:] != lm.name.split("+", 1)[1:]:

@@ -28,9 +28,9 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from core.errors import ConfigError
-from core.pins import spki_pin
-from core.tls_identity import read_tls_file
+from specsteer.core.errors import ConfigError
+from specsteer.core.pins import spki_pin
+from specsteer.core.tls_identity import read_tls_file
 
 __all__ = ["MIN_PINS", "PinSet", "PinningError", "load_pin_set", "spki_pin"]
 

@@ -43,15 +43,21 @@ from pathlib import Path
 
 import grpc
 
-from core import wire
-from core.errors import ConfigError, ProtocolError, SpecSteerError
-from core.limits import MAX_DOWNLINK_BYTES, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K, prompt_length_problem, top_k_problem
-from core.session_types import Method, SessionParams, Verdict
-from core.tls_identity import check_tls_identity, host_name, read_tls_file
-from sdk.connect_faults import certificate_refusal, classify, specific_cause
-from sdk.egress import Egress, EgressSession, EgressTap
-from sdk.pinning import PinSet, load_pin_set
-from sdk.transport import VerifierLost
+from specsteer.core import wire
+from specsteer.core.errors import ConfigError, ProtocolError, SpecSteerError
+from specsteer.core.limits import (
+    MAX_DOWNLINK_BYTES,
+    MAX_UPLINK_BYTES,
+    WIRE_MAX_TOP_K,
+    prompt_length_problem,
+    top_k_problem,
+)
+from specsteer.core.session_types import Method, SessionParams, Verdict
+from specsteer.core.tls_identity import check_tls_identity, host_name, read_tls_file
+from specsteer.sdk.connect_faults import certificate_refusal, classify, specific_cause
+from specsteer.sdk.egress import Egress, EgressSession, EgressTap
+from specsteer.sdk.pinning import PinSet, load_pin_set
+from specsteer.sdk.transport import VerifierLost
 
 __all__ = [
     "RemoteSession",

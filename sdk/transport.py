@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from core import wire
-from core.errors import SpecSteerError
-from core.session_types import Method, SessionParams, Verdict
-from core.wire import pb
+from specsteer.core import wire
+from specsteer.core.errors import SpecSteerError
+from specsteer.core.session_types import Method, SessionParams, Verdict
+from specsteer.core.wire import pb
 
 
 class VerifierLost(SpecSteerError):

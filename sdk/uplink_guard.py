@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from core.errors import ConfigError
-from core.session_types import GuardDecision
-from privacy.guard import EgressGuard, GuardVerdict, Policy
-from privacy.spans import Tokenizer
-from sdk.context import Profile
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import GuardDecision
+from specsteer.privacy.guard import EgressGuard, GuardVerdict, Policy
+from specsteer.privacy.spans import Tokenizer
+from specsteer.sdk.context import Profile
 
 __all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
 

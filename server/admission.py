@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server.errors import NoSessionSlot
+from specsteer.server.errors import NoSessionSlot
 
 __all__ = ["NoSessionSlot", "SessionSlots", "StreamRate", "TokenBucket"]
 

@@ -53,10 +53,10 @@ from typing import TypeVar
 
 import torch
 
-from core.kv import CachedSequence, ForwardRunner, TokenSequence, single_forward
-from server.kv_batch import forward_batch, merge_blocker, sliding_window
-from server.metrics import Metrics
-from server.slot_sequence import SlotSequence, slot_forward, slot_forward_batch
+from specsteer.core.kv import CachedSequence, ForwardRunner, TokenSequence, single_forward
+from specsteer.server.kv_batch import forward_batch, merge_blocker, sliding_window
+from specsteer.server.metrics import Metrics
+from specsteer.server.slot_sequence import SlotSequence, slot_forward, slot_forward_batch
 
 __all__ = ["ForwardBatcher", "Scheduler", "SingleRunner"]
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
-from core.cli import Parser as _Parser
-from core.device import DTYPE_CHOICES
-from core.fileio import atomic_write
-from server.config import SLOT_FORWARDS
+from specsteer.core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
+from specsteer.core.cli import Parser as _Parser
+from specsteer.core.device import DTYPE_CHOICES
+from specsteer.core.fileio import atomic_write
+from specsteer.server.config import SLOT_FORWARDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,14 +238,14 @@ def _write_port_file(path: Path, port: int) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server.config import load_config
-    from server.main import create_server
+    from specsteer.server.config import load_config
+    from specsteer.server.main import create_server
 
     logging.basicConfig(level=args.log_level.upper(), format="server: %(message)s", stream=sys.stderr)
     config = load_config(args.config, _overrides(args))
     config.require_tls()
     if config.witness_key is not None:  # an unusable witness key is refused before the models load
-        from server.witness import load_witness
+        from specsteer.server.witness import load_witness
 
         load_witness(config.witness_key, config.witness_state)
     server, port = create_server(config)
@@ -270,7 +270,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def pki_command(args: argparse.Namespace) -> int:
-    from server import pki
+    from specsteer.server import pki
 
     if args.pki_command == "init":
         p = pki.init_pki(args.dir, hosts=tuple(args.host) if args.host else pki.SERVER_HOSTS)
@@ -285,7 +285,7 @@ def pki_command(args: argparse.Namespace) -> int:
 
 
 def witness_key_command(args: argparse.Namespace) -> int:
-    from audit.cosignature import write_witness_key_pair
+    from specsteer.audit.cosignature import write_witness_key_pair
 
     private, public = write_witness_key_pair(args.name, args.out)
     print(f"server: witness signing key {private} (serve --witness-key)\nserver: witness key {public} (for auditors)")

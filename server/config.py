@@ -65,12 +65,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
-from core.errors import ConfigError, ModelLoadError
-from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
-from core.session_types import WIRE_MAX_TOP_K
-from core.tomlfile import load_dataclass
-from server.pki import DEVICE_NAME
+from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
+from specsteer.core.errors import ConfigError, ModelLoadError
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.session_types import WIRE_MAX_TOP_K
+from specsteer.core.tomlfile import load_dataclass
+from specsteer.server.pki import DEVICE_NAME
 
 # The slot pool's decoder forwards (server.slot_sequence.SlotPools): its own, fused, or transformers'.
 SLOT_FORWARDS = ("fused", "transformers")

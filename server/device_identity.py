@@ -34,7 +34,7 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from server.errors import NotADevice
+from specsteer.server.errors import NotADevice
 
 __all__ = ["DeviceCertificates", "NotADevice"]
 

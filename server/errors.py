@@ -23,8 +23,8 @@ so a caller imports its `except` clauses from one module. A refusal inside the g
 
 from __future__ import annotations
 
-from core.contract import ContractError
-from core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+from specsteer.core.contract import ContractError
+from specsteer.core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
 
 __all__ = [
     "AdapterError",

@@ -24,7 +24,7 @@ import contextlib
 import ipaddress
 from collections import Counter
 
-from server.metrics import Metrics
+from specsteer.server.metrics import Metrics
 
 __all__ = ["ConnectionFront", "source_of"]
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 
-from core.linear import OneDNNLinear, onednn_linear
+from specsteer.core.linear import OneDNNLinear, onednn_linear
 
 __all__ = ["FUSED_FAMILIES", "FusedDecoder", "LayerShape", "LayerWeights", "fused_decoder_problem"]
 

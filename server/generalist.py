@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from core.kv import ForwardRunner, TensorSequence, TokenSequence
-from core.models import CausalLM
-from core.session_types import MAX_CANDIDATE_TOKENS
-from core.steering import align_segments, top_indices
-from server.vocab import TextCodec
+from specsteer.core.kv import ForwardRunner, TensorSequence, TokenSequence
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import MAX_CANDIDATE_TOKENS
+from specsteer.core.steering import align_segments, top_indices
+from specsteer.server.vocab import TextCodec
 
 # Builds a model's sequence for a session: a `TokenSequence` (its own DynamicCache), or the
 # verifier's slot pool (`CloudVerifier.sequence`).

@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from core.kv import TokenSequence, model_device, recording_cache
+from specsteer.core.kv import TokenSequence, model_device, recording_cache
 
 __all__ = ["forward_batch", "merge_blocker", "sliding_window"]
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from core.kv import ForwardRunner, TokenSequence
-from server.errors import SessionOverCapacity
-from server.slot_pool import kv_bytes_per_position
+from specsteer.core.kv import ForwardRunner, TokenSequence
+from specsteer.server.errors import SessionOverCapacity
+from specsteer.server.slot_pool import kv_bytes_per_position
 
 __all__ = ["BudgetedSequence", "KvBudget"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.models import CausalLM
-from sdk.transport import InProcessVerifier
-from server.main import GlobalAdapters
-from server.session import CloudVerifier
+from specsteer.core.models import CausalLM
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.main import GlobalAdapters
+from specsteer.server.session import CloudVerifier
 
 __all__ = ["in_process_verifier"]
 

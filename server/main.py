@@ -32,21 +32,21 @@ import grpc
 from cryptography import x509
 from grpc_health.v1 import health, health_pb2
 
-from core import wire
-from core.errors import ConfigError
-from core.limits import MAX_DOWNLINK_BYTES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
-from core.models import CausalLM
-from core.session_types import MAX_CANDIDATE_TOKENS
-from core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
-from server.batching import Scheduler
-from server.config import ServerConfig
-from server.front import ConnectionFront
-from server.kv_budget import KvBudget
-from server.metrics import Metrics
-from server.service import TranscriptSink, VerifierService
-from server.session import CloudVerifier
-from server.slot_pool import available_bytes, kv_bytes
-from server.slot_sequence import SlotPools
+from specsteer.core import wire
+from specsteer.core.errors import ConfigError
+from specsteer.core.limits import MAX_DOWNLINK_BYTES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import MAX_CANDIDATE_TOKENS
+from specsteer.core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
+from specsteer.server.batching import Scheduler
+from specsteer.server.config import ServerConfig
+from specsteer.server.front import ConnectionFront
+from specsteer.server.kv_budget import KvBudget
+from specsteer.server.metrics import Metrics
+from specsteer.server.service import TranscriptSink, VerifierService
+from specsteer.server.session import CloudVerifier
+from specsteer.server.slot_pool import available_bytes, kv_bytes
+from specsteer.server.slot_sequence import SlotPools
 
 if TYPE_CHECKING:  # for an annotation only
     from transformers import PreTrainedModel
@@ -135,7 +135,7 @@ def build_cloud(config: ServerConfig) -> CloudVerifier:
     """Load the Generalist and the generic Specialist copy once, as the config names them."""
     import torch
 
-    from core.models import load_causal_lm
+    from specsteer.core.models import load_causal_lm
 
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
@@ -203,9 +203,9 @@ class GlobalAdapters:
         self._lock = threading.Lock()
 
     def __call__(self, version: int) -> CausalLM:
-        from core.adapter_files import adapter_versions
-        from core.adapters import apply_adapters, load_global_adapter
-        from core.errors import AdapterError
+        from specsteer.core.adapter_files import adapter_versions
+        from specsteer.core.adapters import apply_adapters, load_global_adapter
+        from specsteer.core.errors import AdapterError
 
         with self._lock:
             if version in self._loaded:
@@ -227,7 +227,7 @@ class GlobalAdapters:
 
 def _open_transcript(directory: Path) -> TranscriptSink:
     # The audit package owns the transcript format that `audit verify --server-transcript` reads.
-    from audit.transcript import ServerTranscript
+    from specsteer.audit.transcript import ServerTranscript
 
     try:
         directory.mkdir(parents=True, exist_ok=True)

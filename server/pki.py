@@ -31,11 +31,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from core.errors import ConfigError
-from core.fileio import atomic_write
-from core.pins import spki_pin
-from core.tls_identity import host_name
-from server.errors import PkiError
+from specsteer.core.errors import ConfigError
+from specsteer.core.fileio import atomic_write
+from specsteer.core.pins import spki_pin
+from specsteer.core.tls_identity import host_name
+from specsteer.server.errors import PkiError
 
 __all__ = [
     "DEVICE_NAME",

@@ -63,21 +63,21 @@ import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from audit.errors import AuditError
-from audit.identity import cert_sha256
-from core import wire
-from core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
-from core.errors import ProtocolError
-from core.session_types import Verdict
-from server.admission import SessionSlots, StreamRate
-from server.batching import Scheduler
-from server.config import ServerConfig
-from server.device_identity import DeviceCertificates, NotADevice
-from server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
-from server.metrics import Metrics
-from server.pki import DEVICE_NAME
-from server.session import CloudSession, CloudVerifier
-from server.witness import Cosigned, Witness, load_witness
+from specsteer.audit.errors import AuditError
+from specsteer.audit.identity import cert_sha256
+from specsteer.core import wire
+from specsteer.core.contract import NO_SESSION, SECOND_OPEN, Breach, ContractError, Phase, RoundContract, raise_first
+from specsteer.core.errors import ProtocolError
+from specsteer.core.session_types import Verdict
+from specsteer.server.admission import SessionSlots, StreamRate
+from specsteer.server.batching import Scheduler
+from specsteer.server.config import ServerConfig
+from specsteer.server.device_identity import DeviceCertificates, NotADevice
+from specsteer.server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
+from specsteer.server.metrics import Metrics
+from specsteer.server.pki import DEVICE_NAME
+from specsteer.server.session import CloudSession, CloudVerifier
+from specsteer.server.witness import Cosigned, Witness, load_witness
 
 __all__ = ["Device", "TranscriptSink", "VerifierService"]
 

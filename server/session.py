@@ -23,15 +23,15 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from core import wire
-from core.contract import RoundContract, raise_first
-from core.errors import ConfigError, ProtocolError
-from core.kv import ForwardRunner, TensorSequence, TokenSequence
-from core.limits import MAX_NEW_TOKENS, prompt_length_problem
-from core.models import CausalLM
-from core.prompts import render_prompt
-from core.recovery import inverse_cdf
-from core.session_types import (
+from specsteer.core import wire
+from specsteer.core.contract import RoundContract, raise_first
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.kv import ForwardRunner, TensorSequence, TokenSequence
+from specsteer.core.limits import MAX_NEW_TOKENS, prompt_length_problem
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt
+from specsteer.core.recovery import inverse_cdf
+from specsteer.core.session_types import (
     MAX_CANDIDATE_TOKENS,
     CandidatePolicy,
     FusionVector,
@@ -40,7 +40,7 @@ from core.session_types import (
     SteeringVector,
     Verdict,
 )
-from core.steering import (
+from specsteer.core.steering import (
     refuse_nan,
     steering_candidates,
     steering_values,
@@ -48,11 +48,11 @@ from core.steering import (
     verify_exact_greedy,
     verify_ratios,
 )
-from server.errors import SessionTooLong
-from server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
-from server.kv_budget import BudgetedSequence, KvBudget
-from server.slot_sequence import SlotPools, SlotSequence
-from server.vocab import TextCodec, same_vocabulary
+from specsteer.server.errors import SessionTooLong
+from specsteer.server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
+from specsteer.server.kv_budget import BudgetedSequence, KvBudget
+from specsteer.server.slot_sequence import SlotPools, SlotSequence
+from specsteer.server.vocab import TextCodec, same_vocabulary
 
 # Cross-vocabulary candidates are drawn from this many times k of the Generalist's top tokens,
 # since some drop out (special tokens, partial characters, duplicates); the literal policy ranks by v

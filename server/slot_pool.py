@@ -44,10 +44,10 @@ from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from core.errors import ProtocolError
-from core.steering import LOGP_FLOOR, RULED_OUT
-from server.errors import SlotOverflow, SlotPoolTooLarge
-from server.fused_decoder import FusedDecoder
+from specsteer.core.errors import ProtocolError
+from specsteer.core.steering import LOGP_FLOOR, RULED_OUT
+from specsteer.server.errors import SlotOverflow, SlotPoolTooLarge
+from specsteer.server.fused_decoder import FusedDecoder
 
 __all__ = [
     "SLOT_ATTENTION",

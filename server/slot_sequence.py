@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from core.errors import ProtocolError
-from core.kv import TensorSequence
-from server.config import SLOT_FORWARDS
-from server.errors import NoSessionSlot, SessionOverCapacity
-from server.fused_decoder import fused_decoder_problem
-from server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
+from specsteer.core.errors import ProtocolError
+from specsteer.core.kv import TensorSequence
+from specsteer.server.config import SLOT_FORWARDS
+from specsteer.server.errors import NoSessionSlot, SessionOverCapacity
+from specsteer.server.fused_decoder import fused_decoder_problem
+from specsteer.server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
 __all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
 

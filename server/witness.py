@@ -30,14 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit import merkle
-from audit.cosignature import WitnessSigner, add_cosignature, load_witness_signer
-from audit.errors import AuditError, ProofError
-from audit.note import SIG_PREFIX, Checkpoint, VerifierKey
-from audit.witness_state import MAX_REFUSALS, WitnessedLog, WitnessState, parse_state
-from core.errors import ConfigError
-from core.fileio import atomic_write
-from core.wire import WitnessRequest
+from specsteer.audit import merkle
+from specsteer.audit.cosignature import WitnessSigner, add_cosignature, load_witness_signer
+from specsteer.audit.errors import AuditError, ProofError
+from specsteer.audit.note import SIG_PREFIX, Checkpoint, VerifierKey
+from specsteer.audit.witness_state import MAX_REFUSALS, WitnessedLog, WitnessState, parse_state
+from specsteer.core.errors import ConfigError
+from specsteer.core.fileio import atomic_write
+from specsteer.core.wire import WitnessRequest
 
 __all__ = ["Cosigned", "Refused", "Witness", "load_witness"]
 

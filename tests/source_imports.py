@@ -8,9 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ROOT_PACKAGE = "specsteer"
 
 
 def imported_names(package: str, *, generated: bool = True, members: bool = False) -> Iterator[tuple[str, str]]:
+    """`raw_imported_names` with our one root taken off: the layering and packaging rules name our
+    packages by their folders (`sdk`, not `specsteer.sdk`)."""
+    for name, where in raw_imported_names(package, generated=generated, members=members):
+        yield name.removeprefix(ROOT_PACKAGE + "."), where
+
+
+def raw_imported_names(package: str, *, generated: bool = True, members: bool = False) -> Iterator[tuple[str, str]]:
     """(dotted module name, file relative to the repository) for each import in `package`;
     `generated=False` leaves out the generated stubs (`*_pb2*`); `members=True` also names what a
     `from X import y` takes (`X.y`), so `from sdk import cli` is seen as `sdk.cli`."""

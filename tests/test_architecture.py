@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_imports import imported_names
+from tests.source_imports import imported_names, raw_imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_the_allowed_graph_has_no_cycles() -> None:
 
 
 def test_every_top_level_package_is_placed() -> None:
-    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "tools"}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "tools", "specsteer"}
     assert packages <= OURS, f"packages without a layer in docs/architecture.md: {sorted(packages - OURS)}"
 
 
@@ -96,7 +96,13 @@ def test_no_package_uses_another_packages_command_line_as_a_library() -> None:
     in a library module both call, never in one's `cli`. The one exception is a registered `sdk`
     command, which is part of the `sdk` CLI (docs/architecture.md)."""
     commands = command_modules()
-    assert {"sdk.cli", "server.cli", "audit.cli", "privacy.cli", "federation.cli"} <= commands
+    assert {
+        "specsteer.sdk.cli",
+        "specsteer.server.cli",
+        "specsteer.audit.cli",
+        "specsteer.privacy.cli",
+        "specsteer.federation.cli",
+    } <= commands
     plugins = sdk_command_packages()
     assert plugins == {"demo"}
     wrong: dict[str, set[str]] = {}
@@ -106,7 +112,27 @@ def test_no_package_uses_another_packages_command_line_as_a_library() -> None:
                 owner = command.split(".")[0]
                 if owner == package or not (name == command or name.startswith(command + ".")):
                     continue
-                if command == "sdk.cli" and package in plugins:
+                if command == "specsteer.sdk.cli" and package in plugins:
                     continue
                 wrong.setdefault(command, set()).add(where)
     assert not wrong, {command: sorted(where) for command, where in wrong.items()}
+
+
+def test_every_import_of_ours_goes_through_the_one_root() -> None:
+    """`import sdk` from the repository root would load a second copy of every module beside
+    `specsteer.sdk` (two `SpecSteerError` classes, two registries): our code, the benchmarks and the
+    tests import our packages as `specsteer.<package>` only, as an installed app must."""
+    bare: dict[str, set[str]] = {}
+    for top in sorted(ROOT.glob("*/__init__.py")):
+        for name, where in raw_imported_names(top.parent.name):
+            if name.split(".")[0] in OURS - {"demo", "bench"}:
+                bare.setdefault(name, set()).add(where)
+    assert not bare, {name: sorted(where) for name, where in bare.items()}
+
+
+def test_the_root_links_every_package_that_ships() -> None:
+    shipped = {"core", "sdk", "server", "audit", "privacy", "federation"}
+    links = {p.name for p in (ROOT / "specsteer").iterdir() if p.is_symlink()}
+    assert links == shipped
+    for name in shipped:
+        assert (ROOT / "specsteer" / name).resolve() == ROOT / name

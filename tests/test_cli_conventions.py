@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import build_parser as audit_parser
-from audit.cli import main as audit_main
-from core.cli import EXIT_USAGE
-from federation.cli import build_parser as federation_parser
-from federation.cli import main as federation_main
-from privacy.cli import build_parser as privacy_parser
-from privacy.cli import main as privacy_main
-from sdk.cli import build_parser as sdk_parser
-from sdk.cli import main as sdk_main
-from server.cli import build_parser as server_parser
-from server.cli import main as server_main
+from specsteer.audit.cli import build_parser as audit_parser
+from specsteer.audit.cli import main as audit_main
+from specsteer.core.cli import EXIT_USAGE
+from specsteer.federation.cli import build_parser as federation_parser
+from specsteer.federation.cli import main as federation_main
+from specsteer.privacy.cli import build_parser as privacy_parser
+from specsteer.privacy.cli import main as privacy_main
+from specsteer.sdk.cli import build_parser as sdk_parser
+from specsteer.sdk.cli import main as sdk_main
+from specsteer.server.cli import build_parser as server_parser
+from specsteer.server.cli import main as server_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {

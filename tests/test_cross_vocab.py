@@ -9,12 +9,12 @@ from functools import partial
 import pytest
 import torch
 
-from core.session_types import Method, SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.generalist import CrossVocabGeneralist
-from server.session import CloudSession, CloudVerifier
-from server.vocab import TextCodec
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.generalist import CrossVocabGeneralist
+from specsteer.server.session import CloudSession, CloudVerifier
+from specsteer.server.vocab import TextCodec
 from tests.tinymodels import EOS_ID, perturbed_copy, tiny_lm
 
 PROMPT = "Write the body of a git commit message for this subject line.\n\nSubject: refs: speed up lookups"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.prompts import task_prompt
+from specsteer.core.prompts import task_prompt
 
 pytestmark = pytest.mark.slow
 

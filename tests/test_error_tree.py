@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from core.errors import SpecSteerError
+from specsteer.core.errors import SpecSteerError
 
 
 def _modules(package: str) -> list[ModuleType]:
@@ -53,7 +53,7 @@ def test_every_error_is_under_the_root(package: str) -> None:
 
 
 def test_sdk_errors_gathers_every_device_error() -> None:
-    errors = importlib.import_module("sdk.errors")
+    errors = importlib.import_module("specsteer.sdk.errors")
     gathered = {getattr(errors, name) for name in errors.__all__}
     missing = sorted(name for name, cls in _public_errors("sdk").items() if cls not in gathered)
     assert not missing, f"add to sdk/errors.py: {missing}"
@@ -63,10 +63,13 @@ def test_sdk_errors_gathers_every_device_error() -> None:
 @pytest.mark.parametrize(
     ("package", "moved"),
     [
-        ("server", {"server.pki": ["PkiError"]}),
+        ("server", {"specsteer.server.pki": ["PkiError"]}),
         (
             "federation",
-            {"federation.ledger": ["BudgetExhausted"], "federation.device": ["NotEligible", "PolicyRefusal"]},
+            {
+                "specsteer.federation.ledger": ["BudgetExhausted"],
+                "specsteer.federation.device": ["NotEligible", "PolicyRefusal"],
+            },
         ),
     ],
 )

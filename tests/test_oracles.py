@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.models import CausalLM
-from core.prompts import render_prompt, task_prompt
-from core.session_types import CandidatePolicy, Method, SessionParams
-from core.steering import log_softmax
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.core.steering import log_softmax
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "users.jsonl"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import SpecSteerError
+from specsteer.core.errors import SpecSteerError
 from tests.source_imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +93,9 @@ def test_each_extra_is_there_and_the_test_extra_takes_them_all() -> None:
 
 def test_typing_markers_ship_with_the_packages() -> None:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
-    for package in ("sdk", "core"):
-        assert (ROOT / package / "py.typed").is_file(), f"{package}/py.typed is missing"
-        assert "py.typed" in data[package], f"py.typed of {package} is not in package-data"
+    # PEP 561: the marker of the one import root covers every package under it.
+    assert (ROOT / "specsteer" / "py.typed").is_file(), "specsteer/py.typed is missing"
+    assert "py.typed" in data["specsteer"], "py.typed of specsteer is not in package-data"
 
 
 def test_optional_features_import_their_extra_lazily() -> None:
@@ -108,20 +108,20 @@ def test_optional_features_import_their_extra_lazily() -> None:
 
 
 def _use_opacus() -> None:
-    from privacy.ledger import _epsilon_cached, epsilon_of
+    from specsteer.privacy.ledger import _epsilon_cached, epsilon_of
 
     _epsilon_cached.cache_clear()  # an earlier test's answer would skip the import
     epsilon_of([(1.0, 0.01, 1)], 1e-5)
 
 
 def _use_llama_cpp() -> None:
-    from sdk.llamacpp import check_drafter_installed
+    from specsteer.sdk.llamacpp import check_drafter_installed
 
     check_drafter_installed("llamacpp")
 
 
 def _use_onnx() -> None:
-    from sdk.drafters import check_drafter_installed
+    from specsteer.sdk.drafters import check_drafter_installed
 
     check_drafter_installed("onnx")
 

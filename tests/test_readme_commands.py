@@ -26,11 +26,11 @@ README = ROOT / "README.md"
 
 # The console scripts of pyproject.toml and the module that builds each one's parser.
 PARSERS: dict[str, str] = {
-    "sdk": "sdk.cli",
-    "server": "server.cli",
-    "audit": "audit.cli",
-    "privacy": "privacy.cli",
-    "federation": "federation.cli",
+    "sdk": "specsteer.sdk.cli",
+    "server": "specsteer.server.cli",
+    "audit": "specsteer.audit.cli",
+    "privacy": "specsteer.privacy.cli",
+    "federation": "specsteer.federation.cli",
 }
 
 

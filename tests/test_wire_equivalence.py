@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from core.prompts import task_prompt
-from core.session_types import CandidatePolicy, Method, SessionParams
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier, Verifier
-from server.session import CloudVerifier
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier, Verifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, remote, serve
 

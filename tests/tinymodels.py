@@ -32,8 +32,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from core.gguf_cache import locate_embedded_gguf
-from core.models import CausalLM
+from specsteer.core.gguf_cache import locate_embedded_gguf
+from specsteer.core.models import CausalLM
 
 Model = TypeVar("Model", bound=PreTrainedModel)
 

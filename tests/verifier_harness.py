@@ -17,11 +17,11 @@ from typing import Any
 # gRPC logs each failed handshake on stderr; the tests assert on the errors themselves.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from sdk.remote import RemoteVerifier, TlsIdentity
-from server import pki as pki_mod
-from server.config import ServerConfig
-from server.main import VerifierServer, create_server
-from server.session import CloudVerifier
+from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
+from specsteer.server import pki as pki_mod
+from specsteer.server.config import ServerConfig
+from specsteer.server.main import VerifierServer, create_server
+from specsteer.server.session import CloudVerifier
 
 
 class RecordingTap:

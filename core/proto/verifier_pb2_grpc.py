@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from core.proto import verifier_pb2 as core_dot_proto_dot_verifier__pb2
+from specsteer.core.proto import verifier_pb2 as core_dot_proto_dot_verifier__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -13,11 +13,11 @@ import hashlib
 import sys
 from pathlib import Path
 
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import load_signing_key
-from core import wire
-from core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import load_signing_key
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 50_000
 

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit import merkle, records
-from audit.egress import EgressRecorder
-from audit.identity import DeviceIdentity
-from audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
-from audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
-from core import wire
-from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.audit import merkle, records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
+from specsteer.audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
+from specsteer.core import wire
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 500
 DEVICE = DeviceIdentity("alice", "a1" * 32)  # the mTLS certificate the test logs bind

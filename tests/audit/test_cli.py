@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from audit import merkle
-from audit.cli import main
-from audit.note import SigningKey, VerifierKey, load_signing_key, load_verifier_key, open_checkpoint
-from core.cli import EXIT_UNPROVEN
+from specsteer.audit import merkle
+from specsteer.audit.cli import main
+from specsteer.audit.note import SigningKey, VerifierKey, load_signing_key, load_verifier_key, open_checkpoint
+from specsteer.core.cli import EXIT_UNPROVEN
 from tests.audit.helpers import BuiltLog, build_log, checkpoint_notes, delete_record, uplink_positions
 
 ROOT = Path(__file__).parents[2]
@@ -157,7 +157,7 @@ def test_bad_input_is_one_sentence_and_no_traceback(
     (tmp_path / "garbage.pub").write_text("not a key\n")
     args = [a.format(tmp=tmp_path, log=built.directory) for a in argv]
     proc = subprocess.run(
-        [sys.executable, "-m", "audit.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "specsteer.audit.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr

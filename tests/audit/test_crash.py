@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from audit import records
-from audit.log import SEGMENTS_DIR, AuditLog, scan_log
-from audit.note import SigningKey
-from audit.verify import verify
+from specsteer.audit import records
+from specsteer.audit.log import SEGMENTS_DIR, AuditLog, scan_log
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import verify
 from tests.audit.helpers import frame
 
 ROOT = Path(__file__).parents[2]

@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit import records
-from audit.egress import EgressRecorder
-from audit.errors import AuditError, EgressBlocked
-from audit.log import AuditLog, scan_log
-from audit.note import SigningKey
-from audit.verify import inspect, verify
-from core import wire
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import FusionVector, Method, SessionParams, SteeringVector, Verdict
+from specsteer.audit import records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import AuditError, EgressBlocked
+from specsteer.audit.log import AuditLog, scan_log
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import inspect, verify
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import FusionVector, Method, SessionParams, SteeringVector, Verdict
 from tests.audit.helpers import downlink_deserializer, uplink_serializer
 
 VOCAB = 100

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit import merkle, records
-from audit.log import scan_log
-from audit.note import Checkpoint, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
-from audit.verify import verify
+from specsteer.audit import merkle, records
+from specsteer.audit.log import scan_log
+from specsteer.audit.note import Checkpoint, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from specsteer.audit.verify import verify
 
 DOC = Path(__file__).parents[2] / "docs" / "audit-format.md"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from audit import merkle
-from audit.errors import VerificationFailed
-from audit.log import scan_log
-from audit.note import load_verifier_key
-from audit.verify import verify
+from specsteer.audit import merkle
+from specsteer.audit.errors import VerificationFailed
+from specsteer.audit.log import scan_log
+from specsteer.audit.note import load_verifier_key
+from specsteer.audit.verify import verify
 
 GOLDEN = Path(__file__).parents[1] / "assets" / "audit" / "golden"
 

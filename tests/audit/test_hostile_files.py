@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, segment_name
+from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, segment_name
 from tests.audit.helpers import BuiltLog, build_log
 
 ROOT = Path(__file__).parents[2]
@@ -30,7 +30,7 @@ def _limit() -> None:
 
 def _verify(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "audit.cli", "verify", *map(str, args)],
+        [sys.executable, "-m", "specsteer.audit.cli", "verify", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=20,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from audit import records
-from audit.egress import EgressRecorder
-from audit.errors import AuditError, KeyFileError, LogCorruptError
-from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
-from audit.note import SigningKey, open_checkpoint
-from audit.verify import inspect, verify
+from specsteer.audit import records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError
+from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
+from specsteer.audit.note import SigningKey, open_checkpoint
+from specsteer.audit.verify import inspect, verify
 from tests.audit.helpers import build_log, frame, run_session, segment_path
 
 
@@ -142,7 +142,7 @@ def test_after_a_failed_write_the_log_refuses_appends(tmp_path: Path, monkeypatc
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("audit.log._write_all", full)
+    monkeypatch.setattr("specsteer.audit.log._write_all", full)
     with pytest.raises(AuditError, match="No space left"):
         rec.begin_session(vocab_size=10)
     monkeypatch.undo()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import merkle
+from specsteer.audit import merkle
 
 VECTORS = json.loads(
     (Path(__file__).parents[1] / "assets" / "audit" / "transparency_dev_merkle_vectors.json").read_text()

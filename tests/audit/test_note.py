@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import KeyFileError
-from audit.note import (
+from specsteer.audit.errors import KeyFileError
+from specsteer.audit.note import (
     Checkpoint,
     NoteError,
     SigningKey,

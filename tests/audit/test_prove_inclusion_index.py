@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
-from core.cli import EXIT_OK, EXIT_USAGE
+from specsteer.audit.cli import main
+from specsteer.core.cli import EXIT_OK, EXIT_USAGE
 from tests.audit.helpers import BuiltLog, build_log
 
 

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from audit import records
-from audit.egress import EgressRecorder
-from audit.log import AuditLog, scan_log
-from audit.note import SigningKey
-from audit.verify import verify
-from core.errors import ProtocolError
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.egress import RecorderTap
-from server.session import CloudVerifier
+from specsteer.audit import records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog, scan_log
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import verify
+from specsteer.core.errors import ProtocolError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
 

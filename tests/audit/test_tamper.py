@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from audit import records
-from audit.egress import EgressRecorder
-from audit.errors import VerificationFailed
-from audit.log import AuditLog
-from audit.note import Checkpoint, SigningKey, open_checkpoint, sign_checkpoint
-from audit.verify import Report, verify
-from core import wire
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import WIRE_MAX_TOP_K, SessionParams
+from specsteer.audit import records
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import VerificationFailed
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import Checkpoint, SigningKey, open_checkpoint, sign_checkpoint
+from specsteer.audit.verify import Report, verify
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import WIRE_MAX_TOP_K, SessionParams
 from tests.audit.helpers import (
     BuiltLog,
     build_log,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from audit import records
-from audit.cli import main
-from audit.errors import AuditError, VerificationFailed
-from audit.identity import DeviceIdentity
-from audit.log import scan_log
-from audit.transcript import ServerTranscript, TornLine, read_transcript
-from audit.verify import verify
-from core import wire
+from specsteer.audit import records
+from specsteer.audit.cli import main
+from specsteer.audit.errors import AuditError, VerificationFailed
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.log import scan_log
+from specsteer.audit.transcript import ServerTranscript, TornLine, read_transcript
+from specsteer.audit.verify import verify
+from specsteer.core import wire
 from tests.audit.helpers import DEVICE, BuiltLog, build_log
 
 
@@ -221,7 +221,14 @@ def test_several_replicas_transcripts_are_compared_as_one(tmp_path: Path) -> Non
 def test_many_stray_streams_are_explained_up_to_a_cap_then_counted() -> None:
     """Strays are matched through an index by first uplink (linear, not quadratic), and explained
     up to MAX_STRAY_REPORTS each; the rest are counted in one line."""
-    from audit.transcript import MAX_STRAY_REPORTS, DeviceSession, Stream, Transcript, TranscriptEntry, compare
+    from specsteer.audit.transcript import (
+        MAX_STRAY_REPORTS,
+        DeviceSession,
+        Stream,
+        Transcript,
+        TranscriptEntry,
+        compare,
+    )
 
     cert = DEVICE.cert_sha256
     sessions = [

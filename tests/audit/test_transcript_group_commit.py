@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import audit.transcript as transcript_mod
-from audit.transcript import ServerTranscript, read_transcript
+import specsteer.audit.transcript as transcript_mod
+from specsteer.audit.transcript import ServerTranscript, read_transcript
 
 STREAMS = 16
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from audit import log as log_mod
-from audit import records
-from audit.cli import main
-from audit.egress import EgressRecorder
-from audit.errors import LogCorruptError, VerificationFailed
-from audit.log import SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
-from audit.verify import verify
+from specsteer.audit import log as log_mod
+from specsteer.audit import records
+from specsteer.audit.cli import main
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import LogCorruptError, VerificationFailed
+from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
+from specsteer.audit.verify import verify
 from tests.audit.helpers import BuiltLog, build_log, checkpoint_notes, frame, run_session, segment_path
 
 # Spelled out (not imported) so this file also runs against the code before the fix.

@@ -22,16 +22,16 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from audit import merkle, records
-from audit.cli import main
-from audit.cosignature import WitnessSigner, write_witness_key_pair
-from audit.egress import EgressRecorder
-from audit.errors import EgressBlocked
-from audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
-from audit.note import SigningKey, open_checkpoint
-from audit.witness_state import read_state
-from core import wire
-from server.witness import Cosigned, Refused, Witness
+from specsteer.audit import merkle, records
+from specsteer.audit.cli import main
+from specsteer.audit.cosignature import WitnessSigner, write_witness_key_pair
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import EgressBlocked
+from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
+from specsteer.audit.note import SigningKey, open_checkpoint
+from specsteer.audit.witness_state import read_state
+from specsteer.core import wire
+from specsteer.server.witness import Cosigned, Refused, Witness
 from tests.audit.helpers import (
     DEVICE,
     checkpoint_notes,

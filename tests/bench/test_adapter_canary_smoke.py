@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench import adapter_canary
-from privacy.data import read_canaries
+from specsteer.privacy.data import read_canaries
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from bench.attribution import AuthorClassifier
-from core.errors import ConfigError
+from specsteer.core.errors import ConfigError
 
 WORDS = ("parser", "buffer", "index", "commit", "config", "cache", "thread", "socket", "option", "header")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from bench import device_work
-from core.recovery import choose, device_rng
-from sdk.context import Profile
-from sdk.device import Specialist
-from sdk.uplink_guard import guard_setting
+from specsteer.core.recovery import choose, device_rng
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import Specialist
+from specsteer.sdk.uplink_guard import guard_setting
 from tests.tinymodels import save_tiny, tiny_lm
 
 PROFILE = Profile.from_obj({"profile": [{"subject": "Earlier", "body": "Jane Doe wrote from jane@example.com."}]})

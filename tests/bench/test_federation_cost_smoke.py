@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench import federation_cost
-from federation.cli import build_parser, run_options
+from specsteer.federation.cli import build_parser, run_options
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"

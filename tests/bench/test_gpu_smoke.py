@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench import gpu
-from server.slot_pool import GRAPH_MIN_WINDOW
+from specsteer.server.slot_pool import GRAPH_MIN_WINDOW
 
 
 def test_gpu_bench_smoke_measures_every_section_beside_its_floor(tmp_path) -> None:

@@ -47,7 +47,7 @@ def test_load_smoke_runs_concurrent_sessions_without_errors(tmp_path, char_tok) 
 def test_the_verifiers_placement_and_kv_engine_reach_server_serve() -> None:
     """`--cloud-device/--cloud-dtype/--kv slots/--kv-compile` become `server serve` options, which
     the server's own tests cover (the slot pool live over mutual TLS: tests/server/test_slot_engine.py)."""
-    from server.cli import build_parser
+    from specsteer.server.cli import build_parser
 
     def options(*argv: str) -> list[str]:
         args = load.build_parser().parse_args(["--sessions", "1", "3", *argv])

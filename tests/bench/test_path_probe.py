@@ -8,8 +8,8 @@ import pytest
 
 from bench.netdelay import DelayRelay
 from bench.path_probe import MAX_PAYLOAD, PAYLOAD_METHOD, PayloadServer, payload_round_trip
-from sdk.client import ClientConfig
-from server.pki import init_pki, issue_device
+from specsteer.sdk.client import ClientConfig
+from specsteer.server.pki import init_pki, issue_device
 
 
 @pytest.fixture(scope="module")

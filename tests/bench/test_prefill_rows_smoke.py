@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench import prefill_rows
-from core.models import load_causal_lm
+from specsteer.core.models import load_causal_lm
 from tests.tinymodels import save_tiny
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from bench import privacy_page, privacy_report
-from core.models import load_causal_lm
-from privacy import membership
-from privacy.data import read_canaries
+from specsteer.core.models import load_causal_lm
+from specsteer.privacy import membership
+from specsteer.privacy.data import read_canaries
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"

@@ -119,7 +119,7 @@ def test_sweep_smoke_reports_every_setting(tmp_path: Path, tiny_dirs: tuple[Path
 
 def test_the_runs_log_keys_rows_by_their_label_and_skips_what_is_done(tmp_path: Path, capsys) -> None:
     """`bench.quality` and `bench.sweep` share one runs log reader and writer (`RunsLog`)."""
-    from core.session_types import SessionParams
+    from specsteer.core.session_types import SessionParams
 
     log = tmp_path / "deep" / "sweep.runs.jsonl"
     assert quality.RunsLog(log, "setting").done == {} and log.parent.is_dir()

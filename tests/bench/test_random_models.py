@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import random_models
-from core.models import load_causal_lm
+from specsteer.core.models import load_causal_lm
 
 
 def test_a_written_folder_loads_as_a_model_of_that_configuration(tmp_path: Path, char_tok) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bench import speed
-from core.linear import onednn_available
+from specsteer.core.linear import onednn_available
 from tests.tinymodels import save_tiny, tiny_lm
 
 
@@ -319,7 +319,7 @@ def test_on_the_slot_pool_the_cloud_costs_are_the_pools_forwards(char_tok) -> No
     """`--kv slots`: the cost model reads the forwards the verifier pays (the pool's, not
     transformers' eager ones): a prefill and every block size, and the pool as it was after."""
     from bench.speed_timing import pool_forward_times
-    from server.slot_sequence import SlotPools
+    from specsteer.server.slot_sequence import SlotPools
 
     lm = tiny_lm(char_tok, seed=4)
     pools = SlotPools(2, 64)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, number, reported, whole_number
-from core.errors import ConfigError
+from specsteer.core.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, number, reported, whole_number
+from specsteer.core.errors import ConfigError
 
 
 def test_a_usage_error_exits_2_with_the_usage_and_one_sentence(capsys) -> None:

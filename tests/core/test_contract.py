@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core import wire
-from core.contract import Breach, ContractError, SessionState
-from core.session_types import GuardDecision, SessionParams, SteeringVector, Verdict
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.contract import Breach, ContractError, SessionState
+from specsteer.core.session_types import GuardDecision, SessionParams, SteeringVector, Verdict
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
 VOCAB = 100
@@ -65,8 +65,8 @@ def test_the_server_session_and_the_recorder_give_one_verdict(cloud, char_tok, f
 
 
 def test_guard_decisions_are_one_set_for_device_guard_and_audit() -> None:
-    from privacy.guard import Policy
-    from sdk import uplink_guard
+    from specsteer.privacy.guard import Policy
+    from specsteer.sdk import uplink_guard
 
     assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} == set(GuardDecision)
     assert {p.value for p in Policy} <= {d.value for d in GuardDecision}

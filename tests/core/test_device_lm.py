@@ -10,10 +10,10 @@ import jinja2
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from core.device_lm import load_device_lm
-from core.errors import ModelLoadError
-from core.models import load_causal_lm
-from core.prompts import Example, render_prompt, task_prompt
+from specsteer.core.device_lm import load_device_lm
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.models import load_causal_lm
+from specsteer.core.prompts import Example, render_prompt, task_prompt
 from tests.tinymodels import save_tiny
 
 PROMPTS = [

@@ -1,4 +1,4 @@
-"""core.fileio: the one durable atomic write and the durable append."""
+"""specsteer.core.fileio: the one durable atomic write and the durable append."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import core.fileio as fileio
-from core.fileio import append_line, atomic_write, atomic_writer
+import specsteer.core.fileio as fileio
+from specsteer.core.fileio import append_line, atomic_write, atomic_writer
 
 
 def _mode(path: Path) -> int:

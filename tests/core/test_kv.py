@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kv import TokenSequence
-from core.steering import log_softmax
+from specsteer.core.kv import TokenSequence
+from specsteer.core.steering import log_softmax
 from tests.tinymodels import tiny_llama
 
 

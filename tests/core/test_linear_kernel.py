@@ -1,4 +1,4 @@
-"""core.linear: loaded fp32 models run their Linear layers on oneDNN at inference, and only there."""
+"""specsteer.core.linear: loaded fp32 models run their Linear layers on oneDNN at inference, and only there."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-import core.linear
-from core.errors import ModelLoadError
-from core.linear import KERNEL_ENV, OneDNNLinear, resolve_linear_kernel
-from core.models import load_causal_lm
-from core.quantize import quantize_linear
+import specsteer.core.linear
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.linear import KERNEL_ENV, OneDNNLinear, resolve_linear_kernel
+from specsteer.core.models import load_causal_lm
+from specsteer.core.quantize import quantize_linear
 from tests.tinymodels import save_tiny
 
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
 ONEDNN_OP = "mkldnn::_linear_pointwise"
 
-needs_onednn = pytest.mark.skipif(not core.linear.onednn_available(), reason="this torch build has no oneDNN")
+needs_onednn = pytest.mark.skipif(not specsteer.core.linear.onednn_available(), reason="this torch build has no oneDNN")
 
 
 def _ops_run(model: torch.nn.Module, *, grad: bool = False) -> set[str]:
@@ -94,7 +94,7 @@ def test_unknown_kernels_are_one_sentence(tmp_path, char_tok, monkeypatch: pytes
 
 def test_without_onednn_auto_falls_back_and_an_explicit_request_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KERNEL_ENV, raising=False)
-    monkeypatch.setattr(core.linear, "onednn_available", lambda: False)
+    monkeypatch.setattr(specsteer.core.linear, "onednn_available", lambda: False)
     assert resolve_linear_kernel(None) == "torch"
     with pytest.raises(ModelLoadError, match="oneDNN Linear kernel is not available"):
         resolve_linear_kernel("onednn")

@@ -1,4 +1,4 @@
-"""core.models: Hugging Face folders, GGUF conversion cache, embedded models and load errors."""
+"""specsteer.core.models: Hugging Face folders, GGUF conversion cache, embedded models and load errors."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from transformers import (
     ViTConfig,
 )
 
-import core.gguf_cache as models
-from core.errors import ModelLoadError
-from core.gguf_cache import CACHE_MARKER, default_cache_dir
-from core.model_registry import EMBEDDED_MODELS, EmbeddedModel, SplitGGUF
-from core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+import specsteer.core.gguf_cache as models
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.gguf_cache import CACHE_MARKER, default_cache_dir
+from specsteer.core.model_registry import EMBEDDED_MODELS, EmbeddedModel, SplitGGUF
+from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from tests.tinymodels import EOS_ID, char_tokenizer, save_tiny, tiny_llama, write_tiny_gguf
 
 PROMPT = "The capital of France is Paris."

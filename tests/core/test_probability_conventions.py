@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.errors import ModelLoadError
-from core.recovery import choose, device_rng, recovery_scores
-from core.session_types import CandidatePolicy
-from core.steering import (
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.recovery import choose, device_rng, recovery_scores
+from specsteer.core.session_types import CandidatePolicy
+from specsteer.core.steering import (
     RULED_OUT,
     acceptance_probability,
     log_gamma,

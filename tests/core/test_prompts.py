@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from core.models import CausalLM
-from core.prompts import CONTEXT_HEADER, Example, context_text, render_prompt, task_prompt
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import CONTEXT_HEADER, Example, context_text, render_prompt, task_prompt
 
 EXAMPLES = [
     Example("refs: speed up packed-refs reads", "Reading packed-refs scanned the whole file.\nNow it stops early."),

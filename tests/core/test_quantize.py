@@ -1,12 +1,12 @@
-"""core.models: the int8 load option (dynamic quantization of the Linear layers) next to fp32."""
+"""specsteer.core.models: the int8 load option (dynamic quantization of the Linear layers) next to fp32."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from core.errors import ModelLoadError
-from core.models import load_causal_lm
+from specsteer.core.errors import ModelLoadError
+from specsteer.core.models import load_causal_lm
 from tests.tinymodels import save_tiny
 
 

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from core.recovery import choose
+from specsteer.core.recovery import choose
 
 
 def test_scores_at_float32_extremes_draw_without_an_overflow_warning() -> None:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.recovery import choose, device_rng, recovery_scores
-from core.session_types import CandidatePolicy
-from core.steering import (
+from specsteer.core.recovery import choose, device_rng, recovery_scores
+from specsteer.core.session_types import CandidatePolicy
+from specsteer.core.steering import (
     LOGP_FLOOR,
     RULED_OUT,
     acceptance_probability,
@@ -191,7 +191,7 @@ def test_align_segments_never_closes_inside_a_character_or_past_last_shared_boun
 
 
 def test_top_indices_matches_a_full_stable_sort_with_ties_and_infinities() -> None:
-    from core.steering import top_indices
+    from specsteer.core.steering import top_indices
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(200):
@@ -206,7 +206,7 @@ def test_top_indices_matches_a_full_stable_sort_with_ties_and_infinities() -> No
 
 def test_top_indices_never_sorts_the_whole_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
     # A full stable sort of a 152k-entry row cost tens of ms per steering call; only the top is sorted now.
-    from core.steering import top_indices
+    from specsteer.core.steering import top_indices
 
     sorted_sizes: list[int] = []
     real_sort = torch.sort
@@ -230,7 +230,7 @@ def _whole_inverse_cdf(scores: np.ndarray, temperature: float, uniform: float) -
 
 
 def test_a_sampled_draw_is_the_whole_inverse_cdf_in_two_levels() -> None:
-    from core.recovery import DRAW_BLOCK
+    from specsteer.core.recovery import DRAW_BLOCK
 
     # Prepare: vocabularies around the block size, a tail block, masked tokens, temperatures.
     rng = np.random.default_rng(0)

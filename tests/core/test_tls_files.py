@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from core.errors import ConfigError
-from sdk.pinning import PinningError
-from sdk.remote import TlsIdentity
-from server import pki as pki_mod
-from server.main import CertificateSource
+from specsteer.core.errors import ConfigError
+from specsteer.sdk.pinning import PinningError
+from specsteer.sdk.remote import TlsIdentity
+from specsteer.server import pki as pki_mod
+from specsteer.server.main import CertificateSource
 from tests.verifier_harness import make_pki
 
 

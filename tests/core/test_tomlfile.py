@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError
-from core.tomlfile import load_dataclass
-from sdk.client import ClientConfig
-from server.config import load_config
+from specsteer.core.errors import ConfigError
+from specsteer.core.tomlfile import load_dataclass
+from specsteer.sdk.client import ClientConfig
+from specsteer.server.config import load_config
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from core import wire
-from core.contract import SessionState
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.contract import SessionState
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 
 VOCAB = 100
 LAST, FIRST_OUTSIDE = VOCAB - 1, VOCAB

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core import wire
-from core.errors import ConfigError, ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,7 +130,7 @@ def test_uplink_schema_has_no_string_bytes_or_float_fields() -> None:
 
 def test_a_witness_request_with_an_oversized_field_is_refused_at_the_boundary() -> None:
     """Each byte field of a Close's witness request has exactly its size: none can carry text."""
-    from core.wire import WitnessRequest, decode_uplink, encode_close
+    from specsteer.core.wire import WitnessRequest, decode_uplink, encode_close
 
     good = WitnessRequest("device.test/log", b"k" * 32, 5, b"r" * 32, b"s" * 64, 3, (b"p" * 32,))
     assert decode_uplink(encode_close(4, good)).witness == good  # type: ignore[union-attr]
@@ -164,6 +164,6 @@ def test_core_wire_is_the_only_module_that_imports_the_stubs() -> None:
                     if isinstance(node, ast.ImportFrom)
                     else []
                 )
-                if any(n == "core.proto" or n.startswith("core.proto.") for n in names):
+                if any(n == "specsteer.core.proto" or n.startswith("specsteer.core.proto.") for n in names):
                     importers.append(str(path.relative_to(root)))
     assert importers == []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from core import wire
-from core.errors import ProtocolError
-from core.session_types import SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.session_types import SteeringVector, Verdict
 
 
 def test_a_non_canonical_downlink_is_refused_by_the_devices_parser() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core import wire
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import Method, SessionParams, SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import Method, SessionParams, SteeringVector, Verdict
 
 
 def test_uplink_frames_round_trip() -> None:
@@ -48,7 +48,7 @@ def test_downlink_with_unknown_fields_is_refused() -> None:
 
 def test_session_method_is_the_path_a_client_generated_from_the_proto_calls() -> None:
     """A third-party client built from verifier.proto must reach the method our client and server use."""
-    from core.proto import verifier_pb2_grpc
+    from specsteer.core.proto import verifier_pb2_grpc
 
     class RecordingChannel:
         def __init__(self) -> None:

@@ -97,8 +97,8 @@ def deliver(
 ) -> Message:
     """One message from a (possibly malicious) server to the real ClientApp, as a SuperNode hands it
     over (Flower's dispatch and mods, the metadata `LocalGrid` stamps), and the device's reply."""
-    from federation.client_app import app
-    from federation.simulation import _server_identity
+    from specsteer.federation.client_app import app
+    from specsteer.federation.simulation import _server_identity
 
     with _server_identity(run_id):
         msg = Message(content, node_id, message_type, group_id="1")
@@ -124,8 +124,8 @@ def train_content(arrays: dict[str, np.ndarray], **config: Any) -> RecordDict:
 def v0_arrays(config: dict[str, Any]) -> tuple[dict[str, np.ndarray], str]:
     """A run's global adapter v0 and base fingerprint, as the server builds them (a fresh model:
     the process-wide one holds whatever the last device trained into it)."""
-    from core.models import load_causal_lm
-    from federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
+    from specsteer.core.models import load_causal_lm
+    from specsteer.federation.task import GLOBAL, SpecialistWithAdapters, TaskConfig
 
     cfg = TaskConfig.from_run_config(config)
     sw = SpecialistWithAdapters(load_causal_lm(cfg.model, progress=False), cfg)

@@ -17,19 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from core.models import load_causal_lm
-from federation.simulation import run_in_process
-from federation.task import TaskConfig, build_examples
-from privacy.adapter_exposure import (
+from specsteer.core.models import load_causal_lm
+from specsteer.federation.simulation import run_in_process
+from specsteer.federation.task import TaskConfig, build_examples
+from specsteer.privacy.adapter_exposure import (
     CanaryRecord,
     adapter_model,
     canary_prompt_ids,
     model_exposures,
     plant_canary_records,
 )
-from privacy.leakage import CanarySpace
-from privacy.ledger import epsilon_of, read_ledger_file
-from sdk.context import ProfileEntry
+from specsteer.privacy.leakage import CanarySpace
+from specsteer.privacy.ledger import epsilon_of, read_ledger_file
+from specsteer.sdk.context import ProfileEntry
 from tests.federation.conftest import FIXTURE_USERS, run_config
 
 RECORD = CanaryRecord(CanarySpace(length=5))

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.models import load_causal_lm
-from core.session_types import MAX_ADAPTER_VERSION
-from federation.adapters import write_adapter
-from federation.errors import MessageRefusal
-from federation.store import AdapterStore, load_device_specialist
-from federation.task import GLOBAL, PERSONAL, TaskConfig, specialist_for
+from specsteer.core.models import load_causal_lm
+from specsteer.core.session_types import MAX_ADAPTER_VERSION
+from specsteer.federation.adapters import write_adapter
+from specsteer.federation.errors import MessageRefusal
+from specsteer.federation.store import AdapterStore, load_device_specialist
+from specsteer.federation.task import GLOBAL, PERSONAL, TaskConfig, specialist_for
 from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
 
 

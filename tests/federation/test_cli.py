@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from federation.cli import main, parse_duration
-from federation.rounds import RUN_LOG
-from federation.store import AdapterStore
+from specsteer.federation.cli import main, parse_duration
+from specsteer.federation.rounds import RUN_LOG
+from specsteer.federation.store import AdapterStore
 from tests.federation.conftest import FIXTURE_USERS
 
 FAST = ["--dp-steps", "1", "--personal-steps", "1", "--max-len", "256"]

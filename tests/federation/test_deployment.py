@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from federation.cli import main
-from federation.deploy import flower_env, write_loopback_certificates
+from specsteer.federation.cli import main
+from specsteer.federation.deploy import flower_env, write_loopback_certificates
 from tests.federation.conftest import FIXTURE_USERS
 
 pytestmark = pytest.mark.slow

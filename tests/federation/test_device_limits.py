@@ -19,12 +19,12 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-import federation.device
-import federation.task
-from federation.adapters import ADAPTER_WEIGHTS
-from federation.device import Device
-from federation.errors import RunConfigRefusal
-from federation.task import PERSONAL, load_user, split_profile
+import specsteer.federation.device
+import specsteer.federation.task
+from specsteer.federation.adapters import ADAPTER_WEIGHTS
+from specsteer.federation.device import Device
+from specsteer.federation.errors import RunConfigRefusal
+from specsteer.federation.task import PERSONAL, load_user, split_profile
 from tests.federation.conftest import FIXTURE_USERS, deliver, node_configs, run_config, train_content, v0_arrays
 from tests.tinymodels import save_tiny
 
@@ -60,8 +60,8 @@ def test_a_run_beyond_the_devices_limits_is_refused_before_anything_loads(
     def no_loading(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the device loaded a model for a run it must refuse")
 
-    monkeypatch.setattr(federation.task, "load_causal_lm", no_loading)
-    monkeypatch.setattr(federation.task, "_MODELS", {})  # nothing cached: any use would load
+    monkeypatch.setattr(specsteer.federation.task, "load_causal_lm", no_loading)
+    monkeypatch.setattr(specsteer.federation.task, "_MODELS", {})  # nothing cached: any use would load
     for kind in ("train", "evaluate"):
         reply = deliver(train_content(arrays), kind, node, run_config(tiny_bpe_model, tmp_path, **overrides))
         assert reply.has_error() and reply.error.reason == RunConfigRefusal.public, reply.error.reason
@@ -121,7 +121,7 @@ def test_a_diverged_personal_adapter_is_not_kept_and_the_round_goes_on(
     assert not deliver(train_content(arrays), "train", node, config).has_error()
     weights = tmp_path / "device0" / PERSONAL / ADAPTER_WEIGHTS
     kept = weights.read_bytes()
-    real = federation.device.train_personal
+    real = specsteer.federation.device.train_personal
 
     def diverging(sw: Any, *args: Any, **kwargs: Any) -> float:
         loss = real(sw, *args, **kwargs)
@@ -131,7 +131,7 @@ def test_a_diverged_personal_adapter_is_not_kept_and_the_round_goes_on(
                     param.fill_(math.inf)
         return loss
 
-    monkeypatch.setattr(federation.device, "train_personal", diverging)
+    monkeypatch.setattr(specsteer.federation.device, "train_personal", diverging)
     reply = deliver(train_content(arrays, **{"server-round": 2}), "train", node, config)
     assert not reply.has_error(), reply.error
     assert all(np.isfinite(a.numpy()).all() for a in reply.content["arrays"].values())

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from core.models import load_causal_lm
-from federation.client_app import UNAVAILABLE
-from federation.device import Device
-from federation.simulation import run_in_process
-from federation.task import SpecialistWithAdapters, TaskConfig, device_datasets, load_user, split_profile
+from specsteer.core.models import load_causal_lm
+from specsteer.federation.client_app import UNAVAILABLE
+from specsteer.federation.device import Device
+from specsteer.federation.simulation import run_in_process
+from specsteer.federation.task import SpecialistWithAdapters, TaskConfig, device_datasets, load_user, split_profile
 from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
 
 

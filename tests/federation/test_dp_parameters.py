@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from flwr.app import Message
 
-import federation.task
-from federation.errors import RunConfigRefusal
-from privacy.ledger import read_ledger_file
+import specsteer.federation.task
+from specsteer.federation.errors import RunConfigRefusal
+from specsteer.privacy.ledger import read_ledger_file
 from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
 
 
@@ -53,12 +53,12 @@ def test_clip_and_noise_must_be_finite_and_bounded(tiny_bpe_model: Path, tmp_pat
 def test_an_update_that_is_not_finite_is_never_sent_but_charged(
     tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = federation.task.per_sequence_loss
+    real = specsteer.federation.task.per_sequence_loss
 
     def overflowing(*args: Any) -> Any:  # a forward pass that overflows on this history
         return real(*args) * math.inf
 
-    monkeypatch.setattr(federation.task, "per_sequence_loss", overflowing)
+    monkeypatch.setattr(specsteer.federation.task, "per_sequence_loss", overflowing)
     reply = _round(tiny_bpe_model, tmp_path, **{"personal-steps": 0})
     # A reply like any other (a refusal would say the history made training diverge), of noise alone.
     assert not reply.has_error() and _finite(reply)
@@ -74,7 +74,7 @@ def test_a_round_that_fails_after_reading_the_data_is_charged_the_whole_round(
     def failing(*args: Any) -> Any:  # a forward pass over this history that fails (an OOM, a crash)
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(federation.task, "per_sequence_loss", failing)
+    monkeypatch.setattr(specsteer.federation.task, "per_sequence_loss", failing)
     _round(tiny_bpe_model, tmp_path, **{"personal-steps": 0})
     # The failure (an error reply instead of an update) depends on the data: the whole round is charged.
     ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")

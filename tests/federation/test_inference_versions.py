@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-import core.adapters as core_adapters
-from core.errors import ProtocolError
-from core.models import load_causal_lm
-from core.session_types import SessionParams
-from federation.adapters import apply_adapters, write_adapter
-from federation.store import load_device_specialist, version_dir
-from federation.task import GLOBAL, PERSONAL, SpecialistWithAdapters, TaskConfig
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.main import GlobalAdapters
-from server.session import CloudVerifier
-from server.slot_sequence import SlotPools
+import specsteer.core.adapters as core_adapters
+from specsteer.core.errors import ProtocolError
+from specsteer.core.models import load_causal_lm
+from specsteer.core.session_types import SessionParams
+from specsteer.federation.adapters import apply_adapters, write_adapter
+from specsteer.federation.store import load_device_specialist, version_dir
+from specsteer.federation.task import GLOBAL, PERSONAL, SpecialistWithAdapters, TaskConfig
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.main import GlobalAdapters
+from specsteer.server.session import CloudVerifier
+from specsteer.server.slot_sequence import SlotPools
 from tests.tinymodels import tiny_lm
 
 CFG = TaskConfig(lora_rank=2, lora_alpha=4, lora_targets="q_proj,v_proj")
@@ -85,7 +85,7 @@ def test_a_version_the_verifier_lacks_is_a_clear_error(stores, smol_tok) -> None
 
 
 def test_sdk_generate_with_a_federation_state_declares_its_version(stores, tiny_chat_model, capsys, tmp_path) -> None:
-    from sdk.cli import main
+    from specsteer.sdk.cli import main
 
     _, _, device_state = stores
     args = [

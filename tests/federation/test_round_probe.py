@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from flwr.app import Message
 
-import federation.task
-from federation.ledger import Ledger, epsilon_of
-from federation.simulation import LocalGrid, run_in_process
+import specsteer.federation.task
+from specsteer.federation.ledger import Ledger, epsilon_of
+from specsteer.federation.simulation import LocalGrid, run_in_process
 from tests.federation.conftest import FIXTURE_USERS, run_config
 
 SIZES = (8, 12, 20, 36)
@@ -104,14 +104,14 @@ def test_every_history_size_answers_every_proposal_alike(tiny_bpe_model: Path, t
 def _batches_through_the_model(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Spy on every training batch (Poisson sampling may draw an empty one): their sizes, in order."""
     sizes: list[int] = []
-    real = federation.task._cycle
+    real = specsteer.federation.task._cycle
 
     def counting(loader: Any, steps: int) -> Iterator[Any]:
         for batch in real(loader, steps):
             sizes.append(int(batch[0].shape[0]))
             yield batch
 
-    monkeypatch.setattr(federation.task, "_cycle", counting)
+    monkeypatch.setattr(specsteer.federation.task, "_cycle", counting)
     return sizes
 
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-import federation.device
-import federation.task
-from federation.adapters import load_tensors, read_adapter
-from federation.client_app import UNAVAILABLE
-from federation.ledger import Ledger, epsilon_of
-from federation.simulation import deflated_bytes, run_in_process
-from federation.store import AdapterStore
-from federation.task import dp_sample_rate
+import specsteer.federation.device
+import specsteer.federation.task
+from specsteer.federation.adapters import load_tensors, read_adapter
+from specsteer.federation.client_app import UNAVAILABLE
+from specsteer.federation.ledger import Ledger, epsilon_of
+from specsteer.federation.simulation import deflated_bytes, run_in_process
+from specsteer.federation.store import AdapterStore
+from specsteer.federation.task import dp_sample_rate
 from tests.federation.conftest import node_configs, run_config
 
 
@@ -115,14 +115,14 @@ def test_personal_adapter_bytes_never_leave_the_device(tiny_bpe_model: Path, tmp
 
 def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Device 1 crashes inside DP training in round 1; device 2 vanishes (no reply) for round 1's train."""
-    real = federation.device.train_global_dp
+    real = specsteer.federation.device.train_global_dp
 
     def crash_device1(sw: Any, train_set: Any, cfg: Any, ledger: Ledger | None, **kwargs: Any) -> Any:
         if kwargs["server_round"] == 1 and ledger is not None and "device1" in str(ledger.path):
             raise RuntimeError("connection lost mid-training")
         return real(sw, train_set, cfg, ledger, **kwargs)
 
-    monkeypatch.setattr(federation.device, "train_global_dp", crash_device1)
+    monkeypatch.setattr(specsteer.federation.device, "train_global_dp", crash_device1)
 
     def vanish_in_round_1(msg: Message) -> bool:
         return msg.metadata.message_type == "train" and msg.content["config"]["server-round"] == 1
@@ -145,7 +145,7 @@ def test_restarted_server_resumes_versions_and_ledgers(tiny_bpe_model: Path, tmp
     config = run_config(tiny_bpe_model, tmp_path)
     nodes = node_configs(tiny_bpe_model, tmp_path)
     first, _ = run_in_process(config, nodes, run_id=11)
-    federation.task._MODELS.clear()  # a restarted process has no cached model
+    specsteer.federation.task._MODELS.clear()  # a restarted process has no cached model
     second, _ = run_in_process(config, nodes, run_id=12)
 
     assert (first["version_in"], first["version_out"]) == (0, 1)

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import federation.deploy
-from federation.cli import main
-from federation.store import AdapterStore
+import specsteer.federation.deploy
+from specsteer.federation.cli import main
+from specsteer.federation.store import AdapterStore
 from tests.federation.conftest import FIXTURE_USERS
 
 
@@ -68,7 +68,7 @@ def test_a_hung_submission_meets_its_deadline_and_is_retried(
             return {"run_id": 1, "version_in": 0, "version_out": 0, "rounds": []}
         return {"run_id": len(calls), "version_in": 0, "version_out": 1, "rounds": []}
 
-    monkeypatch.setattr(federation.deploy, "submit_run", submit_run)
+    monkeypatch.setattr(specsteer.federation.deploy, "submit_run", submit_run)
     try:
         code = _schedule_in_thread(
             ["schedule", "--every", "1m", "--max-runs", "1", "--run-timeout", "1s", "--retry-backoff", "0.2s",

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from federation.deploy import write_loopback_certificates
-from federation.ledger import Ledger, LedgerError
-from privacy.cli import main as privacy_main
+from specsteer.federation.deploy import write_loopback_certificates
+from specsteer.federation.ledger import Ledger, LedgerError
+from specsteer.privacy.cli import main as privacy_main
 
 GOOD = {
     "format": 1,

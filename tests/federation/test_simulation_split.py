@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError
-from federation.run_options import RunOptions
-from sdk.context import demo_profile_path
+from specsteer.core.errors import ConfigError
+from specsteer.federation.run_options import RunOptions
+from specsteer.sdk.context import demo_profile_path
 from tests.federation.conftest import FIXTURE_USERS
 
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-from core.errors import ConfigError
-from core.models import load_causal_lm
-from core.prompts import render_prompt, task_prompt
-from federation.adapters import AdapterError, apply_adapters, write_adapter
-from federation.client_app import _unpack
-from federation.errors import MessageRefusal
-from federation.ledger import Ledger
-from federation.simulation import _server_identity
-from federation.task import (
+from specsteer.core.errors import ConfigError
+from specsteer.core.models import load_causal_lm
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.federation.adapters import AdapterError, apply_adapters, write_adapter
+from specsteer.federation.client_app import _unpack
+from specsteer.federation.errors import MessageRefusal
+from specsteer.federation.ledger import Ledger
+from specsteer.federation.simulation import _server_identity
+from specsteer.federation.task import (
     GLOBAL,
     PERSONAL,
     SpecialistWithAdapters,
@@ -32,7 +32,7 @@ from federation.task import (
     train_global_dp,
     train_personal,
 )
-from sdk.context import ProfileIndex, fit_context
+from specsteer.sdk.context import ProfileIndex, fit_context
 from tests.federation.conftest import FIXTURE_USERS
 from tests.tinymodels import save_tiny
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.models import CausalLM
-from privacy.adapter_exposure import (
+from specsteer.core.models import CausalLM
+from specsteer.privacy.adapter_exposure import (
     CanaryRecord,
     canary_prompt_ids,
     exposure_summary,
@@ -24,7 +24,7 @@ from privacy.adapter_exposure import (
     secret_log_likelihoods,
     secret_log_likelihoods_bruteforce,
 )
-from privacy.leakage import CanarySpace, exposure, exposure_from_rank
+from specsteer.privacy.leakage import CanarySpace, exposure, exposure_from_rank
 from tests.tinymodels import scripted_lm, tiny_lm
 
 

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from privacy.recognizers import KeywordValueRecognizer, SeedPhraseRecognizer, ShapeRecognizer
-from privacy.spans import Detector
+from specsteer.privacy.recognizers import KeywordValueRecognizer, SeedPhraseRecognizer, ShapeRecognizer
+from specsteer.privacy.spans import Detector
 
 
 def found(detector: Detector, text: str) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.guard import EgressGuard
+from specsteer.privacy.guard import EgressGuard
 from tests.privacy.test_streamed_leak_forms import leaked
 
 

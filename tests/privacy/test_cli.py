@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.transcript import ServerTranscript
-from core.session_types import SessionParams
-from privacy.cli import main
-from privacy.data import Canary, read_uplinks, write_canaries
-from privacy.guard import Policy
-from privacy.leakage import CanarySpace
-from privacy.report import leakage_report
-from privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.egress import RecorderTap
-from server.session import CloudVerifier
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.transcript import ServerTranscript
+from specsteer.core.session_types import SessionParams
+from specsteer.privacy.cli import main
+from specsteer.privacy.data import Canary, read_uplinks, write_canaries
+from specsteer.privacy.guard import Policy
+from specsteer.privacy.leakage import CanarySpace
+from specsteer.privacy.report import leakage_report
+from specsteer.privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.server.session import CloudVerifier
 from tests.privacy.test_protocol import FIXTURES, build_guard, candidates, copying_pair, leaky_target, prompt_of
 from tests.verifier_harness import make_pki, remote, serve
 
@@ -31,7 +31,7 @@ from tests.verifier_harness import make_pki, remote, serve
 
 
 def write_ledger(folder: Path, *, history: list[list[float]], stored: float | None = None) -> float:
-    from federation.ledger import epsilon_of
+    from specsteer.federation.ledger import epsilon_of
 
     folder.mkdir(parents=True, exist_ok=True)
     eps = epsilon_of([(h[0], h[1], int(h[2])) for h in history], 1e-5, "rdp")
@@ -273,7 +273,7 @@ def test_seal_encrypts_a_profile_with_the_passphrase_from_the_environment(
     profile.write_text(FIXTURES.read_text().splitlines()[0])
     out = tmp_path / "me.vault"
     monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
-    monkeypatch.setattr("privacy.vault.SCRYPT_N", 2**14)
+    monkeypatch.setattr("specsteer.privacy.vault.SCRYPT_N", 2**14)
     assert main(["seal", str(profile), "--out", str(out)]) == 0
     assert "sealed 25 entries" in capsys.readouterr().err
     assert ProfileVault.open(out, PassphraseKeyProvider("pw for the test")) == profile.read_bytes()
@@ -304,7 +304,7 @@ def test_seal_refuses_a_vault_and_canaries_are_written_private(
     profile = tmp_path / "me.json"
     profile.write_text(FIXTURES.read_text().splitlines()[0])
     monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
-    monkeypatch.setattr("privacy.vault.SCRYPT_N", 2**14)
+    monkeypatch.setattr("specsteer.privacy.vault.SCRYPT_N", 2**14)
     assert main(["seal", str(profile), "--out", str(tmp_path / "me.vault")]) == 0
     capsys.readouterr()
     assert main(["seal", str(tmp_path / "me.vault"), "--out", str(tmp_path / "again.vault")]) == 1

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from privacy.canaries import CanaryDetector, identities_from_trailers
-from privacy.guard import PLACEHOLDERS, EgressGuard, Policy, kind_of_placeholder, token_offsets
-from privacy.ngrams import VerbatimNgramDetector
-from privacy.pii import PiiDetector, luhn_ok
-from privacy.spans import CANARY, CARD, EMAIL, IBAN, IP, NAME, PHONE, PRIVATE_NGRAM, URL_CREDENTIALS, Span
+from specsteer.privacy.canaries import CanaryDetector, identities_from_trailers
+from specsteer.privacy.guard import PLACEHOLDERS, EgressGuard, Policy, kind_of_placeholder, token_offsets
+from specsteer.privacy.ngrams import VerbatimNgramDetector
+from specsteer.privacy.pii import PiiDetector, luhn_ok
+from specsteer.privacy.spans import CANARY, CARD, EMAIL, IBAN, IP, NAME, PHONE, PRIVATE_NGRAM, URL_CREDENTIALS, Span
 
 PII = PiiDetector()
 # Without holding every trailing word as a possible address local part: the other hazards alone.
@@ -224,7 +224,7 @@ def test_verbatim_runs_of_public_forms_do_not_fire_and_private_passages_still_do
     assert d.find_ids(enc(leak)) != []
     # ... and so does a long copy of anything: 2n tokens of digits are not a date's fragment.
     assert d.find("code 4417 0815 2342 1234 9876 ok") != []
-    from privacy.ngrams import run_words
+    from specsteer.privacy.ngrams import run_words
 
     assert run_words(", 2018-0") == 0 and run_words("/check-non-portable-shell") == 1
     assert run_words("lives under my desk") == 4 and run_words("給与の書類") == 5
@@ -251,7 +251,7 @@ def test_index_of_a_large_history_is_fast_and_deduplicated(char_tok: PreTrainedT
 
 
 def test_placeholders_are_one_per_kind_and_fit_the_audit_schema() -> None:
-    from audit.records import is_placeholder
+    from specsteer.audit.records import is_placeholder
 
     labels = list(PLACEHOLDERS.values())
     assert len(set(labels)) == len(labels)
@@ -394,7 +394,7 @@ def test_span_rejects_inverted_ranges() -> None:
 @pytest.mark.parametrize("tok_name", ["char_tok", "bpe_tok", "smol_tok"])
 def test_guard_decodes_exactly_like_the_device(tok_name: str, request: pytest.FixtureRequest) -> None:
     """The guard must judge the text the device shows the user (`Specialist.decode`)."""
-    from privacy.spans import decode as _decode
+    from specsteer.privacy.spans import decode as _decode
 
     tok = request.getfixturevalue(tok_name)
     rng = np.random.default_rng(1)

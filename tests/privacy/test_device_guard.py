@@ -16,21 +16,21 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.verify import verify
-from core.errors import ProtocolError
-from core.models import CausalLM
-from core.session_types import SessionParams, Verdict
-from privacy.guard import PLACEHOLDERS, Policy
-from privacy.report import leakage_report
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.egress import RecorderTap
-from sdk.transport import InProcessSession, InProcessVerifier
-from sdk.uplink_guard import guard_for_profile, plan_uplink
-from server.session import CloudVerifier
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import verify
+from specsteer.core.errors import ProtocolError
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import SessionParams, Verdict
+from specsteer.privacy.guard import PLACEHOLDERS, Policy
+from specsteer.privacy.report import leakage_report
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.sdk.transport import InProcessSession, InProcessVerifier
+from specsteer.sdk.uplink_guard import guard_for_profile, plan_uplink
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import scripted_lm
 from tests.verifier_harness import make_pki, remote, serve
 

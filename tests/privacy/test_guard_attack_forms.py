@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.canaries import CanaryDetector
-from privacy.guard import EgressGuard
-from privacy.normalize import fold
-from privacy.recognizers import KeywordValueRecognizer, ShapeRecognizer
-from privacy.spans import NAME
-from privacy.uplinked import UplinkRecord
-from sdk.uplink_guard import plan_uplink
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.recognizers import KeywordValueRecognizer, ShapeRecognizer
+from specsteer.privacy.spans import NAME
+from specsteer.privacy.uplinked import UplinkRecord
+from specsteer.sdk.uplink_guard import plan_uplink
 
 HISTORY = ["Deploy notes.\n\n  SMTP_USER=relay\n  SMTP_PASSWORD=Zr4#kP9!mWq2\n"]
 FILLER = " The build was slow today, and we looked at the cache settings for a while before lunch." * 6

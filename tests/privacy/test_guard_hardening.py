@@ -11,12 +11,12 @@ import random
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from privacy.canaries import CanaryDetector
-from privacy.guard import EgressGuard
-from privacy.history_secrets import HistorySecretDetector
-from privacy.ngrams import VerbatimNgramDetector
-from privacy.normalize import fold
-from privacy.spans import CANARY, NAME
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.history_secrets import HistorySecretDetector
+from specsteer.privacy.ngrams import VerbatimNgramDetector
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.spans import CANARY, NAME
 
 # -- odd input fails closed with a clear error, or is cleaned ------------------------------------------
 
@@ -43,7 +43,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(bpe_tok: PreTrainedTokeniz
 
 def test_token_ids_outside_the_vocabulary_are_refused_on_a_torch_free_device(bpe_tok: PreTrainedTokenizerFast) -> None:
     # The onnxruntime/llama.cpp device's `FastTokenizer` had no len(): only negative IDs were caught.
-    from core.device_lm import FastTokenizer
+    from specsteer.core.device_lm import FastTokenizer
 
     fast = FastTokenizer(bpe_tok.backend_tokenizer, None)
     assert len(fast) == len(bpe_tok)

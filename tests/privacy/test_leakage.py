@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from core import wire
-from privacy.leakage import (
+from specsteer.core import wire
+from specsteer.privacy.leakage import (
     MAX_RANKED_SPACE,
     CanarySpace,
     auroc,

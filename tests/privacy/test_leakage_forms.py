@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.leakage import CanarySpace, canary_exposure
+from specsteer.privacy.leakage import CanarySpace, canary_exposure
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.canaries import CanaryDetector
-from privacy.normalize import fold, fold_string
-from privacy.pii import PiiDetector
-from privacy.spans import EMAIL, NAME, PHONE
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.normalize import fold, fold_string
+from specsteer.privacy.pii import PiiDetector
+from specsteer.privacy.spans import EMAIL, NAME, PHONE
 
 
 @pytest.mark.parametrize(

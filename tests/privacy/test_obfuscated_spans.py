@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from privacy.canaries import CanaryDetector
-from privacy.pii import PiiDetector
-from privacy.spans import ADDRESS, CANARY, CARD, EMAIL, IBAN, NAME, PHONE
+from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.pii import PiiDetector
+from specsteer.privacy.spans import ADDRESS, CANARY, CARD, EMAIL, IBAN, NAME, PHONE
 
 PII = PiiDetector()
 

@@ -7,17 +7,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from audit.egress import EgressRecorder
-from audit.errors import EgressBlocked
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.verify import verify
-from core import wire
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from server.session import CloudVerifier
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.errors import EgressBlocked
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import verify
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.server.session import CloudVerifier
 from tests.server.test_service import raw_stream
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, identity, make_pki, remote, serve

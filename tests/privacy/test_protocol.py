@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from core.models import CausalLM
-from core.session_types import SessionParams
-from privacy.data import read_users
-from privacy.guard import EgressGuard, Policy
-from privacy.leakage import CanarySpace, canary_scores, exposure, size_channel
-from privacy.pii import PiiDetector
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from server.session import CloudVerifier
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import SessionParams
+from specsteer.privacy.data import read_users
+from specsteer.privacy.guard import EgressGuard, Policy
+from specsteer.privacy.leakage import CanarySpace, canary_scores, exposure, size_channel
+from specsteer.privacy.pii import PiiDetector
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.server.session import CloudVerifier
 from tests.privacy.test_device_guard import Recorded, RecordingVerifier
 from tests.tinymodels import positional_lm, uniform_lm
 
@@ -193,7 +193,7 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
     # Without the canary on the wire its rivals tie with it at best: exposure of a coin flip or so.
     assert e_on < 4.0
     # And no verbatim run of 8+ history tokens went up.
-    from privacy.ngrams import VerbatimNgramDetector
+    from specsteer.privacy.ngrams import VerbatimNgramDetector
 
     det = VerbatimNgramDetector.from_texts(history, smol_tok, n=8).for_prompt(prompt_of(user_index))
     # Rounds are shorter than 8 tokens, so look at the stream the cloud committed, across rounds.

@@ -8,11 +8,11 @@ import base64
 
 import pytest
 
-from privacy.guard import EgressGuard
-from privacy.history_secrets import HistorySecretDetector, history_secrets
-from privacy.normalize import fold
-from privacy.pii import PiiDetector
-from privacy.recognizers import (
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.history_secrets import HistorySecretDetector, history_secrets
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.pii import PiiDetector
+from specsteer.privacy.recognizers import (
     CardRecognizer,
     NationalIdRecognizer,
     PhoneRecognizer,
@@ -20,7 +20,7 @@ from privacy.recognizers import (
     WrappedEmailRecognizer,
     looks_random,
 )
-from privacy.spans import ADDRESS, CARD, EMAIL, NATIONAL_ID, PHONE, SECRET
+from specsteer.privacy.spans import ADDRESS, CARD, EMAIL, NATIONAL_ID, PHONE, SECRET
 
 HISTORY = [
     "Add the deploy script.\n\n  DB_USER=app\n  DB_PASSWORD=Wq3!vR8#tLz2\n",
@@ -133,7 +133,7 @@ def test_random_words_and_identifiers() -> None:
 
 
 def test_a_piece_of_a_long_registered_encoding_is_still_found() -> None:
-    from privacy.canaries import CanaryDetector
+    from specsteer.privacy.canaries import CanaryDetector
 
     email = "rosalind.whitcombe@example.invalid"
     d = CanaryDetector({email: EMAIL})

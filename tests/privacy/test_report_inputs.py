@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.transcript import ServerTranscript
-from core import wire
-from core.session_types import SessionParams, SteeringVector, Verdict
-from privacy.cli import main
-from privacy.errors import PrivacyError
-from privacy.report import leakage_report
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.transcript import ServerTranscript
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.privacy.cli import main
+from specsteer.privacy.errors import PrivacyError
+from specsteer.privacy.report import leakage_report
 from tests.privacy.test_protocol import FIXTURES
 
 Round = tuple[list[int], list[int], int]  # commit, draft, accepted

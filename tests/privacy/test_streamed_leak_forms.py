@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.guard import EgressGuard
-from privacy.history_secrets import HistorySecretDetector, history_secrets
-from privacy.normalize import fold
-from privacy.pii import PiiDetector
-from privacy.recognizers import SecretRecognizer
-from privacy.spans import EMAIL, SECRET, URL_CREDENTIALS
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.history_secrets import HistorySecretDetector, history_secrets
+from specsteer.privacy.normalize import fold
+from specsteer.privacy.pii import PiiDetector
+from specsteer.privacy.recognizers import SecretRecognizer
+from specsteer.privacy.spans import EMAIL, SECRET, URL_CREDENTIALS
 from tests.privacy.test_guard_attack_forms import drafted
 
 HISTORY = ["Deploy notes.\n\n  SMTP_USER=relay\n  SMTP_PASSWORD=Zr4#kP9!mWq2\n"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from privacy import vault
-from privacy.vault import (
+from specsteer.privacy import vault
+from specsteer.privacy.vault import (
     EnvKeyProvider,
     PassphraseKeyProvider,
     ProfileVault,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import main
+from specsteer.sdk.cli import main
 from tests.tinymodels import save_tiny
 
 STATS_KEYS = {

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sdk.cli import main
-from server.session import CloudVerifier
+from specsteer.sdk.cli import main
+from specsteer.server.session import CloudVerifier
 from tests.sdk.test_import_cost import HEAVY
 from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import free_port, make_pki, serve

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from core.errors import ConfigError, SpecSteerError
-from core.session_types import SessionParams
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from sdk.uplink_guard import guard_setting
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.sdk.uplink_guard import guard_setting
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, serve
 

@@ -1,4 +1,4 @@
-"""The device CLI reaches cloud code only through registered entry points (sdk.cloud_plugins)."""
+"""The device CLI reaches cloud code only through registered entry points (specsteer.sdk.cloud_plugins)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import sdk.cloud_plugins
-from core.errors import ConfigError
-from sdk.cli import main
-from sdk.cloud_plugins import (
+import specsteer.sdk.cloud_plugins
+from specsteer.core.errors import ConfigError
+from specsteer.sdk.cli import main
+from specsteer.sdk.cloud_plugins import (
     CLOUD_EXTRA_HINT,
     LOCAL_VERIFIER_GROUP,
     SDK_COMMANDS_GROUP,
@@ -38,7 +38,7 @@ def registered() -> list[EntryPoint]:
 
 def test_pyproject_registers_the_real_verifier_factory_and_demo() -> None:
     from demo.cli import main as demo_main
-    from server.local import in_process_verifier
+    from specsteer.server.local import in_process_verifier
 
     lookup = lookup_of(*registered())
     assert local_verifier_factory(lookup) is in_process_verifier
@@ -73,7 +73,7 @@ def models_args(tmp_path_factory, char_tok) -> list[str]:
 @pytest.fixture
 def without_cloud(monkeypatch):
     """An install of the SDK alone: no cloud package registered its entry points."""
-    monkeypatch.setattr(sdk.cloud_plugins, "entry_points", lookup_of())
+    monkeypatch.setattr(specsteer.sdk.cloud_plugins, "entry_points", lookup_of())
 
 
 def test_generate_in_process_without_the_cloud_exits_1_before_loading(capsys, models_args, without_cloud) -> None:

@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from core.errors import ConfigError
-from core.session_types import SessionParams
-from sdk.cli import main as cli_main
-from sdk.connect_faults import certificate_refusal, classify
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
-from sdk.transport import VerifierLost
-from server import pki as pki_mod
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.cli import main as cli_main
+from specsteer.sdk.connect_faults import certificate_refusal, classify
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
+from specsteer.sdk.transport import VerifierLost
+from specsteer.server import pki as pki_mod
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import RecordingTap, free_port, identity, make_pki, remote, serve
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import ConfigError, ProfileError
-from core.prompts import context_text
-from sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
+from specsteer.core.errors import ConfigError, ProfileError
+from specsteer.core.prompts import context_text
+from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_PROFILE = REPO / "sdk" / "data" / "demo_profile.json"
@@ -405,7 +405,7 @@ def test_shipped_file_sizes_and_shapes() -> None:
 
 def test_sealed_profile_opens_in_memory_with_the_passphrase(tmp_path, monkeypatch) -> None:
     # Prepare: seal a profile with a cheap scrypt cost (the lowest the vault allows).
-    from privacy.vault import ENV_KEY, ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
+    from specsteer.privacy.vault import ENV_KEY, ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
 
     plain = json.dumps({"profile": [{"subject": "fix: a", "body": "Private words here."}]}).encode()
     vault = tmp_path / "me.vault"

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from core.session_types import Method, SessionParams, SteeringVector, Verdict
-from sdk.device import DecodeOptions, Specialist, generate
+from specsteer.core.session_types import Method, SessionParams, SteeringVector, Verdict
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
 from tests.tinymodels import tiny_lm
 
 K = 4

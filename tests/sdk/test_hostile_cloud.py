@@ -19,20 +19,20 @@ from typing import Any
 import grpc
 import pytest
 
-from audit.cosignature import WitnessSigner
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import Checkpoint, SigningKey
-from audit.verify import inspect
-from core import wire
-from core.errors import ProtocolError
-from core.models import CausalLM
-from core.session_types import SessionParams
-from core.wire import pb
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.egress import RecorderTap
-from server import pki as pki_mod
-from server.witness import Cosigned, Witness
+from specsteer.audit.cosignature import WitnessSigner
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import Checkpoint, SigningKey
+from specsteer.audit.verify import inspect
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import SessionParams
+from specsteer.core.wire import pb
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.server import pki as pki_mod
+from specsteer.server.witness import Cosigned, Witness
 from tests.tinymodels import tiny_llama, tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, remote
 
@@ -190,8 +190,8 @@ def test_without_a_witness_key_no_cosignature_is_proved_from(
 
 
 def _records(log: Path) -> list[Any]:
-    from audit import records
-    from audit.log import scan_log
+    from specsteer.audit import records
+    from specsteer.audit.log import scan_log
 
     return [records.parse(s.data) for s in scan_log(log).records]
 

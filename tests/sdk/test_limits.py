@@ -16,11 +16,17 @@ from contextlib import contextmanager
 
 import pytest
 
-from core import wire
-from core.errors import ConfigError, ProtocolError
-from core.limits import MAX_DOWNLINK_BYTES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES, WIRE_MAX_TOP_K
-from core.models import CausalLM
-from core.session_types import (
+from specsteer.core import wire
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.limits import (
+    MAX_DOWNLINK_BYTES,
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_UPLINK_BYTES,
+    WIRE_MAX_TOP_K,
+)
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import (
     ALPHA_MAX,
     GAMMA_MAX,
     MAX_ADAPTER_VERSION,
@@ -31,11 +37,11 @@ from core.session_types import (
     SteeringVector,
     Verdict,
 )
-from sdk.cli import main
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier, VerifierLost
-from server.session import CloudVerifier
+from specsteer.sdk.cli import main
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier, VerifierLost
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, make_pki, remote, serve
 

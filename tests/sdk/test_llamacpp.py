@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import ConfigError
-from core.kv import CachedSequence, TokenSequence
-from core.models import CausalLM, load_causal_lm
-from core.session_types import SessionParams
-from sdk.cli import build_parser, load_specialist
-from sdk.cli import main as sdk_main
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.llamacpp import check_drafter_installed, drafter_for, gguf_for
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.kv import CachedSequence, TokenSequence
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.cli import build_parser, load_specialist
+from specsteer.sdk.cli import main as sdk_main
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.llamacpp import check_drafter_installed, drafter_for, gguf_for
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_llama, write_tiny_gguf
 
 HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None
@@ -174,7 +174,7 @@ def test_a_new_sequence_takes_the_context_over_and_the_old_one_refuses_to_run(ti
 @needs_llamacpp
 def test_a_sequence_past_the_context_is_refused_with_the_size(tiny_pair) -> None:
     lm, gguf = tiny_pair
-    from sdk.llamacpp import LlamaCppDrafter
+    from specsteer.sdk.llamacpp import LlamaCppDrafter
 
     seq = LlamaCppDrafter(gguf, lm, context_tokens=16).sequence(list(range(5, 25)))
     with pytest.raises(ConfigError, match=r"needs 20 tokens but the llama\.cpp context holds 16"):

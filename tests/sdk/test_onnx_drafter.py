@@ -14,20 +14,20 @@ import numpy as np
 import pytest
 import torch
 
-from core.adapters import PERSONAL, load_device_specialist
-from core.errors import ConfigError
-from core.kv import CachedSequence, TokenSequence
-from core.models import CausalLM, load_causal_lm
-from sdk.cli import build_parser, check_options
-from sdk.cli import main as sdk_main
-from sdk.device import Specialist
-from sdk.drafters import check_drafter_installed, drafter_for
+from specsteer.core.adapters import PERSONAL, load_device_specialist
+from specsteer.core.errors import ConfigError
+from specsteer.core.kv import CachedSequence, TokenSequence
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.sdk.cli import build_parser, check_options
+from specsteer.sdk.cli import main as sdk_main
+from specsteer.sdk.device import Specialist
+from specsteer.sdk.drafters import check_drafter_installed, drafter_for
 from tests.tinymodels import save_tiny, tiny_llama
 
 og = pytest.importorskip("onnxruntime_genai", reason="the [onnx] extra is not installed")
 
-from core import onnx_cache  # noqa: E402  (after the skip: its conversions need the runtime)
-from sdk.onnx_drafter import OnnxDrafter  # noqa: E402
+from specsteer.core import onnx_cache  # noqa: E402  (after the skip: its conversions need the runtime)
+from specsteer.sdk.onnx_drafter import OnnxDrafter  # noqa: E402
 
 PROMPTS = ([5, 6, 7, 8], [40, 41], [100, 7, 250, 3, 9, 9, 12], [300])
 
@@ -231,8 +231,8 @@ def test_an_unknown_precision_is_refused(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def federated(tmp_path_factory: pytest.TempPathFactory, tiny) -> Path:
     """A device state folder with a personal LoRA adapter (random, large enough to change drafts)."""
-    from federation.adapters import write_adapter
-    from federation.task import SpecialistWithAdapters, TaskConfig
+    from specsteer.federation.adapters import write_adapter
+    from specsteer.federation.task import SpecialistWithAdapters, TaskConfig
 
     _, _, folder = tiny
     sw = SpecialistWithAdapters(load_causal_lm(folder, progress=False), TaskConfig(lora_rank=2, lora_alpha=4))
@@ -312,8 +312,8 @@ def test_generate_opens_the_drafters_sequence_for_its_budget(tiny) -> None:
             asked.append(capacity)
             return opened(prefix_ids, capacity)
 
-    from core.session_types import SessionParams
-    from sdk.device import CAPACITY_MARGIN, DecodeOptions, generate
+    from specsteer.core.session_types import SessionParams
+    from specsteer.sdk.device import CAPACITY_MARGIN, DecodeOptions, generate
 
     specialist = Specialist(lm, drafter=Recording())
     prompt_ids = specialist.private_prompt_ids("the cat", with_context=False)
@@ -324,9 +324,9 @@ def test_generate_opens_the_drafters_sequence_for_its_budget(tiny) -> None:
 def test_a_device_without_torch_models_writes_what_the_torch_drafter_writes(tiny, cache: Path) -> None:
     """The documented device path (docs/device-runtime.md): a `DeviceLM` and the ONNX drafter, no
     torch model; at fp32 its greedy text is the torch Specialist's."""
-    from core.device_lm import load_device_lm
-    from core.session_types import SessionParams
-    from sdk.device import DecodeOptions, generate
+    from specsteer.core.device_lm import load_device_lm
+    from specsteer.core.session_types import SessionParams
+    from specsteer.sdk.device import DecodeOptions, generate
 
     lm, _, folder = tiny
     device_lm = load_device_lm(folder, progress=False)
@@ -340,9 +340,9 @@ def test_a_device_without_torch_models_writes_what_the_torch_drafter_writes(tiny
 def test_a_federated_device_converts_once_then_drafts_without_torch(tiny, federated, tmp_path, monkeypatch) -> None:
     """`sdk generate --server ... --federation-state DIR` on the default drafter: the first run merges
     and converts; later runs find the conversion by the adapter files and never load torch."""
-    from core import adapters
-    from core.device_lm import DeviceLM
-    from sdk.cli import load_specialist
+    from specsteer.core import adapters
+    from specsteer.core.device_lm import DeviceLM
+    from specsteer.sdk.cli import load_specialist
     from tests.sdk.test_import_cost import heavy_modules_after
 
     lm, _, folder = tiny
@@ -361,7 +361,7 @@ def test_a_federated_device_converts_once_then_drafts_without_torch(tiny, federa
 
 
 def test_the_adapter_key_is_the_adapter_files_content(federated: Path, tmp_path: Path) -> None:
-    from core.adapter_files import state_fingerprint
+    from specsteer.core.adapter_files import state_fingerprint
 
     copy = tmp_path / "copy"
     shutil.copytree(federated, copy)

@@ -11,8 +11,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from sdk.pinning import PinningError, load_pin_set, spki_pin
-from server import pki
+from specsteer.sdk.pinning import PinningError, load_pin_set, spki_pin
+from specsteer.server import pki
 
 
 @pytest.fixture(scope="module")

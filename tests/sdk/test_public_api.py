@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-import sdk
-from core.errors import SpecSteerError
-from core.session_types import SessionParams
-from sdk import _version
-from sdk.client import GenerationSettings, SpecSteerClient
-from sdk.device import DecodeOptions
+import specsteer.sdk as sdk
+from specsteer.core.errors import SpecSteerError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk import _version
+from specsteer.sdk.client import GenerationSettings, SpecSteerClient
+from specsteer.sdk.device import DecodeOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,8 +83,8 @@ def test_every_public_name_in_the_package_is_exported() -> None:
 
 
 def test_every_lazily_imported_name_is_the_defining_modules_own() -> None:
-    from core import models
-    from sdk import client, context, device, llamacpp
+    from specsteer.core import models
+    from specsteer.sdk import client, context, device, llamacpp
 
     for name in PUBLIC:
         exported = getattr(sdk, name)

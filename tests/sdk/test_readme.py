@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import sdk
-from core.model_registry import EMBEDDED_MODELS
-from core.models import CausalLM
-from server.session import CloudVerifier
+import specsteer.sdk as sdk
+from specsteer.core.model_registry import EMBEDDED_MODELS
+from specsteer.core.models import CausalLM
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, serve
 

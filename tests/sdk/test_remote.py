@@ -20,12 +20,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from core.errors import ConfigError, SpecSteerError
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
-from server import pki as pki_mod
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
+from specsteer.server import pki as pki_mod
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, free_port, identity, make_pki, remote, serve
 

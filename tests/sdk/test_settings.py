@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from core.errors import ConfigError
-from core.session_types import CandidatePolicy, Method, SessionParams
-from sdk.client import ClientConfig, SpecSteerClient
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from sdk.uplink_guard import guard_for_profile
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.sdk.uplink_guard import guard_for_profile
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
 

@@ -8,11 +8,11 @@ import resource
 
 import pytest
 
-from core.errors import ConfigError
-from server.admission import NoSessionSlot, SessionSlots, StreamRate, TokenBucket
-from server.cli import _overrides, build_parser
-from server.config import ServerConfig, load_config
-from server.main import fd_headroom
+from specsteer.core.errors import ConfigError
+from specsteer.server.admission import NoSessionSlot, SessionSlots, StreamRate, TokenBucket
+from specsteer.server.cli import _overrides, build_parser
+from specsteer.server.config import ServerConfig, load_config
+from specsteer.server.main import fd_headroom
 
 
 def run(coro):

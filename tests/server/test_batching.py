@@ -9,17 +9,17 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
-from core.errors import ConfigError
-from core.kv import TokenSequence
-from core.models import CausalLM
-from core.session_types import SessionParams, Verdict
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.batching import ForwardBatcher, Scheduler
-from server.cli import _overrides, build_parser, main
-from server.config import ServerConfig, load_config
-from server.metrics import Metrics
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.kv import TokenSequence
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import SessionParams, Verdict
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.batching import ForwardBatcher, Scheduler
+from specsteer.server.cli import _overrides, build_parser, main
+from specsteer.server.config import ServerConfig, load_config
+from specsteer.server.metrics import Metrics
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_gemma, tiny_llama, tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from server.config import ServerConfig
-from server.main import connection_limits
-from server.session import CloudVerifier
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.server.config import ServerConfig
+from specsteer.server.main import connection_limits
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
 
@@ -64,7 +64,7 @@ def test_connections_beyond_the_cap_are_closed_and_a_device_is_served_after_the_
 
 @pytest.mark.parametrize("value", [0, -1])
 def test_a_cap_below_one_is_refused(value: int) -> None:
-    from core.errors import ConfigError
+    from specsteer.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_connections must be at least 1"):
         ServerConfig(max_connections=value)

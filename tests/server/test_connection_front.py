@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ConfigError
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.cli import _overrides, build_parser
-from server.config import ServerConfig, load_config
-from server.front import source_of
-from server.main import fd_headroom
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.cli import _overrides, build_parser
+from specsteer.server.config import ServerConfig, load_config
+from specsteer.server.front import source_of
+from specsteer.server.main import fd_headroom
+from specsteer.server.session import CloudVerifier
 from tests.server.test_connection_cap import _closed_by_server
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve

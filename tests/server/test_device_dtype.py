@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.device import check_placement
-from core.errors import ConfigError, ModelLoadError, ProtocolError
-from core.kv import TokenSequence, single_forward
-from core.linear import OneDNNLinear
-from core.models import CausalLM, load_causal_lm
-from core.prompts import task_prompt
-from core.session_types import Method, SessionParams, Verdict
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.config import load_config
-from server.kv_batch import forward_batch
-from server.session import CloudSession, CloudVerifier
+from specsteer.core.device import check_placement
+from specsteer.core.errors import ConfigError, ModelLoadError, ProtocolError
+from specsteer.core.kv import TokenSequence, single_forward
+from specsteer.core.linear import OneDNNLinear
+from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import Method, SessionParams, Verdict
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.config import load_config
+from specsteer.server.kv_batch import forward_batch
+from specsteer.server.session import CloudSession, CloudVerifier
 from tests.test_oracles import MAX_NEW, PROMPT, Reference, strip_eos
 from tests.tinymodels import perturbed_copy, save_tiny, tiny_lm
 
@@ -330,7 +330,7 @@ def test_config_refuses_a_placement_in_one_sentence(overrides, message) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_serve_on_cuda_without_a_gpu_exits_1_with_one_line(capsys) -> None:
-    from server.cli import main
+    from specsteer.server.cli import main
 
     assert main(["serve", "--device", "cuda", "--dtype", "bfloat16"]) == 1
     err = capsys.readouterr().err.strip()
@@ -338,7 +338,7 @@ def test_serve_on_cuda_without_a_gpu_exits_1_with_one_line(capsys) -> None:
 
 
 def test_serve_with_an_unknown_dtype_in_the_config_exits_1(tmp_path, capsys) -> None:
-    from server.cli import main
+    from specsteer.server.cli import main
 
     path = tmp_path / "server.toml"
     path.write_text('[models]\ndtype = "int4"\n', encoding="utf-8")

@@ -12,13 +12,13 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from core import wire
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.remote import TlsIdentity
-from server import pki as pki_mod
-from server.device_identity import DeviceCertificates, NotADevice
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.remote import TlsIdentity
+from specsteer.server import pki as pki_mod
+from specsteer.server.device_identity import DeviceCertificates, NotADevice
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from core import wire
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 

@@ -19,12 +19,12 @@ import grpc
 import pytest
 import torch
 
-from core import wire
-from core.kv import TokenSequence
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier, VerifierLost
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.kv import TokenSequence
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier, VerifierLost
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import RecordingTap, free_port, identity, make_pki, remote, serve
 
@@ -70,7 +70,7 @@ def server_process(tmp_path: Path, pki, model_dirs, port: int) -> Iterator[subpr
     port_file = tmp_path / f"port-{time.monotonic_ns()}"
     log = (tmp_path / "server.log").open("ab")
     env = {**os.environ, "GRPC_VERBOSITY": "NONE", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--tls-dir", str(pki.directory), "--port", str(port)]
+    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--tls-dir", str(pki.directory), "--port", str(port)]
     cmd += ["--generalist", str(model_dirs[1]), "--specialist", str(model_dirs[0]), "--port-file", str(port_file)]
     proc = subprocess.Popen([*cmd, "--torch-threads", "1"], cwd=ROOT, env=env, stdout=log, stderr=log)
     try:

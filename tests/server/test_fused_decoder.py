@@ -22,10 +22,10 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from core.linear import onednn_available, use_linear_kernel
-from server.fused_decoder import FusedDecoder, fused_decoder_problem
-from server.slot_pool import SlotPool, folded_attention_bias, masked_attention
-from server.slot_sequence import SlotPools
+from specsteer.core.linear import onednn_available, use_linear_kernel
+from specsteer.server.fused_decoder import FusedDecoder, fused_decoder_problem
+from specsteer.server.slot_pool import SlotPool, folded_attention_bias, masked_attention
+from specsteer.server.slot_sequence import SlotPools
 from tests.server.test_slot_pool import ATOL, CUDA, DEVICES, assert_sessions_match_transformers, reference_logits
 from tests.tinymodels import char_tokenizer, tiny_gemma, tiny_lm
 

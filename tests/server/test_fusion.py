@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit.egress import EgressRecorder
-from audit.log import AuditLog
-from audit.note import SigningKey
-from audit.verify import inspect
-from core.session_types import FusionVector, Method, SessionParams
-from sdk.context import Profile
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.egress import RecorderTap
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.log import AuditLog
+from specsteer.audit.note import SigningKey
+from specsteer.audit.verify import inspect
+from specsteer.core.session_types import FusionVector, Method, SessionParams
+from specsteer.sdk.context import Profile
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.test_oracles import FIXTURES, MAX_NEW, PROMPT, Reference, run, strip_eos
 from tests.tinymodels import perturbed_copy, tiny_lm
 from tests.verifier_harness import make_pki, remote, serve

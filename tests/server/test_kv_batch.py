@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from core.kv import TokenSequence
-from server.kv_batch import forward_batch, merge_blocker
+from specsteer.core.kv import TokenSequence
+from specsteer.server.kv_batch import forward_batch, merge_blocker
 from tests.tinymodels import tiny_gemma, tiny_llama
 
 ATOL = 1e-5

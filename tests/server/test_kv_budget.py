@@ -9,12 +9,12 @@ import gc
 import grpc
 import pytest
 
-from core import wire
-from core.session_types import SessionParams
-from server.errors import SessionOverCapacity
-from server.kv_budget import KvBudget
-from server.session import CloudVerifier
-from server.slot_pool import kv_bytes_per_position
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
+from specsteer.server.errors import SessionOverCapacity
+from specsteer.server.kv_budget import KvBudget
+from specsteer.server.session import CloudVerifier
+from specsteer.server.slot_pool import kv_bytes_per_position
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, serve
 

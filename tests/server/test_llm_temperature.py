@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from core.prompts import task_prompt
-from core.session_types import Method, SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.errors import ConfigError
+from specsteer.core.prompts import task_prompt
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm
 
 PROMPT = task_prompt("refs: avoid rewriting packed-refs")

@@ -10,13 +10,13 @@ import math
 import pytest
 import torch
 
-from core.contract import ContractError
-from core.models import CausalLM
-from core.prompts import render_prompt, task_prompt
-from core.session_types import CandidatePolicy, Method, SessionParams
-from sdk.device import DecodeOptions, Generation, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.contract import ContractError
+from specsteer.core.models import CausalLM
+from specsteer.core.prompts import render_prompt, task_prompt
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm
 
 PROMPT = task_prompt("refs: avoid rewriting packed-refs")
@@ -169,8 +169,8 @@ def test_the_device_reads_the_width_from_either_tokenizer(char_tok) -> None:
     """A transformers tokenizer, or the torch-free `FastTokenizer` of an onnxruntime/llama.cpp device."""
     from types import SimpleNamespace
 
-    from core.device_lm import FastTokenizer
-    from sdk.device import vocabulary_width
+    from specsteer.core.device_lm import FastTokenizer
+    from specsteer.sdk.device import vocabulary_width
 
     fast = FastTokenizer(char_tok.backend_tokenizer, None)
     assert vocabulary_width(SimpleNamespace(tokenizer=fast, vocab_size=128)) == len(char_tok) == 100

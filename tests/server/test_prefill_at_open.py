@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from core.kv import TokenSequence, single_forward
-from core.session_types import Method, SessionParams
-from server.session import CloudVerifier
+from specsteer.core.kv import TokenSequence, single_forward
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm
 
 PROMPT = "Write the body of a git commit message for this subject line.\n\nSubject: refs: speed up lookups"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from server.cli import _overrides, build_parser
-from server.config import ServerConfig, load_config
+from specsteer.core.errors import ConfigError
+from specsteer.server.cli import _overrides, build_parser
+from specsteer.server.config import ServerConfig, load_config
 
 
 def test_serve_flag_and_toml_key_reach_the_config(tmp_path) -> None:
@@ -27,7 +27,7 @@ def test_unknown_quantization_is_refused(tmp_path) -> None:
 
 
 def test_sdk_generate_has_the_flag() -> None:
-    from sdk.cli import build_parser as sdk_parser
+    from specsteer.sdk.cli import build_parser as sdk_parser
 
     args = sdk_parser().parse_args(["generate", "--prompt", "hello", "--quantize", "int8"])
     assert args.quantize == "int8"

@@ -15,15 +15,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import wire
-from core.limits import MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
-from core.models import CausalLM
-from core.proto import verifier_pb2 as pb
-from core.session_types import Method, SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.service import VerifierService
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.limits import MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
+from specsteer.core.models import CausalLM
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.service import VerifierService
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_llama, tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 
@@ -202,8 +202,8 @@ def test_bad_input_gets_a_specific_status_and_message(channel, live, frames, cod
 def test_a_session_past_the_protocols_length_ends_out_of_range(channel, live, monkeypatch) -> None:
     """The verifier bounded no session (a device could grow its KV caches round after round): a
     round that would take it past a generation of the protocol's length is refused."""
-    monkeypatch.setattr("server.session.MAX_NEW_TOKENS", 3)
-    monkeypatch.setattr("server.session.MAX_CANDIDATE_TOKENS", 0)
+    monkeypatch.setattr("specsteer.server.session.MAX_NEW_TOKENS", 3)
+    monkeypatch.setattr("specsteer.server.session.MAX_CANDIDATE_TOKENS", 0)
     _, code, details = raw_stream(channel, [OPEN, wire.encode_round(1, [], [5, 6, 7, 8])])
     assert code is C.OUT_OF_RANGE and "past the protocol's 3 new tokens (4 of its text, 0 of placeholders)" in details
     assert settled(live[0])
@@ -383,8 +383,8 @@ def test_the_client_certificate_is_parsed_once(live, pki, monkeypatch: pytest.Mo
     """The device's name and its fingerprint come from one parse of the certificate gRPC verified."""
     from cryptography import x509
 
-    from audit.identity import DeviceIdentity
-    from server.service import Device
+    from specsteer.audit.identity import DeviceIdentity
+    from specsteer.server.service import Device
 
     server, _ = live
     pem = pki.device_cert("alice").read_bytes()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.session_types import Method, SessionParams
-from server.session import CloudVerifier
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
 PROMPT = [40, 41, 42, 43]

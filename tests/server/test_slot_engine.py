@@ -13,23 +13,23 @@ import grpc
 import pytest
 import torch
 
-from core import wire
-from core.cli import reported
-from core.errors import ConfigError, ProtocolError
-from core.kv import TokenSequence
-from core.models import CausalLM
-from core.session_types import Method, SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.batching import ForwardBatcher
-from server.cli import _overrides, build_parser
-from server.config import ServerConfig, load_config
-from server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
-from server.main import build_cloud
-from server.metrics import Metrics
-from server.session import CloudVerifier
-from server.slot_pool import SlotPool
-from server.slot_sequence import SlotPools, SlotSequence, slot_forward
+from specsteer.core import wire
+from specsteer.core.cli import reported
+from specsteer.core.errors import ConfigError, ProtocolError
+from specsteer.core.kv import TokenSequence
+from specsteer.core.models import CausalLM
+from specsteer.core.session_types import Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.batching import ForwardBatcher
+from specsteer.server.cli import _overrides, build_parser
+from specsteer.server.config import ServerConfig, load_config
+from specsteer.server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
+from specsteer.server.main import build_cloud
+from specsteer.server.metrics import Metrics
+from specsteer.server.session import CloudVerifier
+from specsteer.server.slot_pool import SlotPool
+from specsteer.server.slot_sequence import SlotPools, SlotSequence, slot_forward
 from tests.server.test_batching import (
     PROMPTS,
     assert_same_rounds,
@@ -188,8 +188,8 @@ def test_a_session_past_the_protocols_length_is_refused(pair, monkeypatch) -> No
     """The verifier bounded no session: a device could grow its KV caches round after round."""
     s_lm, _ = pair
     prompt = s_lm.tokenizer("hello", add_special_tokens=False)["input_ids"]
-    monkeypatch.setattr("server.session.MAX_NEW_TOKENS", 4)
-    monkeypatch.setattr("server.session.MAX_CANDIDATE_TOKENS", 0)
+    monkeypatch.setattr("specsteer.server.session.MAX_NEW_TOKENS", 4)
+    monkeypatch.setattr("specsteer.server.session.MAX_CANDIDATE_TOKENS", 0)
     for cloud in (slot_cloud(pair), CloudVerifier(pair[1], s_lm, seed=0)):
         # Placeholders count apart: 4 of text and 4 of placeholder are within a bound of 4 each.
         session = cloud.open(prompt, SessionParams(draft_len=4))

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from core.kv import TokenSequence
-from core.session_types import CandidatePolicy
-from core.steering import RULED_OUT, steering_candidates, steering_values
-from server.errors import SlotPoolTooLarge
-from server.slot_pool import (
+from specsteer.core.kv import TokenSequence
+from specsteer.core.session_types import CandidatePolicy
+from specsteer.core.steering import RULED_OUT, steering_candidates, steering_values
+from specsteer.server.errors import SlotPoolTooLarge
+from specsteer.server.slot_pool import (
     GRAPH_MAX_N,
     GRAPH_MIN_WINDOW,
     SlotKV,
@@ -440,7 +440,7 @@ def test_a_pool_the_devices_free_memory_cannot_hold_is_refused_before_it_allocat
     allocated: list[tuple[int, ...]] = []
     zeros = torch.zeros
     monkeypatch.setattr(torch, "zeros", lambda *a, **kw: allocated.append(a[0]) or zeros(*a, **kw))
-    monkeypatch.setattr("server.slot_pool.available_bytes", lambda device: 10 * per_position)
+    monkeypatch.setattr("specsteer.server.slot_pool.available_bytes", lambda device: 10 * per_position)
     with pytest.raises(SlotPoolTooLarge, match=r"the KV slot pool of 4 slots x 8 positions needs 0\.0 GiB on cpu "):
         SlotPool(model, slots=4, max_len=8)
     assert not allocated

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.kv import TokenSequence
-from core.session_types import CandidatePolicy, Method, SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.transport import InProcessVerifier
-from server.session import CloudVerifier
+from specsteer.core.kv import TokenSequence
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.transport import InProcessVerifier
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 
 PROMPT = "Write the body of a git commit message for this subject line.\n\nSubject: refs: speed up lookups"

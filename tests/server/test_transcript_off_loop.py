@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import grpc
 
-from core import wire
-from core.session_types import SessionParams
-from server.main import create_server
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
+from specsteer.server.main import create_server
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, server_config
 

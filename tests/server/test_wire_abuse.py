@@ -13,13 +13,13 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from core import wire
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.remote import TlsIdentity
-from server import pki as pki_mod
-from server.config import ServerConfig
-from server.session import CloudVerifier
+from specsteer.core import wire
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.remote import TlsIdentity
+from specsteer.server import pki as pki_mod
+from specsteer.server.config import ServerConfig
+from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
 

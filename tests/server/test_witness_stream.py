@@ -14,22 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from audit import records
-from audit.cli import main
-from audit.cosignature import load_witness_key, write_witness_key_pair
-from audit.egress import EgressRecorder
-from audit.identity import DeviceIdentity
-from audit.log import AuditLog, scan_log
-from audit.note import SigningKey
-from audit.witness_state import read_state
-from core import wire
-from core.errors import ConfigError
-from core.session_types import SessionParams
-from sdk.device import DecodeOptions, Specialist, generate
-from sdk.egress import RecorderTap
-from server.config import ServerConfig
-from server.session import CloudVerifier
-from server.witness import Cosigned, load_witness
+from specsteer.audit import records
+from specsteer.audit.cli import main
+from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
+from specsteer.audit.egress import EgressRecorder
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.log import AuditLog, scan_log
+from specsteer.audit.note import SigningKey
+from specsteer.audit.witness_state import read_state
+from specsteer.core import wire
+from specsteer.core.errors import ConfigError
+from specsteer.core.session_types import SessionParams
+from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.egress import RecorderTap
+from specsteer.server.config import ServerConfig
+from specsteer.server.session import CloudVerifier
+from specsteer.server.witness import Cosigned, load_witness
 from tests.audit.helpers import resign_witness_requests
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
@@ -57,7 +57,7 @@ def _run(tmp: Path, char_tok, *, log_dir: Path, key: SigningKey, prompts: tuple[
 
 
 def _reuse(tmp: Path):  # the PKI of an earlier run in the same folder
-    from server import pki as pki_mod
+    from specsteer.server import pki as pki_mod
 
     return pki_mod.Pki(tmp / "pki-root" / "pki")
 
@@ -122,7 +122,7 @@ def test_the_witness_keeps_only_the_last_refusals_in_memory_too(tmp_path: Path, 
     witness's memory for good (about 300 bytes a refusal)."""
     private, _ = write_witness_key_pair("verifier.test/witness", tmp_path)
     witness = load_witness(private)
-    monkeypatch.setattr("server.witness.MAX_REFUSALS", 3)
+    monkeypatch.setattr("specsteer.server.witness.MAX_REFUSALS", 3)
     for size in range(1, 6):
         bad = wire.WitnessRequest("device.test/log", b"\x01" * 32, size, b"\x02" * 32, b"\x03" * 64)
         assert not isinstance(witness.cosign("alice", bad), Cosigned)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.cli import EXIT_ERROR, EXIT_OK, Parser, reported
+from specsteer.core.cli import EXIT_ERROR, EXIT_OK, Parser, reported
 from tools.conformance.folder import check_folder, write_folder
 
 PROG = "python -m tools.conformance"

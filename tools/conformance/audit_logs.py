@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from audit import egress, merkle, records
-from audit.cosignature import load_witness_key
-from audit.identity import DeviceIdentity
-from audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
-from audit.note import SIG_PREFIX, Checkpoint, load_verifier_key, parse_note, sign_checkpoint
-from audit.verify import inspect
-from core import wire
-from core.errors import ProtocolError
-from core.session_types import SessionParams, SteeringVector, Verdict
-from core.wire import WitnessRequest
-from server.witness import Cosigned, Witness
+from specsteer.audit import egress, merkle, records
+from specsteer.audit.cosignature import load_witness_key
+from specsteer.audit.identity import DeviceIdentity
+from specsteer.audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
+from specsteer.audit.note import SIG_PREFIX, Checkpoint, load_verifier_key, parse_note, sign_checkpoint
+from specsteer.audit.verify import inspect
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.core.wire import WitnessRequest
+from specsteer.server.witness import Cosigned, Witness
 from tools.conformance.common import ConformanceError, mismatch
 from tools.conformance.keys import OTHER_KEY, TEST_KEY, TEST_WITNESS, write_keys
 from tools.conformance.witness import T0 as WITNESS_T0
@@ -340,7 +340,7 @@ def build(folder: Path) -> dict[str, Any]:
                 case["witness_keys"] = list(witness_keys)
             case["expected"] = outcome(folder, case)
             cases.append(case)
-    return {"kind": "audit-logs", "function": "audit.verify.inspect", "cases": cases}
+    return {"kind": "audit-logs", "function": "specsteer.audit.verify.inspect", "cases": cases}
 
 
 def check(folder: Path, doc: dict[str, Any]) -> list[str]:

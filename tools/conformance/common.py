@@ -12,7 +12,7 @@ import numpy as np
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from core.errors import SpecSteerError
+from specsteer.core.errors import SpecSteerError
 
 # The folder's version: it names the wire package (specsteer.v1) and the audit log format
 # (specsteer-audit-log/1) these vectors were written for. README.md says when it bumps.

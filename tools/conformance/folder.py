@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit import records
-from core.proto import verifier_pb2 as pb
+from specsteer.audit import records
+from specsteer.core.proto import verifier_pb2 as pb
 from tools.conformance import audit_logs, frames, sessions, steering, witness, witness_frames
 from tools.conformance.common import VERSION, ConformanceError, dump, load
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from core import wire
-from core.errors import ProtocolError
-from core.limits import MAX_PROMPT_TOKENS, prompt_length_problem
-from core.proto import verifier_pb2 as pb
-from core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.limits import MAX_PROMPT_TOKENS, prompt_length_problem
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import CandidatePolicy, Method, SessionParams, SteeringVector, Verdict
 from tools.conformance import witness_frames
 from tools.conformance.common import ConformanceError, category, enc, f32, field_bytes, mismatch, text_form, varint
 

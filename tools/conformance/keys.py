@@ -10,10 +10,10 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from audit import merkle
-from audit.cosignature import WitnessSigner
-from audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
-from core import wire
+from specsteer.audit import merkle
+from specsteer.audit.cosignature import WitnessSigner
+from specsteer.audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
+from specsteer.core import wire
 
 
 def _seed(what: str) -> bytes:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core import wire
-from core.contract import SessionState, Violation
-from core.proto import verifier_pb2 as pb
-from core.session_types import Method, SessionParams, SteeringVector, Verdict
+from specsteer.core import wire
+from specsteer.core.contract import SessionState, Violation
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import Method, SessionParams, SteeringVector, Verdict
 from tools.conformance import witness_frames
 from tools.conformance.common import ConformanceError, category, f32, mismatch, text_form
 

@@ -19,14 +19,14 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from core import wire
-from core.errors import ProtocolError
-from core.proto import verifier_pb2 as pb
-from core.recovery import device_rng, recovery_scores
-from core.session_types import ALPHA_SCALE, GAMMA_SCALE, CandidatePolicy, FusionVector, Method, SessionParams
-from core.steering import LOGP_FLOOR, acceptance_probability, log_gamma, steering_candidates
-from core.steering import verify_ratios as _verify_ratios
-from sdk.device import DecodeOptions, _recover
+from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.recovery import device_rng, recovery_scores
+from specsteer.core.session_types import ALPHA_SCALE, GAMMA_SCALE, CandidatePolicy, FusionVector, Method, SessionParams
+from specsteer.core.steering import LOGP_FLOOR, acceptance_probability, log_gamma, steering_candidates
+from specsteer.core.steering import verify_ratios as _verify_ratios
+from specsteer.sdk.device import DecodeOptions, _recover
 from tools.conformance.common import category, dec, enc, f32, f32s, mismatch, text_form
 
 VERIFY_FILE = "steering/verify.json"
@@ -87,7 +87,7 @@ def build_verify() -> dict[str, Any]:
         }  # fmt: skip
         v["expected"] = verify_outcome(v)
         vectors.append(v)
-    return {"kind": "ratio-test", "function": "core.steering.verify_ratios", "vectors": vectors}
+    return {"kind": "ratio-test", "function": "specsteer.core.steering.verify_ratios", "vectors": vectors}
 
 
 # -- the steering vector -----------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def build_candidates() -> dict[str, Any]:
         }  # fmt: skip
         v["expected"] = candidates_outcome(v)
         vectors.append(v)
-    return {"kind": "steering-vector", "function": "core.steering.steering_candidates", "vectors": vectors}
+    return {"kind": "steering-vector", "function": "specsteer.core.steering.steering_candidates", "vectors": vectors}
 
 
 # -- the device's recovery ---------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def build_recovery() -> dict[str, Any]:
         v["expected"] = recovery_outcome(v)
         v["expected"].pop("reason", None)  # the SDK's sentence, not part of the contract
         vectors.append(v)
-    return {"kind": "device-recovery", "function": "sdk.device._recover", "vectors": vectors}
+    return {"kind": "device-recovery", "function": "specsteer.sdk.device._recover", "vectors": vectors}
 
 
 # -- check -------------------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core import wire
-from core.proto import verifier_pb2 as pb
-from server.witness import Cosigned, Refused, Witness
+from specsteer.core import wire
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.server.witness import Cosigned, Refused, Witness
 from tools.conformance.common import ConformanceError, category, mismatch, text_form
 from tools.conformance.keys import OTHER_KEY, TEST_KEY, TEST_WITNESS, history, signed_request
 
@@ -117,7 +117,7 @@ def build() -> dict[str, Any]:
             )  # fmt: skip
     vector = {"name": "one-witness", "description": "every decision of one witness, from a fresh state",
               "steps": steps}  # fmt: skip
-    return {"kind": "witness-decisions", "function": "server.witness.Witness.cosign",
+    return {"kind": "witness-decisions", "function": "specsteer.server.witness.Witness.cosign",
             "witness_key": "keys/test-witness.pub", "vectors": [vector]}  # fmt: skip
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from audit.note import Checkpoint
-from core import wire
-from core.contract import SessionState
-from core.proto import verifier_pb2 as pb
-from core.session_types import SessionParams, SteeringVector, Verdict
+from specsteer.audit.note import Checkpoint
+from specsteer.core import wire
+from specsteer.core.contract import SessionState
+from specsteer.core.proto import verifier_pb2 as pb
+from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 from tools.conformance.common import ConformanceError, category, field_bytes, mismatch, text_form, varint
 from tools.conformance.keys import TEST_KEY, TEST_WITNESS, history, signed_request
 from tools.conformance.witness import T0
