@@ -14,7 +14,12 @@
     server witness-key --name NAME --out D        # D/NAME.witness.key (serve --witness-key) + .pub (auditors)
 
 Command-line options override the config file. Bad input gets one sentence on stderr and exit
-code 1 (2 for usage errors).
+code 1 (2 for usage errors). `serve` checks its whole configuration (TOML, ports, TLS files,
+limits, witness key: `server.preflight`) before it imports torch or any model library, so a
+mistake is refused in a second, not after the libraries (seconds) and models (minutes) load.
+Unless `--max-sessions` (or `[limits] max_sessions`) sets it, the session cap is derived from the
+memory free once the models are loaded: as many sessions of the protocol's longest as the dynamic
+KV budget (75% of that memory) holds, at most 64 (`server.config.max_sessions_for_memory`).
 """
 
 from __future__ import annotations
@@ -33,8 +38,14 @@ from typing import Any
 from specsteer.core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.device import DTYPE_CHOICES
+from specsteer.core.errors import ConfigError
 from specsteer.core.fileio import atomic_write
-from specsteer.server.config import SLOT_FORWARDS
+from specsteer.server.config import MAX_SESSIONS, SLOT_FORWARDS
+
+log = logging.getLogger("server")
+
+# The CLI's log lines (the libraries only log; the format is the program's): when, level, what.
+LOG_FORMAT = "%(asctime)s server: %(levelname)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--key", type=Path, help="server private key (PEM)")
     serve.add_argument("--client-ca", type=Path, help="CA that signs device certificates (PEM)")
     serve.add_argument("--revoke", action="append", metavar="DEVICE", help="refuse this device name (repeatable)")
-    serve.add_argument("--max-sessions", type=whole_number(), help="most sessions open at once (default 64)")
+    serve.add_argument(
+        "--max-sessions",
+        type=whole_number(),
+        help=f"most sessions open at once (default: as many as 75%% of the memory free once the models are "
+        f"loaded, the KV budget, holds at the protocol's longest, at most {MAX_SESSIONS}; --kv slots: {MAX_SESSIONS})",
+    )
     serve.add_argument(
         "--max-sessions-per-device", type=whole_number(), help="most sessions one device may hold open (default 8)"
     )
@@ -239,15 +255,16 @@ def _write_port_file(path: Path, port: int) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from specsteer.server.config import load_config
+    from specsteer.server.preflight import check_config
+
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    if args.tls_dir is not None and not args.tls_dir.is_dir():
+        raise ConfigError(f"the TLS folder {args.tls_dir} does not exist (`server pki init --dir` makes one)")
+    config = load_config(args.config, _overrides(args))
+    # All that can be refused is, before torch and the models load: server.main imports them.
+    check_config(config)
     from specsteer.server.main import create_server
 
-    logging.basicConfig(level=args.log_level.upper(), format="server: %(message)s", stream=sys.stderr)
-    config = load_config(args.config, _overrides(args))
-    config.require_tls()
-    if config.witness_key is not None:  # an unusable witness key is refused before the models load
-        from specsteer.server.witness import load_witness
-
-        load_witness(config.witness_key, config.witness_state)
     server, port = create_server(config)
     stop = threading.Event()
 
@@ -256,15 +273,14 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server.start()
-    print(f"server: serving on {config.host}:{port} (mutual TLS)", file=sys.stderr, flush=True)
+    server.start()  # logs "serving on HOST:PORT", once
     if server.metrics_port is not None:
-        print(f"server: metrics on http://{config.metrics_host}:{server.metrics_port}/metrics", file=sys.stderr)
+        log.info("metrics on http://%s:%d/metrics", config.metrics_host, server.metrics_port)
     if args.port_file is not None:
         _write_port_file(args.port_file, port)
     while not stop.wait(0.5):
         pass
-    print("server: stopping", file=sys.stderr, flush=True)
+    log.info("stopping")
     server.stop(grace=5.0)
     return 0
 

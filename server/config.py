@@ -23,7 +23,7 @@
     # revoked_devices = ["lost-phone"]    # device names (certificate CN) refused at once
 
     [limits]
-    max_sessions = 64
+    # max_sessions = 24                   # default: as many as the free memory holds at the longest, at most 64
     max_sessions_per_device = 8
     idle_timeout = 60.0                   # seconds without an uplink before a session expires
     round_idle_timeout = 5.0              # ... or this many while another Open waits for a slot
@@ -61,23 +61,28 @@ Unknown sections or keys are errors: a typo must not silently fall back to a def
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
+from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement_names
 from specsteer.core.errors import ConfigError, ModelLoadError
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from specsteer.core.session_types import WIRE_MAX_TOP_K
-from specsteer.core.tomlfile import load_dataclass
+from specsteer.core.tomlfile import load_dataclass, read_toml
 from specsteer.server.pki import DEVICE_NAME
 
 # The slot pool's decoder forwards (server.slot_sequence.SlotPools): its own, fused, or transformers'.
 SLOT_FORWARDS = ("fused", "transformers")
 
-__all__ = ["MAX_BATCH", "ServerConfig", "load_config"]
+__all__ = ["KV_BUDGET_SHARE", "MAX_BATCH", "MAX_SESSIONS", "ServerConfig", "load_config", "max_sessions_for_memory"]
 
-MAX_BATCH = 64  # sequences in one merged forward (bounds its memory); the default session cap
+MAX_BATCH = 64  # sequences in one merged forward (bounds its memory)
+MAX_SESSIONS = 64  # the default session cap's ceiling: the most a default start admits, whatever the memory
+# The share of the memory free once the models are loaded that sessions' dynamic KV caches may
+# take together (server.main.dynamic_kv_budget); the rest is for activations (a long prompt's
+# prefill) and the process itself.
+KV_BUDGET_SHARE = 0.75
 MAX_BATCH_WAIT_MS = 1000.0  # waiting longer than a forward takes would only add latency
 
 
@@ -105,7 +110,12 @@ class ServerConfig:
     key: Path | None = None
     client_ca: Path | None = None
     revoked_devices: tuple[str, ...] = field(default=(), metadata={"toml": "a list of device names"})
-    max_sessions: int = 64
+    # Unset in the TOML file and on the command line, `load_config` leaves MAX_SESSIONS here and sets
+    # `max_sessions_from_memory`: once the models are loaded (dynamic KV), the server lowers it to
+    # what the memory holds (`max_sessions_for_memory`). Set, it is taken as given (a warning if the
+    # memory cannot hold that many sessions at their longest).
+    max_sessions: int = MAX_SESSIONS
+    max_sessions_from_memory: bool = field(default=False, repr=False)
     max_sessions_per_device: int = 8
     idle_timeout: float = field(default=60.0, metadata={"toml": "a number of seconds"})
     open_timeout: float = field(default=10.0, metadata={"toml": "a number of seconds"})
@@ -219,8 +229,10 @@ class ServerConfig:
             raise ConfigError(f"torch_threads must be at least 1; got {self.torch_threads}")
         if self.quantize not in ("fp32", "int8"):
             raise ConfigError(f"quantize must be fp32 or int8; got {self.quantize!r}")
-        try:  # before the minutes of loading: no GPU here, or a dtype no kernel serves
-            check_placement(self.device, self.dtype, self.quantize)
+        # Before the minutes of loading, and before torch is imported: a dtype or device no kernel
+        # serves (whether a CUDA device is there is server.preflight.check_config's, last).
+        try:
+            check_placement_names(self.device, self.dtype, self.quantize)
         except ModelLoadError as exc:
             raise ConfigError(str(exc)) from None
         if self.kv not in ("dynamic", "slots"):
@@ -300,5 +312,26 @@ _LAYOUT: dict[str, dict[str, str]] = {
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServerConfig:
-    """Read `path` (TOML) if given, apply `overrides` (field name -> value; None means unset)."""
-    return load_dataclass(ServerConfig, path, _LAYOUT, overrides)
+    """Read `path` (TOML) if given, apply `overrides` (field name -> value; None means unset).
+
+    A `max_sessions` set in neither is to be derived from memory (`max_sessions_from_memory`)."""
+    config = load_dataclass(ServerConfig, path, _LAYOUT, overrides)
+    in_file = path is not None and "max_sessions" in read_toml(Path(path)).get("limits", {})
+    if (overrides or {}).get("max_sessions") is None and not in_file:
+        config = replace(config, max_sessions_from_memory=True)
+    return config
+
+
+def max_sessions_for_memory(
+    free_bytes: int | None, per_session_bytes: int, *, at_least: int = 1, share: float = KV_BUDGET_SHARE
+) -> int:
+    """The default session cap: as many sessions as `share` of the memory free once the models are
+    loaded (the dynamic KV budget) holds, each at the protocol's longest (`per_session_bytes` of KV
+    cache), between `at_least` and MAX_SESSIONS. Memory that cannot be read (`free_bytes` None):
+    MAX_SESSIONS. So a default start never admits more sessions than their caches can grow to.
+
+    E.g. 20 GiB free and 640 MiB a session: 15 GiB of budget, 24 sessions."""
+    if free_bytes is None or per_session_bytes <= 0:
+        return MAX_SESSIONS
+    fits = int(free_bytes * share) // per_session_bytes
+    return max(at_least, min(MAX_SESSIONS, fits))

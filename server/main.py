@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +35,12 @@ from specsteer.core.errors import ConfigError
 from specsteer.core.limits import MAX_DOWNLINK_BYTES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import MAX_CANDIDATE_TOKENS
-from specsteer.core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
 from specsteer.server.batching import Scheduler
-from specsteer.server.config import ServerConfig
+from specsteer.server.config import KV_BUDGET_SHARE, ServerConfig, max_sessions_for_memory
 from specsteer.server.front import ConnectionFront
 from specsteer.server.kv_budget import KvBudget
 from specsteer.server.metrics import Metrics
+from specsteer.server.preflight import check_before_loading, fd_headroom, read_tls_material
 from specsteer.server.service import TranscriptSink, VerifierService
 from specsteer.server.session import CloudVerifier
 from specsteer.server.slot_pool import available_bytes, kv_bytes
@@ -51,7 +49,16 @@ from specsteer.server.slot_sequence import SlotPools
 if TYPE_CHECKING:  # for an annotation only
     from transformers import PreTrainedModel
 
-__all__ = ["CertificateSource", "VerifierServer", "build_cloud", "connection_limits", "create_server", "fd_headroom"]
+__all__ = [
+    "CertificateSource",
+    "VerifierServer",
+    "build_cloud",
+    "check_before_loading",
+    "connection_limits",
+    "create_server",
+    "fd_headroom",
+    "size_sessions_to_memory",
+]
 
 log = logging.getLogger("server")
 
@@ -86,16 +93,9 @@ class CertificateSource:
             signature = self._signature()
         except OSError as exc:
             raise ConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
-        chain_pem, key_pem = read_tls_file(cert_path, "certificate"), read_tls_file(key_path, "key")
-        ca_pem = read_tls_file(ca_path, "trust")
-        check_tls_identity(chain_pem, key_pem, cert_path=cert_path, key_path=key_path, role="server")
-        try:
-            client_cas = x509.load_pem_x509_certificates(ca_pem)
-        except ValueError:
-            raise ConfigError(f"{ca_path} holds no PEM certificate that can be read") from None
-        check_client_cas(client_cas, path=ca_path)
-        config = grpc.ssl_server_certificate_configuration([(key_pem, chain_pem)], root_certificates=ca_pem)
-        return _Files(signature, config, tuple(client_cas))
+        tls = read_tls_material(cert_path, key_path, ca_path)
+        config = grpc.ssl_server_certificate_configuration([(tls.key_pem, tls.chain_pem)], root_certificates=tls.ca_pem)
+        return _Files(signature, config, tls.client_cas)
 
     @property
     def initial(self) -> grpc.ServerCertificateConfiguration:
@@ -273,36 +273,6 @@ def connection_limits(config: ServerConfig) -> list[tuple[str, int]]:
         # More is refused by the servicer anyway; here they queue on the client, not in server memory.
         ("grpc.max_concurrent_streams", config.max_sessions_per_device + config.extra_streams),
     ]
-
-
-_FD_SPARE = 256  # descriptors beside the devices' connections: model files, transcript, metrics, logs
-
-
-def fd_headroom(config: ServerConfig) -> int:
-    """Raise the open-file limit to its hard maximum; refuse to start if the caps cannot fit under it.
-
-    Every connection is a descriptor, so with fewer than the connection cap (plus the server's own)
-    a flood would exhaust them before gRPC's cap closes the excess. Returns the limit.
-    """
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass  # e.g. an unlimited hard limit the kernel will not grant: keep the soft one
-    # Behind the front (server/front.py) a connection holds three: the device's, the front's to
-    # gRPC, and gRPC's end of it.
-    per_connection = 1 if config.max_connections_per_source is None else 3
-    need = per_connection * config.connection_cap + _FD_SPARE
-    if soft != resource.RLIM_INFINITY and soft < need:
-        raise ConfigError(
-            f"the open-file limit is {soft}, below the {need} descriptors {config.connection_cap} connections need "
-            f"({per_connection} per connection plus the server's own): raise it (ulimit -n) or lower max_connections"
-        )
-    return soft
 
 
 _HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -483,7 +453,7 @@ class VerifierServer:
         self._call(self._start())
         if self.config.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
-        log.info("verifier serving on %s:%d", self.config.host, self.port)
+        log.info("serving on %s:%d (mutual TLS)", self.config.host, self.port)
 
     async def _stop(self, grace: float | None) -> None:
         if self._health is not None:
@@ -530,7 +500,10 @@ def create_server(
 ) -> tuple[VerifierServer, int]:
     """Load the models (unless `cloud` is given), bind the port; return the server and its port.
 
-    The TLS files are checked first, so a bad certificate fails in a second, not after the models load.
+    The TLS files are checked first, so a bad certificate fails in a second, not after the models
+    load (`server serve` checks all it can before it even imports this module: `server.preflight`).
+    With dynamic KV, a `max_sessions` left to be derived (`config.max_sessions_from_memory`) is
+    lowered to what the memory holds once the models are in (`size_sessions_to_memory`).
     """
     certificates = CertificateSource(*config.require_tls())
     fd_headroom(config)
@@ -538,42 +511,11 @@ def create_server(
     if cloud is None:
         cloud = build_cloud(config)
     if config.kv == "dynamic":
+        if config.max_sessions_from_memory:
+            config = size_sessions_to_memory(config, cloud)
         warn_if_sessions_outgrow_memory(config, cloud)
     server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)
     return server, server.port
-
-
-def check_before_loading(config: ServerConfig) -> None:
-    """Refuse (`ConfigError`) what would only fail after the models load, minutes in with real ones:
-    a port in use or an address this host does not have (the service's and the metrics'), a global
-    adapters folder that is not there, and a transcript folder that cannot be written."""
-    listen = [(config.host, config.port, "the service")]
-    if config.metrics_port is not None:
-        listen.append((config.metrics_host, config.metrics_port, "the metrics"))
-    for host, port, what in listen:
-        if port == 0:
-            continue  # any free port: nothing to collide with
-        name = host.strip("[]")
-        try:
-            with socket.socket(socket.AF_INET6 if ":" in name else socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.bind((name, port))
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}") from None
-    if config.adapters_dir is not None and not config.adapters_dir.is_dir():
-        # Else every session declaring a global adapter would be refused, and the cause never said.
-        raise ConfigError(f"the global adapters folder {config.adapters_dir} does not exist or is no folder")
-    if config.transcript_dir is not None:
-        try:
-            config.transcript_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create transcript directory {config.transcript_dir}: {exc.strerror}") from None
-        if not os.access(config.transcript_dir, os.W_OK | os.X_OK):
-            raise ConfigError(f"cannot write in transcript directory {config.transcript_dir}")
-
-
-# The share of the memory free once the models are loaded that sessions' dynamic KV caches may
-# take together; the rest is for activations (a long prompt's prefill) and the process itself.
-KV_BUDGET_SHARE = 0.75
 
 
 def dynamic_kv_budget(generalist: CausalLM) -> KvBudget | None:
@@ -592,6 +534,36 @@ def dynamic_kv_budget(generalist: CausalLM) -> KvBudget | None:
     return budget
 
 
+# A session at the protocol's longest: the longest prompt, every new token, one candidate block.
+LONGEST_SESSION = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
+
+
+def session_kv_bytes(cloud: CloudVerifier) -> int:
+    """KV bytes one session at the protocol's longest holds: its caches in both models (one, if
+    the Generalist and the Specialist are the same model)."""
+    models = {id(lm): lm for lm in (cloud.generalist, cloud.specialist)}.values()
+    return sum(kv_bytes(lm.model.config, 1, LONGEST_SESSION, lm.model.dtype) for lm in models)
+
+
+def size_sessions_to_memory(config: ServerConfig, cloud: CloudVerifier) -> ServerConfig:
+    """`config` with the default `max_sessions` derived from the memory free now, the models loaded
+    (`server.config.max_sessions_for_memory`: what the dynamic KV budget holds at the protocol's
+    longest, at most 64), and logged; an explicit `max_sessions` is never changed here."""
+    per_session = session_kv_bytes(cloud)
+    free = available_bytes(cloud.generalist.model.device)
+    at_least = 1 if config.reserved_sessions is None else config.reserved_sessions + 1
+    sessions = max_sessions_for_memory(free, per_session, at_least=at_least)
+    log.info(
+        "max_sessions %d: what %.0f%% of the %s free holds at %.0f MiB of KV cache a session "
+        "(at most 64; --max-sessions sets it)",
+        sessions,
+        KV_BUDGET_SHARE * 100,
+        "memory" if free is None else f"{free / 2**30:.1f} GiB",
+        per_session / 2**20,
+    )
+    return replace(config, max_sessions=sessions, max_sessions_from_memory=False)
+
+
 def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) -> int:
     """Log a warning when `max_sessions` sessions at the protocol's longest would need more KV
     memory than is free; returns the bytes they would need.
@@ -601,18 +573,16 @@ def warn_if_sessions_outgrow_memory(config: ServerConfig, cloud: CloudVerifier) 
     RESOURCE_EXHAUSTED (`server.kv_budget`). The slot pool (`--kv slots`) allocates its caches up
     front and refuses a pool that cannot fit.
     """
-    longest = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
-    models = {id(lm): lm for lm in (cloud.generalist, cloud.specialist)}.values()
-    per_session = sum(kv_bytes(lm.model.config, 1, longest, lm.model.dtype) for lm in models)
+    per_session = session_kv_bytes(cloud)
     need = config.max_sessions * per_session
-    free = available_bytes(next(iter(models)).model.device)
+    free = available_bytes(cloud.generalist.model.device)
     if free is not None and need > free:
         log.warning(
             "%d sessions of the protocol's longest (%d positions) would need %.1f GiB of KV cache, "
             "%.1f GiB is free: sessions past the KV budget will be refused; lower max_sessions, or use "
             "--kv slots, which sizes its caches at start",
             config.max_sessions,
-            longest,
+            LONGEST_SESSION,
             need / 2**30,
             free / 2**30,
         )

@@ -329,10 +329,13 @@ def test_config_refuses_a_placement_in_one_sentence(overrides, message) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_serve_on_cuda_without_a_gpu_exits_1_with_one_line(capsys) -> None:
+def test_serve_on_cuda_without_a_gpu_exits_1_with_one_line(tmp_path, capsys) -> None:
     from specsteer.server.cli import main
+    from tests.verifier_harness import make_pki
 
-    assert main(["serve", "--device", "cuda", "--dtype", "bfloat16"]) == 1
+    # The GPU's presence is checked last of the serve checks (only it needs torch): a valid TLS folder.
+    tls = make_pki(tmp_path).directory
+    assert main(["serve", "--device", "cuda", "--dtype", "bfloat16", "--tls-dir", str(tls), "--port", "0"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("server: error: ") and "CUDA" in err and "\n" not in err
 
