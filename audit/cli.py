@@ -11,6 +11,9 @@ Exit status: 0 when everything holds, 1 when a check fails or an input is unusab
 stderr), 2 for a usage error, 3 when every check passes but no `--key` was given (verdict UNPROVEN:
 the log was checked against the key it declares itself, so its authenticity is not proven).
 `verify` exits 0 (VERIFIED) only if every check passes against the key the auditor holds.
+With `--json`, an input that cannot be used still prints one JSON object: `"ok": false` and the
+sentence as `"error"` (`verify` adds `"verdict": "ERROR"`). A reader that closes stdout early
+(`audit show LOG | head -1`) ends the command quietly with 141 (128 + SIGPIPE), as a shell reports it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -42,6 +46,12 @@ from specsteer.audit.verify import UNPROVEN, Report, inspect, latest_checkpoint,
 from specsteer.core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.errors import SpecSteerError
+
+# A reader that closed the pipe (`audit show LOG | head -1`): 128 + SIGPIPE, as a shell reports a
+# command SIGPIPE ended. Never 1, which says a check failed.
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13)
+# `verify --json`'s verdict when the log could not be checked at all (exit 1, with "error").
+ERROR = "ERROR"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,14 +337,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "prove-inclusion":
         args.index = _record_index(parser, args.index, args.index_word)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader gone away (`audit show LOG | head -1`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # Before OSError, which it is: a closed stdout is no failed check, and no input it could not use.
+        return _stdout_closed()
     except SpecSteerError as exc:
-        print(f"audit: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _error(args, str(exc))
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
-        print(f"audit: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _error(args, f"cannot use{where}: {exc.strerror or exc}")
+
+
+def _error(args: argparse.Namespace, message: str) -> int:
+    """Exit 1 with `message` as one sentence on stderr; with `--json`, also as one JSON object on stdout,
+    so a script that parses the output gets an answer rather than nothing."""
+    if getattr(args, "json", False):
+        answer: dict[str, object] = {"ok": False, "error": message}
+        if args.command == "verify":
+            answer = {"log": str(args.log), "verdict": ERROR, **answer}
+        try:
+            print(json.dumps(answer, indent=2), flush=True)
+        except BrokenPipeError:
+            _stdout_closed()
+    print(f"audit: {message}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _stdout_closed() -> int:
+    """The exit status of a command whose reader closed its stdout, quietly, as if killed by SIGPIPE.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError instead of ending the
+    process; left alone it would read as exit 1 (FAILED) with a traceback. The output still buffered
+    goes to /dev/null, so flushing it at exit cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is no file descriptor (captured in-process): nothing is left to flush there
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

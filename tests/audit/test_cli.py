@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,59 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv", [["show", "{log}"], ["show", "{log}", "--json"], ["verify", "{log}", "--key", "{pub}", "--json"]]
+)
+def test_a_reader_that_closed_stdout_is_no_failure(built: BuiltLog, argv: list[str]) -> None:
+    """`audit show LOG | head -1`: the reader goes away before the command is done writing. That is
+    no failed check (exit 1): the command ends quietly with 128 + SIGPIPE, as a shell reports it."""
+    args = [a.format(log=built.directory, pub=built.pub) for a in argv]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write, so every write finds the pipe closed
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "specsteer.audit.cli", *args],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141  # 128 + SIGPIPE
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["verify", "{tmp}/nowhere", "--json"], "is not an audit log"),
+        (["verify", "{log}", "--key", "{tmp}/missing.pub", "--json"], "cannot read verifier key"),
+    ],
+)
+def test_verify_json_reports_an_unusable_input_as_json(
+    built: BuiltLog, tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script parsing `audit verify --json` gets one JSON object even when the log could not be
+    checked at all, with the same exit 1 and the same one sentence on stderr."""
+    args = [a.format(tmp=tmp_path, log=built.directory) for a in argv]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    answer = json.loads(captured.out)
+    assert answer["verdict"] == "ERROR" and answer["ok"] is False
+    assert message in answer["error"] and answer["log"] == args[1]
+    assert captured.err == f"audit: {answer['error']}\n"
+
+
+def test_show_and_prove_inclusion_json_report_an_unusable_input_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (["show", str(tmp_path / "nowhere"), "--json"], ["prove-inclusion", str(tmp_path), "0", "--json"]):
+        assert main(argv) == 1
+        captured = capsys.readouterr()
+        answer = json.loads(captured.out)
+        assert answer["ok"] is False and "is not an audit log" in answer["error"]
+        assert captured.err == f"audit: {answer['error']}\n"
