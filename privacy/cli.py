@@ -3,7 +3,8 @@
     privacy budget [--state-dir D] [--device NAME|DIR] [--json]
     privacy leakage-report --data FILE --audit-log DIR [--server-transcript FILE] [--canaries FILE]
                            [--user ID] [--tokenizer MODEL] [--ngram N] [--json]
-    privacy seal PROFILE --out VAULT          passphrase from $SPECSTEER_VAULT_PASSPHRASE or a prompt
+    privacy seal PROFILE --out VAULT [--force]  passphrase from $SPECSTEER_VAULT_PASSPHRASE or a prompt;
+                                                an existing VAULT is refused unless --force
 
 Exit status: 0 on success, 1 when an input is unusable (one sentence on stderr), 2 for usage errors.
 """
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("seal", help="encrypt a profile file into a vault (AES-256-GCM, scrypt passphrase)")
     s.add_argument("profile", type=Path, metavar="PROFILE", help="the plaintext profile (JSON/JSONL) to encrypt")
-    s.add_argument("--out", type=Path, required=True, metavar="VAULT", help="the vault file to write")
+    s.add_argument("--out", type=Path, required=True, metavar="VAULT", help="the vault file to write (a new file)")
+    s.add_argument("--force", action="store_true", help="replace VAULT if it exists (by default it is refused)")
     return parser
 
 
@@ -203,7 +205,7 @@ def _passphrase() -> str:
     return first
 
 
-def _seal(profile: Path, out: Path) -> int:
+def _seal(profile: Path, out: Path, *, force: bool = False) -> int:
     from specsteer.privacy.data import PrivacyError
     from specsteer.privacy.profile_format import read_profile
     from specsteer.privacy.vault import PassphraseKeyProvider, ProfileVault, is_vault
@@ -214,7 +216,10 @@ def _seal(profile: Path, out: Path) -> int:
     parsed = read_profile(profile)
     if out.resolve() == profile.resolve():
         raise PrivacyError("the vault must not overwrite the profile it seals")
-    ProfileVault.seal(profile.read_bytes(), out, PassphraseKeyProvider(_passphrase))
+    if not force and (out.exists() or out.is_symlink()):  # before the passphrase prompt, not after it
+        raise PrivacyError(f"{out} already exists; give --force to replace it")
+    # Without --force the vault also refuses a VAULT that appears while the key is derived.
+    ProfileVault.seal(profile.read_bytes(), out, PassphraseKeyProvider(_passphrase), replace=force)
     print(f"sealed {len(parsed.entries)} entries into {out}; the plaintext {profile} is still there", file=sys.stderr)
     return EXIT_OK
 
@@ -249,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 _print_leakage(report)
             return EXIT_OK
-        return _seal(args.profile, args.out)
+        return _seal(args.profile, args.out, force=args.force)
     except SpecSteerError as exc:
         print(f"privacy: {exc}", file=sys.stderr)
         return EXIT_ERROR

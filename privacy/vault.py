@@ -18,7 +18,9 @@ anything (an attacker with the file can already test passphrases against the GCM
 The plaintext exists only in memory. `seal` writes the ciphertext to a temporary file in the
 target's own folder (never $TMPDIR: a crash there would strand a file on another filesystem),
 fsyncs it, renames it over the target and fsyncs the folder; the temporary file only ever holds
-ciphertext. Error messages name the file, never its content.
+ciphertext. `seal(..., replace=False)` links the temporary file in instead of renaming it, so a
+target that exists (even one created meanwhile) is refused, never overwritten. Error messages name
+the file, never its content.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +43,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from specsteer.core.errors import ProfileError
-from specsteer.core.fileio import atomic_write
+from specsteer.core.fileio import atomic_write, fsync_folder
 from specsteer.privacy.errors import VaultError, WrongKeyError
 
 __all__ = [
@@ -243,16 +246,22 @@ class ProfileVault:
     """Seal and open the encrypted profile file."""
 
     @staticmethod
-    def seal(plaintext: bytes, path: str | Path, provider: KeyProvider) -> None:
-        """Encrypt `plaintext` to `path`, replacing it atomically; the file is created 0600."""
+    def seal(plaintext: bytes, path: str | Path, provider: KeyProvider, *, replace: bool = True) -> None:
+        """Encrypt `plaintext` to `path`, replacing it atomically; the file is created 0600.
+
+        With `replace=False` an existing `path` (a file, a folder or a link, even one that appears
+        while the key is derived) is refused with `VaultError` and left as it was.
+        """
         target = Path(path)
+        if not replace:
+            _refuse_existing(target)
         key, kdf = provider.new_key()
         if len(key) != KEY_BYTES:
             raise VaultError(f"the key provider returned a {len(key)}-byte key; AES-256 needs {KEY_BYTES}")
         nonce = secrets.token_bytes(NONCE_BYTES)
         aad = _encode_header({"v": VERSION, "alg": ALG, "nonce": _b64(nonce), "kdf": kdf, "kcv": _b64(_kcv(key))})
         blob = aad + AESGCM(key).encrypt(nonce, bytes(plaintext), aad)
-        _atomic_write(target, blob)
+        _atomic_write(target, blob, replace=replace)
 
     @staticmethod
     def open(path: str | Path, provider: KeyProvider) -> bytes:
@@ -302,10 +311,35 @@ def _parse(blob: bytes, source: Path) -> tuple[bytes, dict[str, Any]]:
     return blob[:end], {"kdf": header["kdf"], "nonce": nonce, "kcv": kcv}
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
+def _refuse_existing(target: Path) -> None:
+    if target.exists() or target.is_symlink():
+        raise VaultError(f"the vault {target} already exists; it was left as it was")
+
+
+def _atomic_write(target: Path, data: bytes, *, replace: bool = True) -> None:
     folder = target.parent if str(target.parent) else Path(".")
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(target, data, mode=0o600)
+        if replace:
+            atomic_write(target, data, mode=0o600)
+        else:
+            _write_new(target, folder, data)
+    except FileExistsError:
+        raise VaultError(f"the vault {target} already exists; it was left as it was") from None
     except OSError as exc:
         raise VaultError(f"cannot write the vault {target}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _write_new(target: Path, folder: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `target`, then link it in as `target` only if no such
+    name exists (`link` never replaces, unlike `rename`): the check and the write are one step."""
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=folder)  # created 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, target)
+        fsync_folder(folder)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

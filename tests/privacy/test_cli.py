@@ -296,6 +296,29 @@ def test_seal_refuses_without_a_passphrase_or_with_a_bad_profile(
     assert not (tmp_path / "v").exists()
 
 
+def test_seal_refuses_an_existing_vault_unless_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sealing over an existing vault destroyed it silently (the profile sealed in it, maybe under
+    another passphrase, gone): refused in one sentence, exit 1, the file untouched; --force replaces it."""
+    profile = tmp_path / "me.json"
+    profile.write_text(FIXTURES.read_text().splitlines()[0])
+    out = tmp_path / "me.vault"
+    monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
+    monkeypatch.setattr("specsteer.privacy.vault.SCRYPT_N", 2**14)
+    assert main(["seal", str(profile), "--out", str(out)]) == 0
+    first = out.read_bytes()
+    capsys.readouterr()
+    assert main(["seal", str(profile), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"privacy: {out} already exists; give --force to replace it\n"
+    assert out.read_bytes() == first
+    monkeypatch.setenv(ENV_PASSPHRASE, "a new passphrase")
+    assert main(["seal", str(profile), "--out", str(out), "--force"]) == 0
+    assert out.read_bytes() != first
+    assert ProfileVault.open(out, PassphraseKeyProvider("a new passphrase")) == profile.read_bytes()
+
+
 def test_seal_refuses_a_vault_and_canaries_are_written_private(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

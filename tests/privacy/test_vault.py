@@ -65,6 +65,33 @@ def test_each_seal_uses_a_fresh_salt_and_nonce(tmp_path: Path) -> None:
     assert a.read_bytes() != b.read_bytes()
 
 
+def test_seal_without_replace_never_overwrites(tmp_path: Path) -> None:
+    """`replace=False` refuses a target that exists, also one that appears while the key is derived
+    (the check and the write are one step: the sealed file is linked in, never renamed over)."""
+    path = tmp_path / "p.vault"
+    path.write_bytes(b"someone else's vault")
+    with pytest.raises(VaultError, match="already exists"):
+        ProfileVault.seal(PROFILE, path, provider(), replace=False)
+    assert path.read_bytes() == b"someone else's vault"
+
+    late = tmp_path / "late.vault"
+
+    class Racing(PassphraseKeyProvider):
+        def new_key(self) -> tuple[bytes, dict[str, object]]:
+            late.write_bytes(b"written meanwhile")
+            return super().new_key()
+
+    with pytest.raises(VaultError, match="already exists"):
+        ProfileVault.seal(PROFILE, late, Racing("pw", **FAST), replace=False)
+    assert late.read_bytes() == b"written meanwhile"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.vault", "p.vault"]  # no temporary left
+
+    fresh = tmp_path / "fresh.vault"
+    ProfileVault.seal(PROFILE, fresh, provider(), replace=False)
+    assert ProfileVault.open(fresh, provider()) == PROFILE
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
 def test_wrong_passphrase_is_named_as_such(tmp_path: Path) -> None:
     path = tmp_path / "p.vault"
     ProfileVault.seal(PROFILE, path, provider())
