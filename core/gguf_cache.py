@@ -54,9 +54,18 @@ _STAT_INDEX = "gguf-index.json"
 
 
 def default_cache_dir() -> Path:
-    """`$SPECSTEER_CACHE`, else `~/.cache/specsteer`."""
+    """`$SPECSTEER_CACHE`, else `$XDG_CACHE_HOME/specsteer`, else `~/.cache/specsteer`.
+
+    As the XDG Base Directory specification says, an `XDG_CACHE_HOME` that is empty or not an
+    absolute path is ignored (a relative one would move the cache with the working directory).
+    """
     env = os.environ.get("SPECSTEER_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specsteer"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "specsteer"
+    return Path.home() / ".cache" / "specsteer"
 
 
 def cache_root(cache_dir: Path | None) -> Path:

@@ -26,7 +26,7 @@ from transformers import (
 
 import specsteer.core.gguf_cache as models
 from specsteer.core.errors import ModelLoadError
-from specsteer.core.gguf_cache import CACHE_MARKER, default_cache_dir
+from specsteer.core.gguf_cache import CACHE_MARKER, cache_root, default_cache_dir
 from specsteer.core.model_registry import EMBEDDED_MODELS, EmbeddedModel, SplitGGUF
 from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from tests.tinymodels import EOS_ID, char_tokenizer, save_tiny, tiny_llama, write_tiny_gguf
@@ -117,10 +117,26 @@ def test_chat_template_detected(tmp_path: Path) -> None:
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "c"))
     assert default_cache_dir() == tmp_path / "c"
     monkeypatch.delenv("SPECSTEER_CACHE")
     assert default_cache_dir() == Path.home() / ".cache" / "specsteer"
+
+
+def test_default_cache_dir_follows_xdg_cache_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`XDG_CACHE_HOME` moves the cache as it moves every other tool's; `SPECSTEER_CACHE` still wins,
+    and an empty or relative `XDG_CACHE_HOME` is ignored, as the XDG specification says."""
+    monkeypatch.delenv("SPECSTEER_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "specsteer"
+    assert cache_root(None) == tmp_path / "xdg" / "specsteer"
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("SPECSTEER_CACHE")
+    for ignored in ("", "relative/cache"):
+        monkeypatch.setenv("XDG_CACHE_HOME", ignored)
+        assert default_cache_dir() == Path.home() / ".cache" / "specsteer"
 
 
 def test_embedded_registry() -> None:
