@@ -13,18 +13,20 @@ torch and transformers are imported only to convert: locating or assembling a GG
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
-import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from specsteer.core.errors import ModelLoadError, one_line
 from specsteer.core.fileio import atomic_write, atomic_writer, publish_folder
+from specsteer.core.logs import transformers_bars_off
 from specsteer.core.model_registry import (
     EMBEDDED_MODELS,
     EmbeddedModel,
@@ -35,6 +37,8 @@ from specsteer.core.model_registry import (
     split_parts,
     unknown_model,
 )
+
+log = logging.getLogger("specsteer.core")
 
 __all__ = [
     "CACHE_FORMAT",
@@ -243,6 +247,23 @@ def _is_complete(folder: Path, sha: str) -> bool:
     return isinstance(marker, dict) and marker.get("sha256") == sha and marker.get("format") == CACHE_FORMAT
 
 
+@contextlib.contextmanager
+def _gguf_bar_off() -> Iterator[None]:
+    """transformers' GGUF reader draws its own tqdm bar, which no setting of transformers turns off:
+    swap in one that is disabled, for the block. The conversion logs its own line instead."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # no gguf package: from_pretrained will say so
+        yield
+        return
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def _convert_gguf(gguf: Path, sha: str, target: Path, progress: bool) -> None:
     """Dequantize `gguf` to fp32 safetensors in `target`, atomically: all of it or nothing."""
     # Imported here, not at module level: only a conversion needs them (see the module's docstring).
@@ -253,13 +274,14 @@ def _convert_gguf(gguf: Path, sha: str, target: Path, progress: bool) -> None:
     if progress:
         # Dequantizing runs at very roughly 5 MB/s of GGUF on a laptop CPU; tiny files are instant.
         eta = "about 1–2 min" if gguf.stat().st_size > 50_000_000 else "a few seconds"
-        print(f"Converting {gguf.name} to safetensors once ({eta}) into {target}", file=sys.stderr, flush=True)
+        log.info("converting %s to safetensors once (%s) into %s", gguf.name, eta, target)
     where = f"the GGUF file {gguf}"
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
-        )
+        with transformers_bars_off(), _gguf_bar_off():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+            )
     except Exception as exc:
         raise ModelLoadError(f"transformers cannot load {where}: {one_line(exc)}.") from exc
     # The GGUF loader marks the model as quantized; save_pretrained refuses such models, but the

@@ -14,8 +14,6 @@ dtype checks in `core.device`. Nothing here ever contacts a model hub.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +30,13 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import is_accelerate_available
-from transformers.utils import logging as hf_logging
 
 from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
 from specsteer.core.device_lm import model_folder
 from specsteer.core.errors import ModelLoadError, one_line
 from specsteer.core.kv import model_device
 from specsteer.core.linear import resolve_linear_kernel, use_linear_kernel
+from specsteer.core.logs import transformers_bars_off
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from specsteer.core.quantize import QUANTIZE_CHOICES, quantize_linear
 
@@ -111,7 +109,9 @@ def load_causal_lm(
     """Load a causal LM from a Hugging Face folder, a `.gguf` file or an embedded model name.
 
     A GGUF (including the embedded ones) is converted once into `cache_dir` and reloaded from
-    there afterwards. Every failure is a `ModelLoadError` with a one-sentence message.
+    there afterwards. Every failure is a `ModelLoadError` with a one-sentence message. A conversion
+    logs one line (INFO, logger `specsteer.core`) unless `progress=False`; transformers' own
+    progress bars are always off.
     `quantize="int8"` then applies `core.quantize.quantize_linear` (None or "fp32": the fp32 weights as loaded).
     fp32 Linear layers run on `linear_kernel` (`core.linear`; default `$SPECSTEER_LINEAR_KERNEL`,
     else "auto": oneDNN where available).
@@ -147,7 +147,8 @@ _Placement = tuple[torch.device, torch.dtype]
 def _load_spec(
     spec: str | Path, cache_dir: Path | None, progress: bool, weights: bool, placement: _Placement | None = None
 ) -> CausalLM:
-    with _progress_bars(progress):
+    # One line of our own per conversion (`progress`), never transformers' bars (core.logs).
+    with transformers_bars_off():
         folder, name = model_folder(spec, cache_dir, progress)
         converted = folder != Path(spec).expanduser()  # an embedded model or a GGUF, converted into the cache
         source = f"the cached conversion {folder}" if converted else None
@@ -225,19 +226,3 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froz
         elif isinstance(value, list | tuple):
             ids.update(v for v in value if isinstance(v, int))
     return frozenset(ids)
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _progress_bars(enabled: bool) -> Iterator[None]:
-    """Silence transformers' own bars for this call when `progress=False`, then restore the setting."""
-    if enabled or not hf_logging.is_progress_bar_enabled():
-        yield
-        return
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.enable_progress_bar()

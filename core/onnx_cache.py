@@ -23,6 +23,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ from pathlib import Path
 from specsteer.core.errors import ConfigError, ModelLoadError, one_line
 from specsteer.core.fileio import publish_folder
 from specsteer.core.gguf_cache import CACHE_MARKER
+
+log = logging.getLogger("specsteer.core")
 
 __all__ = [
     "DEFAULT_ONNX_PRECISION",
@@ -164,10 +167,8 @@ def _builder_options(source: Path, precision: str) -> list[str]:
 def _convert(source: Path, target: Path, fingerprint: str, precision: str, version: str, progress: bool) -> None:
     """Run the model builder on `source` into `target`, atomically: all of it or nothing."""
     if progress:
-        print(
-            f"Converting {source.name} for onnxruntime-genai at {precision} once (up to a minute) into {target}",
-            file=sys.stderr,
-            flush=True,
+        log.info(
+            "converting %s for onnxruntime-genai at %s once (up to a minute) into %s", source.name, precision, target
         )
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

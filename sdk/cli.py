@@ -5,6 +5,10 @@
     sdk generate --prompt TEXT --client-config FILE      # the same, from a TOML [verifier] table
     sdk demo [--in-process]       # a personalized generation for the shipped demo user
 
+`generate` writes the text to stdout as its tokens commit, and nothing else: progress and the
+stats go to stderr (`--quiet`: neither, only the text and, on failure, one sentence); with
+`--json`, stdout is one JSON object (text, token IDs, stats) once the generation ends.
+
 With `--server` (or a client config) the cloud verifier is remote, over mutual TLS with pinned
 anchors; only the Specialist is loaded here. Without it, the verifier runs in this process
 (through the wire format). `sdk demo` makes a throwaway PKI, starts `server serve` on loopback,
@@ -18,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 # Only what building the parser needs is imported here: torch and transformers (seconds, hundreds of
 # MB) load inside the commands that run a model, so `sdk --help` and argparse's usage errors stay instant.
@@ -32,6 +37,7 @@ from specsteer.core.cli import Parser as _Parser
 from specsteer.core.cli import command_parser, finite_float, number, reported, whole_number
 from specsteer.core.errors import ConfigError
 from specsteer.core.limits import WIRE_MAX_TOP_K
+from specsteer.core.logs import configure_cli_logging
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.privacy.guard import PLACEHOLDER_LABELS
@@ -49,6 +55,8 @@ if TYPE_CHECKING:
     from specsteer.sdk.device import DecodeOptions, Drafter, Generation, Specialist
     from specsteer.sdk.egress import EgressTap
     from specsteer.sdk.transport import InProcessVerifier
+
+logger = logging.getLogger("specsteer.sdk.cli")
 
 
 def _add_decoding_options(p: argparse.ArgumentParser) -> None:
@@ -106,7 +114,10 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         help=f"the onnx drafter's weights (default {DEFAULT_ONNX_PRECISION})",
     )
     p.add_argument("--context-entries", type=whole_number(), default=3, help="profile entries retrieved as context")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (text, token IDs, stats) at the end")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress and no stats on stderr: only the text (and errors)"
+    )
     p.add_argument(
         "--guard",
         choices=GUARD_SETTINGS,
@@ -400,18 +411,26 @@ def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specia
 
 
 def run_remote(
-    args: argparse.Namespace, prompt: str, specialist: Specialist, config: ClientConfig, tap: EgressTap | None = None
+    args: argparse.Namespace,
+    prompt: str,
+    specialist: Specialist,
+    config: ClientConfig,
+    tap: EgressTap | None = None,
+    out: TextIO | None = None,
 ) -> Generation:
-    """Generate against a remote verifier: only the Specialist (and the private profile) live here."""
+    """Generate against a remote verifier: only the Specialist (and the private profile) live here.
+
+    With `out`, the text is written to it as it commits (`TextStream`), ending with a newline."""
     from specsteer.sdk.client import SpecSteerClient
 
     params, options = check_options(args, prompt)
+    stream = None if out is None else TextStream(specialist.decode, out)
     with SpecSteerClient.connect(specialist, config, tap=tap) as client:
         log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
-        result = client.generate(prompt, params, options)
-    if result.stats.fallback is not None:
-        log(args, f"{result.fallback_detail}; the Specialist finished the text on this device")
-    return result
+        result = client.generate(prompt, params, options, on_commit=stream)
+    if stream is not None:
+        stream.finish(result.text)
+    return result  # a fallback is logged where it happens (`sdk.device.generate`)
 
 
 @contextmanager
@@ -449,13 +468,14 @@ def audit_tap(
         raise ConfigError(f"audit log {log_dir}: {exc}") from None
 
 
-def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Generation:
+def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: TextIO | None = None) -> Generation:
+    """One generation as the options say; with `out`, its text is written there as tokens commit."""
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
         check_options(args, prompt, remote=True)
         config.identity()  # a bad pin set or certificate fails now, before the model loads
         with audit_tap(args.audit_log, args.audit_key, config.cert, args.witness_key) as tap:
-            return run_remote(args, prompt, load_specialist(args, profile), config, tap)
+            return run_remote(args, prompt, load_specialist(args, profile), config, tap, out)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     remote_only = {
@@ -486,14 +506,59 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None) -> Gener
     local = build_local(s_lm, g_lm, profile, options.seed, args.context_entries, federation_state, factory, drafter)
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder", args.placeholder_labels or "generic")
     log(args, f"generating with {params.method.value}")
-    return generate(local.specialist, prompt, params, options, local.verifier, guard=guard)
+    stream = None if out is None else TextStream(local.specialist.decode, out)
+    result = generate(local.specialist, prompt, params, options, local.verifier, guard=guard, on_commit=stream)
+    if stream is not None:
+        stream.finish(result.text)
+    return result
+
+
+class TextStream:
+    """Writes a generation's text to `out` as its tokens commit: the `on_commit` of `generate`.
+
+    Each commit's new text is written and flushed at once, so a terminal (or a pipe) sees the text
+    grow while the generation runs. A token that ends inside a multi-byte character is held back
+    until the character completes, as `sdk.client.GenerationStream` does.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], out: TextIO) -> None:
+        self._decode = decode
+        self._out = out
+        self._ids: list[int] = []
+        self._written = ""
+
+    def __call__(self, tokens: list[int]) -> None:
+        self._ids.extend(tokens)
+        text = self._decode(self._ids)
+        if text.endswith("\ufffd") or not text.startswith(self._written):
+            return
+        self._write(text[len(self._written) :])
+        self._written = text
+
+    def finish(self, text: str) -> None:
+        """The rest of the finished generation's `text` (what was held back), then a newline."""
+        self._write((text[len(self._written) :] if text.startswith(self._written) else "") + "\n")
+
+    def _write(self, piece: str) -> None:
+        if piece:
+            self._out.write(piece)
+            self._out.flush()
 
 
 def log(args: argparse.Namespace, message: str) -> None:
-    print(f"sdk: {message}", file=sys.stderr, flush=True)
+    """Progress of a command (INFO on `specsteer.sdk.cli`): on stderr, unless `--quiet`."""
+    logger.info("%s", message)
+
+
+def print_stats(result: Generation, out: TextIO) -> None:
+    """The generation's stats, one `key: value` line each."""
+    for key, value in result.stats.as_dict().items():
+        print(f"  {key}: {value}", file=out)
 
 
 def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, object]) -> None:
+    """The whole result at once, on stdout: one JSON object with `--json`, else the text and the stats
+    (what `sdk demo` shows; `sdk generate` streams the text and puts its stats on stderr)."""
     if args.json:
         print(
             json.dumps(
@@ -504,21 +569,27 @@ def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, 
         return
     print(result.text)
     print()
-    for key, value in result.stats.as_dict().items():
-        print(f"  {key}: {value}")
+    print_stats(result, sys.stdout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(words)
+    configure_cli_logging("sdk", quiet=args.quiet)
 
     def command() -> int:
         if args.command == "demo":
             # The demo runs a verifier and audits its log: cloud code, registered by the cloud package.
             return sdk_command("demo")(words[words.index("demo") + 1 :])
         profile = Profile.from_file(args.profile) if args.profile is not None else None
-        result = run(args, args.prompt, profile)
-        print_result(args, result, {"method": args.method})
+        if args.json:  # one object at the end, nothing streamed
+            print_result(args, run(args, args.prompt, profile), {"method": args.method})
+            return 0
+        # The text to stdout as it commits; the stats after it to stderr, so `> body.txt` keeps the text alone.
+        result = run(args, args.prompt, profile, out=sys.stdout)
+        if not args.quiet:
+            print("", file=sys.stderr)
+            print_stats(result, sys.stderr)
         return 0
 
     return reported("sdk", command)

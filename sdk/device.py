@@ -11,6 +11,7 @@ never loads it. Only the torch drafter (no `drafter`) imports `core.kv`, and tor
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 OnCommit = Callable[[list[int]], None]
 CAPACITY_MARGIN = 64
+log = logging.getLogger("specsteer.sdk")
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,10 @@ def generate(
         state.stats.fallback = kept_local
     if lost is not None or kept_local is not None or not params.method.uses_cloud:
         _local_loop(seq, params.sampling, options, state, rng)
+    if lost is not None:
+        log.warning("%s; the Specialist finished the text on this device", lost)
+    elif kept_local is not None:
+        log.info("the egress guard kept the rest of the text on this device; the Specialist finished it")
     state.stats.seconds = time.perf_counter() - start
     state.stats.extra.update(_forward_times(seq))
     if state.round_waits:

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -314,15 +315,25 @@ def _converted_folders(cache: Path) -> list[Path]:
 
 
 def test_gguf_converted_once_then_reused(
-    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tiny_gguf: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     cache = tmp_path / "cache"
     conversions = _count_calls(monkeypatch, "_convert_gguf")
     hashes = _count_calls(monkeypatch, "_sha256_file")
 
-    first = load_causal_lm(tiny_gguf, cache_dir=cache)
+    with caplog.at_level(logging.INFO, logger="specsteer"):
+        first = load_causal_lm(tiny_gguf, cache_dir=cache)
     assert (len(conversions), len(hashes)) == (1, 1)
-    assert "Converting tiny.gguf to safetensors once" in capfd.readouterr().err
+    # One line of its own, through logging (a CLI shows it on stderr), and no progress bar.
+    assert [r.name for r in caplog.records if "converting tiny.gguf to safetensors once" in r.getMessage()] == [
+        "specsteer.core"
+    ]
+    err = capfd.readouterr().err
+    assert "de-quantizing" not in err and "%|" not in err, err
 
     (folder,) = _converted_folders(cache)
     assert folder.name.startswith("tiny-")
