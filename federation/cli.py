@@ -9,13 +9,17 @@
 
 Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage). `run`
 prints what each round's devices did (trained, sat out and why, refused and why); a run in which
-no device trained exits 1 (`RunFailed`).
+no device trained exits 1 (`RunFailed`). A simulation also says so on stderr as each round ends
+(with the devices' mean ε), as does the rest of the progress; `--quiet` keeps stderr to warnings
+and errors. stdout holds only the result: the run summary, or the status.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import re
 import signal
@@ -23,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from typing import Any
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.cli import bad_value, command_parser, number, reported, whole_number
 from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.logs import configure_cli_logging
 from specsteer.federation.attempts import TOKEN_KEY, Attempt
 from specsteer.federation.errors import RunFailed
 from specsteer.federation.run_options import RunOptions
@@ -41,6 +46,7 @@ DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_DEFAULT_DEADLINE = 3600.0  # a short period (tests, demos) must not cut a normal run short
+logger = logging.getLogger("specsteer.federation.cli")
 
 
 def parse_duration(text: str) -> float:
@@ -96,8 +102,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--round-timeout", type=_positive_float, help="seconds to wait for device replies (default 3600)")
     p.add_argument("--root-certificates", type=Path, help="CA certificate of the SuperLink's TLS (--superlink)")
     p.add_argument("--insecure", action="store_true", help="talk to the SuperLink without TLS (testing only)")
-    p.add_argument("--verbose", action="store_true", help="show Flower's own log")
+    p.add_argument("--verbose", action="store_true", help="show Flower's own log and SpecSteer's debug lines")
+    _add_quiet(p)
     p.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
+
+
+def _add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress on stderr (rounds as they end, ...): warnings and errors only"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--device", type=Path, action="append", default=[], help="a device state folder (repeatable)")
     status.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    _add_quiet(status)
     return parser
 
 
@@ -164,7 +178,8 @@ def run_once(
 
         nodes = options.simulation_nodes(lambda message: _log(args, message))
         _log(args, f"simulating {len(nodes)} devices for {args.rounds} round(s); state in {args.state_dir}")
-        summary, _ = run_in_process(config, nodes, cancelled=None if attempt is None else attempt.cancelled)
+        with _round_lines(nodes):
+            summary, _ = run_in_process(config, nodes, cancelled=None if attempt is None else attempt.cancelled)
         _add_device_outcomes(summary, nodes)
         return summary
     if args.data is not None or args.epsilon is not None:
@@ -193,6 +208,7 @@ def _add_device_outcomes(summary: dict[str, Any], nodes: list[dict[str, Any]]) -
     from specsteer.federation.device import TRAINED, Device, round_outcome
 
     seen: dict[int, Counter[str]] = {}
+    figures: dict[int, dict[str, list[float]]] = {}
     for node in nodes:
         try:
             records = Device.from_node_config(node).read_log()
@@ -201,10 +217,59 @@ def _add_device_outcomes(summary: dict[str, Any], nodes: list[dict[str, Any]]) -
         for record in records:
             what = round_outcome(record)
             if what is not None and record.get("run_id") == summary.get("run_id"):
-                seen.setdefault(int(record.get("server_round", 0)), Counter())[what] += 1
+                server_round = int(record.get("server_round", 0))
+                seen.setdefault(server_round, Counter())[what] += 1
+                for key, name in (("epsilon", "epsilon"), ("personal_loss", "loss")):
+                    value = record.get(key)
+                    if isinstance(value, int | float) and math.isfinite(value):
+                        figures.setdefault(server_round, {}).setdefault(name, []).append(float(value))
     for r in summary.get("rounds", []):
         outcomes = seen.get(r["server_round"], Counter())
         r["devices"] = {"of": len(nodes), "trained": outcomes.pop(TRAINED, 0), "sat_out": dict(outcomes)}
+        # The devices' own figures, which they never send the server: the mean ε each has spent so
+        # far (DP only) and the mean loss of their personal adapters' training this round.
+        for name in ("epsilon", "loss"):
+            values = figures.get(r["server_round"], {}).get(name)
+            r["devices"][name] = sum(values) / len(values) if values else None
+
+
+class _RoundLine(logging.Filter):
+    """Rewrites the server's "round ended" record (`federation.rounds`) into the line `run` prints
+    for that round at the end, with what the simulated devices' logs say they did."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.nodes = nodes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ended = getattr(record, "round_record", None)
+        if ended is None:
+            return True
+        summary: dict[str, Any] = {"run_id": getattr(record, "run_id", None), "rounds": [dict(ended.__dict__)]}
+        _add_device_outcomes(summary, self.nodes)
+        (r,) = summary["rounds"]
+        total = getattr(record, "rounds", None)
+        name = f"round {r['server_round']}" + (f" of {total}" if total is not None else "")
+        devices = r["devices"]
+        figures = [f"{label} {devices[key]:.3f}" for key, label in _FIGURES if devices.get(key) is not None]
+        record.msg, record.args = "%s: %s", (name, ", ".join([_round_result(r), *figures]))
+        return True
+
+
+_FIGURES = (("loss", "mean personal loss"), ("epsilon", "mean ε spent per device"))
+
+
+@contextlib.contextmanager
+def _round_lines(nodes: list[dict[str, Any]]) -> Iterator[None]:
+    """While a simulation runs, each round's end is told in `run`'s words (`_RoundLine`)."""
+    from specsteer.federation.rounds import log as rounds_log
+
+    line = _RoundLine(nodes)
+    rounds_log.addFilter(line)
+    try:
+        yield
+    finally:
+        rounds_log.removeFilter(line)
 
 
 def _trained(r: dict[str, Any]) -> int:
@@ -238,14 +303,19 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         return
     print(f"run {summary.get('run_id')}: global adapter v{summary.get('version_in')} -> v{summary.get('version_out')}")
     for r in summary.get("rounds", []):
-        eps = r.get("train_metrics", {}).get("epsilon")
-        made = "no new version"
-        if r.get("version_out") is not None:
-            made = f"v{r['version_out']}" + ("" if _trained(r) else ", which learnt from no device's data")
-        line = f"  round {r['server_round']}: {', '.join(_round_parts(r))}, {made}"
-        if eps is not None:
-            line += f", mean device ε {eps:.3f}"
-        print(line)
+        print(f"  round {r['server_round']}: {_round_result(r)}")
+
+
+def _round_result(r: dict[str, Any]) -> str:
+    """What a round did: its devices, the version it made, and the devices' mean ε."""
+    eps = r.get("train_metrics", {}).get("epsilon")
+    made = "no new version"
+    if r.get("version_out") is not None:
+        made = f"v{r['version_out']}" + ("" if _trained(r) else ", which learnt from no device's data")
+    line = f"{', '.join(_round_parts(r))}, {made}"
+    if eps is not None:
+        line += f", mean device ε {eps:.3f}"
+    return line
 
 
 def _none_trained(rounds: list[dict[str, Any]]) -> str:
@@ -427,7 +497,11 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     devices = []
     for folder in device_dirs:
         device = Device(data_file=Path(), state_dir=folder, cfg=TaskConfig())
-        devices.append(device.status())
+        # A device has a ledger once it first trains with DP; until then (a run interrupted before
+        # its first step, or runs without DP) it spent nothing, and `privacy budget` finds nothing:
+        # say so rather than print a ledger's figures from the defaults.
+        has_ledger = device.ledger_path.is_file()
+        devices.append({**device.status(), "ledger": str(device.ledger_path) if has_ledger else None})
     return {
         "server_state": str(server),
         "versions": store.versions(),
@@ -467,10 +541,16 @@ def _print_status(result: dict[str, Any]) -> None:
     for run in result["runs"]:
         print(f"  run {run['run_id']}: v{run['version_in']} -> v{run['version_out']}, {len(run['rounds'])} round(s)")
     for dev in result["devices"]:
+        if dev.get("ledger") is None:
+            privacy = "no privacy ledger yet (it has taken no DP step), nothing spent"
+        else:
+            privacy = (
+                f"ε {dev['epsilon_spent']:.3f} of {dev['epsilon_budget']:g} (δ={dev['delta']:g}, {dev['accountant']}), "
+                f"{dev['dp_rounds']} DP round(s)"
+            )
         print(
-            f"device {dev['state_dir']}: ε {dev['epsilon_spent']:.3f} of {dev['epsilon_budget']:g} "
-            f"(δ={dev['delta']:g}, {dev['accountant']}), {dev['dp_rounds']} DP round(s), "
-            f"global versions {dev['global_versions']}, personal adapter {'yes' if dev['personal'] else 'no'}"
+            f"device {dev['state_dir']}: {privacy}, global versions {dev['global_versions']}, "
+            f"personal adapter {'yes' if dev['personal'] else 'no'}"
         )
 
 
@@ -478,11 +558,13 @@ def _print_status(result: dict[str, Any]) -> None:
 
 
 def _log(args: argparse.Namespace, message: str) -> None:
-    print(f"federation: {message}", file=sys.stderr, flush=True)
+    """Progress (INFO on `specsteer.federation.cli`): on stderr, unless `--quiet`."""
+    logger.info("%s", message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_cli_logging("federation", quiet=args.quiet, verbose=getattr(args, "verbose", False))
     from specsteer.federation.offline import go_offline, quiet_flower
 
     go_offline()  # before Flower or Hugging Face is imported by any command

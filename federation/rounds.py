@@ -5,10 +5,15 @@
 only in the Flower API they speak. Both open a `RoundRecord` per round, tag messages with the
 adapter version they carry, and store each aggregate as version N+1; that bookkeeping is
 `VersionedRounds`, here, so neither module imports the other.
+
+Each round says when it starts and when it ends (INFO on the logger `specsteer.federation.rounds`);
+the end's record carries the round's `RoundRecord` as `round_record` (and `run_id`, `rounds`), so
+a command line can print the round in its own words as it ends (`federation.cli`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +28,7 @@ from specsteer.federation.store import AdapterStore
 __all__ = ["RUN_LOG", "RoundRecord", "ServerSettings", "VersionedRounds"]
 
 RUN_LOG = "runs.jsonl"
+log = logging.getLogger("specsteer.federation.rounds")
 SECAGG_LEAST_THRESHOLD = 0.625
 
 
@@ -106,13 +112,34 @@ class VersionedRounds:
         self.lora_config = lora_config
         self.base = base
         self.run_id = run_id
+        self.total_rounds = settings.rounds if settings is not None else None
         self.rounds: list[RoundRecord] = []
+
+    def _round_name(self, server_round: int) -> str:
+        return f"round {server_round}" + (f" of {self.total_rounds}" if self.total_rounds is not None else "")
 
     def open_round(self, server_round: int) -> RoundRecord:
         """Start the record of `server_round`, which trains from the current version."""
         record = RoundRecord(server_round=server_round, version_in=self.version)
         self.rounds.append(record)
+        log.info("%s: sending v%d to the devices", self._round_name(server_round), self.version)
         return record
+
+    def end_round(self, record: RoundRecord) -> None:
+        """Say that a round's training ended: what came back, the version it made, the devices' ε."""
+        parts = [f"{record.replies} device(s) sent an update"]
+        if record.refusals:
+            parts.append(f"{len(record.refusals)} refused or failed")
+        parts.append(f"v{record.version_out}" if record.version_out is not None else "no new version")
+        epsilon = record.train_metrics.get("epsilon")
+        if epsilon is not None:
+            parts.append(f"mean device ε {epsilon:.3f}")
+        log.info(
+            "%s: %s",
+            self._round_name(record.server_round),
+            ", ".join(parts),
+            extra={"round_record": record, "run_id": self.run_id, "rounds": self.total_rounds},
+        )
 
     def version_config(self, server_round: int) -> dict[str, int | str]:
         """What every message of a round carries: the version its arrays are, the round, and the

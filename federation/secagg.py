@@ -88,6 +88,7 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
             tensors = dict(zip(self.keys, (np.asarray(a, dtype=np.float32) for a in arrays), strict=True))
             self.save_version(server_round, tensors, devices=len(results), extra={"secure_aggregation": "secagg+"})
         record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        self.end_round(record)
         return parameters, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:

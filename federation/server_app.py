@@ -112,6 +112,7 @@ class VersionedFedAvg(VersionedRounds, FedAvg):
             self.save_version(server_round, tensors, devices=record.replies, extra={})
         if metrics is not None:
             record.train_metrics = {k: _finite(v) for k, v in metrics.items()}
+        self.end_round(record)
         return arrays, metrics
 
     def configure_evaluate(

@@ -23,8 +23,8 @@ import contextlib
 import copy
 import itertools
 import json
+import logging
 import threading
-import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +42,8 @@ from flwr.supercore.task_identity import TaskIdentity
 from specsteer.federation.errors import AttemptRevoked
 
 __all__ = ["LocalGrid", "SimNode", "deflated_bytes", "run_in_process"]
+
+log = logging.getLogger("specsteer.federation.simulation")
 
 
 def deflated_bytes(obj: InflatableObject) -> list[bytes]:
@@ -154,7 +156,8 @@ class LocalGrid(Grid):
             reply = node.app(delivered, context)
         except Exception as exc:  # a crashing ClientApp becomes an error reply, as on a SuperNode
             reason = f"{type(exc).__name__}: {exc}"
-            traceback.print_exc()
+            # The round reports the reason as a refusal; the traceback is for debugging (--verbose).
+            log.debug("node %d's ClientApp raised", node.node_id, exc_info=True)
             reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=delivered)
         self._check_cancelled()  # a device that finished after the cancel: its reply never arrives
         reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex

@@ -227,3 +227,50 @@ def test_run_simulation_with_secure_aggregation(
     summary = json.loads(out)
     assert summary["secure_aggregation"] is True and summary["version_out"] == 1
     assert summary["rounds"][0]["replies"] == 3
+
+
+def test_run_prints_each_round_as_it_ends(
+    tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`federation run --simulation --rounds 2` printed two lines, then nothing until the run ended."""
+    argv = ["run", "--simulation", "--rounds", "2", "--clients", "2", "--data", str(FIXTURE_USERS)]
+    code, out, err = _run(
+        capsys, *argv, "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path), "--epsilon", "20", *FAST
+    )
+    assert code == 0, err
+    lines = err.splitlines()
+    ended = [n for n, line in enumerate(lines) if line.startswith("federation: round 1 of 2: 2 of 2 device(s) trained")]
+    started = [n for n, line in enumerate(lines) if line.startswith("federation: round 2 of 2: sending v1")]
+    # Round 1 is told as it ends, before round 2 starts: the devices, the version made, their ε.
+    assert ended and started and ended[0] < started[0], err
+    assert ", v1, mean personal loss " in lines[ended[0]] and ", mean ε spent per device " in lines[ended[0]]
+    assert any(line.startswith("federation: round 2 of 2: 2 of 2 device(s) trained, v2, mean") for line in lines)
+    # stdout is the result alone: the summary, which tells both rounds once more.
+    assert "federation:" not in out and "round 2: 2 of 2 device(s) trained, v2" in out
+
+
+def test_quiet_run_prints_no_progress(tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--simulation", "--clients", "2", "--data", str(FIXTURE_USERS), "--no-dp", "--quiet"]
+    code, out, err = _run(capsys, *argv, "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path), *FAST)
+    assert code == 0 and err == "" and "global adapter v0 -> v1" in out
+
+
+def test_status_and_privacy_budget_agree_on_a_device_without_a_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After an interrupted run, `federation status` listed a device with "ε 0.000 of 8 (δ=1e-05,
+    rdp), 0 DP round(s)" while `privacy budget` found no ledger: the device folder exists from the
+    run's first message, the ledger only from the device's first DP step."""
+    from specsteer.privacy.cli import main as privacy_main
+
+    device = tmp_path / "devices" / "u04"
+    device.mkdir(parents=True)
+    (device / "global").mkdir()  # what a device keeps before it trains
+    assert privacy_main(["budget", "--state-dir", str(tmp_path)]) == 1
+    assert "no device privacy ledgers" in capsys.readouterr().err
+
+    code, out, _ = _run(capsys, "status", "--state-dir", str(tmp_path))
+    assert code == 0 and f"device {device}: no privacy ledger yet" in out and "ε 0.000" not in out
+    code, out, _ = _run(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    (only,) = json.loads(out)["devices"]
+    assert code == 0 and only["ledger"] is None
