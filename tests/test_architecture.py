@@ -130,6 +130,23 @@ def test_every_import_of_ours_goes_through_the_one_root() -> None:
     assert not bare, {name: sorted(where) for name, where in bare.items()}
 
 
+def test_code_in_strings_imports_through_the_one_root_too() -> None:
+    """Code the tests and tools run in a child interpreter (`python -c "from sdk.cli import ..."`)
+    would load the top-level folder as a second package from the repository's root."""
+    import ast
+    import re
+
+    bare = re.compile(r"(?m)^\s*(?:from|import) (?:core|sdk|server|audit|privacy|federation)\b")
+    found: list[str] = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        if ".venv" in path.parts or "specsteer" in path.relative_to(ROOT).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and bare.search(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
+
+
 def test_the_root_links_every_package_that_ships() -> None:
     shipped = {"core", "sdk", "server", "audit", "privacy", "federation"}
     links = {p.name for p in (ROOT / "specsteer").iterdir() if p.is_symlink()}

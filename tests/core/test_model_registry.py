@@ -13,8 +13,8 @@ def test_model_names_and_gguf_paths_import_neither_torch_nor_transformers() -> N
     # A fresh interpreter: this one has long imported torch for other tests.
     code = (
         "import sys\n"
-        "from core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, EMBEDDED_MODELS\n"
-        "from core.gguf_cache import locate_embedded_gguf\n"
+        "from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, EMBEDDED_MODELS\n"
+        "from specsteer.core.gguf_cache import locate_embedded_gguf\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -89,8 +89,13 @@ def _env_after(code: str) -> dict[str, str | None]:
 
 
 def test_importing_federation_does_not_touch_the_environment(tmp_path: Path) -> None:
-    imported = _env_after("import federation, federation.ledger, federation.offline, federation.cli")
+    imported = _env_after(
+        "import specsteer.federation, specsteer.federation.ledger, specsteer.federation.offline\n"
+        "import specsteer.federation.cli"
+    )
     assert imported == dict.fromkeys(OFFLINE_KEYS), imported
     # The CLI, where a run starts, does it explicitly (status is the cheapest command).
-    ran = _env_after(f"import federation.cli\nfederation.cli.main(['status', '--state-dir', {str(tmp_path)!r}])")
+    ran = _env_after(
+        f"import specsteer.federation.cli\nspecsteer.federation.cli.main(['status', '--state-dir', {str(tmp_path)!r}])"
+    )
     assert ran == {"FLWR_TELEMETRY_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, ran

@@ -156,7 +156,7 @@ def test_the_default_device_process_never_imports_torch(model_dirs, pki, live, t
     argv += ["--drafter-precision", "fp32"]  # fp32: the same greedy text as torch's
     code = (
         "import contextlib, io, json\n"
-        "from sdk.cli import main\n"
+        "from specsteer.sdk.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    assert main({argv!r}) == 0\n"

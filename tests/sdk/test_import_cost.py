@@ -51,7 +51,7 @@ def test_importing_loads_no_model_library(module: str) -> None:
 def test_sdk_help_loads_no_model_library(argv: list[str], shown: str) -> None:
     code = (
         "import contextlib, io\n"
-        "from sdk.cli import main\n"
+        "from specsteer.sdk.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         "    try:\n"
@@ -65,7 +65,9 @@ def test_sdk_help_loads_no_model_library(argv: list[str], shown: str) -> None:
 
 def test_a_public_name_that_needs_torch_still_imports_from_sdk() -> None:
     # The lazily imported names load their module on first use, and only then.
-    assert heavy_modules_after("from sdk import SpecSteerError, SessionParams") == []
-    assert heavy_modules_after("from sdk import load_causal_lm") == list(HEAVY)
+    assert heavy_modules_after("from specsteer.sdk import SpecSteerError, SessionParams") == []
+    assert heavy_modules_after("from specsteer.sdk import load_causal_lm") == list(HEAVY)
     # The device's own loop and its torch-free model facts need neither.
-    assert heavy_modules_after("from sdk import Specialist, load_device_lm, OnnxDrafter, SpecSteerClient") == []
+    assert (
+        heavy_modules_after("from specsteer.sdk import Specialist, load_device_lm, OnnxDrafter, SpecSteerClient") == []
+    )

@@ -355,7 +355,7 @@ def test_a_federated_device_converts_once_then_drafts_without_torch(tiny, federa
     merged, _ = load_device_specialist(lm, federated)
     for prompt in PROMPTS:
         assert greedy(again.sequence(prompt), 8) == greedy(TokenSequence(merged.model, prompt), 8)
-    probe = "from sdk.cli import build_parser, load_specialist\n"
+    probe = "from specsteer.sdk.cli import build_parser, load_specialist\n"
     probe += f"load_specialist(build_parser().parse_args({words!r}), None)"
     assert heavy_modules_after(probe) == []
 
