@@ -421,25 +421,39 @@ class VerifierServer:
         host = config.host.strip("[]")  # "::1" and "[::1]" name one address; gRPC wants the brackets
         address = (f"[{host}]" if ":" in host else host) + f":{config.port}"
         if per_source is not None:
-            address = "127.0.0.1:0"  # behind the front
-        try:
-            port = server.add_secure_port(address, credentials)
-        except RuntimeError as exc:
-            raise ConfigError(f"cannot listen on {address}: {exc}") from None
-        self._server = server
-        self.port = port
-        if per_source is not None:
-            self.front = ConnectionFront(
-                port,
-                per_source=per_source,
-                total=config.connection_cap,
-                first_byte_timeout=config.handshake_timeout,
-                metrics=self.metrics,
-            )
+            # Behind the front, gRPC listens where only the front can reach it: a Unix socket in a
+            # directory of its own (0700), not a loopback port any local process could fill.
             try:
-                self.port = await self.front.bind(host, config.port)
+                self.front = ConnectionFront(
+                    per_source=per_source,
+                    total=config.connection_cap,
+                    handshake_timeout=config.handshake_timeout,
+                    metrics=self.metrics,
+                )
             except OSError as exc:
-                raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
+                raise ConfigError(f"cannot make the front's private socket directory: {exc}") from None
+        try:
+            if self.front is not None:
+                try:
+                    server.add_secure_port(f"unix:{self.front.backend}", credentials)
+                    self.front.restrict_backend()
+                except (RuntimeError, OSError) as exc:
+                    raise ConfigError(f"cannot listen on unix:{self.front.backend}: {exc}") from None
+                self._server = server
+                try:
+                    self.port = await self.front.bind(host, config.port)
+                except OSError as exc:
+                    raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
+            else:
+                try:
+                    self.port = server.add_secure_port(address, credentials)
+                except RuntimeError as exc:
+                    raise ConfigError(f"cannot listen on {address}: {exc}") from None
+                self._server = server
+        except BaseException:
+            if self.front is not None:
+                self.front.close()
+            raise
 
     async def _start(self) -> None:
         assert self._server is not None

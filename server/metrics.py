@@ -126,7 +126,8 @@ class Metrics:
         )
         self.front_refused = Counter(
             "specsteer_front_refused",
-            "Connections the per-source front closed: source (over its cap), total, silent (no first byte).",
+            "Connections the per-source front closed: source (over its cap), total, silent (no first byte), "
+            "handshake (gRPC sent nothing back within the handshake deadline).",
             ["reason"],
             registry=r,
         )
