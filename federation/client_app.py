@@ -187,16 +187,16 @@ def handle_train(msg: Message, context: Context) -> Message:
     except Exception as exc:  # any failure is a refusal; what it was stays on the device
         return _refuse(msg, context, device, exc, "train")
     # Nothing that depends on the history's size: not the steps the device chose, not its ε.
-    metrics = {"weight": 1}
+    weight = 1
     if _is_legacy(msg, "fitins"):
         # Under SecAgg+ the mod masks these arrays before they leave; num_examples=1 weighs devices equally.
         ordered = [result.arrays[k] for k in sorted(result.arrays)]
-        fitres = FitRes(Status(Code.OK, "ok"), ndarrays_to_parameters(ordered), 1, metrics)
+        fitres = FitRes(Status(Code.OK, "ok"), ndarrays_to_parameters(ordered), 1, {"weight": weight})
         return Message(compat.fitres_to_recorddict(fitres, False), reply_to=msg)
     reply = RecordDict(
         {
             "arrays": ArrayRecord({k: Array(np.ascontiguousarray(result.arrays[k])) for k in sorted(result.arrays)}),
-            "metrics": MetricRecord(metrics),
+            "metrics": MetricRecord({"weight": weight}),
         }
     )
     return Message(reply, reply_to=msg)

@@ -139,6 +139,7 @@ def submit_run(
         if insecure:
             connection.append("insecure = true")
         else:
+            assert root_certificates is not None  # refused above without --insecure
             connection.append(f"root-certificates = {json.dumps(str(Path(root_certificates).resolve()))}")
         (home / "config.toml").write_text("\n".join(connection) + "\n", encoding="utf-8")
         overrides = " ".join(f"{key}={_toml_value(value)}" for key, value in run_config.items())

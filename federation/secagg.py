@@ -39,7 +39,7 @@ __all__ = ["VersionedSecAggFedAvg", "run_secagg"]
 
 def _mean_metrics(pairs: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:
     keys = set.intersection(*(set(m) for _, m in pairs)) if pairs else set()
-    return {k: float(np.mean([float(m[k]) for _, m in pairs])) for k in sorted(keys)}  # type: ignore[arg-type]
+    return {k: float(np.mean([float(m[k]) for _, m in pairs])) for k in sorted(keys)}
 
 
 class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):

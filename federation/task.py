@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ from specsteer.federation.errors import UpdateNotFinite
 from specsteer.federation.ledger import Ledger
 from specsteer.privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
 from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
+
+if TYPE_CHECKING:
+    from peft.tuners.tuners_utils import BaseTuner
 
 __all__ = [
     "ADAPTERS",
@@ -386,7 +389,7 @@ class SpecialistWithAdapters:
         )
         # Opacus snag: the model must sit on its final device before the adapters are created and
         # before make_private, or the optimizer holds stale parameters and the adapters never move.
-        lm.model.to("cpu")
+        lm.model.to("cpu")  # type: ignore[arg-type]  # transformers types `to` as an unbound wrapper
         # Opacus snag: gradient checkpointing re-runs forward in backward and breaks its hooks.
         if getattr(lm.model, "is_gradient_checkpointing", False):
             lm.model.gradient_checkpointing_disable()
@@ -405,7 +408,8 @@ class SpecialistWithAdapters:
 
     def activate(self, adapters: Sequence[str], trainable: str | None = None) -> None:
         """Make exactly `adapters` take part in forward passes; only `trainable` gets gradients."""
-        self.peft.base_model.set_adapter(list(adapters))
+        # peft types `base_model` as a plain Module; under a LoRA config it is peft's tuner model.
+        cast("BaseTuner", self.peft.base_model).set_adapter(list(adapters))
         for name, param in self.peft.named_parameters():
             param.requires_grad = trainable is not None and f".{trainable}." in name and "lora_" in name
 
@@ -558,7 +562,8 @@ def train_global_dp(
             # never be seeded from configuration: predictable noise would void the guarantee.
             engine = PrivacyEngine(accountant=cfg.accountant, secure_mode=False)
         engine.secure_rng = _os_seeded_generator()  # Opacus samples Poisson batches with this one
-        module, optimizer, loader = engine.make_private(
+        # Opacus's DPOptimizer (opacus ships no types: Any), the optimizer from here on.
+        module, private, loader = engine.make_private(
             module=sw.peft,
             optimizer=optimizer,
             data_loader=loader,
@@ -572,7 +577,8 @@ def train_global_dp(
         # history's size, which the update's scale then gave away (its norm told n = 5 from n = 6
         # in one round, cover steps included). A public constant divides it instead; the
         # accountant's figures (noise multiplier, sample rate, steps) are unchanged.
-        optimizer.expected_batch_size = cfg.batch_size
+        private.expected_batch_size = cfg.batch_size
+        optimizer = private
     module.train()
     charge = cfg.dp and engine is not None and ledger is not None and learning > 0
     finished = False
@@ -583,7 +589,8 @@ def train_global_dp(
                 # Poisson sampling can draw an empty batch. The step must still happen (noise is
                 # added and the accountant counts it), so give Opacus empty per-sample gradients.
                 for p in params:
-                    p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+                    # Opacus's attribute, which torch's Parameter does not declare.
+                    p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
             else:
                 with warnings.catch_warnings():
                     # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.

@@ -176,8 +176,8 @@ class CanaryDetector(Detector):
         self._piece_re = _alternation(pieces, re.escape)
         self._prefixes: dict[str, str] = {}
         for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
-            for n in range(min(min_prefix, len(norm)), len(norm)):
-                self._prefixes.setdefault(norm[:n], kind)
+            for length in range(min(min_prefix, len(norm)), len(norm)):
+                self._prefixes.setdefault(norm[:length], kind)
         self._core_prefixes = {c[:n] for c in cores for n in range(1, len(c))}
         self._max_core = max(map(len, cores), default=0)
         self._encoded_prefixes = {e[:n] for e in encoded for n in range(min(6, len(e)), len(e))}
@@ -284,12 +284,12 @@ class CanaryDetector(Detector):
                     break
         if self._encoded_prefixes:
             # Any trailing run without spaces (a string reversed or in ROT13 keeps its symbols).
-            m = re.search(r"\S+\Z", tail)
-            if m:
-                word = m.group()
+            run = re.search(r"\S+\Z", tail)
+            if run:
+                word = run.group()
                 for i in range(len(word)):
                     if word[i:] in self._encoded_prefixes:
-                        start = m.start() + i
+                        start = run.start() + i
                         if best is None or start < best:
                             best, kind_at = start, CANARY
                         break

@@ -219,13 +219,15 @@ def parse_ledger(data: object, source: str) -> LedgerData:
     if isinstance(floor, bool) or not isinstance(floor, int | float) or not math.isfinite(floor) or floor < 0:
         raise bad(f"policy.min_noise_multiplier is {floor!r}")
     seal = data.get("seal")
-    seal_id, seal_seq = None, 0
+    seal_id: str | None = None
+    seal_seq = 0
     if seal is not None:
         if not isinstance(seal, dict):
             raise bad("seal is not an object")
-        seal_id, seal_seq = seal.get("id"), seal.get("seq")
-        if not isinstance(seal_id, str) or isinstance(seal_seq, bool) or not isinstance(seal_seq, int) or seal_seq < 0:
+        sid, seq = seal.get("id"), seal.get("seq")
+        if not isinstance(sid, str) or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise bad("seal is not an id and a count of writes")
+        seal_id, seal_seq = sid, seq
     return LedgerData(
         epsilon_budget=budget,
         delta=delta,

@@ -199,7 +199,7 @@ class VerbatimNgramDetector(Detector):
 
     def find(self, text: str) -> list[Span]:
         # Same length: a lone surrogate becomes U+FFFD, so the offsets still index `text`.
-        enc = self.tokenizer(clean_text(text), add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        enc = self.tokenizer(clean_text(text), add_special_tokens=False, return_offsets_mapping=True)
         offsets = enc["offset_mapping"]
         return [Span(offsets[a][0], offsets[b - 1][1], PRIVATE_NGRAM) for a, b in self.find_ids(enc["input_ids"])]
 
@@ -210,7 +210,7 @@ class VerbatimNgramDetector(Detector):
             return None
         # Enough characters for n - 1 tokens and one more, whose start may be cut mid-word.
         tail_start = max(0, len(text) - 24 * self.n)
-        enc = self.tokenizer(clean_text(text[tail_start:]), add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        enc = self.tokenizer(clean_text(text[tail_start:]), add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
         if tail_start:
             ids, offsets = ids[1:], offsets[1:]
@@ -310,4 +310,4 @@ def _encode_all(tokenizer: Tokenizer, texts: Iterable[str]) -> list[list[int]]:
     batch = [clean_text(t) for t in texts if t]
     if not batch:
         return [[]]
-    return list(tokenizer(batch, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+    return list(tokenizer(batch, add_special_tokens=False)["input_ids"])

@@ -53,10 +53,10 @@ from typing import TypeVar
 
 import torch
 
-from specsteer.core.kv import CachedSequence, ForwardRunner, TokenSequence, single_forward
+from specsteer.core.kv import TokenSequence, single_forward
 from specsteer.server.kv_batch import forward_batch, merge_blocker, sliding_window
 from specsteer.server.metrics import Metrics
-from specsteer.server.slot_sequence import SlotSequence, slot_forward, slot_forward_batch
+from specsteer.server.slot_sequence import EngineRunner, EngineSequence, SlotSequence, slot_forward, slot_forward_batch
 
 __all__ = ["ForwardBatcher", "Scheduler", "SingleRunner"]
 
@@ -68,7 +68,7 @@ log = logging.getLogger("server")
 PAD_SLACK = 2.0
 
 
-def forward_alone(seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
+def forward_alone(seq: EngineSequence, new: Sequence[int]) -> torch.Tensor:
     """One sequence's forward on its own engine: a slot of the slot pool, or its `DynamicCache`."""
     if isinstance(seq, SlotSequence):
         return slot_forward(seq, new)
@@ -76,7 +76,7 @@ def forward_alone(seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
     return single_forward(seq, new)
 
 
-def forward_merged(items: Sequence[tuple[CachedSequence, Sequence[int]]]) -> list[torch.Tensor]:
+def forward_merged(items: Sequence[tuple[EngineSequence, Sequence[int]]]) -> list[torch.Tensor]:
     """Several sequences' forwards of one model in one: one pool forward for slot sequences
     (rows at their own positions already), one padded forward for `DynamicCache` ones."""
     if isinstance(items[0][0], SlotSequence):
@@ -84,12 +84,12 @@ def forward_merged(items: Sequence[tuple[CachedSequence, Sequence[int]]]) -> lis
     return forward_batch(items)  # type: ignore[arg-type]
 
 
-def _blocker(seq: CachedSequence) -> str | None:
-    return None if isinstance(seq, SlotSequence) else merge_blocker(seq)  # type: ignore[arg-type]
+def _blocker(seq: EngineSequence) -> str | None:
+    return None if isinstance(seq, SlotSequence) else merge_blocker(seq)
 
 
-def _window(seq: CachedSequence) -> int | None:
-    return None if isinstance(seq, SlotSequence) else sliding_window(seq)  # type: ignore[arg-type]
+def _window(seq: EngineSequence) -> int | None:
+    return None if isinstance(seq, SlotSequence) else sliding_window(seq)
 
 
 class SingleRunner:
@@ -98,14 +98,14 @@ class SingleRunner:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def __call__(self, seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
+    def __call__(self, seq: EngineSequence, new: Sequence[int]) -> torch.Tensor:
         self._metrics.batch_size.observe(1)
         return forward_alone(seq, new)
 
 
 @dataclass(eq=False)
 class _Request:
-    seq: CachedSequence
+    seq: EngineSequence
     new: list[int]
     blocker: str | None  # why this row cannot be merged (None: it can)
     window: int | None  # the model's sliding window: no merged row may have more new ids
@@ -114,7 +114,7 @@ class _Request:
 
 
 class ForwardBatcher:
-    """A `ForwardRunner` that merges concurrent same-model forwards (see the module docstring)."""
+    """An `EngineRunner` that merges concurrent same-model forwards (see the module docstring)."""
 
     def __init__(self, metrics: Metrics, *, max_batch: int = 8, max_wait: float = 0.005) -> None:
         if max_batch < 1:
@@ -131,7 +131,7 @@ class ForwardBatcher:
 
     # -- the callers' side ---------------------------------------------------------------------
 
-    def __call__(self, seq: CachedSequence, new: Sequence[int]) -> torch.Tensor:
+    def __call__(self, seq: EngineSequence, new: Sequence[int]) -> torch.Tensor:
         blocker = _blocker(seq)  # read now: the sequence cannot change while its owner waits
         request = _Request(seq, list(new), blocker, _window(seq))
         with self._cond:
@@ -254,7 +254,7 @@ class Scheduler:
         max_wait: float = 0.005,
     ) -> None:
         self.batcher = ForwardBatcher(metrics, max_batch=max_batch, max_wait=max_wait) if batching else None
-        self.runner: ForwardRunner = self.batcher if self.batcher is not None else SingleRunner(metrics)
+        self.runner: EngineRunner = self.batcher if self.batcher is not None else SingleRunner(metrics)
         if self.batcher is not None:
             # A job waiting for its merged forward holds its worker: with two batches' worth of
             # workers, the next batch gathers while one runs.

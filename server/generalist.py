@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedModel
 
-from specsteer.core.kv import ForwardRunner, TensorSequence, TokenSequence
+from specsteer.core.kv import TensorSequence, TokenSequence
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import MAX_CANDIDATE_TOKENS
 from specsteer.core.steering import align_segments, top_indices
 from specsteer.server.vocab import TextCodec
 
+if TYPE_CHECKING:
+    from specsteer.server.slot_sequence import EngineRunner
+
 # Builds a model's sequence for a session: a `TokenSequence` (its own DynamicCache), or the
 # verifier's slot pool (`CloudVerifier.sequence`).
-SequenceFactory = Callable[[PreTrainedModel, Sequence[int], ForwardRunner | None], TensorSequence]
+SequenceFactory = Callable[[PreTrainedModel, Sequence[int], "EngineRunner | None"], TensorSequence]
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class SharedVocabGeneralist:
         lm: CausalLM,
         prompt_ids: Sequence[int],
         *,
-        runner: ForwardRunner | None = None,
+        runner: EngineRunner | None = None,
         make_sequence: SequenceFactory = TokenSequence,
     ) -> None:
         self.seq = make_sequence(lm.model, prompt_ids, runner)
@@ -82,7 +86,7 @@ class CrossVocabGeneralist:
         specialist: TextCodec,
         prompt_ids: Sequence[int],
         *,
-        runner: ForwardRunner | None = None,
+        runner: EngineRunner | None = None,
         make_sequence: SequenceFactory = TokenSequence,
     ) -> None:
         self.lm = lm

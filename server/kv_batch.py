@@ -37,16 +37,36 @@ def merge_blocker(seq: TokenSequence) -> str | None:
     if not layers or getattr(seq.model.config, "use_bidirectional_attention", False):
         return "cache"
     for layer in layers:
-        held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
         if type(layer) is DynamicLayer:
-            if held != seq.cached:
+            if _held(layer) != seq.cached:
                 return "cache"
         elif type(layer) is DynamicSlidingWindowLayer:
-            if seq.cached >= layer.sliding_window or held != seq.cached:
+            if seq.cached >= layer.sliding_window or _held(layer) != seq.cached:
                 return "window"
         else:  # quantized, offloaded, linear-attention, ...: no known way to pad them
             return "cache"
     return None
+
+
+def _held(layer: DynamicLayer) -> int:
+    """How many positions `layer` holds."""
+    return layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
+
+
+def _kv_layer(layer: object) -> DynamicLayer:
+    """`layer` as a key/value layer: `merge_blocker` admits only those (full or sliding-window
+    attention), and a merged cache has its model's kinds of layers."""
+    if not isinstance(layer, DynamicLayer):
+        raise TypeError(f"a merged forward holds key/value layers only, not {type(layer).__name__}")
+    return layer
+
+
+def _key_values(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values of a key/value layer that holds some (a row with a past)."""
+    kv = _kv_layer(layer)
+    if kv.keys is None or kv.values is None:
+        raise RuntimeError("a row with a past has a cache layer without states")
+    return kv.keys, kv.values
 
 
 def forward_batch(items: Sequence[tuple[TokenSequence, Sequence[int]]]) -> list[torch.Tensor]:
@@ -111,16 +131,17 @@ def _merged_cache(
         return merged
     for index, layer in enumerate(merged.layers):
         rows = [cache.layers[index] for cache in caches]
-        like = next(row for row, past in zip(rows, pasts, strict=True) if past)
-        _, heads, _, key_dim = like.keys.shape
-        keys = like.keys.new_zeros((len(rows), heads, longest, key_dim))
-        values = like.values.new_zeros((len(rows), heads, longest, like.values.shape[-1]))
+        like_keys, like_values = next(_key_values(row) for row, past in zip(rows, pasts, strict=True) if past)
+        _, heads, _, key_dim = like_keys.shape
+        keys = like_keys.new_zeros((len(rows), heads, longest, key_dim))
+        values = like_values.new_zeros((len(rows), heads, longest, like_values.shape[-1]))
         for i, (row, past) in enumerate(zip(rows, pasts, strict=True)):
             if past:
-                keys[i, :, longest - past :] = row.keys[0]
-                values[i, :, longest - past :] = row.values[0]
+                row_keys, row_values = _key_values(row)
+                keys[i, :, longest - past :] = row_keys[0]
+                values[i, :, longest - past :] = row_values[0]
         # Through `update`, as the model would fill it: a recording sliding layer keeps it all.
-        layer.update(keys, values)
+        _kv_layer(layer).update(keys, values)
     return merged
 
 
@@ -142,13 +163,16 @@ def _padding_mask(pasts: Sequence[int], lengths: Sequence[int], longest: int, wi
 
 def _split_cache(merged: DynamicCache, caches: Sequence[DynamicCache], lengths: Sequence[int], total: int) -> None:
     """Append each row's new entries (after the padded past, before the right padding) to its cache."""
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
     for layer in merged.layers:
-        if layer.keys is None or layer.keys.shape[-2] != total:
+        kv = _kv_layer(layer)
+        if kv.keys is None or kv.values is None or kv.keys.shape[-2] != total:
             raise RuntimeError("the merged cache did not keep every state of the batch")
+        kept.append((kv.keys, kv.values))
     start = total - max(lengths)
-    for index, layer in enumerate(merged.layers):
+    for index, (keys, values) in enumerate(kept):
         for i, (cache, n) in enumerate(zip(caches, lengths, strict=True)):
             # `update` copies (torch.cat), so no row keeps the padded batch tensors alive.
-            cache.layers[index].update(
-                layer.keys[i : i + 1, :, start : start + n], layer.values[i : i + 1, :, start : start + n]
+            _kv_layer(cache.layers[index]).update(
+                keys[i : i + 1, :, start : start + n], values[i : i + 1, :, start : start + n]
             )

@@ -298,13 +298,14 @@ class DeviceHealth(health.aio.HealthServicer):
         self._in_flight: Counter[str] = Counter()
 
     def handler(self) -> grpc.GenericRpcHandler:
-        refused = grpc.unary_unary_rpc_method_handler(self._not_served)
+        # Without (de)serializers a handler takes and gives raw bytes.
+        refused: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(self._not_served)
         check = grpc.stream_unary_rpc_method_handler(
             self._check,
             request_deserializer=health_pb2.HealthCheckRequest.FromString,
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
         )
-        watch = grpc.unary_stream_rpc_method_handler(self._not_served_stream)
+        watch: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_stream_rpc_method_handler(self._not_served_stream)
         return grpc.method_handlers_generic_handler(_HEALTH_SERVICE, {"Check": check, "Watch": watch, "List": refused})
 
     async def _check(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -415,7 +416,10 @@ class VerifierServer:
         self._health = DeviceHealth(self.service.refuse_unless_device)
         server.add_generic_rpc_handlers((self._health.handler(),))
         credentials = grpc.dynamic_ssl_server_credentials(
-            self.certificates.initial, self.certificates.fetch, require_client_authentication=True
+            self.certificates.initial,
+            # grpc's stubs leave out that the fetcher may return None ("no change"), as gRPC documents.
+            self.certificates.fetch,  # type: ignore[arg-type]
+            require_client_authentication=True,
         )
         per_source = config.max_connections_per_source
         host = config.host.strip("[]")  # "::1" and "[::1]" name one address; gRPC wants the brackets

@@ -149,7 +149,8 @@ class VerifierService:
         self.witness = witness
 
     def handler(self) -> grpc.GenericRpcHandler:
-        method = grpc.stream_stream_rpc_method_handler(self.session)  # bytes in, bytes out
+        # bytes in, bytes out
+        method: grpc.RpcMethodHandler[bytes, bytes] = grpc.stream_stream_rpc_method_handler(self.session)
         return grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"Session": method})
 
     @property
@@ -165,7 +166,7 @@ class VerifierService:
 
     def _device(self, context: grpc.aio.ServicerContext) -> Device:
         auth = context.auth_context()
-        certs = auth.get("x509_pem_cert") or []
+        certs = list(auth.get("x509_pem_cert") or [])
         if len(certs) != 1:
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "no client certificate names a device")
         try:

@@ -26,7 +26,7 @@ from transformers import PreTrainedModel
 from specsteer.core import wire
 from specsteer.core.contract import RoundContract, raise_first
 from specsteer.core.errors import ConfigError, ProtocolError
-from specsteer.core.kv import ForwardRunner, TensorSequence, TokenSequence
+from specsteer.core.kv import TensorSequence, TokenSequence
 from specsteer.core.limits import MAX_NEW_TOKENS, prompt_length_problem
 from specsteer.core.models import CausalLM
 from specsteer.core.prompts import render_prompt
@@ -51,7 +51,7 @@ from specsteer.core.steering import (
 from specsteer.server.errors import SessionTooLong
 from specsteer.server.generalist import CrossVocabGeneralist, SharedVocabGeneralist
 from specsteer.server.kv_budget import BudgetedSequence, KvBudget
-from specsteer.server.slot_sequence import SlotPools, SlotSequence
+from specsteer.server.slot_sequence import EngineRunner, SlotPools, SlotSequence
 from specsteer.server.vocab import TextCodec, same_vocabulary
 
 # Cross-vocabulary candidates are drawn from this many times k of the Generalist's top tokens,
@@ -114,7 +114,7 @@ class CloudVerifier:
                 kv_slots.check(lm.model)
 
     def sequence(
-        self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: ForwardRunner | None
+        self, model: PreTrainedModel, prefix_ids: Sequence[int], runner: EngineRunner | None
     ) -> TensorSequence:
         """A session's sequence on `model`, on this verifier's KV engine."""
         if self.kv_slots is not None:
@@ -124,7 +124,7 @@ class CloudVerifier:
         return TokenSequence(model, prefix_ids, runner)
 
     def open(
-        self, prompt_ids: Sequence[int], params: SessionParams, *, runner: ForwardRunner | None = None
+        self, prompt_ids: Sequence[int], params: SessionParams, *, runner: EngineRunner | None = None
     ) -> CloudSession:
         """A session; `runner` runs its models' forwards (None: each alone, on the caller's thread)."""
         return CloudSession(self, prompt_ids, params, runner=runner)
@@ -169,7 +169,7 @@ class CloudSession:
         prompt_ids: Sequence[int],
         params: SessionParams,
         *,
-        runner: ForwardRunner | None = None,
+        runner: EngineRunner | None = None,
     ) -> None:
         # The IDs a device may send: the Specialist's vocabulary, at the width both models share.
         s_vocab = verifier.s_width
@@ -208,7 +208,7 @@ class CloudSession:
             raise
 
     def _start(
-        self, verifier: CloudVerifier, prompt_ids: Sequence[int], params: SessionParams, runner: ForwardRunner | None
+        self, verifier: CloudVerifier, prompt_ids: Sequence[int], params: SessionParams, runner: EngineRunner | None
     ) -> None:
         prompt_text = verifier.s_codec.decode(prompt_ids)
         s0_lm = verifier.specialist_for(params.adapter_version)
@@ -363,8 +363,8 @@ class CloudSession:
         logp_s0 = self.s0.score_continuations([c.s_tokens for c in cands]).cpu() if alpha != 0 else None
         values = steering_values(logp_g, logp_g if logp_s0 is None else logp_s0, alpha)  # always finite
         # Candidates come ranked by P_G (the guardrail order); the literal policy re-ranks by v.
-        chosen = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
-        chosen = [int(i) for i in chosen if i < len(cands)]
+        ranked = top_indices(values, params.top_k) if params.policy is CandidatePolicy.LITERAL else range(params.top_k)
+        chosen = [int(i) for i in ranked if i < len(cands)]
         return SteeringVector(tuple(cands[i].s_tokens for i in chosen), tuple(float(values[i]) for i in chosen))
 
     def _s0_row_beside(self, row_g: torch.Tensor) -> torch.Tensor:

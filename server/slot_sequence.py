@@ -14,20 +14,25 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import torch
 from transformers import PreTrainedModel
 
 from specsteer.core.errors import ProtocolError
-from specsteer.core.kv import TensorSequence
+from specsteer.core.kv import TensorSequence, TokenSequence
 from specsteer.server.config import SLOT_FORWARDS
 from specsteer.server.errors import NoSessionSlot, SessionOverCapacity
 from specsteer.server.fused_decoder import fused_decoder_problem
 from specsteer.server.slot_pool import SlotOverflow, SlotPool, slot_pool_problem
 
-__all__ = ["SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
+__all__ = ["EngineRunner", "EngineSequence", "SlotPools", "SlotSequence", "slot_forward", "slot_forward_batch"]
 
 SlotRunner = Callable[["SlotSequence", Sequence[int]], torch.Tensor]
+# A sequence of either KV engine, and a runner that takes both (the scheduler's, `server.batching`):
+# what a session hands its sequences, whichever engine the verifier has.
+EngineSequence: TypeAlias = "TokenSequence | SlotSequence"
+EngineRunner: TypeAlias = Callable[[EngineSequence, Sequence[int]], torch.Tensor]
 
 
 class SlotSequence(TensorSequence):

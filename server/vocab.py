@@ -8,6 +8,7 @@ U+FFFD ends inside a character and is never a boundary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from transformers import PreTrainedTokenizerBase
 
@@ -31,7 +32,10 @@ class TextCodec:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        # One sequence of ids decodes to one string (`decode`'s annotation also covers a batch).
+        return cast(
+            str, self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
 
     def special_token_map(self, other: TextCodec) -> dict[int, int]:
         """This tokenizer's special token IDs -> `other`'s IDs for special tokens of the same name."""
