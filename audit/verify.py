@@ -20,7 +20,7 @@ The report also says what this proof does not cover. The format is in docs/audit
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -449,6 +449,24 @@ def _previous(ctx: _Context, note: str, valid: list[tuple[int, Checkpoint]]) -> 
     return Check(name, not failures, summary, tuple(failures))
 
 
+def _payload(rec: records.Record) -> bytes:
+    assert rec.payload is not None  # an uplink's or a downlink's, checked against the record by `records.parse`
+    return rec.payload
+
+
+# How each kind of session record after its begin is checked against the session's state
+# (`core.contract.SessionState`): every kind of `records.SESSION_KINDS` but the begin, which makes
+# the state. A session record of any other kind is refused by name, never read as one of these.
+_EXAMINE: dict[str, Callable[[SessionState, records.Record], tuple[list[Violation], Callable[[], None]]]] = {
+    records.KIND_UPLINK: lambda state, rec: state.examine_uplink(_payload(rec)),
+    records.KIND_DOWNLINK: lambda state, rec: state.examine_downlink(_payload(rec)),
+    records.KIND_FALLBACK: lambda state, rec: state.examine_fallback(rec.fields["reason"]),
+    records.KIND_GUARD: lambda state, rec: state.examine_guard(
+        rec.fields["decision"], rec.fields["count"], rec.fields["placeholder"]
+    ),
+}
+
+
 def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[DeviceSession]]:
     found: dict[Area, list[str]] = {a: [] for a in Area}
     counts = {Area.UPLINK: 0, Area.DOWNLINK: 0}
@@ -501,23 +519,19 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
         if n >= next_n[sid]:
             next_n[sid] = n + 1  # after a gap, continue from here; a late record does not move the count
 
+        examine = _EXAMINE.get(rec.kind)
+        if examine is None:
+            found[Area.SESSION].append(f"{where}: a session record of unknown kind {rec.kind!r} cannot be checked")
+            continue
         if rec.kind == records.KIND_UPLINK:
-            assert rec.payload is not None
             counts[Area.UPLINK] += 1
             counters[sid][0] += 1
             uplinks[sid].append((rec.index, rec.fields["sha256"]))
-            violations, commit = state.examine_uplink(rec.payload)
         elif rec.kind == records.KIND_DOWNLINK:
-            assert rec.payload is not None
             counts[Area.DOWNLINK] += 1
             counters[sid][1] += 1
             first_downlink.setdefault(sid, rec.index)
-            violations, commit = state.examine_downlink(rec.payload)
-        elif rec.kind == records.KIND_FALLBACK:
-            violations, commit = state.examine_fallback(rec.fields["reason"])
-        else:
-            f = rec.fields
-            violations, commit = state.examine_guard(f["decision"], f["count"], f["placeholder"])
+        violations, commit = examine(state, rec)
         report(where, violations)
         commit()  # the verifier always advances, so one bad record does not hide the next
 
