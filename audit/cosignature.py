@@ -23,6 +23,7 @@ import hashlib
 import os
 import struct
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -37,6 +38,9 @@ HEADER = "cosignature/v1\n"
 SIGNATURE_BYTES = 4 + 8 + 64
 MAX_TIMESTAMP = 2**63 - 1
 _TIME = struct.Struct(">Q")
+# How far a witness's clock may disagree with the device's: a cosignature dated outside the window
+# of the exchange it answered, widened by this much on each side, vouches for nothing (section 8).
+COSIGNATURE_SKEW_S = 600
 
 
 def _valid_name(name: str) -> bool:
@@ -159,6 +163,37 @@ class WitnessSigner:
             raise NoteError("a cosignature timestamp is a non-negative Unix time below 2^63")
         sig = self._private.sign(signed_message(checkpoint.body(), timestamp))
         return self.key.id + _TIME.pack(timestamp) + sig
+
+
+def _when(timestamp: float) -> str:
+    try:
+        return f"{int(timestamp)} ({datetime.fromtimestamp(timestamp, UTC):%Y-%m-%d %H:%M:%S} UTC)"
+    except (OverflowError, OSError, ValueError):
+        return f"{int(timestamp)} (beyond the year 9999)"
+
+
+def time_problem(timestamp: int, asked: float, answered: float) -> str | None:
+    """Why a cosignature dated `timestamp` cannot be the witness's word on a checkpoint it was shown
+    between `asked` and `answered` (Unix seconds, the device's clock); None if it can.
+
+    The cosignature must be dated within [asked - COSIGNATURE_SKEW_S, answered + COSIGNATURE_SKEW_S],
+    and never 0: "time 0" or a date centuries ahead verifies as a signature, but it says the witness
+    saw the checkpoint when it could not have, so it vouches for nothing.
+    """
+    skew = COSIGNATURE_SKEW_S
+    if timestamp <= 0:
+        return "it is dated 0 (1970-01-01), not when the witness saw the checkpoint"
+    if timestamp < asked - skew:
+        return (
+            f"it is dated {_when(timestamp)}, before the checkpoint existed ({_when(asked)}) by more than "
+            f"the {skew // 60} minutes' clock skew allowed"
+        )
+    if timestamp > answered + skew:
+        return (
+            f"it is dated {_when(timestamp)}, after it was received ({_when(answered)}) by more than "
+            f"the {skew // 60} minutes' clock skew allowed"
+        )
+    return None
 
 
 def signature_line(witness: str, signature: bytes) -> str:

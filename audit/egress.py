@@ -23,7 +23,8 @@ of the log as it stands and proves it consistent with the last cosigned one; the
 and the recorder lets a Close carry only the request it issued for that session. The verifier's
 answer, a downlink with its cosignature, is logged like any downlink, and a checkpoint signed over
 it, so no tail is left unsigned. Only a cosignature that verifies under the log's witness key
-(`AuditLog.open(..., witness_key=)`) is kept in checkpoints.jsonl and proved from by the next Close;
+(`AuditLog.open(..., witness_key=)`), dated within the exchange (from the Close's record time to
+the answer's, give or take `COSIGNATURE_SKEW_S`), is kept in checkpoints.jsonl and proved from by the next Close;
 any other answer stays on record only (one that fails under the key raises `ProtocolError`), so a
 bad answer cannot make the witness refuse every later Close.
 
@@ -35,9 +36,10 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 
 from specsteer.audit import merkle, records
-from specsteer.audit.cosignature import add_cosignature
+from specsteer.audit.cosignature import add_cosignature, time_problem
 from specsteer.audit.errors import AuditError, EgressBlocked, NoteError
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import Checkpoint, parse_note
@@ -60,6 +62,7 @@ class EgressRecorder:
         self._sessions: dict[str, SessionState] = {}
         # Per session: the witness request issued for its Close and the checkpoint note it carries.
         self._witness: dict[str, tuple[wire.WitnessRequest, str]] = {}
+        self._asked: dict[str, float] = {}  # per session: when its Close was logged (the record's time)
 
     def begin_session(self, *, vocab_size: int, max_top_k: int = WIRE_MAX_TOP_K) -> str:
         """Start a session: log the Specialist's vocabulary size and the largest k the device accepts."""
@@ -128,8 +131,15 @@ class EgressRecorder:
                 records.KIND_UPLINK, session_id, records.payload_fields("up", payload), payload=payload
             )
             commit()
+            if witness is not None:
+                self._asked[session_id] = self._time_of(index)
             self._after_end(state, was_ended)
             return index
+
+    def _time_of(self, index: int) -> float:
+        """The time (Unix seconds) of record `index`, just appended by this recorder."""
+        last = self.log.last_appended
+        return last[1] if last is not None and last[0] == index else time.time()
 
     def record_downlink(self, session_id: str, payload: bytes) -> int:
         """Log one received `Downlink` as received, then check it; raise `ProtocolError` if it breaks the contract."""
@@ -144,7 +154,10 @@ class EgressRecorder:
             issued = self._witness.pop(session_id, None) if cosignature is not None else None
             if cosignature is not None and issued is not None:  # the contract admitted it: our Close asked
                 request, note = issued
-                problem = self._cosignature_problem(request, cosignature)
+                # The exchange's window on the log's own clock: from the Close's record to this answer's.
+                answered = self._time_of(index)
+                asked = self._asked.pop(session_id, answered)
+                problem = self._cosignature_problem(request, cosignature, asked, answered)
                 if problem is None:
                     self.log.store_cosigned(add_cosignature(note, cosignature.witness, cosignature.signature))
                 # Kept on record either way (the downlink above); never proved from unless it verified.
@@ -156,18 +169,23 @@ class EgressRecorder:
                     )
             return index
 
-    def _cosignature_problem(self, request: wire.WitnessRequest, cosignature: wire.CosignatureFrame) -> str | None:
-        """Why the answer to a Close is not the witness's valid cosignature of the checkpoint it carried."""
+    def _cosignature_problem(
+        self, request: wire.WitnessRequest, cosignature: wire.CosignatureFrame, asked: float, answered: float
+    ) -> str | None:
+        """Why the answer to a Close is not the witness's valid cosignature of the checkpoint it carried,
+        dated within the exchange (`asked` to `answered`, widened by the clock skew allowed)."""
         key = self.log.witness_key
         if key is None:
             return "the device holds no witness key to check it with"
         if cosignature.witness != key.name:
             return f"it names witness {cosignature.witness!r}, not {key.name!r}"
         try:
-            key.verify(Checkpoint(request.origin, request.size, request.root_hash).body(), cosignature.signature)
+            timestamp = key.verify(
+                Checkpoint(request.origin, request.size, request.root_hash).body(), cosignature.signature
+            )
         except NoteError as exc:
             return str(exc)
-        return None
+        return time_problem(timestamp, asked, answered)
 
     def record_fallback(self, session_id: str, reason: str) -> int:
         """The device finished this session locally; `reason` is a short identifier, never free text."""

@@ -371,6 +371,7 @@ class AuditLog:
         self.interrupted: list[str] = []
         self.device: DeviceIdentity | None = None  # the certificate the log's latest device-cert record binds
         self.witness_key: WitnessKey | None = None  # the witness whose cosignatures the log proves from
+        self.last_appended: tuple[int, float] | None = None  # index and time (Unix seconds) of the newest record
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -628,7 +629,8 @@ class AuditLog:
             if self._seg_fd is None:
                 raise AuditError("the audit log is closed")
             index = self.size
-            data = records.build(index, kind, fields)
+            stamp = records.now()
+            data = records.build(index, kind, fields, time=stamp)
             leaf = merkle.leaf_hash(data)
             if index - self._seg_first >= self.segment_records:
                 self._open_segment(index)
@@ -641,6 +643,7 @@ class AuditLog:
                 raise AuditError(f"cannot write the audit log: {self._broken}") from None
             self._leaves.append(leaf)
             self._acc.append(leaf)
+            self.last_appended = (index, records.seconds(stamp))
             return index
 
     def append_session(

@@ -74,6 +74,11 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def seconds(time: str) -> float:
+    """A record's `time` as Unix seconds."""
+    return datetime.strptime(time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
 def is_identifier(text: str) -> bool:
     return bool(_IDENT_RE.fullmatch(text))
 
@@ -216,9 +221,11 @@ def parse(data: bytes) -> Record:
     return Record(obj["index"], kind, obj, data)
 
 
-def build(index: int, kind: str, fields: Mapping[str, Any]) -> bytes:
-    """Encode a new record and check it against the schema, so the log never holds one it would reject."""
-    data = encode({"index": index, "kind": kind, "time": now(), **fields})
+def build(index: int, kind: str, fields: Mapping[str, Any], *, time: str | None = None) -> bytes:
+    """Encode a new record and check it against the schema, so the log never holds one it would reject.
+
+    `time` is its stamp (`now()` if not given)."""
+    data = encode({"index": index, "kind": kind, "time": time if time is not None else now(), **fields})
     parse(data)
     return data
 

@@ -11,16 +11,19 @@ Two checks over a parsed log (docs/audit-format.md, section 8):
   cosigned checkpoint must match the records as presented; a witness key with no valid
   cosignature fails, and so does a log that no longer holds what the witness's own state says it
   cosigned. A rewrite, truncation or rollback of cosigned records therefore fails even when the
-  log key's holder re-signed everything.
+  log key's holder re-signed everything. A cosignature dated outside its exchange (the Close's and
+  the answer's record times, give or take `COSIGNATURE_SKEW_S`; never time 0) vouches for nothing
+  and fails (`audit.cosignature.time_problem`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specsteer.audit import merkle, records
-from specsteer.audit.cosignature import WitnessKey, cosignatures
+from specsteer.audit.cosignature import WitnessKey, cosignatures, time_problem
 from specsteer.audit.errors import AuditError, NoteError, ProofError
 from specsteer.audit.log import StoredCheckpoint
 from specsteer.audit.note import Checkpoint, VerifierKey
@@ -42,6 +45,7 @@ class _Answer:
     request: wire.WitnessRequest
     witness: str
     signature: bytes
+    close: int  # the position of the Close that asked for it
 
 
 RootsAt = Callable[[set[int]], dict[int, bytes]]
@@ -59,7 +63,7 @@ def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[_Request], list[_An
     """Every Close's witness request (with the sizes cosigned before it), and every answer."""
     requests: list[_Request] = []
     answers: list[_Answer] = []
-    pending: dict[str, wire.WitnessRequest] = {}
+    pending: dict[str, tuple[wire.WitnessRequest, int]] = {}
     cosigned: set[int] = set()
     last: dict[str, int] = {}  # each session's latest record so far
     for p in parsed:
@@ -74,13 +78,13 @@ def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[_Request], list[_An
             request = wire.witness_of(rec.payload)
             if request is not None:
                 requests.append(_Request(p.position, request, set(cosigned), own))
-                pending[rec.session] = request
+                pending[rec.session] = (request, p.position)
         else:
             answer = wire.decode_cosignature(rec.payload)
-            request = pending.pop(rec.session, None)
-            if answer is not None and request is not None:
-                answers.append(_Answer(p.position, request, answer.witness, answer.signature))
-                cosigned.add(request.size)
+            asked = pending.pop(rec.session, None)
+            if answer is not None and asked is not None:
+                answers.append(_Answer(p.position, asked[0], answer.witness, answer.signature, asked[1]))
+                cosigned.add(asked[0].size)
     return requests, answers
 
 
@@ -165,27 +169,44 @@ def cosignature_check(
     _, answers = _exchanges(parsed)
     failures: list[str] = []
     summaries: list[str] = []
+    times = _record_times(parsed)
+    last_time = max(times.values(), default=_LATE)
     found: list[tuple[str, WitnessKey, Checkpoint, int]] = []  # where, by whom, what, when
+    dated: dict[tuple[WitnessKey, Checkpoint, int], tuple[float, float]] = {}  # each answer's exchange
+    candidates: list[tuple[str, WitnessKey, Checkpoint, int, tuple[float, float] | None]] = []
     for key in witness_keys:
-        for stored in notes:
-            where = f"checkpoint {stored.number}"
-            try:
-                found.extend((where, key, c.checkpoint, c.timestamp) for c in cosignatures(stored.note, key))
-            except NoteError as exc:
-                failures.append(f"{where}: {exc}: a forged or altered cosignature")
         for a in answers:
             if a.witness != key.name or a.signature[:4] != key.id:
                 continue
             where = f"record {a.position} (the cosignature answering a Close)"
             cp = Checkpoint(a.request.origin, a.request.size, a.request.root_hash)
             try:
-                found.append((where, key, cp, key.verify(cp.body(), a.signature)))
+                when = key.verify(cp.body(), a.signature)
             except NoteError as exc:
                 # The downlink is what came over the wire: the verifier's answer, kept as evidence.
                 failures.append(
                     f"record {a.position}: the verifier answered the Close with an invalid cosignature "
                     f"(not a valid cosignature of the checkpoint the Close carried: {exc})"
                 )
+                continue
+            window = (times.get(a.close, _EARLY), times.get(a.position, _LATE))
+            dated.setdefault((key, cp, when), window)
+            candidates.append((where, key, cp, when, window))
+        for stored in notes:
+            where = f"checkpoint {stored.number}"
+            try:
+                candidates.extend((where, key, c.checkpoint, c.timestamp, None) for c in cosignatures(stored.note, key))
+            except NoteError as exc:
+                failures.append(f"{where}: {exc}: a forged or altered cosignature")
+    for where, key, cp, when, window in candidates:
+        # A line of checkpoints.jsonl is dated by the exchange that brought it; one no answer brought,
+        # between the newest record it covers and the log's newest record.
+        window = window or dated.get((key, cp, when)) or (times.get(cp.size - 1, _EARLY), last_time)
+        problem = time_problem(when, *window)
+        if problem is not None:
+            failures.append(f"{where}: the cosignature of size {cp.size} by {key.name} vouches for nothing: {problem}")
+            continue
+        found.append((where, key, cp, when))
     state_entry = None
     if state is not None:
         state_entry, problem = _state_entry(state, witness_keys, log_key, devices)
@@ -215,12 +236,28 @@ def cosignature_check(
     if state_entry is not None:
         key, entry = state_entry
         cp = Checkpoint(entry.origin, entry.size, entry.root)
-        problem = _matches(cp, n, roots, "the witness's state", key, entry.time)
+        problem = time_problem(entry.time, times.get(entry.size - 1, _EARLY), max(last_time, time.time()))
+        if problem is not None:
+            problem = f"the witness's state: its cosignature of size {entry.size} vouches for nothing: {problem}"
+        else:
+            problem = _matches(cp, n, roots, "the witness's state", key, entry.time)
         if problem is not None:
             failures.append(problem)
         else:
             summaries.append(f"the witness's own record (size {entry.size}) matches the log")
     return CosignatureResult(failures, summaries)
+
+
+_EARLY, _LATE = float("-inf"), float("inf")  # no bound, where a record's time is unreadable
+
+
+def _record_times(parsed: Sequence[ParsedRecord]) -> dict[int, float]:
+    """Each readable record's time (Unix seconds, the device's clock), by position."""
+    out: dict[int, float] = {}
+    for p in parsed:
+        if p.record is not None:
+            out[p.position] = records.seconds(p.record.fields["time"])
+    return out
 
 
 def _state_entry(

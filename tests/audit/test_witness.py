@@ -15,6 +15,7 @@ import io
 import json
 import shutil
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,13 +25,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from specsteer.audit import merkle, records
 from specsteer.audit.cli import main
-from specsteer.audit.cosignature import WitnessSigner, write_witness_key_pair
+from specsteer.audit.cosignature import (
+    COSIGNATURE_SKEW_S,
+    WitnessSigner,
+    add_cosignature,
+    cosignatures,
+    write_witness_key_pair,
+)
 from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import EgressBlocked
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey, open_checkpoint
 from specsteer.audit.witness_state import read_state
 from specsteer.core import wire
+from specsteer.core.errors import ProtocolError
 from specsteer.server.witness import Cosigned, Refused, Witness
 from tests.audit.helpers import (
     DEVICE,
@@ -152,6 +160,80 @@ def test_a_bogus_cosignature_line_fails(honest: Witnessed, tmp_path: Path) -> No
     code, report = audit(honest, log)
     assert (code, report["verdict"]) == (1, FAILED)
     assert f"checkpoint {i}: the cosignature by witness.test/w1" in failures(report)
+
+
+# -- the cosignature's time (issue #48, finding 3) ------------------------------------------------------
+
+_MISDATED = [pytest.param(0, id="time-0"), pytest.param(2**40, id="time-2^40")]
+
+
+@pytest.mark.parametrize("timestamp", _MISDATED)
+def test_a_genuine_cosignature_dated_0_or_far_ahead_vouches_for_nothing(
+    honest: Witnessed, tmp_path: Path, timestamp: int
+) -> None:
+    """The witness's real key signs the last cosigned checkpoint at a time it cannot have seen it:
+    the signature verifies, only the time is wrong, and `audit verify` no longer says VERIFIED."""
+    log = tmp_path / "log"
+    shutil.copytree(honest.log, log, ignore=shutil.ignore_patterns("lock"))
+    notes = checkpoint_notes(log)
+    i = max(i for i, n in enumerate(notes) if n.count("\n— ") == 2)
+    plain = notes[i][: notes[i].rstrip("\n").rindex("\n") + 1]  # the log's note without the witness line
+    checkpoint = open_checkpoint(plain, honest.key.verifier)
+    signature = honest.witness.cosign(checkpoint, timestamp)
+    notes[i] = add_cosignature(plain, honest.witness.name, signature)
+    assert cosignatures(notes[i], honest.witness.key)[0].timestamp == timestamp  # a valid cosignature
+    write_checkpoint_notes(log, notes)
+    code, report = audit(honest, log)
+    assert (code, report["verdict"]) == (1, FAILED)
+    found = failures(report)
+    assert f"checkpoint {i}: the cosignature of size {checkpoint.size} by witness.test/w1 vouches for nothing" in found
+    assert ("dated 0 (1970-01-01)" if timestamp == 0 else f"dated {2**40} (beyond the year 9999)") in found
+
+
+@pytest.mark.parametrize(
+    ("offset", "kept"),
+    [
+        pytest.param(-COSIGNATURE_SKEW_S + 60, True, id="within-the-skew-behind"),
+        pytest.param(COSIGNATURE_SKEW_S - 60, True, id="within-the-skew-ahead"),
+        pytest.param(-COSIGNATURE_SKEW_S - 60, False, id="beyond-the-skew-behind"),
+        pytest.param(COSIGNATURE_SKEW_S + 60, False, id="beyond-the-skew-ahead"),
+    ],
+)
+def test_a_cosignature_counts_only_within_the_clock_skew_of_its_exchange(
+    tmp_path: Path, offset: int, kept: bool
+) -> None:
+    _, _, log, _ = _misdated_log(tmp_path, lambda: time.time() + offset)
+    assert (log.cosigned is not None) == kept
+
+
+@pytest.mark.parametrize("timestamp", _MISDATED)
+def test_the_device_does_not_prove_from_a_misdated_cosignature(tmp_path: Path, timestamp: int) -> None:
+    """A witness whose clock says 0 or 2^40 answers with its real key: the device keeps the answer on
+    record only (a protocol error), proves its next Close from size 0, and the audit fails."""
+    error, key, log, witness = _misdated_log(tmp_path, lambda: timestamp)
+    assert error is not None and "vouches" not in error and "it is dated" in error
+    assert log.cosigned is None
+    assert all(n.count("\n— ") == 1 for n in checkpoint_notes(log.directory))  # no cosigned note kept
+    pub = tmp_path / "device.pub"
+    pub.write_text(f"{key.verifier}\n")
+    w = Witnessed(tmp_path, log.directory, key, pub, witness.signer, tmp_path / "w.pub", witness.state_path)
+    w.witness_pub.write_text(f"{witness.signer.key}\n")
+    code, report = audit(w, log.directory)
+    assert (code, report["verdict"]) == (1, FAILED)
+    assert "(the cosignature answering a Close): the cosignature of size" in failures(report)
+
+
+def _misdated_log(tmp_path: Path, clock: Callable[[], float]) -> tuple[str | None, SigningKey, AuditLog, Witness]:
+    """One witnessed session whose witness cosigns at `clock`'s time; the device's error, if any."""
+    key = SigningKey.generate("device.test/log")
+    witness = Witness(WitnessSigner.generate("witness.test/w1"), tmp_path / "state.json", clock=clock)
+    error = None
+    with AuditLog.open(tmp_path / "log", key, device=DEVICE, witness_key=witness.signer.key) as log:
+        try:
+            assert isinstance(witnessed_session(EgressRecorder(log), witness, seed=0), Cosigned)
+        except ProtocolError as exc:
+            error = str(exc)
+    return error, key, log, witness
 
 
 # -- the witness's own checks -------------------------------------------------------------------------
