@@ -198,10 +198,10 @@ def cosignature_check(
                 candidates.extend((where, key, c.checkpoint, c.timestamp, None) for c in cosignatures(stored.note, key))
             except NoteError as exc:
                 failures.append(f"{where}: {exc}: a forged or altered cosignature")
-    for where, key, cp, when, window in candidates:
+    for where, key, cp, when, exchange in candidates:
         # A line of checkpoints.jsonl is dated by the exchange that brought it; one no answer brought,
         # between the newest record it covers and the log's newest record.
-        window = window or dated.get((key, cp, when)) or (times.get(cp.size - 1, _EARLY), last_time)
+        window = exchange or dated.get((key, cp, when)) or (times.get(cp.size - 1, _EARLY), last_time)
         problem = time_problem(when, *window)
         if problem is not None:
             failures.append(f"{where}: the cosignature of size {cp.size} by {key.name} vouches for nothing: {problem}")
