@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from specsteer.audit.errors import KeyFileError, NoteError
+from specsteer.audit.files import read_key_file
 from specsteer.audit.note import SIG_PREFIX, Checkpoint, parse_note
 
 ALG_COSIGNATURE_V1 = 0x04
@@ -224,21 +225,15 @@ def cosignatures(note: str, key: WitnessKey) -> list[Cosignature]:
 
 
 def load_witness_key(path: Path) -> WitnessKey:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read witness key {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_key_file(path, "witness key", private=False)
     if text.startswith("PRIVATE+KEY+"):
         raise KeyFileError(f"{path} is a witness's private key; give its public key (.pub)")
     return WitnessKey.parse(text)
 
 
 def load_witness_signer(path: Path) -> WitnessSigner:
-    try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read witness signing key {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    return WitnessSigner.parse(text)
+    """The witness's signing key from `path`: a regular file only its owner can read or write (0600)."""
+    return WitnessSigner.parse(read_key_file(path, "witness signing key", private=True))
 
 
 def write_witness_key_pair(name: str, out: Path) -> tuple[Path, Path]:

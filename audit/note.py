@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from specsteer.audit.errors import KeyFileError, NoteError
+from specsteer.audit.files import read_key_file
 
 ALG_ED25519 = 0x01
 SIG_PREFIX = "— "  # U+2014 EM DASH and a space open every signature line
@@ -149,18 +150,12 @@ class SigningKey:
 
 
 def load_signing_key(path: Path) -> SigningKey:
-    try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read signing key {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    return SigningKey.parse(text)
+    """The log's signing key from `path`: a regular file only its owner can read or write (0600)."""
+    return SigningKey.parse(read_key_file(path, "signing key", private=True))
 
 
 def load_verifier_key(path: Path) -> VerifierKey:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read verifier key {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_key_file(path, "verifier key", private=False)
     if text.startswith("PRIVATE+KEY+"):
         # An auditor should never hold the device's private key; refuse rather than derive.
         raise KeyFileError(f"{path} is a private signing key; give the public verifier key (.pub)")

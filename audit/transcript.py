@@ -26,6 +26,10 @@ session received a downlink before another session's first uplink was logged, th
 records each uplink before it answers, must have received the first session's first uplink
 before the other's (within one transcript file; replicas share no clock).
 
+The transcript's folder must not be writable by the group or other users (`check_folder`): one
+who can write there can replace the file, or create it first as theirs, and so choose what the
+server's witness statement says.
+
 On a gRPC server, take the raw bytes (`request_deserializer=bytes`, i.e. identity) so the hash is
 over exactly what arrived, call `begin_stream` once the peer is authenticated, `record_uplink(stream,
 raw)` for every frame before parsing it, and `end_stream` when the stream is over.
@@ -37,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -53,6 +58,23 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STREAM = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _OUTCOME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 MAX_DEVICE_NAME = 128
+
+
+def check_folder(directory: Path) -> None:
+    """Refuse (`AuditError`, one sentence) a transcript folder that is none or that the group or
+    other users may write in (mode 0777, 0775, or 1777 like /tmp)."""
+    try:
+        info = os.stat(directory)
+    except OSError as exc:
+        raise AuditError(f"cannot use transcript folder {directory}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise AuditError(f"the transcript folder {directory} is not a folder")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise AuditError(
+            f"the transcript folder {directory} can be written by other users (mode {mode:04o}), who could replace "
+            f"the server's transcript: chmod go-w {directory}"
+        )
 
 
 def _is_int(v: object) -> bool:
@@ -81,8 +103,11 @@ class ServerTranscript:
 
     @classmethod
     def open(cls, path: Path | str, *, durable: bool = True) -> Self:
-        """Open (or create) a transcript. `durable` fsyncs every line, so a crash loses none."""
+        """Open (or create) a transcript. `durable` fsyncs every line, so a crash loses none.
+
+        Its folder must be writable by its owner only (`check_folder`)."""
         path = Path(path)
+        check_folder(path.parent)
         exists = path.exists() and path.stat().st_size > 0
         if exists:
             existing = read_transcript(path)

@@ -10,7 +10,8 @@ misconfiguration must fail closed instead, with one sentence naming the files (`
 would block the start for ever, `/dev/zero` would fill the memory), a private key nobody but its
 owner and group can read, and trust material (pins, anchors, client CAs) nobody but its owner
 can change: a pins file any local user may write lets that user add a trust anchor. The rules
-are OpenSSH's and PostgreSQL's for the same files.
+are OpenSSH's and PostgreSQL's for the same files. `weak_key` is the key-strength rule both ends
+apply to certificates (RSA >= 2048 bits, EC on P-256/P-384/P-521, Ed25519/Ed448).
 """
 
 from __future__ import annotations
@@ -26,10 +27,19 @@ from typing import Literal
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from specsteer.core.errors import ConfigError
 
-__all__ = ["MAX_TLS_FILE_BYTES", "check_client_cas", "check_tls_identity", "host_name", "read_tls_file"]
+__all__ = [
+    "MAX_TLS_FILE_BYTES",
+    "MIN_RSA_BITS",
+    "check_client_cas",
+    "check_tls_identity",
+    "host_name",
+    "read_tls_file",
+    "weak_key",
+]
 
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
@@ -126,6 +136,9 @@ def check_tls_identity(
                 "must come first, then its issuers"
             )
         raise ConfigError(f"the key in {key_path} is not the key of the certificate in {cert_path}")
+    weak = weak_key(leaf.public_key())
+    if weak is not None:
+        raise ConfigError(f"the certificate in {cert_path} has {weak}, too weak: a TLS key must be {KEY_RULE}")
     now = now or dt.datetime.now(dt.UTC)
     if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc:
         raise ConfigError(
@@ -143,6 +156,29 @@ def check_tls_identity(
         raise ConfigError(
             f"the certificate in {cert_path} is not for {holder}: its extended key usage does not allow {usage_name}"
         )
+
+
+MIN_RSA_BITS = 2048
+# EC keys on these curves only: P-256 and stronger (NIST SP 800-57's 128-bit floor, the Web PKI's set).
+STRONG_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
+
+
+def weak_key(key: object) -> str | None:
+    """What is too weak about a certificate's public key, as "an RSA-1024 key"; None if it is strong:
+    RSA of at least 2048 bits, EC on P-256, P-384 or P-521, Ed25519 or Ed448. Anything else (RSA
+    below 2048 bits, EC on a smaller or non-NIST curve, DSA) is refused wherever a key is accepted."""
+    if isinstance(key, rsa.RSAPublicKey | rsa.RSAPrivateKey):
+        return None if key.key_size >= MIN_RSA_BITS else f"an RSA-{key.key_size} key"
+    if isinstance(key, ec.EllipticCurvePublicKey | ec.EllipticCurvePrivateKey):
+        return None if key.curve.name in STRONG_CURVES else f"an EC key on curve {key.curve.name}"
+    if isinstance(key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        return None
+    if isinstance(key, ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey):
+        return None
+    return f"a {type(key).__name__.removesuffix('PublicKey').removesuffix('PrivateKey')} key"
+
+
+KEY_RULE = "RSA of at least 2048 bits, or EC on P-256, P-384 or P-521"
 
 
 def _is_ca(cert: x509.Certificate) -> bool:

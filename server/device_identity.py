@@ -11,6 +11,8 @@ profile), never by hand:
     key usage        an issuer may sign certificates; a leaf that declares usages signs, never issues
     EKU              the leaf is for TLS client authentication
     validity         every certificate on the path is valid now
+    key strength     every key below the anchor RSA >= 2048 bits or EC on P-256/P-384/P-521
+                     (or Ed25519/Ed448): the verifier alone does not check the leaf's
 
 A device certificate needs no subjectAltName: `server pki issue-device` never wrote one, and the
 device's name is its one CN (`server.service.device_name`). So a path through a CA with name
@@ -34,6 +36,7 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
+from specsteer.core.tls_identity import KEY_RULE, weak_key
 from specsteer.server.errors import NotADevice
 
 __all__ = ["DeviceCertificates", "NotADevice"]
@@ -98,6 +101,13 @@ class DeviceCertificates:
         except VerificationError as exc:
             reason = _ENCOUNTERED.sub("", str(exc)).removeprefix("validation failed: ")
             raise NotADevice(f"the client certificate is not a valid device certificate: {reason}") from None
+        # cryptography's verifier checks the issuers' signatures, not how strong the leaf's key is:
+        # an RSA-1024 or P-224 device key would be served. Every certificate below the anchor is checked.
+        for cert in verified.chain[:-1]:
+            weak = weak_key(cert.public_key())
+            if weak is not None:
+                what = "client certificate" if cert == leaf else "client certificate's issuer"
+                raise NotADevice(f"the {what} has {weak}, too weak: a device certificate's key must be {KEY_RULE}")
         # Name constraints bind subjectAltNames, and a device's name is its CN: a tenant's sub-CA
         # constrained to its own names could still issue any device name. Refused, not half-applied.
         for issuer in verified.chain[1:]:

@@ -227,13 +227,17 @@ class GlobalAdapters:
 
 def _open_transcript(directory: Path) -> TranscriptSink:
     # The audit package owns the transcript format that `audit verify --server-transcript` reads.
+    from specsteer.audit.errors import AuditError
     from specsteer.audit.transcript import ServerTranscript
 
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create transcript directory {directory}: {exc.strerror}") from None
-    return ServerTranscript.open(directory / "server-transcript.jsonl")
+    try:
+        return ServerTranscript.open(directory / "server-transcript.jsonl")
+    except AuditError as exc:  # a folder others may write in, or a file that is no transcript
+        raise ConfigError(str(exc)) from None
 
 
 # Keepalive: the server pings a connection silent this long and drops it if no answer comes within

@@ -14,7 +14,9 @@
 `server pki issue-device --dir D --name NAME` adds D/devices/NAME.pem and NAME.key.
 
 The serving and device CAs are distinct on purpose: a device certificate can never pass as the
-verifier, and a leaked server key cannot impersonate a device. Keys are ECDSA P-256, written 0600.
+verifier, and a leaked server key cannot impersonate a device. Keys are ECDSA P-256, written 0600;
+a CA whose key is weaker (RSA below 2048 bits, EC below P-256: `core.tls_identity.weak_key`) is
+refused as an issuer.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from specsteer.core.errors import ConfigError
 from specsteer.core.fileio import atomic_write
 from specsteer.core.pins import spki_pin
-from specsteer.core.tls_identity import host_name
+from specsteer.core.tls_identity import KEY_RULE, host_name, weak_key
 from specsteer.server.errors import PkiError
 
 __all__ = [
@@ -235,6 +237,9 @@ def load_issued(directory: Path, stem: str) -> Issued:
         raise PkiError(f"{cert_path} or {key_path} is not a PEM certificate and key: {exc}") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise PkiError(f"{key_path} is not an ECDSA key")
+    weak = weak_key(key) or weak_key(certs[0].public_key())
+    if weak is not None:  # a CA key this weak would lend its weakness to every certificate it signs
+        raise PkiError(f"{key_path} or {cert_path} holds {weak}, too weak to issue with: a key must be {KEY_RULE}")
     return Issued(certs[0], key, tuple(certs[1:]))
 
 

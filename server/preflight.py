@@ -89,7 +89,8 @@ def fd_headroom(config: ServerConfig) -> int:
 def check_before_loading(config: ServerConfig) -> None:
     """Refuse (`ConfigError`) what would only fail after the models load, minutes in with real ones:
     a port in use or an address this host does not have (the service's and the metrics'), a global
-    adapters folder that is not there, and a transcript folder that cannot be written."""
+    adapters folder that is not there, and a transcript folder that cannot be written or that other
+    users may write in."""
     listen = [(config.host, config.port, "the service")]
     if config.metrics_port is not None:
         listen.append((config.metrics_host, config.metrics_port, "the metrics"))
@@ -107,11 +108,18 @@ def check_before_loading(config: ServerConfig) -> None:
         raise ConfigError(f"the global adapters folder {config.adapters_dir} does not exist or is no folder")
     if config.transcript_dir is not None:
         try:
-            config.transcript_dir.mkdir(parents=True, exist_ok=True)
+            config.transcript_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create transcript directory {config.transcript_dir}: {exc.strerror}") from None
         if not os.access(config.transcript_dir, os.W_OK | os.X_OK):
             raise ConfigError(f"cannot write in transcript directory {config.transcript_dir}")
+        from specsteer.audit.errors import AuditError
+        from specsteer.audit.transcript import check_folder
+
+        try:
+            check_folder(config.transcript_dir)  # one that others may write in would let them rewrite it
+        except AuditError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def check_config(config: ServerConfig) -> None:

@@ -34,7 +34,7 @@ from specsteer.audit import merkle
 from specsteer.audit.cosignature import WitnessSigner, add_cosignature, load_witness_signer
 from specsteer.audit.errors import AuditError, ProofError
 from specsteer.audit.note import SIG_PREFIX, Checkpoint, VerifierKey
-from specsteer.audit.witness_state import MAX_REFUSALS, WitnessedLog, WitnessState, parse_state
+from specsteer.audit.witness_state import MAX_REFUSALS, WitnessedLog, WitnessState, read_state
 from specsteer.core.errors import ConfigError
 from specsteer.core.fileio import atomic_write
 from specsteer.core.wire import WitnessRequest
@@ -171,11 +171,7 @@ def _read_or_new(path: Path, signer: WitnessSigner) -> WitnessState:
     if not path.exists():
         return WitnessState(str(signer.key))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the witness state {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        state = parse_state(text, str(path))
+        state = read_state(path)  # non-blocking, regular files only: a FIFO must not hang the start
     except AuditError as exc:
         raise ConfigError(str(exc)) from None
     if state.witness != str(signer.key):

@@ -43,6 +43,7 @@ def test_sigkill_while_appending_loses_no_acknowledged_record(tmp_path: Path) ->
     key = SigningKey.generate("device.test/crash")
     key_file = tmp_path / "device.key"
     key_file.write_text(str(key))
+    key_file.chmod(0o600)  # a signing key only its owner reads (issue #48, finding 8)
     log_dir = tmp_path / "log"
     acknowledged: list[tuple[int, str, str, str]] = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

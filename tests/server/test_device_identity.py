@@ -9,15 +9,18 @@ import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from specsteer.core import wire
+from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
+from specsteer.core.tls_identity import check_tls_identity
 from specsteer.sdk.device import DecodeOptions, Specialist, generate
 from specsteer.sdk.remote import TlsIdentity
 from specsteer.server import pki as pki_mod
 from specsteer.server.device_identity import DeviceCertificates, NotADevice
+from specsteer.server.errors import PkiError
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve
@@ -307,3 +310,92 @@ def test_a_device_issued_under_a_name_constrained_ca_is_refused(constrained) -> 
         return
     with pytest.raises(NotADevice, match="CA with name constraints"):
         check.verify(leaf.cert, [tenant.cert])
+
+
+# -- key strength (issue #48, finding 8) -------------------------------------------------------------
+
+
+def _leaf_with_key(device_ca: pki_mod.Issued, key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> pki_mod.Issued:
+    """A device certificate the device CA issued, complete in every way but its key's strength."""
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "weakling")]))
+        .issuer_name(device_ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(sign=True, issue=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(device_ca.key.public_key()), critical=False)
+        .sign(device_ca.key, hashes.SHA256())
+    )
+    return pki_mod.Issued(cert, key)  # type: ignore[arg-type]  # Issued is typed for the project's EC keys
+
+
+_WEAK = [
+    pytest.param(lambda: rsa.generate_private_key(65537, 1024), "an RSA-1024 key", id="rsa-1024"),
+    pytest.param(lambda: rsa.generate_private_key(65537, 1536), "an RSA-1536 key", id="rsa-1536"),
+    pytest.param(lambda: ec.generate_private_key(ec.SECP224R1()), "an EC key on curve secp224r1", id="p-224"),
+    pytest.param(lambda: ec.generate_private_key(ec.SECP256K1()), "an EC key on curve secp256k1", id="secp256k1"),
+]
+
+
+@pytest.mark.parametrize(("make", "weak"), _WEAK)
+def test_a_device_certificate_with_a_weak_key_is_refused(check, device_ca, make, weak) -> None:
+    with pytest.raises(NotADevice) as err:
+        check.verify(_leaf_with_key(device_ca, make()).cert)
+    assert str(err.value) == (
+        f"the client certificate has {weak}, too weak: a device certificate's key must be "
+        "RSA of at least 2048 bits, or EC on P-256, P-384 or P-521"
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: rsa.generate_private_key(65537, 2048), lambda: ec.generate_private_key(ec.SECP384R1())],
+    ids=["rsa-2048", "p-384"],
+)
+def test_a_device_certificate_with_a_strong_key_passes(check, device_ca, make) -> None:
+    check.verify(_leaf_with_key(device_ca, make()).cert)
+
+
+def test_an_rsa_1024_device_is_not_served(live, pki, device_ca) -> None:
+    _, port, transcript = live
+    weak = _leaf_with_key(device_ca, rsa.generate_private_key(65537, 1024))
+    out, code, details = open_as(port, identity_of(pki, weak))
+    assert (out, code) == ([], C.UNAUTHENTICATED)
+    assert "has an RSA-1024 key, too weak" in details
+    assert '"weakling"' not in transcript.read_text()
+
+
+def test_the_device_refuses_its_own_weak_key_before_connecting(tmp_path, device_ca) -> None:
+    issued = _leaf_with_key(device_ca, rsa.generate_private_key(65537, 1024))
+    with pytest.raises(ConfigError, match=r"has an RSA-1024 key, too weak: a TLS key must be RSA of at least 2048"):
+        check_tls_identity(
+            issued.chain_pem, issued.key_pem, cert_path=tmp_path / "d.pem", key_path=tmp_path / "d.key", role="client"
+        )
+
+
+def test_server_pki_refuses_to_issue_under_a_weak_device_ca(tmp_path) -> None:
+    directory = make_pki(tmp_path / "pki", devices=()).directory
+    key = ec.generate_private_key(ec.SECP224R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "SpecSteer Device CA")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pki_mod.write_issued(directory, "device-ca", pki_mod.Issued(cert, key))
+    with pytest.raises(PkiError, match="holds an EC key on curve secp224r1, too weak to issue with"):
+        pki_mod.issue_device(directory, "dora")
+    assert not (directory / "devices" / "dora.pem").exists()
