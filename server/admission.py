@@ -16,7 +16,9 @@ The rule, in three sentences:
 3. While a device waits that holds fewer sessions than another, the servicer ends that other
    device's sessions that have been silent for the short round-idle deadline (`starves`), so a
    stalled session keeps its slot only seconds from a device with a better claim, and a device
-   never loses a session to its own (or an equal device's) waiting Open.
+   never loses a session to its own (or an equal device's) waiting Open. A session that is never
+   that silent (one cheap round every few seconds) is ended too, between rounds, once it has held
+   its slot `slot_min_hold` seconds, the longest holder first (`VerifierService._eviction`).
 
 `StreamRate` is a token bucket per device on stream creation: `burst` streams at once, then
 `rate` per second. A stream it refuses is refused before any frame is read, so a device looping
@@ -116,6 +118,13 @@ class SessionSlots:
             raise
         finally:
             self._forget(waiter)
+
+    def refuse_waiting(self, error: NoSessionSlot) -> None:
+        """End every queued wait with `error` (e.g. `Draining`): no slot will be given to them."""
+        for waiter in list(self._waiters):
+            self._forget(waiter)
+            if not waiter.granted.done():
+                waiter.granted.set_exception(error)
 
     def _forget(self, waiter: _Waiter) -> None:
         if waiter in self._waiters:

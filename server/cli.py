@@ -2,11 +2,13 @@
 
     server serve [--config FILE] [--port P] [--generalist M] [--specialist M] [--tls-dir D | --cert F --key F
                  --client-ca F] [--max-sessions N] [--idle-timeout S] [--open-timeout S]
-                 [--round-idle-timeout S] [--queue-timeout S] [--stream-rate R] [--stream-burst N]
+                 [--round-idle-timeout S] [--queue-timeout S] [--slot-min-hold S] [--stream-rate R] [--stream-burst N]
                  [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S] [--max-connections N]
                  [--max-connections-per-source N] [--kv dynamic|slots] [--kv-forward fused|transformers]
                  [--kv-compile] [--batching on|off] [--max-batch N]
-                 [--metrics-port P] [--transcript-dir D] ...
+                 [--metrics-port P] [--drain-grace S] [--transcript-dir D] ...
+    server drain --pid PID                        # the serving process refuses new sessions, lets the open ones
+                                                  # end (--drain-grace), exits; SIGTERM does the same
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
                                                   # device CA, pins.txt for devices
     server pki issue-device --dir D --name NAME   # D/devices/NAME.pem + NAME.key
@@ -106,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an Open that finds the verifier full waits for a slot before refusal (5; 0: refuse at once)",
     )
     serve.add_argument(
+        "--slot-min-hold",
+        type=number(),
+        help="seconds a session keeps its slot before it may be ended, between rounds, for a waiting device (30)",
+    )
+    serve.add_argument(
         "--max-queued-opens",
         type=whole_number(0),
         help="most Opens waiting for a slot at once (default 2 x max-sessions)",
@@ -159,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--metrics-port", type=whole_number(), help="serve Prometheus metrics on this port (0: any)")
     serve.add_argument("--metrics-host", help="address for the metrics endpoint (default 127.0.0.1)")
+    serve.add_argument(
+        "--drain-grace",
+        type=number(),
+        help="on SIGTERM, SIGUSR1 or `server drain`: seconds open sessions get to end before the server exits "
+        "(120; a second SIGTERM, or SIGINT, stops at once)",
+    )
     serve.add_argument("--transcript-dir", type=Path, help="append each received uplink's sha256, per stream")
     serve.add_argument(
         "--seed",
@@ -179,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the server logs (default info)",
     )
 
+    drain = sub.add_parser("drain", help="ask a running `server serve` to drain (refuse new sessions) and exit")
+    drain.add_argument("--pid", type=whole_number(1), required=True, help="the serving process's id (SIGUSR1)")
     wk = sub.add_parser("witness-key", help="a key pair for the verifier as its devices' audit-log witness")
     wk.add_argument("--name", required=True, help="the witness's name, e.g. verifier.example.com/witness")
     wk.add_argument("--out", type=Path, required=True, help="directory for NAME.witness.key and NAME.witness.pub")
@@ -226,6 +241,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "open_timeout": args.open_timeout,
         "round_idle_timeout": args.round_idle_timeout,
         "queue_timeout": args.queue_timeout,
+        "slot_min_hold": args.slot_min_hold,
         "max_queued_opens": args.max_queued_opens,
         "reserved_sessions": args.reserved_sessions,
         "stream_rate": args.stream_rate,
@@ -242,6 +258,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "batch_wait_ms": args.batch_wait_ms,
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
+        "drain_grace": args.drain_grace,
         "transcript_dir": args.transcript_dir,
         "witness_key": args.witness_key,
         "witness_state": args.witness_state,
@@ -265,23 +282,46 @@ def serve(args: argparse.Namespace) -> int:
     check_config(config)
     from specsteer.server.main import create_server
 
-    server, port = create_server(config)
-    stop = threading.Event()
+    stop, drain = threading.Event(), threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.start()  # logs "serving on HOST:PORT", once
+    def on_drain(signum: int, frame: FrameType | None) -> None:
+        # A second SIGTERM (or SIGUSR1) while draining stops at once.
+        (stop if drain.is_set() else drain).set()
+
+    # Installed before the models load: a SIGTERM then still drains (nothing is open) and exits.
+    signal.signal(signal.SIGTERM, on_drain)
+    signal.signal(signal.SIGUSR1, on_drain)
+    signal.signal(signal.SIGINT, on_stop)
+    server, port = create_server(config)
     if server.metrics_port is not None:
-        log.info("metrics on http://%s:%d/metrics", config.metrics_host, server.metrics_port)
+        log.info(
+            "metrics on http://%s:%d/metrics (probes: /healthz, /readyz)", config.metrics_host, server.metrics_port
+        )
+    server.start()  # logs "serving on HOST:PORT", once
     if args.port_file is not None:
         _write_port_file(args.port_file, port)
-    while not stop.wait(0.5):
+    while not (stop.wait(0.5) or drain.is_set()):
         pass
-    log.info("stopping")
-    server.stop(grace=5.0)
+    if stop.is_set():
+        log.info("stopping")
+        server.stop(grace=5.0)
+    else:
+        server.drain_and_stop(server.config.drain_grace, interrupt=stop)
+    return 0
+
+
+def drain_command(args: argparse.Namespace) -> int:
+    """Ask a running `server serve` (by its process id) to drain and exit: SIGUSR1."""
+    try:
+        os.kill(args.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        raise ConfigError(f"no process {args.pid} to drain") from None
+    except PermissionError:
+        raise ConfigError(f"not allowed to signal process {args.pid} (run as its user)") from None
+    print(f"server: asked process {args.pid} to drain: it refuses new sessions and exits once the open ones end")
     return 0
 
 
@@ -317,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "witness-key":
                 return witness_key_command(args)
+            if args.command == "drain":
+                return drain_command(args)
             return serve(args) if args.command == "serve" else pki_command(args)
         except OSError as exc:
             print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)

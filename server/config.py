@@ -3,6 +3,7 @@
     [server]
     host = "127.0.0.1"
     port = 50051
+    drain_grace = 120.0                   # seconds open sessions get to finish after SIGTERM or SIGUSR1
 
     [models]
     generalist = "qwen2.5-coder-1.5b-instruct"  # folder, .gguf file or embedded name
@@ -29,6 +30,7 @@
     round_idle_timeout = 5.0              # ... or this many while another Open waits for a slot
     open_timeout = 10.0                   # seconds a new stream may take to send its Open
     queue_timeout = 5.0                   # seconds an Open at the cap waits for a slot (0: refuse at once)
+    slot_min_hold = 30.0                  # seconds a session keeps its slot before a waiting device may evict it
     # max_queued_opens = 128              # Opens waiting at once (default: 2 x max_sessions)
     # reserved_sessions = 8               # slots only devices with no session may take (default: max_sessions / 8)
     stream_rate = 4.0                     # streams a device may start per second, after ...
@@ -122,6 +124,9 @@ class ServerConfig:
     # Fair admission (server/admission.py): the short deadline while others wait, the queue, the reserve.
     round_idle_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
     queue_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
+    # A session that has held its slot this long, and is between rounds, is ended for a device with
+    # fewer sessions that waits (however often it sends rounds): a trickle cannot keep every slot.
+    slot_min_hold: float = field(default=30.0, metadata={"toml": "a number of seconds"})
     max_queued_opens: int | None = None
     reserved_sessions: int | None = None
     stream_rate: float = field(default=4.0, metadata={"toml": "a number of streams per second"})
@@ -146,6 +151,8 @@ class ServerConfig:
     witness_key: Path | None = None
     witness_state: Path | None = None
     seed: int | None = None
+    # Draining (SIGTERM, SIGUSR1, `server drain`): new Opens are refused, open sessions get this long.
+    drain_grace: float = field(default=120.0, metadata={"toml": "a number of seconds"})
     # Streams beyond the session cap, kept for health checks and for refusing politely.
     extra_streams: int = field(default=16, repr=False)
 
@@ -201,6 +208,10 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be a positive number; got {value}")
         if not (math.isfinite(self.queue_timeout) and self.queue_timeout >= 0):
             raise ConfigError(f"queue_timeout must be a number of seconds, 0 or more; got {self.queue_timeout}")
+        for name in ("slot_min_hold", "drain_grace"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a number of seconds, 0 or more; got {value}")
         if self.max_queued_opens is not None and self.max_queued_opens < 0:
             raise ConfigError(f"max_queued_opens must be 0 or more; got {self.max_queued_opens}")
         if self.reserved_sessions is not None and not 0 <= self.reserved_sessions < self.max_sessions:
@@ -270,7 +281,7 @@ class ServerConfig:
 
 # Where each TOML key lives: section -> {key in the file: field of ServerConfig}.
 _LAYOUT: dict[str, dict[str, str]] = {
-    "server": {"host": "host", "port": "port", "seed": "seed"},
+    "server": {"host": "host", "port": "port", "seed": "seed", "drain_grace": "drain_grace"},
     "models": {
         "generalist": "generalist",
         "specialist": "specialist",
@@ -293,6 +304,7 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "open_timeout": "open_timeout",
         "round_idle_timeout": "round_idle_timeout",
         "queue_timeout": "queue_timeout",
+        "slot_min_hold": "slot_min_hold",
         "max_queued_opens": "max_queued_opens",
         "reserved_sessions": "reserved_sessions",
         "stream_rate": "stream_rate",

@@ -7,6 +7,7 @@
     │   └── SlotPoolTooLarge    a slot pool's KV buffers that the device's free memory cannot hold
     ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
     ├── NoSessionSlot           no session slot for a device within the queue's wait (it may fall back)
+    │   └── Draining            the verifier is draining: no new session (the device falls back)
     ├── SlotOverflow            a block that would run past its KV slot's positions (server.slot_pool)
     ├── ModelLoadError          core.errors: a model path or name that cannot be loaded
     ├── ProfileError            core.errors: a profile file the cloud side was given cannot be read
@@ -15,7 +16,7 @@
         └── SessionTooLong      a round past what a session may hold (the protocol's bound, or the KV slots)
             └── SessionOverCapacity   within the protocol's bound, past this verifier's KV slots
 
-`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `SlotOverflow`,
+`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `Draining`, `SlotOverflow`,
 `SlotPoolTooLarge` and `SessionTooLong` are defined here; the others come from the layers below and are gathered here,
 so a caller imports its `except` clauses from one module. A refusal inside the gRPC service
 (`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
@@ -30,6 +31,7 @@ __all__ = [
     "AdapterError",
     "ConfigError",
     "ContractError",
+    "Draining",
     "ModelLoadError",
     "NoSessionSlot",
     "NotADevice",
@@ -54,6 +56,10 @@ class NotADevice(SpecSteerError):
 
 class NoSessionSlot(SpecSteerError):
     """No session slot within the wait (or the queue is full): the device is told why and may fall back."""
+
+
+class Draining(NoSessionSlot):
+    """The verifier is draining (about to stop): an Open is refused, its queued wait ended, with UNAVAILABLE."""
 
 
 class SlotOverflow(SpecSteerError):

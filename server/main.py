@@ -7,10 +7,11 @@
 
 The server runs on its own asyncio event loop thread, so tests, the demo and the CLI embed it the
 same way. It serves `specsteer.v1.Verifier` (`server/service.py`) and the standard gRPC health
-check (to devices it would serve, `Check` only: `DeviceHealth`), exposes Prometheus metrics if
-asked, and re-reads its certificate, key and client CA whenever the files change
-(`CertificateSource`): rotation needs no restart, and a broken new file is refused (the current
-certificate stays) rather than taking the server down.
+check (to devices it would serve, `Check` only: `DeviceHealth`), exposes Prometheus metrics and
+the orchestrator's probes if asked (`/healthz`, `/readyz`: `server.metrics`), drains (`drain`,
+`drain_and_stop`: new Opens refused, open sessions let end), and re-reads its certificate, key
+and client CA whenever the files change (`CertificateSource`): rotation needs no restart, and a
+broken new file is refused (the current certificate stays) rather than taking the server down.
 """
 
 from __future__ import annotations
@@ -349,10 +350,15 @@ class VerifierServer:
         *,
         transcript: TranscriptSink | None = None,
         certificates: CertificateSource | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.cloud = cloud
-        self.metrics = Metrics()
+        # `create_server` may have served the metrics port (its /healthz) while the models loaded.
+        self.metrics = metrics or Metrics()
+        self._serving = False
+        self.draining = False
+        self.metrics.ready = lambda: self.ready
         self.certificates = certificates or CertificateSource(*config.require_tls())
         self.certificates.metrics = self.metrics
         self.transcript = transcript
@@ -473,9 +479,57 @@ class VerifierServer:
 
     def start(self) -> None:
         self._call(self._start())
-        if self.config.metrics_port is not None:
+        if self.config.metrics_port is not None and self.metrics_port is None:
             self.metrics_port = self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        self._serving = True
         log.info("serving on %s:%d (mutual TLS)", self.config.host, self.port)
+
+    @property
+    def ready(self) -> bool:
+        """Whether this replica would admit a session now (the metrics port's /readyz): its models
+        are loaded, it serves, and it is not draining."""
+        return self._serving and not self.draining and not self._stopped.is_set()
+
+    @property
+    def open_sessions(self) -> int:
+        return 0 if self.service is None else self.service.open_sessions
+
+    async def _drain(self) -> None:
+        assert self.service is not None
+        self.service.drain()
+        if self._health is not None:
+            for name in ("", wire.SERVICE_NAME):
+                await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def drain(self) -> None:
+        """Stop admitting, for good: /readyz answers 503, every new (or queued) Open is refused with
+        UNAVAILABLE "draining" (the device finishes locally or opens elsewhere), the health check
+        says NOT_SERVING; open sessions go on. Thread-safe; a second call does nothing."""
+        if self.draining or self._stopped.is_set():
+            return
+        self.draining = True
+        self._call(self._drain())
+
+    def drain_and_stop(self, grace: float, interrupt: threading.Event | None = None) -> bool:
+        """`drain`, let the open sessions end within `grace` seconds (or until `interrupt` is set),
+        then `stop`; True if every session ended before the grace ran out."""
+        self.drain()
+        log.info("draining: new sessions are refused; %d open get up to %g s to end", self.open_sessions, grace)
+        interrupt = interrupt or threading.Event()
+        deadline = time.monotonic() + grace
+        while self.open_sessions and not interrupt.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            interrupt.wait(min(0.1, left))
+        drained = not self.open_sessions
+        if drained:
+            log.info("drained: every session ended")
+        else:
+            log.warning("drain ended with %d session(s) still open: they are cut", self.open_sessions)
+        # Streams whose sessions closed may still be sending their last answer (a cosignature).
+        self.stop(grace=1.0 if drained else 0)
+        return drained
 
     async def _stop(self, grace: float | None) -> None:
         if self._health is not None:
@@ -489,6 +543,7 @@ class VerifierServer:
         """Stop serving (open streams get `grace` seconds), then release the port and threads."""
         if self._stopped.is_set():
             return
+        self._serving = False
         try:
             self._call(self._stop(grace), timeout=None if grace is None else grace + 30.0)
         finally:
@@ -530,13 +585,24 @@ def create_server(
     certificates = CertificateSource(*config.require_tls())
     fd_headroom(config)
     check_before_loading(config)
-    if cloud is None:
-        cloud = build_cloud(config)
-    if config.kv == "dynamic":
-        if config.max_sessions_from_memory:
-            config = size_sessions_to_memory(config, cloud)
-        warn_if_sessions_outgrow_memory(config, cloud)
-    server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates)
+    metrics = Metrics()
+    metrics_port = None
+    if config.metrics_port is not None:
+        # Up before the models load (minutes, with real ones): /healthz says the process is alive,
+        # /readyz says 503 until the server serves.
+        metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
+    try:
+        if cloud is None:
+            cloud = build_cloud(config)
+        if config.kv == "dynamic":
+            if config.max_sessions_from_memory:
+                config = size_sessions_to_memory(config, cloud)
+            warn_if_sessions_outgrow_memory(config, cloud)
+        server = VerifierServer(config, cloud, transcript=transcript, certificates=certificates, metrics=metrics)
+    except BaseException:
+        metrics.stop()
+        raise
+    server.metrics_port = metrics_port
     return server, server.port
 
 

@@ -8,6 +8,10 @@ gives every connection a thread with no timeout, so anyone who could reach the p
 and a descriptor per idle connection (980 of them left the verifier 27 descriptors). Here a
 connection is closed after `_REQUEST_TIMEOUT` seconds, silent or not, and at most
 `_MAX_CONNECTIONS` are served at once; more are closed on accept.
+
+The same port answers an orchestrator's probes: `/healthz` 200 while the process runs (from before
+the models load), `/readyz` 200 only while the verifier would admit a session (`Metrics.ready`:
+models loaded, serving, not draining), else 503; `/metrics` the Prometheus text; any other path 404.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -77,15 +82,26 @@ class _BoundedMetricsServer(ThreadingMixIn, WSGIServer):
             self._slots.release()
 
 
+_Start = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def _plain(start: _Start, status: str, body: str) -> Iterable[bytes]:
+    data = body.encode()
+    start(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))])
+    return [data]
+
+
 class Metrics:
     def __init__(self) -> None:
+        # Whether the verifier would admit a session now (the server sets it: serving, not draining).
+        self.ready: Callable[[], bool] = lambda: False
         self.registry = CollectorRegistry()
         r = self.registry
         self.streams = Counter("specsteer_streams", "Session streams that reached the servicer.", registry=r)
         self.sessions_active = Gauge("specsteer_sessions_active", "Sessions open now.", registry=r)
         self.sessions = Counter(
             "specsteer_sessions", "Sessions by how they ended.", ["outcome"], registry=r
-        )  # outcome: closed, ended (text finished), refused, expired, vanished, failed
+        )  # outcome: closed, ended (text finished), refused, expired, evicted, vanished, failed
         self.rounds = Counter("specsteer_rounds", "Verified rounds.", registry=r)
         self.drafted = Counter("specsteer_drafted_tokens", "Draft tokens received.", registry=r)
         self.accepted = Counter("specsteer_accepted_tokens", "Draft tokens accepted.", registry=r)
@@ -146,11 +162,30 @@ class Metrics:
     def serve(self, host: str, port: int) -> int:
         """Expose /metrics over HTTP; returns the bound port (port 0 picks one)."""
         httpd = _BoundedMetricsServer((host.strip("[]"), port))
-        httpd.set_app(make_wsgi_app(self.registry))
+        httpd.set_app(self._app(make_wsgi_app(self.registry)))
         thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
         thread.start()
         self._http = (httpd, thread)
         return int(httpd.server_port)
+
+    def _app(self, metrics_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+        def app(environ: dict[str, Any], start: _Start) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics_app(environ, start)
+            if path == "/healthz":
+                return _plain(start, "200 OK", "alive\n")
+            if path == "/readyz":
+                if self.ready():
+                    return _plain(start, "200 OK", "ready\n")
+                return _plain(start, "503 Service Unavailable", "not ready\n")
+            return _plain(start, "404 Not Found", "not found: /metrics, /healthz or /readyz\n")
+
+        return app
+
+    @property
+    def serving_http(self) -> bool:
+        return self._http is not None
 
     def stop(self) -> None:
         if self._http is not None:

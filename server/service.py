@@ -17,10 +17,14 @@ specific status:
                          timeout, while a device with fewer sessions waits), a downlink the device
                          did not read within the same, or no Open within the (much shorter) open
                          timeout of a new stream
-    RESOURCE_EXHAUSTED   the verifier is at its session cap (after the queue wait), this device is
+    RESOURCE_EXHAUSTED   the verifier is at its session cap (after the queue wait), the session was
+                         evicted between rounds for a waiting device after holding its slot
+                         `slot_min_hold` seconds, this device is
                          at its stream cap or starts streams faster than its rate; a session
                          within the protocol's bounds longer than this verifier's KV slots; an
                          oversize frame (gRPC refuses it before it reaches this code)
+    UNAVAILABLE          an Open while the verifier drains (SIGTERM, SIGUSR1, `server drain`): the
+                         device finishes locally or opens elsewhere; open sessions go on
     UNAUTHENTICATED      the client certificate has no valid X.509 path to the device CA
                          (`server.device_identity`: path length, key usage, EKU clientAuth,
                          validity), or does not name exactly one valid device
@@ -39,7 +43,9 @@ stream that has not sent Open within `open_timeout` seconds is ended. Session sl
 fairly: the last `reserved_sessions` slots go only to devices holding no session, an Open that
 finds no slot waits up to `queue_timeout` seconds (freed slots go to the waiting device holding
 the fewest), and while a device holding fewer sessions waits, a session silent for
-`round_idle_timeout` seconds after its last verdict is ended. gRPC's own concurrent-call limit
+`round_idle_timeout` seconds after its last verdict is ended, and so is the session that has held
+its slot longest, once between rounds, if it has held it `slot_min_hold` seconds (however often
+it sends rounds: a trickle of cheap rounds cannot keep every slot). gRPC's own concurrent-call limit
 is only a backstop far above these caps, so a flood is refused here, per device, at once.
 
 A client that vanishes only ends its own session; model work already started finishes, its result
@@ -73,7 +79,7 @@ from specsteer.server.admission import SessionSlots, StreamRate
 from specsteer.server.batching import Scheduler
 from specsteer.server.config import ServerConfig
 from specsteer.server.device_identity import DeviceCertificates, NotADevice
-from specsteer.server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
+from specsteer.server.errors import Draining, NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
 from specsteer.server.metrics import Metrics
 from specsteer.server.pki import DEVICE_NAME
 from specsteer.server.session import CloudSession, CloudVerifier
@@ -84,6 +90,7 @@ __all__ = ["Device", "TranscriptSink", "VerifierService"]
 log = logging.getLogger("server")
 
 _THROTTLE_LOG_EVERY = 10.0  # seconds between the aggregated log lines of throttled streams
+_DRAINING = "the verifier is draining (shutting down): no new session here; open one elsewhere or later"
 
 
 class TranscriptSink(Protocol):
@@ -141,6 +148,9 @@ class VerifierService:
         self._throttle_logged = 0.0
         self._refusals = _RefusalLog(_THROTTLE_LOG_EVERY)
         self._streams: Counter[str] = Counter()  # live streams per device, from their first byte
+        self._held_since: dict[_Stream, float] = {}  # when each session took its slot (loop time)
+        self._idle: set[_Stream] = set()  # sessions waiting on their device between rounds
+        self.draining = False  # set by `drain`: Opens are refused, open sessions go on
         self._revoked = frozenset(config.revoked_devices)
         self._devices = DeviceCertificates(device_cas)
         # The witness of the devices' audit logs: cosigns the checkpoint a Close carries.
@@ -161,6 +171,12 @@ class VerifierService:
     def waiting_opens(self) -> int:
         """Opens waiting in the queue for a session slot."""
         return self._slots.waiting
+
+    def drain(self) -> None:
+        """Refuse every Open from now on (UNAVAILABLE, "draining"), queued ones too; open sessions go
+        on to their end. Call on the server's event loop."""
+        self.draining = True
+        self._slots.refuse_waiting(Draining(_DRAINING))
 
     # -- identity ----------------------------------------------------------------------------------
 
@@ -302,22 +318,63 @@ class VerifierService:
         assert state.device is not None
         name = state.device.name
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        start = loop.time()
+        deadline = start + timeout
         short = min(self.config.round_idle_timeout, timeout)
-        done, _ = await asyncio.wait({pending}, timeout=short)
-        while not done:
-            left = deadline - loop.time()
-            if left <= 0:
-                return f"{silence} for {timeout:g} s"
-            if self._slots.starves(name):
-                return f"{silence} for {short:g} s while a device holding fewer sessions waits for a slot"
-            changed = asyncio.ensure_future(self._slots.changed().wait())
-            try:
-                done, _ = await asyncio.wait({pending, changed}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                changed.cancel()
-            done &= {pending}
-        return None
+        held_since = self._held_since.get(state)
+        self._idle.add(state)
+        try:
+            while True:
+                now = loop.time()
+                evicted = self._eviction(state, now)
+                if evicted is not None:
+                    raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, evicted, outcome="evicted")
+                if now >= deadline:
+                    return f"{silence} for {timeout:g} s"
+                starves = self._slots.starves(name)
+                if starves and now - start >= short:
+                    return f"{silence} for {short:g} s while a device holding fewer sessions waits for a slot"
+                # Wake at the next moment one of the rules above may change its answer, or when who
+                # holds or waits changes.
+                wake = [deadline]
+                if starves:
+                    wake.append(start + short)
+                    if held_since is not None and now < held_since + self.config.slot_min_hold:
+                        wake.append(held_since + self.config.slot_min_hold)
+                changed = asyncio.ensure_future(self._slots.changed().wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        {pending, changed}, timeout=max(0.0, min(wake) - now), return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    changed.cancel()
+                if pending in done:
+                    return None
+        finally:
+            self._idle.discard(state)
+
+    def _eviction(self, state: _Stream, now: float) -> str | None:
+        """Why this idle session is to end for a waiting device, or None.
+
+        While a device holding fewer sessions than this one's waits for a slot, the idle session
+        that has held its slot longest, if it has held it `slot_min_hold` seconds, gives it up:
+        a session that sends a cheap round every few seconds is never silent long enough for the
+        round-idle deadline, so without this a trickle of rounds kept every slot for ever.
+        """
+        assert state.device is not None
+        held_since = self._held_since.get(state)
+        if held_since is None or now - held_since < self.config.slot_min_hold:
+            return None
+        if not self._slots.starves(state.device.name):
+            return None
+        for other in self._idle:
+            # An older idle session goes first (it wakes on the same change, or sooner).
+            since = self._held_since.get(other)
+            if other is not state and since is not None and since < held_since:
+                assert other.device is not None
+                if self._slots.starves(other.device.name):
+                    return None
+        return f"evicted for a waiting device after holding a slot {now - held_since:.1f} s"
 
     async def _write(self, state: _Stream, context: grpc.aio.ServicerContext, message: bytes) -> None:
         """Send a downlink under the same deadlines as a read: a device that stops reading (its
@@ -377,12 +434,17 @@ class VerifierService:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"device {state.device.name!r} already has {self.config.max_sessions_per_device} open sessions",
             )
+        if self.draining:
+            raise _Abort(grpc.StatusCode.UNAVAILABLE, _DRAINING)
         # The slot is taken before the prefill runs, so concurrent Opens cannot overshoot the cap.
         try:
             await self._slots.acquire(state.device.name, self.config.queue_timeout)
+        except Draining:
+            raise _Abort(grpc.StatusCode.UNAVAILABLE, _DRAINING) from None
         except NoSessionSlot as exc:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
         state.counted = True
+        self._held_since[state] = asyncio.get_running_loop().time()
         self.metrics.sessions_active.inc()
         start = time.perf_counter()
         try:
@@ -483,6 +545,8 @@ class VerifierService:
         if state.counted:
             assert state.device is not None
             state.counted = False
+            self._held_since.pop(state, None)
+            self._idle.discard(state)
             self.metrics.sessions_active.dec()  # before the slot goes back: whoever sees it free sees this
             self._slots.release(state.device.name)
 
