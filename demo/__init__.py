@@ -1,5 +1,4 @@
-"""The demo: `sdk demo` composes the device, a verifier process on loopback, and `audit verify`.
-
-It sits at the top of the layering (docs/architecture.md) and is reached from the `sdk` CLI only
-through the `specsteer.sdk_commands` entry point, so the device package holds no cloud code.
+"""The repository's demo, `python -m demo` (`make demo`): the device, a verifier process on loopback,
+and `audit verify`, composed. It sits at the top of the layering (docs/architecture.md) and is no
+part of the wheel.
 """

@@ -1,29 +1,32 @@
-"""`sdk demo`: a personalized generation for the demo user shipped with the SDK.
+"""`python -m demo`: a personalized generation for the demo user shipped with the SDK.
 
-    sdk demo [--query N] [--in-process] [--no-baselines] [--audit-dir DIR] [decoding options]
+    python -m demo [--query N] [--in-process] [--no-baselines] [--audit-dir DIR] [decoding options]
 
 It ends on the product: what the device alone (`slm-rag`) and the cloud alone (`llm`) would have
 written for the same query, each with ROUGE-L against the author's real body, and last, clearly
 marked, the SpecSteer text with its stats.
 
-The `sdk` CLI parses the command line (so usage and `--help` stay one) and hands the words after
-`demo` to `main` through the `specsteer.sdk_commands` entry point; errors propagate back to it,
-and it turns them into one sentence and exit code 1. `python -m demo.cli ...` is `sdk demo ...`.
+The demo is the repository's, not the wheel's (`make demo` runs it): it takes `sdk generate`'s
+decoding options (`specsteer.sdk.cli.add_decoding_options`) and runs its flow, then adds the
+verifier process, the audit log and `audit verify`. Errors are one sentence and exit code 1.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from demo.run import run_as, run_demo_over_tls
+from specsteer.core.cli import command_parser, reported, whole_number
 from specsteer.core.errors import ConfigError
+from specsteer.core.logs import configure_cli_logging
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import Method
-from specsteer.sdk.cli import build_parser, print_result, run
-from specsteer.sdk.cli import main as sdk_main
+from specsteer.sdk.cli import add_decoding_options, add_fault_options, print_result, run, with_device_defaults
 from specsteer.sdk.context import Profile, demo_profile_path
 
 __all__ = ["main"]
@@ -35,12 +38,35 @@ BASELINES = {
 }
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run the demo with the `sdk demo` options in `argv` (the words after `demo`).
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("python -m demo", "personalized generation for the demo user shipped with the SDK")
+    parser.add_argument("--query", type=whole_number(), default=0, help="which of the demo user's queries (0-2)")
+    parser.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
+    parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="skip what the device alone (slm-rag) and the cloud alone (llm) would have written",
+    )
+    parser.add_argument(
+        "--audit-dir",
+        type=Path,
+        help="where the demo keeps its audit log and key (default: a new folder under the cache directory)",
+    )
+    add_decoding_options(parser)
+    add_fault_options(parser)
+    parser.set_defaults(max_new_tokens=64, command="demo")
+    return parser
 
-    A `SpecSteerError` propagates to the `sdk` CLI, which reports it as one sentence.
-    """
-    args = build_parser().parse_args(["demo", *argv])
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m demo ARGS`: the exit code; a `SpecSteerError` is one sentence and exit code 1."""
+    args = with_device_defaults(build_parser().parse_args(list(sys.argv[1:] if argv is None else argv)))
+    configure_cli_logging("demo", quiet=args.quiet)
+    return reported("demo", lambda: demo(args))
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Run the demo with parsed options; a `SpecSteerError` propagates."""
     profile = Profile.from_file(demo_profile_path())
     queries = json.loads(demo_profile_path().read_text(encoding="utf-8"))["queries"]
     if not 0 <= args.query < len(queries):
@@ -90,4 +116,4 @@ def _score(text: str, reference: str | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(sdk_main(["demo", *sys.argv[1:]]))
+    sys.exit(main())

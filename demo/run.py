@@ -21,10 +21,11 @@ from specsteer.audit.verify import inspect
 from specsteer.core.errors import ConfigError
 from specsteer.core.gguf_cache import default_cache_dir
 from specsteer.core.session_types import Method
-from specsteer.sdk.cli import audit_tap, check_options, load_specialist, log, run, run_remote, session_params
-from specsteer.sdk.client import ClientConfig
+from specsteer.sdk.cli import check_options, log, run, run_remote, session_params
+from specsteer.sdk.client import ClientConfig, SpecSteerClient
 from specsteer.sdk.context import Profile
 from specsteer.sdk.device import Generation
+from specsteer.sdk.specialists import load_specialist
 from specsteer.server.pki import init_pki, issue_device
 
 __all__ = ["run_demo_over_tls", "verifier_process"]
@@ -106,7 +107,15 @@ def run_demo_over_tls(
         log(args, f"throwaway PKI in {pki.directory}; starting the verifier (server serve) on 127.0.0.1")
         witness = ["--witness-key", str(witness_private)]
         with verifier_process(args, pki.directory, transcript_dir, witness) as ready:
-            specialist = load_specialist(args, profile)  # while the verifier loads its models
+            # The device's Specialist (the default's bundle from the cache) while the verifier loads its models.
+            specialist = load_specialist(
+                args.specialist,
+                profile,
+                drafter=args.drafter,
+                precision=args.drafter_precision,
+                context_entries=args.context_entries,
+                cache_dir=args.cache_dir,
+            )
             port = ready()
             log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
             timeouts = {"round_timeout": args.round_timeout, "connect_timeout": args.connect_timeout}
@@ -117,11 +126,14 @@ def run_demo_over_tls(
                 key=pki.device_key("demo-user"),
                 fallback=not args.no_fallback,
                 guard=args.guard or "placeholder",
+                audit_log=log_dir,
+                audit_key=private,
+                witness_key=witness_public,
                 **{k: v for k, v in timeouts.items() if v is not None},
             )
-            with audit_tap(log_dir, private, config.cert, witness_public) as tap:
-                result = run_remote(args, prompt, specialist, config, tap)
-                others = {m: run_remote(with_method(args, m), prompt, specialist, config, tap) for m in baselines}
+            with SpecSteerClient.connect(specialist, config) as client:  # the client keeps the audit log
+                result = run_remote(args, prompt, client)
+                others = {m: run_remote(with_method(args, m), prompt, client) for m in baselines}
         log(args, "verifier stopped")
     log(args, f"audit log in {log_dir}; verifying it as an auditor would:")
     # `audit verify LOG --key PUB --server-transcript FILE --device demo-user --witness-key W.pub

@@ -105,7 +105,7 @@ class VersionedFedAvg(VersionedRounds, FedAvg):
         replies = list(replies)
         record = self.rounds[-1]
         record.replies = sum(1 for m in replies if not m.has_error())
-        record.refusals = [m.error.reason for m in replies if m.has_error()]
+        record.refusals = [m.error.reason or f"error code {m.error.code}" for m in replies if m.has_error()]
         arrays, metrics = super().aggregate_train(server_round, replies)
         if arrays is not None:
             tensors = {key: value.numpy() for key, value in arrays.items()}

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.app.message import make_message
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
@@ -144,7 +145,7 @@ class LocalGrid(Grid):
             self.deliveries.append(Delivery(msg, None, []))
             return
         # Each node gets its own copy, as it would after the network: no shared Python objects.
-        delivered = Message(copy.deepcopy(msg.content), metadata=copy.deepcopy(msg.metadata))
+        delivered = make_message(copy.deepcopy(msg.metadata), copy.deepcopy(msg.content))
         context = Context(
             run_id=self._run.run_id,
             node_id=node.node_id,

@@ -1,27 +1,21 @@
 """SpecSteer device SDK: the on-device Specialist and the Draft-Verify-Recover loop.
 
-What an app embeds, importable from `sdk` itself (the submodules are the implementation):
+What an app embeds, importable from `specsteer.sdk` itself (the submodules are the implementation):
 
-    from specsteer.sdk import ClientConfig, Profile, SpecSteerClient, load_causal_lm
+    from specsteer.sdk import ClientConfig, Profile, SpecSteerClient
 
-    config = ClientConfig.from_file("device.toml")  # [verifier] server, pins, cert, key
-    specialist = load_causal_lm("qwen2.5-coder-0.5b-instruct")  # the on-device model (the embedded default)
-    with SpecSteerClient.connect(specialist, config, profile=Profile.from_file("profile.json")) as client:
+    config = ClientConfig.from_file("device.toml")  # [verifier] pins, certificates; [device]; [audit]
+    with SpecSteerClient.from_config(config, profile=Profile.from_file("profile.json")) as client:
         print(client.generate("Write the commit body for: retry a flaky fetch once", max_new_tokens=64).text)
 
 `__all__` below is the public API; tests/sdk/test_public_api.py guards it (and tests/sdk/test_readme.py
-runs the README's copy of these lines against a real verifier on loopback).
+runs the README's copy of these lines against a real verifier on loopback, then `audit verify`).
 
-The names whose modules import a model library load on first use (PEP 562), so `import sdk`,
-`sdk.errors` and `sdk --help` do not pay for a model until one runs. A device that drafts on
-onnxruntime-genai never imports torch at all:
-
-    name = "qwen2.5-coder-0.5b-instruct"
-    lm = load_device_lm(name)
-    specialist = Specialist(lm, profile, drafter=OnnxDrafter.for_specialist(name, lm))
-
-(`load_device_lm`: tokenizer, chat template and end ids without torch; only `CausalLM` and
-`load_causal_lm`, and the torch drafter, load torch and transformers.)
+The names whose modules import a model library load on first use (PEP 562), so `import
+specsteer.sdk`, `specsteer.sdk.errors` and `sdk --help` do not pay for a model until one runs. A
+device that drafts from a model bundle (`sdk models build`, `load_bundle`, `load_specialist`) never
+imports torch at all; only `CausalLM`, `load_causal_lm` and the torch drafter load torch and
+transformers (the `[convert]` extra).
 """
 
 import importlib
@@ -43,11 +37,13 @@ from specsteer.sdk.errors import (
 if typing.TYPE_CHECKING:  # what a type checker sees; at run time `__getattr__` imports these on first use
     from specsteer.core.device_lm import DeviceLM, load_device_lm
     from specsteer.core.models import CausalLM, load_causal_lm
+    from specsteer.sdk.bundles import build_bundle, load_bundle
     from specsteer.sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
-    from specsteer.sdk.context import Profile
+    from specsteer.sdk.context import Profile, demo_profile_path
     from specsteer.sdk.device import DecodeOptions, Generation, Specialist
     from specsteer.sdk.llamacpp import LlamaCppDrafter
     from specsteer.sdk.onnx_drafter import OnnxDrafter
+    from specsteer.sdk.specialists import load_specialist
 
 __all__ = [
     "CandidatePolicy",
@@ -75,8 +71,12 @@ __all__ = [
     "VerifierLost",
     "VerifierRefused",
     "__version__",
+    "build_bundle",
+    "demo_profile_path",
+    "load_bundle",
     "load_causal_lm",
     "load_device_lm",
+    "load_specialist",
 ]
 
 # Public name -> the module that defines it, for the names imported on first use.
@@ -95,6 +95,10 @@ _LAZY = {
     "Generation": "specsteer.sdk.device",
     "Specialist": "specsteer.sdk.device",
     "LlamaCppDrafter": "specsteer.sdk.llamacpp",
+    "demo_profile_path": "specsteer.sdk.context",
+    "build_bundle": "specsteer.sdk.bundles",
+    "load_bundle": "specsteer.sdk.bundles",
+    "load_specialist": "specsteer.sdk.specialists",
 }
 
 

@@ -3,7 +3,7 @@
     sdk generate --prompt TEXT [--profile FILE] [--method specsteer] [--json] ...
     sdk generate --prompt TEXT --server HOST:PORT --pins FILE --cert FILE --key FILE ...
     sdk generate --prompt TEXT --client-config FILE      # the same, from a TOML [verifier] table
-    sdk demo [--in-process]       # a personalized generation for the shipped demo user
+    sdk models build [MODEL] [--out DIR]                 # a model bundle for an app to ship (sdk.models_command)
 
 `generate` writes the text to stdout as its tokens commit, and nothing else: progress and the
 stats go to stderr (`--quiet`: neither, only the text and, on failure, one sentence); with
@@ -11,11 +11,11 @@ stats go to stderr (`--quiet`: neither, only the text and, on failure, one sente
 
 With `--server` (or a client config) the cloud verifier is remote, over mutual TLS with pinned
 anchors; only the Specialist is loaded here. Without it, the verifier runs in this process
-(through the wire format). `sdk demo` makes a throwaway PKI, starts `server serve` on loopback,
-generates over TLS, prints the text and stats, and stops the server; `--in-process` skips all that.
+(through the wire format). The repository's demo (`python -m demo`, not part of the wheel) is built
+on this command line's options and runner.
 
-This package never imports the cloud (docs/architecture.md): the in-process verifier and the demo
-are found through the entry points the cloud side registers (`sdk.cloud_plugins`).
+This package never imports the cloud (docs/architecture.md): the in-process verifier is found
+through the entry point the cloud side registers (`sdk.cloud_plugins`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -41,25 +40,25 @@ from specsteer.core.logs import configure_cli_logging
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.privacy.guard import PLACEHOLDER_LABELS
-from specsteer.sdk.cloud_plugins import local_verifier_factory, sdk_command
+from specsteer.sdk.cloud_plugins import local_verifier_factory
 from specsteer.sdk.context import Profile
 from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
-from specsteer.sdk.egress import RecorderTap
+from specsteer.sdk.models_command import add_models_parser, run_models_command
+from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES
 from specsteer.sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
 if TYPE_CHECKING:
-    from specsteer.core.device_lm import DeviceLM, SpecialistLM
+    from specsteer.core.device_lm import SpecialistLM
     from specsteer.core.models import CausalLM
-    from specsteer.sdk.client import ClientConfig
+    from specsteer.sdk.client import ClientConfig, SpecSteerClient
     from specsteer.sdk.cloud_plugins import LocalVerifierFactory
     from specsteer.sdk.device import DecodeOptions, Drafter, Generation, Specialist
-    from specsteer.sdk.egress import EgressTap
     from specsteer.sdk.transport import InProcessVerifier
 
 logger = logging.getLogger("specsteer.sdk.cli")
 
 
-def _add_decoding_options(p: argparse.ArgumentParser) -> None:
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="specsteer", choices=[m.value for m in Method], help="decoding method")
     p.add_argument(
         "--gamma", type=number(infinity=True), default=0.5, help="acceptance threshold (0 = accept all, inf = none)"
@@ -94,7 +93,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-new-tokens", type=whole_number(), default=128, help="most tokens to generate (default 128; demo 64)"
     )
-    p.add_argument("--specialist", default=DEFAULT_SPECIALIST, help="folder, .gguf file or embedded name")
+    p.add_argument(
+        "--specialist",
+        default=None,
+        help=f"a model bundle, folder, .gguf file or embedded name (default {DEFAULT_SPECIALIST}, or the client "
+        "config's [device] bundle or specialist)",
+    )
     p.add_argument("--generalist", default=DEFAULT_GENERALIST, help="folder, .gguf file or embedded name")
     p.add_argument("--cache-dir", type=Path, default=None, help="where converted models are kept")
     p.add_argument(
@@ -103,9 +107,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter",
         choices=DRAFTERS,
-        default=DEFAULT_DRAFTER,
-        help=f"where the Specialist's forwards run (default {DEFAULT_DRAFTER}: onnxruntime-genai, converted once; "
-        "torch: the loaded model; llamacpp: its GGUF, the [llamacpp] extra)",
+        default=None,
+        help=f"where the Specialist's forwards run (default {DEFAULT_DRAFTER}: onnxruntime-genai on the model's "
+        "bundle, or converted once; torch: the loaded model; llamacpp: its GGUF, the [llamacpp] extra)",
     )
     p.add_argument(
         "--drafter-precision",
@@ -113,7 +117,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the onnx drafter's weights (default {DEFAULT_ONNX_PRECISION})",
     )
-    p.add_argument("--context-entries", type=whole_number(), default=3, help="profile entries retrieved as context")
+    p.add_argument(
+        "--context-entries",
+        type=whole_number(),
+        default=None,
+        help=f"profile entries retrieved as context (default {DEFAULT_CONTEXT_ENTRIES})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (text, token IDs, stats) at the end")
     p.add_argument(
         "--quiet", action="store_true", help="no progress and no stats on stderr: only the text (and errors)"
@@ -133,7 +142,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_fault_options(p: argparse.ArgumentParser) -> None:
+def add_fault_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fallback", action="store_true", help="fail instead of finishing locally if the verifier is lost"
     )
@@ -164,7 +173,7 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
         help="the verifier's witness key (`server witness-key`'s .pub): the audit log keeps and proves from "
         "only cosignatures that verify under it",
     )
-    _add_fault_options(p)
+    add_fault_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,24 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="this device's federation folder: use its newest global adapter (declared to the verifier) "
         "and its personal adapter",
     )
-    _add_decoding_options(gen)
+    add_decoding_options(gen)
     _add_remote_options(gen)
-    demo = sub.add_parser("demo", help="personalized generation for the demo user shipped with the SDK")
-    demo.add_argument("--query", type=whole_number(), default=0, help="which of the demo user's queries (0-2)")
-    demo.add_argument("--in-process", action="store_true", help="run the verifier in this process, no TLS")
-    demo.add_argument(
-        "--no-baselines",
-        action="store_true",
-        help="skip what the device alone (slm-rag) and the cloud alone (llm) would have written",
-    )
-    demo.add_argument(
-        "--audit-dir",
-        type=Path,
-        help="where the demo keeps its audit log and key (default: a new folder under the cache directory)",
-    )
-    _add_decoding_options(demo)
-    _add_fault_options(demo)
-    demo.set_defaults(max_new_tokens=64)
+    add_models_parser(sub)
     return parser
 
 
@@ -298,28 +292,6 @@ def device_drafter(args: argparse.Namespace, lm: SpecialistLM) -> Drafter | None
     )
 
 
-def federated_onnx_drafter(args: argparse.Namespace, lm: DeviceLM, state: Path) -> tuple[Drafter, DeviceLM]:
-    """The ONNX drafter on the Specialist with the device's adapters merged in, and the Specialist
-    under the merged model's name; torch loads only when this adapter version is not converted yet."""
-    from dataclasses import replace
-
-    from specsteer.core.adapter_files import adapter_label, state_folders
-    from specsteer.sdk.onnx_drafter import OnnxDrafter
-
-    if not state.is_dir():
-        raise ConfigError(f"the federation state folder {state} does not exist")
-    version, _, personal_dir = state_folders(state)
-    merged = replace(lm, name=adapter_label(lm.name, version, personal_dir is not None))
-    drafter = OnnxDrafter.for_federated(
-        args.specialist,
-        merged,
-        state,
-        precision=getattr(args, "drafter_precision", None) or DEFAULT_ONNX_PRECISION,
-        cache_dir=args.cache_dir,
-    )
-    return drafter, merged
-
-
 def client_config(args: argparse.Namespace) -> ClientConfig | None:
     """The remote verifier's settings from --client-config and flags, or None to run in-process."""
     from specsteer.sdk.client import ClientConfig
@@ -337,6 +309,16 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
         "guard": args.guard,
         "padded_frames": getattr(args, "padded_frames", None),
         "placeholder_labels": getattr(args, "placeholder_labels", None),
+        # [device] and [audit]: a flag given wins over the file, as every other one does.
+        "specialist": args.specialist,
+        "drafter": args.drafter,
+        "drafter_precision": args.drafter_precision,
+        "federation_state": getattr(args, "federation_state", None),
+        "context_entries": args.context_entries,
+        "cache_dir": args.cache_dir,
+        "audit_log": getattr(args, "audit_log", None),
+        "audit_key": getattr(args, "audit_key", None),
+        "witness_key": getattr(args, "witness_key", None),
     }
     path = getattr(args, "client_config", None)
     if path is not None:
@@ -358,6 +340,7 @@ def check_options(
     from specsteer.sdk.device import DecodeOptions
     from specsteer.sdk.drafters import check_drafter_installed
 
+    with_device_defaults(args)  # what a flag left unset means, where no client config resolved it
     params = session_params(args)
     if remote and params.method.uses_cloud and params.top_k > WIRE_MAX_TOP_K:
         raise ConfigError(f"top-k must be at most {WIRE_MAX_TOP_K} with a remote verifier; got {params.top_k}")
@@ -384,98 +367,55 @@ def check_options(
     return params, options
 
 
-def load_specialist(args: argparse.Namespace, profile: Profile | None) -> Specialist:
-    """The device's Specialist for a remote verifier (in process, `run` loads both models)."""
-    from specsteer.sdk.device import Specialist
-
-    log(args, f"loading Specialist {args.specialist}")
-    federation_state = getattr(args, "federation_state", None)
-    kind = getattr(args, "drafter", DEFAULT_DRAFTER)
-    if kind == "onnx" or (kind != "torch" and federation_state is None):
-        # Another backend runs the forwards and the verifier is remote: nothing here needs torch
-        # (about 380 MB resident with transformers), only the tokenizer and the model's facts.
-        from specsteer.core.device_lm import load_device_lm
-
-        device_lm = load_device_lm(args.specialist, cache_dir=args.cache_dir)
-        if federation_state is None:
-            drafter = device_drafter(args, device_lm)
-        else:
-            drafter, device_lm = federated_onnx_drafter(args, device_lm, Path(federation_state))
-        return Specialist(device_lm, profile, context_entries=args.context_entries, drafter=drafter)
-    from specsteer.core.models import load_causal_lm
-
-    quantize = getattr(args, "quantize", "fp32")
-    lm = load_causal_lm(args.specialist, cache_dir=args.cache_dir, quantize=quantize)
-    lm = device_specialist(lm, federation_state)
-    return Specialist(lm, profile, context_entries=args.context_entries, drafter=device_drafter(args, lm))
-
-
-def run_remote(
-    args: argparse.Namespace,
-    prompt: str,
-    specialist: Specialist,
-    config: ClientConfig,
-    tap: EgressTap | None = None,
-    out: TextIO | None = None,
-) -> Generation:
-    """Generate against a remote verifier: only the Specialist (and the private profile) live here.
+def run_remote(args: argparse.Namespace, prompt: str, client: SpecSteerClient, out: TextIO | None = None) -> Generation:
+    """One generation with the options `args` gives, on a client of a remote verifier: only the
+    Specialist (and the private profile) live here.
 
     With `out`, the text is written to it as it commits (`TextStream`), ending with a newline."""
-    from specsteer.sdk.client import SpecSteerClient
-
     params, options = check_options(args, prompt)
-    stream = None if out is None else TextStream(specialist.decode, out)
-    with SpecSteerClient.connect(specialist, config, tap=tap) as client:
-        log(args, f"generating with {params.method.value} against {config.server} (mutual TLS, pinned)")
-        result = client.generate(prompt, params, options, on_commit=stream)
+    stream = None if out is None else TextStream(client.specialist.decode, out)
+    log(args, f"generating with {params.method.value} (mutual TLS, pinned)")
+    result = client.generate(prompt, params, options, on_commit=stream)
     if stream is not None:
         stream.finish(result.text)
     return result  # a fallback is logged where it happens (`sdk.device.generate`)
 
 
-@contextmanager
-def audit_tap(
-    log_dir: Path | None, key_path: Path | None, cert: Path | None = None, witness_key: Path | None = None
-) -> Iterator[EgressTap | None]:
-    """The egress tap that writes the device's audit log, if one is asked for.
+def with_device_defaults(args: argparse.Namespace, config: ClientConfig | None = None) -> argparse.Namespace:
+    """`args` with the device's settings resolved: from `config` (which already took the flags over
+    its file) against a remote verifier, else the defaults where a flag was not given."""
+    if config is not None:
+        args.specialist = str(config.bundle or config.specialist)
+        args.drafter, args.drafter_precision = config.drafter, config.drafter_precision
+        args.federation_state, args.context_entries = config.federation_state, config.context_entries
+        args.cache_dir = config.cache_dir
+        return args
+    args.specialist = args.specialist or DEFAULT_SPECIALIST
+    args.drafter = args.drafter or DEFAULT_DRAFTER
+    args.context_entries = DEFAULT_CONTEXT_ENTRIES if args.context_entries is None else args.context_entries
+    return args
 
-    `cert` is the device's mTLS certificate: the log binds its key to it, so an auditor compares
-    the log with only this device's streams in the verifier's transcript. `witness_key` is the
-    verifier's witness key: without it, no cosignature is proved from (docs/audit-format.md, §8).
-    """
-    if log_dir is None:
-        if key_path is not None or witness_key is not None:
-            flag = "--audit-key" if key_path is not None else "--witness-key"
-            raise ConfigError(f"{flag} is for an audit log: add --audit-log DIR")
-        yield None
-        return
-    if key_path is None:
-        raise ConfigError("--audit-log needs --audit-key (create one with: audit keygen --name NAME --out DIR)")
-    # Device code that writes the log; the auditor's side of audit/ is never needed here.
-    from specsteer.audit.cosignature import load_witness_key
-    from specsteer.audit.egress import EgressRecorder
-    from specsteer.audit.errors import AuditError
-    from specsteer.audit.identity import DeviceIdentity
-    from specsteer.audit.log import AuditLog
-    from specsteer.audit.note import load_signing_key
 
-    try:
-        device = None if cert is None else DeviceIdentity.from_pem(cert.read_bytes())
-        witness = None if witness_key is None else load_witness_key(witness_key)
-        with AuditLog.open(log_dir, load_signing_key(key_path), device=device, witness_key=witness) as log:
-            yield RecorderTap(EgressRecorder(log))
-    except AuditError as exc:
-        raise ConfigError(f"audit log {log_dir}: {exc}") from None
+def remote_client(
+    args: argparse.Namespace, prompt: str, profile: Profile | None, config: ClientConfig
+) -> SpecSteerClient:
+    """What `sdk generate --server` generates with: `SpecSteerClient.from_config` (the Specialist on its
+    drafter, the audit log, the pinned channel), the options checked first."""
+    from specsteer.sdk.client import SpecSteerClient
+
+    check_options(with_device_defaults(args, config), prompt, remote=True)
+    config.identity()  # a bad address, pin set or certificate fails now, before the model loads
+    log(args, f"loading Specialist {args.specialist}")
+    return SpecSteerClient.from_config(config, profile=profile, progress=not getattr(args, "quiet", False))
 
 
 def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: TextIO | None = None) -> Generation:
     """One generation as the options say; with `out`, its text is written there as tokens commit."""
     config = client_config(args) if args.command == "generate" else None
     if config is not None:
-        check_options(args, prompt, remote=True)
-        config.identity()  # a bad pin set or certificate fails now, before the model loads
-        with audit_tap(args.audit_log, args.audit_key, config.cert, args.witness_key) as tap:
-            return run_remote(args, prompt, load_specialist(args, profile), config, tap, out)
+        with remote_client(args, prompt, profile, config) as client:
+            return run_remote(args, prompt, client, out)
+    with_device_defaults(args)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     remote_only = {
@@ -558,7 +498,7 @@ def print_stats(result: Generation, out: TextIO) -> None:
 
 def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, object]) -> None:
     """The whole result at once, on stdout: one JSON object with `--json`, else the text and the stats
-    (what `sdk demo` shows; `sdk generate` streams the text and puts its stats on stderr)."""
+    (what `python -m demo` shows; `sdk generate` streams the text and puts its stats on stderr)."""
     if args.json:
         print(
             json.dumps(
@@ -573,14 +513,12 @@ def print_result(args: argparse.Namespace, result: Generation, extra: dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(words)
-    configure_cli_logging("sdk", quiet=args.quiet)
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    configure_cli_logging("sdk", quiet=getattr(args, "quiet", False))
 
     def command() -> int:
-        if args.command == "demo":
-            # The demo runs a verifier and audits its log: cloud code, registered by the cloud package.
-            return sdk_command("demo")(words[words.index("demo") + 1 :])
+        if args.command == "models":
+            return run_models_command(args)
         profile = Profile.from_file(args.profile) if args.profile is not None else None
         if args.json:  # one object at the end, nothing streamed
             print_result(args, run(args, args.prompt, profile), {"method": args.method})

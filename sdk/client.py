@@ -1,14 +1,17 @@
 """The Python API an app embeds: open a client once, generate many times, stream text as it commits.
 
-    from specsteer.sdk.client import ClientConfig, SpecSteerClient
+    from specsteer.sdk import ClientConfig, Profile, SpecSteerClient
 
-    config = ClientConfig(server="verifier.example:50051", pins=Path("pins.txt"),
-                          cert=Path("device.pem"), key=Path("device.key"))
-    with SpecSteerClient.connect(load_causal_lm("qwen2.5-coder-0.5b-instruct"), config, profile=profile) as client:
+    config = ClientConfig.from_file("device.toml")   # [verifier], [device] and [audit] tables
+    with SpecSteerClient.from_config(config, profile=Profile.from_file("profile.json")) as client:
         result = client.generate("Write the body of a commit message for: refs: speed up lookups")
         print(result.text, result.stats.as_dict())
         for piece in client.stream("Another prompt"):     # text as each token commits
             print(piece, end="", flush=True)
+
+`from_config` builds what `sdk generate --server` builds: the Specialist on its drafter (a model
+bundle, or the embedded default's bundle in the cache), the audit log when one is configured, and
+the pinned mutual-TLS channel. `connect` takes a Specialist built by the app instead.
 
 One TLS channel serves every generation (and concurrent ones from several threads). If the
 verifier is lost, a generation finishes on the device and `result.stats.fallback` says why; the
@@ -19,6 +22,7 @@ egress guard first (`ClientConfig.guard`, "placeholder" by default; see `sdk/upl
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
@@ -30,14 +34,19 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from specsteer.core.device_lm import DeviceLM, SpecialistLM
 from specsteer.core.errors import ConfigError, SpecSteerError
+from specsteer.core.model_registry import DEFAULT_SPECIALIST
+from specsteer.core.onnx_cache import ONNX_PRECISIONS
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams, check_setting_types
 from specsteer.core.tomlfile import load_dataclass
 from specsteer.privacy.guard import EgressGuard, placeholder_labels
+from specsteer.sdk.audited import check_audit_settings, open_audit_tap
 from specsteer.sdk.cloud_plugins import local_verifier_factory
 from specsteer.sdk.context import Profile
 from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DRAFTERS
 from specsteer.sdk.egress import EgressTap
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, split_target
+from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES, load_specialist
 from specsteer.sdk.transport import Verifier
 from specsteer.sdk.uplink_guard import check_guard_setting, guard_setting
 
@@ -77,7 +86,8 @@ class GenerationSettings(TypedDict, total=False):
 class ClientConfig:
     """Where the verifier is and how the device proves itself and checks the verifier.
 
-    In a TOML file, the same keys go in a `[verifier]` table; relative paths are relative to the file:
+    In a TOML file, the same keys go in `[verifier]`, `[device]` and `[audit]` tables; relative
+    paths are relative to the file:
 
         [verifier]
         server = "127.0.0.1:50051"
@@ -92,6 +102,20 @@ class ClientConfig:
         # guard = "placeholder"          # egress guard: placeholder, keep-local or off
         # padded_frames = true           # constant-size rounds (false: ~5x fewer uplink bytes)
         # placeholder_labels = "generic" # one "<PRIVATE>" for every held span, or "by-kind" ("<EMAIL>")
+
+        [device]                         # what `SpecSteerClient.from_config` drafts with
+        # bundle = "models/qwen-int4"    # a model bundle (`sdk models build`); or:
+        # specialist = "qwen2.5-coder-0.5b-instruct"  # an embedded name, a model folder or a .gguf
+        # drafter = "onnx"               # onnx, torch or llamacpp
+        # drafter_precision = "int4"     # int4, int8 or fp32 (onnx)
+        # federation_state = "state"     # this device's federated global + personal adapters
+        # context_entries = 3            # how many history entries retrieval puts in the prompt
+        # cache_dir = "cache"            # converted models (default: $SPECSTEER_CACHE or the user cache)
+
+        [audit]                          # the signed log of every byte sent and received
+        # log = "audit-log"              # the log's folder
+        # key = "keys/device.key"        # its signing key (`audit keygen`)
+        # witness_key = "witness.pub"    # the verifier's witness key: prove Closes from its cosignatures
     """
 
     server: str
@@ -106,11 +130,24 @@ class ClientConfig:
     guard: str = "placeholder"
     padded_frames: bool = True
     placeholder_labels: str = "generic"
+    # [device]
+    specialist: str = DEFAULT_SPECIALIST
+    bundle: Path | None = None
+    drafter: str = DEFAULT_DRAFTER
+    drafter_precision: str | None = None
+    federation_state: Path | None = None
+    context_entries: int = DEFAULT_CONTEXT_ENTRIES
+    cache_dir: Path | None = None
+    # [audit]
+    audit_log: Path | None = None
+    audit_key: Path | None = None
+    witness_key: Path | None = None
 
     def __post_init__(self) -> None:
         # Required strings and paths, then the optional ones where given.
         strings = ["server"] + (["server_name"] if self.server_name is not None else [])
-        paths = ["pins", "cert", "key"] + (["anchors"] if self.anchors is not None else [])
+        optional = ("anchors", "bundle", "federation_state", "cache_dir", "audit_log", "audit_key", "witness_key")
+        paths = ["pins", "cert", "key"] + [name for name in optional if getattr(self, name) is not None]
         for name in strings:
             value = getattr(self, name)
             if not (isinstance(value, str) and value):
@@ -129,6 +166,17 @@ class ClientConfig:
         # A config built in code is checked as one read from TOML: `fallback="false"` is no bool
         # (and would have kept the fallback on), a number is no server address.
         check_setting_types(type(self), vars(self))
+        if self.drafter not in DRAFTERS:
+            raise ConfigError(f"unknown drafter {self.drafter!r}; choose one of: {', '.join(DRAFTERS)}")
+        if self.drafter_precision is not None and self.drafter_precision not in ONNX_PRECISIONS:
+            raise ConfigError(
+                f"unknown drafter precision {self.drafter_precision!r}; choose one of: {', '.join(ONNX_PRECISIONS)}"
+            )
+        if self.context_entries < 0:
+            raise ConfigError(f"context_entries must be 0 or more; got {self.context_entries}")
+        if self.bundle is not None and self.specialist != DEFAULT_SPECIALIST:
+            raise ConfigError("name the device's model once: [device] bundle or specialist, not both")
+        check_audit_settings(self.audit_log, self.audit_key, self.witness_key)
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""
@@ -138,7 +186,28 @@ class ClientConfig:
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> ClientConfig:
         """Read `[verifier]` from a TOML file; keyword overrides that are not None win."""
-        return load_dataclass(cls, path, {"verifier": {f.name: f.name for f in fields(cls)}}, overrides)
+        return load_dataclass(cls, path, _LAYOUT, overrides)
+
+
+_DEVICE_KEYS = (
+    "specialist",
+    "bundle",
+    "drafter",
+    "drafter_precision",
+    "federation_state",
+    "context_entries",
+    "cache_dir",
+)
+_AUDIT_KEYS = {"log": "audit_log", "key": "audit_key", "witness_key": "witness_key"}
+_LAYOUT = {
+    "verifier": {
+        f.name: f.name
+        for f in fields(ClientConfig)
+        if f.name not in _DEVICE_KEYS and f.name not in _AUDIT_KEYS.values()
+    },
+    "device": {name: name for name in _DEVICE_KEYS},
+    "audit": _AUDIT_KEYS,
+}
 
 
 def _check_prompt(prompt: object) -> None:
@@ -245,6 +314,8 @@ class SpecSteerClient:
         self.padded_frames = padded_frames
         self.params = params or SessionParams()
         self.options = options or DecodeOptions()
+        # What the client opened for itself (the audit log): closed with it.
+        self._resources = contextlib.ExitStack()
 
     def _guard(self, guard: EgressGuard | str, labels: str) -> EgressGuard | None:
         wanted = placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
@@ -306,6 +377,33 @@ class SpecSteerClient:
         return specialist
 
     @classmethod
+    def from_config(
+        cls,
+        config: ClientConfig,
+        *,
+        profile: Profile | None = None,
+        params: SessionParams | None = None,
+        options: DecodeOptions | None = None,
+        progress: bool = False,
+    ) -> SpecSteerClient:
+        """What `sdk generate --server` builds, from `config` alone: the Specialist on the drafter its
+        `[device]` table names (a bundle drafts without torch), the audit log of its `[audit]`
+        table, and the pinned mutual-TLS channel. The pins and identity are checked first, before
+        any model loads."""
+        config.identity()
+        specialist = load_specialist(
+            config.bundle or config.specialist,
+            profile,
+            drafter=config.drafter,
+            precision=config.drafter_precision,
+            federation_state=config.federation_state,
+            context_entries=config.context_entries,
+            cache_dir=config.cache_dir,
+            progress=progress,
+        )
+        return cls.connect(specialist, config, params=params, options=options)
+
+    @classmethod
     def connect(
         cls,
         specialist: Specialist | SpecialistLM,
@@ -316,27 +414,43 @@ class SpecSteerClient:
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
     ) -> SpecSteerClient:
-        """Check the pin set and device identity now (fail fast); the channel dials on first use."""
+        """Check the pin set and device identity now (fail fast); the channel dials on first use.
+
+        With an audit log in `config`, the client opens it (and closes it on `close`); a `tap` of
+        the caller's own is refused beside it, so neither is silently left out."""
         specialist = cls._specialist(specialist, profile)
-        verifier = RemoteVerifier(
-            config.server,
-            config.identity(),
-            vocab_size=specialist.lm.vocab_size,
-            server_name=config.server_name,
-            connect_timeout=config.connect_timeout,
-            round_timeout=config.round_timeout,
-            tap=tap,
-        )
-        return cls(
-            specialist,
-            verifier,
-            fallback=config.fallback,
-            params=params,
-            options=options,
-            guard=config.guard,
-            padded_frames=config.padded_frames,
-            placeholder_labels=config.placeholder_labels,
-        )
+        identity = config.identity()
+        resources = contextlib.ExitStack()
+        if config.audit_log is not None:
+            if tap is not None:
+                raise ConfigError("the config names an audit log: pass no tap of your own beside it")
+            if config.audit_key is None:  # ClientConfig refuses this; a config changed since must not log unsigned
+                raise ConfigError("an audit log needs its signing key")
+            tap = resources.enter_context(
+                open_audit_tap(config.audit_log, config.audit_key, config.cert, config.witness_key)
+            )
+        with resources:
+            verifier = RemoteVerifier(
+                config.server,
+                identity,
+                vocab_size=specialist.lm.vocab_size,
+                server_name=config.server_name,
+                connect_timeout=config.connect_timeout,
+                round_timeout=config.round_timeout,
+                tap=tap,
+            )
+            client = cls(
+                specialist,
+                verifier,
+                fallback=config.fallback,
+                params=params,
+                options=options,
+                guard=config.guard,
+                padded_frames=config.padded_frames,
+                placeholder_labels=config.placeholder_labels,
+            )
+            client._resources = resources.pop_all()
+        return client
 
     def _settings(
         self, params: SessionParams | None, options: DecodeOptions | None, overrides: GenerationSettings
@@ -401,8 +515,11 @@ class SpecSteerClient:
 
     def close(self) -> None:
         close = getattr(self.verifier, "close", None)
-        if callable(close):
-            close()
+        try:
+            if callable(close):
+                close()
+        finally:
+            self._resources.close()  # the audit log signs its last checkpoint after the channel is done
 
     def __enter__(self) -> SpecSteerClient:
         return self

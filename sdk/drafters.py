@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from specsteer.core.errors import ConfigError
-from specsteer.core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_installed
+from specsteer.core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, check_onnx_runtime
 
 if TYPE_CHECKING:
     from specsteer.core.device_lm import SpecialistLM
@@ -81,4 +81,4 @@ def check_drafter_installed(kind: str) -> None:
     if kind == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(f"the llama.cpp drafter needs llama-cpp-python: {LLAMACPP_INSTALL_HINT}")
     if kind == "onnx":
-        check_onnx_installed()
+        check_onnx_runtime()

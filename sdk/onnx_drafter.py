@@ -34,7 +34,7 @@ from specsteer.core.errors import ConfigError, ModelLoadError, one_line
 from specsteer.core.gguf_cache import cache_root
 from specsteer.core.onnx_cache import (
     DEFAULT_ONNX_PRECISION,
-    check_onnx_installed,
+    check_onnx_runtime,
     converted_onnx,
     folder_fingerprint,
 )
@@ -43,7 +43,7 @@ from specsteer.core.sequence import CachedSequence
 if TYPE_CHECKING:
     from specsteer.core.models import CausalLM
 
-__all__ = ["DEFAULT_CONTEXT_TOKENS", "OnnxDrafter", "OnnxSequence", "onnx_source", "weights_fingerprint"]
+__all__ = ["DEFAULT_CONTEXT_TOKENS", "OnnxDrafter", "OnnxSequence", "onnx_source", "safe_stem", "weights_fingerprint"]
 
 DEFAULT_CONTEXT_TOKENS = 8192  # the device's private prompt plus a generation, as the llama.cpp drafter's
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -78,7 +78,7 @@ class OnnxDrafter:
     """
 
     def __init__(self, folder: Path, lm: SpecialistLM, *, threads: int | None = None, context_tokens: int = 0) -> None:
-        check_onnx_installed()
+        check_onnx_runtime()
         import onnxruntime_genai as og  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         # The SDK sends nothing but its protocol frames: the runtime's own usage events stay off.
@@ -125,11 +125,11 @@ class OnnxDrafter:
     ) -> OnnxDrafter:
         """The drafter on the model `spec` names (which `lm` was loaded from, with or without weights),
         converted once at `precision`."""
-        check_onnx_installed()
+        check_onnx_runtime()
         source, stem = onnx_source(spec, cache_dir, progress)
         fingerprint = folder_fingerprint(source)
         cache = cache_root(cache_dir)
-        folder = converted_onnx(lambda: source, fingerprint, precision, cache, stem=_safe(stem), progress=progress)
+        folder = converted_onnx(lambda: source, fingerprint, precision, cache, stem=safe_stem(stem), progress=progress)
         return cls(folder, lm, **kwargs)
 
     @classmethod
@@ -144,7 +144,7 @@ class OnnxDrafter:
     ) -> OnnxDrafter:
         """The drafter on the weights `lm` holds in memory (a Specialist with its adapters merged in),
         converted once per distinct content; conversions of the same model's earlier weights are deleted."""
-        check_onnx_installed()
+        check_onnx_runtime()
         folder = _merged_conversion(
             lambda: lm, weights_fingerprint(lm), lm.name.split("+")[0], precision, cache_root(cache_dir), progress
         )
@@ -169,7 +169,7 @@ class OnnxDrafter:
         The conversion is keyed by the base model's files and the adapter files, so a run that
         finds it loads no torch; only the first run of each adapter version merges (torch, peft)
         and converts. Conversions of the model's earlier adapters are deleted."""
-        check_onnx_installed()
+        check_onnx_runtime()
         source, stem = onnx_source(spec, cache_dir, progress)
         digest = hashlib.sha256(f"{folder_fingerprint(source)}\0{state_fingerprint(state_dir)}".encode())
 
@@ -249,7 +249,7 @@ def _merged_conversion(
         return staging
 
     try:
-        stem = _safe(base_stem) + "+merged"
+        stem = safe_stem(base_stem) + "+merged"
         return converted_onnx(saved, fingerprint, precision, cache, stem=stem, progress=progress, keep_older=False)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -281,5 +281,5 @@ class OnnxSequence(CachedSequence[NDArray[np.float32]]):
         return rows
 
 
-def _safe(stem: str) -> str:
+def safe_stem(stem: str) -> str:
     return _UNSAFE.sub("_", stem) or "model"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.cli import build_parser as demo_parser
 from specsteer.audit.cli import build_parser as audit_parser
 from specsteer.audit.cli import main as audit_main
 from specsteer.core.cli import EXIT_USAGE
@@ -43,12 +44,12 @@ MAINS: dict[str, Callable[[list[str]], int]] = {
     "federation": federation_main,
 }
 # Options whose value may be infinite on purpose: `--gamma inf` rejects every draft.
-INFINITY_ALLOWED = {("sdk generate", "--gamma"), ("sdk demo", "--gamma")}
+INFINITY_ALLOWED = {("sdk generate", "--gamma"), ("python -m demo", "--gamma")}
 
 
 def every_parser() -> Iterator[argparse.ArgumentParser]:
     """Each command's parser and, recursively, its subcommands' parsers."""
-    todo = [build() for build in PARSERS.values()]
+    todo = [build() for build in PARSERS.values()] + [demo_parser()]  # and the repository's demo
     while todo:
         parser = todo.pop()
         yield parser
@@ -77,7 +78,13 @@ def installed_version() -> str:
 
 def test_the_walk_reaches_every_subcommand() -> None:
     progs = {p.prog for p in every_parser()}
-    assert {"sdk generate", "sdk demo", "server serve", "server pki rotate-server", "audit prove-inclusion"} <= progs
+    assert {
+        "sdk generate",
+        "sdk models build",
+        "server serve",
+        "server pki rotate-server",
+        "audit prove-inclusion",
+    } <= progs
     assert {"privacy seal", "federation schedule", "federation status"} <= progs
 
 
@@ -140,7 +147,11 @@ def test_no_option_takes_nan_or_an_unintended_infinity() -> None:
             "sdk generate: error: argument --gamma: not a number",
         ),
         ("sdk", ["generate", "--prompt", "Hi", "--alpha", "inf"], "argument --alpha: must be a finite number: 'inf'"),
-        ("sdk", ["demo", "--temperature=-inf"], "sdk demo: error: argument --temperature: must be a finite number"),
+        (
+            "sdk",
+            ["generate", "--prompt", "Hi", "--temperature=-inf"],
+            "argument --temperature: must be a finite number",
+        ),
         ("server", ["serve", "--idle-timeout", "nan"], "server serve: error: argument --idle-timeout: not a number"),
         ("federation", ["run", "--simulation", "--epsilon", "inf"], "argument --epsilon: must be a finite number"),
     ],

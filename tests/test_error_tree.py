@@ -19,8 +19,11 @@ from specsteer.core.errors import SpecSteerError
 
 
 def _modules(package: str) -> list[ModuleType]:
-    root = importlib.import_module(package)
-    return [root] + [importlib.import_module(m.name) for m in pkgutil.walk_packages(root.__path__, package + ".")]
+    """`specsteer.<package>` and every module under it (through the one import root: a bare
+    `core` from the repository's root would be a second copy of every class)."""
+    name = f"specsteer.{package}"
+    root = importlib.import_module(name)
+    return [root] + [importlib.import_module(m.name) for m in pkgutil.walk_packages(root.__path__, name + ".")]
 
 
 def _public_errors(package: str) -> dict[str, type[BaseException]]:
@@ -42,7 +45,7 @@ def _public_errors(package: str) -> dict[str, type[BaseException]]:
 def test_every_error_is_defined_in_the_package_errors_module(package: str) -> None:
     errors = _public_errors(package)
     assert errors, package
-    elsewhere = sorted(name for name, cls in errors.items() if cls.__module__ != f"{package}.errors")
+    elsewhere = sorted(name for name, cls in errors.items() if cls.__module__ != f"specsteer.{package}.errors")
     assert not elsewhere, f"define these in {package}/errors.py: {elsewhere}"
 
 
@@ -75,7 +78,7 @@ def test_sdk_errors_gathers_every_device_error() -> None:
 )
 def test_the_errors_module_is_where_the_old_imports_lead(package: str, moved: dict[str, list[str]]) -> None:
     """Errors gathered into `<package>.errors` are still exported where they were defined before."""
-    errors = importlib.import_module(f"{package}.errors")
+    errors = importlib.import_module(f"specsteer.{package}.errors")
     for module, names in moved.items():
         for name in names:
             assert getattr(importlib.import_module(module), name) is getattr(errors, name)

@@ -139,7 +139,7 @@ def check_line(line: str) -> None:
         for word in words[words.index("install") + 1 :]:
             if "==" not in word or word.startswith("-"):
                 continue
-            spec = re.sub(r"\{[\d,]+\}", "{}", word.strip("'\""))
+            spec = re.sub(r"\{[\d,.]+\}", "{}", word.strip("'\""))  # part{1,2,3} or part{1..22}
             name = spec.split("[")[0] if "[" in spec.split("==")[0] else spec
             assert name in pins or spec in pins, f"README: `{line}`: {spec} is not what make install pins"
 

@@ -3,9 +3,9 @@
 import grpc
 import warnings
 
-from specsteer.core.proto import verifier_pb2 as core_dot_proto_dot_verifier__pb2
+from specsteer.core.proto import verifier_pb2 as specsteer_dot_core_dot_proto_dot_verifier__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in core/proto/verifier_pb2_grpc.py depends on'
+        + ' but the generated code in specsteer/core/proto/verifier_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class VerifierStub:
         """
         self.Session = channel.stream_stream(
                 '/specsteer.v1.Verifier/Session',
-                request_serializer=core_dot_proto_dot_verifier__pb2.Uplink.SerializeToString,
-                response_deserializer=core_dot_proto_dot_verifier__pb2.Downlink.FromString,
+                request_serializer=specsteer_dot_core_dot_proto_dot_verifier__pb2.Uplink.SerializeToString,
+                response_deserializer=specsteer_dot_core_dot_proto_dot_verifier__pb2.Downlink.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +56,8 @@ def add_VerifierServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Session': grpc.stream_stream_rpc_method_handler(
                     servicer.Session,
-                    request_deserializer=core_dot_proto_dot_verifier__pb2.Uplink.FromString,
-                    response_serializer=core_dot_proto_dot_verifier__pb2.Downlink.SerializeToString,
+                    request_deserializer=specsteer_dot_core_dot_proto_dot_verifier__pb2.Uplink.FromString,
+                    response_serializer=specsteer_dot_core_dot_proto_dot_verifier__pb2.Downlink.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -85,8 +85,8 @@ class Verifier:
             request_iterator,
             target,
             '/specsteer.v1.Verifier/Session',
-            core_dot_proto_dot_verifier__pb2.Uplink.SerializeToString,
-            core_dot_proto_dot_verifier__pb2.Downlink.FromString,
+            specsteer_dot_core_dot_proto_dot_verifier__pb2.Uplink.SerializeToString,
+            specsteer_dot_core_dot_proto_dot_verifier__pb2.Downlink.FromString,
             options,
             channel_credentials,
             insecure,

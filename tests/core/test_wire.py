@@ -94,13 +94,13 @@ def test_committed_stubs_match_a_fresh_protoc_run(tmp_path: Path) -> None:
             f"--python_out={tmp_path}",
             f"--pyi_out={tmp_path}",
             f"--grpc_python_out={tmp_path}",
-            "core/proto/verifier.proto",
+            "specsteer/core/proto/verifier.proto",  # through the one import root, as `make proto` does
         ],
         cwd=ROOT,
         check=True,
     )
     for name in ("verifier_pb2.py", "verifier_pb2.pyi", "verifier_pb2_grpc.py"):
-        fresh = (tmp_path / "core" / "proto" / name).read_text()
+        fresh = (tmp_path / "specsteer" / "core" / "proto" / name).read_text()
         assert fresh == (ROOT / "core" / "proto" / name).read_text(), f"{name} is stale: run `make proto`"
 
 

@@ -1,4 +1,4 @@
-"""`sdk generate` / `sdk demo` in-process: JSON output, and one clear sentence for every bad input."""
+"""`sdk generate` / `python -m demo` in-process: JSON output, and one clear sentence for every bad input."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.cli import main as demo_main
 from specsteer.sdk.cli import main
 from tests.tinymodels import save_tiny
 
@@ -118,7 +119,7 @@ def test_usage_errors_exit_2(capsys, args, message) -> None:
 def test_demo_runs_the_shipped_demo_user(capsys, models_args, tmp_path) -> None:
     # Over TLS by default: a throwaway PKI and a `server serve` process on loopback; an audit log
     # of the session, verified at the end against the server's transcript.
-    code = main(["demo", "--max-new-tokens", "6", "--audit-dir", str(tmp_path / "audit"), *models_args])
+    code = demo_main(["--max-new-tokens", "6", "--audit-dir", str(tmp_path / "audit"), *models_args])
     captured = capsys.readouterr()
     assert code == 0
     assert "Prompt (public)" in captured.out and "acceptance_rate" in captured.out
@@ -130,7 +131,7 @@ def test_demo_runs_the_shipped_demo_user(capsys, models_args, tmp_path) -> None:
 
 
 def test_demo_in_process_keeps_the_old_path(capsys, models_args) -> None:
-    code = main(["demo", "--in-process", "--max-new-tokens", "6", "--json", *models_args])
+    code = demo_main(["--in-process", "--max-new-tokens", "6", "--json", *models_args])
     captured = capsys.readouterr()
     out = json.loads(captured.out.splitlines()[-1])
     assert code == 0 and out["stats"]["uplink_bytes"] > 0 and out["stats"]["fallback"] is None
@@ -138,13 +139,13 @@ def test_demo_in_process_keeps_the_old_path(capsys, models_args) -> None:
 
 
 def test_demo_query_out_of_range(capsys, models_args) -> None:
-    assert main(["demo", "--query", "7", *models_args]) == 1
+    assert demo_main(["--query", "7", *models_args]) == 1
     assert "queries 0 to 2" in capsys.readouterr().err
 
 
 def test_demo_ends_on_the_steered_text_after_both_baselines(capsys, models_args) -> None:
     # Execute
-    code = main(["demo", "--in-process", "--max-new-tokens", "6", *models_args])
+    code = demo_main(["--in-process", "--max-new-tokens", "6", *models_args])
     out = capsys.readouterr().out
     # Assert: the device alone, then the cloud alone, then the product last, with its stats.
     assert code == 0
@@ -159,9 +160,9 @@ def test_demo_ends_on_the_steered_text_after_both_baselines(capsys, models_args)
 
 
 def test_demo_json_carries_the_baselines_and_their_scores(capsys, models_args) -> None:
-    code = main(["demo", "--in-process", "--max-new-tokens", "6", "--json", *models_args])
+    code = demo_main(["--in-process", "--max-new-tokens", "6", "--json", *models_args])
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert code == 0 and set(out["baselines"]) == {"slm-rag", "llm"}
     assert all(0.0 <= b["rouge_l"] <= 1.0 for b in out["baselines"].values()) and 0.0 <= out["rouge_l"] <= 1.0
-    no_baselines = main(["demo", "--in-process", "--no-baselines", "--max-new-tokens", "4", "--json", *models_args])
+    no_baselines = demo_main(["--in-process", "--no-baselines", "--max-new-tokens", "4", "--json", *models_args])
     assert no_baselines == 0 and json.loads(capsys.readouterr().out.splitlines()[-1])["baselines"] == {}

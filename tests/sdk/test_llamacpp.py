@@ -20,10 +20,10 @@ from specsteer.core.errors import ConfigError
 from specsteer.core.kv import CachedSequence, TokenSequence
 from specsteer.core.models import CausalLM, load_causal_lm
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.cli import build_parser, load_specialist
 from specsteer.sdk.cli import main as sdk_main
 from specsteer.sdk.device import DecodeOptions, Specialist, generate
 from specsteer.sdk.llamacpp import check_drafter_installed, drafter_for, gguf_for
+from specsteer.sdk.specialists import load_specialist
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_llama, write_tiny_gguf
@@ -226,9 +226,9 @@ def test_a_steered_generation_drafting_on_llamacpp_commits_what_the_torch_device
 @needs_llamacpp
 def test_a_remote_device_drafting_on_llamacpp_loads_no_torch_weights(tiny_pair, tmp_path: Path) -> None:
     _, gguf = tiny_pair
-    argv = ["generate", "--prompt", "hi", "--specialist", str(gguf), "--cache-dir", str(gguf.parent / "cache")]
-    lean = load_specialist(build_parser().parse_args([*argv, "--drafter", "llamacpp"]), None)
-    full = load_specialist(build_parser().parse_args(argv), None)
+    cache = gguf.parent / "cache"
+    lean = load_specialist(str(gguf), None, drafter="llamacpp", cache_dir=cache)
+    full = load_specialist(str(gguf), None, drafter="torch", cache_dir=cache)
     assert lean.drafter is not None and not lean.lm.has_weights
     assert full.drafter is None and full.lm.has_weights
     assert lean.private_prompt_ids("hi", with_context=False) == full.private_prompt_ids("hi", with_context=False)

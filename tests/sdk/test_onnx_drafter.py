@@ -24,7 +24,7 @@ from specsteer.sdk.device import Specialist
 from specsteer.sdk.drafters import check_drafter_installed, drafter_for
 from tests.tinymodels import save_tiny, tiny_llama
 
-og = pytest.importorskip("onnxruntime_genai", reason="the [onnx] extra is not installed")
+og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
 
 from specsteer.core import onnx_cache  # noqa: E402  (after the skip: its conversions need the runtime)
 from specsteer.sdk.onnx_drafter import OnnxDrafter  # noqa: E402
@@ -76,7 +76,7 @@ def test_the_drafter_choice_names_every_backend_and_refuses_a_precision_elsewher
 
 def test_a_missing_runtime_is_one_sentence_with_the_install_command(monkeypatch) -> None:
     monkeypatch.setattr(onnx_cache.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"needs onnxruntime-genai .*pip install 'specsteer-sdk\[onnx\]'"):
+    with pytest.raises(ConfigError, match=r"needs onnxruntime-genai: pip install specsteer-sdk"):
         check_drafter_installed("onnx")
 
 
@@ -342,21 +342,21 @@ def test_a_federated_device_converts_once_then_drafts_without_torch(tiny, federa
     and converts; later runs find the conversion by the adapter files and never load torch."""
     from specsteer.core import adapters
     from specsteer.core.device_lm import DeviceLM
-    from specsteer.sdk.cli import load_specialist
+    from specsteer.sdk.specialists import load_specialist
     from tests.sdk.test_import_cost import heavy_modules_after
 
     lm, _, folder = tiny
-    words = ["generate", "--prompt", "x", "--specialist", str(folder), "--federation-state", str(federated)]
-    words += ["--drafter-precision", "fp32", "--cache-dir", str(tmp_path)]
-    first = load_specialist(build_parser().parse_args(words), None)  # merges (torch) and converts
+    settings = {"federation_state": federated, "precision": "fp32", "cache_dir": tmp_path}
+    first = load_specialist(str(folder), None, **settings)  # merges (torch) and converts
     monkeypatch.setattr(adapters, "load_device_specialist", lambda *a, **k: pytest.fail("merged again"))
-    again = load_specialist(build_parser().parse_args(words), None)
+    again = load_specialist(str(folder), None, **settings)
     assert isinstance(again.lm, DeviceLM) and again.lm.name == first.lm.name == f"{lm.name}+personal"
     merged, _ = load_device_specialist(lm, federated)
     for prompt in PROMPTS:
         assert greedy(again.sequence(prompt), 8) == greedy(TokenSequence(merged.model, prompt), 8)
-    probe = "from specsteer.sdk.cli import build_parser, load_specialist\n"
-    probe += f"load_specialist(build_parser().parse_args({words!r}), None)"
+    probe = "from pathlib import Path\nfrom specsteer.sdk.specialists import load_specialist\n"
+    probe += f"load_specialist({str(folder)!r}, None, federation_state=Path({str(federated)!r}), precision='fp32', "
+    probe += f"cache_dir=Path({str(tmp_path)!r}))"
     assert heavy_modules_after(probe) == []
 
 

@@ -51,8 +51,12 @@ PUBLIC = [
     "VerifierLost",
     "VerifierRefused",
     "__version__",
+    "build_bundle",
+    "demo_profile_path",
+    "load_bundle",
     "load_causal_lm",
     "load_device_lm",
+    "load_specialist",
 ]
 ERRORS = [
     "ConfigError",
