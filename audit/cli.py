@@ -22,7 +22,6 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -43,13 +42,12 @@ from specsteer.audit.note import (
     write_key_pair,
 )
 from specsteer.audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
-from specsteer.core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, whole_number
+from specsteer.core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, stdout_closed, whole_number
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.errors import SpecSteerError
 
 # A reader that closed the pipe (`audit show LOG | head -1`): 128 + SIGPIPE, as a shell reports a
 # command SIGPIPE ended. Never 1, which says a check failed.
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13)
 # `verify --json`'s verdict when the log could not be checked at all (exit 1, with "error").
 ERROR = "ERROR"
 
@@ -342,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         # Before OSError, which it is: a closed stdout is no failed check, and no input it could not use.
-        return _stdout_closed()
+        return stdout_closed()
     except SpecSteerError as exc:
         return _error(args, str(exc))
     except OSError as exc:
@@ -360,27 +358,9 @@ def _error(args: argparse.Namespace, message: str) -> int:
         try:
             print(json.dumps(answer, indent=2), flush=True)
         except BrokenPipeError:
-            _stdout_closed()
+            stdout_closed()
     print(f"audit: {message}", file=sys.stderr)
     return EXIT_FAILED
-
-
-def _stdout_closed() -> int:
-    """The exit status of a command whose reader closed its stdout, quietly, as if killed by SIGPIPE.
-
-    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError instead of ending the
-    process; left alone it would read as exit 1 (FAILED) with a traceback. The output still buffered
-    goes to /dev/null, so flushing it at exit cannot fail again.
-    """
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        finally:
-            os.close(devnull)
-    except (OSError, ValueError):
-        pass  # stdout is no file descriptor (captured in-process): nothing is left to flush there
-    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

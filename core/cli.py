@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -44,6 +45,7 @@ EXIT_FAILED = EXIT_ERROR  # `audit verify`: a check failed (the report says whic
 EXIT_USAGE = 2  # the command line itself is wrong
 EXIT_UNPROVEN = 3  # `audit verify` without a key: every check passed, but authenticity is unproven
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command ended by SIGINT
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): the reader closed stdout (`... | head`), no failure of ours
 
 
 class _BadValue(argparse.ArgumentTypeError):
@@ -138,12 +140,35 @@ finite_float = number()
 
 def reported(prog: str, command: Callable[[], int]) -> int:
     """`command()`'s exit code; a `SpecSteerError` is printed as one sentence `PROG: error: MESSAGE`
-    (exit 1) and Ctrl-C as `PROG: interrupted` (exit 130), never as a traceback."""
+    (exit 1), Ctrl-C as `PROG: interrupted` (exit 130) and a reader that closed stdout ends the
+    command quietly (exit 141), never as a traceback."""
     try:
-        return command()
+        code = command()
+        sys.stdout.flush()  # a reader gone away (`sdk generate ... | head -1`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return stdout_closed()
     except SpecSteerError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def stdout_closed() -> int:
+    """The exit status of a command whose reader closed its stdout, quietly, as if killed by SIGPIPE.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError instead of ending the
+    process; left alone it would read as exit 1 (an error) with a traceback. The output still
+    buffered goes to /dev/null, so flushing it at exit cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is no file descriptor (captured in-process): nothing is left to flush there
+    return EXIT_BROKEN_PIPE

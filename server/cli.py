@@ -360,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "drain":
                 return drain_command(args)
             return serve(args) if args.command == "serve" else pki_command(args)
+        except BrokenPipeError:
+            raise  # before OSError, which it is: a reader gone away is no error of ours (`reported`)
         except OSError as exc:
             print(f"server: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
             return EXIT_ERROR

@@ -177,3 +177,32 @@ def test_a_wrong_command_shape_still_shows_the_usage(capsys: pytest.CaptureFixtu
     assert exc.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("usage: sdk generate") and "the following arguments are required: --prompt" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["specsteer.sdk", "models", "verify", "{root}/conformance"],  # an error: stderr, exit 1
+        ["specsteer.federation", "status", "--state-dir", "{tmp}"],
+        ["specsteer.server", "pki", "init", "--dir", "{tmp}/pki"],
+    ],
+)
+def test_a_reader_that_closed_stdout_ends_any_command_quietly(argv: list[str], tmp_path: Path) -> None:
+    """`COMMAND | head -1` where the reader has gone: no traceback, and exit 141 (128 + SIGPIPE) for a
+    command that wrote to stdout, never 1, which says the command failed."""
+    import os
+    import subprocess
+    import sys
+
+    words = [a.format(root=ROOT, tmp=tmp_path) for a in argv]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", *words], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr, proc.stderr
+    wrote_nothing = words[1:3] == ["models", "verify"]
+    assert proc.returncode == (1 if wrote_nothing else 141), proc.stderr
