@@ -7,12 +7,15 @@
 
 Trust: gRPC gets exactly the pinned anchors as its roots (`sdk.pinning`), checks the host name
 against the target (or `server_name`, which renames the host but never disables the check), and
-presents the device's own certificate. No session starts until the channel's TLS handshake has
+presents the device's own certificate. On each fresh connection the verifier's chain is also
+checked as an X.509 path under the pinned anchors (`sdk.serving_chain`: path length, serverAuth,
+validity, name), which gRPC does not do, before any uplink. No session starts until the channel's TLS handshake has
 succeeded, so a refused peer never receives an application byte and the egress tap records none.
 
 Errors, all `SpecSteerError`s:
 
-    VerifierRefused    the peer failed TLS (unpinned or expired certificate, wrong host name, no TLS)
+    VerifierRefused    the peer failed TLS (unpinned or expired certificate, wrong host name, no TLS,
+                       a chain that breaks the anchors' path rules)
                        or refused this device: a security failure, never papered over by a fallback
     VerifierLost       unreachable, too slow (per-round deadline), stream broken, at capacity:
                        the device may finish locally (`sdk.device.generate(fallback=True)`)
@@ -57,6 +60,7 @@ from specsteer.core.tls_identity import check_tls_identity, host_name, read_tls_
 from specsteer.sdk.connect_faults import certificate_refusal, classify, specific_cause
 from specsteer.sdk.egress import Egress, EgressSession, EgressTap
 from specsteer.sdk.pinning import PinSet, load_pin_set
+from specsteer.sdk.serving_chain import read_serving_chain, serving_chain_problem
 from specsteer.sdk.transport import VerifierLost
 
 __all__ = [
@@ -182,9 +186,15 @@ class RemoteVerifier:
             # a traceback on stderr (grpc/grpc#18995). A channel still READY needs no request; one
             # gone idle since is asked below (and connects at the poller's next wake, within 0.2 s).
             state = _await_connectivity(channel, min(self.connect_timeout, 1.0), try_to_connect=False)
+        connected = False
         if state is not grpc.ChannelConnectivity.READY:
             state = _await_connectivity(channel, _left(deadline, floor=0.0))
+            connected = True
         if state is grpc.ChannelConnectivity.READY:
+            if connected:
+                # A fresh connection: gRPC checked the chain to a pinned anchor, not the path
+                # rules (the anchor's path length, serverAuth): those are checked before any uplink.
+                self._check_serving_chain(channel, deadline)
             self._was_ready = channel
             return channel
         if state is None:  # still connecting: a probe would only wait again
@@ -196,6 +206,31 @@ class RemoteVerifier:
         detail = self._probe(channel, deadline)
         self._drop(channel, close=True)  # not connected: nothing can be streaming on it
         raise self._connect_error(detail, deadline)
+
+    def _check_serving_chain(self, channel: grpc.Channel, deadline: float) -> None:
+        """Refuse (`VerifierRefused`, nothing sent) a verifier whose chain is no valid X.509 path
+        under the pinned anchors for the host dialled (see `sdk.serving_chain`)."""
+        port = int(self.target.rpartition(":")[2])
+        chain = read_serving_chain(
+            self.host,
+            port,
+            anchors_pem=self.identity.pins.root_pem,
+            cert_chain_pem=self.identity.cert_chain,
+            key_pem=self.identity.key,
+            server_name=self.server_name,
+            timeout=_left(deadline, floor=1.0),
+        )
+        problem = (
+            chain
+            if isinstance(chain, str)
+            else serving_chain_problem(chain, self.identity.pins.anchors, self.server_name or self.host)
+        )
+        if problem is not None:
+            self._drop(channel, close=True)  # connected, but no session was ever opened on it
+            raise VerifierRefused(
+                f"refused the verifier at {self.target}: its certificate chain breaks the pinned anchors' "
+                f"path rules: {problem}; nothing was sent"
+            )
 
     def _probe(self, channel: grpc.Channel, deadline: float) -> str:
         """Why the channel failed: a health check fails at once with gRPC's own explanation."""
