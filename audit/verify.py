@@ -32,7 +32,7 @@ from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoin
 from specsteer.audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
 from specsteer.audit.transcript import DeviceSession, compare, merge, read_transcript
 from specsteer.audit.witness_state import WitnessState, read_state
-from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures
+from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures, unwitnessed_records
 from specsteer.core.contract import Area, SessionState, Violation
 from specsteer.core.session_types import WIRE_MAX_TOP_K
 
@@ -99,6 +99,10 @@ NO_WITNESS = (
     "verifier key, or compare with the verifier's transcript, or give its witness's key and state "
     "(--witness-key, --witness-state)."
 )
+NO_WITNESS_KEY_NOTE = (
+    "no --witness-key was given: no record here is known to be vouched for by a witness, only by the device's "
+    "key; give the witness's key to learn which records lie after the last checkpoint it cosigned"
+)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class Report:
     not_covered: tuple[str, ...] = NOT_COVERED
     authenticated: bool = True  # checked against a key the auditor holds, not the one the log declares
     devices: tuple[tuple[str, str], ...] = ()  # (name, certificate sha256) the log binds, in order
+    # With --witness-key: why sessions after the last cosigned checkpoint leave the verdict UNPROVEN.
+    unwitnessed: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -120,10 +126,11 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """VERIFIED only with every check passed against the auditor's key; UNPROVEN without a key."""
+        """VERIFIED only with every check passed against the auditor's key and, given witness keys, every
+        session covered by a witness's cosignature; UNPROVEN otherwise."""
         if not self.ok:
             return FAILED
-        return VERIFIED if self.authenticated else UNPROVEN
+        return VERIFIED if self.authenticated and self.unwitnessed is None else UNPROVEN
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +139,7 @@ class Report:
             "ok": self.verdict == VERIFIED,
             "checks_passed": self.ok,
             "authenticated": self.authenticated,
+            "unwitnessed": self.unwitnessed,
             "devices": [{"name": n, "cert_sha256": c} for n, c in self.devices],
             "records": self.records,
             "sessions": len(self.sessions),
@@ -140,11 +148,14 @@ class Report:
             "not_covered": list(self.not_covered),
         }
 
+    def _unproven_why(self) -> str:
+        return "; ".join(why for why in (None if self.authenticated else UNPROVEN_WHY, self.unwitnessed) if why)
+
     def render(self) -> str:
         failed = sum(not c.ok for c in self.checks)
         verdict = {
             VERIFIED: VERIFIED,
-            UNPROVEN: f"{UNPROVEN} (every check passed, but authenticity is unproven: {UNPROVEN_WHY})",
+            UNPROVEN: f"{UNPROVEN} (every check passed, but authenticity is unproven: {self._unproven_why()})",
             FAILED: f"{FAILED} ({failed} of {len(self.checks)} checks failed)",
         }[self.verdict]
         lines = [f"audit log {self.log}: {self.records} records, {len(self.sessions)} sessions: {verdict}"]
@@ -623,7 +634,11 @@ def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
     return out
 
 
-def _witness(ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None, device: str | None) -> Check:
+def _witness(
+    ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None, device: str | None
+) -> tuple[Check, str | None]:
+    """The cosignatures checked, and (given witness keys) why sessions after the last checkpoint they
+    cosigned leave the verdict UNPROVEN: a note on the check says how many records only the device vouches for."""
     # Whose log this is: the auditor's word, else the names the log binds (the witness state's entry
     # for this log must be under one of them).
     names = [device] if device is not None else [n for n, _ in _devices(ctx)]
@@ -635,7 +650,31 @@ def _witness(ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | No
         summary = f"{len(result.failures)} problem(s) with the witness's cosignatures"
     else:
         summary = "; ".join(result.summaries) + ": every cosigned checkpoint matches the records"
-    return Check("witness cosignatures", not result.failures, summary, tuple(result.failures))
+    notes: list[str] = []
+    unwitnessed = None
+    if keys:
+        tail = unwitnessed_records(_parsed_records(ctx), result.cosigned_size)
+        sessions = list(dict.fromkeys(p.record.session for p in tail if p.record is not None and p.record.session))
+        if tail:
+            notes.append(
+                f"{len(tail)} record(s) (from position {tail[0].position}) lie after the last checkpoint the "
+                f"witness cosigned (size {result.cosigned_size}): only the device's key vouches for them, and "
+                "its holder could have appended or rewritten them and re-signed"
+            )
+        else:
+            notes.append(
+                f"every record lies within the last checkpoint the witness cosigned (size {result.cosigned_size}) "
+                "or is the Close that carried it and its answer"
+            )
+        if sessions:
+            unwitnessed = (
+                f"unwitnessed tail: {len(sessions)} session(s) lie wholly or partly after the last checkpoint the "
+                f"witness cosigned (size {result.cosigned_size}), so only the device vouches for them (a session "
+                "the device finished locally, or one appended by whoever holds its key)"
+            )
+            notes.append(unwitnessed)
+    check = Check("witness cosignatures", not result.failures, summary, tuple(result.failures), tuple(notes))
+    return check, unwitnessed
 
 
 def _devices(ctx: _Context) -> tuple[tuple[str, str], ...]:
@@ -706,12 +745,17 @@ def inspect(
     devices = _devices(ctx)
     if paths:
         checks.append(_transcript(sessions, paths, devices, _device_name(ctx, device, witness_state)))
+    unwitnessed = None
     if witness_keys or witness_state is not None:
-        checks.append(_witness(ctx, witness_keys, witness_state, device))
+        witness_check, unwitnessed = _witness(ctx, witness_keys, witness_state, device)
+        checks.append(witness_check)
+    if not witness_keys:
+        checks[2] = Check(cp_check.name, cp_check.ok, cp_check.summary, cp_check.failures,
+                          (*cp_check.notes, NO_WITNESS_KEY_NOTE))  # fmt: skip
     not_covered = NOT_COVERED if paths or witness_state is not None else (*NOT_COVERED, NO_WITNESS)
     return Report(
         str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,
-        authenticated=key is not None, devices=devices,
+        authenticated=key is not None, devices=devices, unwitnessed=unwitnessed,
     )  # fmt: skip
 
 

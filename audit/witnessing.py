@@ -14,6 +14,9 @@ Two checks over a parsed log (docs/audit-format.md, section 8):
   log key's holder re-signed everything. A cosignature dated outside its exchange (the Close's and
   the answer's record times, give or take `COSIGNATURE_SKEW_S`; never time 0) vouches for nothing
   and fails (`audit.cosignature.time_problem`).
+- `unwitnessed_records`: the records after the last checkpoint the witnesses cosigned. Only the
+  device's key vouches for them: a key holder can append sessions there and re-sign, so a session
+  that lies wholly or partly there leaves `audit verify` at UNPROVEN, never VERIFIED.
 """
 
 from __future__ import annotations
@@ -135,6 +138,19 @@ def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, ro
 class CosignatureResult:
     failures: list[str]
     summaries: list[str]
+    # The size every trusted witness cosigned (the smallest of their latest): the records from it
+    # on are vouched for by the device's key alone, bar the Close that carried it and its answer.
+    cosigned_size: int = 0
+
+
+def unwitnessed_records(parsed: Sequence[ParsedRecord], cosigned_size: int) -> list[ParsedRecord]:
+    """The records after the last cosigned checkpoint (size `cosigned_size`) that no witness vouches
+    for: all of them, except the Close whose request carried that checkpoint and the cosignature
+    that answered it (the witness saw that exchange; it cannot sign the records that hold it)."""
+    requests, answers = _exchanges(parsed)
+    exchange = {r.position for r in requests if r.request.size == cosigned_size}
+    exchange |= {a.position for a in answers if a.close in exchange}
+    return [p for p in parsed if p.position >= cosigned_size and p.position not in exchange]
 
 
 def _matches(cp: Checkpoint, n: int, roots: dict[int, bytes], where: str, key: WitnessKey, when: int) -> str | None:
@@ -221,15 +237,18 @@ def cosignature_check(
         problem = _matches(cp, n, roots, where, key, when)
         if problem is not None:
             failures.append(problem)
+    latest_sizes: list[int] = []
     for key in witness_keys:
         mine = [(cp, when) for _, k, cp, when in found if k == key]
         if not mine:
+            latest_sizes.append(0)
             failures.append(
                 f"no checkpoint of this log carries a valid cosignature by witness {key.name}+{key.id.hex()}: "
                 "the log was never witnessed by it, or its cosigned checkpoints were removed"
             )
             continue
         latest, when = max(mine, key=lambda x: (x[0].size, x[1]))
+        latest_sizes.append(latest.size)
         # One cosignature is usually found twice: in checkpoints.jsonl and in the downlink that brought it.
         count = len({(cp.size, cp.root, t) for cp, t in mine})
         summaries.append(f"{count} cosignature(s) by {key.name}, the latest of size {latest.size} at time {when}")
@@ -245,7 +264,7 @@ def cosignature_check(
             failures.append(problem)
         else:
             summaries.append(f"the witness's own record (size {entry.size}) matches the log")
-    return CosignatureResult(failures, summaries)
+    return CosignatureResult(failures, summaries, min(latest_sizes, default=0))
 
 
 _EARLY, _LATE = float("-inf"), float("inf")  # no bound, where a record's time is unreadable

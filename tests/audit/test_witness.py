@@ -140,6 +140,57 @@ def test_the_honest_witnessed_log_verifies_with_the_witness_key_and_state(honest
     assert "3 cosignature(s) by witness.test/w1" in check["summary"]
 
 
+def test_the_honest_witnessed_log_has_no_unwitnessed_tail(honest: Witnessed) -> None:
+    # Its last session ended by a witnessed Close: only that Close and its answer lie after the
+    # checkpoint the witness cosigned, and those are the exchange the witness saw.
+    code, report = audit(honest, honest.log)
+    assert (code, report["verdict"], report["unwitnessed"]) == (0, VERIFIED, None), failures(report)
+    (check,) = [c for c in report["checks"] if c["name"] == "witness cosignatures"]
+    assert any("every record lies within the last checkpoint the witness cosigned" in n for n in check["notes"])
+
+
+def _fabricated_tail(w: Witnessed, log: Path) -> None:
+    """The key holder's append: a session the device 'finished locally' after the last Close, its
+    tokens up in the log, the checkpoint re-signed with the device's key. No witness saw it."""
+    shutil.copytree(w.log, log, ignore=shutil.ignore_patterns("lock"))
+    with AuditLog.open(log, w.key, device=DEVICE) as appended:
+        rec = EgressRecorder(appended)
+        sid = run_session(rec, seed=7, close=False)
+        rec.record_fallback(sid, "verifier-unreachable")
+
+
+def test_a_fabricated_tail_after_the_last_close_is_unproven_with_the_witness_key(
+    honest: Witnessed, tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    _fabricated_tail(honest, log)
+    # Every option set: the key, the witness's key and its state, the verifier's view notwithstanding.
+    code, report = audit(honest, log, "--witness-state", str(honest.state))
+    assert (code, report["verdict"]) == (3, "UNPROVEN"), failures(report)
+    assert report["checks_passed"] and report["authenticated"]
+    assert report["unwitnessed"].startswith("unwitnessed tail: 1 session(s) lie wholly or partly after")
+    (check,) = [c for c in report["checks"] if c["name"] == "witness cosignatures"]
+    assert any("record(s) (from position 26) lie after the last checkpoint the witness cosigned (size 24)" in n
+               for n in check["notes"]), check["notes"]  # fmt: skip
+    # The text report names it in the verdict line.
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["verify", str(log), "--key", str(honest.pub), "--witness-key", str(honest.witness_pub)]) == 3
+    assert "UNPROVEN (every check passed, but authenticity is unproven: unwitnessed tail:" in out.getvalue()
+
+
+def test_without_a_witness_key_the_tail_verifies_as_before_with_a_note(honest: Witnessed, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    _fabricated_tail(honest, log)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["verify", str(log), "--key", str(honest.pub), "--json"])
+    report = json.loads(out.getvalue())
+    assert (code, report["verdict"], report["unwitnessed"]) == (0, VERIFIED, None), failures(report)
+    notes = [n for c in report["checks"] for n in c["notes"]]
+    assert any(n.startswith("no --witness-key was given: no record here is known to be vouched for") for n in notes)
+
+
 def test_another_witness_key_fails(honest: Witnessed, tmp_path: Path) -> None:
     _, other = write_witness_key_pair("witness.test/w2", tmp_path)
     code, report = audit(honest, honest.log, "--witness-key", str(other))
