@@ -6,6 +6,7 @@
     federation schedule --every DURATION (--simulation ... | --superlink ...) [--max-runs N]
                         [--run-timeout DURATION] [--retries N] [--retry-backoff DURATION]
     federation status [--state-dir D] [--device DIR ...]
+    federation device-state --state-dir DIR --idle yes|no --charging yes|no --unmetered yes|no
 
 Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage). `run`
 prints what each round's devices did (trained, sat out and why, refused and why); a run in which
@@ -145,7 +146,35 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--device", type=Path, action="append", default=[], help="a device state folder (repeatable)")
     status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     _add_quiet(status)
+    state = sub.add_parser(
+        "device-state",
+        help="report the device's idle, charging and network state for its eligibility (federation.eligibility)",
+    )
+    state.add_argument(
+        "--state-dir", type=Path, required=True, help="the device's state folder (node config state-dir)"
+    )
+    for flag, what in (("idle", "idle"), ("charging", "charging"), ("unmetered", "on an unmetered network")):
+        state.add_argument(f"--{flag}", type=_yes_no, required=True, metavar="yes|no", help=f"whether it is {what}")
+    state.add_argument("--json", action="store_true", help="print the state written as one JSON object")
+    _add_quiet(state)
     return parser
+
+
+def _yes_no(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("yes", "true", "1", "on"):
+        return True
+    if value in ("no", "false", "0", "off"):
+        return False
+    raise bad_value(f"expected yes or no, not {text!r}")
+
+
+def device_state(args: argparse.Namespace) -> dict[str, Any]:
+    """`federation device-state`: what the embedding app's `report_state` writes, for the reference device."""
+    from specsteer.federation.eligibility import STATE_FILE, report_state
+
+    state = report_state(idle=args.idle, charging=args.charging, unmetered=args.unmetered, state_dir=args.state_dir)
+    return {"path": str(Path(args.state_dir).expanduser() / STATE_FILE), **state.as_dict()}
 
 
 # --- run ----------------------------------------------------------------------------------------
@@ -570,6 +599,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     go_offline()  # before Flower or Hugging Face is imported by any command
 
     def command() -> int:
+        if args.command == "device-state":
+            written = device_state(args)
+            print(json.dumps(written) if args.json else f"Device state written to {written['path']}.")
+            return 0
         if args.command == "status":
             result = status(args)
             if args.json:

@@ -17,7 +17,12 @@ Node config (``flower-supernode --node-config``), all optional except the data:
     user-id            which user of a multi-user file (or ``partition-id``, as Flower's simulation sets)
     num-partitions     with a single-user file: split its history this many ways (simulation only)
     state-dir          the folder above (default: ~/.specsteer/federation/device-<user>)
-    eligibility-file   JSON {"idle": bool, "charging": bool, "unmetered": bool}, re-read every message
+    eligibility-file   JSON {"idle": bool, "charging": bool, "unmetered": bool, "reported_at": time},
+                       re-read every message, as the embedding app writes it (`federation.eligibility`:
+                       `report_state`, or `federation device-state`); without it, the
+                       ``eligibility.json`` such a report wrote in ``state-dir``, if there is one
+    eligibility-max-age   seconds a reported state stays good (default 900); an older one, one
+                       dated in the future or one that cannot be read is not eligible
     idle, charging, unmetered   the same flags given directly (used when there is no file)
     threads            torch threads for training
 
@@ -49,8 +54,14 @@ here, before anything is loaded):
                          personal adapter has no copy elsewhere, and lr 1000 ruined it
     min-holdout          the newest entries never trained on (default 4; a run's smaller holdout
                          is raised to it)
-    max-sample-rate      the largest DP sampling rate a round may train at (default 1: any); at a
-                         larger one it takes no private step (cover steps only, nothing spent)
+    max-sample-rate      the largest DP sampling rate a round may train at (default 0.5); at a
+                         larger one it takes no private step (cover steps only, nothing spent):
+                         at rate 1 two steps cost ε 7.08 where rate 1/6 costs 3.14 (σ 1, δ 1e-5)
+    max-epsilon-per-round  the most ε one round may add to the ledger (default: the ε budget / 2,
+                         so that the budget lasts at least 2 rounds; docs/federation.md has the
+                         arithmetic): a round proposing more trains fewer private steps, the most
+                         that stay within it, found with the ledger's own accountant, and runs the
+                         rest as cover steps (``dp-steps 10000`` spent ε 7.96 of 8 in one round)
     require-idle, require-charging, require-unmetered   the eligibility flags this device needs
                          set before it takes part (default true each): a run's ``require-…``
                          may add to them, never waive them (the device's floor, not the server's)
@@ -91,8 +102,17 @@ from specsteer.core.fileio import append_line
 from specsteer.core.models import DEFAULT_SPECIALIST
 from specsteer.federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from specsteer.federation.atrest import append_sealed_log, device_key_provider, read_sealed_log, seal_file, unseal_file
+from specsteer.federation.eligibility import (
+    DEFAULT_MAX_AGE_S,
+    FLAGS,
+    STATE_FILE,
+    AlwaysEligible,
+    EligibilitySource,
+    FileEligibility,
+    FixedEligibility,
+)
 from specsteer.federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
-from specsteer.federation.ledger import Ledger
+from specsteer.federation.ledger import Ledger, WriteCounter
 from specsteer.federation.store import AdapterStore, version_dir
 from specsteer.federation.task import (
     ALL_LINEAR,
@@ -141,12 +161,16 @@ DEFAULT_MAX_CONTEXT_CHARS = 1800  # what slm-rag inference retrieves
 DEFAULT_MAX_PERSONAL_LR = 0.01
 DEFAULT_MIN_HOLDOUT = 4
 DEFAULT_MAX_VERSION_JUMP = 1000
-# Off by default: a history of one or two batches trains at q = 1 or 1/2 in any honest run, and
-# the budget bounds what a high rate spends; an operator may ask for subsampling's amplification.
-DEFAULT_MAX_SAMPLE_RATE = 1.0
+# A history of two batches trains at q = 1/2; one of a single batch (q = 1: the whole history in
+# every step, no amplification by subsampling) takes no private step: two steps at q = 1 cost
+# ε 7.08 of a budget of 8, against 3.14 at q = 1/6 (σ 1, δ 1e-5). docs/federation.md.
+DEFAULT_MAX_SAMPLE_RATE = 0.5
+# The default most ε one round may add is the budget / this: a budget lasts at least this many
+# rounds. Not 20: at σ 1 (the default noise) a single step at q = 1/6 costs ε 2.63 at δ 1e-5, so
+# budget / 20 = 0.4 would forbid every private step (docs/federation.md has the table).
+DEFAULT_ROUNDS_PER_BUDGET = 2
 DEFAULT_SECAGG_MIN_COHORT = 3
 KEEP_GLOBAL_VERSIONS = 3
-FLAGS = ("idle", "charging", "unmetered")
 SEALED_LOG = "rounds.vault"
 PLAIN_LOG = "rounds.jsonl"
 TRAINED = "trained"
@@ -178,6 +202,8 @@ class DevicePolicy:
     min_holdout: int = DEFAULT_MIN_HOLDOUT
     max_version_jump: int = DEFAULT_MAX_VERSION_JUMP
     max_sample_rate: float = DEFAULT_MAX_SAMPLE_RATE
+    # The most ε one round may add to the ledger; None: the ledger's budget / DEFAULT_ROUNDS_PER_BUDGET.
+    max_epsilon_per_round: float | None = None
     # The eligibility flags the device itself requires; a run may require more, never fewer.
     require_idle: bool = True
     require_charging: bool = True
@@ -208,6 +234,9 @@ class DevicePolicy:
                 min_holdout=int(node.get("min-holdout", DEFAULT_MIN_HOLDOUT)),
                 max_version_jump=int(node.get("max-version-jump", DEFAULT_MAX_VERSION_JUMP)),
                 max_sample_rate=float(node.get("max-sample-rate", DEFAULT_MAX_SAMPLE_RATE)),
+                max_epsilon_per_round=(
+                    float(node["max-epsilon-per-round"]) if "max-epsilon-per-round" in node else None
+                ),
                 require_idle=_as_bool(node.get("require-idle", True)),
                 require_charging=_as_bool(node.get("require-charging", True)),
                 require_unmetered=_as_bool(node.get("require-unmetered", True)),
@@ -228,6 +257,9 @@ class DevicePolicy:
             raise ConfigError(
                 f"The device's max-personal-lr must be in (0, {MAX_LR:g}] and its max-sample-rate in (0, 1]."
             )
+        cap = policy.max_epsilon_per_round
+        if cap is not None and not (cap > 0 and math.isfinite(cap)):
+            raise ConfigError("The device's max-epsilon-per-round must be a positive number.")
         if policy.secagg_min_cohort < 2:
             raise ConfigError("The device's secagg-min-cohort must be at least 2: SecAgg+ among one hides nothing.")
         if not policy.model or not policy.lora_targets:
@@ -235,6 +267,12 @@ class DevicePolicy:
         if policy.accountant not in ACCOUNTANTS:
             raise ConfigError(f"The device's accountant must be one of {', '.join(ACCOUNTANTS)}.")
         return policy
+
+    def round_epsilon_cap(self, epsilon_budget: float) -> float:
+        """The most ε one round may add to a ledger of `epsilon_budget` (``max-epsilon-per-round``)."""
+        if self.max_epsilon_per_round is not None:
+            return self.max_epsilon_per_round
+        return epsilon_budget / DEFAULT_ROUNDS_PER_BUDGET
 
     def refuse_less(self, cfg: TaskConfig) -> None:
         """Raise `PolicyRefusal` if the run's DP settings give less than this policy demands.
@@ -317,6 +355,11 @@ class Device:
     eligibility_file: Path | None = None
     flags: dict[str, bool] | None = None
     cache_dir: Path | None = None
+    # An app running the device in its own process may hand it its own source (the OS's state, live).
+    eligibility_source: EligibilitySource | None = None
+    eligibility_max_age: float = DEFAULT_MAX_AGE_S
+    # The sealed ledger's count of writes, where the app keeps it (`federation.ledger.WriteCounter`).
+    ledger_counter: WriteCounter | None = None
 
     @classmethod
     def from_configs(cls, node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> Device:
@@ -333,6 +376,12 @@ class Device:
         partition = node_config.get("partition-id")
         default_state = Path.home() / ".specsteer" / "federation" / f"device-{user_id or partition or 'default'}"
         flags = {f: _as_bool(node_config[f]) for f in FLAGS if f in node_config} or None
+        try:
+            max_age = float(node_config.get("eligibility-max-age", DEFAULT_MAX_AGE_S))
+        except (TypeError, ValueError):
+            max_age = math.nan
+        if not (max_age > 0 and math.isfinite(max_age)):
+            raise ConfigError("The device's eligibility-max-age must be a positive number of seconds.")
         threads = node_config.get("threads")
         if threads is not None and int(threads) > 0:
             torch.set_num_threads(int(threads))
@@ -347,6 +396,7 @@ class Device:
             eligibility_file=Path(str(node_config["eligibility-file"])) if "eligibility-file" in node_config else None,
             flags=flags,
             cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,
+            eligibility_max_age=max_age,
         )
 
     def for_run(self, run_config: Mapping[str, Any]) -> Device:
@@ -390,6 +440,7 @@ class Device:
             dp_required=p.dp_required,
             min_noise_multiplier=p.min_noise_multiplier,
             key_provider=self.key_provider,  # sealed, with its counter, when the history is
+            counter=self.ledger_counter,
         )
 
     def check_eligible(self, policy: Policy) -> None:
@@ -404,17 +455,23 @@ class Device:
         if missing:
             raise NotEligible(f"Device not eligible for this round: not {', not '.join(missing)}.")
 
-    def read_flags(self) -> dict[str, bool]:
+    def eligibility(self) -> EligibilitySource:
+        """Where this device reads its flags: the app's own source, the ``eligibility-file``, the
+        node config's flags, a state reported in its state folder, or none (every flag set)."""
+        if self.eligibility_source is not None:
+            return self.eligibility_source
         if self.eligibility_file is not None:
-            try:
-                data = json.loads(self.eligibility_file.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                # An unreadable status file means the device cannot vouch for its state: sit out.
-                return dict.fromkeys(FLAGS, False)
-            return {f: _as_bool(data.get(f, False)) for f in FLAGS}
+            return FileEligibility(self.eligibility_file, self.eligibility_max_age)
         if self.flags is not None:
-            return {f: self.flags.get(f, False) for f in FLAGS}
-        return dict.fromkeys(FLAGS, True)  # no status source configured: a plugged-in test machine
+            return FixedEligibility(self.flags)
+        reported = self.state_dir / STATE_FILE
+        if reported.exists():
+            return FileEligibility(reported, self.eligibility_max_age)
+        return AlwaysEligible()  # no status source configured: a plugged-in test machine
+
+    def read_flags(self) -> dict[str, bool]:
+        flags = self.eligibility().flags()
+        return {f: flags.get(f, False) is True for f in FLAGS}
 
     # --- rounds --------------------------------------------------------------------------------
 
@@ -576,8 +633,10 @@ class Device:
 
         None when δ is not below 1/n (an ε at such a δ allows releasing a whole commit in the
         clear: node delta 0.2 was accepted for 21 commits), and none when the sampling rate is
-        above the device's ``max-sample-rate`` (default 1, any). Either way the device answers as
+        above the device's ``max-sample-rate`` (default 0.5). Either way the device answers as
         usual, with cover steps, so the server does not learn that its history is that small.
+        Otherwise the most that stay within the budget and add at most ``max-epsilon-per-round``
+        to the ledger (trimmed, not refused: a refusal would depend on the history's size).
         """
         if n == 0 or most == 0:
             return 0
@@ -585,7 +644,8 @@ class Device:
         rate = dp_sample_rate(n, cfg.batch_size)
         if ledger.delta * n >= 1 or rate > self.dp_policy.max_sample_rate:
             return 0
-        return ledger.affordable_steps(cfg.noise_multiplier, rate, most)
+        cap = self.dp_policy.round_epsilon_cap(ledger.epsilon_budget)
+        return ledger.affordable_steps(cfg.noise_multiplier, rate, most, per_round=cap)
 
     def _skip(
         self,
@@ -740,7 +800,7 @@ def round_outcome(record: Mapping[str, Any]) -> str | None:
         return TRAINED
     if not record.get("dp_steps_proposed"):
         return "the run proposed no step"
-    return "no private step within its ε budget, δ or sampling-rate limit"
+    return "no private step within its ε budget, its ε per round, δ or sampling-rate limit"
 
 
 def ledger_policy(ledger: Ledger) -> DevicePolicy:

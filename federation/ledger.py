@@ -29,7 +29,9 @@ a `LedgerError`: the device refuses to train rather than trust it. A plaintext l
 counter (written before ledgers were sealed) is read once and sealed at its next write. What no
 file on the device can detect is the ledger and its counter rolled back together (a copy of the
 whole state folder put back): that needs a monotonic counter outside the folder (a TPM, the OS's
-keystore), which the device does not have.
+keystore). An app that has one passes it as ``Ledger.load(..., counter=...)``: any `WriteCounter`
+(read the id and count, write them; the platform's storage must refuse a count lower than the
+one it holds); `SealedFileCounter`, the file beside the ledger, is the default.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from specsteer.core.fileio import atomic_write
 from specsteer.federation.errors import BudgetExhausted
@@ -57,6 +59,8 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "RoundEntry",
+    "SealedFileCounter",
+    "WriteCounter",
     "atomic_write_json",
     "epsilon_of",
 ]
@@ -99,6 +103,8 @@ class Ledger:
     key_provider: KeyProvider | None = field(default=None, repr=False, compare=False)
     seal_id: str | None = None
     seal_seq: int = 0
+    # Where a sealed ledger's count of writes is kept (None: `SealedFileCounter`, beside it).
+    counter: WriteCounter | None = field(default=None, repr=False, compare=False)
     _lock_depth: int = field(default=0, repr=False, compare=False)
     _lock_file: Any = field(default=None, repr=False, compare=False)
 
@@ -113,13 +119,15 @@ class Ledger:
         dp_required: bool | None = None,
         min_noise_multiplier: float | None = None,
         key_provider: KeyProvider | None = None,
+        counter: WriteCounter | None = None,
     ) -> Ledger:
         """The ledger at `path`; a missing file is an empty ledger (nothing spent) with this policy.
 
         An existing ledger keeps the policy it was created with: asking for another is a `LedgerError`.
         `dp_required` and `min_noise_multiplier` left at None accept what the ledger fixed (a new
         ledger: DP required, no noise floor). With `key_provider` the ledger is sealed (module
-        docstring) and one that does not verify is a `LedgerError`.
+        docstring) and one that does not verify is a `LedgerError`; `counter` keeps its count of
+        writes (default: a sealed file beside it), e.g. in the platform's secure storage.
         """
         _check_budget(epsilon_budget, delta, accountant, min_noise_multiplier or 0.0)
         ledger = cls(
@@ -130,6 +138,7 @@ class Ledger:
             dp_required=True if dp_required is None else bool(dp_required),
             min_noise_multiplier=0.0 if min_noise_multiplier is None else float(min_noise_multiplier),
             key_provider=key_provider,
+            counter=counter,
         )
         strict = (dp_required is not None, min_noise_multiplier is not None)
         if key_provider is not None and ledger.path.parent.is_dir():
@@ -165,7 +174,7 @@ class Ledger:
         """The ledger on disk; sealed, checked against its counter (module docstring)."""
         where = f"The device's privacy ledger {self.path}"
         if self.key_provider is None:
-            if is_vault(self.path) or self.counter_path.exists():
+            if is_vault(self.path) or (self.counter is None and self.counter_path.exists()):
                 raise LedgerError(f"{where} is sealed but the device's history no longer is; it cannot be trusted.")
             return read_ledger_file(self.path)
         counter = self._read_counter()
@@ -193,20 +202,14 @@ class Ledger:
             )
         return data
 
-    def _read_counter(self) -> tuple[str, int] | None:
-        if not self.counter_path.exists():
-            return None
+    def _counter(self) -> WriteCounter:
+        if self.counter is not None:
+            return self.counter
         assert self.key_provider is not None
-        try:
-            counter = json.loads(ProfileVault.open(self.counter_path, self.key_provider).decode("utf-8"))
-        except (VaultError, ValueError) as exc:
-            raise LedgerError(f"The privacy ledger's counter {self.counter_path} does not verify: {exc}.") from None
-        seal_id, seq = counter.get("id") if isinstance(counter, dict) else None, None
-        if isinstance(counter, dict):
-            seq = counter.get("seq")
-        if not isinstance(seal_id, str) or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise LedgerError(f"The privacy ledger's counter {self.counter_path} is damaged.")
-        return seal_id, seq
+        return SealedFileCounter(self.counter_path, self.key_provider)
+
+    def _read_counter(self) -> tuple[str, int] | None:
+        return self._counter().read()
 
     def _check_policy(self, data: LedgerData, required_given: bool, floor_given: bool) -> None:
         names = ["budget", "δ", "accountant"]
@@ -274,15 +277,21 @@ class Ledger:
                 raise BudgetExhausted("Privacy budget exhausted: this round would exceed the device's ε budget.")
         return projected
 
-    def affordable_steps(self, noise_multiplier: float, sample_rate: float, most: int) -> int:
-        """The most DP-SGD steps, up to `most`, that one more round can take within the budget (0: none)."""
+    def affordable_steps(
+        self, noise_multiplier: float, sample_rate: float, most: int, *, per_round: float = math.inf
+    ) -> int:
+        """The most DP-SGD steps, up to `most`, that one more round can take within the budget (0: none),
+        adding at most `per_round` to the ε spent (the device's ``max-epsilon-per-round``)."""
         if not (noise_multiplier > 0 and math.isfinite(noise_multiplier)):
             raise LedgerError(f"The noise multiplier must be a positive number, not {noise_multiplier!r}.")
+        if not per_round > 0:  # NaN too
+            return 0
+        ceiling = min(self.epsilon_budget, self.epsilon_spent + per_round)
         low, high = 0, max(0, int(most))
         # ε grows with the number of steps, so the largest affordable count is found by bisection.
         while low < high:
             mid = (low + high + 1) // 2
-            if self.project(noise_multiplier, sample_rate, mid) <= self.epsilon_budget:  # False for NaN
+            if self.project(noise_multiplier, sample_rate, mid) <= ceiling:  # False for NaN
                 low = mid
             else:
                 high = mid - 1
@@ -362,11 +371,53 @@ class Ledger:
             self._write_counter(provider)
 
     def _write_counter(self, provider: KeyProvider) -> None:
-        counter = json.dumps({"id": self.seal_id, "seq": self.seal_seq}).encode("utf-8")
+        assert self.seal_id is not None
+        self._counter().write(self.seal_id, self.seal_seq)
+
+
+@runtime_checkable
+class WriteCounter(Protocol):
+    """A sealed ledger's count of writes: its id and the count (module docstring).
+
+    Kept outside the state folder (the platform's secure storage, a TPM), it also detects the ledger
+    and the counter rolled back together. `write` must be durable before it returns, and a
+    platform-backed one must refuse (raise `LedgerError`) a count below the one it holds.
+    """
+
+    def read(self) -> tuple[str, int] | None:
+        """The id and count last written, or None if none ever was."""
+        ...
+
+    def write(self, seal_id: str, seq: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class SealedFileCounter:
+    """The default `WriteCounter`: a file sealed with the history's key, beside the ledger."""
+
+    path: Path
+    key_provider: KeyProvider = field(repr=False)
+
+    def read(self) -> tuple[str, int] | None:
+        if not self.path.exists():
+            return None
         try:
-            ProfileVault.seal(counter, self.counter_path, provider)
+            counter = json.loads(ProfileVault.open(self.path, self.key_provider).decode("utf-8"))
+        except (VaultError, ValueError) as exc:
+            raise LedgerError(f"The privacy ledger's counter {self.path} does not verify: {exc}.") from None
+        seal_id, seq = counter.get("id") if isinstance(counter, dict) else None, None
+        if isinstance(counter, dict):
+            seq = counter.get("seq")
+        if not isinstance(seal_id, str) or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise LedgerError(f"The privacy ledger's counter {self.path} is damaged.")
+        return seal_id, seq
+
+    def write(self, seal_id: str, seq: int) -> None:
+        counter = json.dumps({"id": seal_id, "seq": seq}).encode("utf-8")
+        try:
+            ProfileVault.seal(counter, self.path, self.key_provider)
         except VaultError as exc:
-            raise LedgerError(f"Cannot write the privacy ledger's counter {self.counter_path}: {exc}.") from None
+            raise LedgerError(f"Cannot write the privacy ledger's counter {self.path}: {exc}.") from None
 
 
 def _check_budget(epsilon_budget: float, delta: float, accountant: str, min_noise: float = 0.0) -> None:

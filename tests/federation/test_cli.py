@@ -186,7 +186,7 @@ def test_a_run_says_which_devices_trained_and_why_the_others_sat_out(
     errors = [line for line in err.splitlines() if line.startswith("federation: error:")]
     assert errors == [
         "federation: error: no device trained in any of the run's 1 round(s) (2 sat out: no private step within "
-        "its ε budget, δ or sampling-rate limit ×2), so v1 learnt from no device's data."
+        "its ε budget, its ε per round, δ or sampling-rate limit ×2), so v1 learnt from no device's data."
     ]
     code, out, _ = _run(capsys, *argv, "--epsilon", "0.001", "--state-dir", str(tmp_path / "poor"), "--json")
     (only,) = json.loads(out)["rounds"]

@@ -39,8 +39,18 @@ def _histories(folder: Path) -> list[Path]:
 
 
 def _nodes(model: Path, histories: list[Path], state: Path, **policy: Any) -> list[dict[str, Any]]:
+    # Any sampling rate and the whole budget in one round: what each size affords is the subject
+    # here (the device's per-round limits, which bound it further, are test_round_limits's).
+    limits = {"max-sample-rate": 1, "max-epsilon-per-round": 8}
     return [
-        {"data-file": str(h), "state-dir": str(state / f"n{n}"), "epsilon-budget": 8, "model": str(model), **policy}
+        {
+            "data-file": str(h),
+            "state-dir": str(state / f"n{n}"),
+            "epsilon-budget": 8,
+            "model": str(model),
+            **limits,
+            **policy,
+        }
         for n, h in zip(SIZES, histories, strict=True)
     ]
 
