@@ -26,9 +26,10 @@ from specsteer.audit.errors import AuditError
 from specsteer.audit.log import scan_log
 from specsteer.audit.transcript import read_transcript
 from specsteer.core import wire
-from specsteer.core.errors import ProtocolError
+from specsteer.core.errors import ProfileError, ProtocolError
 from specsteer.core.fileio import atomic_write
 from specsteer.core.wire import pb
+from specsteer.privacy import vault
 from specsteer.privacy.canaries import identities_from_trailers
 from specsteer.privacy.errors import PrivacyError
 from specsteer.privacy.leakage import CanarySpace
@@ -68,15 +69,29 @@ class RawUser:
         return out
 
 
+def _sealed_text(p: Path) -> str:
+    """A data file sealed with `privacy seal`, opened with the key or passphrase the environment
+    gives (`$SPECSTEER_VAULT_KEY`, `$SPECSTEER_VAULT_PASSPHRASE`), as every sealed file is."""
+    try:
+        raw = vault.ProfileVault.open(p, vault.environment_key_provider(f"the data file {p} is sealed"))
+    except vault.WrongKeyError:
+        raise PrivacyError(f"the data file {p} is sealed with another passphrase or key") from None
+    except (vault.VaultError, ProfileError) as exc:
+        raise PrivacyError(f"cannot open the sealed data file {p}: {str(exc).rstrip('.')}") from None
+    return raw.decode("utf-8")
+
+
 def read_users(path: str | Path) -> list[RawUser]:
     """The users of a dataset JSONL file (one user object a line) or of one JSON user object."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = _sealed_text(p) if vault.is_vault(p) else p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PrivacyError(f"the data file {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PrivacyError(f"cannot read the data file {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError:
+        raise PrivacyError(f"the data file {p} is not UTF-8 text (a sealed vault? `privacy seal` makes one)") from None
+    except OSError as exc:
+        raise PrivacyError(f"cannot read the data file {p}: {exc.strerror or exc}") from None
     objects: list[object] = []
     try:
         objects = [json.loads(text)]

@@ -336,3 +336,35 @@ def test_seal_refuses_a_vault_and_canaries_are_written_private(
     assert not (tmp_path / "again.vault").exists()
     write_canaries(tmp_path / "canaries.json", CanarySpace(), [Canary("u04", "402913")])
     assert (tmp_path / "canaries.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_leakage_report_reads_a_sealed_data_file_and_refuses_a_wrong_passphrase(
+    planted: dict[str, Path],
+    tmp_path: Path,
+    char_tok: PreTrainedTokenizerFast,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #49, finding 7: a `--data` file sealed with `privacy seal` failed with a raw "'utf-8'
+    codec can't decode byte"; it is opened with the passphrase the environment gives, as every
+    sealed file is, and a wrong passphrase is one sentence and exit 1."""
+    monkeypatch.setattr("specsteer.privacy.vault.SCRYPT_N", 2**14)
+    sealed = tmp_path / "data.vault"
+    ProfileVault.seal(FIXTURES.read_bytes(), sealed, PassphraseKeyProvider("pw for the data", n=2**14))
+    tok_dir = tmp_path / "tok"
+    char_tok.save_pretrained(str(tok_dir))
+    args = ["leakage-report", "--audit-log", str(planted["root"] / "off"), "--user", "u04"]
+    args += ["--canaries", str(planted["canaries"]), "--tokenizer", str(tok_dir), "--json"]
+    assert main([*args, "--data", str(FIXTURES)]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    monkeypatch.setenv(ENV_PASSPHRASE, "pw for the data")
+    assert main([*args, "--data", str(sealed)]) == 0
+    assert json.loads(capsys.readouterr().out) == plain
+    monkeypatch.setenv(ENV_PASSPHRASE, "not the passphrase")
+    assert main([*args, "--data", str(sealed)]) == 1
+    err = capsys.readouterr().err
+    assert "sealed with another passphrase" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.delenv(ENV_PASSPHRASE)
+    assert main([*args, "--data", str(sealed)]) == 1
+    err = capsys.readouterr().err
+    assert ENV_PASSPHRASE in err and len(err.strip().splitlines()) == 1
