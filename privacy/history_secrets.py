@@ -44,6 +44,131 @@ _INTRODUCED_HEX = re.compile(
 )
 
 
+# Secrets a history states in prose, by a keyword and the shape after it (issue #49): "password is
+# X", "password: X", "pw X", "PIN: 4417", "alarm code 4417", "passphrase: four plain words",
+# "KEY=value" where the key names a secret, "admin / Sunflower!1987" after a login word. Each value
+# is registered whole (never a prefix the keyword shares with prose).
+_IS = r"(?:[ \t]*(?:is|was|=|:|->)[ \t]*|[ \t]+)[\"'`]?"
+_PROSE_PASSWORD = re.compile(
+    r"(?i)(?<![\w-])(?:pass(?:word|wd)s?|pwd|pw|kennwort|passwort|mot de passe|contrase[nñ]a|senha)"
+    r"(?P<strict>[ \t]*(?:is|was|=|:|->)[ \t]*|[ \t]+)[\"'`]?(?P<value>[^\s\"'`]{6,64})"
+)
+_PROSE_PIN = re.compile(
+    r"(?i)(?<![\w-])(?:pin|passcode|(?:alarm|door|gate|garage|safe|lock|keypad|entry|access|security|lockbox|locker)"
+    r"[ \t]+(?:code|pin|combo|combination))(?:[ \t]*(?:number|no\.?|#))?"
+    + _IS
+    + r"(?P<value>\d{4,8})(?![\w/:-]|[.,]\d)"
+)
+_PROSE_PASSPHRASE = re.compile(
+    r"(?i)(?<![\w-])pass[ -]?phrase(?:[ \t]*(?:is|was|=|:|->)[ \t]*)[\"'`]?"
+    r"(?P<value>[a-z]{2,12}(?:[ \t-][a-z]{2,12}){2,7})(?![\w])"
+)
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "with",
+        "and",
+        "or",
+        "but",
+        "not",
+        "no",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "as",
+        "if",
+        "then",
+        "than",
+        "so",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "may",
+        "must",
+        "see",
+        "set",
+        "stored",
+        "kept",
+        "saved",
+        "in",
+        "into",
+        "our",
+        "your",
+        "my",
+        "their",
+        "his",
+        "her",
+    ]
+)
+_PROSE_ASSIGNMENT = re.compile(
+    r"(?<![\w.-])(?:export[ \t]+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*[\"']?(?P<value>[^\s\"'`]{6,128})"
+)
+_SECRET_KEY_WORDS = frozenset(
+    ["token", "secret", "password", "passwd", "pass", "pwd", "key", "apikey", "passphrase", "credential", "credentials"]
+)
+_LOGIN_PAIR = re.compile(
+    r"(?i)(?<![\w-])(?:admin|login|user(?:name)?|account|root)\b[^\n/]{0,24}?(?<![\w])(?P<user>[\w.@-]{2,40})?"
+    r"[ \t]*/[ \t]*(?P<value>[^\s/\"'`]{6,64})"
+)
+
+
+def prose_secrets(text: str) -> set[str]:
+    """The secrets `text` states in prose (see `_PROSE_PASSWORD` and the patterns after it), as written."""
+    from specsteer.privacy.recognizers import _names_a_secret, _password_ok, _pin_ok, _strong_password_ok
+
+    out: set[str] = set()
+    for m in _PROSE_PASSWORD.finditer(text):
+        value = m.group("value").rstrip(".,;:)")
+        ok = _password_ok if m.group("strict").strip() else _strong_password_ok
+        if ok(value):
+            out.add(value)
+    for m in _PROSE_PIN.finditer(text):
+        if _pin_ok(m.group("value")):
+            out.add(m.group("value"))
+    for m in _PROSE_PASSPHRASE.finditer(text):
+        # "passphrase: is set in the config" is a sentence: a passphrase's words are no function words.
+        if not set(re.split(r"[ \t-]+", m.group("value").lower())) & _FUNCTION_WORDS:
+            out.add(m.group("value"))
+    for m in _PROSE_ASSIGNMENT.finditer(text):
+        words = [w for w in re.split(r"_+", m.group("key").lower()) if w]
+        value = m.group("value").rstrip(".,;:)")
+        if words and _SECRET_KEY_WORDS & set(words) and _names_a_secret(m.group("key"), 0) and _password_ok(value):
+            out.add(value)
+    for m in _LOGIN_PAIR.finditer(text):
+        value = m.group("value").rstrip(".,;:)")
+        if _strong_password_ok(value):
+            out.add(value)
+    # An identifier's name after "password:" ("MAX_RETRY_COUNT2", "SHA256_DIGEST") names a thing.
+    return {v for v in out if not _NAME.fullmatch(v) and not re.fullmatch(r"[A-Z0-9]+(?:_[A-Z0-9]+)+", v)}
+
+
 def history_secrets(history: Iterable[str]) -> set[str]:
     """The secrets a history shows (see the module docstring), as written."""
     out: set[str] = set()
@@ -53,7 +178,25 @@ def history_secrets(history: Iterable[str]) -> set[str]:
             if _secret_like(value):
                 out.add(value)
         out.update(m.group("value") for m in _INTRODUCED_HEX.finditer(text))
+        out |= prose_secrets(text)
     return out
+
+
+# What a secret shares with every other of its kind, no secret alone: a URL's scheme, host and
+# plain path words ("https://hooks.slack.com/services/"), a vendor's prefix ("ghp_", "github_pat_",
+# "xoxb-", "sk-proj-", "AKIA"). A piece or part of a secret must reach past it.
+_URL_PREFIX = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s]*/(?:[a-z]+(?:[._-][a-z]+)*/)*")
+# Only before a long generated run: "fjordlys-" of a password, "granite-plum-" of a passphrase is no vendor's.
+_VENDOR_PREFIX = re.compile(r"(?:[a-z]{2,10}[_-]){1,3}(?=(?=[a-z_-]*\d)[a-z0-9_-]{16,}\Z)|akia|asia|aiza|eyj|sg\.")
+
+
+def generic_prefix(secret: str) -> int:
+    """The length of `secret`'s (folded) generic prefix (see `_URL_PREFIX`); 0 if none."""
+    m = _URL_PREFIX.match(secret) or (_VENDOR_PREFIX.match(secret) if len(secret) >= 20 else None)
+    return m.end() if m and m.end() < len(secret) else 0
+
+
+_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z]+)+")
 
 
 def _secret_like(value: str) -> bool:
@@ -64,7 +207,7 @@ def _secret_like(value: str) -> bool:
         return False
     # Names join words with underscores or capitals; a key of one case and digits does not (an AWS
     # access key, AKIA + 16 upper-case letters and digits, was skipped as a constant's name).
-    if re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z]+)+", value):
+    if _NAME.fullmatch(value):
         return False
     kinds = [r"[a-z]", r"[A-Z]", r"\d", r"[^A-Za-z0-9]"]
     return sum(bool(re.search(k, value)) for k in kinds) >= 2
@@ -109,16 +252,42 @@ def _words(text: str, word: re.Pattern[str]) -> Words:
 
 
 def _is_piece(piece: str, whole: str) -> bool:
-    """A piece of a secret worth a span: the whole secret, 10+ characters, or one with a digit or symbol."""
-    return piece == whole or len(piece) >= 10 or bool(re.search(r"[^a-z]", piece))
+    """A piece of a secret worth a span: the whole secret, 10+ characters, or one with a digit or
+    symbol; of a passphrase (words between spaces), two of its words at least; and half of a
+    secret or more that is no common word ("sunflow" of "sunflower!1987")."""
+    if piece == whole:
+        return True
+    if " " in whole:
+        words = piece.split()
+        return len(words) >= 2 and all(w in whole.split() for w in words)
+    # A word the secret has whole ("sunflower" of "sunflower!1987") is prose's as well.
+    if len(piece) >= 7 and 2 * len(piece) >= len(whole) and piece not in re.findall(r"[a-z]+", whole):
+        return True
+    return len(piece) >= 10 or bool(re.search(r"[^a-z]", piece))
 
 
 class HistorySecretDetector(Detector):
     """Registered secrets of the history, whole, in pieces and encoded (see the module docstring)."""
 
     def __init__(self, secrets: Iterable[str], *, min_piece: int = 6, min_part: int = 3, split_gap: int = 48) -> None:
+        secrets = list(secrets)
         folded = sorted({fold(s).text for s in secrets if len(s) >= min_piece}, key=len, reverse=True)
         self.secrets = tuple(folded)
+        # PINs shorter than a piece ("4417" of "alarm code 4417"): whole, with separators between
+        # the digits ("4 4 1 7", "44-17"), reversed, and in hex; never a part of one.
+        self.pins = tuple(sorted({s for s in secrets if len(s) < min_piece and s.isdigit() and len(s) >= 4}))
+        self._pin_re = (
+            re.compile(
+                "|".join(
+                    r"(?<![a-z0-9])" + r"[\s.\-_/,:|]{0,2}".join(p) + r"(?![a-z0-9])"
+                    for pin in self.pins
+                    for p in {pin, pin[::-1]}
+                )
+            )
+            if self.pins
+            else None
+        )
+        self._generic = {s: generic_prefix(s) for s in folded}
         self.min_piece = min_piece
         # A part of three characters is as rare in prose as a three-letter word is in a secret; two
         # would hold every "to" of a text whose user has a "to" in a password. The gap between two
@@ -133,6 +302,8 @@ class HistorySecretDetector(Detector):
         # lookup per position costs the same whatever the number of secrets.
         self._grams = frozenset(s[i : i + min_piece] for s in folded for i in range(len(s) - min_piece + 1))
         self.encoded = encodings({s: SECRET for s in secrets})
+        for pin in self.pins:
+            self.encoded.setdefault(pin.encode().hex(), SECRET)
         # Every encoding is 6+ characters (`encodings`): indexed by its first six.
         self._encoded_by_head: dict[str, list[str]] = {}
         for e in sorted(self.encoded, key=len, reverse=True):
@@ -153,17 +324,30 @@ class HistorySecretDetector(Detector):
         return cls(history_secrets(history))
 
     def __len__(self) -> int:
-        return len(self.secrets)
+        return len(self.secrets) + len(self.pins)
+
+    def _past_generic(self, piece: str, end_in: Iterable[tuple[str, int]]) -> bool:
+        """Some (secret, end offset) of `piece` reaches 3+ characters past the secret's generic prefix."""
+        return any(end - self._generic.get(secret, 0) >= 3 for secret, end in end_in)
+
+    def _ends_of(self, piece: str) -> Iterator[tuple[str, int]]:
+        for secret in self.secrets:
+            i = secret.find(piece)
+            while i >= 0:
+                yield secret, i + len(piece)
+                i = secret.find(piece, i + 1)
 
     def _in_secret(self, piece: str) -> bool:
         return "\0" not in piece and piece in self._joined
 
     def find(self, text: str) -> list[Span]:
-        if not self.secrets:
+        if not self.secrets and not self.pins:
             return []
         f = fold(text)
         t = f.text
         out: list[Span] = []
+        if self._pin_re is not None:
+            out += [Span(*f.span(*m.span()), SECRET) for m in self._pin_re.finditer(t)]
         end = 0
         n = self.min_piece
         for a in range(len(t) - n + 1):
@@ -176,7 +360,13 @@ class HistorySecretDetector(Detector):
                 a -= 1
             piece = t[a:b]
             whole = next((s for s in self.secrets if piece in s), piece)
-            if _is_piece(piece, whole):
+            if " " in whole and piece != whole:  # a passphrase's piece: whole words only
+                if a > 0 and t[a - 1].isalnum() and " " in piece:  # a partial first word
+                    a += piece.index(" ") + 1
+                if b < len(t) and t[b].isalnum() and " " in t[a:b]:  # a partial last word
+                    b = a + t[a:b].rindex(" ")
+                piece = t[a:b].strip()
+            if b > a and _is_piece(piece, whole) and self._past_generic(piece, self._ends_of(piece)):
                 out.append(Span(*f.span(a, b), SECRET))
                 end = b
         for a in range(len(t) - _HEAD + 1):
@@ -207,6 +397,8 @@ class HistorySecretDetector(Detector):
         if b - a < self.min_part or len(t) - b > self.split_gap:
             return False
         for secret, pos in self._starts(t[a:b]):
+            if pos <= self._generic.get(secret, 0):  # "https", "github" of a generic prefix: no secret yet
+                continue
             parts = self._continue(t, words, i + 1, b, secret, pos, fine)
             if pos + sum(d - c for c, d in parts) < len(secret):
                 return True
@@ -223,7 +415,13 @@ class HistorySecretDetector(Detector):
                     for secret, pos in self._starts(t[a:b]):
                         parts = self._continue(t, words, i + 1, b, secret, pos, fine)
                         whole = t[a:b] + "".join(t[c:d] for c, d in parts)
-                        if parts and len(whole) >= self.min_piece and _is_piece(whole, secret):
+                        reach = pos + sum(d - c for c, d in parts)
+                        if (
+                            parts
+                            and len(whole) >= self.min_piece
+                            and _is_piece(whole, secret.replace(" ", ""))
+                            and reach - self._generic.get(secret, 0) >= 3
+                        ):
                             out += [(a, b), *parts]
         return out
 
@@ -256,13 +454,19 @@ class HistorySecretDetector(Detector):
         return parts
 
     def hazard(self, text: str) -> Span | None:
-        if not self.secrets:
+        if not self.secrets and not self.pins:
             return None
         tail_raw = text[-96:]
         f = fold(tail_raw)
         t = f.text
         offset = len(text) - len(tail_raw)
         best: int | None = None
+        # A PIN's first digits (or its reversed form's), with separators, may still become it.
+        run = re.search(r"(?<![a-z0-9])\d(?:[\s.\-_/,:|]{0,2}\d){0,7}[\s.\-_/,:|]{0,2}\Z", t)
+        if run and self.pins:
+            digits = re.sub(r"\D", "", run.group())
+            if any(p.startswith(digits) or p[::-1].startswith(digits) for p in self.pins):
+                best = run.start()
         # The longest suffix that is still a piece of a secret (two characters or more).
         # A suffix of a piece is a piece too, so the longest one is found by bisection (a few
         # substring searches instead of one per position).

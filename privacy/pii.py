@@ -403,6 +403,13 @@ class PiiDetector(Detector):
                 and (not self.hold_local_parts or (_HASH_LIKE.fullmatch(m.group()) and not _hex_text(m.group())))
             ):
                 m = None
+            # "actions/checkout@8e5e7e5a...", "pkg@3f9a...": a commit or digest after the "@" is a
+            # ref, not a domain being written (a domain has a dot and no 12+ hex run for a name);
+            # held, it would never resolve within the look-ahead and fail closed.
+            if m and "@" in m.group():
+                domain = m.group().rsplit("@", 1)[1]
+                if _HASH_LIKE.fullmatch(domain) and not _hex_text(domain):
+                    m = None
             add(m, EMAIL)
             # "git@host:" at the end may still be a remote's path or an address followed by a colon.
             for e in _EMAIL_RE.finditer(tail):

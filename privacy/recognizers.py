@@ -315,6 +315,8 @@ def secret_values(text: str) -> Iterator[tuple[int, int]]:
             yield m.span()
     for pattern in (_KEYWORD, _FLAG):
         for m in pattern.finditer(text):
+            if not _names_a_secret(text, m.start()):
+                continue
             # "password: required.", "token: see below": a word (and its full stop) is not a value.
             value = m.group("value").rstrip(".!?:)")
             if re.search(r"[\d\W_]", value) or (value != value.lower() and value != value.capitalize()):
@@ -323,10 +325,89 @@ def secret_values(text: str) -> Iterator[tuple[int, int]]:
         end = _KEY_END.search(text, m.end())
         yield m.end(), end.start() if end else len(text)
     for m in _WORD.finditer(text):
+        # "AWS_REGION=eu-west-1": a setting's name is no part of its value, judged alone (a value a
+        # secret's name announces is `_KEYWORD`'s).
+        word, start = m.group(), m.start()
+        assigned = _ASSIGNED.match(word)
+        if assigned:
+            word, start = word[assigned.end() :], start + assigned.end()
         # A URL's path or a dotted name splits into its parts; a token does not.
-        for part in re.finditer(_PATH_PART if _PATHLIKE.search(m.group()) else _PART, m.group()):
+        for part in re.finditer(_PATH_PART if _PATHLIKE.search(word) else _PART, word):
             if looks_random(part.group()):
-                yield m.start() + part.start(), m.start() + part.end()
+                yield start + part.start(), start + part.end()
+
+
+# A setting's name before its "=" ("AWS_REGION=", "log.level="): upper or lower case words joined
+# by "_", "." or "-" (base64 mixes cases, and its "=" ends it).
+_ASSIGNED = re.compile(r"(?:[A-Z][A-Z0-9]*(?:[_.-][A-Z0-9]+)*|[a-z][a-z0-9]*(?:[_.-][a-z0-9]+)*)=(?=[^=])")
+# The last word of a name that says the value is something about a secret, not one ("TOKEN_URL",
+# "PASSWORD_MIN_LENGTH", "SECRET_KEY_FILE", "API_KEY_HEADER").
+_NOT_A_SECRET_NAME = frozenset(
+    [
+        "url",
+        "uri",
+        "urls",
+        "endpoint",
+        "host",
+        "hostname",
+        "domain",
+        "file",
+        "path",
+        "dir",
+        "name",
+        "names",
+        "id",
+        "type",
+        "length",
+        "len",
+        "size",
+        "ttl",
+        "expiry",
+        "expires",
+        "expiration",
+        "timeout",
+        "algo",
+        "algorithm",
+        "header",
+        "env",
+        "region",
+        "policy",
+        "mode",
+        "format",
+        "version",
+        "count",
+        "enabled",
+        "required",
+        "min",
+        "max",
+        "prefix",
+        "suffix",
+        "location",
+        "issuer",
+        "audience",
+        "scope",
+        "scopes",
+        "kind",
+        "provider",
+        "source",
+        "label",
+        "user",
+        "username",
+        "rotation",
+        "hint",
+        "field",
+        "param",
+        "var",
+    ]
+)
+
+
+def _names_a_secret(text: str, start: int) -> bool:
+    """The name a keyword match at `start` is part of names a secret: its last word is not one of
+    `_NOT_A_SECRET_NAME` ("GITHUB_TOKEN" does, "TOKEN_URL" does not)."""
+    name = re.match(r"[\w.-]*", text[start : start + 80])
+    words = re.split(r"[_.-]+", name.group().strip("_.-").lower()) if name else []
+    return not words or words[-1] not in _NOT_A_SECRET_NAME
 
 
 # A line break inside a word (a key wrapped at 64 columns, a token broken by an editor) is not there.
@@ -366,7 +447,7 @@ class SecretRecognizer(Detector):
                 return Span(k.end(), len(text), SECRET)
         # A keyword's value still being written ('DB_PASSWORD="ql'): whatever it turns out to be.
         value = _VALUE_HAZARD.search(text[-200:])
-        if value is not None:
+        if value is not None and _names_a_secret(text[-200:], value.start()):
             return Span(len(text) - len(text[-200:]) + value.start("value"), len(text), SECRET)
         # A trailing word that already reads as generated may still grow into a key (also across
         # a line break: the next line may go on with it).
@@ -375,6 +456,8 @@ class SecretRecognizer(Detector):
         m: re.Match[str] | None = _TRAILING_WORD.search(view.text)
         if m and _PATHLIKE.search(m.group()):
             m = re.search(r"[A-Za-z0-9+=_\-.]+\Z", view.text)
+        if m and (assigned := _ASSIGNED.match(m.group())):  # "AWS_REGION=eu-we": the value alone
+            m = re.compile(r".+\Z").search(view.text, m.start() + assigned.end())
         if m and _random_so_far(m.group()):
             return Span(len(text) - len(tail) + view.raw(m.start()), len(text), SECRET)
         return None
