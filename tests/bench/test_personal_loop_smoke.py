@@ -17,7 +17,8 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
     g_dir = save_tiny(tmp_path, bpe_tok, seed=4, name="g", hidden=32, heads=2)
     out, work = tmp_path / "out", tmp_path / "work"
     args = [
-        *("--data", str(FIXTURES), "--users", "3", "--queries-per-user", "1", "--history", "8"),
+        # --history 12: 8 entries train (4 held out), a DP sampling rate of 0.5, the device policy's default most.
+        *("--data", str(FIXTURES), "--users", "3", "--queries-per-user", "1", "--history", "12"),
         *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
         *("--gammas", "0.05"),
