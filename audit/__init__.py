@@ -6,7 +6,7 @@
 - `audit.identity`: a device's mTLS certificate as both ends see it (name, DER SHA-256).
 - `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
 - `core.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
-- `audit.egress`: `EgressRecorder`, the recorder behind the device's one egress choke point
+- `audit.recorder`: `EgressRecorder`, the recorder behind the device's one egress choke point
   (`sdk.remote` → `sdk.egress.EgressSession.uplink` → `RecorderTap` → `EgressRecorder.record_uplink`).
 - `audit.transcript`: the server's per-device record of what it received (the witness), and its comparison.
 - `audit.cosignature`: C2SP tlog-cosignature/v1 (the witness's signature of a checkpoint) and its keys.

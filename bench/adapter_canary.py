@@ -49,6 +49,7 @@ import numpy as np
 
 from bench.dataset import first_users
 from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.privacy.accounting import epsilon_of, read_ledger_file
 from specsteer.privacy.adapter_exposure import (
     DEFAULT_CANARY_SUBJECT,
     CanaryRecord,
@@ -60,7 +61,6 @@ from specsteer.privacy.adapter_exposure import (
 )
 from specsteer.privacy.data import Canary, write_canaries
 from specsteer.privacy.leakage import CanarySpace
-from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"

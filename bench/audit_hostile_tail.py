@@ -16,9 +16,9 @@ from pathlib import Path
 
 from specsteer.audit import log as log_mod
 from specsteer.audit import merkle, records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import HEADER, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams
 

@@ -27,7 +27,7 @@ from bench import speed
 from specsteer.core.fileio import atomic_write
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.client import SpecSteerClient
-from specsteer.sdk.device import Generation, generate
+from specsteer.sdk.decoding import Generation, generate
 
 __all__ = ["main"]
 

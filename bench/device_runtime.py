@@ -43,7 +43,7 @@ from specsteer.core.models import CausalLM, load_causal_lm
 from specsteer.core.onnx_cache import converted_onnx, folder_fingerprint
 from specsteer.core.prompts import task_prompt
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import Specialist
+from specsteer.sdk.decoding import Specialist
 from specsteer.sdk.onnx_drafter import OnnxDrafter, onnx_source
 
 __all__ = ["main"]

@@ -56,7 +56,7 @@ from specsteer.core.session_types import FusionVector, SessionParams, Verdict
 from specsteer.privacy.guard import EgressGuard
 from specsteer.sdk.client import ClientConfig
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import Specialist
+from specsteer.sdk.decoding import Specialist
 from specsteer.sdk.uplink_guard import guard_setting
 
 __all__ = ["DeviceText", "DeviceWork", "device_text", "device_work_times", "main"]

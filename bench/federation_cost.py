@@ -330,10 +330,10 @@ class _Recorder:
 def _timed_training(recorder: _Recorder) -> Iterator[None]:
     """Time the global (DP-SGD or SGD) and personal training inside each train message.
 
-    `federation.device` calls them, and `train_global_dp` calls `per_sequence_loss`, by these
+    `federation.participant` calls them, and `train_global_dp` calls `per_sequence_loss`, by these
     module-level names; the wrappers only add timers and count the sequences of each global batch.
     """
-    import specsteer.federation.device as device
+    import specsteer.federation.participant as device
     import specsteer.federation.task as task
 
     originals = {"train_global_dp": device.train_global_dp, "train_personal": device.train_personal}

@@ -7,7 +7,7 @@ For each dev user the personal LoRA adapter is trained exactly as a device does 
 (`federation.task.train_personal`: inference-format sequences built from the user's history,
 the global adapter frozen on top of the base), then the user's held-out queries — all newer than
 every history entry — are generated greedily with slm-rag (the Specialist with retrieved private
-context, `sdk.device.generate`) twice: on base + global, and on base + global + personal, both
+context, `sdk.decoding.generate`) twice: on base + global, and on base + global + personal, both
 merged with `federation.adapters.apply_adapters` as inference does. Scores are ROUGE-L and
 ROUGE-1 F1 (rouge-score, stemmed) against the real bodies.
 
@@ -47,7 +47,7 @@ from specsteer.federation.task import (
     to_dataset,
     train_personal,
 )
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 DEFAULT_USERS = "u00,u01,u02"

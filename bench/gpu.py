@@ -58,8 +58,8 @@ from bench.gpu_pool import POOL_PATHS, measure_pool, measure_round
 from bench.results import write_results
 from bench.timing import median_ms
 from specsteer.core.cli import command_parser, reported, whole_number
-from specsteer.core.device import DTYPE_CHOICES, resolve_device, resolve_dtype
 from specsteer.core.errors import ConfigError, one_line
+from specsteer.core.placement import DTYPE_CHOICES, resolve_device, resolve_dtype
 
 
 @dataclass(frozen=True)

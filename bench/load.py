@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.plotting import figure, plotted
-from specsteer.core.device import DTYPE_CHOICES
 from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, load_causal_lm
+from specsteer.core.placement import DTYPE_CHOICES
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Specialist
+from specsteer.sdk.decoding import DecodeOptions, Specialist
 
 DEMO = Path(__file__).resolve().parents[1] / "sdk" / "data" / "demo_profile.json"
 

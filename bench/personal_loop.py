@@ -170,7 +170,7 @@ class Training:
 
     def summary(self) -> dict[str, Any]:
         """Per device: ε spent (its ledger), the held-out losses of each evaluation (its own log)."""
-        from specsteer.federation.device import Device
+        from specsteer.federation.participant import Device
 
         config = self.options().run_config()
         devices = []
@@ -230,8 +230,8 @@ def train(training: Training) -> None:
     """Evaluate v0 on every device (once), then run the rounds still missing, one run each."""
     import torch
 
-    from specsteer.federation.device import Device, Policy
     from specsteer.federation.offline import go_offline, quiet_flower
+    from specsteer.federation.participant import Device, EligibilityPolicy
     from specsteer.federation.rounds import ServerSettings
     from specsteer.federation.server_app import ensure_initial_version
     from specsteer.federation.simulation import run_in_process
@@ -252,7 +252,7 @@ def train(training: Training) -> None:
         for node in nodes:
             t0 = time.perf_counter()
             device = Device.from_configs(node, config)
-            got = device.evaluate_round(arrays, start, policy=Policy(), run_id=0, server_round=0)
+            got = device.evaluate_round(arrays, start, policy=EligibilityPolicy(), run_id=0, server_round=0)
             _say(
                 f"{node['user-id']}: held-out loss of v{start} {got['loss-global']:.3f} "
                 f"({time.perf_counter() - t0:.0f}s)"
@@ -340,7 +340,7 @@ class Generator:
         Cached for one author at a time: the merged models are large."""
         from specsteer.core.adapters import load_device_specialist
         from specsteer.sdk.cloud_plugins import local_verifier_factory
-        from specsteer.sdk.device import Specialist
+        from specsteer.sdk.decoding import Specialist
 
         key = (str(profile.user_id), None if state is None else str(state))
         if key not in self._local:
@@ -361,7 +361,7 @@ class Generator:
         from specsteer.core.prompts import task_prompt
         from specsteer.core.session_types import Method, SessionParams
         from specsteer.sdk.context import Profile
-        from specsteer.sdk.device import DecodeOptions, generate
+        from specsteer.sdk.decoding import DecodeOptions, generate
 
         profile = Profile.from_obj(user, source=str(user["user_id"]))
         specialist, cloud, version = self.local(profile, state)

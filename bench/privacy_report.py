@@ -6,9 +6,9 @@
 
 Every generation runs on `--specialist` -> `--generalist` (the embedded default pair unless given;
 greedy, SpecSteer's default SessionParams unless a configuration says otherwise) against a real
-verifier: `server.main.create_server` with a throwaway PKI, gRPC over mutual TLS on loopback, one
+verifier: `server.grpc_server.create_server` with a throwaway PKI, gRPC over mutual TLS on loopback, one
 server (and one server transcript) per generation. The device records every uplink and downlink in
-its own signed audit log (`audit.egress.EgressRecorder` behind `sdk.egress.RecorderTap`), and every
+its own signed audit log (`audit.recorder.EgressRecorder` behind `sdk.egress.RecorderTap`), and every
 number below is computed from those logs, restricted to the uplinks the server's transcript says
 arrived (`privacy.data.read_uplinks`, `privacy.report.leakage_report`), never from the device's
 token lists.
@@ -57,11 +57,11 @@ from rouge_score import rouge_scorer
 
 from bench.privacy_cases import CONFIGS, CONTROL_PARAMS, CONTROL_PROMPT, SPACE, Case, Config, build_cases
 from bench.privacy_page import adapter_canary_summary, summarize, write_page
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import VerificationFailed
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.transcript import ServerTranscript
 from specsteer.audit.verify import verify
 from specsteer.core.gguf_cache import default_cache_dir
@@ -73,12 +73,12 @@ from specsteer.privacy.data import Canary, read_uplinks, write_canaries
 from specsteer.privacy.membership import MembershipProbe, draft_likelihood_attack
 from specsteer.privacy.report import leakage_report
 from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
 from specsteer.sdk.uplink_guard import guard_for_profile
 from specsteer.server.config import ServerConfig
-from specsteer.server.main import create_server
+from specsteer.server.grpc_server import create_server
 from specsteer.server.pki import init_pki, issue_device
 from specsteer.server.session import CloudVerifier
 

@@ -27,7 +27,7 @@ from specsteer.core.models import DEFAULT_SPECIALIST, load_causal_lm
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 

@@ -37,7 +37,7 @@ from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, Causal
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Drafter, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Drafter, Specialist, generate
 from specsteer.sdk.drafters import DRAFTERS, ONNX_PRECISIONS, drafter_for
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier

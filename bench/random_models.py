@@ -45,8 +45,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from bench.gpu import CONFIGS, hf_config
 from specsteer.core.cli import command_parser, reported
-from specsteer.core.device import resolve_device
 from specsteer.core.errors import ConfigError
+from specsteer.core.placement import resolve_device
 from specsteer.core.prompts import render_prompt, task_prompt
 
 __all__ = [
@@ -180,7 +180,7 @@ def measured_acceptance(
     from specsteer.core.models import load_causal_lm
     from specsteer.core.session_types import SessionParams
     from specsteer.sdk.context import Profile
-    from specsteer.sdk.device import DecodeOptions, Specialist, generate
+    from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
     from specsteer.server.local import in_process_verifier
 
     demo = json.loads(DEMO_PROFILE.read_text(encoding="utf-8"))

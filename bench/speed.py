@@ -6,7 +6,7 @@
         [--drafter torch|llamacpp]
     python -m bench.speed --compare-kernels | --compare-quantize | --compare-drafters
 
-A real verifier (`server.main.create_server`, TLS + mutual TLS with a throwaway PKI) serves on
+A real verifier (`server.grpc_server.create_server`, TLS + mutual TLS with a throwaway PKI) serves on
 loopback; the device reaches it through `bench.netdelay.DelayRelay`, which adds each RTT in user
 space (these kernels have no netem; see the module). Every method generates the same queries
 of the demo user. Model specs are anything `core.models.load_causal_lm` takes (embedded name,
@@ -98,21 +98,21 @@ from bench.speed_compare import compare_drafters, compare_kernels, compare_quant
 from bench.speed_page import command_line, markdown, plot
 from bench.speed_timing import DEMO, logger, measure_costs
 from specsteer.core.cli import whole_number
-from specsteer.core.device import DTYPE_CHOICES
 from specsteer.core.linear import LINEAR_KERNELS, resolve_linear_kernel
 from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST, CausalLM, load_causal_lm
+from specsteer.core.placement import DTYPE_CHOICES
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import Method, SessionParams
 from specsteer.core.wire import encode_open, fusion_downlink_bytes
 from specsteer.privacy.guard import EgressGuard
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Drafter, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Drafter, Specialist, generate
 from specsteer.sdk.llamacpp import DRAFTERS, drafter_for
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_setting
 from specsteer.server.config import SLOT_FORWARDS, ServerConfig
-from specsteer.server.main import create_server
+from specsteer.server.grpc_server import create_server
 from specsteer.server.pki import init_pki, issue_device
 from specsteer.server.session import CloudSession, CloudVerifier, reads_generic_specialist
 from specsteer.server.slot_sequence import SlotPools
@@ -703,7 +703,7 @@ def _row(method: Run, rtt: float, runs: list, wire_bytes: int, round_seconds: li
 
 
 def reads_specialist_at_recovery(params: SessionParams) -> bool:
-    """Whether the device reads P_S^c to choose among the steering candidates (`sdk.device._recover`;
+    """Whether the device reads P_S^c to choose among the steering candidates (`sdk.decoding._recover`;
     the device-side twin of `server.session.reads_generic_specialist`)."""
     return params.method is Method.SPECSTEER and params.alpha > 0
 

@@ -25,7 +25,7 @@ from specsteer.core.kv import CachedSequence, TokenSequence, model_device, recor
 from specsteer.core.models import CausalLM
 from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import Drafter, Specialist
+from specsteer.sdk.decoding import Drafter, Specialist
 from specsteer.server.slot_pool import SlotPool
 from specsteer.server.slot_sequence import SlotPools
 

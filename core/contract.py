@@ -4,7 +4,7 @@
 next, a commit that is exactly one of the last steering candidates, a recovery after a rejected
 draft, every round a full-slot `PaddedRound` if the session declared padded frames and only then,
 Close) and the bounds of each round (K, commit and placeholder lengths, the vocabulary). The server
-(`server.session.CloudSession`, `server.service`), the device's live recorder (`audit.egress`) and
+(`server.session.CloudSession`, `server.service`), the device's live recorder (`audit.recorder`) and
 `audit verify` all follow sessions with it, so the contract is written once.
 
 `SessionState` adds what only a recorder of bytes can check: an uplink must parse as `Uplink` with

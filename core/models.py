@@ -9,7 +9,7 @@
 
 A GGUF is converted once into a safetensors folder (`core.gguf_cache`) and loaded from there; the
 embedded names are in `core.model_registry`, int8 quantization in `core.quantize`, the device and
-dtype checks in `core.device`. Nothing here ever contacts a model hub.
+dtype checks in `core.placement`. Nothing here ever contacts a model hub.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from transformers.utils import is_accelerate_available
 
-from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
 from specsteer.core.device_lm import model_folder
 from specsteer.core.errors import ModelLoadError, one_line
 from specsteer.core.kv import model_device
 from specsteer.core.linear import resolve_linear_kernel, use_linear_kernel
 from specsteer.core.logs import transformers_bars_off
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.placement import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement
 from specsteer.core.quantize import QUANTIZE_CHOICES, quantize_linear
 
 __all__ = [

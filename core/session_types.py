@@ -153,7 +153,7 @@ def setting_type_problem(name: str, value: object, kind: object) -> str | None:
 
 def check_setting_types(cls: type, values: Mapping[str, object]) -> None:
     """A `ConfigError` naming the first of `values` that is not of the type its bool, int or float
-    field of the dataclass `cls` declares (`SessionParams`, `sdk.device.DecodeOptions`)."""
+    field of the dataclass `cls` declares (`SessionParams`, `sdk.decoding.DecodeOptions`)."""
     kinds = _field_kinds(cls)
     for name, value in values.items():
         problem = setting_type_problem(name, value, kinds.get(name))

@@ -24,7 +24,7 @@ from specsteer.core.session_types import Method
 from specsteer.sdk.cli import check_options, log, run, run_remote, session_params
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import Generation
+from specsteer.sdk.decoding import Generation
 from specsteer.sdk.specialists import load_specialist
 from specsteer.server.pki import init_pki, issue_device
 

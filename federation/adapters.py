@@ -30,7 +30,7 @@ from specsteer.core.adapters import (
     sha256_file,
 )
 from specsteer.core.fileio import atomic_write
-from specsteer.federation.ledger import atomic_write_json
+from specsteer.federation.budget_ledger import atomic_write_json
 
 __all__ = [
     "ADAPTER_WEIGHTS",

@@ -3,7 +3,7 @@
 A device whose history is sealed (`privacy seal`) keeps everything else it derives from that
 history encrypted with the same key: the personal adapter's weights (a vault in place of the
 safetensors file; `core.adapters` opens it in memory), its round log (``rounds.vault``) and its
-ε ledger (a vault with a sealed counter of writes beside it: `federation.ledger`). A
+ε ledger (a vault with a sealed counter of writes beside it: `federation.budget_ledger`). A
 device whose history is plaintext gains nothing from encrypting what is derived from it, and its
 personal adapter and log stay plaintext, as before.
 

@@ -234,7 +234,7 @@ def _add_device_outcomes(summary: dict[str, Any], nodes: list[dict[str, Any]]) -
     left, no usable sequence) replies like one that trained: that is what keeps its history's
     size from the server. A simulation's operator owns its devices, so their logs can say which.
     """
-    from specsteer.federation.device import TRAINED, Device, round_outcome
+    from specsteer.federation.participant import TRAINED, Device, round_outcome
 
     seen: dict[int, Counter[str]] = {}
     figures: dict[int, dict[str, list[float]]] = {}
@@ -498,7 +498,7 @@ def _read_last_start(path: Path) -> float | None:
 
 
 def _write_last_start(path: Path, when: float) -> None:
-    from specsteer.federation.ledger import atomic_write_json
+    from specsteer.federation.budget_ledger import atomic_write_json
 
     atomic_write_json(path, {"last_start": when})
 
@@ -507,7 +507,7 @@ def _write_last_start(path: Path, when: float) -> None:
 
 
 def status(args: argparse.Namespace) -> dict[str, Any]:
-    from specsteer.federation.device import Device
+    from specsteer.federation.participant import Device
     from specsteer.federation.server_app import RUN_LOG
     from specsteer.federation.store import AdapterStore
     from specsteer.federation.task import TaskConfig

@@ -36,9 +36,9 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 
 from specsteer.core.session_types import MAX_ADAPTER_VERSION
-from specsteer.federation.device import Device, Policy
 from specsteer.federation.errors import MessageRefusal, Refusal, SecAggRefusal
 from specsteer.federation.offline import go_offline
+from specsteer.federation.participant import Device, EligibilityPolicy
 from specsteer.federation.secagg_terms import check_stage
 from specsteer.federation.task import GLOBAL, specialist_for
 
@@ -179,7 +179,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         result = device.train_round(
             got.arrays,
             got.version,
-            policy=Policy.from_run_config(context.run_config),
+            policy=EligibilityPolicy.from_run_config(context.run_config),
             run_id=context.run_id,
             server_round=got.server_round,
             base=got.base,
@@ -214,7 +214,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
         device.evaluate_round(
             got.arrays,
             got.version,
-            policy=Policy.from_run_config(context.run_config),
+            policy=EligibilityPolicy.from_run_config(context.run_config),
             run_id=context.run_id,
             server_round=got.server_round,
             base=got.base,

@@ -1,7 +1,7 @@
 """Whether the device may take part now: the state the embedding app reports, and how fresh it is.
 
 The device takes part in a round only while it is idle, charging and on an unmetered network (its
-own ``require-…`` policy, `federation.device`). Only the app embedding the SDK knows these states
+own ``require-…`` policy, `federation.participant`). Only the app embedding the SDK knows these states
 (the OS tells it), so it reports them::
 
     from specsteer.federation.eligibility import report_state

@@ -17,8 +17,8 @@
     ├── RunFailed               a run in which no device trained (each device's cause is in its own log)
     └── ProfileError            core.errors: a device's data file cannot be read or parsed
 
-A device refuses a round with a `Refusal`; they are defined here (`federation.ledger` and
-`federation.device` still export the older ones). What the server reads of a refusal is its
+A device refuses a round with a `Refusal`; they are defined here (`federation.budget_ledger` and
+`federation.participant` still export the older ones). What the server reads of a refusal is its
 class's fixed `public` sentence, never the exception text: the text names the device's own terms
 (its minimum noise multiplier, its δ, which eligibility flag is off), and those would tell one
 device from another. The text goes to the device's own log. The others come
@@ -104,7 +104,7 @@ class AttemptRevoked(SpecSteerError):
 
 class UpdateNotFinite(SpecSteerError):
     """A DP round's update holds values that are not finite: the device sends noise alone instead
-    (`federation.device`), and the round is charged all the same, since whether training diverges
+    (`federation.participant`), and the round is charged all the same, since whether training diverges
     depends on the data."""
 
 

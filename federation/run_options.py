@@ -75,7 +75,7 @@ class RunOptions:
         if self.simulation and (self.min_clients or 0) > self.clients:
             raise ConfigError(f"--min-clients {self.min_clients} is more than the {self.clients} simulated devices.")
         if self.simulation and self.secagg:
-            from specsteer.federation.device import DEFAULT_SECAGG_MIN_COHORT  # torch and all: only for this check
+            from specsteer.federation.participant import DEFAULT_SECAGG_MIN_COHORT  # torch and all: only for this check
 
             if self.clients < DEFAULT_SECAGG_MIN_COHORT:
                 # Every device refuses a SecAgg+ cohort below its secagg-min-cohort: the run would train nothing.

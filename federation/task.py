@@ -41,8 +41,8 @@ from specsteer.core.errors import ConfigError, ProfileError
 from specsteer.core.models import DEFAULT_SPECIALIST, CausalLM, load_causal_lm
 from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.federation.adapters import base_fingerprint
+from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.errors import UpdateNotFinite
-from specsteer.federation.ledger import Ledger
 from specsteer.privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
 from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
@@ -76,7 +76,7 @@ ADAPTERS = (GLOBAL, PERSONAL)
 _MIN_TARGET_TOKENS = 8
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # The largest learning rate a run may set (global and personal; a device cuts the personal one
-# further, `federation.device`): with SGD-momentum or AdamW a larger one only destroys weights.
+# further, `federation.participant`): with SGD-momentum or AdamW a larger one only destroys weights.
 MAX_LR = 10.0
 # The largest clipping norm and noise multiplier a run may set. DP holds for any finite values, but
 # the noise (σ·C per coordinate and step) must stay a finite float32: max-grad-norm inf or 1e30
@@ -300,7 +300,7 @@ def build_examples(
 ) -> list[Example]:
     """Tokenized (prompt, body) pairs in the inference format.
 
-    The context of an entry is retrieved from `retrieval` exactly as `sdk.device.Specialist`
+    The context of an entry is retrieved from `retrieval` exactly as `sdk.decoding.Specialist`
     does (BM25 over the task prompt, `fit_context`), minus the entry itself: training on a
     context that contains the answer would teach copying, not style. When a sequence would exceed
     `max_len`, the body is cut to half the budget and the context shrinks until the prompt fits.

@@ -1,6 +1,6 @@
 """privacy: the uplink's egress guard, leakage measurement, DP budgets, and the profile at rest.
 
-privacy.guard       EgressGuard, GuardVerdict, Policy: the detectors composed, and what of a draft may go up
+privacy.guard       EgressGuard, GuardVerdict, GuardPolicy: the detectors composed, and what of a draft may go up
 privacy.spans       Span, Detector, Tokenizer, the kinds of span: what the detectors share
 privacy.pii         PiiDetector: personal-data patterns
 privacy.canaries    CanaryDetector, identities_from_trailers: registered strings and their variants

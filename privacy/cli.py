@@ -29,7 +29,7 @@ from specsteer.core.errors import SpecSteerError
 __all__ = ["budget_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
-LEDGER_FILE = "ledger.json"  # privacy.ledger.LEDGER_FILE: the CLI imports nothing heavy at start
+LEDGER_FILE = "ledger.json"  # privacy.accounting.LEDGER_FILE: the CLI imports nothing heavy at start
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_ledger(path: Path) -> dict[str, Any]:
-    """A device's ε ledger, parsed by `privacy.ledger` (the one parser); ε is recomputed when possible."""
+    """A device's ε ledger, parsed by `privacy.accounting` (the one parser); ε is recomputed when possible."""
+    from specsteer.privacy.accounting import epsilon_of, read_ledger_file
     from specsteer.privacy.data import PrivacyError
-    from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 
     data = read_ledger_file(path)
     if data is None:

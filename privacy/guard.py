@@ -2,7 +2,7 @@
 
 Pure: no I/O, no network, no logging of the text it sees. `EgressGuard` composes three detectors
 (each matches the folded text, `privacy.normalize.fold`, and maps its spans back to the raw
-characters) with the deployment's `Policy`:
+characters) with the deployment's `GuardPolicy`:
 
 * `privacy.pii.PiiDetector` - personal-data patterns (emails, also written out; phone numbers in
   national and international formats; payment cards with a Luhn check; IPv4/IPv6 addresses; URLs
@@ -39,7 +39,7 @@ round trip) until the hazard turns into a span or dissolves. A device that canno
 
 The device acts on verdicts in `sdk/uplink_guard.py` (`plan_uplink`): it checks the pending
 recovery plus the fresh draft, drafts further locally while a verdict holds, sends the draft only
-up to a cut, and at a span at the front applies the deployment's `Policy`: the cloud commits
+up to a cut, and at a span at the front applies the deployment's `GuardPolicy`: the cloud commits
 `placeholder_ids(kind)` (`Round.literal_ids`) while the device's text keeps the real span, or the
 device finishes alone (keep-local). Every decision is logged (kind, count, placeholder), never the span.
 """
@@ -94,8 +94,8 @@ __all__ = [
     "PLACEHOLDERS",
     "PLACEHOLDER_LABELS",
     "EgressGuard",
+    "GuardPolicy",
     "GuardVerdict",
-    "Policy",
     "common_prefix_length",
     "kind_of_placeholder",
     "placeholder_labels",
@@ -143,7 +143,7 @@ def kind_of_placeholder(label: str) -> str | None:
     return None
 
 
-class Policy(StrEnum):
+class GuardPolicy(StrEnum):
     """What happens to a span at the front of the uplink (a deployment setting)."""
 
     # Each policy is also the decision the device records (`core.session_types.GuardDecision`).
@@ -179,7 +179,7 @@ class EgressGuard:
     """Detectors plus the deployment's policy; one instance per session (`for_prompt`)."""
 
     detectors: tuple[Detector, ...]
-    policy: Policy = Policy.PLACEHOLDER
+    policy: GuardPolicy = GuardPolicy.PLACEHOLDER
     context_chars: int = 512  # committed text re-scanned for spans that continue into the draft
     context_tokens: int = 96  # committed tokens decoded by `check` for the same purpose
     placeholders: Mapping[str, str] = field(default_factory=lambda: dict(PLACEHOLDERS))
@@ -191,7 +191,7 @@ class EgressGuard:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "detectors", tuple(self.detectors))
-        object.__setattr__(self, "policy", Policy(self.policy))
+        object.__setattr__(self, "policy", GuardPolicy(self.policy))
 
     @classmethod
     def for_profile(
@@ -201,7 +201,7 @@ class EgressGuard:
         *,
         identities: Mapping[str, str] | None = None,
         canaries: Iterable[str] = (),
-        policy: Policy = Policy.PLACEHOLDER,
+        policy: GuardPolicy = GuardPolicy.PLACEHOLDER,
         n: int = 8,
         public_texts: Iterable[str] = (),
         labels: str = "by-kind",

@@ -75,7 +75,7 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = ..., **kwargs: Any) -> Any:
-        """Text of `token_ids`; the guard decodes the way `sdk.device.Specialist.decode` does.
+        """Text of `token_ids`; the guard decodes the way `sdk.decoding.Specialist.decode` does.
 
         Typed as transformers types it (`str | list[str]`, a list only for a batch), loosely, so a
         Hugging Face tokenizer satisfies the protocol; the guard decodes one flat list, a `str`.
@@ -140,7 +140,7 @@ def check_ids(tokenizer: Tokenizer, ids: Sequence[int]) -> None:
 
 
 def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
-    """The text of `ids` exactly as the device shows it (`sdk.device.Specialist.decode`); an ID
+    """The text of `ids` exactly as the device shows it (`sdk.decoding.Specialist.decode`); an ID
     outside the vocabulary is refused (`check_ids`)."""
     if not ids:
         return ""

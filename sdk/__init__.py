@@ -40,7 +40,7 @@ if typing.TYPE_CHECKING:  # what a type checker sees; at run time `__getattr__` 
     from specsteer.sdk.bundles import build_bundle, load_bundle
     from specsteer.sdk.client import ClientConfig, GenerationSettings, GenerationStream, SpecSteerClient
     from specsteer.sdk.context import Profile, demo_profile_path
-    from specsteer.sdk.device import DecodeOptions, Generation, Specialist
+    from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist
     from specsteer.sdk.llamacpp import LlamaCppDrafter
     from specsteer.sdk.onnx_drafter import OnnxDrafter
     from specsteer.sdk.specialists import load_specialist
@@ -91,9 +91,9 @@ _LAZY = {
     "GenerationStream": "specsteer.sdk.client",
     "SpecSteerClient": "specsteer.sdk.client",
     "Profile": "specsteer.sdk.context",
-    "DecodeOptions": "specsteer.sdk.device",
-    "Generation": "specsteer.sdk.device",
-    "Specialist": "specsteer.sdk.device",
+    "DecodeOptions": "specsteer.sdk.decoding",
+    "Generation": "specsteer.sdk.decoding",
+    "Specialist": "specsteer.sdk.decoding",
     "LlamaCppDrafter": "specsteer.sdk.llamacpp",
     "demo_profile_path": "specsteer.sdk.context",
     "build_bundle": "specsteer.sdk.bundles",

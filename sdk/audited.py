@@ -38,11 +38,11 @@ def open_audit_tap(
     the log is closed (its last checkpoint signed) when the block ends."""
     check_audit_settings(log_dir, key_path, witness_key)
     from specsteer.audit.cosignature import load_witness_key
-    from specsteer.audit.egress import EgressRecorder
     from specsteer.audit.errors import AuditError
     from specsteer.audit.identity import DeviceIdentity
     from specsteer.audit.log import AuditLog
     from specsteer.audit.note import load_signing_key
+    from specsteer.audit.recorder import EgressRecorder
 
     try:
         device = None if cert is None else DeviceIdentity.from_pem(Path(cert).read_bytes())

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from specsteer.core.models import CausalLM
     from specsteer.sdk.client import ClientConfig, SpecSteerClient
     from specsteer.sdk.cloud_plugins import LocalVerifierFactory
-    from specsteer.sdk.device import DecodeOptions, Drafter, Generation, Specialist
+    from specsteer.sdk.decoding import DecodeOptions, Drafter, Generation, Specialist
     from specsteer.sdk.transport import InProcessVerifier
 
 logger = logging.getLogger("specsteer.sdk.cli")
@@ -256,7 +256,7 @@ def build_local(
     The verifier comes from `factory`, by default the one the cloud package registers
     (`sdk.cloud_plugins.local_verifier_factory`): device code never imports the server.
     """
-    from specsteer.sdk.device import Specialist
+    from specsteer.sdk.decoding import Specialist
 
     device_lm = device_specialist(specialist_lm, federation_state)
     if callable(drafter):
@@ -337,7 +337,7 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
 def check_options(
     args: argparse.Namespace, prompt: str, *, remote: bool = False
 ) -> tuple[SessionParams, DecodeOptions]:
-    from specsteer.sdk.device import DecodeOptions
+    from specsteer.sdk.decoding import DecodeOptions
     from specsteer.sdk.drafters import check_drafter_installed
 
     with_device_defaults(args)  # what a flag left unset means, where no client config resolved it
@@ -378,7 +378,7 @@ def run_remote(args: argparse.Namespace, prompt: str, client: SpecSteerClient, o
     result = client.generate(prompt, params, options, on_commit=stream)
     if stream is not None:
         stream.finish(result.text)
-    return result  # a fallback is logged where it happens (`sdk.device.generate`)
+    return result  # a fallback is logged where it happens (`sdk.decoding.generate`)
 
 
 def with_device_defaults(args: argparse.Namespace, config: ClientConfig | None = None) -> argparse.Namespace:
@@ -429,7 +429,7 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: Tex
         if given:  # in process there is no network to time out, fall back from or record
             raise ConfigError(f"{flag} is for a remote verifier: add --server HOST:PORT")
     from specsteer.core.models import load_causal_lm  # in process, the verifier's models are torch's
-    from specsteer.sdk.device import generate
+    from specsteer.sdk.decoding import generate
 
     params, options = check_options(args, prompt)
     # The in-process verifier is cloud code, found by entry point: a missing one fails before the models load.

@@ -42,7 +42,7 @@ from specsteer.privacy.guard import EgressGuard, placeholder_labels
 from specsteer.sdk.audited import check_audit_settings, open_audit_tap
 from specsteer.sdk.cloud_plugins import local_verifier_factory
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.drafters import DEFAULT_DRAFTER, DRAFTERS
 from specsteer.sdk.egress import EgressTap
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, split_target

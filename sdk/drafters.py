@@ -16,7 +16,7 @@ from specsteer.core.onnx_cache import DEFAULT_ONNX_PRECISION, ONNX_PRECISIONS, c
 if TYPE_CHECKING:
     from specsteer.core.device_lm import SpecialistLM
     from specsteer.core.models import CausalLM
-    from specsteer.sdk.device import Drafter
+    from specsteer.sdk.decoding import Drafter
 
 __all__ = [
     "DEFAULT_DRAFTER",

@@ -1,7 +1,7 @@
 """The egress choke point: every byte the SDK sends to the verifier passes through here first.
 
 The one path of an uplink: `sdk.remote` (`_send`) serializes it and hands the exact bytes to
-`EgressSession.uplink`, whose tap (`RecorderTap` → `audit.egress.EgressRecorder.record_uplink`
+`EgressSession.uplink`, whose tap (`RecorderTap` → `audit.recorder.EgressRecorder.record_uplink`
 when an audit log is configured) checks and logs them; only then do they go to gRPC, whose
 serializer is the identity (gRPC interceptors would see message objects, not bytes). A tap can
 log them, or refuse them by raising: a refused uplink is not sent, and the generation stops with

@@ -190,7 +190,7 @@ class OnnxDrafter:
         `context_tokens`; all of them when not given); any older sequence stops working.
 
         The cache is allocated whole, up front: 8192 tokens of the 0.5B's are about 200 MB, so a
-        device that knows its budget (`sdk.device.generate`) asks for what it can reach."""
+        device that knows its budget (`sdk.decoding.generate`) asks for what it can reach."""
         self._generator = None  # free the old cache before allocating the new one
         self._capacity = self.context_tokens if capacity is None else min(capacity, self.context_tokens)
         params = self._og.GeneratorParams(self._model)

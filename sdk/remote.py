@@ -18,7 +18,7 @@ Errors, all `SpecSteerError`s:
                        a chain that breaks the anchors' path rules)
                        or refused this device: a security failure, never papered over by a fallback
     VerifierLost       unreachable, too slow (per-round deadline), stream broken, at capacity:
-                       the device may finish locally (`sdk.device.generate(fallback=True)`)
+                       the device may finish locally (`sdk.decoding.generate(fallback=True)`)
     ProtocolError      the verifier answered with a contract breach or refused our message
 
 Every uplink is serialized here and passes through `sdk.egress` before gRPC sees it (gRPC's own

@@ -27,7 +27,7 @@ from specsteer.sdk.drafters import DEFAULT_DRAFTER, drafter_for
 
 if TYPE_CHECKING:
     from specsteer.core.device_lm import DeviceLM
-    from specsteer.sdk.device import Drafter, Specialist
+    from specsteer.sdk.decoding import Drafter, Specialist
 
 __all__ = ["DEFAULT_CONTEXT_ENTRIES", "load_specialist"]
 
@@ -48,7 +48,7 @@ def load_specialist(
 ) -> Specialist:
     """The device's Specialist (with the user's `profile`) on the drafter these settings name."""
     from specsteer.sdk.bundles import default_bundle_path, load_bundle
-    from specsteer.sdk.device import Specialist
+    from specsteer.sdk.decoding import Specialist
 
     spec = str(model)
     if is_bundle(spec):

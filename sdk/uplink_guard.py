@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import GuardDecision
-from specsteer.privacy.guard import EgressGuard, GuardVerdict, Policy
+from specsteer.privacy.guard import EgressGuard, GuardPolicy, GuardVerdict
 from specsteer.privacy.spans import Tokenizer
 from specsteer.sdk.context import Profile
 
@@ -70,7 +70,7 @@ GUARD_SETTINGS = ("placeholder", "keep-local", "off")  # a deployment's choice; 
 def guard_for_profile(
     profile: Profile | None,
     tokenizer: Tokenizer,
-    policy: Policy | str,
+    policy: GuardPolicy | str,
     *,
     canaries: Sequence[str] = (),
     labels: str = "by-kind",
@@ -83,7 +83,7 @@ def guard_for_profile(
     history = [t for e in entries for t in (e.subject, e.body) if t]
     identities = dict(profile.identities) if profile is not None else {}
     return EgressGuard.for_profile(
-        history, tokenizer, identities=identities, canaries=canaries, policy=Policy(policy), labels=labels
+        history, tokenizer, identities=identities, canaries=canaries, policy=GuardPolicy(policy), labels=labels
     )
 
 
@@ -166,7 +166,7 @@ def plan_uplink(
     if verdict.cut_at >= max(n_pending, 1):
         return plan(list(pending), [], tokens[n_pending : verdict.cut_at], verdict.cut_at, [(CUT, 1, label)])
     # The span is at the front (it may cover the pending recovery): the deployment's policy decides.
-    if guard.policy is Policy.KEEP_LOCAL:
+    if guard.policy is GuardPolicy.KEEP_LOCAL:
         lookahead = len(tokens) - send
         return UplinkPlan([], [], [], tokens, n_pending, len(tokens), [(KEEP_LOCAL, 1, label)], True, lookahead, checks)
     assert verdict.kind is not None and verdict.span_end is not None

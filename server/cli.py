@@ -39,9 +39,9 @@ from typing import Any
 
 from specsteer.core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
 from specsteer.core.cli import Parser as _Parser
-from specsteer.core.device import DTYPE_CHOICES
 from specsteer.core.errors import ConfigError
 from specsteer.core.fileio import atomic_write
+from specsteer.core.placement import DTYPE_CHOICES
 from specsteer.server.config import MAX_SESSIONS, SLOT_FORWARDS
 
 log = logging.getLogger("server")
@@ -278,9 +278,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.tls_dir is not None and not args.tls_dir.is_dir():
         raise ConfigError(f"the TLS folder {args.tls_dir} does not exist (`server pki init --dir` makes one)")
     config = load_config(args.config, _overrides(args))
-    # All that can be refused is, before torch and the models load: server.main imports them.
+    # All that can be refused is, before torch and the models load: server.grpc_server imports them.
     check_config(config)
-    from specsteer.server.main import create_server
+    from specsteer.server.grpc_server import create_server
 
     stop, drain = threading.Event(), threading.Event()
 

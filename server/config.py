@@ -67,9 +67,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specsteer.core.device import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement_names
 from specsteer.core.errors import ConfigError, ModelLoadError
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.core.placement import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement_names
 from specsteer.core.session_types import WIRE_MAX_TOP_K
 from specsteer.core.tomlfile import load_dataclass, read_toml
 from specsteer.server.pki import DEVICE_NAME
@@ -82,7 +82,7 @@ __all__ = ["KV_BUDGET_SHARE", "MAX_BATCH", "MAX_SESSIONS", "ServerConfig", "load
 MAX_BATCH = 64  # sequences in one merged forward (bounds its memory)
 MAX_SESSIONS = 64  # the default session cap's ceiling: the most a default start admits, whatever the memory
 # The share of the memory free once the models are loaded that sessions' dynamic KV caches may
-# take together (server.main.dynamic_kv_budget); the rest is for activations (a long prompt's
+# take together (server.grpc_server.dynamic_kv_budget); the rest is for activations (a long prompt's
 # prefill) and the process itself.
 KV_BUDGET_SHARE = 0.75
 MAX_BATCH_WAIT_MS = 1000.0  # waiting longer than a forward takes would only add latency
@@ -96,7 +96,7 @@ class ServerConfig:
     specialist: str = DEFAULT_SPECIALIST
     cache_dir: Path | None = None
     quantize: str = "fp32"  # both cloud models' Linear layers: "fp32" or "int8" (core.quantize.quantize_linear)
-    device: str = DEFAULT_DEVICE  # both cloud models: "cpu", "cuda" or "cuda:N" (core.device)
+    device: str = DEFAULT_DEVICE  # both cloud models: "cpu", "cuda" or "cuda:N" (core.placement)
     dtype: str = DEFAULT_DTYPE  # ... and their weights' float type
     # The sessions' KV: "dynamic" (a DynamicCache per session and model) or "slots" (the slot pool
     # of server/slot_pool.py: fixed buffers, CUDA-graph replays on a GPU), with its size.
@@ -131,7 +131,7 @@ class ServerConfig:
     reserved_sessions: int | None = None
     stream_rate: float = field(default=4.0, metadata={"toml": "a number of streams per second"})
     stream_burst: int | None = None
-    # Before authentication: what gRPC core enforces per connection (server/main.py).
+    # Before authentication: what gRPC core enforces per connection (server/grpc_server.py).
     handshake_timeout: float = field(default=5.0, metadata={"toml": "a number of seconds"})
     connection_idle_timeout: float = field(default=300.0, metadata={"toml": "a number of seconds"})
     max_connections: int | None = None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specsteer.core.models import CausalLM
 from specsteer.sdk.transport import InProcessVerifier
-from specsteer.server.main import GlobalAdapters
+from specsteer.server.grpc_server import GlobalAdapters
 from specsteer.server.session import CloudVerifier
 
 __all__ = ["in_process_verifier"]

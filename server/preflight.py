@@ -5,10 +5,10 @@ minutes. A configuration that cannot serve (a TLS folder that is not there, a po
 witness key that cannot be read, an open-file limit below the connection cap) is refused here, in
 one sentence (`ConfigError`), before any of that. This module imports neither torch, transformers
 nor grpc (`tests/server/test_serve_fails_fast.py` holds it to that), and `server.cli` runs
-`check_config` before it imports `server.main`.
+`check_config` before it imports `server.grpc_server`.
 
 What needs the models themselves (their KV bytes a position, the memory left once their weights
-are in) is `server.main`'s, after the load: the default `max_sessions` derived from memory
+are in) is `server.grpc_server`'s, after the load: the default `max_sessions` derived from memory
 (`server.config.max_sessions_for_memory`) and the warning for an explicit one that outgrows it.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from cryptography import x509
 
-from specsteer.core.device import check_placement
 from specsteer.core.errors import ConfigError, ModelLoadError
+from specsteer.core.placement import check_placement
 from specsteer.core.tls_identity import check_client_cas, check_tls_identity, read_tls_file
 from specsteer.server.config import ServerConfig
 

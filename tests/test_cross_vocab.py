@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specsteer.core.session_types import Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.generalist import CrossVocabGeneralist
 from specsteer.server.session import CloudSession, CloudVerifier

@@ -70,8 +70,8 @@ def test_sdk_errors_gathers_every_device_error() -> None:
         (
             "federation",
             {
-                "specsteer.federation.ledger": ["BudgetExhausted"],
-                "specsteer.federation.device": ["NotEligible", "PolicyRefusal"],
+                "specsteer.federation.budget_ledger": ["BudgetExhausted"],
+                "specsteer.federation.participant": ["NotEligible", "PolicyRefusal"],
             },
         ),
     ],

@@ -15,7 +15,7 @@ from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.core.steering import log_softmax
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm

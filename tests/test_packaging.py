@@ -60,7 +60,7 @@ def test_the_base_install_has_no_cloud_flower_or_opacus() -> None:
 # Optional features of the device packages that need an extra, imported only inside the function
 # that needs them and failing there with a sentence naming the extra (module, file) -> extra.
 OPTIONAL = {
-    ("opacus", "privacy/ledger.py"): "federation",
+    ("opacus", "privacy/accounting.py"): "federation",
     ("llama_cpp", "sdk/llamacpp.py"): "llamacpp",
 }
 # What converts models (and runs them on torch): the `[convert]` extra. The device packages import
@@ -168,7 +168,7 @@ def test_optional_features_import_their_extra_lazily() -> None:
 
 
 def _use_opacus() -> None:
-    from specsteer.privacy.ledger import _epsilon_cached, epsilon_of
+    from specsteer.privacy.accounting import _epsilon_cached, epsilon_of
 
     _epsilon_cached.cache_clear()  # an earlier test's answer would skip the import
     epsilon_of([(1.0, 0.01, 1)], 1e-5)

@@ -12,7 +12,7 @@ import pytest
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier, Verifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

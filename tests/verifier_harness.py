@@ -1,7 +1,7 @@
 """A real verifier on loopback for tests: a throwaway PKI, a TLS gRPC server on port 0, clients.
 
 pki = make_pki(tmp_path)                          # dev CA, backup anchor, device CA, "alice"
-with serve(cloud, pki) as (server, port):         # `server.main.create_server`, started
+with serve(cloud, pki) as (server, port):         # `server.grpc_server.create_server`, started
     verifier = remote(port, pki, vocab_size=...)  # `sdk.remote.RemoteVerifier` as device alice
 """
 
@@ -20,7 +20,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
 from specsteer.server import pki as pki_mod
 from specsteer.server.config import ServerConfig
-from specsteer.server.main import VerifierServer, create_server
+from specsteer.server.grpc_server import VerifierServer, create_server
 from specsteer.server.session import CloudVerifier
 
 

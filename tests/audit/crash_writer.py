@@ -13,9 +13,9 @@ import hashlib
 import sys
 from pathlib import Path
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import load_signing_key
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 

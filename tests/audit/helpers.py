@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsteer.audit import merkle, records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import CHECKPOINTS_FILE, HEADER, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import Checkpoint, SigningKey, parse_note, sign_checkpoint
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.core import wire
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict

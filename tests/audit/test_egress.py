@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from specsteer.audit import records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import AuditError, EgressBlocked
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import inspect, verify
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from specsteer.audit import records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey, open_checkpoint
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import inspect, verify
 from tests.audit.helpers import build_log, frame, run_session, segment_path
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from specsteer.audit import records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import verify
 from specsteer.core.errors import ProtocolError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

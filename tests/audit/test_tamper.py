@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from specsteer.audit import records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import VerificationFailed
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import Checkpoint, SigningKey, open_checkpoint, sign_checkpoint
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import Report, verify
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError

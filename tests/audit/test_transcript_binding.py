@@ -18,17 +18,17 @@ import pytest
 
 from specsteer.audit import records
 from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import VerificationFailed
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.transcript import ServerTranscript
 from specsteer.audit.verify import Report, inspect, verify
 from specsteer.audit.witness_state import WitnessedLog, WitnessState
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.audit.helpers import (

@@ -14,9 +14,9 @@ import pytest
 from specsteer.audit import log as log_mod
 from specsteer.audit import records
 from specsteer.audit.cli import main
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import LogCorruptError, VerificationFailed
 from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import verify
 from tests.audit.helpers import BuiltLog, build_log, checkpoint_notes, frame, run_session, segment_path
 

@@ -18,14 +18,14 @@ import pytest
 
 from specsteer.audit import records
 from specsteer.audit.cli import main
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey, open_checkpoint
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import inspect
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import WIRE_MAX_TOP_K, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.audit.helpers import (

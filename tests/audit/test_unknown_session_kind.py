@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from specsteer.audit import records, verify
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import VerificationFailed
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from tests.audit.helpers import DEVICE, VOCAB
 
 

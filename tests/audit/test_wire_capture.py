@@ -17,19 +17,19 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
 from specsteer.audit import records
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.transcript import ServerTranscript
 from specsteer.audit.verify import verify
 from specsteer.core import wire
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.remote import RemoteVerifier
-from specsteer.server.main import VerifierServer
+from specsteer.server.grpc_server import VerifierServer
 from specsteer.server.service import Device, VerifierService
 from specsteer.server.session import CloudVerifier
 from tests.audit.helpers import downlink_deserializer, uplink_serializer

@@ -32,10 +32,10 @@ from specsteer.audit.cosignature import (
     cosignatures,
     write_witness_key_pair,
 )
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import EgressBlocked
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, AuditLog, scan_log
 from specsteer.audit.note import SigningKey, open_checkpoint
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.witness_state import read_state
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError

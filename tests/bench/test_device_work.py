@@ -7,7 +7,7 @@ import json
 from bench import device_work
 from specsteer.core.recovery import choose, device_rng
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import Specialist
+from specsteer.sdk.decoding import Specialist
 from specsteer.sdk.uplink_guard import guard_setting
 from tests.tinymodels import save_tiny, tiny_lm
 

@@ -65,11 +65,11 @@ def test_the_server_session_and_the_recorder_give_one_verdict(cloud, char_tok, f
 
 
 def test_guard_decisions_are_one_set_for_device_guard_and_audit() -> None:
-    from specsteer.privacy.guard import Policy
+    from specsteer.privacy.guard import GuardPolicy
     from specsteer.sdk import uplink_guard
 
     assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} == set(GuardDecision)
-    assert {p.value for p in Policy} <= {d.value for d in GuardDecision}
+    assert {p.value for p in GuardPolicy} <= {d.value for d in GuardDecision}
     # The audit contract counts a placeholder decision toward the placeholders the wire may carry.
     state = SessionState("s", VOCAB, 10)
     state.examine_uplink(wire.encode_open([1, 2], SessionParams(draft_len=2)))[1]()

@@ -13,7 +13,7 @@ from specsteer.core.errors import ConfigError
 from specsteer.sdk.pinning import PinningError
 from specsteer.sdk.remote import TlsIdentity
 from specsteer.server import pki as pki_mod
-from specsteer.server.main import CertificateSource
+from specsteer.server.grpc_server import CertificateSource
 from tests.verifier_harness import make_pki
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from specsteer.core.models import load_causal_lm
 from specsteer.federation.simulation import run_in_process
 from specsteer.federation.task import TaskConfig, build_examples
+from specsteer.privacy.accounting import epsilon_of, read_ledger_file
 from specsteer.privacy.adapter_exposure import (
     CanaryRecord,
     adapter_model,
@@ -28,7 +29,6 @@ from specsteer.privacy.adapter_exposure import (
     plant_canary_records,
 )
 from specsteer.privacy.leakage import CanarySpace
-from specsteer.privacy.ledger import epsilon_of, read_ledger_file
 from specsteer.sdk.context import ProfileEntry
 from tests.federation.conftest import FIXTURE_USERS, run_config
 

@@ -15,12 +15,12 @@ import pytest
 from specsteer.core.adapters import AdapterError, load_device_specialist
 from specsteer.core.models import load_causal_lm
 from specsteer.federation.atrest import device_key_provider, read_sealed_log, unseal_file
+from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.client_app import UNAVAILABLE
-from specsteer.federation.ledger import Ledger
 from specsteer.federation.simulation import run_in_process
 from specsteer.privacy import vault
+from specsteer.privacy.accounting import read_ledger_file
 from specsteer.privacy.cli import main as privacy_main
-from specsteer.privacy.ledger import read_ledger_file
 from specsteer.privacy.vault import ENV_KEY, PassphraseKeyProvider, ProfileVault, StaticKeyProvider
 from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
 

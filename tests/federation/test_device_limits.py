@@ -19,11 +19,11 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-import specsteer.federation.device
+import specsteer.federation.participant
 import specsteer.federation.task
 from specsteer.federation.adapters import ADAPTER_WEIGHTS
-from specsteer.federation.device import Device
 from specsteer.federation.errors import RunConfigRefusal
+from specsteer.federation.participant import Device
 from specsteer.federation.task import PERSONAL, load_user, split_profile
 from tests.federation.conftest import FIXTURE_USERS, deliver, node_configs, run_config, train_content, v0_arrays
 from tests.tinymodels import save_tiny
@@ -121,7 +121,7 @@ def test_a_diverged_personal_adapter_is_not_kept_and_the_round_goes_on(
     assert not deliver(train_content(arrays), "train", node, config).has_error()
     weights = tmp_path / "device0" / PERSONAL / ADAPTER_WEIGHTS
     kept = weights.read_bytes()
-    real = specsteer.federation.device.train_personal
+    real = specsteer.federation.participant.train_personal
 
     def diverging(sw: Any, *args: Any, **kwargs: Any) -> float:
         loss = real(sw, *args, **kwargs)
@@ -131,7 +131,7 @@ def test_a_diverged_personal_adapter_is_not_kept_and_the_round_goes_on(
                     param.fill_(math.inf)
         return loss
 
-    monkeypatch.setattr(specsteer.federation.device, "train_personal", diverging)
+    monkeypatch.setattr(specsteer.federation.participant, "train_personal", diverging)
     reply = deliver(train_content(arrays, **{"server-round": 2}), "train", node, config)
     assert not reply.has_error(), reply.error
     assert all(np.isfinite(a.numpy()).all() for a in reply.content["arrays"].values())

@@ -14,7 +14,7 @@ import pytest
 
 from specsteer.core.models import load_causal_lm
 from specsteer.federation.client_app import UNAVAILABLE
-from specsteer.federation.device import Device
+from specsteer.federation.participant import Device
 from specsteer.federation.simulation import run_in_process
 from specsteer.federation.task import SpecialistWithAdapters, TaskConfig, device_datasets, load_user, split_profile
 from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config

@@ -20,7 +20,7 @@ from flwr.app import Message
 
 import specsteer.federation.task
 from specsteer.federation.errors import RunConfigRefusal
-from specsteer.privacy.ledger import read_ledger_file
+from specsteer.privacy.accounting import read_ledger_file
 from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from specsteer.federation.budget_ledger import Ledger, LedgerError, SealedFileCounter, WriteCounter
 from specsteer.federation.cli import main
-from specsteer.federation.device import Device, Policy
 from specsteer.federation.eligibility import (
     STATE_FILE,
     EligibilitySource,
@@ -26,7 +26,7 @@ from specsteer.federation.eligibility import (
     report_state,
 )
 from specsteer.federation.errors import ConfigError, NotEligible
-from specsteer.federation.ledger import Ledger, LedgerError, SealedFileCounter, WriteCounter
+from specsteer.federation.participant import Device, EligibilityPolicy
 from specsteer.privacy.vault import StaticKeyProvider
 from tests.federation.conftest import FIXTURE_USERS
 
@@ -42,9 +42,9 @@ def test_the_state_the_app_reported_decides_eligibility(tmp_path: Path) -> None:
     report_state(idle=True, charging=False, unmetered=True, state_dir=device.state_dir)
     assert device.read_flags() == {"idle": True, "charging": False, "unmetered": True}
     with pytest.raises(NotEligible, match="not charging"):
-        device.check_eligible(Policy())
+        device.check_eligible(EligibilityPolicy())
     report_state(idle=True, charging=True, unmetered=True, state_dir=device.state_dir)
-    device.check_eligible(Policy())  # re-read at every message
+    device.check_eligible(EligibilityPolicy())  # re-read at every message
 
 
 def test_a_stale_state_is_not_eligible(tmp_path: Path) -> None:
@@ -52,11 +52,11 @@ def test_a_stale_state_is_not_eligible(tmp_path: Path) -> None:
     report_state(idle=True, charging=True, unmetered=True, state_dir=device.state_dir, now=time.time() - 601)
     assert device.read_flags() == {"idle": False, "charging": False, "unmetered": False}
     with pytest.raises(NotEligible):
-        device.check_eligible(Policy())
+        device.check_eligible(EligibilityPolicy())
     # Dated in the future (a clock set forward to keep a report fresh): not eligible either.
     report_state(idle=True, charging=True, unmetered=True, state_dir=device.state_dir, now=time.time() + 3600)
     with pytest.raises(NotEligible):
-        device.check_eligible(Policy())
+        device.check_eligible(EligibilityPolicy())
 
 
 def test_an_eligibility_file_without_a_time_is_dated_by_its_modification(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_an_app_may_hand_the_device_its_own_source(tmp_path: Path) -> None:
     device = _device(tmp_path / "device")
     device.eligibility_source = OnBattery()
     with pytest.raises(NotEligible):
-        device.check_eligible(Policy())
+        device.check_eligible(EligibilityPolicy())
 
 
 def test_report_state_takes_booleans_only(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from specsteer.core.session_types import SessionParams
 from specsteer.federation.adapters import apply_adapters, write_adapter
 from specsteer.federation.store import load_device_specialist, version_dir
 from specsteer.federation.task import GLOBAL, PERSONAL, SpecialistWithAdapters, TaskConfig
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
-from specsteer.server.main import GlobalAdapters
+from specsteer.server.grpc_server import GlobalAdapters
 from specsteer.server.session import CloudVerifier
 from specsteer.server.slot_sequence import SlotPools
 from tests.tinymodels import tiny_lm

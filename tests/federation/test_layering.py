@@ -90,7 +90,7 @@ def _env_after(code: str) -> dict[str, str | None]:
 
 def test_importing_federation_does_not_touch_the_environment(tmp_path: Path) -> None:
     imported = _env_after(
-        "import specsteer.federation, specsteer.federation.ledger, specsteer.federation.offline\n"
+        "import specsteer.federation, specsteer.federation.budget_ledger, specsteer.federation.offline\n"
         "import specsteer.federation.cli"
     )
     assert imported == dict.fromkeys(OFFLINE_KEYS), imported

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specsteer.federation.ledger import Ledger
+from specsteer.federation.budget_ledger import Ledger
 from tests.test_architecture import ROOT
 
 WRITER = """
 import sys, time
-from specsteer.federation.ledger import Ledger
+from specsteer.federation.budget_ledger import Ledger
 path, tag, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ledger = Ledger.load(path, epsilon_budget=1e6, delta=1e-5)  # loaded once, as a long-lived device would
 open(path + f".ready{tag}", "w").close()

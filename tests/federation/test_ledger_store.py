@@ -10,7 +10,7 @@ import pytest
 from opacus.accountants import PRVAccountant, RDPAccountant
 
 from specsteer.federation.adapters import AdapterError, write_adapter
-from specsteer.federation.ledger import BudgetExhausted, Ledger, LedgerError, epsilon_of
+from specsteer.federation.budget_ledger import BudgetExhausted, Ledger, LedgerError, epsilon_of
 from specsteer.federation.store import AdapterStore, load_global_adapter
 
 HISTORY = [(1.0, 0.1, 5), (1.2, 0.05, 7)]
@@ -118,7 +118,7 @@ def test_store_versions_are_complete_immutable_and_checked(tmp_path: Path) -> No
 def test_a_negative_prv_epsilon_is_recorded_as_zero_and_the_ledger_stays_readable(tmp_path: Path) -> None:
     """At δ = 0.2 Opacus's PRV accountant gives ε = -0.20 for two steps; the ledger saved it, and its
     own parser then refused the file as damaged: the device could never train again."""
-    from specsteer.privacy.ledger import read_ledger_file
+    from specsteer.privacy.accounting import read_ledger_file
 
     history = [(1.0, 1 / 6, 2)]
     reference = PRVAccountant()

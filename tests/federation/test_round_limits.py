@@ -18,10 +18,10 @@ import pytest
 from flwr.app import Message
 
 from specsteer.core.errors import ConfigError
-from specsteer.federation.device import DEFAULT_EPSILON_BUDGET, DevicePolicy
-from specsteer.federation.ledger import Ledger
+from specsteer.federation.budget_ledger import Ledger
+from specsteer.federation.participant import DEFAULT_EPSILON_BUDGET, DevicePolicy
 from specsteer.federation.task import dp_sample_rate
-from specsteer.privacy.ledger import epsilon_of, read_ledger_file
+from specsteer.privacy.accounting import epsilon_of, read_ledger_file
 from tests.federation.conftest import deliver, node_configs, run_config, train_content, v0_arrays
 
 

@@ -19,7 +19,7 @@ import pytest
 from flwr.app import Message
 
 import specsteer.federation.task
-from specsteer.federation.ledger import Ledger, epsilon_of
+from specsteer.federation.budget_ledger import Ledger, epsilon_of
 from specsteer.federation.simulation import LocalGrid, run_in_process
 from tests.federation.conftest import FIXTURE_USERS, run_config
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-import specsteer.federation.device
+import specsteer.federation.participant
 import specsteer.federation.task
 from specsteer.federation.adapters import load_tensors, read_adapter
+from specsteer.federation.budget_ledger import Ledger, epsilon_of
 from specsteer.federation.client_app import UNAVAILABLE
-from specsteer.federation.ledger import Ledger, epsilon_of
 from specsteer.federation.simulation import deflated_bytes, run_in_process
 from specsteer.federation.store import AdapterStore
 from specsteer.federation.task import dp_sample_rate
@@ -115,14 +115,14 @@ def test_personal_adapter_bytes_never_leave_the_device(tiny_bpe_model: Path, tmp
 
 def test_dropouts_do_not_break_the_round(tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Device 1 crashes inside DP training in round 1; device 2 vanishes (no reply) for round 1's train."""
-    real = specsteer.federation.device.train_global_dp
+    real = specsteer.federation.participant.train_global_dp
 
     def crash_device1(sw: Any, train_set: Any, cfg: Any, ledger: Ledger | None, **kwargs: Any) -> Any:
         if kwargs["server_round"] == 1 and ledger is not None and "device1" in str(ledger.path):
             raise RuntimeError("connection lost mid-training")
         return real(sw, train_set, cfg, ledger, **kwargs)
 
-    monkeypatch.setattr(specsteer.federation.device, "train_global_dp", crash_device1)
+    monkeypatch.setattr(specsteer.federation.participant, "train_global_dp", crash_device1)
 
     def vanish_in_round_1(msg: Message) -> bool:
         return msg.metadata.message_type == "train" and msg.content["config"]["server-round"] == 1

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
-import specsteer.federation.device
+import specsteer.federation.participant
 from specsteer.federation.attempts import ATTEMPT_FILE, TOKEN_KEY, Attempt, publishing
+from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.errors import AttemptRevoked
-from specsteer.federation.ledger import Ledger
 from specsteer.federation.simulation import _server_identity, run_in_process
 from specsteer.federation.store import AdapterStore
 from tests.federation.conftest import FIXTURE_USERS, node_configs, run_config
@@ -42,7 +42,7 @@ def test_a_hung_device_times_out_publishes_nothing_and_the_retry_publishes_once(
     tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = tmp_path / "server"
-    real = specsteer.federation.device.train_global_dp
+    real = specsteer.federation.participant.train_global_dp
     calls: list[str] = []
     finished_late = threading.Event()
 
@@ -58,7 +58,7 @@ def test_a_hung_device_times_out_publishes_nothing_and_the_retry_publishes_once(
         finished_late.set()
         return result
 
-    monkeypatch.setattr(specsteer.federation.device, "train_global_dp", hang_first_call)
+    monkeypatch.setattr(specsteer.federation.participant, "train_global_dp", hang_first_call)
     code = _schedule_in_thread(
         ["schedule", "--every", "10m", "--max-runs", "1", "--run-timeout", "10s", "--retries", "2",
          "--retry-backoff", "0.1s", "--simulation", "--clients", "2", "--data", str(FIXTURE_USERS),
@@ -109,13 +109,13 @@ def test_a_revoked_attempt_cannot_publish_even_when_its_run_completes(
     """As with a SuperLink's ServerApp, which outlives the killed `flwr run`: no cancel reaches it."""
     server = tmp_path / "server"
     attempt = Attempt.open(server)
-    real = specsteer.federation.device.train_global_dp
+    real = specsteer.federation.participant.train_global_dp
 
     def revoke_while_training(sw: Any, train_set: Any, cfg: Any, ledger: Ledger | None, **kwargs: Any) -> Any:
         attempt.revoke()  # the deadline passes while the devices train
         return real(sw, train_set, cfg, ledger, **kwargs)
 
-    monkeypatch.setattr(specsteer.federation.device, "train_global_dp", revoke_while_training)
+    monkeypatch.setattr(specsteer.federation.participant, "train_global_dp", revoke_while_training)
     config = run_config(tiny_bpe_model, tmp_path, **{TOKEN_KEY: attempt.token, "dp-steps": 1, "personal-steps": 1})
     with pytest.raises(AttemptRevoked, match="may no longer publish"):
         run_in_process(config, node_configs(tiny_bpe_model, tmp_path))

@@ -11,9 +11,9 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common import FitIns, ndarrays_to_parameters
 from flwr.compat.common import recorddict_compat as compat
 
-import specsteer.federation.device
+import specsteer.federation.participant
+from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.errors import ConfigError, PolicyRefusal, SecAggRefusal
-from specsteer.federation.ledger import Ledger
 from specsteer.federation.rounds import ServerSettings
 from specsteer.federation.simulation import run_in_process
 from specsteer.federation.store import AdapterStore
@@ -23,7 +23,7 @@ from tests.federation.conftest import deliver, node_configs, run_config, v0_arra
 def _capture(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, np.ndarray]]:
     """Record, per device, the global adapter its DP training produced (what it would send)."""
     captured: dict[str, dict[str, np.ndarray]] = {}
-    real = specsteer.federation.device.train_global_dp
+    real = specsteer.federation.participant.train_global_dp
 
     def wrapper(sw: Any, train_set: Any, cfg: Any, ledger: Ledger | None, **kwargs: Any) -> Any:
         result = real(sw, train_set, cfg, ledger, **kwargs)
@@ -31,7 +31,7 @@ def _capture(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, np.ndarray]
         captured[ledger.path.parent.name] = {k: v.copy() for k, v in result.arrays.items()}
         return result
 
-    monkeypatch.setattr(specsteer.federation.device, "train_global_dp", wrapper)
+    monkeypatch.setattr(specsteer.federation.participant, "train_global_dp", wrapper)
     return captured
 
 

@@ -1,6 +1,6 @@
 """Federation shares its parsers and builders with the rest of the project, so they cannot drift apart.
 
-`federation.ledger` (the device) and `privacy budget` (the auditor) read a ledger through the same
+`federation.budget_ledger` (the device) and `privacy budget` (the auditor) read a ledger through the same
 parser, so a ledger one accepts the other cannot reject, with the same sentence; the loopback TLS
 material of `federation.deploy` is `server.pki`'s, extensions and all.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from specsteer.federation.budget_ledger import Ledger, LedgerError
 from specsteer.federation.deploy import write_loopback_certificates
-from specsteer.federation.ledger import Ledger, LedgerError
 from specsteer.privacy.cli import main as privacy_main
 
 GOOD = {

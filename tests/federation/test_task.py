@@ -14,9 +14,9 @@ from specsteer.core.errors import ConfigError
 from specsteer.core.models import load_causal_lm
 from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.federation.adapters import AdapterError, apply_adapters, write_adapter
+from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.client_app import _unpack
 from specsteer.federation.errors import MessageRefusal
-from specsteer.federation.ledger import Ledger
 from specsteer.federation.simulation import _server_identity
 from specsteer.federation.task import (
     GLOBAL,

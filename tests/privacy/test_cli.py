@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.transcript import ServerTranscript
 from specsteer.core.session_types import SessionParams
 from specsteer.privacy.cli import main
 from specsteer.privacy.data import Canary, read_uplinks, write_canaries
-from specsteer.privacy.guard import Policy
+from specsteer.privacy.guard import GuardPolicy
 from specsteer.privacy.leakage import CanarySpace
 from specsteer.privacy.report import leakage_report
 from specsteer.privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.privacy.test_protocol import FIXTURES, build_guard, candidates, copying_pair, leaky_target, prompt_of
@@ -31,7 +31,7 @@ from tests.verifier_harness import make_pki, remote, serve
 
 
 def write_ledger(folder: Path, *, history: list[list[float]], stored: float | None = None) -> float:
-    from specsteer.federation.ledger import epsilon_of
+    from specsteer.federation.budget_ledger import epsilon_of
 
     folder.mkdir(parents=True, exist_ok=True)
     eps = epsilon_of([(h[0], h[1], int(h[2])) for h in history], 1e-5, "rdp")
@@ -139,7 +139,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory, char_tok: PreTrainedTokeni
     pki = make_pki(root)
     verifier = CloudVerifier(cloud, cloud, seed=0, max_top_k=params.top_k)
     with serve(verifier, pki, transcript_dir=root / "transcript") as (_, port):
-        for label, guard in (("off", None), ("on", build_guard(char_tok, 0, canary, Policy.PLACEHOLDER))):
+        for label, guard in (("off", None), ("on", build_guard(char_tok, 0, canary, GuardPolicy.PLACEHOLDER))):
             with (
                 AuditLog.open(root / label, key) as log,
                 remote(port, pki, vocab_size=specialist.vocab_size, tap=RecorderTap(EgressRecorder(log))) as device,

@@ -9,7 +9,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from specsteer.privacy.canaries import CanaryDetector, identities_from_trailers
-from specsteer.privacy.guard import PLACEHOLDERS, EgressGuard, Policy, kind_of_placeholder, token_offsets
+from specsteer.privacy.guard import PLACEHOLDERS, EgressGuard, GuardPolicy, kind_of_placeholder, token_offsets
 from specsteer.privacy.ngrams import VerbatimNgramDetector
 from specsteer.privacy.pii import PiiDetector, luhn_ok
 from specsteer.privacy.spans import CANARY, CARD, EMAIL, IBAN, IP, NAME, PHONE, PRIVATE_NGRAM, URL_CREDENTIALS, Span
@@ -262,7 +262,7 @@ def test_placeholders_are_one_per_kind_and_fit_the_audit_schema() -> None:
 # -- the guard -------------------------------------------------------------------------------------
 
 
-def guard_for(tok: PreTrainedTokenizerFast, policy: Policy = Policy.PLACEHOLDER) -> EgressGuard:
+def guard_for(tok: PreTrainedTokenizerFast, policy: GuardPolicy = GuardPolicy.PLACEHOLDER) -> EgressGuard:
     return EgressGuard.for_profile(
         ["our release checklist lives in the wiki page"],
         tok,
@@ -306,9 +306,11 @@ def test_check_cuts_before_a_span_in_the_middle_of_the_draft(char_tok: PreTraine
     assert v.span_end == len("ping 81.2.69.160") and v.placeholder == "<IP>"
 
 
-@pytest.mark.parametrize(("policy", "action"), [(Policy.PLACEHOLDER, "placeholder"), (Policy.KEEP_LOCAL, "keep-local")])
+@pytest.mark.parametrize(
+    ("policy", "action"), [(GuardPolicy.PLACEHOLDER, "placeholder"), (GuardPolicy.KEEP_LOCAL, "keep-local")]
+)
 def test_check_applies_the_policy_when_the_span_is_at_the_front(
-    char_tok: PreTrainedTokenizerFast, policy: Policy, action: str
+    char_tok: PreTrainedTokenizerFast, policy: GuardPolicy, action: str
 ) -> None:
     g = guard_for(char_tok, policy)
     committed = ids(char_tok, "Signed-off-by: Test User One <user.one@exa")

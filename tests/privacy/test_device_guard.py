@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import verify
 from specsteer.core.errors import ProtocolError
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import SessionParams, Verdict
-from specsteer.privacy.guard import PLACEHOLDERS, Policy
+from specsteer.privacy.guard import PLACEHOLDERS, GuardPolicy
 from specsteer.privacy.report import leakage_report
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.transport import InProcessSession, InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_for_profile, plan_uplink
@@ -130,7 +130,7 @@ def scripted_pair(tok: PreTrainedTokenizerFast, target: str, profile: Profile) -
 
 
 def run(
-    tok: PreTrainedTokenizerFast, case: str, policy: Policy | None, **params: object
+    tok: PreTrainedTokenizerFast, case: str, policy: GuardPolicy | None, **params: object
 ) -> tuple[Generation, RecordingVerifier]:
     profile = profile_for(case)
     specialist, lm = scripted_pair(tok, TARGETS[case], profile)
@@ -150,7 +150,7 @@ def test_leaky_control_sends_the_secret_when_the_guard_is_off(smol_tok, case: st
 @pytest.mark.parametrize("case", sorted(TARGETS))
 @pytest.mark.parametrize("draft_len", [1, 4, 8])
 def test_placeholder_keeps_device_and_cloud_in_step(smol_tok, case: str, draft_len: int) -> None:
-    out, verifier = run(smol_tok, case, Policy.PLACEHOLDER, draft_len=draft_len)
+    out, verifier = run(smol_tok, case, GuardPolicy.PLACEHOLDER, draft_len=draft_len)
     # The generation completes on the cloud path, and the user's text holds the real span...
     assert out.stats.fallback is None
     assert out.text == TARGETS[case]
@@ -167,7 +167,7 @@ def test_placeholder_keeps_device_and_cloud_in_step(smol_tok, case: str, draft_l
 
 @pytest.mark.parametrize("case", sorted(TARGETS))
 def test_keep_local_finishes_on_the_device(smol_tok, case: str) -> None:
-    out, verifier = run(smol_tok, case, Policy.KEEP_LOCAL)
+    out, verifier = run(smol_tok, case, GuardPolicy.KEEP_LOCAL)
     assert out.text == TARGETS[case]
     assert out.stats.fallback == "guard-keep-local"
     assert verifier.opened[0].ended_locally == "guard-keep-local"
@@ -182,7 +182,7 @@ def test_guard_passes_clean_text_untouched(smol_tok) -> None:
     profile = Profile.from_obj({"profile": [{"subject": "Earlier", "body": "Unrelated history entry."}]})
     specialist, lm = scripted_pair(smol_tok, target, profile)
     results = []
-    for guard in (None, guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER)):
+    for guard in (None, guard_for_profile(profile, smol_tok, GuardPolicy.PLACEHOLDER)):
         verifier = RecordingVerifier(CloudVerifier(lm, lm, seed=0), lm.vocab_size)
         out = generate(specialist, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=32), verifier, guard=guard)
         results.append((out.text, verifier.sessions[0].rounds, out.stats.extra))
@@ -199,7 +199,7 @@ def test_guard_passes_clean_text_untouched(smol_tok) -> None:
 
 def test_plan_cuts_a_draft_before_a_span_and_sends_the_clean_prefix(smol_tok) -> None:
     profile = profile_for("email")
-    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    guard = guard_for_profile(profile, smol_tok, GuardPolicy.PLACEHOLDER).for_prompt(PROMPT)
     ids = smol_tok.encode(TARGETS["email"], add_special_tokens=False)
     at = next(i for i in range(len(ids)) if "jane" in smol_tok.decode(ids[: i + 1]))
     plan = plan_uplink(guard, smol_tok, [], [], ids[: at + 6], more=lambda: None, eos_ids=frozenset(), draft_len=8)
@@ -227,7 +227,7 @@ def test_over_tls_the_audit_log_proves_every_placeholder_was_declared(tmp_path: 
     leakage report over what the cloud received finds the identity only when the guard is off."""
     profile = profile_for("email")
     specialist, lm = scripted_pair(smol_tok, TARGETS["email"], profile)
-    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER)
+    guard = guard_for_profile(profile, smol_tok, GuardPolicy.PLACEHOLDER)
     pki = make_pki(tmp_path)
     key = SigningKey.generate("device.test/guard")
     data = tmp_path / "users.jsonl"
@@ -261,7 +261,7 @@ def test_an_address_local_part_never_goes_up_before_its_at(smol_tok, draft_len: 
     profile = profile_for("email")
     specialist, lm = scripted_pair(smol_tok, target, profile)
     verifier = RecordingVerifier(CloudVerifier(lm, lm, seed=0), lm.vocab_size)
-    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER)
+    guard = guard_for_profile(profile, smol_tok, GuardPolicy.PLACEHOLDER)
     params = SessionParams(draft_len=draft_len)
     out = generate(specialist, PROMPT, params, DecodeOptions(max_new_tokens=48), verifier, guard=guard)
     sent = verifier.sessions[0].uplink_text(smol_tok)
@@ -278,7 +278,7 @@ def test_a_hold_at_the_end_of_the_budget_is_decided_as_final(smol_tok) -> None:
     """The last word of a budget-limited text could be an address's local part, but nothing more
     will be written: it goes up instead of becoming a placeholder. A written "@" still holds."""
     profile = profile_for("email")
-    guard = guard_for_profile(profile, smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    guard = guard_for_profile(profile, smol_tok, GuardPolicy.PLACEHOLDER).for_prompt(PROMPT)
     ids = smol_tok.encode("Fix the retry loop", add_special_tokens=False)
     plan = plan_uplink(guard, smol_tok, [], [], ids, more=lambda: None, eos_ids=frozenset(), draft_len=8)
     assert plan.draft == ids and plan.decisions == []
@@ -296,7 +296,7 @@ def test_a_full_width_address_split_into_byte_tokens_never_goes_up(smol_tok) -> 
     """Each full-width character is three byte tokens: the guard folds the text, holds a token that
     ends inside a character, and sends nothing of the address (not even one byte of it)."""
     text = "Ask ｍａｒｉｓｏｌ．ｂｒｉｇｈｔｗａｔｅｒ＠ｅｘａｍｐｌｅ．ｉｎｖａｌｉｄ now."
-    guard = guard_for_profile(profile_for("email"), smol_tok, Policy.PLACEHOLDER).for_prompt(PROMPT)
+    guard = guard_for_profile(profile_for("email"), smol_tok, GuardPolicy.PLACEHOLDER).for_prompt(PROMPT)
     eos = smol_tok.eos_token_id
     ids = [*smol_tok.encode(text, add_special_tokens=False), eos]
     sent: list[int] = []

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import specsteer.privacy.ledger
-from specsteer.privacy.ledger import LedgerError, epsilon_of, parse_ledger
+import specsteer.privacy.accounting
+from specsteer.privacy.accounting import LedgerError, epsilon_of, parse_ledger
 
 
 def _ledger(delta: float = 1e-5, accountant: str = "rdp", history: Any = ((1.0, 0.5, 10),)) -> dict[str, Any]:
@@ -51,6 +51,6 @@ def test_an_accountant_failure_is_a_ledger_error(monkeypatch: pytest.MonkeyPatch
     def failing(*args: Any) -> float:
         raise MemoryError("Unable to allocate 735. TiB")
 
-    monkeypatch.setattr(specsteer.privacy.ledger, "_epsilon_cached", failing)
+    monkeypatch.setattr(specsteer.privacy.accounting, "_epsilon_cached", failing)
     with pytest.raises(LedgerError, match="prv accountant cannot compute"):
         epsilon_of([(1.0, 0.5, 10)], 1e-5, "prv")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from opacus import accountants
 
-import specsteer.privacy.ledger
-from specsteer.privacy.ledger import epsilon_of
+import specsteer.privacy.accounting
+from specsteer.privacy.accounting import epsilon_of
 
 ROUNDS = [(1.0, 0.05, 20), (1.2, 0.1, 8), (1.0, 0.05, 20), (1.0, 0.05, 0), (1.2, 0.1, 8), (1.0, 0.05, 20)]
 MERGED = [(1.0, 0.05, 60), (1.2, 0.1, 16)]
@@ -30,7 +30,7 @@ def test_a_history_of_repeated_rounds_gives_the_merged_histories_epsilon(account
 def test_the_accountant_sees_one_entry_per_mechanism(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[tuple[float, float, int], ...]] = []
     monkeypatch.setattr(
-        specsteer.privacy.ledger, "_epsilon_cached", lambda history, delta, accountant: seen.append(history) or 1.0
+        specsteer.privacy.accounting, "_epsilon_cached", lambda history, delta, accountant: seen.append(history) or 1.0
     )
     epsilon_of([(1.0, 0.05, 20)] * 200 + [(1.2, 0.1, 1)] * 3, 1e-5, "prv")
     assert seen == [((1.0, 0.05, 4000), (1.2, 0.1, 3))]

@@ -7,16 +7,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.errors import EgressBlocked
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import verify
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.server.session import CloudVerifier
 from tests.server.test_service import raw_stream
 from tests.tinymodels import tiny_lm

@@ -1,7 +1,7 @@
 """Placeholder substitution keeps device and cloud in step; the leaky control is detected;
 with the guard on, no planted canary or profile identity reaches the uplink (fixture users).
 
-Every run is the real device loop (`sdk.device.generate` with `sdk.uplink_guard`) through the wire
+Every run is the real device loop (`sdk.decoding.generate` with `sdk.uplink_guard`) through the wire
 format, in process. The Specialist is a real (tiny) Llama scripted to copy a fixture user's private
 text token by token (the deliberately leaky "verbatim copy" control: private history, identities,
 canaries), and the cloud accepts every draft and offers every token of that text as a candidate,
@@ -21,10 +21,10 @@ from transformers import PreTrainedTokenizerFast
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import SessionParams
 from specsteer.privacy.data import read_users
-from specsteer.privacy.guard import EgressGuard, Policy
+from specsteer.privacy.guard import EgressGuard, GuardPolicy
 from specsteer.privacy.leakage import CanarySpace, canary_scores, exposure, size_channel
 from specsteer.privacy.pii import PiiDetector
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.server.session import CloudVerifier
 from tests.privacy.test_device_guard import Recorded, RecordingVerifier
 from tests.tinymodels import positional_lm, uniform_lm
@@ -47,7 +47,7 @@ def leaky_target(user_index: int, canary: str) -> tuple[str, dict[str, str], lis
     return text, idents, user.history_texts()
 
 
-def build_guard(tok: PreTrainedTokenizerFast, user_index: int, canary: str, policy: Policy) -> EgressGuard:
+def build_guard(tok: PreTrainedTokenizerFast, user_index: int, canary: str, policy: GuardPolicy) -> EgressGuard:
     user = read_users(FIXTURES)[user_index]
     return EgressGuard.for_profile(
         user.history_texts(), tok, identities=user.identities(), canaries=[canary], policy=policy
@@ -122,7 +122,7 @@ def test_placeholder_keeps_device_and_cloud_in_step(tok_name: str, request: pyte
     canary = "my PIN is 402913"
     text, idents, _ = leaky_target(0, canary)
     target = tok.encode(text, add_special_tokens=False)
-    result = copy_text(tok, target, build_guard(tok, 0, canary, Policy.PLACEHOLDER), prompt_of(0))
+    result = copy_text(tok, target, build_guard(tok, 0, canary, GuardPolicy.PLACEHOLDER), prompt_of(0))
 
     # Generation completes on the cloud path and the user's text holds every real span...
     assert result.real == target and result.out.stats.fallback is None
@@ -150,7 +150,7 @@ def test_keep_local_sends_nothing_from_the_first_span_on(char_tok: PreTrainedTok
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(1, canary)
     target = char_tok.encode(text, add_special_tokens=False)
-    result = copy_text(char_tok, target, build_guard(char_tok, 1, canary, Policy.KEEP_LOCAL), prompt_of(1))
+    result = copy_text(char_tok, target, build_guard(char_tok, 1, canary, GuardPolicy.KEEP_LOCAL), prompt_of(1))
     assert result.real == target and result.out.stats.fallback == "guard-keep-local"
     sent = [t for s in result.sent for t in s]
     local_tail = result.real[len(sent) :]  # what the device wrote after the session ended
@@ -185,7 +185,7 @@ def test_fixture_users_guard_on_leaks_nothing_and_the_leaky_control_is_caught(
     assert ident_off >= 3 and pii_off >= 2
 
     guarded = copy_text(
-        smol_tok, target, build_guard(smol_tok, user_index, canary, Policy.PLACEHOLDER), prompt_of(user_index)
+        smol_tok, target, build_guard(smol_tok, user_index, canary, GuardPolicy.PLACEHOLDER), prompt_of(user_index)
     )
     e_on, ident_on, pii_on = measure(guarded)
     assert ident_on == 0 and pii_on == 0
@@ -206,7 +206,7 @@ def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: 
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(2, canary)
     target = char_tok.encode(text, add_special_tokens=False)
-    guard = build_guard(char_tok, 2, canary, Policy.PLACEHOLDER)
+    guard = build_guard(char_tok, 2, canary, GuardPolicy.PLACEHOLDER)
     result = copy_text(char_tok, target, guard, prompt_of(2))
     # Secret label per round: did the guard act on the text this round carries (a cut or a
     # placeholder put on record before it), or is its draft short of K = 4 (the text's end)?

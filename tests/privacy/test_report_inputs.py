@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.transcript import ServerTranscript
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict

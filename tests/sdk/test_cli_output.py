@@ -15,7 +15,7 @@ from types import FrameType
 
 import pytest
 
-import specsteer.sdk.device as device_module
+import specsteer.sdk.decoding as device_module
 from specsteer.sdk.cli import main
 from tests.tinymodels import save_tiny
 
@@ -28,7 +28,7 @@ def models_args(tmp_path_factory: pytest.TempPathFactory, char_tok: object) -> l
 
 
 def _inside_generation(frame: FrameType | None) -> bool:
-    """Whether `sdk.device.generate` is on the stack: a write from there happens while it runs."""
+    """Whether `sdk.decoding.generate` is on the stack: a write from there happens while it runs."""
     while frame is not None:
         if frame.f_code is device_module.generate.__code__:
             return True

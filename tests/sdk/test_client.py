@@ -9,7 +9,7 @@ import pytest
 from specsteer.core.errors import ConfigError, SpecSteerError
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_setting
 from specsteer.server.session import CloudVerifier

@@ -26,7 +26,7 @@ from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.cli import main as cli_main
 from specsteer.sdk.connect_faults import certificate_refusal, classify
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
 from specsteer.sdk.transport import VerifierLost
 from specsteer.server import pki as pki_mod

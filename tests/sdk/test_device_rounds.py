@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from specsteer.core.session_types import Method, SessionParams, SteeringVector, Verdict
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from tests.tinymodels import tiny_lm
 
 K = 4

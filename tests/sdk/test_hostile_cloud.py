@@ -20,16 +20,16 @@ import grpc
 import pytest
 
 from specsteer.audit.cosignature import WitnessSigner
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import Checkpoint, SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import inspect
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import SessionParams
 from specsteer.core.wire import pb
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server import pki as pki_mod
 from specsteer.server.witness import Cosigned, Witness

@@ -39,7 +39,7 @@ from specsteer.core.session_types import (
 )
 from specsteer.sdk.cli import main
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier, VerifierLost
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

@@ -21,7 +21,7 @@ from specsteer.core.kv import CachedSequence, TokenSequence
 from specsteer.core.models import CausalLM, load_causal_lm
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.cli import main as sdk_main
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.llamacpp import check_drafter_installed, drafter_for, gguf_for
 from specsteer.sdk.specialists import load_specialist
 from specsteer.sdk.transport import InProcessVerifier

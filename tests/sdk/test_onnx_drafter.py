@@ -20,7 +20,7 @@ from specsteer.core.kv import CachedSequence, TokenSequence
 from specsteer.core.models import CausalLM, load_causal_lm
 from specsteer.sdk.cli import build_parser, check_options
 from specsteer.sdk.cli import main as sdk_main
-from specsteer.sdk.device import Specialist
+from specsteer.sdk.decoding import Specialist
 from specsteer.sdk.drafters import check_drafter_installed, drafter_for
 from tests.tinymodels import save_tiny, tiny_llama
 
@@ -313,7 +313,7 @@ def test_generate_opens_the_drafters_sequence_for_its_budget(tiny) -> None:
             return opened(prefix_ids, capacity)
 
     from specsteer.core.session_types import SessionParams
-    from specsteer.sdk.device import CAPACITY_MARGIN, DecodeOptions, generate
+    from specsteer.sdk.decoding import CAPACITY_MARGIN, DecodeOptions, generate
 
     specialist = Specialist(lm, drafter=Recording())
     prompt_ids = specialist.private_prompt_ids("the cat", with_context=False)
@@ -326,7 +326,7 @@ def test_a_device_without_torch_models_writes_what_the_torch_drafter_writes(tiny
     torch model; at fp32 its greedy text is the torch Specialist's."""
     from specsteer.core.device_lm import load_device_lm
     from specsteer.core.session_types import SessionParams
-    from specsteer.sdk.device import DecodeOptions, generate
+    from specsteer.sdk.decoding import DecodeOptions, generate
 
     lm, _, folder = tiny
     device_lm = load_device_lm(folder, progress=False)

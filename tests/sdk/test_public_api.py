@@ -21,7 +21,7 @@ from specsteer.core.errors import SpecSteerError
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk import _version
 from specsteer.sdk.client import GenerationSettings, SpecSteerClient
-from specsteer.sdk.device import DecodeOptions
+from specsteer.sdk.decoding import DecodeOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,11 +88,11 @@ def test_every_public_name_in_the_package_is_exported() -> None:
 
 def test_every_lazily_imported_name_is_the_defining_modules_own() -> None:
     from specsteer.core import models
-    from specsteer.sdk import client, context, device, llamacpp
+    from specsteer.sdk import client, context, decoding, llamacpp
 
     for name in PUBLIC:
         exported = getattr(sdk, name)
-        for module in (models, client, context, device, llamacpp):
+        for module in (models, client, context, decoding, llamacpp):
             if name in vars(module):
                 assert exported is vars(module)[name], name
     with pytest.raises(AttributeError, match="no attribute 'NotAName'"):

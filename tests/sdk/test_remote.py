@@ -22,7 +22,7 @@ import pytest
 
 from specsteer.core.errors import ConfigError, SpecSteerError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, VerifierRefused
 from specsteer.server import pki as pki_mod
 from specsteer.server.session import CloudVerifier

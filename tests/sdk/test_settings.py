@@ -13,7 +13,7 @@ import pytest
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_for_profile
 from specsteer.server.session import CloudVerifier

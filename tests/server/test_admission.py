@@ -12,7 +12,7 @@ from specsteer.core.errors import ConfigError
 from specsteer.server.admission import NoSessionSlot, SessionSlots, StreamRate, TokenBucket
 from specsteer.server.cli import _overrides, build_parser
 from specsteer.server.config import ServerConfig, load_config
-from specsteer.server.main import fd_headroom
+from specsteer.server.grpc_server import fd_headroom
 
 
 def run(coro):

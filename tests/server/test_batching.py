@@ -13,7 +13,7 @@ from specsteer.core.errors import ConfigError
 from specsteer.core.kv import TokenSequence
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import SessionParams, Verdict
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.batching import ForwardBatcher, Scheduler
 from specsteer.server.cli import _overrides, build_parser, main

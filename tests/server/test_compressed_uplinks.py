@@ -8,7 +8,7 @@ import pytest
 
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams
-from specsteer.server.main import create_server
+from specsteer.server.grpc_server import create_server
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, server_config

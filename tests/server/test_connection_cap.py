@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.server.config import ServerConfig
-from specsteer.server.main import connection_limits
+from specsteer.server.grpc_server import connection_limits
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve

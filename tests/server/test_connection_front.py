@@ -13,12 +13,12 @@ import pytest
 
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.cli import _overrides, build_parser
 from specsteer.server.config import ServerConfig, load_config
 from specsteer.server.front import source_of
-from specsteer.server.main import fd_headroom
+from specsteer.server.grpc_server import fd_headroom
 from specsteer.server.session import CloudVerifier
 from tests.server.test_connection_cap import _closed_by_server
 from tests.tinymodels import tiny_lm

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsteer.core.device import check_placement
 from specsteer.core.errors import ConfigError, ModelLoadError, ProtocolError
 from specsteer.core.kv import TokenSequence, single_forward
 from specsteer.core.linear import OneDNNLinear
 from specsteer.core.models import CausalLM, load_causal_lm
+from specsteer.core.placement import check_placement
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import Method, SessionParams, Verdict
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.config import load_config
 from specsteer.server.kv_batch import forward_batch

@@ -16,7 +16,7 @@ from specsteer.core import wire
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
 from specsteer.core.tls_identity import check_tls_identity
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.remote import TlsIdentity
 from specsteer.server import pki as pki_mod
 from specsteer.server.device_identity import DeviceCertificates, NotADevice

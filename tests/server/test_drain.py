@@ -22,9 +22,9 @@ import pytest
 from specsteer.core import wire
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.server.config import ServerConfig
-from specsteer.server.main import create_server
+from specsteer.server.grpc_server import create_server
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm
 from tests.verifier_harness import free_port, identity, make_pki, remote, server_config

@@ -15,7 +15,7 @@ import pytest
 
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve

@@ -22,7 +22,7 @@ import torch
 from specsteer.core import wire
 from specsteer.core.kv import TokenSequence
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier, VerifierLost
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import save_tiny, tiny_lm

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.server.front import ConnectionFront
 from specsteer.server.metrics import Metrics
 from specsteer.server.session import CloudVerifier

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.verify import inspect
 from specsteer.core.session_types import FusionVector, Method, SessionParams
 from specsteer.sdk.context import Profile
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier

@@ -23,11 +23,11 @@ from specsteer.audit.identity import DeviceIdentity
 from specsteer.core import wire
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.server import pki as pki_mod
 from specsteer.server.cli import main
 from specsteer.server.config import ServerConfig, load_config
-from specsteer.server.main import create_server
+from specsteer.server.grpc_server import create_server
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import RecordingTap, identity, make_pki, remote, serve, server_config
@@ -278,7 +278,7 @@ def test_the_metrics_endpoint_holds_a_bounded_number_of_connections_and_drops_si
 
 def test_a_server_whose_sessions_could_outgrow_the_memory_says_so_at_start(cloud, caplog, monkeypatch) -> None:
     # 64 sessions of a 1.5B Generalist at the protocol's longest need ~43 GB of KV: nothing said so.
-    from specsteer.server import main as main_mod
+    from specsteer.server import grpc_server as main_mod
 
     p_config = main_mod.ServerConfig(max_sessions=64)
     need = main_mod.warn_if_sessions_outgrow_memory(p_config, cloud)
@@ -297,7 +297,7 @@ def test_a_server_whose_sessions_could_outgrow_the_memory_says_so_at_start(cloud
 def test_what_would_fail_after_the_models_load_is_refused_before(tmp_path, monkeypatch, what) -> None:
     # A port in use, or a transcript folder that cannot be made, showed only after the models
     # loaded (minutes with real ones), in gRPC's "Failed to bind ... set GRPC_VERBOSITY=debug".
-    from specsteer.server import main as main_mod
+    from specsteer.server import grpc_server as main_mod
 
     def loaded(config):
         raise AssertionError("the models were loaded first")

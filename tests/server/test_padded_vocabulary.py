@@ -14,7 +14,7 @@ from specsteer.core.contract import ContractError
 from specsteer.core.models import CausalLM
 from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm
@@ -170,7 +170,7 @@ def test_the_device_reads_the_width_from_either_tokenizer(char_tok) -> None:
     from types import SimpleNamespace
 
     from specsteer.core.device_lm import FastTokenizer
-    from specsteer.sdk.device import vocabulary_width
+    from specsteer.sdk.decoding import vocabulary_width
 
     fast = FastTokenizer(char_tok.backend_tokenizer, None)
     assert vocabulary_width(SimpleNamespace(tokenizer=fast, vocab_size=128)) == len(char_tok) == 100

@@ -82,7 +82,7 @@ def test_a_bad_configuration_is_refused_in_one_sentence_before_torch_is_imported
 
 
 def test_the_serve_checks_import_no_model_library(pki) -> None:
-    # What server.cli runs before it imports server.main, in a process of its own.
+    # What server.cli runs before it imports server.grpc_server, in a process of its own.
     script = (
         "import sys\n"
         "from specsteer.server.config import load_config\n"
@@ -131,7 +131,7 @@ def test_only_an_unset_max_sessions_is_derived(tmp_path: Path) -> None:
 
 
 def test_a_default_start_sizes_its_sessions_to_the_memory_and_does_not_warn(char_tok, caplog, monkeypatch) -> None:
-    from specsteer.server import main as main_mod
+    from specsteer.server import grpc_server as main_mod
 
     cloud = CloudVerifier(tiny_lm(char_tok, seed=2, name="g"), tiny_lm(char_tok, seed=1, name="s"), seed=0)
     per_session = main_mod.session_kv_bytes(cloud)

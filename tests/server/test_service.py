@@ -20,7 +20,7 @@ from specsteer.core.limits import MAX_PROMPT_TOKENS, MAX_UPLINK_BYTES
 from specsteer.core.models import CausalLM
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.service import VerifierService
 from specsteer.server.session import CloudVerifier

@@ -19,13 +19,13 @@ from specsteer.core.errors import ConfigError, ProtocolError
 from specsteer.core.kv import TokenSequence
 from specsteer.core.models import CausalLM
 from specsteer.core.session_types import Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.batching import ForwardBatcher
 from specsteer.server.cli import _overrides, build_parser
 from specsteer.server.config import ServerConfig, load_config
 from specsteer.server.errors import NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
-from specsteer.server.main import build_cloud
+from specsteer.server.grpc_server import build_cloud
 from specsteer.server.metrics import Metrics
 from specsteer.server.session import CloudVerifier
 from specsteer.server.slot_pool import SlotPool

@@ -16,7 +16,7 @@ import pytest
 from specsteer.core import wire
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Generation, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import identity, make_pki, remote, serve

@@ -6,7 +6,7 @@ import pytest
 
 from specsteer.core.kv import TokenSequence
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm

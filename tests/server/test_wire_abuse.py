@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.remote import TlsIdentity
 from specsteer.server import pki as pki_mod
 from specsteer.server.config import ServerConfig

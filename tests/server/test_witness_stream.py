@@ -17,15 +17,15 @@ import pytest
 from specsteer.audit import records
 from specsteer.audit.cli import main
 from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
-from specsteer.audit.egress import EgressRecorder
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import SigningKey
+from specsteer.audit.recorder import EgressRecorder
 from specsteer.audit.witness_state import read_state
 from specsteer.core import wire
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.egress import RecorderTap
 from specsteer.server.config import ServerConfig
 from specsteer.server.session import CloudVerifier

@@ -11,7 +11,7 @@ import torch
 from specsteer.core.models import CausalLM
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import Method, SessionParams
-from specsteer.sdk.device import DecodeOptions, Specialist, generate
+from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import perturbed_copy, tiny_lm

@@ -1,7 +1,7 @@
 """Audit logs as a device writes them, and as an auditor must judge them: `audit verify`'s verdict.
 
 Four logs are written through the real device API (`audit.log.AuditLog` and the recorder every
-uplink passes, `audit.egress.EgressRecorder`) with a fixed test-only key, one of them witnessed:
+uplink passes, `audit.recorder.EgressRecorder`) with a fixed test-only key, one of them witnessed:
 its Closes answered by the real witness (`server.witness.Witness`) with the test-only witness key.
 The others are copies tampered with as an attacker or a broken disk would (a byte flipped, a record
 dropped, a log cut short, checkpoints re-signed with another key, a record appended after the last
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from specsteer.audit import egress, merkle, records
+from specsteer.audit import merkle, recorder, records
 from specsteer.audit.cosignature import load_witness_key
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
@@ -63,7 +63,7 @@ def _deterministic() -> Iterator[None]:
     def session_id(nbytes: int) -> str:
         return hashlib.sha256(f"conformance session {next(sessions)}".encode()).hexdigest()[: 2 * nbytes]
 
-    with mock.patch.object(records, "now", now), mock.patch.object(egress.secrets, "token_hex", session_id):
+    with mock.patch.object(records, "now", now), mock.patch.object(recorder.secrets, "token_hex", session_id):
         yield
 
 
@@ -89,7 +89,7 @@ def _write_good(directory: Path) -> None:
     """Two sessions through the recorder: one steered to its Close, one padded, with a guard placeholder,
     ending in a fallback."""
     log = _open(directory)
-    rec = egress.EgressRecorder(log)
+    rec = recorder.EgressRecorder(log)
     sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
     rec.record_uplink(sid, wire.encode_open((1, 2, 3), SessionParams(top_k=4, draft_len=4)))
     rec.record_uplink(sid, wire.encode_round(1, (), (5, 6, 7)))
@@ -110,7 +110,7 @@ def _write_downlink_violation(directory: Path) -> None:
     """The device received a downlink with a candidate outside its vocabulary: the recorder logs it
     as received, refuses it, and the device finishes locally."""
     log = _open(directory)
-    rec = egress.EgressRecorder(log)
+    rec = recorder.EgressRecorder(log)
     sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
     rec.record_uplink(sid, wire.encode_open((1, 2), SessionParams(top_k=4, draft_len=4)))
     rec.record_uplink(sid, wire.encode_round(1, (), (5, 6)))
@@ -124,7 +124,7 @@ def _write_uplink_bypass(directory: Path) -> None:
     """An uplink the recorder would have blocked (a commit that is no candidate), appended around it:
     what a device that sent egress past its recorder and then logged it would leave."""
     log = _open(directory)
-    rec = egress.EgressRecorder(log)
+    rec = recorder.EgressRecorder(log)
     sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
     rec.record_uplink(sid, wire.encode_open((1, 2), SessionParams(top_k=4, draft_len=4)))
     rec.record_uplink(sid, wire.encode_round(1, (), (5, 6)))
@@ -144,10 +144,10 @@ def _witnessed_sessions(
     with contextlib.ExitStack() as stack:
         stack.enter_context(_deterministic())
         if keep_unchecked:
-            stack.enter_context(mock.patch.object(egress.EgressRecorder, "_cosignature_problem", lambda *_: None))
+            stack.enter_context(mock.patch.object(recorder.EgressRecorder, "_cosignature_problem", lambda *_: None))
             stack.enter_context(mock.patch.object(AuditLog, "_cosigned_by_witness", lambda *_: True))
         log = _open(directory, witnessed=True)
-        rec = egress.EgressRecorder(log)
+        rec = recorder.EgressRecorder(log)
         for n, draft in enumerate(drafts):
             sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
             rec.record_uplink(sid, wire.encode_open((1, 2, 3), SessionParams(top_k=4, draft_len=4)))

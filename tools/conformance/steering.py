@@ -3,7 +3,7 @@
 Three files: the verifier's ratio test (`verify.json`, `core.steering.verify_ratios`), the
 verifier's top-k steering vector (`candidates.json`, `core.steering.steering_candidates`), and what
 the device does with a downlink (`recovery.json`): which drafted tokens it keeps and which token it
-continues with, chosen by the SDK's own recovery (`sdk.device._recover`) over the log-probabilities
+continues with, chosen by the SDK's own recovery (`sdk.decoding._recover`) over the log-probabilities
 of the device's model given as inputs. Inputs and outputs of float32 computations are float32
 values (exact in JSON); greedy choices only, since a sampled choice depends on the random generator.
 """
@@ -26,7 +26,7 @@ from specsteer.core.recovery import device_rng, recovery_scores
 from specsteer.core.session_types import ALPHA_SCALE, GAMMA_SCALE, CandidatePolicy, FusionVector, Method, SessionParams
 from specsteer.core.steering import LOGP_FLOOR, acceptance_probability, log_gamma, steering_candidates
 from specsteer.core.steering import verify_ratios as _verify_ratios
-from specsteer.sdk.device import DecodeOptions, _recover
+from specsteer.sdk.decoding import DecodeOptions, _recover
 from tools.conformance.common import category, dec, enc, f32, f32s, mismatch, text_form
 
 VERIFY_FILE = "steering/verify.json"
@@ -159,7 +159,7 @@ def _params(p: dict[str, Any]) -> SessionParams:
 def recovery_outcome(v: dict[str, Any]) -> dict[str, Any]:
     """What the device keeps of its draft and which tokens it continues with, given one downlink.
 
-    The round's rule is sdk/device.py's loop (docs/algorithm.md): keep the accepted prefix; the text
+    The round's rule is sdk/decoding.py's loop (docs/algorithm.md): keep the accepted prefix; the text
     ends at an accepted end-of-sequence; otherwise recover after a rejection (or an empty draft) and,
     with the bonus on, after a full acceptance too (`sd` always); the choice is `_recover`'s.
     """
@@ -254,7 +254,7 @@ def build_recovery() -> dict[str, Any]:
         v["expected"] = recovery_outcome(v)
         v["expected"].pop("reason", None)  # the SDK's sentence, not part of the contract
         vectors.append(v)
-    return {"kind": "device-recovery", "function": "specsteer.sdk.device._recover", "vectors": vectors}
+    return {"kind": "device-recovery", "function": "specsteer.sdk.decoding._recover", "vectors": vectors}
 
 
 # -- check -------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The device's ε ledger format: one parser, one writer, and the ε it adds up to.
 
-A ledger is one JSON object per device (written by `federation.ledger.Ledger`, read by
+A ledger is one JSON object per device (written by `federation.budget_ledger.Ledger`, read by
 `privacy budget` and by the device itself)::
 
     {"format": 1, "epsilon_budget": float, "delta": float, "accountant": "rdp"|"prv",
@@ -13,7 +13,7 @@ created. ``history`` is the accountant's full composition history so that ε is 
 (`epsilon_of`), never trusted from the stored total. ``policy`` is absent from ledgers written
 before the device enforced its policy; such ledgers read as DP-required with no noise floor.
 
-A device whose history is sealed keeps its ledger sealed too (`federation.ledger`): the file is a
+A device whose history is sealed keeps its ledger sealed too (`federation.budget_ledger`): the file is a
 vault (`privacy.vault`, AES-256-GCM with the history's key) holding this object, whose ``seal``
 names the ledger (a random id) and counts its writes, checked against a sealed counter beside it
 so that a ledger rolled back or swapped is refused. `read_ledger_file` opens a sealed ledger with

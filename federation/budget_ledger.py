@@ -1,6 +1,6 @@
 """The device's privacy ledger: every DP-SGD step it ever took, and the ε that adds up to.
 
-One JSON file per device, kept in the device's state folder, in the format of `privacy.ledger`
+One JSON file per device, kept in the device's state folder, in the format of `privacy.accounting`
 (the one parser, shared with `privacy budget`). It holds the accountant's full composition
 history — ``(noise multiplier, sample rate, steps)`` triples — so ε can be recomputed exactly
 after a restart rather than trusting a stored total. A round is recorded only after it has
@@ -49,8 +49,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from specsteer.core.fileio import atomic_write
 from specsteer.federation.errors import BudgetExhausted
+from specsteer.privacy.accounting import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
 from specsteer.privacy.errors import VaultError
-from specsteer.privacy.ledger import ACCOUNTANTS, LedgerData, LedgerError, epsilon_of, ledger_json, read_ledger_file
 from specsteer.privacy.vault import KeyProvider, ProfileVault, is_vault
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 The device's state folder (node config ``state-dir``) survives restarts::
 
-    ledger.json        the ε ledger (federation.ledger), which also fixes the device's DP policy;
+    ledger.json        the ε ledger (federation.budget_ledger), which also fixes the device's DP policy;
                        sealed when the history is, with its counter of writes (ledger.json.seq)
     personal/          the personal adapter — never sent anywhere (sealed if the history is)
     global/v<N>/       the global adapter versions it received (the newest few)
@@ -102,6 +102,7 @@ from specsteer.core.fileio import append_line
 from specsteer.core.models import DEFAULT_SPECIALIST
 from specsteer.federation.adapters import AdapterError, load_tensors, read_adapter, write_adapter
 from specsteer.federation.atrest import append_sealed_log, device_key_provider, read_sealed_log, seal_file, unseal_file
+from specsteer.federation.budget_ledger import Ledger, WriteCounter
 from specsteer.federation.eligibility import (
     DEFAULT_MAX_AGE_S,
     FLAGS,
@@ -112,7 +113,6 @@ from specsteer.federation.eligibility import (
     FixedEligibility,
 )
 from specsteer.federation.errors import MessageRefusal, NotEligible, PolicyRefusal, RunConfigRefusal, UpdateNotFinite
-from specsteer.federation.ledger import Ledger, WriteCounter
 from specsteer.federation.store import AdapterStore, version_dir
 from specsteer.federation.task import (
     ALL_LINEAR,
@@ -134,7 +134,7 @@ from specsteer.federation.task import (
     train_global_dp,
     train_personal,
 )
-from specsteer.privacy.ledger import ACCOUNTANTS
+from specsteer.privacy.accounting import ACCOUNTANTS
 from specsteer.privacy.vault import KeyProvider
 
 __all__ = [
@@ -142,8 +142,8 @@ __all__ = [
     "TRAINED",
     "Device",
     "DevicePolicy",
+    "EligibilityPolicy",
     "NotEligible",
-    "Policy",
     "PolicyRefusal",
     "round_outcome",
 ]
@@ -326,7 +326,7 @@ class DevicePolicy:
 
 
 @dataclass(frozen=True)
-class Policy:
+class EligibilityPolicy:
     """Which eligibility flags a run requires (run config ``require-idle`` etc.).
 
     Only ever added to the device's own (`DevicePolicy.require_idle` etc.): a run cannot waive them.
@@ -337,7 +337,7 @@ class Policy:
     unmetered: bool = True
 
     @classmethod
-    def from_run_config(cls, config: Mapping[str, Any]) -> Policy:
+    def from_run_config(cls, config: Mapping[str, Any]) -> EligibilityPolicy:
         return cls(**{flag: _as_bool(config.get(f"require-{flag}", True)) for flag in FLAGS})
 
 
@@ -358,7 +358,7 @@ class Device:
     # An app running the device in its own process may hand it its own source (the OS's state, live).
     eligibility_source: EligibilitySource | None = None
     eligibility_max_age: float = DEFAULT_MAX_AGE_S
-    # The sealed ledger's count of writes, where the app keeps it (`federation.ledger.WriteCounter`).
+    # The sealed ledger's count of writes, where the app keeps it (`federation.budget_ledger.WriteCounter`).
     ledger_counter: WriteCounter | None = None
 
     @classmethod
@@ -443,7 +443,7 @@ class Device:
             counter=self.ledger_counter,
         )
 
-    def check_eligible(self, policy: Policy) -> None:
+    def check_eligible(self, policy: EligibilityPolicy) -> None:
         """Raise `NotEligible` unless every flag the run or the device requires is set right now.
 
         The run may only add to the device's own requirements (node config ``require-…``): a
@@ -529,7 +529,7 @@ class Device:
         arrays: Mapping[str, np.ndarray],
         version: int,
         *,
-        policy: Policy,
+        policy: EligibilityPolicy,
         run_id: int,
         server_round: int,
         base: str | None = None,
@@ -682,7 +682,7 @@ class Device:
         arrays: Mapping[str, np.ndarray],
         version: int,
         *,
-        policy: Policy,
+        policy: EligibilityPolicy,
         run_id: int,
         server_round: int,
         base: str | None = None,
@@ -703,7 +703,7 @@ class Device:
 
     def status(self) -> dict[str, Any]:
         """The device's state as its owner sees it (read only: the ledger's policy is whatever it fixed)."""
-        from specsteer.privacy.ledger import epsilon_of, read_ledger_file
+        from specsteer.privacy.accounting import epsilon_of, read_ledger_file
 
         data = read_ledger_file(self.ledger_path)
         personal = None
