@@ -16,4 +16,10 @@
 - `audit.cli`: the `audit` command.
 
 The on-disk format, for independent verifiers, is docs/audit-format.md.
+
+The other modules:
+
+- `audit.errors`: The audit package's errors, under the SDK's `SpecSteerError` so one `except` in a CLI
+  catches all.
+- `audit.files`: Opening the files an auditor is handed: regular files only, never waiting, never unbounded.
 """

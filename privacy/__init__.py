@@ -10,4 +10,25 @@ privacy.vault       ProfileVault (AES-256-GCM), KeyProvider, PassphraseKeyProvid
 privacy.data        raw dataset users (with trailers), canary files, uplinks rebuilt from an audit log
 privacy.report      the leakage report over one audit log (what `privacy leakage-report` prints)
 privacy.cli         `privacy budget | leakage-report | seal`
+
+The other modules:
+
+- `privacy.accounting`: The device's ε ledger format: one parser, one writer, and the ε it adds up to.
+- `privacy.adapter_exposure`: Canary exposure of a released model's weights (Carlini et al., "The Secret
+  Sharer", 2019).
+- `privacy.errors`: The privacy package's errors, under `core.errors.SpecSteerError` so one `except` in a CLI
+  catches all.
+- `privacy.history_secrets`: Every secret the user's own history shows, registered (`HistorySecretDetector`,
+  issue 30).
+- `privacy.membership`: Membership inference without generating: the draft likelihood-ratio attack.
+- `privacy.normalize`: One normal form for every detector: what a text says, not how its characters are
+  spelled.
+- `privacy.profile_format`: The profile file format: JSON, JSONL or a dataset user object, sealed or not, into
+  entries.
+- `privacy.recognizers`: Recognition by the libraries made for each kind, behind the guard's own streaming
+  (issue 30).
+- `privacy.registered`: The forms a registered string can take on its way out, computed from the string
+  itself.
+- `privacy.uplinked`: What of each secret has already gone up in one session (`UplinkRecord`), so a secret
+  sent a few characters at a time, far apart, is held once its...
 """

@@ -16,6 +16,40 @@ specsteer.sdk`, `specsteer.sdk.errors` and `sdk --help` do not pay for a model u
 device that drafts from a model bundle (`sdk models build`, `load_bundle`, `load_specialist`) never
 imports torch at all; only `CausalLM`, `load_causal_lm` and the torch drafter load torch and
 transformers (the `[convert]` extra).
+
+
+The other modules:
+
+- `sdk._version`: The SDK's version: the distribution's (`core.version` reads it, so every CLI shares it).
+- `sdk.audited`: The device's audit log, opened for a client: every uplink's bytes recorded before they are
+  sent.
+- `sdk.bundles`: Model bundles for the device: built once where torch is (`sdk models build`), loaded without
+  it.
+- `sdk.cli`: `sdk`: run SpecSteer and its baselines from the command line.
+- `sdk.client`: The Python API an app embeds: open a client once, generate many times, stream text as it
+  commits.
+- `sdk.cloud_plugins`: Where a device command needs cloud code in this process, it is found by entry point,
+  never imported.
+- `sdk.connect_faults`: Why a connection to the verifier failed: a failed check (refuse) or a dead verifier
+  (fall back).
+- `sdk.context`: The user's private history on the device: loading it, retrieving from it, and fitting it into
+  the Specialist's context.
+- `sdk.decoding`: The device side: the Specialist with the user's private context drafts and recovers.
+- `sdk.drafters`: The backends a device's Specialist can run its forwards on, by name (`sdk generate
+  --drafter`).
+- `sdk.egress`: The egress choke point: every byte the SDK sends to the verifier passes through here first.
+- `sdk.llamacpp`: The Specialist's forwards on llama.cpp: the same GGUF, about 3x cheaper steps on a CPU.
+- `sdk.models_command`: `sdk models`: model bundles, built once on a build machine and shipped with an app.
+- `sdk.onnx_drafter`: The Specialist's forwards on onnxruntime-genai: prebuilt wheels, an int4 model, about 4x
+  cheaper steps.
+- `sdk.pinning`: The device's pin set: which TLS anchors it trusts for the verifier, and nothing else.
+- `sdk.remote`: The network transport: a `Verifier` over one TLS-pinned, mutually authenticated gRPC channel.
+- `sdk.serving_chain`: The verifier's certificate chain checked as an X.509 path under the pinned anchors.
+- `sdk.specialists`: The device's Specialist from its settings: which model, on which drafter, with which
+  adapters.
+- `sdk.transport`: The narrow interface between the device and a verifier, and the in-process transport.
+- `sdk.uplink_guard`: Where the egress guard decides what of a round goes up (the device side of
+  `privacy.guard`).
 """
 
 import importlib

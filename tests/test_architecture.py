@@ -141,3 +141,17 @@ def test_the_root_links_every_package_that_ships() -> None:
     assert links == shipped
     for name in shipped:
         assert (ROOT / "specsteer" / name).resolve() == ROOT / name
+
+
+@pytest.mark.parametrize("package", ["core", "sdk", "server", "audit", "privacy", "federation"])
+def test_each_package_docstring_names_every_module(package: str) -> None:
+    """A package's docstring is its map: every module in it is named there (docs/architecture.md)."""
+    import ast
+    import re
+
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    text = re.sub(r"\s+", " ", doc)
+    modules = {p.stem for p in (ROOT / package).glob("*.py") if p.stem not in ("__init__", "__main__")}
+    modules = {m for m in modules if "_pb2" not in m}
+    unnamed = sorted(m for m in modules if not re.search(rf"(?<![\w]){package}\.{m}\b|(?<![\w/]){m}\.py\b", text))
+    assert not unnamed, f"{package}/__init__.py does not name: {unnamed}"
