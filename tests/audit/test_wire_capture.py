@@ -146,6 +146,9 @@ class UnsafePlaintextRemoteVerifier(RemoteVerifier):
     def _new_channel(self) -> grpc.Channel:
         return grpc.insecure_channel(self.target, options=[("grpc.enable_http_proxy", 0)])
 
+    def _check_serving_chain(self, channel: grpc.Channel, deadline: float) -> None:
+        pass  # plaintext, for the capture: there is no certificate chain to hold to path rules
+
 
 def test_sdk_client_socket_bytes_match_the_log(tmp_path: Path, char_tok) -> None:
     """The SDK's remote client and device loop through a relay: socket frames == logged records."""
