@@ -187,13 +187,14 @@ def write_bundle(
         raise ModelLoadError(f"{out} already exists: a bundle is written into a new folder.")
     tmp = out.with_name(f".tmp-{out.name}")
     shutil.rmtree(tmp, ignore_errors=True)
+    skipped = set(skip)
     try:
         (tmp / ONNX_FOLDER).mkdir(parents=True)
         for file in MODEL_FACT_FILES:
             if (model_folder / file).is_file():
                 shutil.copyfile(model_folder / file, tmp / file)
         for item in sorted(onnx_folder.iterdir()):
-            if item.is_file() and item.name not in set(skip):
+            if item.is_file() and item.name not in skipped:
                 shutil.copyfile(item, tmp / ONNX_FOLDER / item.name)
         files = {relative: _sha256(tmp / relative) for relative in _listed_files(tmp)}
         manifest = {
@@ -210,4 +211,5 @@ def write_bundle(
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ModelLoadError(f"cannot write the model bundle {out}: {one_line(exc)}.") from exc
-    return open_bundle(out)
+    # The files were hashed as they were written: the bundle is what the manifest says, read once.
+    return Bundle(out, name, precision, base, adapter, files)

@@ -75,9 +75,9 @@ def build_bundle(
     if out.exists():
         raise ConfigError(f"{out} already exists: a bundle is written into a new folder")
     source, stem = onnx_source(spec, cache_dir, progress)
-    base_lm = load_device_lm(source, progress=False)
+    weights_sha256 = folder_fingerprint(source)  # hashes every weight file of a plain folder: once
     base_name = EMBEDDED_MODELS[spec].name if spec in EMBEDDED_MODELS else stem
-    base: dict[str, Any] = {"name": base_name, "weights_sha256": folder_fingerprint(source)}
+    base: dict[str, Any] = {"name": base_name, "weights_sha256": weights_sha256}
     if spec in EMBEDDED_MODELS and (split := EMBEDDED_MODELS[spec].split) is not None:
         base["gguf_sha256"] = split.sha256
     adapter: dict[str, Any] | None = None
@@ -85,7 +85,7 @@ def build_bundle(
     if federation_state is None:
         onnx_folder = converted_onnx(
             lambda: source,
-            folder_fingerprint(source),
+            weights_sha256,
             precision,
             cache_root(cache_dir),
             stem=safe_stem(stem),
@@ -102,8 +102,9 @@ def build_bundle(
         if version is None:
             raise ConfigError(f"{state} holds no global adapter to merge")
         name = adapter_label(base_name, version, False)
+        merged_lm = replace(load_device_lm(source, progress=False), name=name)
         drafter = OnnxDrafter.for_federated(
-            spec, replace(base_lm, name=name), state, precision=precision, cache_dir=cache_dir, progress=progress
+            spec, merged_lm, state, precision=precision, cache_dir=cache_dir, progress=progress
         )
         onnx_folder = drafter.folder
         adapter = {"global_version": version, "sha256": state_fingerprint(state)}
