@@ -415,7 +415,6 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: Tex
     if config is not None:
         with remote_client(args, prompt, profile, config) as client:
             return run_remote(args, prompt, client, out)
-    with_device_defaults(args)
     if getattr(args, "audit_log", None) is not None:
         raise ConfigError("--audit-log records what crosses the network: add --server HOST:PORT")
     remote_only = {
