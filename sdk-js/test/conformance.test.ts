@@ -16,6 +16,7 @@ import {
   replayVerify,
   type Result,
 } from "./replay-wire.js";
+import { replayWitness } from "./replay-witness.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const REPLAYERS: Record<string, (doc: any) => Result[]> = {
@@ -26,6 +27,7 @@ const REPLAYERS: Record<string, (doc: any) => Result[]> = {
   "steering/verify.json": replayVerify,
   "steering/candidates.json": replayCandidates,
   "steering/recovery.json": replayRecovery,
+  "witness/decisions.json": replayWitness,
 };
 
 for (const [file, replay] of Object.entries(REPLAYERS)) {
