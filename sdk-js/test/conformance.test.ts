@@ -5,7 +5,11 @@
  */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { load, record, tally } from "./vectors.js";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { toHex } from "../src/bytes.js";
+import { CONFORMANCE, load, record, tally } from "./vectors.js";
 import {
   replayCandidates,
   replayCosignatures,
@@ -17,6 +21,7 @@ import {
   type Result,
 } from "./replay-wire.js";
 import { replayWitness } from "./replay-witness.js";
+import { replayAudit } from "./replay-audit.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const REPLAYERS: Record<string, (doc: any) => Result[]> = {
@@ -28,13 +33,14 @@ const REPLAYERS: Record<string, (doc: any) => Result[]> = {
   "steering/candidates.json": replayCandidates,
   "steering/recovery.json": replayRecovery,
   "witness/decisions.json": replayWitness,
+  "audit/cases.json": replayAudit,
 };
 
 for (const [file, replay] of Object.entries(REPLAYERS)) {
   test(`conformance/v1/${file}`, () => {
     const doc = load(file);
     const results = replay(doc);
-    assert.equal(results.length, doc.vectors.length);
+    assert.equal(results.length, (doc.vectors ?? doc.cases).length);
     for (const [name, ok, detail] of results) record(file, name, ok, detail);
     const failed = results.filter(([, ok]) => !ok).map(([name, , detail]) => `${name}: ${detail}`);
     assert.deepEqual(failed, [], `${failed.length} of ${results.length} vectors differ`);
@@ -44,4 +50,19 @@ for (const [file, replay] of Object.entries(REPLAYERS)) {
 after(() => {
   const lines = [...tally].map(([file, t]) => `  ${file}: ${t.passed}/${t.passed + t.failed.length} passed`);
   console.log(`conformance/v1 replay, by file:\n${lines.join("\n")}`);
+});
+
+test("every file of conformance/v1/manifest.json is replayed, and each is the manifest's bytes", () => {
+  const manifest = load("manifest.json");
+  assert.equal(manifest.wire_package, "specsteer.v1");
+  assert.equal(manifest.audit_format, "specsteer-audit-log/1");
+  const cases = load("audit/cases.json").cases as { log: string; key: string | null; witness_keys?: string[] }[];
+  // A log folder or key is replayed when an audit case or the witness file names it.
+  const used = new Set<string>([...cases.map((c) => `${c.log}/`), "keys/"]);
+  const unreplayed: string[] = [];
+  for (const [file, digest] of Object.entries(manifest.files as Record<string, string>)) {
+    assert.equal(toHex(sha256(readFileSync(join(CONFORMANCE, file)))), digest, `${file} differs from the manifest`);
+    if (!(file in REPLAYERS) && ![...used].some((prefix) => file.startsWith(prefix))) unreplayed.push(file);
+  }
+  assert.deepEqual(unreplayed, [], "files of conformance/v1 that no TypeScript replayer reads");
 });
