@@ -1,0 +1,19 @@
+/**
+ * @specsteer/device: the SpecSteer device in TypeScript, held to the Python device by
+ * conformance/v1. This entry point is the platform-neutral core (no Node module): wire frames, the
+ * session contract, the decision rules, the audit log's verifier and the model bundle's checks.
+ * Node adapters (file storage) are in "@specsteer/device/node".
+ */
+export * from "./errors.js";
+export * from "./limits.js";
+export * from "./wire.js";
+export * from "./contract.js";
+export * from "./steering.js";
+export * from "./merkle.js";
+export * from "./note.js";
+export * from "./witness.js";
+export * from "./bundle.js";
+export * from "./audit/records.js";
+export * from "./audit/scan.js";
+export * from "./audit/verify.js";
+export { fromHex, toHex, toBase64, fromBase64 } from "./bytes.js";
