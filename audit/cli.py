@@ -1,10 +1,10 @@
 """`audit`: check a device's egress log, for compliance auditors.
 
-    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE ...] [--device NAME]
+    audit verify LOG [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE|DIR ...] [--device NAME]
                      [--witness-key WITNESS.pub ...] [--witness-state FILE] [--json]
     audit show LOG [--json]                         the sessions in a log, one line each
     audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
-    audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE]
+    audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE|DIR]
     audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
 
 Exit status: 0 when everything holds, 1 when a check fails or an input is unusable (one sentence on
@@ -62,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--server-transcript",
             type=Path,
-            metavar="FILE",
+            metavar="FILE|DIR",
             action="append",
-            help="the verifier's transcript of what each device sent (its witness); repeat for several replicas",
+            help="the verifier's transcript of what each device sent (its witness); repeat for several replicas, "
+            "or give the fleet's transcript folder (the report names the replicas it compared)",
         )
         p.add_argument(
             "--device",

@@ -3,6 +3,7 @@
 The server keeps this file, independently of the device: one JSON object per line,
 
     {"format": "specsteer-server-transcript/2"}                                   first line
+    {"format": "specsteer-server-transcript/2", "replica": "<name>"}              ... of a named replica
     {"stream": "<id>", "device": "<name>", "cert_sha256": "<hex>"}                 a stream begins
     {"stream": "<id>", "i": <0, 1, ...>, "len": <bytes>, "sha256": "<hex>"}       one per uplink received
     {"stream": "<id>", "end": "<outcome>", "uplinks": <count>}                     the stream ended
@@ -25,6 +26,11 @@ by causality rather than by position, so that concurrent sessions raise no false
 session received a downlink before another session's first uplink was logged, the server, which
 records each uplink before it answers, must have received the first session's first uplink
 before the other's (within one transcript file; replicas share no clock).
+
+A verifier run as one replica of a fleet (`server serve --replica NAME`) names itself in its
+header and in its file's name, `server-transcript.NAME.jsonl` (`transcript_name`), so the replicas
+of a fleet share one folder and an auditor given that folder (`transcript_files`) sees, and is told,
+which replicas' transcripts it compared.
 
 The transcript's folder must not be writable by the group or other users (`check_folder`): one
 who can write there can replace the file, or create it first as theirs, and so choose what the
@@ -54,9 +60,13 @@ from specsteer.audit.errors import AuditError
 from specsteer.audit.files import open_regular
 
 TRANSCRIPT_FORMAT = "specsteer-server-transcript/2"
+# A replica's name: what it calls itself in its header and its file name (no dot, no slash).
+REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+UNNAMED_FILE = "server-transcript.jsonl"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _STREAM = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _OUTCOME = re.compile(r"[a-z][a-z0-9-]{0,31}")
+_TRANSCRIPT_FILE = re.compile(r"server-transcript(\.[A-Za-z0-9][A-Za-z0-9_-]{0,63})?\.jsonl")
 MAX_DEVICE_NAME = 128
 
 
@@ -77,6 +87,38 @@ def check_folder(directory: Path) -> None:
         )
 
 
+def transcript_name(replica: str | None = None) -> str:
+    """The file name of a verifier's transcript: one name per replica in a folder the fleet shares."""
+    if replica is None:
+        return UNNAMED_FILE
+    if not REPLICA_NAME.fullmatch(replica):
+        raise AuditError(
+            f"a replica name is 1-64 letters, digits, '_' or '-' (first a letter or digit); got {replica!r}"
+        )
+    return f"server-transcript.{replica}.jsonl"
+
+
+def transcript_files(directory: Path) -> list[Path]:
+    """The transcripts in a folder of them (every replica's, `transcript_name`), in name order.
+
+    Refuses (`AuditError`, one sentence) a folder that holds none: an auditor handed the wrong
+    folder must not read that as "no stream of this device reached any replica"."""
+    try:
+        found = sorted(p for p in directory.iterdir() if _TRANSCRIPT_FILE.fullmatch(p.name))
+    except OSError as exc:
+        raise AuditError(f"cannot list transcript folder {directory}: {exc.strerror or exc}") from None
+    if not found:
+        raise AuditError(
+            f"the folder {directory} holds no server transcript "
+            "(server-transcript.jsonl or server-transcript.NAME.jsonl)"
+        )
+    return found
+
+
+def _header(replica: str | None) -> dict[str, str]:
+    return {"format": TRANSCRIPT_FORMAT} if replica is None else {"format": TRANSCRIPT_FORMAT, "replica": replica}
+
+
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53
 
@@ -88,8 +130,9 @@ def _is_name(v: object) -> bool:
 class ServerTranscript:
     """Appends who sent each stream and the hash of every uplink; one writer per file, thread-safe."""
 
-    def __init__(self, path: Path, fd: int, *, durable: bool) -> None:
+    def __init__(self, path: Path, fd: int, *, durable: bool, replica: str | None = None) -> None:
         self.path = path
+        self.replica = replica
         self._fd = fd
         self._durable = durable
         self._lock = threading.Lock()  # orders the lines; guards the streams' counts
@@ -102,23 +145,32 @@ class ServerTranscript:
         self._synced = 0  # lines known to be on disk
 
     @classmethod
-    def open(cls, path: Path | str, *, durable: bool = True) -> Self:
+    def open(cls, path: Path | str, *, durable: bool = True, replica: str | None = None) -> Self:
         """Open (or create) a transcript. `durable` fsyncs every line, so a crash loses none.
+        `replica` names the verifier replica that writes it, in its header (`transcript_name`).
 
         Its folder must be writable by its owner only (`check_folder`)."""
         path = Path(path)
+        if replica is not None:
+            transcript_name(replica)  # refuses a name the header and the folder's listing could not carry
         check_folder(path.parent)
         exists = path.exists() and path.stat().st_size > 0
+        header = json.dumps(_header(replica), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
         if exists:
             existing = read_transcript(path)
             first = path.read_bytes().split(b"\n", 1)[0]
-            if first != json.dumps({"format": TRANSCRIPT_FORMAT}, separators=(",", ":")).encode():
+            if first != header:
+                # A restarted replica appends to its own file; another replica's would mix two
+                # writers' streams under one name.
+                theirs = not any(p.startswith("server transcript line 1 ") for p in existing.problems)
+                whose = "an unnamed server's" if existing.replica is None else f"replica {existing.replica}'s"
+                what = f"{whose} transcript, not this server's" if theirs else f"not a {TRANSCRIPT_FORMAT} file"
                 raise AuditError(
-                    f"the server transcript {path} is not a {TRANSCRIPT_FORMAT} file (an older server's?): "
-                    "move it aside so this server starts a new one"
+                    f"the server transcript {path} is {what} (an older server's?): move it aside so this server "
+                    "starts a new one"
                 )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        transcript = cls(path, fd, durable=durable)
+        transcript = cls(path, fd, durable=durable, replica=replica)
         with transcript._lock:
             if exists:
                 transcript._known = set(existing.info)
@@ -126,7 +178,7 @@ class ServerTranscript:
                 torn = not path.read_bytes().endswith(b"\n")
                 written = transcript._write_raw(b"\n") if torn else 0
             else:
-                written = transcript._write({"format": TRANSCRIPT_FORMAT})
+                written = transcript._write(_header(replica))
         transcript._sync(written)
         return transcript
 
@@ -252,6 +304,8 @@ class Transcript:
     info: dict[str, Stream] = field(default_factory=dict)  # who sent each stream, and how it ended
     problems: list[str] = field(default_factory=list)
     torn: list[TornLine] = field(default_factory=list)  # judged per device by `compare`
+    replica: str | None = None  # the replica its header names (None: unnamed, or several merged)
+    sources: list[str] = field(default_factory=list)  # merged: each file's replica name (or its path)
 
 
 def _parse_line(obj: object) -> str | None:
@@ -305,7 +359,10 @@ def _read_lines(lines: Iterable[bytes]) -> Transcript:
                 out.problems.append(f"server transcript line {number} is not JSON")
             continue
         if number == 1:
-            if obj != {"format": TRANSCRIPT_FORMAT}:
+            named = isinstance(obj, dict) and set(obj) == {"format", "replica"} and obj["format"] == TRANSCRIPT_FORMAT
+            if named and isinstance(obj["replica"], str) and REPLICA_NAME.fullmatch(obj["replica"]):
+                out.replica = obj["replica"]
+            elif obj != {"format": TRANSCRIPT_FORMAT}:
                 out.problems.append(
                     f"server transcript line 1 is not a {TRANSCRIPT_FORMAT} header (a transcript without "
                     "device identities cannot be compared per device)"

@@ -30,7 +30,7 @@ from specsteer.audit.cosignature import WitnessKey
 from specsteer.audit.errors import AuditError, VerificationFailed
 from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
 from specsteer.audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
-from specsteer.audit.transcript import DeviceSession, compare, merge, read_transcript
+from specsteer.audit.transcript import DeviceSession, Transcript, compare, merge, read_transcript, transcript_files
 from specsteer.audit.witness_state import WitnessState, read_state
 from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures, unwitnessed_records
 from specsteer.core.contract import Area, SessionState, Violation
@@ -609,11 +609,25 @@ def _area_check(name: str, failures: list[str], summary_ok: str, notes: list[str
 def _transcript(
     device: list[DeviceSession], paths: Sequence[Path], bindings: Sequence[tuple[str, str]], device_name: str | None
 ) -> Check:
-    result = compare(device, merge([read_transcript(p) for p in paths]), bindings, device_name=device_name)
+    transcripts = [read_transcript(p) for p in paths]
+    result = compare(device, merge(transcripts), bindings, device_name=device_name)
     summary = f"{result.matched} server stream(s) of this device match device sessions hash for hash, in order"
     if result.failures:
         summary = f"{len(result.failures)} mismatch(es) between the server's transcript and the device's log"
-    return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(result.notes))
+    names = {n for n, _ in bindings} | ({device_name} if device_name is not None else set())
+    notes = [*result.notes, _replicas_seen(paths, transcripts, names)]
+    return Check("server transcript", not result.failures, summary, tuple(result.failures), tuple(notes))
+
+
+def _replicas_seen(paths: Sequence[Path], transcripts: Sequence[Transcript], names: set[str]) -> str:
+    """Which replicas' transcripts were compared, and how many of this device's streams each holds:
+    the auditor judges whether they are the whole fleet."""
+    seen = []
+    for path, t in zip(paths, transcripts, strict=True):
+        mine = sum(1 for s in t.info.values() if s.device in names)
+        who = f"replica {t.replica}" if t.replica is not None else f"unnamed {path}"
+        seen.append(f"{who} ({mine} stream(s) of this device)")
+    return f"transcripts compared ({len(seen)}): " + ", ".join(seen)
 
 
 def _parsed_records(ctx: _Context) -> list[ParsedRecord]:
@@ -696,11 +710,18 @@ def _device_name(ctx: _Context, named: str | None, state: WitnessState | None) -
 
 
 def _paths(server_transcript: Path | str | Sequence[Path | str] | None) -> list[Path]:
+    """The transcript files: each path given, a folder standing for every transcript in it (a fleet's)."""
     if server_transcript is None:
         return []
     if isinstance(server_transcript, (str, Path)):
-        return [Path(server_transcript)]
-    return [Path(p) for p in server_transcript]
+        server_transcript = [server_transcript]
+    given = [Path(p) for p in server_transcript]
+    out: list[Path] = []
+    for path in given:
+        for file in transcript_files(path) if path.is_dir() else [path]:
+            if file not in out:
+                out.append(file)
+    return out
 
 
 def inspect(
@@ -715,7 +736,8 @@ def inspect(
 ) -> Report:
     """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure.
 
-    `server_transcript` is the verifier's transcript (or several, one per verifier replica): the
+    `server_transcript` is the verifier's transcript (or several, one per verifier replica, or a
+    folder of them: `audit.transcript.transcript_files`): the
     witness that catches a log cut back below what the server received from this device. `device`
     is whose log this is, by the auditor's knowledge (its certificate's common name); without it
     the witness state names the device whose log key it pinned, and failing both, the log must

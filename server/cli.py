@@ -6,7 +6,7 @@
                  [--reserved-sessions N] [--handshake-timeout S] [--connection-idle-timeout S] [--max-connections N]
                  [--max-connections-per-source N] [--kv dynamic|slots] [--kv-forward fused|transformers]
                  [--kv-compile] [--batching on|off] [--max-batch N]
-                 [--metrics-port P] [--drain-grace S] [--transcript-dir D] ...
+                 [--metrics-port P] [--drain-grace S] [--transcript-dir D] [--replica NAME] ...
     server drain --pid PID                        # the serving process refuses new sessions, lets the open ones
                                                   # end (--drain-grace), exits; SIGTERM does the same
     server pki init --dir D                       # dev CA, server cert (localhost, 127.0.0.1), backup anchor,
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=whole_number(), help="port (default 50051; 0 picks a free one)")
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    serve.add_argument(
+        "--replica", help="this verifier's name in a fleet (deploy/): its transcript is server-transcript.NAME.jsonl"
+    )
     serve.add_argument("--generalist", help="Generalist: folder, .gguf file or embedded name")
     serve.add_argument("--specialist", help="generic Specialist copy (base weights, no personal adapter)")
     serve.add_argument("--cache-dir", type=Path, help="where converted models are kept")
@@ -259,6 +262,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
         "drain_grace": args.drain_grace,
+        "replica": args.replica,
         "transcript_dir": args.transcript_dir,
         "witness_key": args.witness_key,
         "witness_state": args.witness_state,

@@ -4,6 +4,7 @@
     host = "127.0.0.1"
     port = 50051
     drain_grace = 120.0                   # seconds open sessions get to finish after SIGTERM or SIGUSR1
+    # replica = "r0"                      # this verifier's name in a fleet: its transcript's name and header
 
     [models]
     generalist = "qwen2.5-coder-1.5b-instruct"  # folder, .gguf file or embedded name
@@ -67,6 +68,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specsteer.audit.transcript import REPLICA_NAME
 from specsteer.core.errors import ConfigError, ModelLoadError
 from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
 from specsteer.core.placement import DEFAULT_DEVICE, DEFAULT_DTYPE, check_placement_names
@@ -153,6 +155,9 @@ class ServerConfig:
     seed: int | None = None
     # Draining (SIGTERM, SIGUSR1, `server drain`): new Opens are refused, open sessions get this long.
     drain_grace: float = field(default=120.0, metadata={"toml": "a number of seconds"})
+    # One replica of a fleet behind a proxy (deploy/): its name, written in its transcript's file
+    # name and header so that the fleet's replicas share one transcript folder.
+    replica: str | None = None
     # Streams beyond the session cap, kept for health checks and for refusing politely.
     extra_streams: int = field(default=16, repr=False)
 
@@ -265,6 +270,10 @@ class ServerConfig:
                 f"batch max_wait_ms must be a number of milliseconds in [0, {MAX_BATCH_WAIT_MS:g}]; "
                 f"got {self.batch_wait_ms}"
             )
+        if self.replica is not None and not (isinstance(self.replica, str) and REPLICA_NAME.fullmatch(self.replica)):
+            raise ConfigError(
+                f"replica must be 1-64 letters, digits, '_' or '-' (first a letter or digit); got {self.replica!r}"
+            )
         if self.witness_state is not None and self.witness_key is None:
             raise ConfigError("witness_state needs witness_key: a witness's state is only kept by the witness")
 
@@ -281,7 +290,7 @@ class ServerConfig:
 
 # Where each TOML key lives: section -> {key in the file: field of ServerConfig}.
 _LAYOUT: dict[str, dict[str, str]] = {
-    "server": {"host": "host", "port": "port", "seed": "seed", "drain_grace": "drain_grace"},
+    "server": {"host": "host", "port": "port", "seed": "seed", "drain_grace": "drain_grace", "replica": "replica"},
     "models": {
         "generalist": "generalist",
         "specialist": "specialist",

@@ -226,17 +226,17 @@ class GlobalAdapters:
             return self._loaded[version]
 
 
-def _open_transcript(directory: Path) -> TranscriptSink:
+def _open_transcript(directory: Path, replica: str | None) -> TranscriptSink:
     # The audit package owns the transcript format that `audit verify --server-transcript` reads.
     from specsteer.audit.errors import AuditError
-    from specsteer.audit.transcript import ServerTranscript
+    from specsteer.audit.transcript import ServerTranscript, transcript_name
 
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create transcript directory {directory}: {exc.strerror}") from None
     try:
-        return ServerTranscript.open(directory / "server-transcript.jsonl")
+        return ServerTranscript.open(directory / transcript_name(replica), replica=replica)
     except AuditError as exc:  # a folder others may write in, or a file that is no transcript
         raise ConfigError(str(exc)) from None
 
@@ -363,7 +363,7 @@ class VerifierServer:
         self.certificates.metrics = self.metrics
         self.transcript = transcript
         if transcript is None and config.transcript_dir is not None:
-            self.transcript = _open_transcript(config.transcript_dir)
+            self.transcript = _open_transcript(config.transcript_dir, config.replica)
         self.scheduler = Scheduler(
             config.workers,
             self.metrics,
@@ -482,7 +482,8 @@ class VerifierServer:
         if self.config.metrics_port is not None and self.metrics_port is None:
             self.metrics_port = self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
         self._serving = True
-        log.info("serving on %s:%d (mutual TLS)", self.config.host, self.port)
+        named = "" if self.config.replica is None else f" as replica {self.config.replica}"
+        log.info("serving on %s:%d (mutual TLS)%s", self.config.host, self.port, named)
 
     @property
     def ready(self) -> bool:
