@@ -100,6 +100,10 @@ def check_before_loading(config: ServerConfig) -> None:
         name = host.strip("[]")
         try:
             with socket.socket(socket.AF_INET6 if ":" in name else socket.AF_INET, socket.SOCK_STREAM) as probe:
+                # As gRPC's and the metrics' listeners bind: a port whose last connections linger
+                # in TIME_WAIT (a replica restarted on its port) is free; one another socket
+                # listens on is still refused.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind((name, port))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}") from None

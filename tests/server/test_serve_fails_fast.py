@@ -186,3 +186,26 @@ def test_serving_on_is_logged_once_with_timestamps(tmp_path: Path, pki, char_tok
     ours = [line for line in lines if " server: " in line or line.startswith("server:")]
     assert ours and all(stamped.match(line) for line in ours), ours
     assert not [line for line in ours if "WARNING" in line and "KV" in line], ours
+
+
+def test_a_port_whose_last_connections_linger_in_time_wait_is_not_refused(pki) -> None:
+    """Issue 47 (a fleet's rolling restart): a replica restarted on its port was refused "Address
+    already in use" for as long as its last connections stayed in TIME_WAIT (60 s on Linux), though
+    gRPC's listener (SO_REUSEADDR) would bind it. A port another socket listens on is still refused."""
+    from specsteer.core.errors import ConfigError
+    from specsteer.server.preflight import check_before_loading
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        config = ServerConfig(host="127.0.0.1", port=port)
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            check_before_loading(config)  # listened on: refused
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first: its end of the port goes to TIME_WAIT
+        time.sleep(0.1)
+        client.close()
+    check_before_loading(config)  # only TIME_WAIT left: as free as gRPC will find it
