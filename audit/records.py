@@ -19,7 +19,8 @@ and exactly the fields of its kind, nothing else (an unexpected field could carr
     fallback        session, n, reason                the device finished locally (reason is a
                                                       short identifier, never free text)
     guard-decision  session, n, decision, count, placeholder   the egress guard's decision (cut,
-                                                      placeholder, keep-local, filter), how many
+                                                      placeholder, keep-local; prompt-redact or
+                                                      prompt-allow right after the Open), how many
                                                       spans, the placeholder label; never the span
     repair          file, offset, cut_bytes, cut_sha256   a torn final write was cut back on open
     device-cert     device, cert_sha256               binds the log key to the device's mTLS client

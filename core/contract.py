@@ -117,6 +117,7 @@ class Phase(StrEnum):
 # wrote ("redact", "filter"), so that their logs still verify. A fixed set, never free text: an
 # identifier of the device's choosing could spell out the span it stands for.
 RECORDED_GUARD_DECISIONS = frozenset({*GuardDecision, "redact", "filter"})
+PROMPT_DECISIONS = frozenset({GuardDecision.PROMPT_REDACT, GuardDecision.PROMPT_ALLOW})
 
 
 def guard_decision_violations(decision: str, count: int) -> list[Violation]:
@@ -567,6 +568,13 @@ class SessionState:
     def examine_guard(self, decision: str, count: int, placeholder: str) -> tuple[list[Violation], Callable[[], None]]:
         out = [Violation(Area.SESSION, f"a guard decision after the session {self.phase.value}")] if self.ended else []
         out += guard_decision_violations(decision, count)
+        if decision in PROMPT_DECISIONS and (self.phase is not Phase.OPEN or self.rounds):
+            # A decision about the prompt is made before the Open goes up and recorded right after
+            # it: one after a round could not have shaped the Open it claims to describe.
+            when = "before the Open" if self.phase is Phase.BEGUN else f"after round {self.rounds}"
+            out.append(
+                Violation(Area.SESSION, f"a prompt guard decision ({decision}) {when}: it belongs right after the Open")
+            )
 
         def commit() -> None:
             self.guard[(decision, placeholder)] += count

@@ -39,6 +39,9 @@ class GuardDecision(StrEnum):
     CUT = "cut"  # a shorter draft
     PLACEHOLDER = "placeholder"  # a placeholder on the wire in place of a span
     KEEP_LOCAL = "keep-local"  # the rest of the text kept on the device
+    # The prompt's spans (`sdk.prompt_guard`), recorded right after the Open, before any round:
+    PROMPT_REDACT = "prompt-redact"  # the Open carried placeholders in place of them
+    PROMPT_ALLOW = "prompt-allow"  # the Open carried them as typed: the user's policy said so
 
 
 class Method(StrEnum):

@@ -173,6 +173,11 @@ def _print_leakage(r: dict[str, Any]) -> None:
     print(f"guard detectors (what the device's guard would stop): {found}")
     if r["prompt_hits"]:
         print("in the prompts (sent as they are): " + ", ".join(f"{k} {v}" for k, v in r["prompt_hits"].items()))
+    if r["prompt_decisions"]:
+        print("the device's prompt guard: " + ", ".join(f"{k} {v}" for k, v in r["prompt_decisions"].items()))
+    if r["prompt_hits_unaccounted"]:
+        unaccounted = ", ".join(f"{k} {v}" for k, v in r["prompt_hits_unaccounted"].items())
+        print("in prompts the device recorded no allow for: " + unaccounted)
     v = r["verbatim_runs"]
     print(f"verbatim history runs of {v['n']}+ tokens: {v['runs']} ({v['tokens']} tokens)")
     for c in r["canaries"]:

@@ -26,6 +26,7 @@ from specsteer.audit.errors import AuditError
 from specsteer.audit.log import scan_log
 from specsteer.audit.transcript import read_transcript
 from specsteer.core import wire
+from specsteer.core.contract import PROMPT_DECISIONS
 from specsteer.core.errors import ProfileError, ProtocolError
 from specsteer.core.fileio import atomic_write
 from specsteer.core.wire import pb
@@ -170,6 +171,8 @@ class UplinkSession:
     accepted: list[int | None] = field(default_factory=list)  # per round, from its downlink
     round_sizes: list[int] = field(default_factory=list)  # bytes of each Round uplink
     uplink_bytes: int = 0
+    # The device's decisions about the prompt's spans ("prompt-redact", "prompt-allow"): span counts.
+    prompt_decisions: Counter[str] = field(default_factory=Counter)
 
     def committed_ids(self) -> list[int]:
         """The text both sides committed: each round's commit plus the accepted part of its draft."""
@@ -247,6 +250,8 @@ def read_uplinks(log_dir: str | Path, *, server_transcript: str | Path | None = 
             session.vocab_size = rec.fields["vocab_size"]
         elif rec.kind == records.KIND_GUARD:
             guard[(rec.fields["decision"], rec.fields["placeholder"])] += rec.fields["count"]
+            if rec.fields["decision"] in PROMPT_DECISIONS:
+                session.prompt_decisions[rec.fields["decision"]] += rec.fields["count"]
         elif rec.kind == records.KIND_UPLINK:
             logged += 1
             if received is not None and rec.fields["sha256"] not in received:

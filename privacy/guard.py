@@ -290,6 +290,16 @@ class EgressGuard:
             raw += [s for s in self.uplinked.find(window, boundary) if s.end > boundary]
         return [Span(s.start + start, s.end + start, s.kind) for s in merge_spans(raw)]
 
+    def prompt_spans(self, prompt: str) -> list[Span]:
+        """The sensitive spans of a whole prompt (`sdk.prompt_guard`), but verbatim runs of the
+        user's history: a prompt naming the user's own code is the request itself."""
+        detectors = tuple(
+            d for d in self.detectors if not isinstance(d, VerbatimNgramDetector | RewrittenVerbatimDetector)
+        )
+        # The whole prompt at once: where it begins and ends is known (no context, no hazard).
+        view = replace(self, detectors=detectors, context_chars=len(prompt), uplinked=None)
+        return view.inspect("", prompt)
+
     def hazard(self, committed_text: str, draft_text: str) -> Span | None:
         """The earliest place from which the end of the text could still grow into a span, if any."""
         start = max(0, len(committed_text) - self.context_chars)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsteer.core.session_types import GuardDecision
 from specsteer.privacy.canaries import CanaryDetector
 from specsteer.privacy.data import Canary, UplinkSession, read_canaries, read_uplinks, read_users
 from specsteer.privacy.errors import PrivacyError
@@ -110,11 +111,20 @@ def leakage_report(
     detector_hits: Counter[str] = Counter()
     runs = run_tokens = 0
     prompt_hits: Counter[str] = Counter()
+    prompt_unaccounted: Counter[str] = Counter()
+    prompt_decisions: Counter[str] = Counter()
     for s in log.sessions:
         prompt = decode(s.prompt_ids)
         # The prompt goes up in the Open: it is what the cloud received too (the user's, not the
-        # device's, text), so it is scanned on its own, with every detector.
-        prompt_hits.update(sp.kind for sp in guard.inspect("", prompt))
+        # device's, text), so it is scanned on its own, with every detector but the history's runs
+        # (a prompt naming the user's own code is the request itself: `sdk.prompt_guard`).
+        in_prompt = [sp.kind for sp in guard.prompt_spans(prompt)]
+        prompt_hits.update(in_prompt)
+        prompt_decisions.update(s.prompt_decisions)
+        # Spans in a prompt the device recorded no "allow" for went up without the user's say-so:
+        # a device without the prompt guard, or one whose guard missed them.
+        if not s.prompt_decisions.get(GuardDecision.PROMPT_ALLOW):
+            prompt_unaccounted.update(in_prompt)
         det = verbatim.for_prompt(prompt)
         session_guard = guard.for_prompt(prompt)
         for view, new in s.new_views():
@@ -152,6 +162,8 @@ def leakage_report(
         "pattern_hits": dict(sorted(pattern_hits.items())),
         "detector_hits": dict(sorted(detector_hits.items())),
         "prompt_hits": dict(sorted(prompt_hits.items())),
+        "prompt_decisions": dict(sorted(prompt_decisions.items())),
+        "prompt_hits_unaccounted": dict(sorted(prompt_unaccounted.items())),
         "verbatim_runs": {"n": ngram, "runs": runs, "tokens": run_tokens},
         "canaries": exposures,
         "round_sizes": {

@@ -44,6 +44,7 @@ from specsteer.sdk.cloud_plugins import local_verifier_factory
 from specsteer.sdk.context import Profile
 from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS
 from specsteer.sdk.models_command import add_models_parser, run_models_command
+from specsteer.sdk.prompt_guard import PROMPT_POLICIES
 from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES
 from specsteer.sdk.uplink_guard import GUARD_SETTINGS, guard_setting
 
@@ -132,6 +133,13 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
         choices=GUARD_SETTINGS,
         default=None,
         help="egress guard for sensitive spans in the uplink (default placeholder; see docs/privacy.md)",
+    )
+    p.add_argument(
+        "--prompt-guard",
+        choices=PROMPT_POLICIES,
+        default=None,
+        help="what of the prompt's sensitive spans goes up: placeholders the device puts back in its text (redact, "
+        "the default), nothing (refuse) or the spans as typed (allow)",
     )
     p.add_argument(
         "--placeholder-labels",
@@ -307,6 +315,7 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
         "round_timeout": args.round_timeout,
         "fallback": False if args.no_fallback else None,
         "guard": args.guard,
+        "prompt_guard": getattr(args, "prompt_guard", None),
         "padded_frames": getattr(args, "padded_frames", None),
         "placeholder_labels": getattr(args, "placeholder_labels", None),
         # [device] and [audit]: a flag given wins over the file, as every other one does.
@@ -446,7 +455,16 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: Tex
     guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder", args.placeholder_labels or "generic")
     log(args, f"generating with {params.method.value}")
     stream = None if out is None else TextStream(local.specialist.decode, out)
-    result = generate(local.specialist, prompt, params, options, local.verifier, guard=guard, on_commit=stream)
+    result = generate(
+        local.specialist,
+        prompt,
+        params,
+        options,
+        local.verifier,
+        guard=guard,
+        on_commit=stream,
+        prompt_guard=args.prompt_guard or "redact",
+    )
     if stream is not None:
         stream.finish(result.text)
     return result
@@ -475,8 +493,13 @@ class TextStream:
         self._written = text
 
     def finish(self, text: str) -> None:
-        """The rest of the finished generation's `text` (what was held back), then a newline."""
-        self._write((text[len(self._written) :] if text.startswith(self._written) else "") + "\n")
+        """The rest of the finished generation's `text` (what was held back), then a newline. A text
+        whose prompt placeholders the device put back (`sdk.prompt_guard`) no longer continues what
+        was streamed: it is written again whole, after the streamed one."""
+        if text.startswith(self._written):
+            self._write(text[len(self._written) :] + "\n")
+        else:
+            self._write(f"\n[with the prompt's private spans put back]\n{text}\n")
 
     def _write(self, piece: str) -> None:
         if piece:

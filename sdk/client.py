@@ -45,6 +45,7 @@ from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.drafters import DEFAULT_DRAFTER, DRAFTERS
 from specsteer.sdk.egress import EgressTap
+from specsteer.sdk.prompt_guard import check_prompt_policy
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES, load_specialist
 from specsteer.sdk.transport import Verifier
@@ -100,6 +101,7 @@ class ClientConfig:
         # round_timeout = 30.0
         # fallback = true                # finish locally if the verifier is lost
         # guard = "placeholder"          # egress guard: placeholder, keep-local or off
+        # prompt_guard = "redact"        # the prompt's sensitive spans: redact, refuse or allow
         # padded_frames = true           # constant-size rounds (false: ~5x fewer uplink bytes)
         # placeholder_labels = "generic" # one "<PRIVATE>" for every held span, or "by-kind" ("<EMAIL>")
 
@@ -128,6 +130,7 @@ class ClientConfig:
     round_timeout: float = field(default=30.0, metadata={"toml": "a number of seconds"})
     fallback: bool = True
     guard: str = "placeholder"
+    prompt_guard: str = "redact"
     padded_frames: bool = True
     placeholder_labels: str = "generic"
     # [device]
@@ -157,6 +160,7 @@ class ClientConfig:
             if not isinstance(value, str | os.PathLike) or not os.fspath(value) or "\0" in os.fspath(value):
                 raise ConfigError(f"{name} must be a file path; got {type(value).__name__} {value!r}")
         check_guard_setting(self.guard)
+        check_prompt_policy(self.prompt_guard)
         placeholder_labels(self.placeholder_labels)
         for name in ("connect_timeout", "round_timeout"):
             value = getattr(self, name)
@@ -292,6 +296,7 @@ class SpecSteerClient:
         guard: EgressGuard | str = "placeholder",
         padded_frames: bool = True,
         placeholder_labels: str = "generic",
+        prompt_guard: str = "redact",
     ) -> None:
         """`guard` is an `EgressGuard` or a setting of `GUARD_SETTINGS`; the uplink is guarded unless
         it says "off" in so many words (a privacy SDK fails closed: `None` is refused, not read as off).
@@ -301,6 +306,9 @@ class SpecSteerClient:
         built `guard` must carry the same labels (`guard_for_profile(..., labels=...)`), or it is
         refused: neither setting is silently dropped.
 
+        `prompt_guard` ("redact", "refuse" or "allow", `sdk.prompt_guard`) decides what of a prompt's
+        sensitive spans goes up in the Open; with `guard="off"` the prompt goes up as typed.
+
         `padded_frames`: every round on the wire has one size (`PaddedRound`), so a round's size does
         not show how many tokens it carries or where the guard held some back. The client decides
         the framing of every session it opens (a `SessionParams` passed in gets this value); only a
@@ -309,6 +317,8 @@ class SpecSteerClient:
         self.verifier = verifier
         self.fallback = fallback
         self.guard = self._guard(guard, placeholder_labels)
+        check_prompt_policy(prompt_guard)
+        self.prompt_guard = prompt_guard
         if not isinstance(padded_frames, bool):
             raise ConfigError(f"padded_frames must be True or False; got {padded_frames!r}")
         self.padded_frames = padded_frames
@@ -448,6 +458,7 @@ class SpecSteerClient:
                 guard=config.guard,
                 padded_frames=config.padded_frames,
                 placeholder_labels=config.placeholder_labels,
+                prompt_guard=config.prompt_guard,
             )
             client._resources = resources.pop_all()
         return client
@@ -511,6 +522,7 @@ class SpecSteerClient:
             on_commit=on_commit,
             fallback=self.fallback,
             guard=self.guard,
+            prompt_guard=self.prompt_guard,
         )
 
     def close(self) -> None:

@@ -40,6 +40,8 @@ from specsteer.core.session_types import (
 from specsteer.privacy.guard import EgressGuard
 from specsteer.privacy.spans import Tokenizer
 from specsteer.sdk.context import Profile, ProfileIndex, fit_context
+from specsteer.sdk.prompt_guard import check_prompt_policy, guard_prompt
+from specsteer.sdk.prompt_guard import session_guard as prompt_session_guard
 from specsteer.sdk.transport import Verifier, VerifierLost, VerifierSession
 from specsteer.sdk.uplink_guard import UplinkPlan, plan_uplink
 
@@ -172,6 +174,7 @@ def generate(
     on_commit: OnCommit | None = None,
     fallback: bool = True,
     guard: EgressGuard | None = None,
+    prompt_guard: str = "redact",
 ) -> Generation:
     """Run one generation with `params.method`; device-only methods need no verifier.
 
@@ -180,6 +183,7 @@ def generate(
     raised instead. Any other error (a protocol breach, a refused TLS peer) is always raised.
     With a `guard`, every round's uplink is planned by `sdk.uplink_guard.plan_uplink` first; its
     keep-local policy ends the session and finishes locally (`stats.fallback = "guard-keep-local"`).
+    The guard also decides what of the prompt goes up, by `prompt_guard` (`sdk.prompt_guard`).
     """
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
@@ -191,7 +195,9 @@ def generate(
             f"llm samples in the cloud at temperature 1, which the device cannot change; got temperature "
             f"{options.temperature:g} (use temperature 1, or greedy decoding)"
         )
-    public_ids = _checked_request(specialist, prompt, params, verifier)
+    check_prompt_policy(prompt_guard)
+    shown = guard_prompt(guard, prompt, prompt_guard) if guard is not None and params.method.uses_cloud else None
+    public_ids = _checked_request(specialist, prompt if shown is None else shown.public, params, verifier)
     ids = specialist.private_prompt_ids(prompt, with_context=params.method.uses_private_context)
     # The budget bounds the sequence: drafts and look-ahead stay within it (`_steered_loop`); the
     # margin covers the tails of multi-token candidates scored after the last commit.
@@ -212,7 +218,12 @@ def generate(
             if fallback:
                 exc.fell_back()
         else:
-            session_guard = guard.for_prompt(prompt) if guard is not None else None
+            session_guard = None if guard is None or shown is None else prompt_session_guard(guard, shown)
+            if shown is not None:
+                for decision, count, placeholder in shown.decisions():
+                    session.guard_decision(decision, count, placeholder)
+                    key = "guard_" + decision.replace("-", "_")
+                    state.stats.extra[key] = state.stats.extra.get(key, 0) + count
             uplink = _Uplink(session, session_guard, specialist.lm.tokenizer)
             try:
                 kept_local = _steered_loop(uplink, seq, params, options, state, rng)
@@ -246,8 +257,12 @@ def generate(
         state.stats.extra["round_wait_median_ms"] = round(float(np.median(waits)) * 1000, 2)
     token_ids = state.generated[:-1] if state.ended else state.generated
     state.stats.new_tokens = len(token_ids)
+    text = specialist.decode(token_ids)
     return Generation(
-        specialist.decode(token_ids), token_ids, state.stats, fallback_detail=str(lost) if lost is not None else None
+        text if shown is None else shown.restore(text),
+        token_ids,
+        state.stats,
+        fallback_detail=str(lost) if lost is not None else None,
     )
 
 

@@ -66,9 +66,16 @@ def test_the_server_session_and_the_recorder_give_one_verdict(cloud, char_tok, f
 
 def test_guard_decisions_are_one_set_for_device_guard_and_audit() -> None:
     from specsteer.privacy.guard import GuardPolicy
-    from specsteer.sdk import uplink_guard
+    from specsteer.sdk import prompt_guard, uplink_guard
 
-    assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} == set(GuardDecision)
+    # The round's decisions (`plan_uplink`) and the prompt's (`prompt_guard`), and nothing else.
+    prompt = {
+        d for d, _, _ in prompt_guard.PromptPlan("p", "p", "redact", (("<P_1>", "x", "name"),), ("<P>",)).decisions()
+    }
+    prompt |= {
+        d for d, _, _ in prompt_guard.PromptPlan("p", "p", "allow", (("<P_1>", "x", "name"),), ("<P>",)).decisions()
+    }
+    assert {uplink_guard.CUT, uplink_guard.PLACEHOLDER, uplink_guard.KEEP_LOCAL} | prompt == set(GuardDecision)
     assert {p.value for p in GuardPolicy} <= {d.value for d in GuardDecision}
     # The audit contract counts a placeholder decision toward the placeholders the wire may carry.
     state = SessionState("s", VOCAB, 10)

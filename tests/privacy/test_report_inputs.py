@@ -141,6 +141,8 @@ def test_the_prompt_the_cloud_received_is_scanned(tmp_path: Path, char_tok: PreT
     write_log(tmp_path / "log", len(char_tok), prompt, sent(char_tok, "done"))
     r = leakage_report(data=_user(tmp_path), audit_log=tmp_path / "log", tokenizer=char_tok)
     assert r["prompt_hits"] == {"national-id": 1} and r["detector_hits"] == {}
+    # No device decision put it there: a prompt guard that was off, or missed it (#49, finding 6).
+    assert r["prompt_decisions"] == {} and r["prompt_hits_unaccounted"] == {"national-id": 1}
 
 
 def test_bits_about_the_session_is_not_a_number_for_one_session(
@@ -154,3 +156,4 @@ def test_bits_about_the_session_is_not_a_number_for_one_session(
     args = ["leakage-report", "--data", str(FIXTURES), "--audit-log", str(tmp_path / "log")]
     assert main([*args, "--tokenizer", str(tok_dir)]) == 0
     assert "bits about the session: n/a (one session)" in capsys.readouterr().out
+
