@@ -171,6 +171,8 @@ def _print_leakage(r: dict[str, Any]) -> None:
     print(f"personal-data patterns: {pats}")
     found = ", ".join(f"{k} {v}" for k, v in r["detector_hits"].items()) or "none"
     print(f"guard detectors (what the device's guard would stop): {found}")
+    pieces = ", ".join(f"{k} {v}" for k, v in r["split_hits"].items()) or "none"
+    print(f"secrets in pieces across rounds, rejected drafts and sessions: {pieces}")
     if r["prompt_hits"]:
         print("in the prompts (sent as they are): " + ", ".join(f"{k} {v}" for k, v in r["prompt_hits"].items()))
     if r["prompt_decisions"]:

@@ -113,6 +113,11 @@ def leakage_report(
     prompt_hits: Counter[str] = Counter()
     prompt_unaccounted: Counter[str] = Counter()
     prompt_decisions: Counter[str] = Counter()
+    # Every byte the cloud received, accepted or not, in every session of the log: a secret sent a
+    # few characters at a time (one rejected draft "Fjordlys", a later one "-2291") is no span in
+    # any one view, but its chunks add up (`privacy.uplinked`, the record the guard keeps per session).
+    split = guard.new_session().uplinked
+    split_hits: Counter[str] = Counter()
     for s in log.sessions:
         prompt = decode(s.prompt_ids)
         # The prompt goes up in the Open: it is what the cloud received too (the user's, not the
@@ -135,6 +140,9 @@ def leakage_report(
             identity_hits.update(sp.kind for sp in ident.find(text) if sp.end > cut)
             pattern_hits.update(sp.kind for sp in pii.find(text) if sp.end > cut)
             detector_hits.update(sp.kind for sp in session_guard.inspect(text[:cut], text[cut:]))
+            if split is not None:
+                split_hits.update(sp.kind for sp in split.find(text, cut) if sp.end > cut)
+                split.note(text, cut)
             found = [(a, b) for a, b in det.find_ids(view) if b > new]
             runs += len(found)
             run_tokens += sum(b - max(a, new) for a, b in found)
@@ -161,6 +169,7 @@ def leakage_report(
         "identity_hits": dict(sorted(identity_hits.items())),
         "pattern_hits": dict(sorted(pattern_hits.items())),
         "detector_hits": dict(sorted(detector_hits.items())),
+        "split_hits": dict(sorted(split_hits.items())),
         "prompt_hits": dict(sorted(prompt_hits.items())),
         "prompt_decisions": dict(sorted(prompt_decisions.items())),
         "prompt_hits_unaccounted": dict(sorted(prompt_unaccounted.items())),

@@ -157,3 +157,18 @@ def test_bits_about_the_session_is_not_a_number_for_one_session(
     assert main([*args, "--tokenizer", str(tok_dir)]) == 0
     assert "bits about the session: n/a (one session)" in capsys.readouterr().out
 
+
+def test_a_secret_split_over_two_rejected_drafts_is_found(tmp_path: Path, char_tok: PreTrainedTokenizerFast) -> None:
+    """#49 finding 7a: "Fjordlys" in one rejected draft, "-2291" in a later one: neither is a span
+    alone, but the cloud received the whole secret; the report counts it, and across sessions."""
+    history = [{"subject": "Cabin", "body": "Wifi at the cabin: password is Fjordlys-2291. Router on."}]
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"user_id": "u1", "profile": history}) + "\n")
+    ids = lambda text: char_tok.encode(text, add_special_tokens=False)  # noqa: E731
+    write_log(tmp_path / "log", len(char_tok), [5], [([], ids("ok, Fjordlys"), 4), (ids(" "), ids("x-2291 y"), 1)])
+    r = leakage_report(data=data, audit_log=tmp_path / "log", tokenizer=char_tok)
+    assert r["detector_hits"] == {} and r["pattern_hits"] == {}  # no one view holds a span
+    assert r["split_hits"] == {"secret": 1}
+    # The clean control: the same rounds without the secret's pieces.
+    write_log(tmp_path / "clean", len(char_tok), [5], [([], ids("ok, Fjord is"), 4), (ids(" "), ids("x-22 y"), 1)])
+    assert leakage_report(data=data, audit_log=tmp_path / "clean", tokenizer=char_tok)["split_hits"] == {}
