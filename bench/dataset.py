@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from specsteer.privacy.profile_format import read_users
 
 __all__ = ["first_users"]
 
 
-def first_users(path: Path, count: int) -> list[dict[str, Any]]:
-    """The first `count` authors of a dataset file, read no further than needed (blank lines skipped)."""
-    users: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if len(users) == count:
-                break
-            if line.strip():
-                users.append(json.loads(line))
-    return users
+def first_users(path: Path, count: int | None = None) -> list[dict[str, Any]]:
+    """The first `count` authors of a dataset file (all of them by default), as stored
+    (`privacy.profile_format` reads and checks the format; a benchmark writes subsets of these)."""
+    users = read_users(path, what="the data file")[:count]
+    return [u.user_object for u in users if u.user_object is not None]

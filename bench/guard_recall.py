@@ -53,6 +53,7 @@ from typing import Any
 
 from bench import guard_cases_adversarial as adversarial
 from bench import guard_cases_identifiers as identifiers
+from bench.dataset import first_users
 from bench.guard_cases import CATEGORIES, Person, Sample, ordinary_sentences, people, positives
 from specsteer.core.model_registry import DEFAULT_SPECIALIST
 from specsteer.privacy.guard import EgressGuard
@@ -457,7 +458,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 1
     start = time.perf_counter()
     tok = specialist_tokenizer()
-    users = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
+    users = first_users(args.data)
     rng = random.Random(args.seed)
     persons = people(rng, 4)
     # The guards' histories: the bodies of the first four dev users; ordinary text: the others' targets.

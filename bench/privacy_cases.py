@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.dataset import first_users
 from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import SessionParams
 from specsteer.privacy.leakage import CanarySpace, plant_canary
@@ -126,7 +126,7 @@ class Case:
 
 
 def build_cases(path: Path, users: int, per_user: int, seed: int) -> list[Case]:
-    everyone = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    everyone = first_users(path)
     cases: list[Case] = []
     for i, user in enumerate(everyone[:users]):
         partner = everyone[(i + 1) % len(everyone)]

@@ -55,6 +55,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 import torch
 from rouge_score import rouge_scorer
 
+from bench.dataset import first_users
 from bench.privacy_cases import CONFIGS, CONTROL_PARAMS, CONTROL_PROMPT, SPACE, Case, Config, build_cases
 from bench.privacy_page import adapter_canary_summary, summarize, write_page
 from specsteer.audit.errors import VerificationFailed
@@ -227,7 +228,7 @@ class MembershipPair:
 
 def membership_pairs(path: Path, count: int) -> list[MembershipPair]:
     """Up to `count` pairs, one per (user, query), taking the users of the data file in turn."""
-    everyone = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    everyone = first_users(path)
     queues = [[(u, q) for q in u["queries"] if q.get("target")] for u in everyone]
     order = [queue[i] for i in range(max((len(q) for q in queues), default=0)) for queue in queues if i < len(queue)]
     indexes: dict[str, tuple[Profile, ProfileIndex]] = {}

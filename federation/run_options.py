@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specsteer.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from specsteer.privacy.profile_format import DatasetUser
 
 __all__ = ["SPLIT_FILE", "RunOptions"]
 
@@ -88,7 +91,7 @@ class RunOptions:
         Without `data` the SDK's demo user is split among the devices (`log` is told so).
         """
         from specsteer.federation.atrest import device_key_provider
-        from specsteer.federation.task import _users_in
+        from specsteer.privacy.profile_format import read_users
 
         data = self.data
         if data is None:
@@ -102,7 +105,7 @@ class RunOptions:
             raise ConfigError(f"The data file {data} does not exist.")
         if data.stat().st_size == 0:  # every device would refuse, in a run that looks like one
             raise ConfigError(f"The data file {data} is empty: no device would have a history to train on.")
-        users = _users_in(data, device_key_provider(data))
+        users = read_users(data, key_provider=device_key_provider(data), what="the data file")
         nodes: list[dict[str, Any]] = []
         for i in range(self.clients):
             node: dict[str, Any] = {"data-file": str(data.resolve()), "partition-id": i}
@@ -111,7 +114,7 @@ class RunOptions:
                     raise ConfigError(
                         f"{data} holds {len(users)} users, fewer than the {self.clients} devices asked for."
                     )
-                node["user-id"] = str(users[i].get("user_id"))
+                node["user-id"] = str(users[i].user_id)
             else:
                 node["num-partitions"] = self.clients
             label = node.get("user-id") or f"part{i}"
@@ -128,7 +131,7 @@ class RunOptions:
         self._fix_split(data, users)
         return nodes
 
-    def _fix_split(self, data: Path, users: list[dict[str, Any]]) -> None:
+    def _fix_split(self, data: Path, users: list[DatasetUser]) -> None:
         """Record how the simulated devices were split, and refuse another split of this state-dir.
 
         Each simulated device's ledger is its state folder, named by user or by shard (``part<i>``):
@@ -142,9 +145,11 @@ class RunOptions:
         from specsteer.core.fileio import atomic_write
 
         devices = (self.state_dir / "devices").expanduser().resolve()
-        try:  # what the devices read: the users, else (a format read elsewhere) the file itself
-            content = json.dumps(users, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
-            content = content if users else data.read_bytes()
+        # What the devices read: the dataset's user objects, else (bare entries) the file itself.
+        stored = [u.user_object for u in users if u.user_object is not None]
+        try:
+            content = json.dumps(stored, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+            content = content if stored else data.read_bytes()
         except (OSError, ValueError) as exc:
             raise ConfigError(f"Cannot read the data file {data}: {exc}.") from None
         # By user, each ledger is its user's whatever the data holds; by shard, a part's entries

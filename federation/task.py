@@ -43,7 +43,8 @@ from specsteer.core.prompts import render_prompt, task_prompt
 from specsteer.federation.adapters import base_fingerprint
 from specsteer.federation.budget_ledger import Ledger
 from specsteer.federation.errors import UpdateNotFinite
-from specsteer.privacy.vault import KeyProvider, ProfileVault, VaultError, is_vault
+from specsteer.privacy.profile_format import DatasetUser, read_users
+from specsteer.privacy.vault import KeyProvider
 from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 
 if TYPE_CHECKING:
@@ -197,11 +198,10 @@ def load_user(
     `privacy seal` is decrypted in memory with `key_provider`.
     """
     p = Path(path)
-    users = _users_in(p, key_provider)
+    users = read_users(p, key_provider=key_provider, what="the device data")
     if len(users) > 1:
         return _pick(users, p, user_id, index)
-    # A plain profile file goes to the SDK's reader, which handles every accepted profile shape.
-    data = _as_device_data(users[0], p) if users else DeviceData(None, Profile.from_file(p, key_provider=key_provider))
+    data = _as_device_data(users[0])
     if user_id is not None and data.user_id is not None and data.user_id != user_id:
         raise ProfileError(f"User {user_id!r} is not in {p}.")
     if shards is not None and shards > 1:
@@ -212,68 +212,21 @@ def load_user(
     return data
 
 
-def _users_in(path: Path, key_provider: KeyProvider | None = None) -> list[dict[str, Any]]:
-    """The user objects of a dataset file (JSONL lines or one JSON object); [] for anything else.
-
-    Anything that is not a user object is left to `Profile.from_file`, which has the precise errors.
-    A sealed file is opened with `key_provider` and read as JSONL or JSON, whatever its name.
-    """
-    sealed = is_vault(path)
-    try:
-        if sealed:
-            if key_provider is None:
-                raise ProfileError(f"The device data {path} is sealed and no key was given to open it.")
-            raw = ProfileVault.open(path, key_provider)
-        else:
-            raw = path.read_bytes()
-        text = raw.decode("utf-8-sig")
-    except OSError as exc:
-        raise ProfileError(f"Cannot read the device data {path}: {exc.strerror or exc}.") from None
-    except VaultError as exc:
-        raise ProfileError(f"Cannot open the sealed device data {path}: {exc}.") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"The device data {path} is not UTF-8 text.") from None
-    if sealed or path.suffix.lower() not in (".jsonl", ".ndjson"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            # A sealed file has no telling suffix: what is not one JSON object may be JSONL.
-            return _jsonl_users(text) if sealed else []
-        return [obj] if isinstance(obj, dict) and "profile" in obj else []
-    return _jsonl_users(text)
-
-
-def _jsonl_users(text: str) -> list[dict[str, Any]]:
-    users = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            return []
-        if isinstance(obj, dict) and "profile" in obj:
-            users.append(obj)
-    return users
-
-
-def _pick(users: list[dict[str, Any]], path: Path, user_id: str | None, index: int | None) -> DeviceData:
+def _pick(users: list[DatasetUser], path: Path, user_id: str | None, index: int | None) -> DeviceData:
     if user_id is not None:
-        chosen = [u for u in users if u.get("user_id") == user_id]
+        chosen = [u for u in users if u.user_id == user_id]
         if not chosen:
             raise ProfileError(f"User {user_id!r} is not in {path}.")
-        return _as_device_data(chosen[0], path)
+        return _as_device_data(chosen[0])
     if index is not None:
         if not 0 <= index < len(users):
             raise ProfileError(f"{path} holds {len(users)} users; there is no user number {index}.")
-        return _as_device_data(users[index], path)
+        return _as_device_data(users[index])
     raise ProfileError(f"{path} holds {len(users)} users; say which one this device is (user-id or partition-id).")
 
 
-def _as_device_data(obj: dict[str, Any], path: Path) -> DeviceData:
-    profile = Profile.from_obj(obj, source=str(path))
-    queries = tuple(q for q in obj.get("queries", []) if isinstance(q, dict))
-    return DeviceData(profile.user_id, profile, queries)
+def _as_device_data(user: DatasetUser) -> DeviceData:
+    return DeviceData(user.user_id, Profile.from_data(user.data), user.queries)
 
 
 @dataclass(frozen=True)

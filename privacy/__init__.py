@@ -7,7 +7,7 @@ privacy.canaries    CanaryDetector, identities_from_trailers: registered strings
 privacy.ngrams      VerbatimNgramDetector: verbatim runs of the private history
 privacy.leakage     canary exposure, n-gram leakage, membership AUROC / TPR@FPR, size channel, padded frames
 privacy.vault       ProfileVault (AES-256-GCM), KeyProvider, PassphraseKeyProvider (scrypt), raw-key providers
-privacy.data        raw dataset users (with trailers), canary files, uplinks rebuilt from an audit log
+privacy.data        dataset users for the report (with trailers), canary files, uplinks from an audit log
 privacy.report      the leakage report over one audit log (what `privacy leakage-report` prints)
 privacy.cli         `privacy budget | leakage-report | seal`
 
@@ -23,8 +23,8 @@ The other modules:
 - `privacy.membership`: Membership inference without generating: the draft likelihood-ratio attack.
 - `privacy.normalize`: One normal form for every detector: what a text says, not how its characters are
   spelled.
-- `privacy.profile_format`: The profile file format: JSON, JSONL or a dataset user object, sealed or not, into
-  entries.
+- `privacy.profile_format`: The profile and dataset file format: JSON, JSONL or dataset user objects, sealed or
+  not (its one reader).
 - `privacy.recognizers`: Recognition by the libraries made for each kind, behind the guard's own streaming
   (issue 30).
 - `privacy.registered`: The forms a registered string can take on its way out, computed from the string

@@ -1,7 +1,8 @@
 """Reading what the privacy tools measure: raw dataset users, canary registries, and uplinks.
 
-* `read_users` reads the dataset as it is on disk, *with* the `trailers` that `sdk.context.Profile`
-  drops: they are the real names and emails the leakage report looks for in the uplink.
+* `read_users` reads the dataset (`privacy.profile_format`, the format's one reader) and keeps each
+  user's entries as stored, *with* the `trailers` that `sdk.context.Profile` drops: they are the
+  real names and emails the leakage report looks for in the uplink.
 * `read_canaries` / `write_canaries` keep the canaries planted for an exposure test.
 * `read_uplinks` reconstructs, per device session, what the cloud received, from the device's
   audit log (which holds the exact uplink bytes), optionally restricted to the uplinks a server
@@ -17,7 +18,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -30,16 +30,16 @@ from specsteer.core.contract import PROMPT_DECISIONS
 from specsteer.core.errors import ProfileError, ProtocolError
 from specsteer.core.fileio import atomic_write
 from specsteer.core.wire import pb
-from specsteer.privacy import vault
-from specsteer.privacy.canaries import identities_from_trailers
+from specsteer.privacy import profile_format
 from specsteer.privacy.errors import PrivacyError
 from specsteer.privacy.leakage import CanarySpace
+from specsteer.privacy.profile_format import DatasetUser
 
 __all__ = [
     "CANARY_FORMAT",
     "Canary",
+    "DatasetUser",
     "PrivacyError",
-    "RawUser",
     "UplinkSession",
     "read_canaries",
     "read_uplinks",
@@ -50,77 +50,13 @@ __all__ = [
 CANARY_FORMAT = "specsteer-canaries/1"
 
 
-@dataclass(frozen=True)
-class RawUser:
-    """One dataset user as stored: history entries keep their `trailers`."""
-
-    user_id: str | None
-    profile: tuple[dict[str, Any], ...]
-    queries: tuple[dict[str, Any], ...] = ()
-
-    def history_texts(self) -> list[str]:
-        """Subjects and bodies (no trailers): what the Specialist's private context is made of."""
-        return [t for e in self.profile for t in (e.get("subject", ""), e.get("body", "")) if t]
-
-    def identities(self) -> dict[str, str]:
-        """Names and emails from the history's trailers, as {string: kind}."""
-        out: dict[str, str] = {}
-        for e in self.profile:
-            out.update(identities_from_trailers(e.get("trailers") or ()))
-        return out
-
-
-def _sealed_text(p: Path) -> str:
-    """A data file sealed with `privacy seal`, opened with the key or passphrase the environment
-    gives (`$SPECSTEER_VAULT_KEY`, `$SPECSTEER_VAULT_PASSPHRASE`), as every sealed file is."""
+def read_users(path: str | Path) -> list[DatasetUser]:
+    """The users of a dataset file (one user object a line), of one user object or of a profile
+    file, sealed or not (`privacy.profile_format.read_users`, with the environment's key)."""
     try:
-        raw = vault.ProfileVault.open(p, vault.environment_key_provider(f"the data file {p} is sealed"))
-    except vault.WrongKeyError:
-        raise PrivacyError(f"the data file {p} is sealed with another passphrase or key") from None
-    except (vault.VaultError, ProfileError) as exc:
-        raise PrivacyError(f"cannot open the sealed data file {p}: {str(exc).rstrip('.')}") from None
-    return raw.decode("utf-8")
-
-
-def read_users(path: str | Path) -> list[RawUser]:
-    """The users of a dataset JSONL file (one user object a line) or of one JSON user object."""
-    p = Path(path)
-    try:
-        text = _sealed_text(p) if vault.is_vault(p) else p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PrivacyError(f"the data file {p} does not exist") from None
-    except UnicodeDecodeError:
-        raise PrivacyError(f"the data file {p} is not UTF-8 text (a sealed vault? `privacy seal` makes one)") from None
-    except OSError as exc:
-        raise PrivacyError(f"cannot read the data file {p}: {exc.strerror or exc}") from None
-    objects: list[object] = []
-    try:
-        objects = [json.loads(text)]
-    except json.JSONDecodeError:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                objects.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise PrivacyError(f"the data file {p} has invalid JSON on line {lineno}") from None
-    users: list[RawUser] = []
-    for i, obj in enumerate(objects):
-        if not isinstance(obj, dict) or not isinstance(obj.get("profile"), list):
-            raise PrivacyError(f'the data file {p} holds something other than a user object with a "profile" list')
-        entries = obj["profile"]
-        if not all(isinstance(e, dict) and isinstance(e.get("body", ""), str) for e in entries):
-            raise PrivacyError(f"the data file {p} has a malformed profile entry in user {i}")
-        uid = obj.get("user_id")
-        queries = obj.get("queries") or []
-        users.append(
-            RawUser(
-                uid if isinstance(uid, str) else None, tuple(entries), tuple(q for q in queries if isinstance(q, dict))
-            )
-        )
-    if not users:
-        raise PrivacyError(f"the data file {p} holds no users")
-    return users
+        return profile_format.read_users(path, what="the data file")
+    except ProfileError as exc:
+        raise PrivacyError(str(exc)) from None
 
 
 @dataclass(frozen=True)

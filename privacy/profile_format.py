@@ -1,20 +1,23 @@
-"""The profile file format: JSON, JSONL or a dataset user object, sealed or not, into entries.
+"""The profile and dataset file format: JSON, JSONL or dataset user objects, sealed or not.
 
-The device (`sdk.context.Profile`) and `privacy seal` read the same files, so the format is parsed
-here once. Every problem raises `ProfileError` with one sentence naming the file.
+Every reader of the format calls this module: the device (`sdk.context.Profile`), `privacy seal`,
+the leakage report (`privacy.data`), the federation's devices (`federation.task`) and the
+benchmarks. Every problem raises `ProfileError` with one sentence naming the file.
 
-Accepted profile files:
+Accepted files:
 
-* a JSON user object as in the dataset: ``{"user_id": ..., "profile": [...], "queries": [...]}``
-  (``queries`` is ignored), or ``{"entries": [...]}``;
+* a JSON user object as in the dataset: ``{"user_id": ..., "profile": [...], "queries": [...]}``,
+  or ``{"entries": [...]}``;
 * a JSON list of entries;
-* a ``.jsonl`` / ``.ndjson`` file with one entry per line (or a single line holding a user object).
+* a ``.jsonl`` / ``.ndjson`` file with one entry per line, or with one dataset user object per line
+  (a dataset: `read_users` gives each user, `read_profile` refuses more than one).
 
 Each entry is an object with a non-empty string ``subject`` and a string ``body``; ``time`` (string or
 number) is optional, ``trailers`` and any unknown keys are ignored (the names and emails in
 ``trailers`` are returned apart, as identities, for the egress guard only). A body that ends in its
 own trailer block (``git log --format=%B``: a last paragraph of ``Key: value`` lines, one at least
-naming a person) loses it the same way (`privacy.canaries.split_trailers`).
+naming a person) loses it the same way (`privacy.canaries.split_trailers`). ``queries`` are kept as
+the file holds them (their objects only) and checked no further: only benchmarks read them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specsteer.core.errors import ProfileError
 from specsteer.privacy.canaries import identities_from_trailers, split_trailers
@@ -31,11 +35,12 @@ from specsteer.privacy.vault import (
     KeyProvider,
     ProfileVault,
     VaultError,
+    WrongKeyError,
     environment_key_provider,
     is_vault,
 )
 
-__all__ = ["ProfileData", "ProfileEntry", "parse_profile_obj", "read_profile"]
+__all__ = ["DatasetUser", "ProfileData", "ProfileEntry", "parse_profile_obj", "read_profile", "read_users"]
 
 _JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
 
@@ -66,81 +71,140 @@ class ProfileData:
     identities: dict[str, str] = field(default_factory=dict)
 
 
-def read_profile(path: str | Path, *, key_provider: KeyProvider | None = None) -> ProfileData:
-    """Read and parse a profile file; a sealed one (`privacy seal`) is decrypted in memory only.
+@dataclass(frozen=True)
+class DatasetUser:
+    """One user of a profile or dataset file: parsed, and as stored (the leakage report looks for
+    the stored trailers' names in the uplink; a benchmark writes subsets of the stored objects)."""
+
+    data: ProfileData
+    # The entries as the file holds them, `trailers` and unknown keys included (each passed the
+    # format's rules as `data`'s entry).
+    stored_entries: tuple[dict[str, Any], ...]
+    queries: tuple[dict[str, Any], ...] = ()
+    # The dataset user object as stored (a ``"profile"`` object); None for a file of bare entries.
+    user_object: dict[str, Any] | None = None
+
+    @property
+    def user_id(self) -> str | None:
+        return self.data.user_id
+
+    def history_texts(self) -> list[str]:
+        """Stored subjects and bodies (no `trailers` lists): what the Specialist's context is made of."""
+        return [t for e in self.stored_entries for t in (e.get("subject", ""), e.get("body", "")) if t]
+
+    def trailer_identities(self) -> dict[str, str]:
+        """Names and emails of the stored entries' `trailers` lists, as {string: kind}."""
+        out: dict[str, str] = {}
+        for e in self.stored_entries:
+            trailers = e.get("trailers")
+            if isinstance(trailers, list):
+                out.update(identities_from_trailers([t for t in trailers if isinstance(t, str)]))
+        return out
+
+
+def read_users(
+    path: str | Path, *, key_provider: KeyProvider | None = None, what: str = "profile"
+) -> list[DatasetUser]:
+    """The users of a profile or dataset file, in file order: one for a profile, one per line for
+    a dataset. A sealed file (`privacy seal`) is decrypted in memory only.
 
     The key comes from `key_provider`, or by default from `$SPECSTEER_VAULT_KEY` /
-    `$SPECSTEER_VAULT_PASSPHRASE`; the plaintext is never written anywhere.
+    `$SPECSTEER_VAULT_PASSPHRASE`; the plaintext is never written anywhere. `what` names the file
+    in errors: ``Cannot read {what} {path}: ...``.
     """
     p = Path(path)
-    source = str(p)
+    label = f"{what} {p}"
     if is_vault(p):
         try:
-            raw = ProfileVault.open(p, key_provider or environment_key_provider("the profile is encrypted"))
+            raw = ProfileVault.open(
+                p, key_provider or environment_key_provider(f"Cannot read {label}: it is encrypted")
+            )
+        except WrongKeyError:
+            raise ProfileError(f"Cannot read {label}: it is sealed with another passphrase or key.") from None
         except VaultError as exc:
-            raise ProfileError(f"Cannot read profile {source}: {exc}.") from None
-        return _from_bytes(raw, source, jsonl=None)
+            raise ProfileError(f"Cannot read {label}: {exc}.") from None
+        return _from_bytes(raw, label, jsonl=None)
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
-        raise ProfileError(f"Cannot read profile {source}: the file does not exist.") from None
+        raise ProfileError(f"Cannot read {label}: the file does not exist.") from None
     except IsADirectoryError:
-        raise ProfileError(f"Cannot read profile {source}: it is a directory, not a file.") from None
+        raise ProfileError(f"Cannot read {label}: it is a directory, not a file.") from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise ProfileError(f"Cannot read profile {source}: {reason}.") from None
-    return _from_bytes(raw, source, jsonl=p.suffix.lower() in _JSONL_SUFFIXES)
+        raise ProfileError(f"Cannot read {label}: {reason}.") from None
+    return _from_bytes(raw, label, jsonl=p.suffix.lower() in _JSONL_SUFFIXES)
+
+
+def read_profile(path: str | Path, *, key_provider: KeyProvider | None = None) -> ProfileData:
+    """Read and parse a profile file: one user's history (`read_users` for its rules and keys)."""
+    users = read_users(path, key_provider=key_provider)
+    if len(users) > 1:
+        # `head -1 dataset.jsonl > me.jsonl` takes one user out; several make the choice ambiguous.
+        raise ProfileError(
+            f"Cannot read profile {Path(path)}: line 1 is a whole user object, but a .jsonl profile with "
+            f"several lines must hold one entry per line."
+        )
+    return users[0].data
 
 
 def parse_profile_obj(obj: object, *, source: str = "<profile>") -> ProfileData:
     """Parse already-decoded JSON (a user object or a list of entries); `source` names it in errors."""
+    return _user(obj, f"profile {source}").data
+
+
+def _user(obj: object, label: str, at: str = "") -> DatasetUser:
+    """One user from a decoded JSON document; `at` (``"line 3, "``) places it in a JSONL file."""
     user_id: str | None = None
+    queries: tuple[dict[str, Any], ...] = ()
+    user_object: dict[str, Any] | None = None
     if isinstance(obj, dict):
-        user_id = _parse_user_id(obj, source)
+        user_id = _parse_user_id(obj, label, at)
         key = "profile" if "profile" in obj else "entries" if "entries" in obj else None
         if key is None:
-            raise ProfileError(f'Cannot read profile {source}: the JSON object has no "profile" or "entries" list.')
+            raise ProfileError(f'Cannot read {label}: {at}the JSON object has no "profile" or "entries" list.')
         items = obj[key]
         if not isinstance(items, list):
-            raise ProfileError(
-                f'Cannot read profile {source}: "{key}" must be a list of entries, not {_json_type(items)}.'
-            )
-        label = f"{key}[{{}}]"
+            raise ProfileError(f'Cannot read {label}: {at}"{key}" must be a list of entries, not {_json_type(items)}.')
+        where = f"{at}{key}[{{}}]"
+        stored_queries = obj.get("queries")
+        if isinstance(stored_queries, list):
+            queries = tuple(q for q in stored_queries if isinstance(q, dict))
+        user_object = obj if key == "profile" else None
     elif isinstance(obj, list):
         items = obj
-        label = "entry [{}]"
+        where = "entry [{}]"
     else:
         raise ProfileError(
-            f'Cannot read profile {source}: expected a JSON object with a "profile" list or a JSON '
+            f'Cannot read {label}: expected a JSON object with a "profile" list or a JSON '
             f"list of entries, not {_json_type(obj)}."
         )
-    entries = tuple(_parse_entry(item, source, label.format(i)) for i, item in enumerate(items))
-    return ProfileData(user_id=user_id, entries=entries, identities=_identities(items))
+    entries = tuple(_parse_entry(item, label, where.format(i)) for i, item in enumerate(items))
+    data = ProfileData(user_id=user_id, entries=entries, identities=_identities(items))
+    return DatasetUser(data, tuple(items), queries, user_object)
 
 
-def _from_bytes(raw: bytes, source: str, *, jsonl: bool | None) -> ProfileData:
+def _from_bytes(raw: bytes, label: str, *, jsonl: bool | None) -> list[DatasetUser]:
     """Parse file bytes; `jsonl=None` (a sealed file has no telling suffix) tries JSON, then JSONL."""
     try:
         # utf-8-sig: editors on Windows often prepend a BOM, which is still valid UTF-8 text.
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ProfileError(
-            f"Cannot read profile {source}: it is not UTF-8 text (invalid byte at offset {exc.start})."
-        ) from None
+        raise ProfileError(f"Cannot read {label}: it is not UTF-8 text (invalid byte at offset {exc.start}).") from None
 
     if not text.strip():
-        raise ProfileError(f"Cannot read profile {source}: the file is empty.")
+        raise ProfileError(f"Cannot read {label}: the file is empty.")
 
     if jsonl:
-        return _from_jsonl(text, source)
+        return _from_jsonl(text, label)
     if jsonl is None:
         try:
             obj = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
-            return _from_jsonl(text, source)
+            return _from_jsonl(text, label)
         except ValueError:  # a number past Python's digit limit for int()
-            raise ProfileError(f"Cannot read profile {source}: it holds {_HUGE_NUMBER}.") from None
-        return parse_profile_obj(obj, source=source)
+            raise ProfileError(f"Cannot read {label}: it holds {_HUGE_NUMBER}.") from None
+        return [_user(obj, label)]
 
     try:
         obj = json.loads(text)
@@ -149,16 +213,20 @@ def _from_bytes(raw: bytes, source: str, *, jsonl: bool | None) -> ProfileData:
         if exc.msg == "Extra data":
             hint = " (a file with one JSON object per line must be named .jsonl)"
         raise ProfileError(
-            f"Cannot read profile {source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}{hint}."
+            f"Cannot read {label}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}{hint}."
         ) from None
     except RecursionError:
-        raise ProfileError(f"Cannot read profile {source}: the JSON nests too deeply.") from None
+        raise ProfileError(f"Cannot read {label}: the JSON nests too deeply.") from None
     except ValueError:  # a number past Python's digit limit for int()
-        raise ProfileError(f"Cannot read profile {source}: it holds {_HUGE_NUMBER}.") from None
-    return parse_profile_obj(obj, source=source)
+        raise ProfileError(f"Cannot read {label}: it holds {_HUGE_NUMBER}.") from None
+    return [_user(obj, label)]
 
 
-def _from_jsonl(text: str, source: str) -> ProfileData:
+def _is_user_line(item: object) -> bool:
+    return isinstance(item, dict) and "profile" in item and "subject" not in item
+
+
+def _from_jsonl(text: str, label: str) -> list[DatasetUser]:
     parsed: list[tuple[int, object]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -167,27 +235,31 @@ def _from_jsonl(text: str, source: str) -> ProfileData:
             parsed.append((lineno, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise ProfileError(
-                f"Cannot read profile {source}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg})."
+                f"Cannot read {label}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg})."
             ) from None
         except RecursionError:
-            raise ProfileError(f"Cannot read profile {source}: line {lineno} nests JSON too deeply.") from None
+            raise ProfileError(f"Cannot read {label}: line {lineno} nests JSON too deeply.") from None
         except ValueError:  # a number past Python's digit limit for int()
-            raise ProfileError(f"Cannot read profile {source}: line {lineno} holds {_HUGE_NUMBER}.") from None
+            raise ProfileError(f"Cannot read {label}: line {lineno} holds {_HUGE_NUMBER}.") from None
 
-    # `head -1 dataset.jsonl > me.jsonl` is the obvious way to pull one user out of the dataset,
-    # so a single user-object line is accepted; several would make the choice of user ambiguous.
+    # One user object a line is a dataset; `head -1 dataset.jsonl > me.jsonl` (one such line) is
+    # the obvious way to pull one user out of it.
     first = parsed[0][1]
     if len(parsed) == 1 and isinstance(first, dict) and "profile" in first:
-        return parse_profile_obj(first, source=source)
+        return [_user(first, label)]
+    if all(_is_user_line(item) for _, item in parsed):
+        return [_user(item, label, f"line {lineno}, ") for lineno, item in parsed]
     entries: list[ProfileEntry] = []
     for lineno, item in parsed:
-        if isinstance(item, dict) and "profile" in item and "subject" not in item:
+        if _is_user_line(item):
             raise ProfileError(
-                f"Cannot read profile {source}: line {lineno} is a whole user object, but a .jsonl "
+                f"Cannot read {label}: line {lineno} is a whole user object, but a .jsonl "
                 f"profile with several lines must hold one entry per line."
             )
-        entries.append(_parse_entry(item, source, f"line {lineno}"))
-    return ProfileData(user_id=None, entries=tuple(entries), identities=_identities([item for _, item in parsed]))
+        entries.append(_parse_entry(item, label, f"line {lineno}"))
+    items = [item for _, item in parsed]
+    data = ProfileData(user_id=None, entries=tuple(entries), identities=_identities(items))
+    return [DatasetUser(data, tuple(i for i in items if isinstance(i, dict)))]
 
 
 def _identities(items: list[object]) -> dict[str, str]:
@@ -209,15 +281,15 @@ def _body_text(item: dict[object, object]) -> str:
     return body if isinstance(body, str) else ""
 
 
-def _parse_user_id(obj: dict[str, object], source: str) -> str | None:
+def _parse_user_id(obj: dict[str, object], label: str, at: str) -> str | None:
     user_id = obj.get("user_id")
     if user_id is None or isinstance(user_id, str):
         return user_id
-    raise ProfileError(f'Cannot read profile {source}: "user_id" must be a string, not {_json_type(user_id)}.')
+    raise ProfileError(f'Cannot read {label}: {at}"user_id" must be a string, not {_json_type(user_id)}.')
 
 
-def _parse_entry(item: object, source: str, where: str) -> ProfileEntry:
-    prefix = f"Cannot read profile {source}: {where}"
+def _parse_entry(item: object, label: str, where: str) -> ProfileEntry:
+    prefix = f"Cannot read {label}: {where}"
     if not isinstance(item, dict):
         raise ProfileError(f"{prefix} must be a JSON object with a subject and body, not {_json_type(item)}.")
 

@@ -88,7 +88,7 @@ def leakage_report(
 
     identities: dict[str, str] = {}
     for u in users:
-        identities.update(u.identities())
+        identities.update(u.trailer_identities())
     planted: list[Canary] = []
     if canaries is not None:
         space, planted = read_canaries(canaries)

@@ -57,15 +57,16 @@ class Profile:
         by default with `$SPECSTEER_VAULT_KEY` / `$SPECSTEER_VAULT_PASSPHRASE`; its plaintext is
         never written anywhere.
         """
-        return cls._of(read_profile(path, key_provider=key_provider))
+        return cls.from_data(read_profile(path, key_provider=key_provider))
 
     @classmethod
     def from_obj(cls, obj: object, *, source: str = "<profile>") -> Profile:
         """Build a profile from already-parsed JSON; `source` names it in error messages."""
-        return cls._of(parse_profile_obj(obj, source=source))
+        return cls.from_data(parse_profile_obj(obj, source=source))
 
     @classmethod
-    def _of(cls, data: ProfileData) -> Profile:
+    def from_data(cls, data: ProfileData) -> Profile:
+        """The profile of one user that `privacy.profile_format.read_users` read from a file."""
         return cls(user_id=data.user_id, entries=data.entries, identities=data.identities)
 
 

@@ -36,10 +36,10 @@ PHONE = "+1 415 555 0132"
 def leaky_target(user_index: int, canary: str) -> tuple[str, dict[str, str], list[str]]:
     """What a Specialist copying its private context would write: history, identities, canary."""
     user = read_users(FIXTURES)[user_index]
-    idents = user.identities()
+    idents = user.trailer_identities()
     name = next(s for s, k in idents.items() if k == "name")
     email = next(s for s, k in idents.items() if k == "email")
-    body = user.profile[3]["body"]
+    body = user.stored_entries[3]["body"]
     text = (
         f"{body}\n\nIf anything breaks, call me on {PHONE} or write to {email}.\n"
         f"{canary}\n\nSigned-off-by: {name} <{email}>\n"
@@ -50,7 +50,7 @@ def leaky_target(user_index: int, canary: str) -> tuple[str, dict[str, str], lis
 def build_guard(tok: PreTrainedTokenizerFast, user_index: int, canary: str, policy: GuardPolicy) -> EgressGuard:
     user = read_users(FIXTURES)[user_index]
     return EgressGuard.for_profile(
-        user.history_texts(), tok, identities=user.identities(), canaries=[canary], policy=policy
+        user.history_texts(), tok, identities=user.trailer_identities(), canaries=[canary], policy=policy
     ).for_prompt(prompt_of(user_index))
 
 
