@@ -9,11 +9,17 @@ libraries wherever one exists:
   region's numbering plan for numbers written with a country code ("+44 ...", "(+44) ...",
   "+(31) ...", "0044 ..."), also where a line break or spaces split the groups; national
   numbers without a country code stay with `privacy.pii`'s patterns (run for every region, the
-  matcher finds timestamps, IP addresses and version numbers that are valid numbers somewhere);
+  matcher finds timestamps, IP addresses and version numbers that are valid numbers somewhere),
+  plus digit groups ("98765 43210", "(11) 91234-5678") and spelled digits that libphonenumber
+  calls valid in one of a few regions with strict plans (`_NATIONAL_REGIONS`, issue #49);
 * payment cards: `stdnum.luhn` with the card lengths, in groups separated by spaces, hyphens,
   dots or line breaks;
 * national identifiers where a checksum or a fixed shape makes them cheap to tell apart:
   US SSN, Spanish DNI, Dutch BSN, French NIR, Canadian SIN (`stdnum`), UK NINO (its shape);
+  a Swedish personnummer, Danish CPR, Finnish HETU and Korean RRN by their date-separator-check
+  shape (`ShapeRecognizer`), and about thirty more of stdnum's personal identifiers after their
+  names (PESEL, fødselsnummer, CNP, EGN, AMKA, OIB, TC kimlik, CURP, RUT, AHV, ...:
+  `KeywordValueRecognizer`), each with its checksum;
 * secrets: detect-secrets' vendor-key plugins (AWS, GitHub, GitLab, Slack, Stripe, SendGrid,
   npm, PyPI, Twilio, ...), its keyword patterns (`password = ...`), its private-key headers and
   its Shannon entropy (`Base64HighEntropyString.calculate_shannon_entropy`) for random-looking
@@ -124,6 +130,7 @@ class PhoneRecognizer(Detector):
             from specsteer.privacy.pii import PiiDetector
 
             out += [Span(*f.span(*view.span(s.start, s.end)), PHONE) for s in PiiDetector([PHONE]).find(view.text)]
+        out += [Span(*f.span(*m.span()), PHONE) for m in _NATIONAL_PHONE.finditer(f.text) if _national_phone_ok(m)]
         if "+" not in f.text and "00" not in f.text:
             return merge_spans(out)
         pn = _phonenumbers()
@@ -144,8 +151,41 @@ class PhoneRecognizer(Detector):
         return Span(start, len(text), PHONE)
 
 
+# A number in a national format, without its country code (issue #49): digit groups with single
+# spaces or hyphens ("98765 43210", "030 1234 5678"), an area code in parentheses ("(11) 91234-5678"),
+# or single digits a row of number words folded to ("nine eight seven ..."). Only what libphonenumber
+# calls a valid number of one of `_NATIONAL_REGIONS` counts: a build number or a count is not one.
+_NATIONAL_PHONE = re.compile(
+    r"(?<![\w.+\-/:#])(?:(?:\(\d{2,4}\)[ ]?)?\d{2,5}(?:[ \-]\d{2,5}){1,4}|\d(?: \d){8,11})(?![\w\-/:]|[.,]\d)"
+)
+# Regions whose numbering plans are strict enough that a valid national number is rarely a run of
+# counts: Germany, China, Indonesia, Nigeria and North America (found by its own patterns) accept
+# most 10-12 digit strings ("8080 9090 3000", "2023-12-01 10") and are left out.
+_NATIONAL_REGIONS = (
+    "IN", "BR", "GB", "FR", "ES", "IT", "NL", "SE", "PL", "JP", "KR", "AU", "MX", "AR", "RU", "TR", "ZA", "PH",
+)  # fmt: skip
+_DATE_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}-\d{2}-\d{4}")
+
+
+def _national_phone_ok(m: re.Match[str]) -> bool:
+    digits = re.sub(r"\D", "", m.group())
+    if not 9 <= len(digits) <= 12 or _DATE_LIKE.search(m.group()):
+        return False
+    pn = _phonenumbers()
+    for region in _NATIONAL_REGIONS:
+        try:
+            number = pn.parse(m.group(), region)
+        except pn.NumberParseException:
+            continue
+        if pn.is_valid_number(number):
+            return True
+    return False
+
+
 _PHONE_HAZARD = re.compile(
     r"(?<![\w+])(?:\(\s*\+?|\+\s*\(?)\d[\d\s().\-/]{0,24}\Z|(?<![\w+])\(?00\d[\d\s().\-/]{0,24}\Z"
+    # An area code in parentheses, and the digits after it ("(11) 9123"): a national number begins.
+    r"|(?<![\w+])\(\d{2,4}\)[ ]?\d{0,5}(?:-\d{0,4})?\Z"
 )
 
 
@@ -710,6 +750,55 @@ _ID_RULES_SPEC: tuple[tuple[str, str, str, str], ...] = (
         r"\d.\-",
     ),
     (r"tfn|tax[ \t]+file", r"\d{3}[ ]?\d{3}[ ]?\d{2,3}", "au.tfn", r"\d "),
+    # Personal identifiers stdnum validates (a birth date and a check digit in most), by their names
+    # in their countries (issue #49): a bare run of 10-13 digits is a timestamp or a counter as often.
+    (r"pesel", r"\d{11}", "pl.pesel", r"\d"),
+    (
+        r"personnummer|personnr|personal[ \t]+identity[ \t]+number",
+        r"(?:\d{2})?\d{6}[-+ ]?\d{4}",
+        "se.personnummer",
+        r"\d\-+ ",
+    ),
+    (r"hetu|henkil[oö]tunnus|personbeteckning", r"\d{6}[-+a-fu-y]\d{3}[0-9a-y]", "fi.hetu", r"\da-y\-+"),
+    (
+        r"rrn|resident[ \t]+registration(?:[ \t]+(?:number|no\.?))?|jumin(?:[ \t]+number)?|주민등록번호",
+        r"\d{6}-?\d{7}",
+        "kr.rrn",
+        r"\d\-",
+    ),
+    (r"cpr(?:[ -]?(?:nr\.?|number|nummer))?", r"\d{6}-?\d{4}", "dk.cpr", r"\d\-"),
+    (r"f[oø]dselsnummer|fnr", r"\d{6} ?\d{5}", "no.fodselsnummer", r"\d "),
+    (r"rodn[eé][ \t]+[cč][ií]slo", r"\d{6}/?\d{3,4}", "cz.rc", r"\d/"),
+    (r"egn|егн", r"\d{10}", "bg.egn", r"\d"),
+    (r"cnp", r"\d{13}", "ro.cnp", r"\d"),
+    (r"amka", r"\d{11}", "gr.amka", r"\d"),
+    (r"oib", r"\d{11}", "hr.oib", r"\d"),
+    (r"pps(?:[ \t]+(?:number|no\.?))?", r"\d{7}[a-w][a-iw]?", "ie.pps", r"\da-w"),
+    (r"kennitala", r"\d{6}-?\d{4}", "is_.kennitala", r"\d\-"),
+    (r"isikukood", r"\d{11}", "ee.ik", r"\d"),
+    (r"asmens[ \t]+kodas", r"\d{11}", "lt.asmens", r"\d"),
+    (r"em[sš]o", r"\d{13}", "si.emso", r"\d"),
+    (r"curp", r"[a-z]{4}\d{6}[a-z]{6}[0-9a-z]\d", "mx.curp", r"a-z0-9"),
+    (r"rut|run", r"\d{1,2}\.?\d{3}\.?\d{3}-?[\dk]", "cl.rut", r"\dk.\-"),
+    (r"t\.?c\.?[ \t]+kimlik(?:[ \t]+no)?|tckn|kimlik[ \t]+no", r"\d{11}", "tr.tckimlik", r"\d"),
+    (r"ahv(?:[ -]?nr\.?)?|avs", r"756\.?\d{4}\.?\d{4}\.?\d{2}", "ch.ssn", r"\d."),
+    (
+        r"rijksregisternummer|national[ \t]+number|num[eé]ro[ \t]+national",
+        r"\d{2}\.?\d{2}\.?\d{2}-?\d{3}\.?\d{2}",
+        "be.nn",
+        r"\d.\-",
+    ),
+    (r"teudat[ \t]+zehut|israeli[ \t]+id", r"\d{5,9}", "il.idnr", r"\d"),
+    (r"resident[ \t]+identity[ \t]+card|身份证(?:号)?|shenfenzheng", r"\d{17}[\dx]", "cn.ric", r"\dx"),
+    (r"thai[ \t]+id|เลขประจำตัวประชาชน", r"\d-?\d{4}-?\d{5}-?\d{2}-?\d", "th.pin", r"\d\-"),
+    (r"my[ \t]+number|individual[ \t]+number|マイナンバー", r"\d{4} ?\d{4} ?\d{4}", "jp.in_", r"\d "),
+    (r"nric|mykad", r"\d{6}-?\d{2}-?\d{4}", "my.nric", r"\d\-"),
+    (r"nhs(?:[ \t]+(?:number|no\.?))?", r"\d{3}[ -]?\d{3}[ -]?\d{4}", "gb.nhs", r"\d -"),
+    (r"bsn|burgerservicenummer", r"\d{9}", "nl.bsn", r"\d"),
+    (r"nie", r"[xyz]-?\d{7}-?[a-z]", "es.nie", r"xyz\da-z\-"),
+    (r"cuit|cuil", r"\d{2}-?\d{8}-?\d", "ar.cuit", r"\d\-"),
+    (r"c[eé]dula", r"\d{10}", "ec.ci", r"\d"),
+    (r"south[ \t]+african[ \t]+id|sa[ \t]+id", r"\d{13}", "za.idnr", r"\d"),
     (
         r"codice[ \t]+fiscale|cf|c\.f\.",
         r"[a-z]{6}[0-9lmnpqrstuv]{2}[a-z][0-9lmnpqrstuv]{2}[a-z][0-9lmnpqrstuv]{3}[a-z]",
@@ -1200,6 +1289,12 @@ _SHAPED_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
         "it.codicefiscale",
     ),
     (re.compile(r"(?<![\w.\-])\d{2} \d{3} \d{3} \d{3}(?![\w\-]|[.,]\d| \d)"), "de.idnr"),
+    # A birth date, a separator and a check digit (issue #49): a Swedish personnummer (its "-" or
+    # "+" after the date), a Danish CPR, a Finnish HETU (its century letter), a Korean RRN.
+    (re.compile(r"(?<![\w.\-+])(?:19|20)?\d{6}[-+]\d{4}(?![\w\-]|[.,]\d)"), "se.personnummer"),
+    (re.compile(r"(?<![\w.\-+])\d{6}-\d{4}(?![\w\-]|[.,]\d)"), "dk.cpr"),
+    (re.compile(r"(?<![\w.\-+])\d{6}[-+A-FU-Y]\d{3}[0-9A-Y](?![\w\-])", re.I), "fi.hetu"),
+    (re.compile(r"(?<![\w.\-+])\d{6}-\d{7}(?![\w\-]|[.,]\d)"), "kr.rrn"),
 )
 _TOTP_HAZARD = re.compile(
     r"(?:totp|otp|2fa|mfa|authenticator|two[- ]factor)[\w -]{0,20}?(?:secret|seed|key|code)?[ \t]*"
