@@ -22,9 +22,10 @@ import {
 } from "./replay-wire.js";
 import { replayWitness } from "./replay-witness.js";
 import { replayAudit } from "./replay-audit.js";
+import { replayPrompts } from "./replay-prompts.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-const REPLAYERS: Record<string, (doc: any) => Result[]> = {
+const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
   "wire/uplinks.json": replayUplinks,
   "wire/downlinks.json": replayDownlinks,
   "wire/cosignatures.json": replayCosignatures,
@@ -34,12 +35,13 @@ const REPLAYERS: Record<string, (doc: any) => Result[]> = {
   "steering/recovery.json": replayRecovery,
   "witness/decisions.json": replayWitness,
   "audit/cases.json": replayAudit,
+  "prompts/render.json": replayPrompts,
 };
 
 for (const [file, replay] of Object.entries(REPLAYERS)) {
-  test(`conformance/v1/${file}`, () => {
+  test(`conformance/v1/${file}`, async () => {
     const doc = load(file);
-    const results = replay(doc);
+    const results = await replay(doc);
     assert.equal(results.length, (doc.vectors ?? doc.cases).length);
     for (const [name, ok, detail] of results) record(file, name, ok, detail);
     const failed = results.filter(([, ok]) => !ok).map(([name, , detail]) => `${name}: ${detail}`);

@@ -5,6 +5,7 @@ import { lstat, open, readdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { isAbsolute, join, relative, sep } from "node:path";
 import { BUNDLE_MANIFEST, openBundle, type Bundle, type BundleEntry, type BundleFiles } from "../bundle.js";
+import { PromptRenderer } from "../prompt.js";
 
 async function walk(root: string, dir: string, out: BundleEntry[]): Promise<void> {
   for (const name of await readdir(dir)) {
@@ -67,4 +68,13 @@ export function defaultBundlePath(name: string, precision = "int4", env: Record<
 
 export function openBundleFolder(folder: string): Promise<Bundle> {
   return openBundle(bundleFolder(folder));
+}
+
+/** The prompt renderer of a bundle folder (open it with `openBundleFolder` first: that checks the hashes). */
+export async function promptRendererOf(folder: string): Promise<PromptRenderer> {
+  const { readFile } = await import("node:fs/promises");
+  const json = async (name: string): Promise<Record<string, unknown>> => JSON.parse(await readFile(join(folder, name), "utf8"));
+  const template = await readFile(join(folder, "chat_template.jinja"), "utf8").catch(() => null);
+  const config = await json("tokenizer_config.json").catch(() => ({}));
+  return new PromptRenderer({ tokenizerJson: await json("tokenizer.json"), tokenizerConfig: config, chatTemplate: template });
 }
