@@ -7,7 +7,7 @@
 - `audit.log`: the append-only, crash-safe segment store and its signed checkpoints.
 - `core.contract`: what an uplink and a downlink may carry, checked live and by `verify` alike.
 - `audit.recorder`: `EgressRecorder`, the recorder behind the device's one egress choke point
-  (`sdk.remote` → `sdk.egress.EgressSession.uplink` → `RecorderTap` → `EgressRecorder.record_uplink`).
+  (`sdk.remote` → `sdk.egress.EgressSession.uplink` → `EgressRecorder.on_uplink`).
 - `audit.transcript`: the server's per-device record of what it received (the witness), and its comparison.
 - `audit.cosignature`: C2SP tlog-cosignature/v1 (the witness's signature of a checkpoint) and its keys.
 - `audit.witness_state`: the witness's record of what it cosigned, per device log.

@@ -1,18 +1,19 @@
 """`EgressRecorder`: the audit side of the device's one egress choke point.
 
 The one path every uplink takes: `sdk.remote` serializes it and hands the exact bytes to
-`sdk.egress.EgressSession.uplink`, whose `RecorderTap` calls `EgressRecorder.record_uplink` here;
-it checks them against the session contract (`core.contract`), appends them to the log, waits for
-the fsync, and only then returns, after which the bytes go to gRPC (whose serializer is the
-identity). An uplink that breaks the contract raises `EgressBlocked`: it is neither logged nor sent
-(fail closed). `record_downlink` logs the received bytes first (evidence, even when malformed),
-then parses and checks them, raising `ProtocolError` on a breach.
+`sdk.egress.EgressSession.uplink`, whose tap is this recorder (it has the `sdk.egress.EgressTap`
+methods itself). `EgressRecorder.on_uplink` checks them against the session contract
+(`core.contract`), appends them to the log, waits for the fsync, and only then returns, after
+which the bytes go to gRPC (whose serializer is the identity). An uplink that breaks the contract
+raises `EgressBlocked`: it is neither logged nor sent (fail closed). `on_downlink` logs the
+received bytes first (evidence, even when malformed), then parses and checks them, raising
+`ProtocolError` on a breach.
 
     recorder = EgressRecorder(AuditLog.open(log_dir, signing_key))
     sid = recorder.begin_session(vocab_size=specialist_vocab_size)
-    recorder.record_uplink(sid, payload)       # before sending; raises EgressBlocked to stop it
-    recorder.record_downlink(sid, received)    # on receipt, before parsing
-    recorder.record_fallback(sid, "verifier-unreachable")   # if the device finishes locally
+    recorder.on_uplink(sid, payload)       # before sending; raises EgressBlocked to stop it
+    recorder.on_downlink(sid, received)    # on receipt, before parsing
+    recorder.on_fallback(sid, "verifier-unreachable")   # if the device finishes locally
 
 Keep gRPC compression off on this channel, so the logged bytes are the wire bytes (gRPC adds only
 its 5-byte length prefix). A session ends with its Close uplink or a fallback; a checkpoint is
@@ -29,7 +30,7 @@ any other answer stays on record only (one that fails under the key raises `Prot
 bad answer cannot make the witness refuse every later Close.
 
     request = recorder.witness_request(sid)
-    recorder.record_uplink(sid, wire.encode_close(seq, request))
+    recorder.on_uplink(sid, wire.encode_close(seq, request))
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class EgressRecorder:
             self._witness[session_id] = (request, note)
             return request
 
-    def record_uplink(self, session_id: str, payload: bytes) -> int:
+    def on_uplink(self, session_id: str, payload: bytes) -> int:
         """Check and log one serialized `Uplink`; return its record index once it is on disk.
 
         Raises `EgressBlocked` (and logs nothing) if the bytes break the egress contract: the
@@ -141,7 +142,7 @@ class EgressRecorder:
         last = self.log.last_appended
         return last[1] if last is not None and last[0] == index else time.time()
 
-    def record_downlink(self, session_id: str, payload: bytes) -> int:
+    def on_downlink(self, session_id: str, payload: bytes) -> int:
         """Log one received `Downlink` as received, then check it; raise `ProtocolError` if it breaks the contract."""
         with self._lock:
             state = self._state(session_id)
@@ -187,7 +188,7 @@ class EgressRecorder:
             return str(exc)
         return time_problem(timestamp, asked, answered)
 
-    def record_fallback(self, session_id: str, reason: str) -> int:
+    def on_fallback(self, session_id: str, reason: str) -> int:
         """The device finished this session locally; `reason` is a short identifier, never free text."""
         if not records.is_identifier(reason):
             raise AuditError(
@@ -204,7 +205,7 @@ class EgressRecorder:
             self._after_end(state, was_ended)
             return index
 
-    def record_guard_decision(self, session_id: str, *, decision: str, count: int, placeholder: str) -> int:
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> int:
         """The privacy guard's decision: what it did, how many spans, which placeholder label (never the span).
 
         A `placeholder` decision must come before the round that carries the placeholder's tokens.

@@ -32,8 +32,8 @@ def build(directory: Path, tail_bytes: int) -> Path:
     with AuditLog.open(directory, SigningKey.generate("bench/hostile")) as log:
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=500)
-        rec.record_uplink(sid, wire.encode_open([1, 2, 3], SessionParams(top_k=3, draft_len=4)))
-        rec.record_uplink(sid, wire.encode_close(1))
+        rec.on_uplink(sid, wire.encode_open([1, 2, 3], SessionParams(top_k=3, draft_len=4)))
+        rec.on_uplink(sid, wire.encode_close(1))
     seg = max((directory / SEGMENTS_DIR).iterdir())
     bad = bytearray(_frame(records.build(99, records.KIND_FALLBACK, {"session": "e" * 32, "n": 1, "reason": "x"})))
     bad[-1] ^= 1

@@ -8,7 +8,7 @@ Every generation runs on `--specialist` -> `--generalist` (the embedded default 
 greedy, SpecSteer's default SessionParams unless a configuration says otherwise) against a real
 verifier: `server.grpc_server.create_server` with a throwaway PKI, gRPC over mutual TLS on loopback, one
 server (and one server transcript) per generation. The device records every uplink and downlink in
-its own signed audit log (`audit.recorder.EgressRecorder` behind `sdk.egress.RecorderTap`), and every
+its own signed audit log (`audit.recorder.EgressRecorder`, the SDK's egress tap), and every
 number below is computed from those logs, restricted to the uplinks the server's transcript says
 arrived (`privacy.data.read_uplinks`, `privacy.report.leakage_report`), never from the device's
 token lists.
@@ -75,7 +75,6 @@ from specsteer.privacy.membership import MembershipProbe, draft_likelihood_attac
 from specsteer.privacy.report import leakage_report
 from specsteer.sdk.context import Profile, ProfileEntry, ProfileIndex, fit_context
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
 from specsteer.sdk.uplink_guard import guard_for_profile
 from specsteer.server.config import ServerConfig
@@ -155,7 +154,7 @@ def run_one(
             vocab_size=lm.vocab_size,
             connect_timeout=30.0,
             round_timeout=600.0,  # a busy shared CPU; fallback=False turns a timeout into an error, not a local run
-            tap=RecorderTap(EgressRecorder(log)),
+            tap=EgressRecorder(log),
         ) as verifier,
     ):
         out = generate(specialist, prompt, params, options, verifier, fallback=False, guard=guard)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specsteer.core.errors import ConfigError
-from specsteer.sdk.egress import EgressTap, RecorderTap
+from specsteer.sdk.egress import EgressTap
 
 __all__ = ["check_audit_settings", "open_audit_tap"]
 
@@ -48,6 +48,6 @@ def open_audit_tap(
         device = None if cert is None else DeviceIdentity.from_pem(Path(cert).read_bytes())
         witness = None if witness_key is None else load_witness_key(witness_key)
         with AuditLog.open(log_dir, load_signing_key(key_path), device=device, witness_key=witness) as log:
-            yield RecorderTap(EgressRecorder(log))
+            yield EgressRecorder(log)
     except AuditError as exc:
         raise ConfigError(f"audit log {log_dir}: {exc}") from None

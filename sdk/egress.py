@@ -1,8 +1,8 @@
 """The egress choke point: every byte the SDK sends to the verifier passes through here first.
 
 The one path of an uplink: `sdk.remote` (`_send`) serializes it and hands the exact bytes to
-`EgressSession.uplink`, whose tap (`RecorderTap` → `audit.recorder.EgressRecorder.record_uplink`
-when an audit log is configured) checks and logs them; only then do they go to gRPC, whose
+`EgressSession.uplink`, whose tap (`audit.recorder.EgressRecorder`, whose `on_uplink` checks and
+logs them, when an audit log is configured) sees them; only then do they go to gRPC, whose
 serializer is the identity (gRPC interceptors would see message objects, not bytes). A tap can
 log them, or refuse them by raising: a refused uplink is not sent, and the generation stops with
 that error (fail closed).
@@ -16,8 +16,8 @@ Downlinks reach the tap as received, before they are parsed, so malformed ones a
     session.guard_decision("placeholder", 1, "<EMAIL>")    # the guard replaced a span (before that round)
     session.fallback("verifier-lost")                      # the device finished locally
 
-`audit.EgressRecorder` fits through `RecorderTap`. The session ID is device-local: it never goes
-on the wire.
+`audit.EgressRecorder` is a tap as it is: `EgressTap` is a protocol, so audit imports nothing of
+the sdk. The session ID is device-local: it never goes on the wire.
 """
 
 from __future__ import annotations
@@ -28,31 +28,33 @@ from typing import Protocol
 
 from specsteer.core.wire import WitnessRequest
 
-__all__ = ["Egress", "EgressSession", "EgressTap", "NullTap", "RecorderTap"]
+__all__ = ["Egress", "EgressSession", "EgressTap", "NullTap"]
 
 _REASON = re.compile(r"[a-z][a-z0-9-]{0,63}")
 
 
 class EgressTap(Protocol):
-    """Sees every uplink's bytes before they leave, and every downlink's bytes as they arrive."""
+    """Sees every uplink's bytes before they leave, and every downlink's bytes as they arrive.
+
+    What the `on_*` methods return is ignored (the audit recorder returns the record's index)."""
 
     def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
         """A new session's device-local ID."""
         ...
 
-    def on_uplink(self, session_id: str, payload: bytes) -> None:
+    def on_uplink(self, session_id: str, payload: bytes) -> object:
         """Called before `payload` is sent; raising blocks it (and ends the generation)."""
         ...
 
-    def on_downlink(self, session_id: str, payload: bytes) -> None:
+    def on_downlink(self, session_id: str, payload: bytes) -> object:
         """Called with each received payload before it is parsed; raising rejects it."""
         ...
 
-    def on_fallback(self, session_id: str, reason: str) -> None:
+    def on_fallback(self, session_id: str, reason: str) -> object:
         """The device finished this session locally; `reason` is a short identifier."""
         ...
 
-    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
+    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> object:
         """The egress guard acted on `count` sensitive span(s); called before the uplink it shaped."""
         ...
 
@@ -74,45 +76,6 @@ class NullTap:
 
     def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
         pass
-
-
-class _Recorder(Protocol):
-    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str: ...
-
-    def record_uplink(self, session_id: str, payload: bytes) -> int: ...
-
-    def record_downlink(self, session_id: str, payload: bytes) -> int: ...
-
-    def record_fallback(self, session_id: str, reason: str) -> int: ...
-
-    def record_guard_decision(self, session_id: str, *, decision: str, count: int, placeholder: str) -> int: ...
-
-
-class RecorderTap:
-    """Adapts a recorder with `record_uplink/record_downlink/record_fallback` (audit's) to a tap."""
-
-    def __init__(self, recorder: _Recorder) -> None:
-        self.recorder = recorder
-
-    def begin_session(self, *, vocab_size: int, max_top_k: int) -> str:
-        return self.recorder.begin_session(vocab_size=vocab_size, max_top_k=max_top_k)
-
-    def on_uplink(self, session_id: str, payload: bytes) -> None:
-        self.recorder.record_uplink(session_id, payload)
-
-    def on_downlink(self, session_id: str, payload: bytes) -> None:
-        self.recorder.record_downlink(session_id, payload)
-
-    def on_fallback(self, session_id: str, reason: str) -> None:
-        self.recorder.record_fallback(session_id, reason)
-
-    def on_guard_decision(self, session_id: str, decision: str, count: int, placeholder: str) -> None:
-        self.recorder.record_guard_decision(session_id, decision=decision, count=count, placeholder=placeholder)
-
-    def witness_request(self, session_id: str) -> WitnessRequest | None:
-        """The audit log's signed checkpoint for the session's Close, if the recorder keeps one."""
-        issue = getattr(self.recorder, "witness_request", None)
-        return None if issue is None else issue(session_id)
 
 
 class EgressSession:

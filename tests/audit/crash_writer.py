@@ -40,17 +40,17 @@ def main() -> None:
         # A long prompt makes frames of several kilobytes, so a kill can land mid-write.
         prompt = [(run * 7919 + s * 31 + i) % VOCAB for i in range(1500 + s % 7)]
         payload = wire.open_to_proto(prompt, SessionParams(top_k=8, draft_len=8)).SerializeToString()
-        ack(rec.record_uplink(sid, payload), "uplink", sid, payload)
+        ack(rec.on_uplink(sid, payload), "uplink", sid, payload)
         commit: list[int] = []
         for seq in range(1, 4):
             payload = wire.round_to_proto(seq, commit, [(s + seq + j) % VOCAB for j in range(8)]).SerializeToString()
-            ack(rec.record_uplink(sid, payload), "uplink", sid, payload)
+            ack(rec.on_uplink(sid, payload), "uplink", sid, payload)
             cands = tuple(((s * seq + i) % VOCAB,) for i in range(8))
             down = wire.verdict_to_proto(seq, Verdict(3, SteeringVector(cands, (0.0,) * 8))).SerializeToString()
-            ack(rec.record_downlink(sid, down), "downlink", sid, down)
+            ack(rec.on_downlink(sid, down), "downlink", sid, down)
             commit = list(cands[0])
         payload = wire.close_to_proto(4).SerializeToString()
-        ack(rec.record_uplink(sid, payload), "uplink", sid, payload)
+        ack(rec.on_uplink(sid, payload), "uplink", sid, payload)
 
 
 if __name__ == "__main__":

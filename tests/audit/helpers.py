@@ -28,14 +28,14 @@ DEVICE = DeviceIdentity("alice", "a1" * 32)  # the mTLS certificate the test log
 def uplink_serializer(rec: EgressRecorder, session_id: str) -> Callable[[pb.Uplink], bytes]:
     """A gRPC `request_serializer` over the recorder: serialize, check, log (fsync), then return the bytes.
 
-    The SDK does not send this way (it records through `sdk.egress.RecorderTap`); tests use it to
+    The SDK does not send this way (the recorder is its `sdk.egress` tap); tests use it to
     drive the recorder with messages, and to check it against a plain gRPC channel.
     """
     rec._state(session_id)  # refuses a session the recorder did not begin, before any message
 
     def serialize(message: pb.Uplink) -> bytes:
         payload = message.SerializeToString(deterministic=True)
-        rec.record_uplink(session_id, payload)
+        rec.on_uplink(session_id, payload)
         return payload
 
     return serialize
@@ -46,7 +46,7 @@ def downlink_deserializer(rec: EgressRecorder, session_id: str) -> Callable[[byt
     rec._state(session_id)  # refuses a session the recorder did not begin, before any message
 
     def deserialize(payload: bytes) -> pb.Downlink:
-        rec.record_downlink(session_id, payload)
+        rec.on_downlink(session_id, payload)
         return pb.Downlink.FromString(payload)
 
     return deserialize

@@ -57,7 +57,7 @@ def test_the_serializer_logs_exactly_the_bytes_it_returns(rec: EgressRecorder) -
 def _blocked(rec: EgressRecorder, sid: str, payload: bytes, match: str) -> None:
     size = rec.log.size
     with pytest.raises(EgressBlocked, match=match):
-        rec.record_uplink(sid, payload)
+        rec.on_uplink(sid, payload)
     assert rec.log.size == size  # blocked means not logged, and so not sent
 
 
@@ -148,7 +148,7 @@ def test_a_downlink_whose_bytes_carry_more_than_the_message_they_parse_to_is_rej
     covert = b"".join(bytes([1 << 3, byte]) for byte in b"covert text")  # seq = <byte>, then the honest seq wins
     assert pb.Downlink.FromString(covert + honest) == pb.Downlink.FromString(honest)
     with pytest.raises(ProtocolError, match="not the deterministic serialization"):
-        rec.record_downlink(sid, covert + honest)
+        rec.on_downlink(sid, covert + honest)
     rec.log.close()
     report = inspect(rec.log.directory)
     downlinks = next(c for c in report.checks if c.name == "downlinks")
@@ -161,25 +161,25 @@ def test_a_non_finite_downlink_value_is_rejected(rec: EgressRecorder) -> None:
     msg = pb.Downlink(seq=1, accepted=0)
     msg.candidates.add(token_ids=[1], value=float("nan"))
     with pytest.raises(ProtocolError, match="non-finite"):
-        rec.record_downlink(sid, msg.SerializeToString())
+        rec.on_downlink(sid, msg.SerializeToString())
 
 
 def test_device_local_records_hold_labels_never_text(rec: EgressRecorder) -> None:
     sid = _opened(rec)
     with pytest.raises(AuditError, match="identifier"):
-        rec.record_fallback(sid, "the user wrote: my card is 4111 1111")
+        rec.on_fallback(sid, "the user wrote: my card is 4111 1111")
     with pytest.raises(AuditError, match="placeholder"):
-        rec.record_guard_decision(sid, decision="redact", count=1, placeholder="jane.doe@example.com")
+        rec.on_guard_decision(sid, decision="redact", count=1, placeholder="jane.doe@example.com")
     for label in ("<pw:Hunter2-Summer>", "<card:4111-1111-1111>"):  # a label's characters could spell it
         with pytest.raises(AuditError, match="placeholder"):
-            rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder=label)
+            rec.on_guard_decision(sid, decision="placeholder", count=1, placeholder=label)
     # An identifier of the device's choosing could spell the span out: a decision is one of a fixed few.
     with pytest.raises(AuditError, match="none of the decisions"):
-        rec.record_guard_decision(sid, decision="jane-roe-ssn-078-05-1120", count=1, placeholder="[EMAIL]")
+        rec.on_guard_decision(sid, decision="jane-roe-ssn-078-05-1120", count=1, placeholder="[EMAIL]")
     with pytest.raises(AuditError, match="at most 8192"):
-        rec.record_guard_decision(sid, decision="placeholder", count=2**53 - 1, placeholder="[EMAIL]")
-    rec.record_guard_decision(sid, decision="redact", count=2, placeholder="[EMAIL]")
-    rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_guard_decision(sid, decision="placeholder", count=2**53 - 1, placeholder="[EMAIL]")
+    rec.on_guard_decision(sid, decision="redact", count=2, placeholder="[EMAIL]")
+    rec.on_fallback(sid, "verifier-unreachable")
     rec.log.close()
     report = verify(rec.log.directory)
     assert [s.ended for s in report.sessions] == ["fallback (verifier-unreachable)"]
@@ -217,15 +217,15 @@ def test_a_placeholder_on_the_wire_must_be_declared_by_a_guard_decision(rec: Egr
     up = uplink_serializer(rec, sid)
     with pytest.raises(EgressBlocked, match="placeholder no guard decision declared"):
         up(wire.round_to_proto(1, [], [4], [7, 8]))
-    rec.record_guard_decision(sid, decision="placeholder", count=1, placeholder="<EMAIL>")
+    rec.on_guard_decision(sid, decision="placeholder", count=1, placeholder="<EMAIL>")
     with pytest.raises(EgressBlocked, match="at most 16"):
         up(wire.round_to_proto(1, [], [4], [7] * 17))
     up(wire.round_to_proto(1, [], [4], [7, 8]))  # declared: it may go
-    rec.record_downlink(sid, wire.encode_downlink(1, Verdict(1, SteeringVector(((5,),), (0.0,)))))
+    rec.on_downlink(sid, wire.encode_downlink(1, Verdict(1, SteeringVector(((5,),), (0.0,)))))
     with pytest.raises(EgressBlocked, match="no guard decision"):  # one declaration, one placeholder
         up(wire.round_to_proto(2, [5], [4], [9]))
     up(wire.round_to_proto(2, [5], [4]))
-    rec.record_fallback(sid, "guard-keep-local")
+    rec.on_fallback(sid, "guard-keep-local")
     rec.log.close()
     report = verify(rec.log.directory)
     assert report.guard == (("placeholder", "<EMAIL>", 1),)
@@ -311,3 +311,25 @@ def test_audit_verify_flags_a_dense_downlink_outside_a_fusion_session(tmp_path: 
     report = inspect(tmp_path / "log", key=key.verifier)
     downlinks = next(c for c in report.checks if c.name == "downlinks")
     assert not report.ok and any("did not declare method fusion" in f for f in downlinks.failures)
+
+
+def test_the_recorder_is_the_sdk_egress_tap_itself(rec: EgressRecorder) -> None:
+    """Issue #46 (Build 8): `sdk.egress.RecorderTap` only renamed the recorder's `record_*` to the
+    tap's `on_*`. The recorder now has the tap's methods, so the SDK's egress takes it as it is."""
+    import specsteer.sdk.egress as egress
+
+    # Prepare
+    assert not hasattr(egress, "RecorderTap")
+    session = egress.Egress(rec).begin(vocab_size=VOCAB, max_top_k=3)
+    # Execute: every tap call the SDK makes, in a session's order.
+    session.uplink(wire.encode_open([1, 2, 3], SessionParams(top_k=3, draft_len=4)))
+    session.guard_decision("placeholder", 1, "<EMAIL>")
+    session.uplink(wire.encode_round(1, [], [4], [7, 8]))
+    session.downlink(wire.encode_downlink(1, Verdict(1, SteeringVector(((5,),), (0.0,)))))
+    assert session.witness_request() is not None  # the recorder signs what a Close would carry
+    session.fallback("verifier-lost")
+    rec.log.close()
+    # Assert: all of it is on record, and the log verifies.
+    report = verify(rec.log.directory)
+    assert report.guard == (("placeholder", "<EMAIL>", 1),)
+    assert len(_payloads(rec, records.KIND_UPLINK)) == 2 and len(_payloads(rec, records.KIND_DOWNLINK)) == 1

@@ -14,7 +14,6 @@ from specsteer.audit.verify import verify
 from specsteer.core.errors import ProtocolError
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.tinymodels import tiny_lm
 from tests.verifier_harness import make_pki, remote, serve
@@ -27,7 +26,7 @@ def test_a_session_the_verifier_refuses_still_verifies(tmp_path: Path, char_tok)
     pki = make_pki(tmp_path)
     key = SigningKey.generate("device.test/ends")
     with serve(cloud, pki) as (_, port), AuditLog.open(tmp_path / "log", key) as log:
-        verifier = remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=RecorderTap(EgressRecorder(log)))
+        verifier = remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=EgressRecorder(log))
         # Execute: one good session, then one declaring an adapter version the verifier lacks.
         ok = generate(specialist, "Hello", SessionParams(), DecodeOptions(max_new_tokens=5), verifier)
         with pytest.raises(ProtocolError, match="adapter v3"):

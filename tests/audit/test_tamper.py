@@ -183,7 +183,7 @@ def _log_with(tmp_path: Path, bad: str) -> BuiltLog:
                 msg.candidates.add(token_ids=[i], value=-float(i))
             with pytest.raises(ProtocolError):  # the device rejects it live, after logging it as evidence
                 downlink_deserializer(rec, sid)(msg.SerializeToString())
-        rec.record_fallback(sid, "protocol-error")
+        rec.on_fallback(sid, "protocol-error")
     return BuiltLog(tmp_path / "log", key, pub, [sid])
 
 

@@ -29,7 +29,6 @@ from specsteer.audit.witness_state import WitnessedLog, WitnessState
 from specsteer.core import wire
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.audit.helpers import (
     DEVICE,
@@ -292,7 +291,7 @@ def test_a_fallback_the_server_saw_part_of_verifies(tmp_path: Path) -> None:
         rec = EgressRecorder(log)
         run_session(rec, seed=0)
         sid = run_session(rec, seed=1, close=False)
-        rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_fallback(sid, "verifier-unreachable")
         run_session(rec, seed=2)
     built = BuiltLog(tmp_path / "log", key, tmp_path / "device.pub", [])
     streams = _uplinks(built.directory)
@@ -426,7 +425,7 @@ def test_concurrent_sessions_through_a_real_verifier_verify(tmp_path: Path, char
             witness_key=witness_private,
         ) as (_, port),
         AuditLog.open(tmp_path / "log", key, device=identity, witness_key=witness_key) as log,
-        remote(port, pki, vocab_size=s_lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
+        remote(port, pki, vocab_size=s_lm.vocab_size, tap=EgressRecorder(log)) as verifier,
     ):
 
         def device(i: int) -> None:

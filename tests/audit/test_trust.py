@@ -94,7 +94,7 @@ def test_an_honest_log_is_signed_at_every_session_end(tmp_path: Path) -> None:
             assert log.latest_checkpoint is not None
             assert int(log.latest_checkpoint.split("\n")[1]) == log.size
         sid = rec.begin_session(vocab_size=500)
-        rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_fallback(sid, "verifier-unreachable")
         assert int(log.latest_checkpoint.split("\n")[1]) == log.size
     verify(built.directory, key=built.key.verifier)
 

@@ -26,7 +26,6 @@ from specsteer.audit.verify import inspect
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import WIRE_MAX_TOP_K, SessionParams
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.audit.helpers import (
     checkpoint_notes,
@@ -87,7 +86,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, char_tok) -> Run:
         # Interleaved sessions of both devices on one verifier.
         for prompt in ("Hi there", "refs: speed up"):
             for name in DEVICES:
-                tap = RecorderTap(EgressRecorder(logs[name]))
+                tap = EgressRecorder(logs[name])
                 with remote(port, p, vocab_size=s_lm.vocab_size, device=name, tap=tap) as verifier:
                     out = generate(Specialist(s_lm), prompt, SessionParams(gamma=0.05), DecodeOptions(8), verifier)
                     assert out.stats.fallback is None

@@ -26,7 +26,7 @@ def test_a_session_record_of_an_unknown_kind_is_a_failure_naming_it(
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=VOCAB)
         position = log.append_session("session-note", sid, {})
-        rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_fallback(sid, "verifier-unreachable")
 
     with pytest.raises(VerificationFailed) as info:
         verify.verify(directory, key=key.verifier)

@@ -27,7 +27,6 @@ from specsteer.core import wire
 from specsteer.core.proto import verifier_pb2 as pb
 from specsteer.core.session_types import SessionParams, SteeringVector, Verdict
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.remote import RemoteVerifier
 from specsteer.server.grpc_server import VerifierServer
 from specsteer.server.service import Device, VerifierService
@@ -163,7 +162,7 @@ def test_sdk_client_socket_bytes_match_the_log(tmp_path: Path, char_tok) -> None
         relay = LoopbackRelay(server.port)
         try:
             with AuditLog.open(tmp_path / "log", key, device=ALICE) as log:
-                tap = RecorderTap(EgressRecorder(log))
+                tap = EgressRecorder(log)
                 verifier = UnsafePlaintextRemoteVerifier(
                     f"127.0.0.1:{relay.port}", identity(pki), vocab_size=specialist.lm.vocab_size, tap=tap
                 )

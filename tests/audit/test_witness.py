@@ -69,12 +69,12 @@ def witnessed_session(rec: EgressRecorder, witness: Witness, *, seed: int, devic
     """One session whose Close carries the log's checkpoint, answered by the witness as the stream does."""
     sid = run_session(rec, seed=seed, close=False)
     close = wire.encode_close(3, rec.witness_request(sid))
-    rec.record_uplink(sid, close)
+    rec.on_uplink(sid, close)
     frame_ = wire.decode_uplink(close)
     assert isinstance(frame_, wire.CloseFrame) and frame_.witness is not None
     result = witness.cosign(device, frame_.witness)
     if isinstance(result, Cosigned):
-        rec.record_downlink(sid, wire.encode_cosignature(3, result.witness, result.signature))
+        rec.on_downlink(sid, wire.encode_cosignature(3, result.witness, result.signature))
     return result
 
 
@@ -156,7 +156,7 @@ def _fabricated_tail(w: Witnessed, log: Path) -> None:
     with AuditLog.open(log, w.key, device=DEVICE) as appended:
         rec = EgressRecorder(appended)
         sid = run_session(rec, seed=7, close=False)
-        rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_fallback(sid, "verifier-unreachable")
 
 
 def test_a_fabricated_tail_after_the_last_close_is_unproven_with_the_witness_key(
@@ -338,8 +338,8 @@ def test_the_recorder_lets_a_close_carry_only_the_checkpoint_it_issued(tmp_path:
         issued = rec.witness_request(sid)
         smuggled = wire.WitnessRequest(**{**issued.__dict__, "origin": "meet-at-noon"})
         with pytest.raises(EgressBlocked, match="did not issue"):
-            rec.record_uplink(sid, wire.encode_close(3, smuggled))
-        rec.record_uplink(sid, wire.encode_close(3, issued))
+            rec.on_uplink(sid, wire.encode_close(3, smuggled))
+        rec.on_uplink(sid, wire.encode_close(3, issued))
 
 
 # -- one log key under two device names: a split view -------------------------------------------------

@@ -22,7 +22,6 @@ from specsteer.privacy.leakage import CanarySpace
 from specsteer.privacy.report import leakage_report
 from specsteer.privacy.vault import ENV_PASSPHRASE, PassphraseKeyProvider, ProfileVault
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server.session import CloudVerifier
 from tests.privacy.test_protocol import FIXTURES, build_guard, candidates, copying_pair, leaky_target, prompt_of
 from tests.verifier_harness import make_pki, remote, serve
@@ -142,7 +141,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory, char_tok: PreTrainedTokeni
         for label, guard in (("off", None), ("on", build_guard(char_tok, 0, canary, GuardPolicy.PLACEHOLDER))):
             with (
                 AuditLog.open(root / label, key) as log,
-                remote(port, pki, vocab_size=specialist.vocab_size, tap=RecorderTap(EgressRecorder(log))) as device,
+                remote(port, pki, vocab_size=specialist.vocab_size, tap=EgressRecorder(log)) as device,
             ):
                 out = generate(Specialist(specialist), prompt, params, options, device, guard=guard)
             assert out.token_ids == target and out.stats.fallback is None
@@ -203,7 +202,7 @@ def test_leakage_report_ranks_a_partly_leaked_canary_exactly(
     with (
         serve(CloudVerifier(cloud, cloud, seed=0, max_top_k=params.top_k), pki) as (_, port),
         AuditLog.open(tmp_path / "log", SigningKey.generate("device.test/privacy")) as log,
-        remote(port, pki, vocab_size=specialist.vocab_size, tap=RecorderTap(EgressRecorder(log))) as device,
+        remote(port, pki, vocab_size=specialist.vocab_size, tap=EgressRecorder(log)) as device,
     ):
         out = generate(Specialist(specialist), prompt, params, DecodeOptions(max_new_tokens=len(target) + 1), device)
     assert out.token_ids == target

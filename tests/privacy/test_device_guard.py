@@ -27,7 +27,6 @@ from specsteer.privacy.guard import PLACEHOLDERS, GuardPolicy
 from specsteer.privacy.report import leakage_report
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.transport import InProcessSession, InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_for_profile, plan_uplink
 from specsteer.server.session import CloudVerifier
@@ -239,7 +238,7 @@ def test_over_tls_the_audit_log_proves_every_placeholder_was_declared(tmp_path: 
         for label, g in (("on", guard), ("off", None)):
             with (
                 AuditLog.open(tmp_path / label, key) as log,
-                remote(port, pki, vocab_size=lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
+                remote(port, pki, vocab_size=lm.vocab_size, tap=EgressRecorder(log)) as verifier,
             ):
                 out = generate(specialist, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=48), verifier, guard=g)
             assert out.text == TARGETS["email"] and out.stats.fallback is None

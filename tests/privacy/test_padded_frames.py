@@ -92,9 +92,9 @@ def test_the_audit_contract_holds_a_padded_session_to_its_declaration(tmp_path: 
     with AuditLog.open(tmp_path / "log", SigningKey.generate("d")) as log:
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=100)
-        rec.record_uplink(sid, wire.encode_open([1, 2], SessionParams(draft_len=4, padded_frames=True)))
+        rec.on_uplink(sid, wire.encode_open([1, 2], SessionParams(draft_len=4, padded_frames=True)))
         with pytest.raises(EgressBlocked, match="not padded"):
-            rec.record_uplink(sid, wire.encode_round(1, [], [4]))
-        rec.record_uplink(sid, wire.encode_round(1, [], [4], pad_to=4))
-        rec.record_fallback(sid, "verifier-lost")
+            rec.on_uplink(sid, wire.encode_round(1, [], [4]))
+        rec.on_uplink(sid, wire.encode_round(1, [], [4], pad_to=4))
+        rec.on_fallback(sid, "verifier-lost")
     assert verify(tmp_path / "log").sessions[0].rounds == 1

@@ -29,13 +29,13 @@ def write_log(path: Path, vocab_size: int, prompt: Sequence[int], rounds: Sequen
     with AuditLog.open(path, SigningKey.generate("device.test/report")) as log:
         rec = EgressRecorder(log)
         sid = rec.begin_session(vocab_size=vocab_size, max_top_k=4)
-        rec.record_uplink(sid, wire.encode_open(list(prompt), SessionParams(top_k=4, draft_len=32)))
+        rec.on_uplink(sid, wire.encode_open(list(prompt), SessionParams(top_k=4, draft_len=32)))
         for seq, (commit, draft, accepted) in enumerate(rounds, start=1):
-            rec.record_uplink(sid, wire.encode_round(seq, commit, draft, []))
+            rec.on_uplink(sid, wire.encode_round(seq, commit, draft, []))
             nxt = rounds[seq][0][:1] if seq < len(rounds) and rounds[seq][0] else [1]
             steer = SteeringVector((tuple(nxt),), (0.0,))
-            rec.record_downlink(sid, wire.encode_downlink(seq, Verdict(accepted, steer)))
-        rec.record_uplink(sid, wire.encode_close(len(rounds) + 1))
+            rec.on_downlink(sid, wire.encode_downlink(seq, Verdict(accepted, steer)))
+        rec.on_uplink(sid, wire.encode_close(len(rounds) + 1))
 
 
 def sent(tok: PreTrainedTokenizerFast, text: str) -> list[Round]:

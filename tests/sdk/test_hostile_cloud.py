@@ -30,7 +30,6 @@ from specsteer.core.models import CausalLM
 from specsteer.core.session_types import SessionParams
 from specsteer.core.wire import pb
 from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server import pki as pki_mod
 from specsteer.server.witness import Cosigned, Witness
 from tests.tinymodels import tiny_llama, tiny_lm
@@ -145,7 +144,7 @@ def test_a_bad_cosignature_is_kept_on_record_but_never_proved_from(
         hostile(pki, rounds_then(on_close)) as port,
         AuditLog.open(tmp_path / "log", log_key, witness_key=signer.key) as log,
     ):
-        tap = RecorderTap(EgressRecorder(log))
+        tap = EgressRecorder(log)
         for _ in plan:
             out = run(specialist, port, pki, tap=tap)
             assert out.stats.fallback is None
@@ -176,7 +175,7 @@ def test_without_a_witness_key_no_cosignature_is_proved_from(
 
     log_key = SigningKey.generate("device.test/log")
     with hostile(pki, rounds_then(on_close)) as port, AuditLog.open(tmp_path / "log", log_key) as log:
-        tap = RecorderTap(EgressRecorder(log))
+        tap = EgressRecorder(log)
         for _ in range(2):
             assert run(specialist, port, pki, tap=tap).stats.fallback is None
             assert log.cosigned is None

@@ -17,7 +17,6 @@ from specsteer.audit.verify import inspect
 from specsteer.core.session_types import FusionVector, Method, SessionParams
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
 from tests.test_oracles import FIXTURES, MAX_NEW, PROMPT, Reference, run, strip_eos
@@ -73,7 +72,7 @@ def test_fusion_over_grpc_tls_is_the_same_and_its_audit_log_verifies(specialist,
     with (
         AuditLog.open(tmp_path / "log", key) as log,
         serve(CloudVerifier(models[1], specialist.lm, seed=0), pki) as (_, port),
-        remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
+        remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=EgressRecorder(log)) as verifier,
     ):
         net = generate(specialist, PROMPT, params, options, verifier, fallback=False)
     assert net.stats.fallback is None

@@ -26,7 +26,6 @@ from specsteer.core import wire
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import SessionParams
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.server.config import ServerConfig
 from specsteer.server.session import CloudVerifier
 from specsteer.server.witness import Cosigned, load_witness
@@ -48,7 +47,7 @@ def _run(tmp: Path, char_tok, *, log_dir: Path, key: SigningKey, prompts: tuple[
     with (
         serve(cloud, pki, witness_key=private) as (_, port),
         AuditLog.open(log_dir, key, device=identity, witness_key=witness_pub) as log,
-        remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
+        remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=EgressRecorder(log)) as verifier,
     ):
         for prompt in prompts:
             out = generate(specialist, prompt, SessionParams(gamma=0.05), DecodeOptions(6), verifier)
