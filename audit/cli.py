@@ -22,6 +22,7 @@ import argparse
 import base64
 import hashlib
 import json
+import logging
 import shutil
 import sys
 from collections.abc import Sequence
@@ -42,9 +43,20 @@ from specsteer.audit.note import (
     write_key_pair,
 )
 from specsteer.audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
-from specsteer.core.cli import EXIT_FAILED, EXIT_OK, EXIT_UNPROVEN, command_parser, stdout_closed, whole_number
+from specsteer.core.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNPROVEN,
+    add_quiet,
+    command_parser,
+    stdout_closed,
+    whole_number,
+)
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.errors import SpecSteerError
+from specsteer.core.logs import configure_cli_logging
+
+logger = logging.getLogger("specsteer.audit.cli")
 
 # A reader that closed the pipe (`audit show LOG | head -1`): 128 + SIGPIPE, as a shell reports a
 # command SIGPIPE ended. Never 1, which says a check failed.
@@ -118,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keygen", help="create a device log key pair")
     k.add_argument("--name", required=True, help="the key name, also the log's origin (no spaces or '+')")
     k.add_argument("--out", type=Path, required=True, help="directory for NAME.key (private) and NAME.pub")
+    for command in (v, s, pi, e, k):
+        # The hint after an unproven verdict is a note: the exit code (3) and the report say it too.
+        add_quiet(command, "notes (the hint after an unproven verdict)")
     return parser
 
 
@@ -159,7 +174,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"audit: verification failed ({failed}); see the report above", file=sys.stderr)
         return EXIT_FAILED
     if report.verdict == UNPROVEN:
-        print("audit: every check passed but authenticity is unproven: give --key PUBKEY", file=sys.stderr)
+        logger.info("every check passed but authenticity is unproven: give --key PUBKEY")
         return EXIT_UNPROVEN
     return EXIT_OK
 
@@ -235,13 +250,12 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
     # The same rule as `audit verify`: no key of the auditor's, no pass (exit 3).
     code = EXIT_OK if args.key is not None else EXIT_UNPROVEN
     unproven = (
-        "audit: the proof holds against the key the log names itself, so it is unproven who signed it: "
-        "give --key PUBKEY"
+        "the proof holds against the key the log names itself, so it is unproven who signed it: give --key PUBKEY"
     )
     if args.json:
         print(json.dumps(out, indent=2))
         if code != EXIT_OK:
-            print(unproven, file=sys.stderr)
+            logger.info("%s", unproven)
         return code
     print(f"{rec} is included in the log's signed tree of size {cp.size} (proof verified, RFC 9162 §2.1.3)")
     print(f"leaf hash  {out['leaf_hash']}")
@@ -251,7 +265,7 @@ def _cmd_prove_inclusion(args: argparse.Namespace) -> int:
     print("checkpoint:")
     sys.stdout.write(note)
     if code != EXIT_OK:
-        print(unproven, file=sys.stderr)
+        logger.info("%s", unproven)
     return code
 
 
@@ -298,7 +312,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"audit: bundle written to {out}, but the log does not verify (see report.txt)", file=sys.stderr)
         return EXIT_FAILED
     if report.verdict == UNPROVEN:
-        print(f"audit: bundle written to {out}; its authenticity is unproven without --key", file=sys.stderr)
+        logger.info("bundle written to %s; its authenticity is unproven without --key", out)
         return EXIT_UNPROVEN
     print(f"evidence bundle written to {out}: the log verifies ({report.records} records)")
     return EXIT_OK
@@ -333,6 +347,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_cli_logging("audit", quiet=args.quiet)
     if args.command == "prove-inclusion":
         args.index = _record_index(parser, args.index, args.index_word)
     try:

@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_UNPROVEN",
     "EXIT_USAGE",
     "Parser",
+    "add_quiet",
     "bad_value",
     "command_parser",
     "finite_float",
@@ -89,6 +90,12 @@ class Parser(argparse.ArgumentParser):
         if not self._bad_value:
             self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def add_quiet(parser: argparse.ArgumentParser, silenced: str) -> None:
+    """`--quiet` on a command: `silenced` (its progress and notes on stderr) stays off; warnings and
+    the one-sentence errors still print (`core.logs.configure_cli_logging(quiet=...)`)."""
+    parser.add_argument("--quiet", action="store_true", help=f"no {silenced} on stderr: warnings and errors only")
 
 
 def command_parser(prog: str, description: str) -> Parser:

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import getpass
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -22,13 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specsteer.core.cli import EXIT_ERROR, EXIT_OK, command_parser, whole_number
+from specsteer.core.cli import EXIT_ERROR, EXIT_OK, add_quiet, command_parser, whole_number
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.errors import SpecSteerError
+from specsteer.core.logs import configure_cli_logging
 
 __all__ = ["budget_report", "main", "read_ledger"]
 
 DEFAULT_STATE = Path.home() / ".specsteer" / "federation"
+logger = logging.getLogger("specsteer.privacy.cli")
+
 LEDGER_FILE = "ledger.json"  # privacy.accounting.LEDGER_FILE: the CLI imports nothing heavy at start
 
 
@@ -62,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("profile", type=Path, metavar="PROFILE", help="the plaintext profile (JSON/JSONL) to encrypt")
     s.add_argument("--out", type=Path, required=True, metavar="VAULT", help="the vault file to write (a new file)")
     s.add_argument("--force", action="store_true", help="replace VAULT if it exists (by default it is refused)")
+    for command in (b, r, s):
+        add_quiet(command, "notes (what seal wrote, the libraries' progress)")
     return parser
 
 
@@ -227,7 +233,7 @@ def _seal(profile: Path, out: Path, *, force: bool = False) -> int:
         raise PrivacyError(f"{out} already exists; give --force to replace it")
     # Without --force the vault also refuses a VAULT that appears while the key is derived.
     ProfileVault.seal(profile.read_bytes(), out, PassphraseKeyProvider(_passphrase), replace=force)
-    print(f"sealed {len(parsed.entries)} entries into {out}; the plaintext {profile} is still there", file=sys.stderr)
+    logger.info("sealed %d entries into %s; the plaintext %s is still there", len(parsed.entries), out, profile)
     return EXIT_OK
 
 
@@ -236,6 +242,7 @@ def _seal(profile: Path, out: Path, *, force: bool = False) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_cli_logging("privacy", quiet=args.quiet)
     try:
         if args.command == "budget":
             rows = budget_report(args.state_dir, args.device)

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specsteer.core.cli import EXIT_ERROR, command_parser, finite_float, number, reported, whole_number
+from specsteer.core.cli import EXIT_ERROR, add_quiet, command_parser, finite_float, number, reported, whole_number
 from specsteer.core.cli import Parser as _Parser
 from specsteer.core.errors import ConfigError
 from specsteer.core.fileio import atomic_write
@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="what the server logs (default info)",
     )
+    add_quiet(serve, "progress log lines (serving on, metrics, stopping, draining)")
 
     drain = sub.add_parser("drain", help="ask a running `server serve` to drain (refuse new sessions) and exit")
     drain.add_argument("--pid", type=whole_number(1), required=True, help="the serving process's id (SIGUSR1)")
@@ -278,7 +279,11 @@ def serve(args: argparse.Namespace) -> int:
     from specsteer.server.config import load_config
     from specsteer.server.preflight import check_config
 
-    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    level = logging.getLevelName(args.log_level.upper())
+    # --quiet keeps what a --log-level above it already keeps (error stays error).
+    logging.basicConfig(
+        level=max(level, logging.WARNING) if args.quiet else level, format=LOG_FORMAT, stream=sys.stderr
+    )
     if args.tls_dir is not None and not args.tls_dir.is_dir():
         raise ConfigError(f"the TLS folder {args.tls_dir} does not exist (`server pki init --dir` makes one)")
     config = load_config(args.config, _overrides(args))

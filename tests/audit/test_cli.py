@@ -228,3 +228,22 @@ def test_show_and_prove_inclusion_json_report_an_unusable_input_as_json(
         answer = json.loads(captured.out)
         assert answer["ok"] is False and "is not an audit log" in answer["error"]
         assert captured.err == f"audit: {answer['error']}\n"
+
+
+def test_audit_quiet_drops_the_unproven_hint_and_keeps_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #46: `--quiet` on audit as on sdk and federation; the exit code (3) still says UNPROVEN."""
+    # Prepare
+    built = build_log(tmp_path, sessions=1)
+    # Execute / Assert: without --key the verdict is UNPROVEN; the hint is a note.
+    assert main(["verify", str(built.directory)]) == EXIT_UNPROVEN
+    assert "audit: every check passed but authenticity is unproven" in capsys.readouterr().err
+    assert main(["verify", str(built.directory), "--quiet"]) == EXIT_UNPROVEN
+    captured = capsys.readouterr()
+    assert captured.err == "" and "UNPROVEN" in captured.out
+    assert main(["prove-inclusion", str(built.directory), "1", "--quiet"]) == EXIT_UNPROVEN
+    assert capsys.readouterr().err == ""
+    assert main(["verify", str(tmp_path / "nope"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("audit: ") and err.count("\n") == 1

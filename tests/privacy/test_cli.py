@@ -367,3 +367,22 @@ def test_leakage_report_reads_a_sealed_data_file_and_refuses_a_wrong_passphrase(
     assert main([*args, "--data", str(sealed)]) == 1
     err = capsys.readouterr().err
     assert ENV_PASSPHRASE in err and len(err.strip().splitlines()) == 1
+
+
+def test_privacy_quiet_drops_what_seal_wrote_and_keeps_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #46: `--quiet` on privacy as on sdk and federation."""
+    # Prepare
+    profile = tmp_path / "me.json"
+    profile.write_text(FIXTURES.read_text(encoding="utf-8").splitlines()[0], encoding="utf-8")
+    monkeypatch.setenv(ENV_PASSPHRASE, "pw for the test")
+    monkeypatch.setattr("specsteer.privacy.vault.SCRYPT_N", 2**14)
+    # Execute / Assert
+    assert main(["seal", str(profile), "--out", str(tmp_path / "a.vault")]) == 0
+    assert capsys.readouterr().err.startswith("privacy: sealed 25 entries into ")
+    assert main(["seal", str(profile), "--out", str(tmp_path / "b.vault"), "--quiet"]) == 0
+    assert capsys.readouterr().err == "" and (tmp_path / "b.vault").is_file()
+    assert main(["seal", str(profile), "--out", str(tmp_path / "b.vault"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "already exists; give --force" in err and err.count("\n") == 1

@@ -209,3 +209,54 @@ def test_a_port_whose_last_connections_linger_in_time_wait_is_not_refused(pki) -
         time.sleep(0.1)
         client.close()
     check_before_loading(config)  # only TIME_WAIT left: as free as gRPC will find it
+
+
+def test_server_quiet_still_prints_a_configuration_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specsteer.server.cli import main
+
+    assert main(["serve", "--quiet", "--tls-dir", str(tmp_path / "nope"), "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "the TLS folder" in err and "does not exist" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_server_quiet_serves_and_drains_without_progress_lines(tmp_path: Path, pki, char_tok) -> None:
+    # Prepare
+    models = save_tiny(tmp_path, char_tok, seed=1, name="s"), save_tiny(tmp_path, char_tok, seed=2, name="g")
+    port_file = tmp_path / "port"
+    log = tmp_path / "server.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--quiet", "--tls-dir", str(pki.directory)]
+    cmd += [
+        "--port",
+        "0",
+        "--generalist",
+        str(models[1]),
+        "--specialist",
+        str(models[0]),
+        "--port-file",
+        str(port_file),
+    ]
+    # Execute: start, wait until it serves, then drain (SIGTERM), which logs at INFO too.
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*cmd, "--torch-threads", "1"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
+        try:
+            deadline = time.monotonic() + 180
+            while not port_file.exists():
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # Assert: it served (the port file), and said nothing at INFO.
+    text = log.read_text()
+    assert "serving on" not in text and " INFO: " not in text, text
