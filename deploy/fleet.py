@@ -3,7 +3,8 @@
     python -m deploy.fleet render --replicas 3 --port 50051 --state-dir /srv/fleet     # haproxy.cfg on stdout
     python -m deploy.fleet check  --replicas 3 --port 50051 --state-dir /srv/fleet     # `haproxy -c` on it
     python -m deploy.fleet run    --replicas 3 --port 50051 --state-dir /srv/fleet --tls-dir pki \\
-        [--per-source 64] [--rate 200] [--hello-deadline 5] [--drain-grace 120] -- [server serve options]
+        [--per-source 64] [--rate 200] [--hello-deadline 5] [--drain-grace 120] [--adapters-dir STORE] \
+        -- [server serve options]
     python -m deploy.fleet restart --state-dir /srv/fleet    # rolling restart of the running fleet (SIGHUP)
 
 `run` renders deploy/haproxy.cfg into the state folder, starts each replica (`server serve
@@ -396,10 +397,20 @@ def _parser() -> argparse.ArgumentParser:
         if name == "run":
             p.add_argument("--tls-dir", type=Path, required=True, help="the replicas' `server pki init` folder")
             p.add_argument("--drain-grace", type=float, default=120.0, help="seconds a draining replica waits (120)")
+            p.add_argument(
+                "--adapters-dir",
+                type=Path,
+                help="federation's global adapter store, one folder every replica reads (server serve --adapters-dir)",
+            )
             p.add_argument("serve_args", nargs="*", help="after --: options for every `server serve`")
     r = sub.add_parser("restart", help="rolling restart of the fleet `run` supervises in STATE_DIR")
     r.add_argument("--state-dir", type=Path, required=True)
     return parser
+
+
+def _adapters(args: argparse.Namespace) -> list[str]:
+    store = getattr(args, "adapters_dir", None)
+    return [] if store is None else ["--adapters-dir", str(store.resolve())]
 
 
 def _fleet(args: argparse.Namespace) -> Fleet:
@@ -417,7 +428,7 @@ def _fleet(args: argparse.Namespace) -> Fleet:
         port=args.port,
         host=args.host,
         tls_dir=getattr(args, "tls_dir", None),
-        serve_args=getattr(args, "serve_args", ()),
+        serve_args=[*getattr(args, "serve_args", ()), *_adapters(args)],
         limits=limits,
         drain_grace=getattr(args, "drain_grace", 120.0),
         replica_ports=ports,

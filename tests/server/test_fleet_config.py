@@ -69,3 +69,18 @@ def test_render_prints_the_configuration(tmp_path: Path, capsys) -> None:
     assert "server r0 127.0.0.1:6000 port 6100" in out and "server r1 127.0.0.1:6001 port 6101" in out
     with pytest.raises(FleetError):
         ProxyLimits(maxconn=0)
+
+
+def test_every_replica_reads_the_one_adapter_store_and_writes_its_named_transcript(tmp_path: Path) -> None:
+    from deploy.fleet import _fleet, _parser
+
+    store = tmp_path / "adapters"
+    args = _parser().parse_args(
+        ["run", "--state-dir", str(tmp_path / "s"), "--tls-dir", str(tmp_path), "--adapters-dir", str(store)]
+    )
+    fleet = _fleet(args)
+    for r in fleet.replicas:
+        cmd = fleet._replica_command(r)
+        assert cmd[cmd.index("--adapters-dir") + 1] == str(store.resolve())
+        assert cmd[cmd.index("--replica") + 1] == r.name
+        assert cmd[cmd.index("--transcript-dir") + 1] == str(fleet.transcripts)
