@@ -29,7 +29,6 @@ from specsteer.privacy.guard import GuardPolicy
 from specsteer.privacy.report import leakage_report
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
-from specsteer.sdk.egress import RecorderTap
 from specsteer.sdk.prompt_guard import PromptRefused, guard_prompt
 from specsteer.sdk.uplink_guard import guard_for_profile
 from specsteer.server.session import CloudSession, CloudVerifier
@@ -109,7 +108,7 @@ def test_over_tls_the_open_carries_placeholders_and_the_text_gets_the_spans_back
     with (
         serve(cloud, pki, transcript_dir=tmp_path / "transcripts") as (_, port),
         AuditLog.open(tmp_path / "log", key) as log,
-        remote(port, pki, vocab_size=lm.vocab_size, tap=RecorderTap(EgressRecorder(log))) as verifier,
+        remote(port, pki, vocab_size=lm.vocab_size, tap=EgressRecorder(log)) as verifier,
     ):
         out = generate(specialist, PROMPT, SessionParams(), DecodeOptions(max_new_tokens=48), verifier, guard=guard)
     assert out.text == f"Dear {NAME}, the wifi is {SECRET} again.", out.text
