@@ -47,6 +47,8 @@ The other modules:
 - `sdk.serving_chain`: The verifier's certificate chain checked as an X.509 path under the pinned anchors.
 - `sdk.specialists`: The device's Specialist from its settings: which model, on which drafter, with which
   adapters.
+- `sdk.tls_probe`: One probe TLS connection to the verifier, beside gRPC's: what the device learns before it
+  sends.
 - `sdk.transport`: The narrow interface between the device and a verifier, and the in-process transport.
 - `sdk.uplink_guard`: Where the egress guard decides what of a round goes up (the device side of
   `privacy.guard`).

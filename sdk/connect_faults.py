@@ -25,15 +25,11 @@ clear: an on-path attacker who cuts the first connection must not learn who is c
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import socket
 import ssl
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+
+from specsteer.sdk.tls_probe import tls_handshake
 
 __all__ = ["ConnectFault", "certificate_refusal", "classify", "specific_cause"]
 
@@ -129,6 +125,9 @@ def classify(detail: str, host: str) -> ConnectFault:
     return ConnectFault(True, "the connection failed for a reason that is not a network fault", unknown=True)
 
 
+_CLOSED_AFTER_HANDSHAKE = "it does not accept this device's certificate (it closed the connection after the handshake)"
+
+
 def certificate_refusal(
     host: str,
     port: int,
@@ -148,61 +147,23 @@ def certificate_refusal(
     away at that instant: fail closed, as a refusal). A peer that speaks only TLS 1.2 is not asked:
     there the device's certificate would cross unencrypted.
     """
-    deadline = time.monotonic() + timeout
-    context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
-    # TLS 1.3 only: a TLS 1.2 handshake sends the device's certificate unencrypted.
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    context.set_alpn_protocols(["h2"])
-    if cert_chain_pem and key_pem:
-        try:
-            with _key_files(cert_chain_pem, key_pem) as (cert_path, key_path):
-                context.load_cert_chain(str(cert_path), str(key_path))
-        except (ssl.SSLError, OSError):
-            return None  # this probe cannot present the identity gRPC did: it proves nothing
-    return _ask(host, port, context, server_name or host, deadline)
-
-
-_CLOSED_AFTER_HANDSHAKE = "it does not accept this device's certificate (it closed the connection after the handshake)"
-
-
-def _ask(host: str, port: int, context: ssl.SSLContext, name: str, deadline: float) -> str | None:
-    """One probe handshake: the refusal it reads, or None (no refusal shown)."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return None
     try:
-        raw = socket.create_connection((host, port), timeout=left)
+        with tls_handshake(
+            host,
+            port,
+            anchors_pem=anchors_pem,
+            cert_chain_pem=cert_chain_pem,
+            key_pem=key_pem,
+            server_name=server_name,
+            deadline=time.monotonic() + timeout,
+        ) as tls:
+            first = tls.recv(1)
+    except ssl.SSLError as exc:
+        # An alert the table names is a refusal; any other failure (a certificate this probe
+        # cannot load, a chain that fails the anchors) shows no refusal.
+        return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
     except OSError:
         return None
-    with raw, context.wrap_socket(raw, server_hostname=name, do_handshake_on_connect=False) as tls:
-        try:
-            tls.settimeout(max(deadline - time.monotonic(), 0.001))
-            tls.do_handshake()
-        except ssl.SSLError as exc:
-            return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
-        except OSError:
-            return None
-        try:
-            tls.settimeout(max(deadline - time.monotonic(), 0.001))
-            first = tls.recv(1)
-        except ssl.SSLError as exc:
-            return _CERTIFICATE_ALERTS.get(str(exc.reason or ""))
-        except OSError:
-            return None
     # A gRPC verifier that accepts the device speaks first (its HTTP/2 settings); one that closes
     # without a byte refused it.
     return None if first else _CLOSED_AFTER_HANDSHAKE
-
-
-@contextlib.contextmanager
-def _key_files(cert_chain_pem: bytes, key_pem: bytes) -> Iterator[tuple[Path, Path]]:
-    # Python's ssl loads a key only from a file: a private folder (0700, files 0600), in memory
-    # where the system has one, removed as soon as the context holds the key.
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="specsteer-probe-", dir=base) as folder:
-        cert_path, key_path = Path(folder) / "cert.pem", Path(folder) / "key.pem"
-        for path, data in ((cert_path, cert_chain_pem), (key_path, key_pem)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-        yield cert_path, key_path

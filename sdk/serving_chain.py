@@ -15,7 +15,7 @@ profile, as `server.device_identity` checks device chains), never by hand:
     name               the leaf names the host dialled (or `server_name`)
 
 gRPC (Python) does not expose the peer's certificates to a client, so the chain is read by one
-more TLS 1.3 handshake to the same address with the same anchors and device certificate (Python's
+more TLS 1.3 handshake (`sdk.tls_probe`) to the same address with the same anchors and device certificate (Python's
 own TLS stack checks it first; a chain it refuses is refused too): no application byte is
 written, and the connection is closed once the chain is read. That handshake is a second
 connection, not the one gRPC streams on: a peer that serves one chain to the check and another
@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-import socket
 import ssl
 import time
 from _ssl import ENCODING_DER  # the encoding `_ssl.Certificate.public_bytes` takes for DER
@@ -37,7 +36,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from specsteer.sdk.connect_faults import _key_files as key_files
+from specsteer.sdk.tls_probe import tls_handshake
 
 __all__ = ["read_serving_chain", "serving_chain_problem"]
 
@@ -96,27 +95,23 @@ def read_serving_chain(
     never offered: the device's certificate would cross in the clear); nothing is written after
     it. A failure is returned as text: the caller refuses, it never falls back.
     """
-    deadline = time.monotonic() + timeout
-    context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    context.set_alpn_protocols(["h2"])
     try:
-        with key_files(cert_chain_pem, key_pem) as (cert_path, key_path):
-            context.load_cert_chain(str(cert_path), str(key_path))
-        raw = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
-    except (ssl.SSLError, OSError) as exc:
-        return f"its certificate chain could not be read ({exc})"
-    with raw, context.wrap_socket(raw, server_hostname=server_name or host, do_handshake_on_connect=False) as tls:
-        try:
-            tls.settimeout(max(deadline - time.monotonic(), 0.001))
-            tls.do_handshake()
+        with tls_handshake(
+            host,
+            port,
+            anchors_pem=anchors_pem,
+            cert_chain_pem=cert_chain_pem,
+            key_pem=key_pem,
+            server_name=server_name,
+            deadline=time.monotonic() + timeout,
+        ) as tls:
             # The chain as presented: public (`SSLSocket.get_unverified_chain`) only from Python 3.13.
             sslobj: Any = getattr(tls, "_sslobj", None)
             presented = sslobj.get_unverified_chain() if sslobj is not None else None
-        except ssl.SSLCertVerificationError as exc:
-            return f"its certificate chain is not valid ({exc.verify_message})"
-        except (ssl.SSLError, OSError) as exc:
-            return f"its certificate chain could not be read ({exc})"
+    except ssl.SSLCertVerificationError as exc:
+        return f"its certificate chain is not valid ({exc.verify_message})"
+    except (ssl.SSLError, OSError) as exc:
+        return f"its certificate chain could not be read ({exc})"
     if not presented:
         return "it presented no certificate"
     try:

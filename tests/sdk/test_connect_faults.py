@@ -373,3 +373,19 @@ def test_a_failed_connection_takes_no_longer_than_the_connect_timeout(pki, shape
     # wait of its own). The margin is the machine's: 0.13-0.28 s past the timeout under load here,
     # where 0.5 s of slack came close.
     assert elapsed < 2 * timeout, elapsed
+
+
+def test_the_probe_handshake_is_written_once_for_both_checks() -> None:
+    """Issue #46 (review): `certificate_refusal` and `read_serving_chain` each built the probe's TLS
+    context and handshake. Both now go through `sdk.tls_probe.tls_handshake`, so what the probe
+    offers (TLS 1.3 only, ALPN h2, the device's certificate) is written once."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "sdk"
+    tls_calls = {"create_default_context", "SSLContext", "wrap_socket", "do_handshake", "load_cert_chain"}
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in tls_calls:
+                found.setdefault(path.name, []).append(node.func.attr)
+    assert set(found) == {"tls_probe.py"}, found
