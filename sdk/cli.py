@@ -347,7 +347,7 @@ def check_options(
     args: argparse.Namespace, prompt: str, *, remote: bool = False
 ) -> tuple[SessionParams, DecodeOptions]:
     from specsteer.sdk.decoding import DecodeOptions
-    from specsteer.sdk.drafters import check_drafter_installed
+    from specsteer.sdk.drafters import check_drafter_choice, check_drafter_installed
 
     with_device_defaults(args)  # what a flag left unset means, where no client config resolved it
     params = session_params(args)
@@ -361,15 +361,9 @@ def check_options(
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
     drafter = getattr(args, "drafter", DEFAULT_DRAFTER)
-    if getattr(args, "drafter_precision", None) is not None and drafter != "onnx":
-        raise ConfigError(f"--drafter-precision is for --drafter onnx, not {drafter}")
+    precision, adapters = getattr(args, "drafter_precision", None), getattr(args, "federation_state", None) is not None
+    check_drafter_choice(drafter, precision=precision, with_adapters=adapters, flags=True)
     if drafter != "torch":
-        if drafter == "llamacpp" and getattr(args, "federation_state", None) is not None:
-            # The adapters are merged into the torch model only: drafting without them would drop them.
-            raise ConfigError(
-                f"--drafter {drafter} runs the base GGUF, without --federation-state's adapters: "
-                "use --drafter onnx or torch"
-            )
         check_drafter_installed(drafter)
     if not prompt.strip():
         raise ConfigError("the prompt is empty")

@@ -24,6 +24,7 @@ __all__ = [
     "DRAFTERS",
     "LLAMACPP_INSTALL_HINT",
     "ONNX_PRECISIONS",
+    "check_drafter_choice",
     "check_drafter_installed",
     "drafter_for",
 ]
@@ -38,6 +39,36 @@ DEFAULT_DRAFTER = "onnx"
 torch (docs/results/device_footprint.md), drafts of the same quality (docs/results/README.md)."""
 
 LLAMACPP_INSTALL_HINT = "pip install 'specsteer-sdk[llamacpp]' (llama-cpp-python builds from source, about 15-45 min)"
+
+
+# How a refusal names the choice: in the library's arguments, or in `sdk generate`'s flags.
+_REFUSALS = {
+    False: {
+        "precision": "a drafter precision is for the onnx drafter, not {kind}",
+        "adapters": "the llamacpp drafter runs the base GGUF, without the federation's adapters",
+    },
+    True: {
+        "precision": "--drafter-precision is for --drafter onnx, not {kind}",
+        "adapters": "--drafter llamacpp runs the base GGUF, without --federation-state's adapters: "
+        "use --drafter onnx or torch",
+    },
+}
+
+
+def check_drafter_choice(
+    kind: str, *, precision: str | None = None, with_adapters: bool = False, flags: bool = False
+) -> None:
+    """The drafter rules, before any model loads: a known drafter, a precision for the onnx drafter
+    only, and no federation adapters on llama.cpp (they are merged into the torch model only, and
+    drafting on the base GGUF would drop them). `flags` words a refusal in `sdk generate`'s flags.
+    """
+    if kind not in DRAFTERS:
+        raise ConfigError(f"unknown drafter {kind!r}; choose one of: {', '.join(DRAFTERS)}")
+    refusal = _REFUSALS[flags]
+    if precision is not None and kind != "onnx":
+        raise ConfigError(refusal["precision"].format(kind=kind))
+    if with_adapters and kind == "llamacpp":
+        raise ConfigError(refusal["adapters"])
 
 
 def drafter_for(
@@ -55,16 +86,10 @@ def drafter_for(
     `from_weights` converts the weights `lm` holds rather than `spec`'s files: a Specialist with
     the federation's adapters merged in (only the ONNX drafter can).
     """
-    if kind not in DRAFTERS:
-        raise ConfigError(f"unknown drafter {kind!r}; choose one of: {', '.join(DRAFTERS)}")
-    if precision is not None and kind != "onnx":
-        raise ConfigError(f"a drafter precision is for the onnx drafter, not {kind}")
+    check_drafter_choice(kind, precision=precision, with_adapters=from_weights)
     if kind == "torch":
         return None
     if kind == "llamacpp":
-        if from_weights:
-            # The adapters are merged into the torch model only: drafting on the GGUF would drop them.
-            raise ConfigError("the llamacpp drafter runs the base GGUF, without the federation's adapters")
         from specsteer.sdk.llamacpp import LlamaCppDrafter
 
         return LlamaCppDrafter.for_specialist(spec, lm)

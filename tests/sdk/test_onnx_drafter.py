@@ -92,6 +92,25 @@ def test_the_cli_takes_a_precision_only_for_the_onnx_drafter_and_adapters_only_o
     options("--drafter", "onnx", "--drafter-precision", "int8", "--federation-state", str(tmp_path))
 
 
+def test_the_cli_and_the_library_check_one_drafter_rule() -> None:
+    """Issue #46: `sdk generate`'s `check_options` wrote the drafter rules of `drafter_for` again.
+    Both now call `check_drafter_choice`; only its wording follows the caller (flags or arguments)."""
+    from specsteer.sdk.drafters import check_drafter_choice
+
+    for flags, precision, adapters in [
+        (False, "a drafter precision is for the onnx drafter, not llamacpp", "without the federation's adapters$"),
+        (True, "--drafter-precision is for --drafter onnx, not llamacpp", "use --drafter onnx or torch$"),
+    ]:
+        with pytest.raises(ConfigError, match=precision):
+            check_drafter_choice("llamacpp", precision="int8", flags=flags)
+        with pytest.raises(ConfigError, match=adapters):
+            check_drafter_choice("llamacpp", with_adapters=True, flags=flags)
+        check_drafter_choice("onnx", precision="int8", with_adapters=True, flags=flags)
+        check_drafter_choice("torch", with_adapters=True, flags=flags)
+    cli = (Path(__file__).resolve().parents[2] / "sdk" / "cli.py").read_text(encoding="utf-8")
+    assert "runs the base GGUF" not in cli and "is for --drafter onnx" not in cli
+
+
 def test_a_drafter_of_another_vocabulary_is_refused(tiny, char_tok) -> None:
     _, drafter, _ = tiny
     other = CausalLM.from_parts("char", tiny_llama(char_tok, seed=1), char_tok)
