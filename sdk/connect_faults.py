@@ -28,8 +28,9 @@ from __future__ import annotations
 import re
 import ssl
 import time
+from typing import Unpack
 
-from specsteer.sdk.tls_probe import tls_handshake
+from specsteer.sdk.tls_probe import ProbePeer, tls_handshake
 
 __all__ = ["ConnectFault", "certificate_refusal", "classify", "specific_cause"]
 
@@ -128,16 +129,7 @@ def classify(detail: str, host: str) -> ConnectFault:
 _CLOSED_AFTER_HANDSHAKE = "it does not accept this device's certificate (it closed the connection after the handshake)"
 
 
-def certificate_refusal(
-    host: str,
-    port: int,
-    *,
-    anchors_pem: bytes,
-    cert_chain_pem: bytes,
-    key_pem: bytes,
-    server_name: str | None,
-    timeout: float,
-) -> str | None:
+def certificate_refusal(host: str, port: int, *, timeout: float, **peer: Unpack[ProbePeer]) -> str | None:
     """If the verifier at host:port refuses this device's certificate, the refusal; else None.
 
     One TLS 1.3 handshake against the pinned anchors (a peer that fails them is not asked
@@ -148,15 +140,7 @@ def certificate_refusal(
     there the device's certificate would cross unencrypted.
     """
     try:
-        with tls_handshake(
-            host,
-            port,
-            anchors_pem=anchors_pem,
-            cert_chain_pem=cert_chain_pem,
-            key_pem=key_pem,
-            server_name=server_name,
-            deadline=time.monotonic() + timeout,
-        ) as tls:
+        with tls_handshake(host, port, deadline=time.monotonic() + timeout, **peer) as tls:
             first = tls.recv(1)
     except ssl.SSLError as exc:
         # An alert the table names is a refusal; any other failure (a certificate this probe

@@ -31,12 +31,12 @@ import ssl
 import time
 from _ssl import ENCODING_DER  # the encoding `_ssl.Certificate.public_bytes` takes for DER
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from specsteer.sdk.tls_probe import tls_handshake
+from specsteer.sdk.tls_probe import ProbePeer, tls_handshake
 
 __all__ = ["read_serving_chain", "serving_chain_problem"]
 
@@ -80,14 +80,7 @@ def serving_chain_problem(
 
 
 def read_serving_chain(
-    host: str,
-    port: int,
-    *,
-    anchors_pem: bytes,
-    cert_chain_pem: bytes,
-    key_pem: bytes,
-    server_name: str | None,
-    timeout: float,
+    host: str, port: int, *, timeout: float, **peer: Unpack[ProbePeer]
 ) -> list[x509.Certificate] | str:
     """The certificates the verifier at host:port presents (leaf first), or why none were read.
 
@@ -96,15 +89,7 @@ def read_serving_chain(
     it. A failure is returned as text: the caller refuses, it never falls back.
     """
     try:
-        with tls_handshake(
-            host,
-            port,
-            anchors_pem=anchors_pem,
-            cert_chain_pem=cert_chain_pem,
-            key_pem=key_pem,
-            server_name=server_name,
-            deadline=time.monotonic() + timeout,
-        ) as tls:
+        with tls_handshake(host, port, deadline=time.monotonic() + timeout, **peer) as tls:
             # The chain as presented: public (`SSLSocket.get_unverified_chain`) only from Python 3.13.
             sslobj: Any = getattr(tls, "_sslobj", None)
             presented = sslobj.get_unverified_chain() if sslobj is not None else None

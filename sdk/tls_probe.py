@@ -12,8 +12,8 @@ through `tls_handshake`, so both offer exactly what the device's gRPC channel of
 
 No application byte is ever written on a probe connection.
 
-    with tls_handshake(host, port, anchors_pem=..., cert_chain_pem=..., key_pem=...,
-                       server_name=None, deadline=time.monotonic() + 5) as tls:
+    with tls_handshake(host, port, deadline=time.monotonic() + 5, anchors_pem=..., cert_chain_pem=...,
+                       key_pem=..., server_name=None) as tls:
         ...   # the handshake is done: read what the check needs, then the connection closes
 """
 
@@ -27,38 +27,42 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict, Unpack
 
-__all__ = ["key_files", "tls_handshake"]
+__all__ = ["ProbePeer", "key_files", "tls_handshake"]
+
+
+class ProbePeer(TypedDict):
+    """Whom a probe trusts and whom it presents: what each check passes on to `tls_handshake`."""
+
+    anchors_pem: bytes  # the pinned anchors, the only roots the probe accepts
+    cert_chain_pem: bytes  # the device's certificate chain ("" with `key_pem`: none presented)
+    key_pem: bytes
+    server_name: str | None  # the name the verifier's certificate must carry (default: the host)
 
 
 @contextlib.contextmanager
-def tls_handshake(
-    host: str,
-    port: int,
-    *,
-    anchors_pem: bytes,
-    cert_chain_pem: bytes,
-    key_pem: bytes,
-    server_name: str | None,
-    deadline: float,
-) -> Iterator[ssl.SSLSocket]:
+def tls_handshake(host: str, port: int, *, deadline: float, **peer: Unpack[ProbePeer]) -> Iterator[ssl.SSLSocket]:
     """A TLS 1.3 connection to host:port whose handshake is done, closed when the block ends.
 
     Raises `ssl.SSLError` (a certificate the device cannot load, a handshake that failed: its
     `reason` names the peer's alert) or `OSError` (no connection, `deadline` passed, a reset).
     Without `cert_chain_pem` and `key_pem` the device presents no certificate.
     """
-    context = ssl.create_default_context(cadata=anchors_pem.decode("ascii"))
+    context = ssl.create_default_context(cadata=peer["anchors_pem"].decode("ascii"))
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.set_alpn_protocols(["h2"])
-    if cert_chain_pem and key_pem:
-        with key_files(cert_chain_pem, key_pem) as (cert_path, key_path):
+    if peer["cert_chain_pem"] and peer["key_pem"]:
+        with key_files(peer["cert_chain_pem"], peer["key_pem"]) as (cert_path, key_path):
             context.load_cert_chain(str(cert_path), str(key_path))
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("the probe's time ran out before it connected")
     raw = socket.create_connection((host, port), timeout=left)
-    with raw, context.wrap_socket(raw, server_hostname=server_name or host, do_handshake_on_connect=False) as tls:
+    with (
+        raw,
+        context.wrap_socket(raw, server_hostname=peer["server_name"] or host, do_handshake_on_connect=False) as tls,
+    ):
         tls.settimeout(max(deadline - time.monotonic(), 0.001))
         tls.do_handshake()
         tls.settimeout(max(deadline - time.monotonic(), 0.001))

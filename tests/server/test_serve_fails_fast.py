@@ -154,7 +154,8 @@ def test_a_default_start_sizes_its_sessions_to_the_memory_and_does_not_warn(char
 # -- the start's log -----------------------------------------------------------------------------
 
 
-def test_serving_on_is_logged_once_with_timestamps(tmp_path: Path, pki, char_tok) -> None:
+def _serve_then_drain(tmp_path: Path, pki, char_tok, *flags: str) -> str:
+    """`server serve` on two tiny models until it serves, then SIGTERM (a drain): all it printed."""
     models = save_tiny(tmp_path, char_tok, seed=1, name="s"), save_tiny(tmp_path, char_tok, seed=2, name="g")
     port_file = tmp_path / "port"
     log = tmp_path / "server.log"
@@ -164,10 +165,11 @@ def test_serving_on_is_logged_once_with_timestamps(tmp_path: Path, pki, char_tok
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--tls-dir", str(pki.directory), "--port", "0"]
-    cmd += ["--generalist", str(models[1]), "--specialist", str(models[0]), "--port-file", str(port_file)]
+    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", *flags, "--tls-dir", str(pki.directory)]
+    cmd += ["--port", "0", "--generalist", str(models[1]), "--specialist", str(models[0])]
+    cmd += ["--port-file", str(port_file), "--torch-threads", "1"]
     with log.open("wb") as sink:
-        proc = subprocess.Popen([*cmd, "--torch-threads", "1"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=sink)
         try:
             deadline = time.monotonic() + 180
             while not port_file.exists():
@@ -180,7 +182,12 @@ def test_serving_on_is_logged_once_with_timestamps(tmp_path: Path, pki, char_tok
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    return log.read_text()
+
+
+def test_serving_on_is_logged_once_with_timestamps(tmp_path: Path, pki, char_tok) -> None:
+    text = _serve_then_drain(tmp_path, pki, char_tok)
+    lines = [line for line in text.splitlines() if line.strip()]
     assert sum("serving on" in line for line in lines) == 1, lines
     stamped = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} server: [A-Z]+: ")
     ours = [line for line in lines if " server: " in line or line.startswith("server:")]
@@ -221,42 +228,7 @@ def test_server_quiet_still_prints_a_configuration_error(tmp_path: Path, capsys:
 
 @pytest.mark.slow
 def test_server_quiet_serves_and_drains_without_progress_lines(tmp_path: Path, pki, char_tok) -> None:
-    # Prepare
-    models = save_tiny(tmp_path, char_tok, seed=1, name="s"), save_tiny(tmp_path, char_tok, seed=2, name="g")
-    port_file = tmp_path / "port"
-    log = tmp_path / "server.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--quiet", "--tls-dir", str(pki.directory)]
-    cmd += [
-        "--port",
-        "0",
-        "--generalist",
-        str(models[1]),
-        "--specialist",
-        str(models[0]),
-        "--port-file",
-        str(port_file),
-    ]
-    # Execute: start, wait until it serves, then drain (SIGTERM), which logs at INFO too.
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([*cmd, "--torch-threads", "1"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
-        try:
-            deadline = time.monotonic() + 180
-            while not port_file.exists():
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0, log.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    # Assert: it served (the port file), and said nothing at INFO.
-    text = log.read_text()
+    # Execute: start, wait until it serves (the port file), then drain (SIGTERM), which logs at INFO too.
+    text = _serve_then_drain(tmp_path, pki, char_tok, "--quiet")
+    # Assert: nothing at INFO.
     assert "serving on" not in text and " INFO: " not in text, text
