@@ -16,11 +16,13 @@ __all__ = [
     "MAX_GUARD_SPANS",
     "MAX_NEW_TOKENS",
     "MAX_PROMPT_TOKENS",
+    "MAX_RESUME_TOKENS",
     "MAX_UPLINK_BYTES",
     "MAX_VOCAB_SIZE",
     "WIRE_MAX_TOP_K",
     "max_new_tokens_problem",
     "prompt_length_problem",
+    "resume_length_problem",
     "top_k_problem",
 ]
 
@@ -48,11 +50,17 @@ MAX_VOCAB_SIZE = 1 << 20
 # session holds at most the largest prompt and the longest generation.
 MAX_GUARD_SPANS = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS
 
-# Message caps both ways, on the gRPC channel of both ends. The largest uplink is an Open with
-# MAX_PROMPT_TOKENS IDs of at most 5 varint bytes each (~20 KiB); the largest top-k downlink is
-# WIRE_MAX_TOP_K candidates of 8 IDs and a float (~3.5 KiB). Both caps leave room, nothing more; a
-# fusion session's dense downlink is bounded by the vocabulary instead (`core.wire.fusion_downlink_bytes`).
-MAX_UPLINK_BYTES = 32 * 1024
+# The tokens a resumed session's Open may carry (`Open.resume_ids`): what one session can have put
+# in its verifier's KV caches, its text (the generation plus a last candidate's tail of at most 8
+# tokens) and the guard's placeholders (at most MAX_NEW_TOKENS, `server.session.CloudSession`).
+MAX_RESUME_TOKENS = 2 * MAX_NEW_TOKENS + 8
+
+# Message caps both ways, on the gRPC channel of both ends. The largest uplink is a resumed Open
+# with MAX_PROMPT_TOKENS + MAX_RESUME_TOKENS IDs of at most 5 varint bytes each (~60 KiB); the
+# largest top-k downlink is WIRE_MAX_TOP_K candidates of 8 IDs and a float (~3.5 KiB). Both caps
+# leave room, nothing more; a fusion session's dense downlink is bounded by the vocabulary instead
+# (`core.wire.fusion_downlink_bytes`).
+MAX_UPLINK_BYTES = 64 * 1024
 MAX_DOWNLINK_BYTES = 16 * 1024
 
 
@@ -60,6 +68,13 @@ def prompt_length_problem(n_tokens: int) -> str | None:
     """Why a public prompt of `n_tokens` token IDs cannot open a session, if it cannot."""
     if n_tokens > MAX_PROMPT_TOKENS:
         return f"the prompt has {n_tokens:,} tokens; the verifier takes at most {MAX_PROMPT_TOKENS}"
+    return None
+
+
+def resume_length_problem(n_tokens: int) -> str | None:
+    """Why a resumed Open carrying `n_tokens` committed token IDs cannot open a session, if it cannot."""
+    if n_tokens > MAX_RESUME_TOKENS:
+        return f"the resumed text has {n_tokens:,} tokens; a session holds at most {MAX_RESUME_TOKENS:,}"
     return None
 
 

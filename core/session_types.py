@@ -239,6 +239,10 @@ class GenerationStats:
     new_tokens: int = 0
     seconds: float = 0.0
     fallback: str | None = None  # why the device finished locally, if it did
+    # How often a lost verifier session was resumed in a new one (`sdk.decoding.generate`), and the
+    # losses it recovered from, in order, comma-separated (e.g. "verifier-lost").
+    resumed: int = 0
+    resume_reasons: str | None = None
     # Verifier-side counters, e.g. cross-vocabulary draft positions on a boundary both tokenizers share.
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -260,5 +264,7 @@ class GenerationStats:
             "seconds": round(self.seconds, 3),
             "tokens_per_second": round(self.new_tokens / self.seconds, 3) if self.seconds > 0 else 0.0,
             "fallback": self.fallback,
+            "resumed": self.resumed,
+            "resume_reasons": self.resume_reasons,
             **self.extra,
         }

@@ -93,8 +93,10 @@ def params_from_proto(msg: pb.SessionParams) -> SessionParams:
         raise ProtocolError(f"session parameters out of range: {exc}") from exc
 
 
-def open_to_proto(prompt_ids: Sequence[int], params: SessionParams) -> pb.Uplink:
-    return pb.Uplink(open=pb.Open(prompt_ids=list(prompt_ids), params=params_to_proto(params)))
+def open_to_proto(prompt_ids: Sequence[int], params: SessionParams, resume_ids: Sequence[int] = ()) -> pb.Uplink:
+    return pb.Uplink(
+        open=pb.Open(prompt_ids=list(prompt_ids), params=params_to_proto(params), resume_ids=list(resume_ids))
+    )
 
 
 def round_to_proto(
@@ -302,6 +304,7 @@ SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 class OpenFrame:
     prompt_ids: tuple[int, ...]
     params: SessionParams
+    resume_ids: tuple[int, ...] = ()  # a resumed generation's committed tokens, as its last verifier saw them
 
 
 @dataclass(frozen=True)
@@ -322,8 +325,8 @@ class CloseFrame:
 UplinkFrame = OpenFrame | RoundFrame | CloseFrame
 
 
-def encode_open(prompt_ids: Sequence[int], params: SessionParams) -> bytes:
-    return open_to_proto(prompt_ids, params).SerializeToString(deterministic=True)
+def encode_open(prompt_ids: Sequence[int], params: SessionParams, resume_ids: Sequence[int] = ()) -> bytes:
+    return open_to_proto(prompt_ids, params, resume_ids).SerializeToString(deterministic=True)
 
 
 def encode_round(
@@ -409,6 +412,7 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     kind = msg.WhichOneof("kind")
     if kind == "open":
         _check_ids(msg.open.prompt_ids, vocab_size, "prompt")
+        _check_ids(msg.open.resume_ids, vocab_size, "resumed text")
     elif kind == "round":
         _check_ids(msg.round.commit_ids, vocab_size, "commit")
         _check_ids(msg.round.draft_ids, vocab_size, "draft")
@@ -420,7 +424,7 @@ def decode_uplink(raw: bytes, *, vocab_size: int | None = None) -> UplinkFrame:
     if msg.SerializeToString(deterministic=True) != raw:
         raise ProtocolError("the frame is not the canonical (deterministic) serialization of its content")
     if kind == "open":
-        return OpenFrame(tuple(msg.open.prompt_ids), params_from_proto(msg.open.params))
+        return OpenFrame(tuple(msg.open.prompt_ids), params_from_proto(msg.open.params), tuple(msg.open.resume_ids))
     if kind == "round":
         return round_frame(msg.round)
     if kind == "padded_round":

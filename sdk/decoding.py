@@ -42,14 +42,18 @@ from specsteer.privacy.spans import Tokenizer
 from specsteer.sdk.context import Profile, ProfileIndex, fit_context
 from specsteer.sdk.prompt_guard import check_prompt_policy, guard_prompt
 from specsteer.sdk.prompt_guard import session_guard as prompt_session_guard
-from specsteer.sdk.transport import Verifier, VerifierLost, VerifierSession
+from specsteer.sdk.transport import ResumableVerifier, Verifier, VerifierLost, VerifierSession
 from specsteer.sdk.uplink_guard import UplinkPlan, plan_uplink
 
 if TYPE_CHECKING:
     from specsteer.core.models import CausalLM
 
 OnCommit = Callable[[list[int]], None]
+Reopen = Callable[[Sequence[int]], VerifierSession]
 CAPACITY_MARGIN = 64
+# Lost sessions one generation may resume (`_Uplink.round`); a fleet that loses more than this in
+# one generation is failing, and the Specialist finishes the text instead.
+MAX_RESUMES = 3
 log = logging.getLogger("specsteer.sdk")
 
 
@@ -178,9 +182,13 @@ def generate(
 ) -> Generation:
     """Run one generation with `params.method`; device-only methods need no verifier.
 
-    If the verifier is unreachable, times out or goes away (`VerifierLost`), the Specialist
-    finishes the text alone and `stats.fallback` says why; with `fallback=False` the error is
-    raised instead. Any other error (a protocol breach, a refused TLS peer) is always raised.
+    If the verifier goes away mid-generation (`VerifierLost`: the stream broke, a round timed out)
+    and it is a `ResumableVerifier`, the generation resumes in a new session whose Open carries
+    the tokens the lost one had committed, as its verifier saw them (`stats.resumed` says how often,
+    `stats.resume_reasons` why), up to `MAX_RESUMES` times. If the verifier is unreachable, or
+    no verifier takes the generation back, the Specialist finishes the text alone and
+    `stats.fallback` says why; with `fallback=False` the error is raised instead. Any other error
+    (a protocol breach, a refused TLS peer) is always raised.
     With a `guard`, every round's uplink is planned by `sdk.uplink_guard.plan_uplink` first; its
     keep-local policy ends the session and finishes locally (`stats.fallback = "guard-keep-local"`).
     The guard also decides what of the prompt goes up, by `prompt_guard` (`sdk.prompt_guard`).
@@ -224,7 +232,9 @@ def generate(
                     session.guard_decision(decision, count, placeholder)
                     key = "guard_" + decision.replace("-", "_")
                     state.stats.extra[key] = state.stats.extra.get(key, 0) + count
-            uplink = _Uplink(session, session_guard, specialist.lm.tokenizer)
+            # A resumed Open carries the prompt as the first one did (placeholders, never the spans).
+            reopen = partial(verifier.resume, public_ids, params) if isinstance(verifier, ResumableVerifier) else None
+            uplink = _Uplink(session, session_guard, specialist.lm.tokenizer, reopen)
             try:
                 kept_local = _steered_loop(uplink, seq, params, options, state, rng)
             except VerifierLost as exc:
@@ -232,10 +242,10 @@ def generate(
                 if fallback:
                     exc.fell_back()  # on record before the session closes
             finally:
-                session.close()
-                state.stats.uplink_bytes = session.uplink_bytes
-                state.stats.downlink_bytes = session.downlink_bytes
-                state.stats.extra.update(session.verifier_stats)
+                uplink.session.close()
+                state.stats.uplink_bytes = uplink.uplink_bytes
+                state.stats.downlink_bytes = uplink.downlink_bytes
+                state.stats.extra.update(uplink.session.verifier_stats)
     if lost is not None:
         if not fallback:
             raise lost
@@ -369,12 +379,64 @@ def _local_loop(seq: CachedSequence[Any], sampling: bool, options: DecodeOptions
 
 
 class _Uplink:
-    """The session as the loop sees it: every round passes the egress guard (if any) first."""
+    """The session as the loop sees it: every round passes the egress guard (if any) first, and a
+    session lost mid-generation is resumed in a new one when `reopen` is given."""
 
-    def __init__(self, session: VerifierSession, guard: EgressGuard | None, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, session: VerifierSession, guard: EgressGuard | None, tokenizer: Tokenizer, reopen: Reopen | None = None
+    ) -> None:
         self.session = session
         self.guard = guard
         self.tokenizer = tokenizer
+        self.reopen = reopen
+        # The committed text as the verifier saw it: commits, guard placeholders (never the spans
+        # they stand for) and accepted drafts, in order. A resumed Open carries exactly this, so
+        # nothing goes up that had not gone up already.
+        self.sent: list[int] = []
+        self._ended_up = 0  # bytes of sessions that were lost and resumed
+        self._ended_down = 0
+
+    @property
+    def uplink_bytes(self) -> int:
+        return self._ended_up + self.session.uplink_bytes
+
+    @property
+    def downlink_bytes(self) -> int:
+        return self._ended_down + self.session.downlink_bytes
+
+    def round(self, stats: GenerationStats, commit: list[int], draft: list[int], literal: list[int]) -> Verdict:
+        """One round; a lost session is resumed (`_resume`) and the round's draft sent again in
+        the new one, its commit and placeholder already in that session's Open."""
+        prefix = [*commit, *literal]
+        while True:
+            try:
+                verdict = self.session.round(commit, draft, literal)
+            except VerifierLost as lost:
+                if not self._resume(lost, [*self.sent, *prefix], stats):
+                    raise
+                self.sent += prefix
+                prefix, commit, literal = [], [], []
+                continue
+            self.sent += [*prefix, *draft[: verdict.accepted]]
+            return verdict
+
+    def _resume(self, lost: VerifierLost, resume_ids: list[int], stats: GenerationStats) -> bool:
+        """Open a session that continues this generation; False if none can be had."""
+        if self.reopen is None or stats.resumed >= MAX_RESUMES:
+            return False
+        try:
+            session = self.reopen(resume_ids)
+        except VerifierLost as again:
+            log.warning("%s; no verifier took the generation back (%s)", lost, again)
+            return False
+        old, self.session = self.session, session
+        old.close()  # on record as ended by the loss: a dead verifier gets no Close
+        self._ended_up += old.uplink_bytes
+        self._ended_down += old.downlink_bytes
+        stats.resumed += 1
+        stats.resume_reasons = f"{stats.resume_reasons},{lost.reason}" if stats.resume_reasons else lost.reason
+        log.warning("%s; the generation resumed in a new session after %d committed tokens", lost, len(resume_ids))
+        return True
 
     def plan(
         self, state: _State, pending: list[int], draft: list[int], more: Callable[[], int | None], draft_len: int
@@ -410,7 +472,6 @@ def _steered_loop(
 
     Returns a fallback reason if the guard's keep-local policy ended the session early.
     """
-    session = uplink.session
     pending: list[int] = []  # the last recovery, uplinked with the next round
     stats = state.stats
     while state.remaining > 0:
@@ -429,7 +490,7 @@ def _steered_loop(
         if plan.keep_local:
             # Drafted and looked-ahead tokens are P_S^c's own draws, as the local loop makes them: keep them.
             state.commit(plan.tokens[plan.pending :])
-            session.end_locally("guard-keep-local")
+            uplink.session.end_locally("guard-keep-local")
             return "guard-keep-local"
         if start + plan.kept < len(seq):
             seq.truncate(start + plan.kept)  # withheld draft tokens and look-ahead
@@ -437,7 +498,7 @@ def _steered_loop(
         draft = plan.draft
         try:
             sent = time.perf_counter()
-            verdict = session.round(plan.commit, draft, plan.literal)
+            verdict = uplink.round(stats, plan.commit, draft, plan.literal)
             state.round_waits.append(time.perf_counter() - sent)
         except VerifierLost:
             # The draft came from P_S^c exactly as the local loop would draw it: keep it.

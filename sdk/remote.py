@@ -53,6 +53,7 @@ from specsteer.core.limits import (
     MAX_UPLINK_BYTES,
     WIRE_MAX_TOP_K,
     prompt_length_problem,
+    resume_length_problem,
     top_k_problem,
 )
 from specsteer.core.session_types import Method, SessionParams, Verdict
@@ -72,6 +73,12 @@ __all__ = [
 ]
 
 HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
+# Resuming a generation after its verifier was lost (`RemoteVerifier.resume`): at most this many
+# tries, the first at once, then after 0.25, 0.5 and 1 s, all within one connect timeout; a proxy
+# marks a dead replica down within its health check's interval, and a replica killed mid-round
+# leaves the next try to another one.
+RESUME_ATTEMPTS = 4
+RESUME_BACKOFF = 0.25
 
 
 class VerifierRefused(SpecSteerError):
@@ -167,8 +174,9 @@ class RemoteVerifier:
             self.target, self.identity.credentials(), options=options, compression=grpc.Compression.NoCompression
         )
 
-    def _ready_channel(self) -> grpc.Channel:
-        """A channel whose TLS handshake (both ways) has completed, or a precise error."""
+    def _ready_channel(self, deadline: float | None = None) -> grpc.Channel:
+        """A channel whose TLS handshake (both ways) has completed, or a precise error, by
+        `deadline` (a `time.monotonic()` instant; None: `connect_timeout` from now)."""
         with self._lock:
             if self._closed:
                 raise ConfigError("the remote verifier is closed")
@@ -177,7 +185,8 @@ class RemoteVerifier:
             channel = self._channel
         # One deadline for the whole attempt: the wait, then (only for a failed channel) the
         # questions about why, so a failure reads within the connect timeout, not twice it.
-        deadline = time.monotonic() + self.connect_timeout
+        if deadline is None:
+            deadline = time.monotonic() + self.connect_timeout
         state = None
         if channel is self._was_ready:
             # Connected before: look without asking to connect. Asking while gRPC's connectivity
@@ -185,7 +194,7 @@ class RemoteVerifier:
             # on at its next wake, and if the channel is closed by then, the poller's thread raises
             # a traceback on stderr (grpc/grpc#18995). A channel still READY needs no request; one
             # gone idle since is asked below (and connects at the poller's next wake, within 0.2 s).
-            state = _await_connectivity(channel, min(self.connect_timeout, 1.0), try_to_connect=False)
+            state = _await_connectivity(channel, min(_left(deadline, floor=0.0), 1.0), try_to_connect=False)
         connected = False
         if state is not grpc.ChannelConnectivity.READY:
             state = _await_connectivity(channel, _left(deadline, floor=0.0))
@@ -295,14 +304,45 @@ class RemoteVerifier:
             raise ConfigError(problem)
 
     def open(self, prompt_ids: Sequence[int], params: SessionParams) -> RemoteSession:
+        return self._open(prompt_ids, params, (), None)
+
+    def resume(self, prompt_ids: Sequence[int], params: SessionParams, resume_ids: Sequence[int]) -> RemoteSession:
+        """A new session that continues a generation whose verifier was lost: its Open carries
+        `resume_ids`, the tokens the lost session had committed as its verifier saw them.
+
+        Dials this verifier's address again (behind a proxy, another replica answers) up to
+        `RESUME_ATTEMPTS` times, waiting `RESUME_BACKOFF` seconds (doubling) between tries, all
+        within one `connect_timeout` from the first; `VerifierLost` when none answered in time.
+        A refusal (`VerifierRefused`) or a protocol error is raised at once: never retried."""
+        problem = resume_length_problem(len(resume_ids))
+        if problem is not None:
+            raise ConfigError(problem)
+        deadline = time.monotonic() + self.connect_timeout
+        wait = RESUME_BACKOFF
+        for attempt in range(1, RESUME_ATTEMPTS + 1):
+            try:
+                return self._open(prompt_ids, params, resume_ids, deadline)
+            except VerifierLost as exc:
+                left = deadline - time.monotonic()
+                if attempt == RESUME_ATTEMPTS or left <= wait:
+                    raise VerifierLost(
+                        exc.reason, f"no verifier took the generation back after {attempt} tries: {exc}"
+                    ) from None
+            time.sleep(wait)
+            wait *= 2
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _open(
+        self, prompt_ids: Sequence[int], params: SessionParams, resume_ids: Sequence[int], deadline: float | None
+    ) -> RemoteSession:
         self.check(prompt_ids, params)
-        channel = self._ready_channel()
+        channel = self._ready_channel(deadline)
         max_top_k = min(params.top_k, WIRE_MAX_TOP_K)
         egress = self.egress.begin(vocab_size=self.vocab_size, max_top_k=max_top_k)
         session = RemoteSession(self, channel, egress, max_top_k=max_top_k)
         session.pad_to = params.draft_len if params.padded_frames else None
         session.fusion = params.method is Method.FUSION
-        session.start(wire.encode_open(prompt_ids, params))
+        session.start(wire.encode_open(prompt_ids, params, resume_ids))
         return session
 
     def close(self) -> None:

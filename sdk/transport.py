@@ -2,7 +2,8 @@
 
 The device talks to any `Verifier`: `open(prompt_ids, params)` returns a `VerifierSession` with
 `round(commit, draft, literal) -> Verdict`, `guard_decision(...)`, `end_locally(reason)` and
-`close()`. The in-process transport serializes every message through the wire format
+`close()`. A `ResumableVerifier` (the network one) can also `resume` a generation whose session
+was lost, in a new session. The in-process transport serializes every message through the wire format
 (`core/wire.py`) exactly as a network transport would, so the byte counts are real and in-process
 runs exercise the same parsing as remote ones.
 """
@@ -10,7 +11,7 @@ runs exercise the same parsing as remote ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from specsteer.core import wire
 from specsteer.core.errors import SpecSteerError
@@ -64,6 +65,17 @@ class VerifierSession(Protocol):
 
 class Verifier(Protocol):
     def open(self, prompt_ids: Sequence[int], params: SessionParams) -> VerifierSession: ...
+
+
+@runtime_checkable
+class ResumableVerifier(Protocol):
+    """A verifier that can take a generation back after losing its session (`sdk.remote.RemoteVerifier`):
+    `resume` opens a new session whose Open carries `resume_ids`, the tokens the lost session had
+    committed as its verifier saw them, or raises `VerifierLost` when no verifier answers in time."""
+
+    def resume(
+        self, prompt_ids: Sequence[int], params: SessionParams, resume_ids: Sequence[int]
+    ) -> VerifierSession: ...
 
 
 class CloudSessionLike(Protocol):

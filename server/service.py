@@ -450,7 +450,9 @@ class VerifierService:
         try:
             # The session's forwards go through the scheduler's runner: merged with other sessions'
             # when batching is on.
-            open_session = functools.partial(self.cloud.open, runner=self.scheduler.runner)
+            open_session = functools.partial(
+                self.cloud.open, runner=self.scheduler.runner, resume_ids=list(frame.resume_ids)
+            )
             state.session = await self.scheduler.run(open_session, list(frame.prompt_ids), frame.params)
         except (NoSessionSlot, SlotPoolTooLarge, SessionOverCapacity) as exc:  # this verifier's limits
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Open refused: {exc}") from None

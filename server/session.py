@@ -27,7 +27,7 @@ from specsteer.core import wire
 from specsteer.core.contract import RoundContract, raise_first
 from specsteer.core.errors import ConfigError, ProtocolError
 from specsteer.core.kv import TensorSequence, TokenSequence
-from specsteer.core.limits import MAX_NEW_TOKENS, prompt_length_problem
+from specsteer.core.limits import MAX_NEW_TOKENS, prompt_length_problem, resume_length_problem
 from specsteer.core.models import CausalLM
 from specsteer.core.prompts import render_prompt
 from specsteer.core.recovery import inverse_cdf
@@ -124,10 +124,16 @@ class CloudVerifier:
         return TokenSequence(model, prefix_ids, runner)
 
     def open(
-        self, prompt_ids: Sequence[int], params: SessionParams, *, runner: EngineRunner | None = None
+        self,
+        prompt_ids: Sequence[int],
+        params: SessionParams,
+        *,
+        runner: EngineRunner | None = None,
+        resume_ids: Sequence[int] = (),
     ) -> CloudSession:
-        """A session; `runner` runs its models' forwards (None: each alone, on the caller's thread)."""
-        return CloudSession(self, prompt_ids, params, runner=runner)
+        """A session; `runner` runs its models' forwards (None: each alone, on the caller's thread).
+        `resume_ids`: a resumed generation's committed tokens (`Open.resume_ids`), after the prompt."""
+        return CloudSession(self, prompt_ids, params, runner=runner, resume_ids=resume_ids)
 
     def specialist_for(self, adapter_version: int) -> CausalLM:
         """The generic Specialist copy a session declaring `adapter_version` must be verified with."""
@@ -170,12 +176,18 @@ class CloudSession:
         params: SessionParams,
         *,
         runner: EngineRunner | None = None,
+        resume_ids: Sequence[int] = (),
     ) -> None:
         # The IDs a device may send: the Specialist's vocabulary, at the width both models share.
         s_vocab = verifier.s_width
         if not prompt_ids:
             raise ProtocolError("the prompt is empty")
-        problem = prompt_length_problem(len(prompt_ids)) or wire.vocabulary_violation(prompt_ids, s_vocab, "prompt")
+        problem = (
+            prompt_length_problem(len(prompt_ids))
+            or wire.vocabulary_violation(prompt_ids, s_vocab, "prompt")
+            or resume_length_problem(len(resume_ids))
+            or wire.vocabulary_violation(resume_ids, s_vocab, "resumed text")
+        )
         if problem is not None:
             raise ProtocolError(problem)
         if not params.method.uses_cloud:
@@ -193,6 +205,9 @@ class CloudSession:
         # and, apart, the guard's placeholders, which stand in for spans of a different length.
         self.text_tokens = 0
         self.placeholder_tokens = 0
+        # A resumed session's earlier text and placeholders, which it cannot tell apart: bounded
+        # with this session's own, by what one session may hold of both (`_check_length`).
+        self.resumed_tokens = len(resume_ids)
         # `close` may come from another thread mid-round (a stream that vanished while its round ran):
         # the KV slots are then handed back when the round is done, not under its forwards.
         self._state = threading.Lock()
@@ -200,7 +215,7 @@ class CloudSession:
         self._release_after_round = False
         self._sequences: list[TensorSequence] = []
         try:
-            self._start(verifier, prompt_ids, params, runner)
+            self._start(verifier, prompt_ids, params, runner, resume_ids)
         except BaseException:
             # Release now: the half-made session lives on in the exception's traceback, a cycle
             # that only the collector frees, holding its KV slots until then.
@@ -208,7 +223,12 @@ class CloudSession:
             raise
 
     def _start(
-        self, verifier: CloudVerifier, prompt_ids: Sequence[int], params: SessionParams, runner: EngineRunner | None
+        self,
+        verifier: CloudVerifier,
+        prompt_ids: Sequence[int],
+        params: SessionParams,
+        runner: EngineRunner | None,
+        resume_ids: Sequence[int],
     ) -> None:
         prompt_text = verifier.s_codec.decode(prompt_ids)
         s0_lm = verifier.specialist_for(params.adapter_version)
@@ -224,6 +244,12 @@ class CloudSession:
                 verifier.generalist, g_prompt, runner=runner, make_sequence=verifier.sequence
             )
         self._sequences.append(self.g.seq)
+        if resume_ids:
+            # The earlier session's committed text, appended as its rounds appended it (commits and
+            # placeholders unverified, accepted drafts), so both caches hold what they held there.
+            self.s0.push(resume_ids)
+            self.g.extend(resume_ids, [])
+            self.g.accept(0)
         # Prefill at Open, not in the first round: the device does not wait for Open to be
         # answered, so over a network the prefill overlaps its first drafts; every round then feeds
         # only its own block; and a prompt the models cannot take is refused at Open.
@@ -291,10 +317,16 @@ class CloudSession:
         for spans of the device's text, each a few tokens longer or shorter than its span."""
         text = self.text_tokens + len(frame.commit) + len(frame.draft)
         placeholders = self.placeholder_tokens + len(frame.literal)
-        if text > MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS or placeholders > MAX_NEW_TOKENS:
+        whole = text + placeholders + self.resumed_tokens
+        if (
+            text > MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
+            or placeholders > MAX_NEW_TOKENS
+            or whole > 2 * MAX_NEW_TOKENS + MAX_CANDIDATE_TOKENS
+        ):
+            resumed = f", {self.resumed_tokens:,} resumed" if self.resumed_tokens else ""
             raise SessionTooLong(
                 f"round {frame.seq} would take the session past the protocol's {MAX_NEW_TOKENS} new tokens "
-                f"({text:,} of its text, {placeholders:,} of placeholders)"
+                f"({text:,} of its text, {placeholders:,} of placeholders{resumed})"
             )
 
     def _verify(self, commit: list[int], draft: list[int], literal: list[int]) -> Verdict:

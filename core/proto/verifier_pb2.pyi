@@ -56,12 +56,14 @@ class SessionParams(_message.Message):
     def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("prompt_ids", "params")
+    __slots__ = ("prompt_ids", "params", "resume_ids")
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_IDS_FIELD_NUMBER: _ClassVar[int]
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     params: SessionParams
-    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[SessionParams, _Mapping]] = ...) -> None: ...
+    resume_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[SessionParams, _Mapping]] = ..., resume_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "commit_ids", "draft_ids", "literal_ids")

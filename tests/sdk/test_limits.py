@@ -231,7 +231,7 @@ def test_a_frame_over_the_uplink_cap_is_refused_before_the_tap(models, pki) -> N
         remote(port, pki, vocab_size=s_lm.vocab_size, tap=tap) as verifier,
     ):
         session = verifier.open([40, 41], PARAMS)
-        with pytest.raises(ProtocolError, match="over the protocol's 32,768; nothing was sent"):
+        with pytest.raises(ProtocolError, match="over the protocol's 65,536; nothing was sent"):
             session._send(b"\x00" * (MAX_UPLINK_BYTES + 1))
         session.close()
     assert [len(u) for u in tap.uplinks] == [len(wire.encode_open([40, 41], PARAMS))]
