@@ -116,7 +116,7 @@ class EgressRecorder:
         """
         with self._lock:
             state = self._state(session_id)
-            violations, commit = state.examine_uplink(payload)
+            violations, commit = state.examine_uplink(payload, self._sessions.values())
             if violations:
                 raise EgressBlocked(f"uplink blocked for session {session_id[:8]}…: {_describe(violations)}")
             witness = wire.witness_of(payload)

@@ -20,7 +20,7 @@ The report also says what this proof does not cover. The format is in docs/audit
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -467,12 +467,16 @@ def _payload(rec: records.Record) -> bytes:
 
 # How each kind of session record after its begin is checked against the session's state
 # (`core.contract.SessionState`): every kind of `records.SESSION_KINDS` but the begin, which makes
-# the state. A session record of any other kind is refused by name, never read as one of these.
-_EXAMINE: dict[str, Callable[[SessionState, records.Record], tuple[list[Violation], Callable[[], None]]]] = {
-    records.KIND_UPLINK: lambda state, rec: state.examine_uplink(_payload(rec)),
-    records.KIND_DOWNLINK: lambda state, rec: state.examine_downlink(_payload(rec)),
-    records.KIND_FALLBACK: lambda state, rec: state.examine_fallback(rec.fields["reason"]),
-    records.KIND_GUARD: lambda state, rec: state.examine_guard(
+# the state. A session record of any other kind is refused by name, never read as one of these. An
+# uplink is also checked against the log's sessions so far (a resumed Open must continue one).
+_Examine = Callable[
+    [SessionState, records.Record, Collection[SessionState]], tuple[list[Violation], Callable[[], None]]
+]
+_EXAMINE: dict[str, _Examine] = {
+    records.KIND_UPLINK: lambda state, rec, earlier: state.examine_uplink(_payload(rec), earlier),
+    records.KIND_DOWNLINK: lambda state, rec, _: state.examine_downlink(_payload(rec)),
+    records.KIND_FALLBACK: lambda state, rec, _: state.examine_fallback(rec.fields["reason"]),
+    records.KIND_GUARD: lambda state, rec, _: state.examine_guard(
         rec.fields["decision"], rec.fields["count"], rec.fields["placeholder"]
     ),
 }
@@ -542,7 +546,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             counts[Area.DOWNLINK] += 1
             counters[sid][1] += 1
             first_downlink.setdefault(sid, rec.index)
-        violations, commit = examine(state, rec)
+        violations, commit = examine(state, rec, states.values())
         report(where, violations)
         commit()  # the verifier always advances, so one bad record does not hide the next
 

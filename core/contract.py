@@ -20,6 +20,12 @@ single token. `examine_uplink(payload)` and
 the recorder commits only a clean message (and blocks a dirty uplink), the verifier always commits
 so one bad record does not hide the next.
 
+A resumed Open (`resume_ids`, a generation continuing after its verifier was lost) may carry only
+what an earlier session of the same log, with the same prompt, already sent up and had committed:
+its own resumed tokens, then each answered round's commit, placeholder and accepted draft, and the
+commit and placeholder of a round left unanswered (`SessionState.sent_text`). So a resume can carry
+no token the device had not sent before, least of all a span the guard held back.
+
 A Close may carry a witness request (the device's audit-log checkpoint, bounded field by field:
 `core.wire.witness_violation`); then, and only then, one downlink with the Close's seq may answer
 it with a cosignature, alone.
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -40,7 +46,7 @@ from google.protobuf.message import DecodeError
 
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError
-from specsteer.core.limits import MAX_GUARD_SPANS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K
+from specsteer.core.limits import MAX_GUARD_SPANS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K, resume_length_problem
 from specsteer.core.session_types import (
     ANY_ONE_TOKEN,
     MAX_CANDIDATE_TOKENS,
@@ -351,6 +357,11 @@ class SessionState:
     guard: Counter[tuple[str, str]] = field(default_factory=Counter)
     fusion: bool = False  # the session declared method fusion: dense fusion vectors may come down
     rounds_contract: RoundContract = field(init=False)
+    # What the Open declared, and the committed text as this session's verifier saw it (`sent_text`).
+    prompt: tuple[int, ...] = ()
+    resumed: tuple[int, ...] = ()
+    committed: list[int] = field(default_factory=list)
+    unanswered: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # the last round's (commit + placeholder, draft)
 
     def __post_init__(self) -> None:
         self.rounds_contract = RoundContract(vocab_size=self.vocab_size, placeholders=0)
@@ -393,7 +404,21 @@ class SessionState:
 
     # -- uplinks ---------------------------------------------------------------------------------
 
-    def examine_uplink(self, payload: bytes) -> tuple[list[Violation], Callable[[], None]]:
+    def sent_text(self) -> list[tuple[int, ...]]:
+        """What a session resuming this one may carry: the committed text as this session's
+        verifier saw it, with and without the commit and placeholder of a round left unanswered.
+        Nothing for a session that closed: the device resumes only a session it lost."""
+        if self.phase is Phase.CLOSED:
+            return []
+        text = (*self.resumed, *self.committed)
+        if self.unanswered is None or not self.unanswered[0]:
+            return [text]
+        return [text, (*text, *self.unanswered[0])]
+
+    def examine_uplink(
+        self, payload: bytes, earlier: Collection[SessionState] = ()
+    ) -> tuple[list[Violation], Callable[[], None]]:
+        """`earlier`: the log's other sessions so far, which a resumed Open must continue."""
         out: list[Violation] = []
         try:
             msg = pb.Uplink.FromString(payload)
@@ -413,7 +438,7 @@ class SessionState:
             out.append(Violation(Area.UPLINK, "the Uplink carries no Open, Round or Close"))
             return out, self._count_up(payload)
         if kind == "open":
-            return self._open(msg.open, payload, out)
+            return self._open(msg.open, payload, out, earlier)
         if kind == "round":
             return self._round(wire.round_frame(msg.round), payload, out)
         if kind == "padded_round":
@@ -436,6 +461,8 @@ class SessionState:
         def commit() -> None:
             count()
             self.rounds_contract.after_close(msg.close.seq, witness=witness)
+            if self.phase is Phase.CLOSED:  # never resumed (`sent_text`): a long-lived recorder keeps no text
+                self.committed, self.resumed, self.unanswered = [], (), None
 
         return out, commit
 
@@ -445,7 +472,9 @@ class SessionState:
 
         return commit
 
-    def _open(self, msg: pb.Open, payload: bytes, out: list[Violation]) -> tuple[list[Violation], Callable[[], None]]:
+    def _open(
+        self, msg: pb.Open, payload: bytes, out: list[Violation], earlier: Collection[SessionState]
+    ) -> tuple[list[Violation], Callable[[], None]]:
         if self.ended:
             out.append(self.rounds_contract.after_end("an uplink open"))
         else:
@@ -466,12 +495,27 @@ class SessionState:
         if not msg.prompt_ids:
             out.append(Violation(Area.UPLINK, "the Open carries no prompt tokens"))
         out += _outside(msg.prompt_ids, self.vocab_size, "prompt")
+        prompt, resumed = tuple(msg.prompt_ids), tuple(msg.resume_ids)
+        if resumed:
+            out += _outside(resumed, self.vocab_size, "resumed text")
+            problem = resume_length_problem(len(resumed))
+            if problem is not None:
+                out.append(Violation(Area.UPLINK, problem))
+            elif not any(s.prompt == prompt and resumed in s.sent_text() for s in earlier if s is not self):
+                out.append(
+                    Violation(
+                        Area.UPLINK,
+                        f"the Open resumes {len(resumed)} token(s) that no earlier session of this log with the "
+                        "same prompt sent up and committed: a resume may carry nothing that had not gone up",
+                    )
+                )
         count = self._count_up(payload)
 
         def commit() -> None:
             count()
             if self.phase is Phase.BEGUN:
                 self.top_k, self.fusion = top_k, fusion
+                self.prompt, self.resumed = prompt, resumed
             self.rounds_contract.after_open(draft_len, padded)
 
         return out, commit
@@ -484,6 +528,8 @@ class SessionState:
 
         def commit() -> None:
             count()
+            if self.rounds_contract.awaiting is None:  # a round out of turn is not the text
+                self.unanswered = ((*frame.commit, *frame.literal), frame.draft)
             self.rounds_contract.after_round(frame)
 
         return out, commit
@@ -548,6 +594,10 @@ class SessionState:
 
         def commit() -> None:
             count()
+            if self.unanswered is not None and self.rounds_contract.awaiting == msg.seq:
+                prefix, draft = self.unanswered
+                self.committed += [*prefix, *draft[: msg.accepted]]
+                self.unanswered = None
             self.rounds_contract.after_answer(
                 msg.seq, msg.accepted, [c.token_ids for c in msg.candidates], fusion_vector=msg.HasField("fusion")
             )
