@@ -20,6 +20,7 @@ from specsteer.privacy.registered import (
     secret_cores,
     sound_key,
     transliterate,
+    transliterations,
     unambiguous_first_names,
     unambiguous_surnames,
     widen_encoded,
@@ -75,7 +76,10 @@ def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
         if email:
             out[email] = EMAIL
         # Only a trailer that names a person gives a name ("Fixes: 1c2d (net: ...)" gives none).
-        if len(name.split()) >= 2 and "@" not in name and _IDENTITY_KEY_RE.match(line):
+        # One word is a name where it is no word of Latin letters ("王秀英", "Дмитрий"): a
+        # Chinese or Korean name is one word, and there is no English word it could be.
+        one_word = len(name.split()) == 1 and any(c.isalpha() and not c.isascii() for c in name) and len(name) >= 2
+        if (len(name.split()) >= 2 or one_word) and "@" not in name and _IDENTITY_KEY_RE.match(line):
             out[name] = NAME
     return out
 
@@ -123,6 +127,10 @@ class CanaryDetector(Detector):
             if s.strip():
                 raw[s.strip()] = kind
                 self.strings[_normalize(s)] = kind
+                if kind == NAME and variants:
+                    # The name as it is written in Latin letters, registered with it (issue #49).
+                    for t in transliterations(s):
+                        self.strings.setdefault(_normalize(t), NAME)
         exact = dict(self.strings)
         cores: set[str] = set()
         firsts: set[str] = set()

@@ -243,3 +243,51 @@ def sound_key(word: str) -> str:
     if not w:
         return ""
     return w[0] + re.sub(r"[aeiou]", "", w[1:])
+
+
+# Korean surnames as they are written in Latin letters, not as the Revised Romanization spells them.
+_KOREAN_SURNAMES = {"gim": ("kim",), "i": ("lee", "yi", "rhee"), "bag": ("park", "pak"), "choe": ("choi",),
+                    "jeong": ("jung", "chung"), "jo": ("cho",), "gang": ("kang",), "yun": ("yoon",),
+                    "jang": ("chang",), "im": ("lim",), "han": ("hahn",), "sin": ("shin",)}  # fmt: skip
+
+
+def transliterations(name: str) -> set[str]:
+    """A name written in another script as it is written in Latin letters (issue #49): anyascii's
+    romanization ("Дмитрий Соколов" -> "Dmitriy Sokolov"), with the common spellings of its
+    endings ("Dmitry", "Dmitrii"); a Chinese or Korean name's syllables joined as its given name
+    is ("王秀英" -> "Wang Xiuying", "Xiuying Wang", "Wang Xiu-ying"), a Korean surname as it is
+    written ("김서연" -> "Kim Seo-yeon"). Empty for a name in Latin letters (folding covers
+    its accents). Arabic script loses its vowels in any romanization: no form of it is made."""
+    from anyascii import anyascii
+
+    if all(c.isascii() or not c.isalpha() or "LATIN" in _char_name(c) for c in name):
+        return set()
+    if any("ARABIC" in _char_name(c) or "HEBREW" in _char_name(c) for c in name):
+        return set()
+    latin = anyascii(name).strip()
+    if not latin or not any(c.isalpha() for c in latin):
+        return set()
+    out = {latin}
+    words = latin.split()
+    syllables = [re.findall(r"[A-Z][a-z]*|[a-z]+", w) for w in words]
+    if len(words) == 1 and len(syllables[0]) >= 2:
+        # One word of capitalized syllables: a CJK name, surname first.
+        family, given = syllables[0][0], syllables[0][1:]
+        joined = given[0] + "".join(g.lower() for g in given[1:])
+        hyphened = given[0] + "".join("-" + g.lower() for g in given[1:])
+        families = {family, *(f.capitalize() for f in _KOREAN_SURNAMES.get(family.lower(), ()))}
+        for f in families:
+            out |= {f"{f} {joined}", f"{joined} {f}", f"{f} {hyphened}", f"{hyphened} {f}", f"{f} {' '.join(given)}"}
+    # The ending "-iy" of Russian names is written "-y", "-i" and "-ii" as often.
+    for form in list(out):
+        for a, b in (("iy", "y"), ("iy", "i"), ("iy", "ii"), ("yy", "y")):
+            changed = re.sub(rf"{a}\b", b, form)
+            if changed != form:
+                out.add(changed)
+    return out
+
+
+def _char_name(c: str) -> str:
+    import unicodedata
+
+    return unicodedata.name(c, "")
