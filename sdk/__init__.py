@@ -43,6 +43,8 @@ The other modules:
 - `sdk.onnx_drafter`: The Specialist's forwards on onnxruntime-genai: prebuilt wheels, an int4 model, about 4x
   cheaper steps.
 - `sdk.pinning`: The device's pin set: which TLS anchors it trusts for the verifier, and nothing else.
+- `sdk.prompt_guard`: The prompt, guarded: what of the user's prompt goes up in the Open (the device side
+  of `privacy.guard`).
 - `sdk.remote`: The network transport: a `Verifier` over one TLS-pinned, mutually authenticated gRPC channel.
 - `sdk.serving_chain`: The verifier's certificate chain checked as an X.509 path under the pinned anchors.
 - `sdk.specialists`: The device's Specialist from its settings: which model, on which drafter, with which
