@@ -20,6 +20,7 @@ The other modules:
   fresh it is.
 - `federation.errors`: The federation's errors, in one place, under `core.errors.SpecSteerError` so one
   `except` in a CLI catches all.
+- `federation.identity`: Device identities that SecAgg+ keys are bound to (issue #50, finding 2).
 - `federation.participant`: One device's side of a round: eligibility, its state folder, and what it trains
   and sends.
 - `federation.rounds`: What both server workflows share: the run's settings, one round's record, and

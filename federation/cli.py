@@ -7,6 +7,8 @@
                         [--run-timeout DURATION] [--retries N] [--retry-backoff DURATION]
     federation status [--state-dir D] [--device DIR ...]
     federation device-state --state-dir DIR --idle yes|no --charging yes|no --unmetered yes|no
+    federation deploy DIR --devices NAME[,NAME...] [--host H] [--port P] [--no-node-auth]
+    federation register-nodes --superlink HOST:PORT --root-certificates CA.pem --allow-list FILE
 
 Every failure a user can cause prints one sentence and exits non-zero (2 for bad usage). `run`
 prints what each round's devices did (trained, sat out and why, refused and why); a run in which
@@ -157,7 +159,76 @@ def build_parser() -> argparse.ArgumentParser:
         state.add_argument(f"--{flag}", type=_yes_no, required=True, metavar="yes|no", help=f"whether it is {what}")
     state.add_argument("--json", action="store_true", help="print the state written as one JSON object")
     _add_quiet(state)
+    deploy = sub.add_parser(
+        "deploy",
+        help="provision a SuperLink deployment: TLS, each device's node key and endorsement, the allow-list",
+    )
+    deploy.add_argument("folder", type=Path, help="where the deployment's files go (kept and added to on a re-run)")
+    deploy.add_argument("--devices", required=True, help="device names, comma-separated (e.g. phone-1,phone-2)")
+    deploy.add_argument("--host", default="127.0.0.1", help="the SuperLink's host (default 127.0.0.1)")
+    deploy.add_argument("--port", type=_positive_int, default=9092, help="the SuperLink's port (default 9092)")
+    deploy.add_argument(
+        "--no-node-auth",
+        action="store_true",
+        help="print a SuperLink command that accepts any SuperNode (Flower's node authentication off)",
+    )
+    deploy.add_argument("--json", action="store_true", help="print the files and commands as one JSON object")
+    _add_quiet(deploy)
+    register = sub.add_parser(
+        "register-nodes", help="enter the allow-list's public keys into a running SuperLink (flwr supernode register)"
+    )
+    register.add_argument("--superlink", required=True, metavar="HOST:PORT")
+    register.add_argument("--root-certificates", type=Path, help="CA certificate of the SuperLink's TLS")
+    register.add_argument("--insecure", action="store_true", help="talk to the SuperLink without TLS (testing only)")
+    register.add_argument("--allow-list", type=Path, required=True, help="allow-list.txt of `federation deploy`")
+    register.add_argument("--json", action="store_true", help="print the node ids as one JSON object")
+    _add_quiet(register)
     return parser
+
+
+def deploy(args: argparse.Namespace) -> dict[str, Any]:
+    """`federation deploy`: `federation.deploy.provision_deployment`, and the commands that use it."""
+    from specsteer.federation.deploy import provision_deployment, superlink_command, supernode_command
+
+    names = [n.strip() for n in str(args.devices).split(",") if n.strip()]
+    made = provision_deployment(args.folder, names)
+    superlink = f"{args.host}:{args.port}"
+    database = Path(args.folder) / "link.db"
+    return {
+        "certificates": {k: str(v) for k, v in made.certificates.__dict__.items()},
+        "allow_list": str(made.allow_list),
+        "enrollment_key": str(Path(args.folder) / "enrollment" / "enrollment.key"),
+        "devices": {name: str(path) for name, path in made.devices.items()},
+        "superlink": superlink_command(
+            made.certificates, database, host=args.host, port=args.port, node_auth=not args.no_node_auth
+        ),
+        "register": [
+            *("federation", "register-nodes", "--superlink", superlink),
+            *("--root-certificates", str(made.certificates.ca), "--allow-list", str(made.allow_list)),
+        ],
+        "supernodes": {
+            name: supernode_command(
+                path,
+                superlink,
+                port=9094 + i,
+                node_config=f'data-file="DATA" state-dir={json.dumps(str(path / "state"))}',
+            )
+            for i, (name, path) in enumerate(made.devices.items())
+        },
+    }
+
+
+def _print_deploy(result: dict[str, Any]) -> None:
+    import shlex
+
+    tls = Path(result["certificates"]["ca"]).parent
+    print(f"Wrote the deployment: TLS in {tls}, allow-list {result['allow_list']}.")
+    print(f"Keep {result['enrollment_key']} off the SuperLink's machine: it endorses devices.")
+    print("1. Start the SuperLink:\n   " + shlex.join(result["superlink"]))
+    print("2. Register the devices' node keys with it:\n   " + shlex.join(result["register"]))
+    print("3. On each device (its folder holds its keys; set DATA to its history):")
+    for name, command in result["supernodes"].items():
+        print(f"   {name}: " + shlex.join(command))
 
 
 def _yes_no(text: str) -> bool:
@@ -602,6 +673,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "device-state":
             written = device_state(args)
             print(json.dumps(written) if args.json else f"Device state written to {written['path']}.")
+            return 0
+        if args.command == "deploy":
+            made = deploy(args)
+            print(json.dumps(made)) if args.json else _print_deploy(made)
+            return 0
+        if args.command == "register-nodes":
+            from specsteer.federation.deploy import register_allow_list
+
+            ids = register_allow_list(
+                args.superlink, args.allow_list, root_certificates=args.root_certificates, insecure=args.insecure
+            )
+            new_ids = [i for i in ids if i is not None]
+            if args.json:
+                print(json.dumps({"registered": new_ids, "already_registered": len(ids) - len(new_ids)}))
+            else:
+                print(f"{len(new_ids)} node key(s) registered, {len(ids) - len(new_ids)} already registered.")
             return 0
         if args.command == "status":
             result = status(args)

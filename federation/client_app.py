@@ -26,17 +26,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.app.message_type import MessageType
 from flwr.client.mod import secaggplus_mod
+from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
 
 from specsteer.core.session_types import MAX_ADAPTER_VERSION
 from specsteer.federation.errors import MessageRefusal, Refusal, SecAggRefusal
+from specsteer.federation.identity import IDENTITY_KEY, NodeIdentity, byte_list
 from specsteer.federation.offline import go_offline
 from specsteer.federation.participant import Device, EligibilityPolicy
 from specsteer.federation.secagg_terms import check_stage
@@ -71,6 +73,10 @@ def optional_secaggplus_mod(msg: Message, context: Context, call_next: ClientApp
                 raise SecAggRefusal("the run trains without secure aggregation, which this device requires")
             return call_next(msg, context)
         check_stage(configs, context.state, msg.metadata.dst_node_id, min_cohort=device.dp_policy.secagg_min_cohort)
+        identity = NodeIdentity.load(device.identity_dir) if device.identity_dir is not None else None
+        stage = configs.get(Key.STAGE)
+        if stage == Stage.SHARE_KEYS:
+            _check_bindings(msg, configs, context, identity, device.dp_policy.secagg_min_cohort)
     except Exception as exc:  # the device's terms (or its node config) say no: a refusal
         return _refuse(msg, context, device, exc, "train")
     inner: list[Message] = []
@@ -81,12 +87,56 @@ def optional_secaggplus_mod(msg: Message, context: Context, call_next: ClientApp
         return reply
 
     try:
-        return secaggplus_mod(msg, context, remember)
+        reply = secaggplus_mod(msg, context, remember)
+        if stage == Stage.SETUP and identity is not None and not reply.has_error():
+            # The keys just made, bound to this device's node key: neighbours check it (share keys).
+            got = reply.content.config_records[RECORD_KEY_CONFIGS]
+            got[IDENTITY_KEY] = identity.bind(
+                run_id=msg.metadata.run_id,
+                server_round=msg.metadata.group_id,
+                node_id=msg.metadata.dst_node_id,
+                pk1=bytes(got[Key.PUBLIC_KEY_1]),  # type: ignore[arg-type]
+                pk2=bytes(got[Key.PUBLIC_KEY_2]),  # type: ignore[arg-type]
+            )
+        return reply
     except Exception as exc:
         if inner and inner[-1].has_error():
             return inner[-1]  # the device refused the round itself (policy, budget, ...): that refusal
         failed = SecAggRefusal(f"the SecAgg+ stage failed: {type(exc).__name__}: {exc}")
         return _refuse(msg, context, device, failed, "train")
+
+
+def _check_bindings(
+    msg: Message, configs: ConfigRecord, context: Context, identity: NodeIdentity | None, min_cohort: int
+) -> None:
+    """Check the share-keys stage's bindings (a device with an identity), then hand Flower's mod the bare keys.
+
+    A device with an identity refuses unless every entry is bound to an enrolled device and the
+    distinct devices reach its threshold and minimum cohort (`NodeIdentity.check_cohort`): a
+    server that seats nodes of its own can no longer read the shares sent to them. The entries
+    are replaced by their two SecAgg+ keys, the layout Flower's mod reads.
+    """
+    entries: dict[int, list[bytes]] = {}
+    for name, value in configs.items():
+        if name != Key.STAGE:
+            parts = byte_list(value)
+            if parts is None or len(parts) < 2:
+                raise SecAggRefusal(f"the SecAgg+ keys of node {name} are not a list of keys")
+            entries[int(name)] = parts  # check_stage made sure each name is a node id
+    if identity is not None:
+        flower = SecAggPlusState(**context.state.config_records[RECORD_KEY_STATE])
+        keys = identity.check_cohort(
+            entries,
+            run_id=msg.metadata.run_id,
+            server_round=msg.metadata.group_id,
+            own_node=msg.metadata.dst_node_id,
+            least=max(flower.threshold, min_cohort),
+        )
+    else:
+        keys = {node: (entry[0], entry[1]) for node, entry in entries.items()}
+    bare = ConfigRecord({str(node): list(pair) for node, pair in keys.items()})
+    bare[Key.STAGE] = Stage.SHARE_KEYS
+    msg.content.config_records[RECORD_KEY_CONFIGS] = bare
 
 
 app = ClientApp(mods=[optional_secaggplus_mod])

@@ -360,6 +360,9 @@ class Device:
     eligibility_max_age: float = DEFAULT_MAX_AGE_S
     # The sealed ledger's count of writes, where the app keeps it (`federation.budget_ledger.WriteCounter`).
     ledger_counter: WriteCounter | None = None
+    # Node config ``identity-dir``: the device's node key, endorsement and enrollment key
+    # (`federation.identity`); with it, every SecAgg+ round must bind each member's keys to one.
+    identity_dir: Path | None = None
 
     @classmethod
     def from_configs(cls, node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> Device:
@@ -397,6 +400,7 @@ class Device:
             flags=flags,
             cache_dir=Path(str(node_config["cache-dir"])) if "cache-dir" in node_config else None,
             eligibility_max_age=max_age,
+            identity_dir=Path(str(node_config["identity-dir"])).expanduser() if "identity-dir" in node_config else None,
         )
 
     def for_run(self, run_config: Mapping[str, Any]) -> Device:

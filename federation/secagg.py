@@ -17,12 +17,13 @@ record layouts (`federation.client_app`). What changes for the server:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.server import ServerConfig
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
@@ -30,11 +31,13 @@ from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 
+from specsteer.federation.identity import IDENTITY_KEY, byte_list
 from specsteer.federation.rounds import RoundRecord, ServerSettings, VersionedRounds
 from specsteer.federation.store import AdapterStore
 
-__all__ = ["VersionedSecAggFedAvg", "run_secagg"]
+__all__ = ["IdentityRelayGrid", "VersionedSecAggFedAvg", "run_secagg"]
 
 
 def _mean_metrics(pairs: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:
@@ -98,6 +101,64 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
         return pairs
 
 
+class IdentityRelayGrid(Grid):
+    """The run's Grid, relaying each device's identity binding with its SecAgg+ keys (issue #50, finding 2).
+
+    Flower's `SecAggPlusWorkflow` keeps only the two public keys of each setup reply and forwards
+    only those in the share-keys stage. This Grid remembers the binding a device adds to its setup
+    reply (`federation.identity.IDENTITY_KEY`: its node public key, its endorsement and its
+    signature over the keys) and appends it to that device's entry wherever the share-keys stage
+    forwards its keys, so every neighbour can check it before sending a share. The workflow
+    itself is Flower's, unchanged; everything but `send_and_receive` is the wrapped Grid's.
+    """
+
+    def __init__(self, grid: Grid) -> None:
+        self.inner = grid
+        self.bindings: dict[int, list[bytes]] = {}
+
+    def set_run(self, run: Run) -> None:
+        self.inner.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.inner.run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return self.inner.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.inner.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.inner.push_messages([self._relay(m) for m in messages])
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._remember(m) for m in self.inner.pull_messages(message_ids)]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        replies = self.inner.send_and_receive([self._relay(m) for m in messages], timeout=timeout)
+        return [self._remember(m) for m in replies]
+
+    def _relay(self, message: Message) -> Message:
+        configs = message.content.config_records.get(RECORD_KEY_CONFIGS) if message.has_content() else None
+        if configs is not None and configs.get(Key.STAGE) == Stage.SHARE_KEYS:
+            for name in list(configs):
+                keys = byte_list(configs[name])
+                if name != Key.STAGE and keys is not None and name.isdigit() and int(name) in self.bindings:
+                    configs[name] = [*keys, *self.bindings[int(name)]]
+        return message
+
+    def _remember(self, reply: Message) -> Message:
+        if reply.has_content():
+            configs = reply.content.config_records.get(RECORD_KEY_CONFIGS)
+            binding = byte_list(configs.get(IDENTITY_KEY)) if configs is not None else None
+            if binding is not None:
+                self.bindings[reply.metadata.src_node_id] = binding
+        return reply
+
+
 def run_secagg(
     grid: Grid,
     run_config: Mapping[str, Any],
@@ -142,5 +203,5 @@ def run_secagg(
             timeout=settings.round_timeout,
         )
     )
-    workflow(grid, context)
+    workflow(IdentityRelayGrid(grid), context)
     return strategy.version, strategy.rounds

@@ -1,9 +1,12 @@
 """Slow tier: real flower-superlink and flower-supernode processes on loopback, with TLS.
 
 `federation run --superlink` submits the project's Flower app to the SuperLink; each SuperNode
-runs the ClientApp in its own `flwr-clientapp` process. The test also kills a SuperNode while it
-is training (the round finishes without it after the round timeout) and restarts the SuperLink
-(the next run resumes from the stored version, and the surviving device's ledger keeps counting).
+runs the ClientApp in its own `flwr-clientapp` process. The deployment is `federation deploy`'s:
+the SuperLink runs with Flower's node authentication, the two devices' keys are registered, and a
+third SuperNode that went through no registration is refused (issue #50, finding 1). The test
+also kills a SuperNode while it is training (the round finishes without it after the round
+timeout) and restarts the SuperLink (the next run resumes from the stored version, and the
+surviving device's ledger keeps counting).
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from pathlib import Path
 import pytest
 
 from specsteer.federation.cli import main
-from specsteer.federation.deploy import flower_env, write_loopback_certificates
+from specsteer.federation.deploy import (
+    Deployment,
+    flower_env,
+    provision_deployment,
+    register_nodes,
+    superlink_command,
+    supernode_command,
+)
 from tests.federation.conftest import FIXTURE_USERS
 
 pytestmark = pytest.mark.slow
@@ -112,66 +122,81 @@ def procs() -> Iterator[list[Proc]]:
         proc.stop()
 
 
-def _superlink(tmp: Path, certs: object, port: int, procs: list[Proc], name: str) -> Proc:
-    link = Proc(
-        [
-            str(BIN / "flower-superlink"),
-            "--ssl-ca-certfile", str(certs.ca),  # type: ignore[attr-defined]
-            "--ssl-certfile", str(certs.certificate),  # type: ignore[attr-defined]
-            "--ssl-keyfile", str(certs.key),  # type: ignore[attr-defined]
-            "--database", str(tmp / "link.db"),
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--disable-runtime-dependency-installation",
-        ],
-        tmp / f"{name}.log",
-        tmp,
-    )  # fmt: skip
+def _superlink(tmp: Path, deployment: Deployment, port: int, procs: list[Proc], name: str) -> Proc:
+    command = superlink_command(
+        deployment.certificates, tmp / "link.db", port=port, executable=str(BIN / "flower-superlink")
+    )
+    link = Proc(command, tmp / f"{name}.log", tmp)
     procs.append(link)
     link.wait_for("Uvicorn running on https://127.0.0.1", timeout=120)
     return link
 
 
 def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: Path, procs: list[Proc]) -> None:
-    certs = write_loopback_certificates(tmp_path / "certs")
+    deployment = provision_deployment(tmp_path / "deploy", ["device0", "device1", "device2"])
     port = _free_port()
-    link = _superlink(tmp_path, certs, port, procs, "superlink")
+    superlink = f"127.0.0.1:{port}"
+    link = _superlink(tmp_path, deployment, port, procs, "superlink")
+    node_ids = register_nodes(
+        superlink, [d / "node.pub" for d in deployment.devices.values()], root_certificates=deployment.certificates.ca
+    )
+    assert all(isinstance(i, int) for i in node_ids) and len(set(node_ids)) == 3
+    # Registering again is harmless (a re-run of the deployment step).
+    assert register_nodes(
+        superlink, [deployment.devices["device0"] / "node.pub"], root_certificates=deployment.certificates.ca
+    ) == [None]
     nodes = []
-    for i in range(2):
+    for i in range(3):
         node_config = (
             f"data-file='{FIXTURE_USERS}' partition-id={i} state-dir='{tmp_path / f'device{i}'}' threads=1 "
             f"model='{tiny_bpe_model}'"
         )
-        node = Proc(
-            [
-                str(BIN / "flower-supernode"),
-                "--root-certificates", str(certs.ca),
-                "--superlink", f"127.0.0.1:{port}",
-                "--port", str(_free_port()),
-                "--node-config", node_config,
-            ],
-            tmp_path / f"supernode{i}.log",
-            tmp_path,
+        command = supernode_command(
+            deployment.devices[f"device{i}"], superlink, port=_free_port(), node_config=node_config,
+            executable=str(BIN / "flower-supernode"),
         )  # fmt: skip
+        node = Proc(command, tmp_path / f"supernode{i}.log", tmp_path)
         procs.append(node)
         nodes.append(node)
-    link.wait_for("Activated node_id", count=2)
+    # A SuperNode that reaches the SuperLink and trusts its CA, but holds no registered key (Flower
+    # gives it a fresh key pair of its own), as any process on the network could start.
+    stranger = Proc(
+        [
+            str(BIN / "flower-supernode"),
+            "--root-certificates", str(deployment.certificates.ca),
+            "--superlink", superlink,
+            "--port", str(_free_port()),
+            "--node-config", f"data-file='{FIXTURE_USERS}' partition-id=2 state-dir='{tmp_path / 'stranger'}'",
+        ],
+        tmp_path / "stranger.log",
+        tmp_path,
+    )  # fmt: skip
+    procs.append(stranger)
+    link.wait_for("Activated node_id", count=3)
+    link.wait_for('"POST /v1/fleet/register-node HTTP/1.1" 412', timeout=60)
 
     base = [
-        "run", "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(certs.ca),
+        "run", "--superlink", superlink, "--root-certificates", str(deployment.certificates.ca),
         "--model", str(tiny_bpe_model), "--state-dir", str(tmp_path / "state"), "--json",
         "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256",
     ]  # fmt: skip
 
-    # 1. A full round with both devices, over TLS.
-    first = _run_json(base)
+    # 1. A round of SecAgg+ with the three authenticated devices, over TLS: each binds its keys to
+    # its node key and checks the others' (issue #50, finding 2). The stranger never became a node.
+    # (One round: a SecAgg+ round is four messages, each a fresh flwr-clientapp per device.)
+    first = _run_json([*base, "--secagg", "--min-clients", "3"])
     assert (first["version_in"], first["version_out"]) == (0, 1)
-    assert first["rounds"][0]["replies"] == 2
+    assert first["rounds"][0]["replies"] == 3
     assert "https://127.0.0.1" in link.text() and f"http://127.0.0.1:{port}" not in link.text()
+    assert link.text().count("Activated node_id") == 3
+    assert "Receiving: train message" not in stranger.text()
+    assert not (tmp_path / "stranger").exists()
+    nodes[2].stop()  # two devices are enough for the rest
 
     # 2. Device 1 is killed while it trains; the round waits out its timeout and uses device 0.
+    seen = nodes[1].text().count("Receiving: train message")
     with _background([*base, "--round-timeout", "40"]) as result:
-        nodes[1].wait_for("Receiving: train message", count=2, timeout=300)
+        nodes[1].wait_for("Receiving: train message", count=seen + 1, timeout=300)
         nodes[1].stop()
     second = result["summary"]
     assert (second["version_in"], second["version_out"]) == (1, 2)
@@ -179,7 +204,7 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
 
     # 3. The SuperLink restarts; the next run resumes from v2 and device 0's ledger keeps counting.
     link.stop()
-    link = _superlink(tmp_path, certs, port, procs, "superlink-restarted")
+    link = _superlink(tmp_path, deployment, port, procs, "superlink-restarted")
     # The SuperNode reconnects by itself (its registration is in the SuperLink's database); the
     # strategy waits up to one round timeout for it.
     nodes[0].wait_for("Connection successful after", timeout=180)
@@ -188,6 +213,7 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
     ledger = json.loads((tmp_path / "device0" / "ledger.json").read_text())
     assert [r["adapter_version_in"] for r in ledger["rounds"]] == [0, 1, 2]
     assert len(json.loads((tmp_path / "device1" / "ledger.json").read_text())["rounds"]) == 1
+    assert "Receiving: train message" not in stranger.text()
 
 
 def _run_json(argv: list[str]) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ from flwr.compat.common import recorddict_compat as compat
 
 import specsteer.federation.participant
 from specsteer.federation.budget_ledger import Ledger
+from specsteer.federation.deploy import provision_deployment
 from specsteer.federation.errors import ConfigError, PolicyRefusal, SecAggRefusal
+from specsteer.federation.identity import IDENTITY_KEY, NodeIdentity
 from specsteer.federation.rounds import ServerSettings
 from specsteer.federation.simulation import run_in_process
 from specsteer.federation.store import AdapterStore
@@ -43,12 +46,22 @@ def _windows(arrays: dict[str, np.ndarray]) -> list[bytes]:
     return out
 
 
+def _enrolled(folder: Path, names: list[str]) -> dict[str, str]:
+    """Device identities as `federation deploy` provisions them: name -> its identity-dir."""
+    return {name: str(path) for name, path in provision_deployment(folder, names).devices.items()}
+
+
 def test_secagg_server_sees_only_the_average(
     tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """With enrolled identities (`federation deploy`'s): every device binds its keys and checks the others'."""
     captured = _capture(monkeypatch)
     config = run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3})
-    summary, grid = run_in_process(config, node_configs(tiny_bpe_model, tmp_path, 3))
+    nodes = node_configs(tiny_bpe_model, tmp_path, 3)
+    identities = _enrolled(tmp_path / "deploy", ["device0", "device1", "device2"])
+    for node in nodes:
+        node["identity-dir"] = identities[Path(node["state-dir"]).name]
+    summary, grid = run_in_process(config, nodes)
 
     assert summary["secure_aggregation"] is True
     assert (summary["version_in"], summary["version_out"]) == (0, 1)
@@ -70,6 +83,14 @@ def test_secagg_server_sees_only_the_average(
         if d.message.metadata.message_type == "train"
     }
     assert stages == {"setup", "share_keys", "collect_masked_vectors", "unmask"}
+    # The keys each device received came with their bindings (the server relayed them).
+    share_keys = [
+        d.message.content["secaggplus_configs"]
+        for d in grid.deliveries
+        if d.message.metadata.message_type == "train"
+        and d.message.content["secaggplus_configs"]["stage"] == "share_keys"
+    ]
+    assert share_keys and all(len(v) == 5 for c in share_keys for k, v in c.items() if k != "stage")
 
 
 def test_secagg_survives_a_dropout_after_keys_are_shared(
@@ -253,3 +274,69 @@ def test_the_server_refuses_a_threshold_devices_would_refuse(tmp_path: Path, thr
         assert ServerSettings.from_run_config({**config, "secagg-threshold": fraction}).secagg_threshold == fraction
         assert all(2 * max(round(fraction * shares), 2) > shares for shares in range(2, 500))
     assert 2 * max(round(0.625 * 4), 2) == 4  # 0.625 of 4 shares is 2: exactly half
+
+
+# --- issue #50, finding 2: SecAgg+ keys bound to enrolled device identities ----------------------
+
+
+def _sybil(nid: int, enrolled: NodeIdentity | None, *, run_id: int = 7, server_round: str = "1") -> list[bytes]:
+    """A cohort member the server plays: SecAgg+ keys it made (so it holds their secret keys),
+    bound to `enrolled` when given (an identity the server endorsed itself)."""
+    from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes
+
+    pk1, pk2 = (public_key_to_bytes(generate_key_pairs()[1]) for _ in range(2))
+    if enrolled is None:
+        return [pk1, pk2]
+    return [pk1, pk2, *enrolled.bind(run_id=run_id, server_round=server_round, node_id=nid, pk1=pk1, pk2=pk2)]
+
+
+@pytest.mark.parametrize("sybils", ["unbound", "self-enrolled", "replayed", "one-identity-twice"])
+def test_a_cohort_the_server_fills_with_sybils_gets_no_share(tiny_bpe_model: Path, tmp_path: Path, sybils: str) -> None:
+    """The measured attack: one real device and two nodes the server plays, threshold 2 of 3. The
+    server held the Sybils' secret keys, decrypted the shares the device sent them and recovered its
+    update to within 4e-6. Now the device checks every member's binding before any share leaves."""
+    real = _enrolled(tmp_path / "deploy", ["real", "other"])
+    ids = [11, 12, 13]
+    cohort = Cohort(tiny_bpe_model, tmp_path, ids, **{"identity-dir": real["real"]})
+    reply = cohort.send(11, _setup(3, 3, 2))
+    assert not reply.has_error(), reply.error
+    got = reply.content["secaggplus_configs"]
+    mine = [got["pk1"], got["pk2"], *got[IDENTITY_KEY]]
+    # The server's own enrollment: node keys it endorsed itself (what it can make without the operator's key).
+    forged = provision_deployment(tmp_path / "server-deploy", ["s1", "s2"])
+    forged_ids = [NodeIdentity.load(forged.devices[n]) for n in ("s1", "s2")]
+    other = NodeIdentity.load(real["other"])  # a real device's identity, but the server lacks its key...
+    if sybils == "unbound":
+        entries = {12: _sybil(12, None), 13: _sybil(13, None)}
+    elif sybils == "self-enrolled":
+        entries = {12: _sybil(12, forged_ids[0]), 13: _sybil(13, forged_ids[1])}
+    elif sybils == "replayed":
+        # ...so it replays the real device's own binding on a Sybil's node id, with its own keys.
+        entries = {12: [*_sybil(12, None), *mine[2:]], 13: _sybil(13, forged_ids[0])}
+    else:
+        # One enrolled device (were it the server's) seated twice: two members, one identity.
+        entries = {12: _sybil(12, other), 13: _sybil(13, other)}
+    keys = {"11": mine, **{str(n): e for n, e in entries.items()}}
+    reply = cohort.send(11, _stage("share_keys", **keys))
+    assert reply.has_error() and reply.error.reason == SecAggRefusal.public
+    assert not reply.has_content()  # no share, encrypted or not, left the device
+    why = {
+        "unbound": "carry no binding",
+        "self-enrolled": "not bound to an enrolled device identity",
+        "replayed": "keys of node 12 are not bound",
+        "one-identity-twice": "bound to one device identity",
+    }[sybils]
+    refused = [json.loads(line) for line in (tmp_path / "device0" / "rounds.jsonl").read_text().splitlines()]
+    assert why in refused[-1]["cause"], refused[-1]
+    # The same stage with the other members real enrolled devices is answered (the positive control).
+    honest = {"11": mine}
+    for nid, name in ((12, "other"),):
+        honest[str(nid)] = _sybil(nid, NodeIdentity.load(real[name]))
+    third = _enrolled(tmp_path / "deploy", ["third"])["third"]
+    honest["13"] = _sybil(13, NodeIdentity.load(third))
+    fresh = Cohort(tiny_bpe_model, tmp_path / "fresh", ids, **{"identity-dir": real["real"]})
+    first = fresh.send(11, _setup(3, 3, 2)).content["secaggplus_configs"]
+    honest["11"] = [first["pk1"], first["pk2"], *first[IDENTITY_KEY]]
+    reply = fresh.send(11, _stage("share_keys", **honest))
+    assert not reply.has_error(), reply.error
+    assert sorted(reply.content["secaggplus_configs"]["dsts"]) == [12, 13]
