@@ -457,6 +457,38 @@ class DPRoundResult:
     update_norm: float  # L2 norm of (new - old) global adapter: zero means nothing was learned
 
 
+def step_rows(batch_size: int) -> int:
+    """The rows every DP-SGD step runs through the model, whatever the history (issue #50, finding 4).
+
+    A Poisson batch holds about n·q rows, n/⌈n/b⌉ for n sequences at batch size b: 2 for a history
+    of 2, 4 for one of 36, so the time of a round told the two apart (0.82-1.00 s against
+    1.52-1.75 s, never overlapping). Every batch is padded to this public number of rows, each
+    `max-len` wide, with rows that carry no target (their loss and per-sample gradient are zero, so
+    the update and its clipping are unchanged). Three times b: a Poisson batch exceeds it with
+    probability below 4e-4 per step at b = 4 (Poisson(4) above 12); one that does is padded to the
+    next multiple of it (`_fixed_rows`), a rare step that costs more.
+    """
+    return 3 * batch_size
+
+
+def _fixed_rows(
+    ids: torch.Tensor, attention: torch.Tensor, target: torch.Tensor, rows: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch padded to a multiple of `rows` rows (at least one), with rows that have no target.
+
+    The padding rows attend to every position, so `per_sequence_loss` runs the full width too:
+    the width of a batch (its longest sequence) grew with the number of rows sampled.
+    """
+    real, width = ids.shape[0], ids.shape[1]
+    total = rows * max(1, math.ceil(real / rows))
+    extra = total - real
+    return (
+        torch.cat([ids, torch.full((extra, width), pad_id, dtype=ids.dtype)]),
+        torch.cat([attention, torch.ones((extra, width), dtype=attention.dtype)]),
+        torch.cat([target, torch.zeros((extra, width), dtype=target.dtype)]),
+    )
+
+
 def dp_sample_rate(n: int, batch_size: int) -> float:
     """Opacus's Poisson sample rate for a loader of `n` examples in batches of `batch_size`."""
     return 1.0 / max(1, math.ceil(n / batch_size))
@@ -535,20 +567,18 @@ def train_global_dp(
     module.train()
     charge = cfg.dp and engine is not None and ledger is not None and learning > 0
     finished = False
+    rows, pad = step_rows(cfg.batch_size), _pad_id(sw.lm)
     try:
-        for step, (ids, attention, target) in enumerate(_cycle(loader, cfg.dp_steps)):
+        for step, batch in enumerate(_cycle(loader, cfg.dp_steps)):
             optimizer.zero_grad(set_to_none=True)
-            if ids.shape[0] == 0:
-                # Poisson sampling can draw an empty batch. The step must still happen (noise is
-                # added and the accountant counts it), so give Opacus empty per-sample gradients.
-                for p in params:
-                    # Opacus's attribute, which torch's Parameter does not declare.
-                    p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
-            else:
-                with warnings.catch_warnings():
-                    # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.
-                    warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                    per_sequence_loss(module, ids, attention, target).mean().backward()
+            # Padded (an empty Poisson batch too): the work of a step does not depend on how many
+            # rows the history's sampling rate drew. The mean runs over the padded rows; Opacus
+            # scales per-sample gradients by the same count, so each real row's gradient is unchanged.
+            ids, attention, target = _fixed_rows(*batch, rows, pad)
+            with warnings.catch_warnings():
+                # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.
+                warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                per_sequence_loss(module, ids, attention, target).mean().backward()
             if step < learning:
                 optimizer.step()
             else:
@@ -640,6 +670,7 @@ def train_personal(sw: SpecialistWithAdapters, dataset: TensorDataset, cfg: Task
     params = sw.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=cfg.personal_lr, weight_decay=0.0)
     rng = random.Random(seed)
+    pad = _pad_id(sw.lm)
     order: list[int] = []
     loss_value = math.nan
     sw.peft.train()
@@ -650,9 +681,12 @@ def train_personal(sw: SpecialistWithAdapters, dataset: TensorDataset, cfg: Task
                 rng.shuffle(fresh)
                 order.extend(fresh)
             batch = [order.pop() for _ in range(min(cfg.batch_size, n))]
-            ids, attention, target = dataset[batch]
+            # Always batch-size rows at full width (a history smaller than a batch ran fewer);
+            # the padding rows carry no target and stay out of the mean.
+            picked = dataset[batch]
+            ids, attention, target = _fixed_rows(picked[0], picked[1], picked[2], cfg.batch_size, pad)
             optimizer.zero_grad(set_to_none=True)
-            loss = per_sequence_loss(sw.peft, ids, attention, target).mean()
+            loss = per_sequence_loss(sw.peft, ids, attention, target)[: len(batch)].mean()
             loss.backward()
             optimizer.step()
             loss_value = float(loss.item())
