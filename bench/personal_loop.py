@@ -3,12 +3,20 @@
     python -m bench.personal_loop [--data ../shared/data/commit-bodies-dev.jsonl] [--users 8]
         [--queries-per-user 3] [--history 48] [--rounds 2] [--dp-steps 2] [--personal-steps 4]
         [--max-len 128] [--max-new-tokens 64] [--threads 1] [--dp | --no-dp]
+        [--drafter onnx|torch|llamacpp] [--drafter-precision P] [--guard G] [--cache-dir CACHE]
+        [--gammas G,...] [--rows LABEL ...] [--skip-v0-eval]
         [--work WORK] [--runs RUNS.jsonl] [--out OUT]
     python -m bench.personal_loop --report-only --runs RUNS.jsonl --work WORK --out OUT
 
+Style split (`bench.style_split`, issue #51). A fixed hash rule puts about one history entry in
+four into each author's style part: the style measures are fitted on it and nothing else sees
+it. Training and retrieval use the rest (the device part).
+
 Training. One simulated device per author (the first `--users` of the data file), each holding
-its newest `--history` entries (the newest 4 of them held out for the federation's own
-evaluation). The federation trains exactly as `federation run --simulation` does: the same
+the newest `--history` entries of its device part (the newest 4 of them held out for the
+federation's own evaluation). Training sequences must fit the prompt and a body: at
+`--max-len 64` the 0.5B's prompt alone fills them and every device skips ("no usable sequence").
+The federation trains exactly as `federation run --simulation` does: the same
 `RunOptions`, the real ServerApp and ClientApps through `federation.simulation.run_in_process`,
 every device's own DP policy and ledger (with `--no-dp` the simulated devices' policy allows
 plain SGD, as the CLI's `--no-dp` does). Each round is one run, like a periodic `federation
@@ -22,18 +30,25 @@ stays in ``WORK/<dp|no-dp>/`` and is reused; a WORK folder trained with other se
 Generation. Every author's held-out queries (newer than their whole history, never trained on)
 are generated greedily with the base Specialist (`slm-rag`), the cloud alone (`llm`) and
 SpecSteer (`specsteer`, gamma 0.5); and with the device's adapters (`slm-rag+adapters`,
-`specsteer+adapters`), built exactly as `sdk generate --federation-state DEVICE_STATE` builds them
-(what `sdk.cli.build_local` calls: `core.adapters.load_device_specialist` merges the device's
-newest global + personal adapters into its Specialist and gives the version the session declares;
-the registered in-process verifier's generic Specialist merges only that global version).
-Retrieval uses each author's whole history in every row.
+`specsteer+adapters`), built exactly as `sdk generate --federation-state DEVICE_STATE` builds them:
+by default on the shipped device path, `sdk.specialists.load_specialist` with the SDK's default
+drafter and precision (onnx int4: the base model's bundle, or the device's merged adapters
+converted once per device into CACHE/USER) behind the default egress guard; `--drafter torch`
+merges with `core.adapters.load_device_specialist` into the torch model (the path before issue
+#51). The registered in-process verifier's generic Specialist merges only the global version the
+session declares. Retrieval uses the device part of each author's history in every row.
+Every row records its device path (drafter, precision, guard).
 Each finished generation is appended to the runs log at once, and a rerun skips what is there.
 
 Scores. ROUGE-L / ROUGE-1 against the real body, and an authorship score (`bench.attribution`:
-character n-gram TF-IDF + logistic regression fitted on the same authors' history bodies): the
-probability of the true author and whether that author ranks first. The classifier is calibrated
-on the real held-out bodies (its ceiling) and shows `llm`'s score (a model that never sees the
-history). Paired differences over the same queries with 95 % bootstrap intervals
+character n-gram TF-IDF + logistic regression fitted on the authors' style part): the
+probability of the true author and whether that author ranks first; and a second, independent
+measure (`bench.attribution.ProfileDistance`: Burrows's Delta over function words and
+punctuation, fitted on the same part): the share of the other authors farther from the text than
+its author. Both are calibrated on the real held-out bodies (the ceiling), beside what a copy of
+the device's newest history entries scores (the gaming the split prevents) and `llm`'s score (a
+model that never sees the history). Writes a frontier plot, ROUGE-L against each style measure.
+Paired differences over the same queries with 95 % bootstrap intervals
 (`bench.quality.bootstrap_ci`). Writes OUT/personal_loop.{md,json}.
 """
 
@@ -68,11 +83,14 @@ from bench.personal_loop_report import (
     write_report,
 )
 from bench.quality import RunsLog
+from bench.style_split import RULE, device_part
 from specsteer.core.errors import ConfigError, SpecSteerError
 from specsteer.core.models import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DRAFTERS, ONNX_PRECISIONS
+from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES
+from specsteer.sdk.uplink_guard import DEFAULT_GUARD_SETTING, GUARD_SETTINGS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
-CONTEXT_ENTRIES = 3  # retrieved history entries, `sdk generate`'s default (--context-entries)
 # --- training ----------------------------------------------------------------------------------
 
 
@@ -89,6 +107,7 @@ class TrainSpec:
     dp_steps: int
     personal_steps: int
     max_len: int
+    style_split: str = ""  # `bench.style_split.RULE`: the history part the devices never see
 
     @property
     def variant(self) -> str:
@@ -102,6 +121,7 @@ class Training:
     root: Path
     spec: TrainSpec
     threads: int = 1
+    evaluate_v0: bool = True  # the base model's held-out loss on every device before round 1
 
     @property
     def data(self) -> Path:
@@ -162,8 +182,10 @@ class Training:
                 )
             return
         self.root.mkdir(parents=True, exist_ok=True)
+        # The device part only (`bench.style_split`): the style measures' part is never trained on.
         lines = [
-            json.dumps({"user_id": u["user_id"], "profile": u["profile"][-self.spec.history :]}) + "\n" for u in users
+            json.dumps({"user_id": u["user_id"], "profile": device_part(u)["profile"][-self.spec.history :]}) + "\n"
+            for u in users
         ]
         self.data.write_text("".join(lines), encoding="utf-8")
         spec_file.write_text(json.dumps(wanted, indent=1) + "\n", encoding="utf-8")
@@ -246,7 +268,7 @@ def train(training: Training) -> None:
     options = training.options()
     config = options.run_config()
     nodes = training.nodes()
-    if not training.rounds_done() and not (training.root / "v0-evaluated").is_file():
+    if training.evaluate_v0 and not training.rounds_done() and not (training.root / "v0-evaluated").is_file():
         start = ensure_initial_version(ServerSettings.from_run_config(config), TaskConfig.from_run_config(config))
         arrays = AdapterStore(options.server_dir / "adapters").arrays(start)
         for node in nodes:
@@ -271,9 +293,9 @@ def train(training: Training) -> None:
             )
 
 
-def _train_child(root: str, spec: dict[str, Any], threads: int) -> None:
+def _train_child(root: str, spec: dict[str, Any], threads: int, evaluate_v0: bool) -> None:
     """The training process: exits 1 with one line on a project error."""
-    training = Training(Path(root), TrainSpec(**{**spec, "users": tuple(spec["users"])}), threads)
+    training = Training(Path(root), TrainSpec(**{**spec, "users": tuple(spec["users"])}), threads, evaluate_v0)
     try:
         train(training)
     except SpecSteerError as exc:
@@ -285,7 +307,9 @@ def train_in_child(training: Training) -> bool:
     """Train in a fresh process (its model and activations are freed when it ends); True if it finished."""
     ctx = multiprocessing.get_context("spawn")
     process = ctx.Process(
-        target=_train_child, args=(str(training.root), asdict(training.spec), training.threads), name="personal-loop"
+        target=_train_child,
+        args=(str(training.root), asdict(training.spec), training.threads, training.evaluate_v0),
+        name="personal-loop",
     )
     process.start()
     process.join()
@@ -306,8 +330,8 @@ class Row:
 def rows_for(variant: str, gammas: Sequence[float] = ()) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
-    explains them, then the gamma sweep's `specsteer+adapters` rows; so a run cut short has the
-    comparisons on as many queries as possible."""
+    explains them, last; the gamma sweep's `specsteer+adapters` rows before it); so a run cut short
+    has the comparisons on as many queries as possible."""
     passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
@@ -315,20 +339,31 @@ def rows_for(variant: str, gammas: Sequence[float] = ()) -> list[list[Row]]:
             Row(adapter_label(SPECSTEER, variant), SPECSTEER, variant),
             Row(LLM, LLM, None),
         ],
-        [Row(SPECSTEER, SPECSTEER, None)],
     ]
     if gammas:
         passes.append([Row(gamma_label(variant, g), SPECSTEER, variant, g) for g in gammas])
+    passes.append([Row(SPECSTEER, SPECSTEER, None)])
     return passes
 
 
 class Generator:
     """The models, loaded once; per author, the device and verifier `sdk generate` would build."""
 
-    def __init__(self, specialist: str, generalist: str) -> None:
+    def __init__(
+        self,
+        specialist: str,
+        generalist: str,
+        *,
+        drafter: str = DEFAULT_DRAFTER,
+        precision: str | None = None,
+        guard: str = DEFAULT_GUARD_SETTING,
+        cache_dir: Path | None = None,
+    ) -> None:
         from specsteer.core.models import load_causal_lm
 
         self.specialist_name = specialist
+        self.drafter, self.precision, self.guard, self.cache_dir = drafter, precision, guard, cache_dir
+        # The torch Specialist: the in-process verifier's generic copy (and the torch drafter's).
         self.s_lm = load_causal_lm(specialist, progress=False)
         self.g_lm = load_causal_lm(generalist, progress=False)
         self._local: dict[tuple[str, str | None], tuple[Any, Any, int]] = {}
@@ -338,18 +373,36 @@ class Generator:
         [--federation-state STATE]` builds them: the library calls of `sdk.cli.build_local` and
         `declared_adapter_version` (a benchmark may not import a command line, docs/architecture.md).
         Cached for one author at a time: the merged models are large."""
+        from specsteer.core.adapter_files import state_folders
         from specsteer.core.adapters import load_device_specialist
         from specsteer.sdk.cloud_plugins import local_verifier_factory
         from specsteer.sdk.decoding import Specialist
+        from specsteer.sdk.specialists import load_specialist
 
         key = (str(profile.user_id), None if state is None else str(state))
         if key not in self._local:
             if any(k[0] != key[0] for k in self._local):
                 self._local = {}
                 gc.collect()  # the previous author's merged copies (2 GiB each for the 0.5B) go first
-            # The device's newest global + personal adapters merged in, and the version it declares.
-            device_lm, version = (self.s_lm, 0) if state is None else load_device_specialist(self.s_lm, state)
-            specialist = Specialist(device_lm, profile, context_entries=CONTEXT_ENTRIES)
+            if self.drafter == "torch":
+                # The device's newest global + personal adapters merged in, and the version it declares.
+                device_lm, version = (self.s_lm, 0) if state is None else load_device_specialist(self.s_lm, state)
+                specialist = Specialist(device_lm, profile, context_entries=DEFAULT_CONTEXT_ENTRIES)
+            else:
+                # What ships: `sdk generate`'s own loader (the base model's bundle, or the merged
+                # adapters converted for the drafter), with the version the device declares.
+                cache = None if self.cache_dir is None else self.cache_dir / key[0]
+                specialist = load_specialist(
+                    self.specialist_name,
+                    profile,
+                    drafter=self.drafter,
+                    precision=self.precision,
+                    federation_state=state,
+                    context_entries=DEFAULT_CONTEXT_ENTRIES,
+                    cache_dir=cache,
+                    progress=False,
+                )
+                version = 0 if state is None else state_folders(state)[0] or 0
             # The cloud's generic Specialist gets the global versions the device holds, by declared number only.
             verifier = local_verifier_factory()(self.s_lm, self.g_lm, seed=0, federation_state=state)
             self._local[key] = (specialist, verifier, version)
@@ -362,8 +415,10 @@ class Generator:
         from specsteer.core.session_types import Method, SessionParams
         from specsteer.sdk.context import Profile
         from specsteer.sdk.decoding import DecodeOptions, generate
+        from specsteer.sdk.uplink_guard import guard_setting
 
-        profile = Profile.from_obj(user, source=str(user["user_id"]))
+        # Retrieval sees the device part of the history only (`bench.style_split`).
+        profile = Profile.from_obj(device_part(user), source=str(user["user_id"]))
         specialist, cloud, version = self.local(profile, state)
         if row.method == SLM_RAG:
             params, verifier = SessionParams(method=Method.SLM_RAG, adapter_version=version), None
@@ -371,13 +426,19 @@ class Generator:
             params, verifier = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), cloud
         else:
             params, verifier = SessionParams(gamma=row.gamma, adapter_version=version), cloud
-        out = generate(specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier)
+        guard = None if verifier is None else guard_setting(profile, specialist.lm.tokenizer, self.guard)
+        out = generate(
+            specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier, guard=guard
+        )
         scores = _SCORER.score(query["target"], out.text)
         return {
             "config": row.label,
             "user": user["user_id"],
             "subject": query["subject"],
             "specialist": self.specialist_name,
+            "drafter": self.drafter,
+            "drafter_precision": self.precision if self.drafter != "onnx" else self.precision or _onnx_default(),
+            "guard": self.guard if verifier is not None else None,
             "max_new_tokens": max_new_tokens,
             "variant": row.variant,
             "adapter_version": version,
@@ -389,6 +450,12 @@ class Generator:
 
 
 _SCORER = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+
+
+def _onnx_default() -> str:
+    from specsteer.sdk.drafters import DEFAULT_ONNX_PRECISION
+
+    return DEFAULT_ONNX_PRECISION
 
 
 def append_row(runs: RunsLog, row: dict[str, Any]) -> None:
@@ -431,6 +498,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the global adapter with each device's default DP policy (--no-dp: plain SGD)",
     )
     p.add_argument("--specialist", default=DEFAULT_SPECIALIST)
+    p.add_argument(
+        "--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help="the device's forwards (default: what ships)"
+    )
+    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: its default")
+    p.add_argument(
+        "--guard", choices=GUARD_SETTINGS, default=DEFAULT_GUARD_SETTING, help="the egress guard (default: what ships)"
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="one model cache per device under it, CACHE/USER (each with the models, or a link to them), as each "
+        "device has its own disk: a device keeps one merged conversion, so one shared cache would convert again "
+        "at every change of author (default: the SDK's cache, shared)",
+    )
     p.add_argument("--generalist", default=DEFAULT_GENERALIST)
     p.add_argument("--work", type=Path, default=Path("personal-loop-work"), help="training state, reused")
     p.add_argument("--runs", type=Path, default=None, help="the runs log (default: OUT/personal_loop.runs.jsonl)")
@@ -440,6 +522,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_gammas,
         default=(),
         help="also run specsteer+adapters at these gammas (comma-separated; the lever of its style trade-off)",
+    )
+    p.add_argument(
+        "--rows",
+        nargs="+",
+        default=None,
+        metavar="LABEL",
+        help="generate only these rows (labels as in the tables); with no adapters' row among them nothing trains",
+    )
+    p.add_argument(
+        "--skip-v0-eval",
+        action="store_true",
+        help="no held-out loss of the base model before round 1 (a device's evaluation costs minutes on shared cores)",
     )
     p.add_argument("--train-only", action="store_true", help="train (or finish training), generate nothing")
     p.add_argument("--report-only", action="store_true", help="write the report from the runs log and WORK")
@@ -494,10 +588,16 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         dp_steps=args.dp_steps,
         personal_steps=args.personal_steps,
         max_len=args.max_len,
+        style_split=RULE,
     )
-    training = Training(args.work / spec.variant, spec, args.threads)
+    training = Training(args.work / spec.variant, spec, args.threads, not args.skip_v0_eval)
 
-    if not args.report_only:
+    wanted = [
+        r for rows in rows_for(spec.variant, args.gammas) for r in rows if args.rows is None or r.label in args.rows
+    ]
+    if args.rows is not None and not wanted:
+        raise ConfigError(f"none of --rows {' '.join(args.rows)} is a row of this run.")
+    if not args.report_only and any(r.variant is not None for r in wanted):
         training.prepare(users)
         if not training.finished():
             _say(f"training ({spec.variant}): {len(users)} devices, {spec.rounds} rounds, state in {training.root}")
@@ -529,20 +629,30 @@ def _generate(
     import torch
 
     torch.set_num_threads(args.threads)
-    states = training.device_states()
-    passes = rows_for(training.spec.variant, args.gammas)
+    passes = [
+        [r for r in rows if args.rows is None or r.label in args.rows]
+        for rows in rows_for(training.spec.variant, args.gammas)
+    ]
+    passes = [rows for rows in passes if rows]
+    states = training.device_states() if any(r.variant is not None for rows in passes for r in rows) else {}
     generator: Generator | None = None
-    trainings = {training.spec.variant: training.summary()}
-    for step, (number, (user, query), rows) in enumerate(
-        [(n, uq, rows) for rows in passes for n, uq in enumerate(queries, 1)], 1
-    ):
+    trainings = {training.spec.variant: training.summary()} if (training.root / "spec.json").is_file() else {}
+    plan = [(n, uq, rows) for rows in passes for n, uq in enumerate(queries, 1)]
+    for step, (number, (user, query), rows) in enumerate(plan, 1):
         for row in rows:
             key = (user["user_id"], query["subject"], row.label, args.max_new_tokens)
             if key in runs.done:
                 continue
             if generator is None:
                 _say(f"loading {args.specialist} and {args.generalist}")
-                generator = Generator(args.specialist, args.generalist)
+                generator = Generator(
+                    args.specialist,
+                    args.generalist,
+                    drafter=args.drafter,
+                    precision=args.drafter_precision,
+                    guard=args.guard,
+                    cache_dir=args.cache_dir,
+                )
             state = states[str(user["user_id"])] if row.variant is not None else None
             got = generator.generate(user, query, row, state, args.max_new_tokens)
             append_row(runs, got)

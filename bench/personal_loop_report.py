@@ -15,8 +15,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from bench.attribution import AuthorClassifier
-from bench.quality import BOOTSTRAP_RESAMPLES, RunsLog, mean_se, paired_difference
+from bench.attribution import AuthorClassifier, ProfileDistance
+from bench.plotting import figure, plotted
+from bench.quality import BOOTSTRAP_RESAMPLES, RunsLog, device_path_line, mean_se, paired_difference, rows_device_paths
+from bench.style_split import RULE, split_history, style_part
 
 __all__ = [
     "CEILING",
@@ -35,6 +37,8 @@ SLM_RAG, LLM, SPECSTEER = "slm-rag", "llm", "specsteer"
 VARIANTS = ("dp", "no-dp")
 CEILING = "real body (ceiling)"
 CEILING_CUT = "real body, cut to the generated length"
+HISTORY_COPY = "copy of the device's history (newest entries)"
+METRICS = ("rougeL", "attribution", "style_delta")
 
 
 def adapter_label(method: str, variant: str) -> str:
@@ -74,9 +78,13 @@ def comparisons(variants: Sequence[str], swept: Sequence[tuple[str, str]] = ()) 
 
 
 def score_rows(
-    classifier: AuthorClassifier, rows: list[dict[str, Any]], queries: list[tuple[dict[str, Any], dict[str, Any]]]
+    classifier: AuthorClassifier,
+    rows: list[dict[str, Any]],
+    queries: list[tuple[dict[str, Any], dict[str, Any]]],
+    delta: ProfileDistance | None = None,
 ) -> list[dict[str, Any]]:
-    """Every generated row with its attribution, plus the ceiling rows (the real held-out bodies)."""
+    """Every generated row with its attribution (and profile distance), plus the ceiling rows (the
+    real held-out bodies) and what copying the device's history would score."""
     generated = [r for r in rows if r["text"].strip()]
     lengths = [len(r["text"]) for r in generated]
     cut = int(statistics.median(lengths)) if lengths else 0
@@ -84,11 +92,25 @@ def score_rows(
         {"config": CEILING, "user": u["user_id"], "subject": q["subject"], "text": q["target"]} for u, q in queries
     ]
     ceiling_cut = [{**c, "config": CEILING_CUT, "text": c["text"][:cut]} for c in ceiling] if cut else []
-    scored = [dict(r) for r in rows] + ceiling + ceiling_cut
+    # The query's i-th newest entry of the device part: the gaming a measure must not reward.
+    nth: dict[str, int] = {}
+    copies = []
+    for u, q in queries:
+        i = nth[str(u["user_id"])] = nth.get(str(u["user_id"]), 0) + 1
+        device = split_history(u)[0]
+        if len(device) >= i:
+            copies.append(
+                {"config": HISTORY_COPY, "user": u["user_id"], "subject": q["subject"], "text": device[-i]["body"]}
+            )
+    scored = [dict(r) for r in rows] + ceiling + ceiling_cut + copies
     got = classifier.attribute([r["text"] for r in scored], [r["user"] for r in scored])
     for r, a in zip(scored, got, strict=True):
         r["attribution"] = a.probability
         r["attribution_top1"] = 1.0 if a.top1 else 0.0
+    if delta is not None:
+        for r, d in zip(scored, delta.score([r["text"] for r in scored], [r["user"] for r in scored]), strict=True):
+            r["style_delta"] = d.score
+            r["style_delta_nearest"] = 1.0 if d.nearest else 0.0
     return scored
 
 
@@ -99,7 +121,7 @@ def summarize(scored: list[dict[str, Any]], labels: Sequence[str]) -> list[dict[
         if not mine:
             continue
         entry: dict[str, Any] = {"config": label, "n": len(mine), "users": len({r["user"] for r in mine})}
-        for metric in ("rougeL", "rouge1", "attribution", "attribution_top1"):
+        for metric in ("rougeL", "rouge1", "attribution", "attribution_top1", "style_delta", "style_delta_nearest"):
             values = [r[metric] for r in mine if metric in r]
             if values:
                 entry[metric], entry[f"{metric}_se"] = mean_se(values)
@@ -110,9 +132,7 @@ def summarize(scored: list[dict[str, Any]], labels: Sequence[str]) -> list[dict[
 
 
 def paired(scored: list[dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    diffs = (
-        paired_difference(scored, row, minus, metric) for row, minus in pairs for metric in ("rougeL", "attribution")
-    )
+    diffs = (paired_difference(scored, row, minus, metric) for row, minus in pairs for metric in METRICS)
     return [d for d in diffs if d is not None]
 
 
@@ -142,15 +162,17 @@ def loss_table(training: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_CLASSIFIERS: dict[tuple[str, ...], AuthorClassifier] = {}
+_MEASURES: dict[tuple[str, ...], tuple[AuthorClassifier, ProfileDistance]] = {}
 
 
-def author_classifier(users: Sequence[dict[str, Any]]) -> AuthorClassifier:
-    """The attribution classifier fitted on these authors' whole histories (fitted once per process)."""
+def style_measures(users: Sequence[dict[str, Any]]) -> tuple[AuthorClassifier, ProfileDistance]:
+    """The attribution classifier and the profile distance, fitted on these authors' style part
+    only (`bench.style_split`: never retrieved, never trained on); fitted once per process."""
     key = tuple(str(u["user_id"]) for u in users)
-    if key not in _CLASSIFIERS:
-        _CLASSIFIERS[key] = AuthorClassifier.fit({str(u["user_id"]): [e["body"] for e in u["profile"]] for u in users})
-    return _CLASSIFIERS[key]
+    if key not in _MEASURES:
+        texts = style_part(users)
+        _MEASURES[key] = (AuthorClassifier.fit(texts), ProfileDistance.fit(texts))
+    return _MEASURES[key]
 
 
 def write_report(
@@ -161,7 +183,7 @@ def write_report(
     trainings: dict[str, dict[str, Any]],
     command: str,
 ) -> dict[str, Any]:
-    classifier = author_classifier(users)
+    classifier, delta = style_measures(users)
     keys = {(u["user_id"], q["subject"]) for u, q in queries}
     rows = [
         r
@@ -176,7 +198,7 @@ def write_report(
     gammas = {(v, r["config"]): g for r in rows for v in variants if (g := swept_gamma(r["config"], v)) is not None}
     swept = sorted(gammas, key=lambda key: (key[0], gammas[key]))
     labels += [label for _, label in swept]
-    scored = score_rows(classifier, rows, queries)
+    scored = score_rows(classifier, rows, queries, delta)
     result = {
         "meta": {
             "command": command,
@@ -201,17 +223,49 @@ def write_report(
             "gammas_swept": sorted({gammas[key] for key in swept}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
-            "fitted on the authors' whole histories",
+            "fitted on the authors' style part only",
+            "style_delta": "Burrows's Delta over 89 function words and 31 punctuation marks, z-scored over the "
+            "style part; the score is the share of the other authors farther from the text than its author "
+            "(1 = nearest, about 0.5 by chance)",
+            "style_split": RULE,
+            "style_part_entries": {str(u["user_id"]): len(split_history(u)[1]) for u in users},
+            "rows_device_paths": rows_device_paths(rows),
+            "reused_rows": sorted({r["config"] for r in rows if r.get("reused_from")}),
             "chance": 1 / len(users) if users else math.nan,
         },
-        "summary": summarize(scored, [*labels, CEILING, CEILING_CUT]),
+        "summary": summarize(scored, [*labels, CEILING, CEILING_CUT, HISTORY_COPY]),
         "paired": paired(scored, comparisons(variants, swept)),
         "training": {v: {**t, "losses": loss_table(t)} for v, t in trainings.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "personal_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (args.out / "personal_loop.md").write_text(markdown(result), encoding="utf-8")
+    plotted(lambda: plot_frontier(result, args.out / "personal_loop_frontier.png"), "personal_loop_frontier.png")
     return result
+
+
+def plot_frontier(result: dict[str, Any], path: Any) -> None:
+    """ROUGE-L against each style measure, one point per generated row (± one standard error)."""
+    rows = [s for s in result["summary"] if "rougeL" in s]
+    with figure(path, (11, 4.5), ncols=2) as axes:
+        for ax, (metric, name) in zip(
+            axes,
+            (("attribution", "attribution p(true author)"), ("style_delta", "profile distance score")),
+            strict=True,
+        ):
+            for s in rows:
+                if metric not in s:
+                    continue
+                ax.errorbar(s["rougeL"], s[metric], xerr=s["rougeL_se"], yerr=s[f"{metric}_se"], fmt="o", capsize=2)
+                ax.annotate(
+                    s["config"], (s["rougeL"], s[metric]), fontsize=6, xytext=(3, 3), textcoords="offset points"
+                )
+            ceiling = next((s for s in result["summary"] if s["config"] == CEILING and metric in s), None)
+            if ceiling is not None:
+                ax.axhline(ceiling[metric], linestyle="--", linewidth=0.8, color="grey")
+                ax.annotate("ceiling (real bodies)", (ax.get_xlim()[0], ceiling[metric]), fontsize=6)
+            ax.set_xlabel("ROUGE-L")
+            ax.set_ylabel(name)
 
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
@@ -228,16 +282,33 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{len(m['users'])} authors ({', '.join(m['users'])}); {m['queries_planned']} held-out queries planned, "
         f"complete (every row): {complete}; {m['specialist']} -> {m['generalist']}, greedy, {m['max_new_tokens']} new "
-        f"tokens, SpecSteer gamma {m['gamma']}. Attribution: {m['attribution']}; chance {m['chance']:.3f}.",
+        f"tokens, SpecSteer gamma {m['gamma']}.",
         "",
-        "| row | n | authors | ROUGE-L | attribution p(true author) | true author first |",
-        "|---|---|---|---|---|---|",
+        f"Style split: {m.get('style_split', 'none (the whole history)')}. Style part per author: "
+        + ", ".join(f"{u} {n}" for u, n in m.get("style_part_entries", {}).items())
+        + ".",
+        "",
+        f"Style measures: attribution, {m['attribution']} (chance {m['chance']:.3f}); profile distance, "
+        f"{m.get('style_delta', '—')}.",
+        "",
+        device_path_line(m.get("rows_device_paths", {}))
+        + (
+            f" Rows reused from an earlier run (the cloud alone: no device path): {', '.join(m['reused_rows'])}."
+            if m.get("reused_rows")
+            else ""
+        ),
+        "",
+        "| row | n | authors | ROUGE-L | attribution p(true author) | true author first | profile distance score "
+        "| true author nearest |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in result["summary"]:
         rl = f"{s['rougeL']:.3f} ± {s['rougeL_se']:.3f}" if "rougeL" in s else "—"
+        dl = f"{s['style_delta']:.3f} ± {s['style_delta_se']:.3f}" if "style_delta" in s else "—"
+        near = f"{s['style_delta_nearest']:.2f}" if "style_delta_nearest" in s else "—"
         lines.append(
             f"| {s['config']} | {s['n']} | {s['users']} | {rl} | {s['attribution']:.3f} ± {s['attribution_se']:.3f} "
-            f"| {s['attribution_top1']:.2f} |"
+            f"| {s['attribution_top1']:.2f} | {dl} | {near} |"
         )
     lines += [
         "",

@@ -14,6 +14,12 @@ authors as possible. Each finished generation is appended to the runs
 log at once (a rerun skips what is there), and the tables are rewritten after every query:
 ROUGE-1/ROUGE-L means with standard errors, and the paired differences `specsteer - slm-rag` and
 `specsteer - llm` over the same queries with 95 % bootstrap intervals.
+
+The device runs what ships unless told otherwise (issue #51): the SDK's default drafter at its
+default precision (`sdk.drafters`: onnx int4) behind the default egress guard
+(`sdk.uplink_guard.DEFAULT_GUARD_SETTING`); `--drafter`, `--drafter-precision` and `--guard`
+choose another path. Every row records the path it ran, and the tables count the rows per path
+(rows from before issue #51 recorded none: they ran torch without a guard).
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from specsteer.core.prompts import task_prompt
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Drafter, Specialist, generate
-from specsteer.sdk.drafters import DRAFTERS, ONNX_PRECISIONS, drafter_for
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS, drafter_for
 from specsteer.sdk.transport import InProcessVerifier
+from specsteer.sdk.uplink_guard import DEFAULT_GUARD_SETTING, GUARD_SETTINGS, guard_setting
 from specsteer.server.session import CloudVerifier
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
@@ -76,6 +83,43 @@ CONFIGS: tuple[Config, ...] = (
 Key = tuple[str, str, str, int]
 
 
+def device_path(
+    drafter: str = DEFAULT_DRAFTER, precision: str | None = None, guard: str = DEFAULT_GUARD_SETTING
+) -> dict:
+    """The device path a benchmark ran, as its results record it: the drafter, its precision (the
+    onnx drafter's default resolved) and the egress guard; `shipped` when all three are what
+    `sdk generate` runs without flags."""
+    resolved = precision or (DEFAULT_ONNX_PRECISION if drafter == "onnx" else None)
+    shipped = (
+        drafter == DEFAULT_DRAFTER and resolved in (None, DEFAULT_ONNX_PRECISION) and guard == DEFAULT_GUARD_SETTING
+    )
+    return {"drafter": drafter, "drafter_precision": resolved, "guard": guard, "shipped": shipped}
+
+
+def rows_device_paths(rows: Sequence[dict]) -> dict[str, int]:
+    """How many of `rows` ran each device path (`device_path`'s label); rows written before the
+    runs logs recorded it (issue #51) ran torch without a guard."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if "guard" in r:
+            label = device_path_label(device_path(r["drafter"], r.get("drafter_precision"), r["guard"]))
+        else:
+            label = "torch, no guard (not recorded: before issue #51)"
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def device_path_label(path: dict) -> str:
+    drafter = " ".join(str(v) for v in (path["drafter"], path["drafter_precision"]) if v)
+    which = "the shipped default" if path["shipped"] else "not the shipped default"
+    return f"drafter {drafter}, guard {path['guard']} ({which})"
+
+
+def device_path_line(counts: dict[str, int]) -> str:
+    """One sentence for a results page: which device path its rows ran."""
+    return "Device path of the rows: " + "; ".join(f"{label}: {n}" for label, n in counts.items()) + "."
+
+
 def load_queries(path: Path, users: int, per_user: int, *, skip_users: int = 0) -> list[tuple[dict, dict]]:
     """(user, query) pairs: queries 0..per_user-1 of users skip_users..skip_users+users-1, round-robin
     (every user's first query before any second one)."""
@@ -92,14 +136,16 @@ class Pairs:
         generalist: str,
         quantize: str = "fp32",
         linear_kernel: str | None = None,
-        drafter: str = "torch",
+        drafter: str = DEFAULT_DRAFTER,
         drafter_precision: str | None = None,
+        guard: str = DEFAULT_GUARD_SETTING,
     ) -> None:
         self._generalist_name = generalist
         self._quantize = quantize
         self._linear_kernel = linear_kernel
-        self._drafter_kind = drafter
-        self._drafter_precision = drafter_precision
+        self.drafter_kind = drafter
+        self.drafter_precision = drafter_precision
+        self.guard = guard
         self._lms: dict[str, CausalLM] = {}
         self._drafters: dict[str, Drafter | None] = {}
         self._verifiers: dict[str, InProcessVerifier] = {}
@@ -113,7 +159,7 @@ class Pairs:
         """The device's drafter for `specialist` (None: its torch model drafts)."""
         if specialist not in self._drafters:
             self._drafters[specialist] = drafter_for(
-                self._drafter_kind, specialist, self.lm(specialist), precision=self._drafter_precision
+                self.drafter_kind, specialist, self.lm(specialist), precision=self.drafter_precision
             )
         return self._drafters[specialist]
 
@@ -142,7 +188,11 @@ def run_one(
     if full_vocab:
         params = replace(params, top_k=s_lm.vocab_size)
     verifier = pairs.verifier(specialist_name) if params.method.uses_cloud else None
-    out = generate(specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier)
+    # The guard `sdk generate` runs on the uplink (nothing goes up without a verifier).
+    guard = None if verifier is None else guard_setting(profile, s_lm.tokenizer, pairs.guard)
+    out = generate(
+        specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier, guard=guard
+    )
     scores = _SCORER.score(query["target"], out.text)
     return {
         "user": user["user_id"],
@@ -152,6 +202,7 @@ def run_one(
         "rouge1": scores["rouge1"].fmeasure,
         "rougeL": scores["rougeL"].fmeasure,
         "text": out.text,
+        **device_path(pairs.drafter_kind, pairs.drafter_precision, pairs.guard),
         **out.stats.as_dict(),
     }
 
@@ -211,7 +262,18 @@ class RunsLog:
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def add_device_path_options(p: argparse.ArgumentParser) -> None:
+    """--drafter, --drafter-precision and --guard, defaulting to what `sdk generate` runs."""
+    p.add_argument(
+        "--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help="the device's forwards (default: what ships)"
+    )
+    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: its default")
+    p.add_argument(
+        "--guard", choices=GUARD_SETTINGS, default=DEFAULT_GUARD_SETTING, help="the egress guard (default: what ships)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench.quality", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     # 24 queries x 10 configurations: many hours on 2 shared cores (each query 10-20 min); resumable.
@@ -230,9 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
-    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.drafters)")
-    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: default int4")
-    args = p.parse_args(argv)
+    add_device_path_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not args.data.is_file():
         print(f"bench.quality: error: no data file at {args.data}", file=sys.stderr)
         return 1
@@ -244,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     alt = args.alt_specialist or next(n for n in CANDIDATE_SPECIALISTS if n != args.specialist)
     names = {"main": args.specialist, "alt": alt}
 
-    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel, args.drafter, args.drafter_precision)
+    pairs = Pairs(args.generalist, args.quantize, args.linear_kernel, args.drafter, args.drafter_precision, args.guard)
     started = time.perf_counter()
     passes = [todo for todo in ([c for c in configs if c.first_pass], [c for c in configs if not c.first_pass]) if todo]
     total = len(queries) * len(passes)
@@ -301,8 +366,9 @@ def write_report(
         "generalist": args.generalist,
         "quantize": args.quantize,
         "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
-        "drafter": args.drafter,
-        "drafter_precision": args.drafter_precision,
+        # This command's device path; `rows_device_paths` what the rows in the tables ran.
+        "device_path": device_path(args.drafter, args.drafter_precision, args.guard),
+        "rows_device_paths": rows_device_paths(rows),
         "wall_seconds_this_run": round(seconds, 1),
         "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
         "configs": [
@@ -436,6 +502,8 @@ def markdown(summary: list[dict], paired: list[dict], meta: dict) -> str:
         "each paired difference the queries both rows have; "
         f"max {meta['max_new_tokens']} new tokens, {meta.get('quantize', 'fp32')}, Generalist `{meta['generalist']}`, "
         f"Specialist `{meta['specialist']}` (rows prefixed `alt`: `{meta['alt_specialist']}`).",
+        "",
+        device_path_line(meta.get("rows_device_paths", {})),
         "",
         "| config | n | ROUGE-1 (± se) | ROUGE-L (± se) | acceptance | tok/s | uplink B/token | downlink B/token |",
         "|---|---|---|---|---|---|---|---|",

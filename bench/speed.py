@@ -93,6 +93,7 @@ from bench.device_work import DeviceText, device_text, device_work_times
 from bench.netdelay import DelayRelay
 from bench.path_probe import PayloadServer, path_round_trip, payload_round_trip
 from bench.plotting import plotted
+from bench.quality import device_path
 from bench.speed_baselines import gguf_of, hf_generate, llamacpp_reference
 from bench.speed_compare import compare_drafters, compare_kernels, compare_quantize
 from bench.speed_page import command_line, markdown, plot
@@ -108,7 +109,7 @@ from specsteer.privacy.guard import EgressGuard
 from specsteer.sdk.client import ClientConfig, SpecSteerClient
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Drafter, Specialist, generate
-from specsteer.sdk.llamacpp import DRAFTERS, drafter_for
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DRAFTERS, ONNX_PRECISIONS, drafter_for
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.sdk.uplink_guard import guard_setting
 from specsteer.server.config import SLOT_FORWARDS, ServerConfig
@@ -293,7 +294,7 @@ def _prepare(args: argparse.Namespace) -> _Bench:
     )
     g_lm = load_causal_lm(args.generalist, **cloud_kwargs)
     cloud_s = s_lm if on_cpu else load_causal_lm(args.specialist, **cloud_kwargs)
-    drafter = drafter_for(args.drafter, args.specialist, s_lm)
+    drafter = drafter_for(args.drafter, args.specialist, s_lm, precision=args.drafter_precision)
     specialist = Specialist(s_lm, profile, drafter=drafter)
     log = logger()
 
@@ -552,7 +553,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--linear-kernel", choices=LINEAR_KERNELS, default=None, help="fp32 Linear kernel (core.linear; default auto)"
     )
-    p.add_argument("--drafter", choices=DRAFTERS, default="torch", help="the device's forwards (sdk.llamacpp)")
+    p.add_argument(
+        "--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help="the device's forwards (default: what ships)"
+    )
+    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: its default")
     p.add_argument("--draft-len", type=int, default=4, help="K of the sd and specsteer rows")
     p.add_argument(
         "--methods",
@@ -634,6 +638,8 @@ def _writer(
             "kv_compile": args.kv_compile if args.kv == "slots" else None,
             "linear_kernel": resolve_linear_kernel(args.linear_kernel) if args.quantize == "fp32" else None,
             "drafter": args.drafter,
+            "drafter_precision": device_path(args.drafter, args.drafter_precision)["drafter_precision"],
+            "guard": ClientConfig.guard,
             "draft_len": args.draft_len,
             "sampling": args.sampling,
             "methods": list(args.methods),

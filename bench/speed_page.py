@@ -28,7 +28,10 @@ def markdown(rows: list[dict], meta: dict, costs: Costs) -> str:
     out = [
         f"# Speed over gRPC + TLS: {meta['specialist']} -> {meta['generalist']} ({meta['quantize']}"
         + (f", Linear kernel {meta['linear_kernel']}" if meta.get("linear_kernel") else "")
-        + (f", device drafter {meta['drafter']})" if meta.get("drafter", "torch") != "torch" else ")"),
+        # Every page says its device path; one written before issue #51 recorded none: torch, no precision.
+        + f", device drafter {meta.get('drafter', 'torch')}"
+        + (f" {meta['drafter_precision']}" if meta.get("drafter_precision") else "")
+        + (f", guard {meta['guard']})" if meta.get("guard") else ")"),
         "",
         f"`{meta['command']}` — {meta['queries']} demo queries × {meta['max_new_tokens']} new tokens per method "
         f"and RTT, {meta['torch_threads']} torch threads on 2 shared cores; RTT added by a user-space delay relay "

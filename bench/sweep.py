@@ -24,7 +24,19 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench.quality import DEFAULT_DATA, Key, Pairs, RunsLog, complete_queries, load_queries, scores
+from bench.quality import (
+    DEFAULT_DATA,
+    Key,
+    Pairs,
+    RunsLog,
+    add_device_path_options,
+    complete_queries,
+    device_path,
+    device_path_line,
+    load_queries,
+    rows_device_paths,
+    scores,
+)
 from specsteer.core.model_registry import DEFAULT_GENERALIST
 from specsteer.core.session_types import Method, SessionParams
 
@@ -56,7 +68,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench.sweep", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--skip-users", type=int, default=12, help="users before these are reported by bench.quality")
@@ -75,7 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME=MODEL",
         help="replace a Specialist by another model (tests use tiny ones)",
     )
-    args = p.parse_args(argv)
+    add_device_path_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not args.data.is_file():
         print(f"bench.sweep: error: no data file at {args.data}", file=sys.stderr)
         return 1
@@ -85,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs = RunsLog(args.runs if args.runs is not None else args.out / "sweep.runs.jsonl", "setting")
     command = "python -m bench.sweep " + " ".join(argv if argv is not None else sys.argv[1:])
-    pairs = Pairs(args.generalist)
+    pairs = Pairs(args.generalist, drafter=args.drafter, drafter_precision=args.drafter_precision, guard=args.guard)
     started = time.perf_counter()
     # Setting by setting (each over all users), in the order of SETTINGS: the Specialist comparison
     # first, so a partial sweep still decides the most consequential default on every user.
@@ -131,6 +148,8 @@ def write_report(
         "queries_complete": len(complete),
         "max_new_tokens": args.max_new_tokens,
         "generalist": args.generalist,
+        "device_path": device_path(args.drafter, args.drafter_precision, args.guard),
+        "rows_device_paths": rows_device_paths([done[k] for k in done if k[2] in {s.label for s in settings}]),
         "wall_seconds_this_run": round(seconds, 1),
     }
     (args.out / "sweep.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2) + "\n")
@@ -146,6 +165,8 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "counts its own), "
         f"max {meta['max_new_tokens']} new tokens, Generalist `{meta['generalist']}`. "
         "Each setting changes one knob of the base (gamma 0.5, alpha 1, K 4, k 10, guardrail).",
+        "",
+        device_path_line(meta.get("rows_device_paths", {})),
         "",
         "| setting | Specialist | n | ROUGE-L (± se) | ROUGE-1 (± se) | acceptance | tok/s |",
         "|---|---|---|---|---|---|---|",

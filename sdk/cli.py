@@ -46,7 +46,7 @@ from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAF
 from specsteer.sdk.models_command import add_models_parser, run_models_command
 from specsteer.sdk.prompt_guard import PROMPT_POLICIES
 from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES
-from specsteer.sdk.uplink_guard import GUARD_SETTINGS, guard_setting
+from specsteer.sdk.uplink_guard import DEFAULT_GUARD_LABELS, DEFAULT_GUARD_SETTING, GUARD_SETTINGS, guard_setting
 
 if TYPE_CHECKING:
     from specsteer.core.device_lm import SpecialistLM
@@ -446,7 +446,12 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: Tex
     federation_state = getattr(args, "federation_state", None)
     drafter = partial(device_drafter, args)
     local = build_local(s_lm, g_lm, profile, options.seed, args.context_entries, federation_state, factory, drafter)
-    guard = guard_setting(profile, s_lm.tokenizer, args.guard or "placeholder", args.placeholder_labels or "generic")
+    guard = guard_setting(
+        profile,
+        s_lm.tokenizer,
+        args.guard or DEFAULT_GUARD_SETTING,
+        args.placeholder_labels or DEFAULT_GUARD_LABELS,
+    )
     log(args, f"generating with {params.method.value}")
     stream = None if out is None else TextStream(local.specialist.decode, out)
     result = generate(

@@ -49,7 +49,7 @@ from specsteer.sdk.prompt_guard import check_prompt_policy
 from specsteer.sdk.remote import RemoteVerifier, TlsIdentity, split_target
 from specsteer.sdk.specialists import DEFAULT_CONTEXT_ENTRIES, load_specialist
 from specsteer.sdk.transport import Verifier
-from specsteer.sdk.uplink_guard import check_guard_setting, guard_setting
+from specsteer.sdk.uplink_guard import DEFAULT_GUARD_SETTING, check_guard_setting, guard_setting
 
 if TYPE_CHECKING:  # the device process that drafts on another backend never imports torch
     from specsteer.core.models import CausalLM
@@ -129,7 +129,7 @@ class ClientConfig:
     connect_timeout: float = field(default=10.0, metadata={"toml": "a number of seconds"})
     round_timeout: float = field(default=30.0, metadata={"toml": "a number of seconds"})
     fallback: bool = True
-    guard: str = "placeholder"
+    guard: str = DEFAULT_GUARD_SETTING
     prompt_guard: str = "redact"
     padded_frames: bool = True
     placeholder_labels: str = "generic"
@@ -293,7 +293,7 @@ class SpecSteerClient:
         fallback: bool = True,
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,
-        guard: EgressGuard | str = "placeholder",
+        guard: EgressGuard | str = DEFAULT_GUARD_SETTING,
         padded_frames: bool = True,
         placeholder_labels: str = "generic",
         prompt_guard: str = "redact",
@@ -349,7 +349,7 @@ class SpecSteerClient:
         generalist: CausalLM,
         *,
         profile: Profile | None = None,
-        guard: EgressGuard | str = "placeholder",
+        guard: EgressGuard | str = DEFAULT_GUARD_SETTING,
         seed: int = 0,
         params: SessionParams | None = None,
         options: DecodeOptions | None = None,

@@ -30,7 +30,16 @@ from specsteer.privacy.guard import EgressGuard, GuardPolicy, GuardVerdict
 from specsteer.privacy.spans import Tokenizer
 from specsteer.sdk.context import Profile
 
-__all__ = ["GUARD_SETTINGS", "UplinkPlan", "check_guard_setting", "guard_for_profile", "guard_setting", "plan_uplink"]
+__all__ = [
+    "DEFAULT_GUARD_LABELS",
+    "DEFAULT_GUARD_SETTING",
+    "GUARD_SETTINGS",
+    "UplinkPlan",
+    "check_guard_setting",
+    "guard_for_profile",
+    "guard_setting",
+    "plan_uplink",
+]
 
 # The decisions on record are `core.session_types.GuardDecision`s, the names `audit verify` reads.
 CUT = GuardDecision.CUT
@@ -64,7 +73,9 @@ class UplinkPlan:
         return self.tokens[self.pending : self.kept - len(self.draft)]
 
 
-GUARD_SETTINGS = ("placeholder", "keep-local", "off")  # a deployment's choice; "placeholder" by default
+GUARD_SETTINGS = ("placeholder", "keep-local", "off")  # a deployment's choice
+DEFAULT_GUARD_SETTING = "placeholder"  # what `sdk generate` and the benchmarks run when none is chosen
+DEFAULT_GUARD_LABELS = "generic"  # one <PRIVATE> for every kind: a deployment setting's default labels
 
 
 def guard_for_profile(
@@ -93,7 +104,7 @@ def check_guard_setting(setting: str) -> None:
 
 
 def guard_setting(
-    profile: Profile | None, tokenizer: Tokenizer, setting: str, labels: str = "generic"
+    profile: Profile | None, tokenizer: Tokenizer, setting: str, labels: str = DEFAULT_GUARD_LABELS
 ) -> EgressGuard | None:
     """The guard for a deployment setting (one of `GUARD_SETTINGS`); None for "off"."""
     check_guard_setting(setting)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bench import personal_loop, personal_loop_report
+from bench.style_split import RULE, in_style_part
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
@@ -22,6 +23,9 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
         *("--gammas", "0.05"),
+        # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
+        # the default is what ships (tests/bench/test_device_path_defaults.py).
+        *("--drafter", "torch"),
     ]
     # Execute
     assert personal_loop.main(args) == 0
@@ -45,7 +49,14 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         assert {(slm_a, "slm-rag", metric), (spec_a, "llm", metric), (spec_a, slm_a, metric)} <= pairs
         assert {(swept, "llm", metric), (swept, slm_a, metric)} <= pairs  # the gamma sweep's row
     assert summary[swept]["n"] == 3 and result["meta"]["gammas_swept"] == [0.05]
-    assert {r.gamma for r in personal_loop.rows_for("dp", (0.05,))[-1]} == {0.05}
+    assert {r.gamma for r in personal_loop.rows_for("dp", (0.05,))[-2]} == {0.05}
+    # The style measures were fitted on the style part only, which is recorded, and score a second way.
+    assert result["meta"]["style_split"] == RULE
+    assert all(0.0 <= summary[r]["style_delta"] <= 1.0 for r in rows)
+    assert personal_loop_report.HISTORY_COPY in summary
+    # Retrieval and the devices' training data hold the device part only.
+    devices = [json.loads(line) for line in (work / "dp" / "devices.jsonl").read_text().splitlines()]
+    assert not any(in_style_part(d["user_id"], e) for d in devices for e in d["profile"])
     # The federation trained: a new global version, every device's ledger spent ε, losses were evaluated.
     training = result["training"]["dp"]
     assert training["rounds"][0]["version_out"] == 1 and training["rounds"][0]["replies"] == [3]

@@ -32,6 +32,8 @@ def test_quality_smoke_writes_table_json_and_plot(tmp_path: Path, tiny_dirs: tup
         *("--data", str(FIXTURES), "--users", "2", "--queries-per-user", "1", "--max-new-tokens", "6"),
         *("--specialist", str(s_dir), "--alt-specialist", str(s2_dir), "--generalist", str(g_dir)),
         *("--out", str(out)),
+        # torch: no onnx conversion of the tiny models (the default is what ships: test_device_path_defaults.py).
+        *("--drafter", "torch"),
     ]
     # Execute
     assert quality.main(args) == 0
@@ -69,7 +71,7 @@ def test_fusion_row_steers_over_the_whole_vocabulary(tmp_path: Path, tiny_dirs: 
     args = [
         *("--data", str(FIXTURES), "--users", "1", "--queries-per-user", "1", "--max-new-tokens", "3"),
         *("--specialist", str(s_dir), "--alt-specialist", str(s_dir), "--generalist", str(g_dir)),
-        *("--out", str(out), "--configs", label, "llm"),
+        *("--out", str(out), "--configs", label, "llm", "--drafter", "torch"),
     ]
     assert quality.main(args) == 0
     rows = {r["config"]: r for r in map(json.loads, (out / "quality.runs.jsonl").read_text().splitlines())}
@@ -102,7 +104,7 @@ def test_sweep_smoke_reports_every_setting(tmp_path: Path, tiny_dirs: tuple[Path
     out = tmp_path / "sweep"
     args = [
         *("--data", str(FIXTURES), "--skip-users", "1", "--users", "1", "--max-new-tokens", "4"),
-        *("--generalist", str(g_dir), "--out", str(out)),
+        *("--generalist", str(g_dir), "--out", str(out), "--drafter", "torch"),
         "--specialist-map",
         f"{sweep.QWEN05}={s_dir}",
         f"{sweep.SMOLLM2}={s2_dir}",

@@ -20,7 +20,7 @@ def test_speed_smoke_has_every_rtt_method_baseline_and_bound(tmp_path, char_tok)
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
     out = tmp_path / "results"
     args = ["--rtts", "0", "10", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4"]
-    args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]
+    args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--drafter", "torch", "--out", str(out)]
     # Execute
     assert speed.main(args) == 0
     # Assert
@@ -84,7 +84,17 @@ def test_speed_smoke_on_the_slot_pool_with_the_cloud_in_bfloat16(
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
     out = tmp_path / "results"
     args = ["--rtts", "0", "--queries", "1", "--max-new-tokens", "5", "--k-max", "4", "--baseline-reps", "1"]
-    args += ["--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out), "--no-best-k"]
+    args += [
+        "--specialist",
+        str(s_dir),
+        "--generalist",
+        str(g_dir),
+        "--drafter",
+        "torch",
+        "--out",
+        str(out),
+        "--no-best-k",
+    ]
     args += ["--cloud-dtype", "bfloat16", "--kv", "slots", "--sampling", "--methods", "fusion,specsteer"]
     threads = torch.get_num_threads()
     try:  # the GPU script leaves the verifier two cores (--device-threads, nproc - 2)
@@ -295,7 +305,7 @@ def test_llm_is_timed_again_in_each_rtts_block(tmp_path, char_tok, monkeypatch) 
     monkeypatch.setattr(speed, "generate", counting)
     argv = ["--rtts", "0", "5", "--queries", "1", "--max-new-tokens", "4", "--reps", "1", "--baseline-reps", "1"]
     argv += ["--k-max", "2", "--draft-len", "2", "--no-best-k", "--no-llamacpp", "--out", str(tmp_path / "out")]
-    assert speed.main([*argv, "--specialist", str(s_dir), "--generalist", str(g_dir)]) == 0
+    assert speed.main([*argv, "--specialist", str(s_dir), "--generalist", str(g_dir), "--drafter", "torch"]) == 0
     assert calls.count("llm") == 1 + 2  # the baseline against generate, then once per RTT
 
 
@@ -305,7 +315,12 @@ def test_compare_kernels_times_both_kernels_on_every_block_size_and_leaves_the_r
     g_dir = save_tiny(tmp_path, char_tok, seed=2, name="g")
     out = tmp_path / "results"
     args = ["--compare-kernels", "--reps", "1", "--kernel-rounds", "2", "--draft-len", "2", "--k-max", "3"]
-    assert speed.main([*args, "--specialist", str(s_dir), "--generalist", str(g_dir), "--out", str(out)]) == 0
+    assert (
+        speed.main(
+            [*args, "--specialist", str(s_dir), "--generalist", str(g_dir), "--drafter", "torch", "--out", str(out)]
+        )
+        == 0
+    )
     seconds = json.loads((out / "speed_kernels.json").read_text())["seconds"]
     assert set(seconds) == {str(s_dir), str(g_dir)}
     for by_kernel in seconds.values():
