@@ -18,3 +18,4 @@ export * from "./audit/scan.js";
 export * from "./audit/verify.js";
 export { fromHex, toHex, toBase64, fromBase64 } from "./bytes.js";
 export * from "./prompt.js";
+export * from "./drafter.js";

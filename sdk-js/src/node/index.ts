@@ -1,3 +1,4 @@
 /** Node adapters of @specsteer/device: an audit log directory and a model bundle folder on `fs`. */
 export { logDirectory } from "./files.js";
 export { bundleFolder, cacheRoot, defaultBundlePath, openBundleFolder, promptRendererOf } from "./bundle.js";
+export { loadOnnxDrafter } from "./drafter.js";
