@@ -19,3 +19,4 @@ export * from "./audit/verify.js";
 export { fromHex, toHex, toBase64, fromBase64 } from "./bytes.js";
 export * from "./prompt.js";
 export * from "./drafter.js";
+export * from "./retrieval.js";

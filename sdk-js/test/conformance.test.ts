@@ -23,6 +23,7 @@ import {
 import { replayWitness } from "./replay-witness.js";
 import { replayAudit } from "./replay-audit.js";
 import { replayPrompts } from "./replay-prompts.js";
+import { replayRetrieval } from "./replay-retrieval.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
@@ -36,6 +37,7 @@ const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
   "witness/decisions.json": replayWitness,
   "audit/cases.json": replayAudit,
   "prompts/render.json": replayPrompts,
+  "retrieval/rank.json": replayRetrieval,
 };
 
 for (const [file, replay] of Object.entries(REPLAYERS)) {
