@@ -99,25 +99,25 @@ def test_the_recorder_blocks_a_resume_that_carries_what_never_went_up(tmp_path: 
         recorder = EgressRecorder(log)
         params = SessionParams(top_k=3, draft_len=4)
         lost = recorder.begin_session(vocab_size=100)
-        recorder.record_uplink(lost, wire.encode_open([5, 6], params))
-        recorder.record_uplink(lost, wire.encode_round(1, [], [8, 9]))
-        recorder.record_downlink(lost, wire.encode_downlink(1, _verdict(2)))
-        recorder.record_fallback(lost, "verifier-lost")
+        recorder.on_uplink(lost, wire.encode_open([5, 6], params))
+        recorder.on_uplink(lost, wire.encode_round(1, [], [8, 9]))
+        recorder.on_downlink(lost, wire.encode_downlink(1, _verdict(2)))
+        recorder.on_fallback(lost, "verifier-lost")
         resumed = recorder.begin_session(vocab_size=100)
         # Execute / Assert: a token the lost session never sent (the span the guard held) is refused...
         with pytest.raises(EgressBlocked, match="resumes 3 token"):
-            recorder.record_uplink(resumed, wire.encode_open([5, 6], params, [8, 9, 42]))
+            recorder.on_uplink(resumed, wire.encode_open([5, 6], params, [8, 9, 42]))
         # ...and so is the right text under another prompt; what went up, under the same prompt, passes.
         with pytest.raises(EgressBlocked, match="no earlier session of this log with the same prompt"):
-            recorder.record_uplink(resumed, wire.encode_open([5, 7], params, [8, 9]))
-        recorder.record_uplink(resumed, wire.encode_open([5, 6], params, [8, 9]))
+            recorder.on_uplink(resumed, wire.encode_open([5, 7], params, [8, 9]))
+        recorder.on_uplink(resumed, wire.encode_open([5, 6], params, [8, 9]))
         # A session that closed is over: nothing may resume it, even with the text it sent.
-        recorder.record_uplink(resumed, wire.encode_round(1, [], [10, 11]))
-        recorder.record_downlink(resumed, wire.encode_downlink(1, _verdict(2)))
-        recorder.record_uplink(resumed, wire.encode_close(2))
+        recorder.on_uplink(resumed, wire.encode_round(1, [], [10, 11]))
+        recorder.on_downlink(resumed, wire.encode_downlink(1, _verdict(2)))
+        recorder.on_uplink(resumed, wire.encode_close(2))
         late = recorder.begin_session(vocab_size=100)
         with pytest.raises(EgressBlocked, match="resumes 4 token"):
-            recorder.record_uplink(late, wire.encode_open([5, 6], params, [8, 9, 10, 11]))
+            recorder.on_uplink(late, wire.encode_open([5, 6], params, [8, 9, 10, 11]))
 
 
 def _verdict(accepted: int):
