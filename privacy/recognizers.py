@@ -130,7 +130,11 @@ class PhoneRecognizer(Detector):
             from specsteer.privacy.pii import PiiDetector
 
             out += [Span(*f.span(*view.span(s.start, s.end)), PHONE) for s in PiiDetector([PHONE]).find(view.text)]
-        out += [Span(*f.span(*m.span()), PHONE) for m in _NATIONAL_PHONE.finditer(f.text) if _national_phone_ok(m)]
+        for m in _NATIONAL_PHONE.finditer(f.text):
+            raw = f.span(*m.span())
+            # Columns of a table ("24701\t31384") are not one number.
+            if "\t" not in text[raw[0] : raw[1]] and _national_phone_ok(m):
+                out.append(Span(*raw, PHONE))
         if "+" not in f.text and "00" not in f.text:
             return merge_spans(out)
         pn = _phonenumbers()
@@ -170,6 +174,9 @@ _DATE_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}-\d{2}-\d{4}")
 def _national_phone_ok(m: re.Match[str]) -> bool:
     digits = re.sub(r"\D", "", m.group())
     if not 9 <= len(digits) <= 12 or _DATE_LIKE.search(m.group()):
+        return False
+    # A row of counting digits ("1 2 3 4 5 6 7 8 9 0") is a keyboard or a list, not a number.
+    if all((int(b) - int(a)) % 10 == 1 for a, b in itertools.pairwise(digits)):
         return False
     pn = _phonenumbers()
     for region in _NATIONAL_REGIONS:

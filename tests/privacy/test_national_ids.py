@@ -69,6 +69,8 @@ NOT_PHONES = [
     "ports 8080 9090 3000 open",
     "took 12345 ms over 20 runs",
     "see #12345 67890",
+    "keys 1 2 3 4 5 6 7 8 9 0 in a row",  # the dev data's one spaced digit row
+    "24701\t31384 rows",  # table columns
 ]
 
 
