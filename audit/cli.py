@@ -6,6 +6,9 @@
     audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
     audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE|DIR]
     audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
+    audit witness keygen --name NAME --out DIR      a witness key pair (NAME.witness.key, .witness.pub)
+    audit witness serve --key K --state DB --logs FILE --listen HOST:PORT --tls-cert C --tls-key K
+                                                    a C2SP tlog-witness over HTTPS, anyone can run
 
 Exit status: 0 when everything holds, 1 when a check fails or an input is unusable (one sentence on
 stderr), 2 for a usage error, 3 when every check passes but no `--key` was given (verdict UNPROVEN:
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specsteer.audit import merkle, records
-from specsteer.audit.cosignature import load_witness_key
+from specsteer.audit.cosignature import load_witness_key, load_witness_signer, write_witness_key_pair
 from specsteer.audit.errors import AuditError, VerificationFailed
 from specsteer.audit.files import read_regular
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
@@ -42,6 +45,7 @@ from specsteer.audit.note import (
     open_checkpoint,
     write_key_pair,
 )
+from specsteer.audit.policy import load_policy
 from specsteer.audit.verify import UNPROVEN, Report, inspect, latest_checkpoint, verify
 from specsteer.core.cli import (
     EXIT_FAILED,
@@ -100,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="the witness's own record of what it cosigned (its witness-state.json): catches deleted cosignatures",
         )
+        p.add_argument(
+            "--witness-policy",
+            type=Path,
+            metavar="FILE",
+            help="a witness policy (TOML: witnesses and a quorum k of n): a checkpoint vouches for records only "
+            "when k of its witnesses cosigned it; sessions beyond that are UNPROVEN",
+        )
 
     v = sub.add_parser("verify", help="check signatures, history, every uplink and downlink, and session order")
     v.add_argument("log", type=Path, metavar="LOG", help="the audit log directory")
@@ -130,7 +141,26 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keygen", help="create a device log key pair")
     k.add_argument("--name", required=True, help="the key name, also the log's origin (no spaces or '+')")
     k.add_argument("--out", type=Path, required=True, help="directory for NAME.key (private) and NAME.pub")
-    for command in (v, s, pi, e, k):
+
+    w = sub.add_parser("witness", help="run a witness of device logs (C2SP tlog-witness over HTTPS)")
+    wsub = w.add_subparsers(dest="witness_command", required=True, parser_class=_Parser)
+    wk = wsub.add_parser("keygen", help="create a witness key pair")
+    wk.add_argument("--name", required=True, help="the witness's name, e.g. witness.example/w1 (no spaces or '+')")
+    wk.add_argument("--out", type=Path, required=True, help="directory for NAME.witness.key and NAME.witness.pub")
+    ws = wsub.add_parser("serve", help="serve add-checkpoint over HTTPS until interrupted")
+    ws.add_argument("--key", type=Path, required=True, help="the witness's signing key (NAME.witness.key, mode 0600)")
+    ws.add_argument("--state", type=Path, required=True, help="its SQLite database (created if missing)")
+    ws.add_argument(
+        "--logs",
+        type=Path,
+        required=True,
+        help="the logs it witnesses: one verifier key (.pub line) each, re-read on change",
+    )
+    ws.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to listen (port 0: any free port)")
+    ws.add_argument("--tls-cert", type=Path, required=True, help="its HTTPS certificate chain (PEM)")
+    ws.add_argument("--tls-key", type=Path, required=True, help="its HTTPS private key (PEM)")
+    ws.add_argument("--prefix", default="", help="the submission prefix's path (default: none)")
+    for command in (v, s, pi, e, k, wk, ws):
         # The hint after an unproven verdict is a note: the exit code (3) and the report say it too.
         add_quiet(command, "notes (the hint after an unproven verdict)")
     return parser
@@ -154,6 +184,7 @@ def _run_checks(args: argparse.Namespace) -> tuple[Report, bool]:
         "previous_checkpoint": None if args.checkpoint is None else _read_text(args.checkpoint, "checkpoint"),
         "server_transcript": args.server_transcript,
         "witness_keys": [load_witness_key(path) for path in args.witness_key],
+        "witness_policy": None if args.witness_policy is None else load_policy(args.witness_policy),
         "witness_state": args.witness_state,
         "device": args.device,
     }
@@ -324,6 +355,31 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_witness(args: argparse.Namespace) -> int:
+    if args.witness_command == "keygen":
+        private, public = write_witness_key_pair(args.name, args.out)
+        print(f"signing key  {private} (keep it with the witness)\nwitness key  {public} (for witness policies)")
+        return EXIT_OK
+    from specsteer.audit.witness_service import KnownLogs, TlogWitness, serve
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise AuditError(f"--listen {args.listen!r} is not HOST:PORT")
+    witness = TlogWitness(load_witness_signer(args.key), args.state, KnownLogs(args.logs))
+    server = serve(witness, host.strip("[]") or "127.0.0.1", int(port), args.tls_cert, args.tls_key, prefix=args.prefix)
+    bound_host, bound_port = server.server_address[:2]
+    where = f"https://{bound_host!s}:{bound_port}{args.prefix}"
+    print(f"witness {witness.signer.key} listening on {where}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        witness.close()
+    return EXIT_OK
+
+
 def _record_index(parser: argparse.ArgumentParser, option: int | None, word: int | None) -> int:
     """The record `prove-inclusion` proves: `--index N`, or the bare `N` older scripts pass."""
     if option is not None:
@@ -341,6 +397,7 @@ COMMANDS = {
     "prove-inclusion": _cmd_prove_inclusion,
     "export": _cmd_export,
     "keygen": _cmd_keygen,
+    "witness": _cmd_witness,
 }
 
 

@@ -371,6 +371,10 @@ class AuditLog:
         self.interrupted: list[str] = []
         self.device: DeviceIdentity | None = None  # the certificate the log's latest device-cert record binds
         self.witness_key: WitnessKey | None = None  # the witness whose cosignatures the log proves from
+        # The witness policy's other keys: each witness's largest cosigned checkpoint, proved from by
+        # the next add-checkpoint sent to it (audit.witness_client).
+        self.policy_keys: tuple[WitnessKey, ...] = ()
+        self._cosigned_by: dict[WitnessKey, tuple[int, bytes]] = {}
         self.last_appended: tuple[int, float] | None = None  # index and time (Unix seconds) of the newest record
 
     # -- opening ---------------------------------------------------------------------------------
@@ -384,6 +388,7 @@ class AuditLog:
         segment_records: int = DEFAULT_SEGMENT_RECORDS,
         device: DeviceIdentity | None = None,
         witness_key: WitnessKey | None = None,
+        policy_keys: Sequence[WitnessKey] = (),
     ) -> Self:
         """Open (or create) the log; `device` binds the log key to the device's mTLS certificate.
 
@@ -394,13 +399,15 @@ class AuditLog:
         `witness_key` is the verifier's witness key (`server witness-key`'s .pub): only a checkpoint
         whose cosignature verifies under it is kept as cosigned and proved from by the next Close.
         Without it no cosignature is trusted, and every Close proves from size 0 (which the witness
-        cosigns only the first time).
+        cosigns only the first time). `policy_keys` are the witness policy's keys: a checkpoint
+        cosigned by one of them is kept as that witness's latest (`cosigned_by`).
         """
         if segment_records < 1:
             raise AuditError("segment_records must be at least 1")
         directory = Path(directory)
         log = cls(directory, key, segment_records=segment_records)
         log.witness_key = witness_key
+        log.policy_keys = tuple(policy_keys)
         if (
             directory.exists()
             and not (directory / SEGMENTS_DIR).exists()
@@ -570,10 +577,26 @@ class AuditLog:
                 cp = open_checkpoint(stored.note, self.key.verifier)
             except NoteError:
                 continue  # the newest-first pass below refuses a checkpoint that does not verify
-            if not self._cosigned_by_witness(stored.note):
+            if cp.size > len(self._leaves):
                 continue
-            if cp.size <= len(self._leaves) and (self._cosigned is None or cp.size > self._cosigned[0]):
+            if self._cosigned_by_witness(stored.note) and (self._cosigned is None or cp.size > self._cosigned[0]):
                 self._cosigned = (cp.size, cp.root)
+            for key in self._all_keys():
+                if _cosigned_by(stored.note, key):
+                    self._note_cosigned(key, cp.size, cp.root)
+
+    def _all_keys(self) -> tuple[WitnessKey, ...]:
+        return tuple(dict.fromkeys((*([self.witness_key] if self.witness_key else []), *self.policy_keys)))
+
+    def _note_cosigned(self, key: WitnessKey, size: int, root: bytes) -> None:
+        held = self._cosigned_by.get(key)
+        if held is None or size > held[0]:
+            self._cosigned_by[key] = (size, root)
+
+    def cosigned_by(self, key: WitnessKey) -> tuple[int, bytes] | None:
+        """(size, root) of the largest checkpoint of this log `key`'s witness cosigned, if any."""
+        with self._lock:
+            return self._cosigned_by.get(key)
 
     def _cosigned_by_witness(self, note: str) -> bool:
         if self.witness_key is None:
@@ -699,22 +722,25 @@ class AuditLog:
         """(size, root) of the largest checkpoint of this log a witness has cosigned, if any."""
         return self._cosigned
 
-    def store_cosigned(self, note: str) -> None:
+    def store_cosigned(self, note: str, *, key: WitnessKey | None = None) -> None:
         """Keep a checkpoint note that the witness cosigned (the log's note plus the witness's line).
 
         It goes into checkpoints.jsonl beside the plain checkpoints: `audit verify --witness-key`
         checks every cosignature there, and the next witness request proves consistency from it.
-        Only a cosignature that verifies under the log's `witness_key` is kept (AuditError otherwise).
+        Only a cosignature that verifies under the log's `witness_key` (or `key`, one of the policy's)
+        is kept (AuditError otherwise).
         """
         with self._lock:
             cp = open_checkpoint(note, self.key.verifier)
             if cp.size > self.size or merkle.root(self._leaves[: cp.size]) != cp.root:
                 raise AuditError(f"the cosigned checkpoint of size {cp.size} is not one of this log's")
-            if not self._cosigned_by_witness(note):
+            signer = self.witness_key if key is None else key
+            if signer is None or not _cosigned_by(note, signer):
                 raise AuditError(f"the checkpoint of size {cp.size} carries no valid cosignature by the witness key")
             self._store_note(note)
-            if self._cosigned is None or cp.size > self._cosigned[0]:
+            if key is None and (self._cosigned is None or cp.size > self._cosigned[0]):
                 self._cosigned = (cp.size, cp.root)
+            self._note_cosigned(signer, cp.size, cp.root)
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -745,6 +771,13 @@ class AuditLog:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _cosigned_by(note: str, key: WitnessKey) -> bool:
+    try:
+        return bool(cosignatures(note, key))
+    except NoteError:
+        return False
 
 
 def verifier_of(directory: Path) -> VerifierKey:

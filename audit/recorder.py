@@ -38,6 +38,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 from specsteer.audit import merkle, records
 from specsteer.audit.cosignature import add_cosignature, time_problem
@@ -64,6 +65,11 @@ class EgressRecorder:
         # Per session: the witness request issued for its Close and the checkpoint note it carries.
         self._witness: dict[str, tuple[wire.WitnessRequest, str]] = {}
         self._asked: dict[str, float] = {}  # per session: when its Close was logged (the record's time)
+        self._close_at: dict[str, int] = {}  # per session: the record of its Close, until answered
+        # The cloud's misbehaviour in answering Closes (finding 2 of issue 48), once each, for the
+        # device to report (`sdk generate` stats, `--require-witness`); `audit verify` names it too.
+        self.faults: list[str] = []
+        self.on_cosigned: Callable[[int], None] | None = None  # told the size a valid answer cosigned
 
     def begin_session(self, *, vocab_size: int, max_top_k: int = WIRE_MAX_TOP_K) -> str:
         """Start a session: log the Specialist's vocabulary size and the largest k the device accepts."""
@@ -134,6 +140,7 @@ class EgressRecorder:
             commit()
             if witness is not None:
                 self._asked[session_id] = self._time_of(index)
+                self._close_at[session_id] = index
             self._after_end(state, was_ended)
             return index
 
@@ -148,11 +155,24 @@ class EgressRecorder:
             state = self._state(session_id)
             index = self.log.append_session(records.KIND_DOWNLINK, session_id, records.payload_fields("down", payload))
             violations, commit = state.examine_downlink(payload)
+            answers_close = wire.carries_cosignature(payload)
+            open_close = session_id in self._close_at
+            if answers_close and (violations or not open_close):
+                # A cosignature nobody asked for (a second answer), or one of the wrong shape: the cloud's.
+                self._witness.pop(session_id, None)
+                self._close_at.pop(session_id, None)
+                self.faults.append(
+                    f"the verifier answered the Close with a malformed cosignature (audit record {index})"
+                    if open_close
+                    else f"the verifier sent a cosignature that answers no open Close (audit record {index})"
+                )
             if violations:
                 raise ProtocolError(f"downlink rejected (audit record {index}): {_describe(violations)}")
             commit()
             cosignature = wire.decode_cosignature(payload)
             issued = self._witness.pop(session_id, None) if cosignature is not None else None
+            if cosignature is not None:
+                self._close_at.pop(session_id, None)
             if cosignature is not None and issued is not None:  # the contract admitted it: our Close asked
                 request, note = issued
                 # The exchange's window on the log's own clock: from the Close's record to this answer's.
@@ -163,12 +183,34 @@ class EgressRecorder:
                     self.log.store_cosigned(add_cosignature(note, cosignature.witness, cosignature.signature))
                 # Kept on record either way (the downlink above); never proved from unless it verified.
                 self.log.checkpoint()  # the answer is the session's last record: sign over it
+                if problem is None and self.on_cosigned is not None:
+                    self.on_cosigned(request.size)
                 if problem is not None and self.log.witness_key is not None:
+                    self.faults.append(
+                        f"the verifier answered the Close with an invalid cosignature (audit record {index}): {problem}"
+                    )
                     raise ProtocolError(
                         f"the verifier answered the Close with an invalid cosignature (audit record {index}): "
                         f"{problem}; it is kept on record, and the next Close proves from the last valid one"
                     )
             return index
+
+    def unanswered(self) -> list[str]:
+        """Closes that asked for a cosignature and got no answer, each reported once as withheld.
+
+        Called when the device is done with a session (after the stream ended): an answer cannot
+        come any more, so the verifier withheld it."""
+        with self._lock:
+            out = [
+                f"the verifier withheld its cosignature of the Close (audit record {index})"
+                for sid, index in self._close_at.items()
+                if self._sessions.get(sid) is not None and self._sessions[sid].ended
+            ]
+            for sid in [sid for sid in self._close_at if self._sessions[sid].ended]:
+                self._close_at.pop(sid)
+                self._witness.pop(sid, None)
+            self.faults.extend(out)
+            return out
 
     def _cosignature_problem(
         self, request: wire.WitnessRequest, cosignature: wire.CosignatureFrame, asked: float, answered: float

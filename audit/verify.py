@@ -30,9 +30,11 @@ from specsteer.audit.cosignature import WitnessKey
 from specsteer.audit.errors import AuditError, VerificationFailed
 from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
 from specsteer.audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
+from specsteer.audit.policy import WitnessPolicy
 from specsteer.audit.transcript import DeviceSession, Transcript, compare, merge, read_transcript, transcript_files
 from specsteer.audit.witness_state import WitnessState, read_state
 from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures, unwitnessed_records
+from specsteer.core import wire
 from specsteer.core.contract import Area, SessionState, Violation
 from specsteer.core.session_types import WIRE_MAX_TOP_K
 
@@ -118,6 +120,9 @@ class Report:
     devices: tuple[tuple[str, str], ...] = ()  # (name, certificate sha256) the log binds, in order
     # With --witness-key: why sessions after the last cosigned checkpoint leave the verdict UNPROVEN.
     unwitnessed: str | None = None
+    # The cloud's misbehaviour as the log's witness (a spoilt, replayed, withheld or extra answer to a
+    # Close): named, never a failure of the device's log; what it leaves uncosigned is UNPROVEN.
+    cloud: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -140,6 +145,7 @@ class Report:
             "checks_passed": self.ok,
             "authenticated": self.authenticated,
             "unwitnessed": self.unwitnessed,
+            "cloud_misbehaviour": list(self.cloud),
             "devices": [{"name": n, "cert_sha256": c} for n, c in self.devices],
             "records": self.records,
             "sessions": len(self.sessions),
@@ -162,6 +168,9 @@ class Report:
         lines += [f"device: {n} (certificate sha256 {c})" for n, c in self.devices] or [
             "device: none bound (the log names no device certificate)"
         ]
+        if self.cloud:
+            lines.append(f"the cloud misbehaved as the log's witness ({len(self.cloud)}), not the device:")
+            lines.extend(f"  - {m}" for m in self.cloud)
         lines.append("")
         for c in self.checks:
             lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.summary}")
@@ -482,8 +491,9 @@ _EXAMINE: dict[str, _Examine] = {
 }
 
 
-def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[DeviceSession]]:
+def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[DeviceSession], list[str]]:
     found: dict[Area, list[str]] = {a: [] for a in Area}
+    cloud: list[str] = []  # what a cosignature downlink did wrong: the cloud's doing, never the device's
     counts = {Area.UPLINK: 0, Area.DOWNLINK: 0}
     notes: list[str] = []
     header_k = WIRE_MAX_TOP_K
@@ -547,7 +557,13 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             counters[sid][1] += 1
             first_downlink.setdefault(sid, rec.index)
         violations, commit = examine(state, rec, states.values())
-        report(where, violations)
+        if rec.kind == records.KIND_DOWNLINK and wire.carries_cosignature(_payload(rec)):
+            # An answer to a Close is the verifier's word, recorded as received: a second answer, one
+            # nobody asked for, or one of the wrong shape is the cloud spoiling the witnessing, which
+            # the device could not prevent and does not vouch for.
+            cloud.extend(f"{where}: {v.message}" for v in violations)
+        else:
+            report(where, violations)
         commit()  # the verifier always advances, so one bad record does not hide the next
 
     summaries: list[SessionSummary] = []
@@ -593,7 +609,7 @@ def _sessions(ctx: _Context) -> tuple[list[Check], list[SessionSummary], list[De
             notes,
         ),
     ]
-    return checks, summaries, device
+    return checks, summaries, device, cloud
 
 
 def _guard_totals(ctx: _Context) -> tuple[tuple[str, str, int], ...]:
@@ -653,8 +669,12 @@ def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
 
 
 def _witness(
-    ctx: _Context, keys: Sequence[WitnessKey], state: WitnessState | None, device: str | None
-) -> tuple[Check, str | None]:
+    ctx: _Context,
+    keys: Sequence[WitnessKey],
+    state: WitnessState | None,
+    device: str | None,
+    policy: WitnessPolicy | None = None,
+) -> tuple[Check, str | None, list[str]]:
     """The cosignatures checked, and (given witness keys) why sessions after the last checkpoint they
     cosigned leave the verdict UNPROVEN: a note on the check says how many records only the device vouches for."""
     # Whose log this is: the auditor's word, else the names the log binds (the witness state's entry
@@ -662,8 +682,9 @@ def _witness(
     names = [device] if device is not None else [n for n, _ in _devices(ctx)]
     result = cosignature_check(
         _parsed_records(ctx), ctx.scan.checkpoints, len(ctx.leaves), keys, ctx.key,
-        lambda sizes: _roots_at(ctx.leaves, sizes), state, names,
+        lambda sizes: _roots_at(ctx.leaves, sizes), state, names, None if policy is None else policy.quorum,
     )  # fmt: skip
+    who = "witness" if policy is None else f"witness policy's quorum ({policy.describe()})"
     if result.failures:
         summary = f"{len(result.failures)} problem(s) with the witness's cosignatures"
     else:
@@ -676,23 +697,23 @@ def _witness(
         if tail:
             notes.append(
                 f"{len(tail)} record(s) (from position {tail[0].position}) lie after the last checkpoint the "
-                f"witness cosigned (size {result.cosigned_size}): only the device's key vouches for them, and "
+                f"{who} cosigned (size {result.cosigned_size}): only the device's key vouches for them, and "
                 "its holder could have appended or rewritten them and re-signed"
             )
         else:
             notes.append(
-                f"every record lies within the last checkpoint the witness cosigned (size {result.cosigned_size}) "
+                f"every record lies within the last checkpoint the {who} cosigned (size {result.cosigned_size}) "
                 "or is the Close that carried it and its answer"
             )
         if sessions:
             unwitnessed = (
                 f"unwitnessed tail: {len(sessions)} session(s) lie wholly or partly after the last checkpoint the "
-                f"witness cosigned (size {result.cosigned_size}), so only the device vouches for them (a session "
+                f"{who} cosigned (size {result.cosigned_size}), so only the device vouches for them (a session "
                 "the device finished locally, or one appended by whoever holds its key)"
             )
             notes.append(unwitnessed)
     check = Check("witness cosignatures", not result.failures, summary, tuple(result.failures), tuple(notes))
-    return check, unwitnessed
+    return check, unwitnessed, result.cloud
 
 
 def _devices(ctx: _Context) -> tuple[tuple[str, str], ...]:
@@ -737,6 +758,7 @@ def inspect(
     witness_keys: Sequence[WitnessKey] = (),
     witness_state: WitnessState | Path | str | None = None,
     device: str | None = None,
+    witness_policy: WitnessPolicy | None = None,
 ) -> Report:
     """Run every check and return the report, passed or not. Prefer `verify`, which raises on failure.
 
@@ -749,7 +771,11 @@ def inspect(
     `witness_keys` are the cosigners the auditor trusts: each must have cosigned the log, and every
     cosigned checkpoint must still match it; `witness_state` is a witness's own record of what it
     cosigned (its state file), which catches a log whose cosigned checkpoints were deleted.
+    `witness_policy` adds its keys, and counts records as witnessed only up to the checkpoint its
+    quorum (k of n) cosigned.
     """
+    if witness_policy is not None:
+        witness_keys = list(dict.fromkeys((*witness_keys, *witness_policy.keys)))
     if isinstance(witness_state, (str, Path)):
         witness_state = read_state(Path(witness_state))
     scan = scan_log(Path(log_dir))
@@ -765,7 +791,7 @@ def inspect(
     checks = [integrity, key_check, cp_check]
     if previous_checkpoint is not None:
         checks.append(_previous(ctx, previous_checkpoint, valid))
-    session_checks, summaries, sessions = _sessions(ctx)
+    session_checks, summaries, sessions, cloud = _sessions(ctx)
     checks.extend(_with_witness_requests(session_checks, ctx))
     paths = _paths(server_transcript)
     devices = _devices(ctx)
@@ -773,15 +799,16 @@ def inspect(
         checks.append(_transcript(sessions, paths, devices, _device_name(ctx, device, witness_state)))
     unwitnessed = None
     if witness_keys or witness_state is not None:
-        witness_check, unwitnessed = _witness(ctx, witness_keys, witness_state, device)
+        witness_check, unwitnessed, answers = _witness(ctx, witness_keys, witness_state, device, witness_policy)
         checks.append(witness_check)
+        cloud += answers
     if not witness_keys:
         checks[2] = Check(cp_check.name, cp_check.ok, cp_check.summary, cp_check.failures,
                           (*cp_check.notes, NO_WITNESS_KEY_NOTE))  # fmt: skip
     not_covered = NOT_COVERED if paths or witness_state is not None else (*NOT_COVERED, NO_WITNESS)
     return Report(
         str(log_dir), len(scan.records), tuple(checks), tuple(summaries), _guard_totals(ctx), not_covered,
-        authenticated=key is not None, devices=devices, unwitnessed=unwitnessed,
+        authenticated=key is not None, devices=devices, unwitnessed=unwitnessed, cloud=tuple(cloud),
     )  # fmt: skip
 
 
@@ -794,6 +821,7 @@ def verify(
     witness_keys: Sequence[WitnessKey] = (),
     witness_state: WitnessState | Path | str | None = None,
     device: str | None = None,
+    witness_policy: WitnessPolicy | None = None,
 ) -> Report:
     """Return the report if every check holds; raise `VerificationFailed` (with the report) otherwise.
 
@@ -802,7 +830,7 @@ def verify(
     """
     report = inspect(
         log_dir, key=key, previous_checkpoint=previous_checkpoint, server_transcript=server_transcript,
-        witness_keys=witness_keys, witness_state=witness_state, device=device,
+        witness_keys=witness_keys, witness_state=witness_state, device=device, witness_policy=witness_policy,
     )  # fmt: skip
     if not report.ok:
         raise VerificationFailed(report)

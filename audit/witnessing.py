@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specsteer.audit import merkle, records
 from specsteer.audit.cosignature import WitnessKey, cosignatures, time_problem
@@ -138,9 +138,13 @@ def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, ro
 class CosignatureResult:
     failures: list[str]
     summaries: list[str]
-    # The size every trusted witness cosigned (the smallest of their latest): the records from it
-    # on are vouched for by the device's key alone, bar the Close that carried it and its answer.
+    # The size every trusted witness cosigned (the smallest of their latest; with a quorum k, the
+    # k-th largest): the records from it on are vouched for by the device's key alone, bar the
+    # Close that carried it and its answer.
     cosigned_size: int = 0
+    # What the cloud did wrong answering Closes: an answer is the verifier's word, not the device's,
+    # so a bad one is named as the cloud's and vouches for nothing, but never fails the log.
+    cloud: list[str] = field(default_factory=list)
 
 
 def unwitnessed_records(parsed: Sequence[ParsedRecord], cosigned_size: int) -> list[ParsedRecord]:
@@ -176,14 +180,25 @@ def cosignature_check(
     roots_at: RootsAt,
     state: WitnessState | None = None,
     devices: Sequence[str] = (),
+    quorum: int | None = None,
 ) -> CosignatureResult:
     """Every cosignature by the auditor's witness keys verified and matched against the records.
 
     `devices` are whose log this is (the auditor's `--device`, else the names the log binds): the
-    witness state's entry for this log must be pinned under one of them.
+    witness state's entry for this log must be pinned under one of them. With a `quorum` (a witness
+    policy's k), a key without a valid cosignature is no failure (a witness may be down); the
+    records are vouched for up to the size k of the keys cosigned.
     """
-    _, answers = _exchanges(parsed)
+    requests, answers = _exchanges(parsed)
     failures: list[str] = []
+    cloud: list[str] = []
+    answered = {a.close for a in answers}
+    for q in requests:
+        if q.position not in answered:
+            cloud.append(
+                f"record {q.position}: the Close asked the verifier to cosign size {q.request.size} and no "
+                "cosignature came back (withheld, or the stream was cut)"
+            )
     summaries: list[str] = []
     times = _record_times(parsed)
     last_time = max(times.values(), default=_LATE)
@@ -199,8 +214,9 @@ def cosignature_check(
             try:
                 when = key.verify(cp.body(), a.signature)
             except NoteError as exc:
-                # The downlink is what came over the wire: the verifier's answer, kept as evidence.
-                failures.append(
+                # The downlink is what came over the wire: the verifier's answer, kept as evidence of
+                # the cloud's misbehaviour; it vouches for nothing, and the device is not to blame.
+                cloud.append(
                     f"record {a.position}: the verifier answered the Close with an invalid cosignature "
                     f"(not a valid cosignature of the checkpoint the Close carried: {exc})"
                 )
@@ -214,13 +230,22 @@ def cosignature_check(
                 candidates.extend((where, key, c.checkpoint, c.timestamp, None) for c in cosignatures(stored.note, key))
             except NoteError as exc:
                 failures.append(f"{where}: {exc}: a forged or altered cosignature")
+    cloud.extend(
+        f"record {a.position}: the verifier answered the Close with a cosignature by {a.witness} (key ID "
+        f"{a.signature[:4].hex()}), which is by none of the witness keys given"
+        for a in answers
+        if all(a.witness != k.name or a.signature[:4] != k.id for k in witness_keys)
+    )
     for where, key, cp, when, exchange in candidates:
         # A line of checkpoints.jsonl is dated by the exchange that brought it; one no answer brought,
         # between the newest record it covers and the log's newest record.
         window = exchange or dated.get((key, cp, when)) or (times.get(cp.size - 1, _EARLY), last_time)
         problem = time_problem(when, *window)
         if problem is not None:
-            failures.append(f"{where}: the cosignature of size {cp.size} by {key.name} vouches for nothing: {problem}")
+            # An answer on the wire is the cloud's word; a line the device kept is the device's.
+            (cloud if exchange is not None else failures).append(
+                f"{where}: the cosignature of size {cp.size} by {key.name} vouches for nothing: {problem}"
+            )
             continue
         found.append((where, key, cp, when))
     state_entry = None
@@ -242,10 +267,15 @@ def cosignature_check(
         mine = [(cp, when) for _, k, cp, when in found if k == key]
         if not mine:
             latest_sizes.append(0)
-            failures.append(
+            message = (
                 f"no checkpoint of this log carries a valid cosignature by witness {key.name}+{key.id.hex()}: "
                 "the log was never witnessed by it, or its cosigned checkpoints were removed"
             )
+            if quorum is not None or cloud:
+                # Below a quorum the verdict says so (UNPROVEN); an answer the cloud spoilt is its doing.
+                summaries.append(message)
+            else:
+                failures.append(message)
             continue
         latest, when = max(mine, key=lambda x: (x[0].size, x[1]))
         latest_sizes.append(latest.size)
@@ -264,7 +294,12 @@ def cosignature_check(
             failures.append(problem)
         else:
             summaries.append(f"the witness's own record (size {entry.size}) matches the log")
-    return CosignatureResult(failures, summaries, min(latest_sizes, default=0))
+    if quorum is None:
+        vouched = min(latest_sizes, default=0)
+    else:
+        ranked = sorted(latest_sizes, reverse=True)
+        vouched = ranked[quorum - 1] if len(ranked) >= quorum else 0
+    return CosignatureResult(failures, summaries, vouched, cloud)
 
 
 _EARLY, _LATE = float("-inf"), float("inf")  # no bound, where a record's time is unreadable

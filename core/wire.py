@@ -363,6 +363,14 @@ def decode_cosignature(raw: bytes) -> CosignatureFrame | None:
     return CosignatureFrame(msg.seq, msg.cosignature.witness, bytes(msg.cosignature.signature))
 
 
+def carries_cosignature(raw: bytes) -> bool:
+    """Whether a serialized downlink answers a Close (has a cosignature field), whatever its shape."""
+    try:
+        return pb.Downlink.FromString(raw).HasField("cosignature")
+    except DecodeError:
+        return False
+
+
 def witness_of(raw: bytes) -> WitnessRequest | None:
     """The witness request a serialized Close uplink carries (None for any other uplink, or none)."""
     try:

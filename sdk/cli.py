@@ -181,6 +181,18 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
         help="the verifier's witness key (`server witness-key`'s .pub): the audit log keeps and proves from "
         "only cosignatures that verify under it",
     )
+    p.add_argument(
+        "--witness-policy",
+        type=Path,
+        help="a witness policy (TOML, k of n witnesses): the log's checkpoints go to its witnesses over HTTPS "
+        "after each generation",
+    )
+    p.add_argument(
+        "--require-witness",
+        action="store_true",
+        default=None,
+        help="exit 1 when the cloud misbehaves as the log's witness or the policy's quorum does not cosign",
+    )
     add_fault_options(p)
 
 
@@ -328,6 +340,8 @@ def client_config(args: argparse.Namespace) -> ClientConfig | None:
         "audit_log": getattr(args, "audit_log", None),
         "audit_key": getattr(args, "audit_key", None),
         "witness_key": getattr(args, "witness_key", None),
+        "witness_policy": getattr(args, "witness_policy", None),
+        "require_witness": getattr(args, "require_witness", None),
     }
     path = getattr(args, "client_config", None)
     if path is not None:
@@ -423,6 +437,8 @@ def run(args: argparse.Namespace, prompt: str, profile: Profile | None, out: Tex
     remote_only = {
         "--audit-key": getattr(args, "audit_key", None) is not None,
         "--witness-key": getattr(args, "witness_key", None) is not None,
+        "--witness-policy": getattr(args, "witness_policy", None) is not None,
+        "--require-witness": bool(getattr(args, "require_witness", None)),
         "--no-fallback": getattr(args, "no_fallback", False),
         "--connect-timeout": getattr(args, "connect_timeout", None) is not None,
         "--round-timeout": getattr(args, "round_timeout", None) is not None,

@@ -23,6 +23,7 @@ egress guard first (`ClientConfig.guard`, "placeholder" by default; see `sdk/upl
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import queue
@@ -39,7 +40,7 @@ from specsteer.core.onnx_cache import ONNX_PRECISIONS
 from specsteer.core.session_types import CandidatePolicy, Method, SessionParams, check_setting_types
 from specsteer.core.tomlfile import load_dataclass
 from specsteer.privacy.guard import EgressGuard, placeholder_labels
-from specsteer.sdk.audited import check_audit_settings, open_audit_tap
+from specsteer.sdk.audited import AuditedTap, WitnessRequired, check_audit_settings, open_audit_tap
 from specsteer.sdk.cloud_plugins import local_verifier_factory
 from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
@@ -55,6 +56,8 @@ if TYPE_CHECKING:  # the device process that drafts on another backend never imp
     from specsteer.core.models import CausalLM
 
 __all__ = ["ClientConfig", "GenerationSettings", "GenerationStream", "SpecSteerClient"]
+
+log = logging.getLogger("sdk")
 
 
 class GenerationSettings(TypedDict, total=False):
@@ -118,6 +121,8 @@ class ClientConfig:
         # log = "audit-log"              # the log's folder
         # key = "keys/device.key"        # its signing key (`audit keygen`)
         # witness_key = "witness.pub"    # the verifier's witness key: prove Closes from its cosignatures
+        # witness_policy = "witnesses.toml"  # witnesses (k of n) the log's checkpoints must reach
+        # require_witness = false        # true: an error when the cloud misbehaves or the quorum is missed
     """
 
     server: str
@@ -145,11 +150,22 @@ class ClientConfig:
     audit_log: Path | None = None
     audit_key: Path | None = None
     witness_key: Path | None = None
+    witness_policy: Path | None = None
+    require_witness: bool = False
 
     def __post_init__(self) -> None:
         # Required strings and paths, then the optional ones where given.
         strings = ["server"] + (["server_name"] if self.server_name is not None else [])
-        optional = ("anchors", "bundle", "federation_state", "cache_dir", "audit_log", "audit_key", "witness_key")
+        optional = (
+            "anchors",
+            "bundle",
+            "federation_state",
+            "cache_dir",
+            "audit_log",
+            "audit_key",
+            "witness_key",
+            "witness_policy",
+        )
         paths = ["pins", "cert", "key"] + [name for name in optional if getattr(self, name) is not None]
         for name in strings:
             value = getattr(self, name)
@@ -180,7 +196,9 @@ class ClientConfig:
             raise ConfigError(f"context_entries must be 0 or more; got {self.context_entries}")
         if self.bundle is not None and self.specialist != DEFAULT_SPECIALIST:
             raise ConfigError("name the device's model once: [device] bundle or specialist, not both")
-        check_audit_settings(self.audit_log, self.audit_key, self.witness_key)
+        check_audit_settings(
+            self.audit_log, self.audit_key, self.witness_key, self.witness_policy, self.require_witness
+        )
 
     def identity(self) -> TlsIdentity:
         """Read and check the pin set and the device's certificate and key (fails closed)."""
@@ -202,7 +220,13 @@ _DEVICE_KEYS = (
     "context_entries",
     "cache_dir",
 )
-_AUDIT_KEYS = {"log": "audit_log", "key": "audit_key", "witness_key": "witness_key"}
+_AUDIT_KEYS = {
+    "log": "audit_log",
+    "key": "audit_key",
+    "witness_key": "witness_key",
+    "witness_policy": "witness_policy",
+    "require_witness": "require_witness",
+}
 _LAYOUT = {
     "verifier": {
         f.name: f.name
@@ -326,6 +350,8 @@ class SpecSteerClient:
         self.options = options or DecodeOptions()
         # What the client opened for itself (the audit log): closed with it.
         self._resources = contextlib.ExitStack()
+        self._audited: AuditedTap | None = None
+        self.require_witness = False  # `ClientConfig.require_witness`: see `_witnessed`
 
     def _guard(self, guard: EgressGuard | str, labels: str) -> EgressGuard | None:
         wanted = placeholder_labels(labels)  # checked even beside a built guard: a typo is not silently ignored
@@ -437,7 +463,9 @@ class SpecSteerClient:
             if config.audit_key is None:  # ClientConfig refuses this; a config changed since must not log unsigned
                 raise ConfigError("an audit log needs its signing key")
             tap = resources.enter_context(
-                open_audit_tap(config.audit_log, config.audit_key, config.cert, config.witness_key)
+                open_audit_tap(
+                    config.audit_log, config.audit_key, config.cert, config.witness_key, config.witness_policy
+                )
             )
         with resources:
             verifier = RemoteVerifier(
@@ -460,6 +488,8 @@ class SpecSteerClient:
                 placeholder_labels=config.placeholder_labels,
                 prompt_guard=config.prompt_guard,
             )
+            client._audited = tap if isinstance(tap, AuditedTap) else None
+            client.require_witness = config.require_witness
             client._resources = resources.pop_all()
         return client
 
@@ -513,7 +543,7 @@ class SpecSteerClient:
         options: DecodeOptions,
         on_commit: Callable[[list[int]], None] | None,
     ) -> Generation:
-        return generate(
+        result = generate(
             self.specialist,
             prompt,
             params,
@@ -524,6 +554,24 @@ class SpecSteerClient:
             guard=self.guard,
             prompt_guard=self.prompt_guard,
         )
+        return self._witnessed(result)
+
+    def _witnessed(self, result: Generation) -> Generation:
+        """The log's witnessing after a generation, in its stats (`witness_faults`, and with a policy
+        `witness_cosigners`, `witness_quorum_met`); with `require_witness`, a `WitnessRequired`
+        error when the cloud misbehaved as the witness or the quorum did not cosign."""
+        if self._audited is None:
+            return result
+        report = self._audited.witness_report()
+        result.stats.extra.update(report.stats())
+        problem = report.problem()
+        if problem is not None:
+            log.warning("sdk: %s", problem)
+            if self.require_witness:
+                error = WitnessRequired(problem)
+                error.generation = result
+                raise error
+        return result
 
     def close(self) -> None:
         close = getattr(self.verifier, "close", None)

@@ -51,7 +51,7 @@ from tests.audit.helpers import (
     write_checkpoint_notes,
 )
 
-VERIFIED, FAILED = "VERIFIED", "FAILED"
+VERIFIED, FAILED, UNPROVEN = "VERIFIED", "FAILED", "UNPROVEN"
 
 
 @dataclass
@@ -260,7 +260,8 @@ def test_a_cosignature_counts_only_within_the_clock_skew_of_its_exchange(
 @pytest.mark.parametrize("timestamp", _MISDATED)
 def test_the_device_does_not_prove_from_a_misdated_cosignature(tmp_path: Path, timestamp: int) -> None:
     """A witness whose clock says 0 or 2^40 answers with its real key: the device keeps the answer on
-    record only (a protocol error), proves its next Close from size 0, and the audit fails."""
+    record only (a protocol error), proves its next Close from size 0, and the audit names it as the
+    cloud's misbehaviour: the honest log does not FAIL, it is UNPROVEN (nothing cosigned it)."""
     error, key, log, witness = _misdated_log(tmp_path, lambda: timestamp)
     assert error is not None and "vouches" not in error and "it is dated" in error
     assert log.cosigned is None
@@ -270,8 +271,10 @@ def test_the_device_does_not_prove_from_a_misdated_cosignature(tmp_path: Path, t
     w = Witnessed(tmp_path, log.directory, key, pub, witness.signer, tmp_path / "w.pub", witness.state_path)
     w.witness_pub.write_text(f"{witness.signer.key}\n")
     code, report = audit(w, log.directory)
-    assert (code, report["verdict"]) == (1, FAILED)
-    assert "(the cosignature answering a Close): the cosignature of size" in failures(report)
+    assert (code, report["verdict"]) == (3, UNPROVEN), failures(report)
+    assert any(
+        "(the cosignature answering a Close): the cosignature of size" in m for m in report["cloud_misbehaviour"]
+    )
 
 
 def _misdated_log(tmp_path: Path, clock: Callable[[], float]) -> tuple[str | None, SigningKey, AuditLog, Witness]:

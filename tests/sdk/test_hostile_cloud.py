@@ -154,9 +154,9 @@ def test_a_bad_cosignature_is_kept_on_record_but_never_proved_from(
     assert sizes[1] == sizes[0] and sizes[0] is not None and sizes[3] > sizes[2] > sizes[1]
     report = inspect(tmp_path / "log", key=log_key.verifier, witness_keys=[signer.key])
     failures = [f for c in report.checks for f in c.failures]
-    assert len(failures) == 1, failures  # no checkpoint of the device's is blamed
-    assert failures[0].startswith("record ")
-    assert "the verifier answered the Close with an invalid cosignature" in failures[0]
+    assert failures == []  # nothing of the device's is blamed: the spoilt answer is named as the cloud's
+    (named,) = report.cloud
+    assert named.startswith("record ") and "the verifier answered the Close with an invalid cosignature" in named
 
 
 def test_without_a_witness_key_no_cosignature_is_proved_from(
@@ -391,3 +391,73 @@ def test_metadata_past_the_devices_limit_is_the_verifiers_error_not_its_capacity
         out = run(specialist, port, pki, max_new=8)
     assert out.stats.fallback == "verifier-error", out.fallback_detail
     assert "sent more than this device accepts" in (out.fallback_detail or "")
+
+
+# -- 1b. every way a cloud can spoil the witnessing: seen on the device, named by the audit ------------
+
+SPOILS = ["twice", "withheld", "replayed", "forged", "enlarged", "other-key", "time-0", "time-2^40"]
+
+
+@pytest.mark.slow  # eight real gRPC sessions pairs, ~3 s each on a shared CPU
+@pytest.mark.parametrize("spoil", SPOILS)
+def test_a_cloud_that_spoils_the_witnessing_is_caught_and_never_fails_the_honest_log(
+    tmp_path: Path, pki: pki_mod.Pki, specialist: Specialist, spoil: str
+) -> None:
+    """Issue 48, finding 2: a cloud in front of an honest witness answers the second Close badly.
+    The device reports it once (stats, and `require_witness` turns it into an error); `audit verify`
+    names it as the cloud's and the honest log never FAILS: UNPROVEN, since nothing cosigned its end."""
+    from specsteer.sdk.audited import AuditedTap, WitnessRequired
+    from specsteer.sdk.client import SpecSteerClient
+
+    signer = WitnessSigner.generate("verifier.test/witness")
+    honest = Witness(signer, tmp_path / "witness-state.json")
+    first: list[bytes] = []
+
+    def on_close(frame: wire.CloseFrame) -> Iterator[bytes]:
+        request = frame.witness
+        assert request is not None
+        result = honest.cosign("alice", request)
+        assert isinstance(result, Cosigned)
+        genuine = wire.encode_cosignature(frame.seq, result.witness, result.signature)
+        if not first:
+            first.append(result.signature)
+            yield genuine
+            return
+        cp = Checkpoint(request.origin, request.size, request.root_hash)
+        spoilt = {
+            "replayed": first[0],
+            "forged": signer.key.id + os.urandom(72),
+            "enlarged": result.signature + b"\x00" * 8,
+            "other-key": WitnessSigner.generate(signer.name).cosign(cp, int(time.time())),
+            "time-0": signer.cosign(cp, 0),
+            "time-2^40": signer.cosign(cp, 2**40),
+        }
+        if spoil == "twice":
+            yield genuine
+            yield genuine
+        elif spoil != "withheld":
+            yield pb.Downlink(
+                seq=frame.seq, cosignature=pb.Cosignature(witness=signer.name, signature=spoilt[spoil])
+            ).SerializeToString(deterministic=True)
+
+    log_key = SigningKey.generate("device.test/log")
+    with (
+        hostile(pki, rounds_then(on_close)) as port,
+        AuditLog.open(tmp_path / "log", log_key, witness_key=signer.key) as log,
+    ):
+        tap = AuditedTap(EgressRecorder(log), None)
+        with remote(port, pki, vocab_size=specialist.lm.vocab_size, tap=tap, round_timeout=10.0) as verifier:
+            client = SpecSteerClient(specialist, verifier, fallback=False)
+            client._audited, client.require_witness = tap, True  # as SpecSteerClient.connect sets them
+            first_out = client.generate(PROMPT, max_new_tokens=3)
+            assert first_out.stats.extra["witness_faults"] == 0.0
+            with pytest.raises(WitnessRequired, match="the cloud misbehaved as the log's witness") as caught:
+                client.generate(PROMPT, max_new_tokens=3)
+            generation = caught.value.generation
+            assert isinstance(generation, Generation) and generation.stats.extra["witness_faults"] == 1.0
+            assert tap.witness_report().faults == ()  # reported once
+    report = inspect(tmp_path / "log", key=log_key.verifier, witness_keys=[signer.key])
+    assert report.ok, [f for c in report.checks for f in c.failures]  # never FAILED: nothing blamed on the log
+    assert report.verdict == "UNPROVEN" and report.unwitnessed is not None
+    assert report.cloud and all(m.startswith("record ") for m in report.cloud), report.cloud
+    assert inspect(tmp_path / "log", key=log_key.verifier).ok  # and with the device's key alone

@@ -106,6 +106,13 @@ def test_each_close_is_cosigned_and_the_log_verifies_with_the_witness_key(
     assert main(["verify", str(forged), "--key", str(pub)]) == 0  # the device's key alone cannot tell
     capsys.readouterr()
     code, report = _verify(forged, pub, "--witness-key", str(witness_pub), capsys=capsys)
+    # The genuine answers no longer verify over the rewritten Closes: from the log alone that reads as
+    # the cloud answering with invalid cosignatures (issue 48: a cloud's spoilt answer must not FAIL an
+    # honest log), so nothing is cosigned and it is UNPROVEN, never VERIFIED; the witness's own state
+    # shows the rewrite for what it is.
+    assert (code, report["verdict"]) == (3, "UNPROVEN")
+    assert report["cloud_misbehaviour"] and report["unwitnessed"]
+    code, report = _verify(forged, pub, "--witness-key", str(witness_pub), "--witness-state", str(state), capsys=capsys)
     assert (code, report["verdict"]) == (1, "FAILED")
 
     # That rewritten history, brought to the witness, is refused and never cosigned.
