@@ -23,6 +23,7 @@
     key = "pki/server.key"
     client_ca = "pki/device-ca.pem"       # devices must present a certificate it signed
     # revoked_devices = ["lost-phone"]    # device names (certificate CN) refused at once
+    # revoked_certificates = "pki/revoked.txt"  # one certificate a line (SHA-256 or serial:HEX), re-read on change
 
     [limits]
     # max_sessions = 24                   # default: as many as the free memory holds at the longest, at most 64
@@ -114,6 +115,7 @@ class ServerConfig:
     key: Path | None = None
     client_ca: Path | None = None
     revoked_devices: tuple[str, ...] = field(default=(), metadata={"toml": "a list of device names"})
+    revoked_certificates: Path | None = None
     # Unset in the TOML file and on the command line, `load_config` leaves MAX_SESSIONS here and sets
     # `max_sessions_from_memory`: once the models are loaded (dynamic KV), the server lowers it to
     # what the memory holds (`max_sessions_for_memory`). Set, it is taken as given (a warning if the
@@ -305,7 +307,13 @@ _LAYOUT: dict[str, dict[str, str]] = {
         "kv_forward": "kv_forward",
         "kv_compile": "kv_compile",
     },
-    "tls": {"cert": "cert", "key": "key", "client_ca": "client_ca", "revoked_devices": "revoked_devices"},
+    "tls": {
+        "cert": "cert",
+        "key": "key",
+        "client_ca": "client_ca",
+        "revoked_devices": "revoked_devices",
+        "revoked_certificates": "revoked_certificates",
+    },
     "limits": {
         "max_sessions": "max_sessions",
         "max_sessions_per_device": "max_sessions_per_device",

@@ -82,6 +82,7 @@ from specsteer.server.device_identity import DeviceCertificates, NotADevice
 from specsteer.server.errors import Draining, NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
 from specsteer.server.metrics import Metrics
 from specsteer.server.pki import DEVICE_NAME
+from specsteer.server.revocation import RevocationList, RevocationUnreadable
 from specsteer.server.session import CloudSession, CloudVerifier
 from specsteer.server.witness import Cosigned, Witness, load_witness
 
@@ -152,6 +153,10 @@ class VerifierService:
         self._idle: set[_Stream] = set()  # sessions waiting on their device between rounds
         self.draining = False  # set by `drain`: Opens are refused, open sessions go on
         self._revoked = frozenset(config.revoked_devices)
+        # Per certificate, re-read at each new stream when the file changed (server/revocation.py).
+        self._revoked_certs = (
+            None if config.revoked_certificates is None else RevocationList(config.revoked_certificates)
+        )
         self._devices = DeviceCertificates(device_cas)
         # The witness of the devices' audit logs: cosigns the checkpoint a Close carries.
         if witness is None and config.witness_key is not None:
@@ -200,6 +205,14 @@ class VerifierService:
         name = device_name(cert)
         if name in self._revoked:
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"the certificate of device {name!r} is revoked")
+        if self._revoked_certs is not None:
+            try:
+                why = self._revoked_certs.revoked(cert)
+            except RevocationUnreadable as exc:
+                # Fail closed: without the list, a revoked certificate cannot be told from a good one.
+                raise _Abort(grpc.StatusCode.UNAVAILABLE, f"the verifier refuses new sessions: {exc}") from None
+            if why is not None:
+                raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"{why} (device {name!r})")
         return Device(name, cert_sha256(cert))
 
     async def refuse_unless_device(self, context: grpc.aio.ServicerContext) -> str:
