@@ -6,6 +6,7 @@
     audit prove-inclusion LOG --index N [--size N] [--key PUBKEY] [--json]   (or LOG N)
     audit export LOG --out DIR [--key PUBKEY] [--checkpoint PREVIOUS] [--server-transcript FILE|DIR]
     audit keygen --name NAME --out DIR              a device log key pair (NAME.key, NAME.pub)
+    audit rotate-key LOG --key OLD.key --new-key NEW.key   hand the log to a new key (same name)
     audit witness keygen --name NAME --out DIR      a witness key pair (NAME.witness.key, .witness.pub)
     audit witness serve --key K --state DB --logs FILE --listen HOST:PORT --tls-cert C --tls-key K
                                                     a C2SP tlog-witness over HTTPS, anyone can run
@@ -35,12 +36,13 @@ from specsteer.audit import merkle, records
 from specsteer.audit.cosignature import load_witness_key, load_witness_signer, write_witness_key_pair
 from specsteer.audit.errors import AuditError, VerificationFailed
 from specsteer.audit.files import read_regular
-from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, scan_log, verifier_of
+from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log, verifier_of
 from specsteer.audit.note import (
     MAX_NOTE_BYTES,
     Checkpoint,
     NoteError,
     VerifierKey,
+    load_signing_key,
     load_verifier_key,
     open_checkpoint,
     write_key_pair,
@@ -141,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keygen", help="create a device log key pair")
     k.add_argument("--name", required=True, help="the key name, also the log's origin (no spaces or '+')")
     k.add_argument("--out", type=Path, required=True, help="directory for NAME.key (private) and NAME.pub")
+
+    r = sub.add_parser("rotate-key", help="hand a log to a new key: a handover record signed by the key in force")
+    r.add_argument("log", type=Path, metavar="LOG", help="the audit log directory (not in use by a device)")
+    r.add_argument("--key", type=Path, required=True, help="the log's signing key in force (NAME.key)")
+    r.add_argument("--new-key", type=Path, required=True, help="the new signing key, of the same name (audit keygen)")
 
     w = sub.add_parser("witness", help="run a witness of device logs (C2SP tlog-witness over HTTPS)")
     wsub = w.add_subparsers(dest="witness_command", required=True, parser_class=_Parser)
@@ -355,6 +362,14 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_rotate_key(args: argparse.Namespace) -> int:
+    old, new = load_signing_key(args.key), load_signing_key(args.new_key)
+    with AuditLog.open(args.log, old) as log:
+        position = log.rotate_key(new)
+    print(f"record {position}: the log is handed over to {new.verifier}; sign with {args.new_key} from now on")
+    return EXIT_OK
+
+
 def _cmd_witness(args: argparse.Namespace) -> int:
     if args.witness_command == "keygen":
         private, public = write_witness_key_pair(args.name, args.out)
@@ -397,6 +412,7 @@ COMMANDS = {
     "prove-inclusion": _cmd_prove_inclusion,
     "export": _cmd_export,
     "keygen": _cmd_keygen,
+    "rotate-key": _cmd_rotate_key,
     "witness": _cmd_witness,
 }
 

@@ -25,6 +25,7 @@ Sessions left unfinished by a dead process are closed with a `fallback` record (
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import fcntl
@@ -47,8 +48,17 @@ from specsteer.audit.cosignature import WitnessKey, cosignatures
 from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError
 from specsteer.audit.files import open_regular
 from specsteer.audit.identity import DeviceIdentity
-from specsteer.audit.note import MAX_NOTE_BYTES, NoteError, SigningKey, VerifierKey, open_checkpoint, sign_checkpoint
+from specsteer.audit.note import (
+    MAX_NOTE_BYTES,
+    NoteError,
+    SigningKey,
+    VerifierKey,
+    open_checkpoint,
+    parse_note,
+    sign_checkpoint,
+)
 from specsteer.audit.note import Checkpoint as CheckpointBody
+from specsteer.audit.rotation import KeyChain, handover_message, key_chain
 from specsteer.core.fileio import fsync_folder
 from specsteer.core.session_types import WIRE_MAX_TOP_K
 from specsteer.core.wire import pb
@@ -375,6 +385,7 @@ class AuditLog:
         # the next add-checkpoint sent to it (audit.witness_client).
         self.policy_keys: tuple[WitnessKey, ...] = ()
         self._cosigned_by: dict[WitnessKey, tuple[int, bytes]] = {}
+        self._chain = KeyChain(key.verifier)  # the key in force at each size (audit.rotation)
         self.last_appended: tuple[int, float] | None = None  # index and time (Unix seconds) of the newest record
 
     # -- opening ---------------------------------------------------------------------------------
@@ -484,8 +495,17 @@ class AuditLog:
         if not parsed or parsed[0].kind != records.KIND_HEADER:
             raise LogCorruptError(f"the audit log {self.directory} has no header record")
         declared = parsed[0].fields["key"]
-        if declared != str(self.key.verifier):
-            raise KeyFileError(f"the audit log {self.directory} belongs to key {declared}, not {self.key.verifier}")
+        try:
+            chain, problems = key_chain(VerifierKey.parse(declared), enumerate(parsed))
+        except AuditError as exc:
+            raise LogCorruptError(f"the audit log's header key is unusable: {exc}") from None
+        if problems:
+            raise LogCorruptError(f"the audit log's key rotation does not verify: {problems[0]}")
+        if str(chain.current) != str(self.key.verifier):
+            raise KeyFileError(
+                f"the audit log {self.directory} belongs to key {chain.current}, not {self.key.verifier}"
+            )
+        self._chain = chain
         for rec in parsed:
             self._track(rec.kind, rec.session, rec.payload)
             if rec.kind == records.KIND_DEVICE:
@@ -550,7 +570,7 @@ class AuditLog:
         self._load_cosigned(scan)
         for stored in reversed(scan.checkpoints):
             try:
-                cp = open_checkpoint(stored.note, self.key.verifier)
+                cp = self._open(stored.note)
             except NoteError as exc:
                 raise LogCorruptError(f"checkpoint {stored.number} of the audit log does not verify: {exc}") from None
             if cp.size <= len(self._leaves) and merkle.root(self._leaves[: cp.size]) == cp.root:
@@ -574,7 +594,7 @@ class AuditLog:
         """
         for stored in scan.checkpoints:
             try:
-                cp = open_checkpoint(stored.note, self.key.verifier)
+                cp = self._open(stored.note)
             except NoteError:
                 continue  # the newest-first pass below refuses a checkpoint that does not verify
             if cp.size > len(self._leaves):
@@ -584,6 +604,29 @@ class AuditLog:
             for key in self._all_keys():
                 if _cosigned_by(stored.note, key):
                     self._note_cosigned(key, cp.size, cp.root)
+
+    def _open(self, note: str) -> CheckpointBody:
+        """A checkpoint note of this log, verified under the key in force at its size."""
+        size = CheckpointBody.parse_body(parse_note(note).text).size
+        return open_checkpoint(note, self._chain.key_for(size))
+
+    def rotate_key(self, new: SigningKey) -> int:
+        """Hand the log to `new` (same name): a key-rotation record signed by the key in force, a
+        checkpoint over it signed by that key, then every later checkpoint by `new`. Returns the
+        record's index. The old key is no longer needed (or to be kept) once this returns."""
+        with self._lock:
+            if new.name != self.key.name:
+                raise KeyFileError(f"the new log key is named {new.name!r}; the log's name is {self.key.name!r}")
+            if str(new.verifier) == str(self.key.verifier):
+                raise KeyFileError("the new log key is the key in force")
+            position = self.size
+            message = handover_message(self.key.verifier, new.verifier, position)
+            signature = base64.b64encode(self.key.sign(message)).decode()
+            index = self.append(records.KIND_ROTATION, {"key": str(new.verifier), "signature": signature})
+            self.checkpoint()  # the old key's last word covers the handover
+            self._chain.rotations.append((position, new.verifier))
+            self.key = new
+            return index
 
     def _all_keys(self) -> tuple[WitnessKey, ...]:
         return tuple(dict.fromkeys((*([self.witness_key] if self.witness_key else []), *self.policy_keys)))
@@ -731,16 +774,18 @@ class AuditLog:
         is kept (AuditError otherwise).
         """
         with self._lock:
-            cp = open_checkpoint(note, self.key.verifier)
+            cp = self._open(note)
             if cp.size > self.size or merkle.root(self._leaves[: cp.size]) != cp.root:
                 raise AuditError(f"the cosigned checkpoint of size {cp.size} is not one of this log's")
-            signer = self.witness_key if key is None else key
-            if signer is None or not _cosigned_by(note, signer):
+            valid = self._cosigned_by_witness(note) if key is None else _cosigned_by(note, key)
+            if not valid:
                 raise AuditError(f"the checkpoint of size {cp.size} carries no valid cosignature by the witness key")
             self._store_note(note)
             if key is None and (self._cosigned is None or cp.size > self._cosigned[0]):
                 self._cosigned = (cp.size, cp.root)
-            self._note_cosigned(signer, cp.size, cp.root)
+            signer = self.witness_key if key is None else key
+            if signer is not None:
+                self._note_cosigned(signer, cp.size, cp.root)
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -142,6 +142,10 @@ class SigningKey:
     def __repr__(self) -> str:  # never print the seed by accident
         return f"SigningKey({self.verifier})"
 
+    def sign(self, message: bytes) -> bytes:
+        """A raw Ed25519 signature of `message` (a key-rotation handover, audit.rotation)."""
+        return self._private.sign(message)
+
     def sign_note(self, text: str) -> str:
         _check_text(text)
         sig = self._private.sign(text.encode())

@@ -58,6 +58,7 @@ KIND_FALLBACK = "fallback"
 KIND_GUARD = "guard-decision"
 KIND_REPAIR = "repair"
 KIND_DEVICE = "device-cert"
+KIND_ROTATION = "key-rotation"  # the key in force hands the log to a new key (audit.rotation)
 SESSION_KINDS = frozenset({KIND_BEGIN, KIND_UPLINK, KIND_DOWNLINK, KIND_FALLBACK, KIND_GUARD})
 
 _SESSION_RE = re.compile(r"[0-9a-f]{32}")
@@ -130,6 +131,7 @@ SCHEMA: dict[str, dict[str, Callable[[object], bool]]] = {
     KIND_GUARD: {**_SESSION, "decision": _str(_IDENT_RE), "count": _int(0), "placeholder": _str(_PLACEHOLDER_RE)},
     KIND_REPAIR: {"file": _str(_FILE_RE), "offset": _int(0), "cut_bytes": _int(1), "cut_sha256": _str(_HEX64_RE)},
     KIND_DEVICE: {"device": _text(128), "cert_sha256": _str(_HEX64_RE)},
+    KIND_ROTATION: {"key": _text(512), "signature": _b64},
 }
 
 

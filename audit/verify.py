@@ -31,6 +31,7 @@ from specsteer.audit.errors import AuditError, VerificationFailed
 from specsteer.audit.log import SEGMENTS_DIR, TORN_DIR, LogScan, StoredCheckpoint, StoredRecord, scan_log, torn_evidence
 from specsteer.audit.note import Checkpoint, NoteError, VerifierKey, open_checkpoint, parse_note
 from specsteer.audit.policy import WitnessPolicy
+from specsteer.audit.rotation import KeyChain, key_chain
 from specsteer.audit.transcript import DeviceSession, Transcript, compare, merge, read_transcript, transcript_files
 from specsteer.audit.witness_state import WitnessState, read_state
 from specsteer.audit.witnessing import ParsedRecord, cosignature_check, request_failures, unwitnessed_records
@@ -199,6 +200,13 @@ class _Context:
     parsed: list[_Parsed]
     key: VerifierKey | None = None
     leaves: list[bytes] = field(default_factory=list)
+    chain: KeyChain | None = None  # the key in force at each size, through valid rotations
+
+    def open(self, note: str) -> Checkpoint:
+        """A checkpoint note, verified under the key in force at its size (NoteError otherwise)."""
+        assert self.key is not None
+        size = Checkpoint.parse_body(parse_note(note).text).size
+        return open_checkpoint(note, self.chain.key_for(size) if self.chain is not None else self.key)
 
 
 def _integrity(ctx: _Context, signed_size: int) -> Check:
@@ -280,6 +288,18 @@ def _parse_records(scan: LogScan) -> tuple[list[_Parsed], list[str]]:
 
 
 def _log_key(ctx: _Context, auditor_key: VerifierKey | None) -> Check:
+    check = _declared_key(ctx, auditor_key)
+    if ctx.key is None:
+        return check
+    ctx.chain, problems = key_chain(ctx.key, ((p.stored.position, p.record) for p in ctx.parsed))
+    if not problems and not ctx.chain.rotations:
+        return check
+    notes = (*check.notes, *(f"record {p}: the log key was handed over to {k}" for p, k in ctx.chain.rotations))
+    failures = (*check.failures, *problems)
+    return Check(check.name, not failures, check.summary, failures, notes)
+
+
+def _declared_key(ctx: _Context, auditor_key: VerifierKey | None) -> Check:
     header = ctx.parsed[0].record if ctx.parsed else None
     declared: VerifierKey | None = None
     failures: list[str] = []
@@ -328,7 +348,7 @@ def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
         return Check("checkpoints", False, "no log key to check them with", ("no usable log key",)), valid
     for stored in ctx.scan.checkpoints:
         try:
-            valid.append((stored.number, open_checkpoint(stored.note, ctx.key)))
+            valid.append((stored.number, ctx.open(stored.note)))
         except NoteError as exc:
             failures.append(f"checkpoint {stored.number}: {exc}")
     n = len(ctx.leaves)
@@ -432,7 +452,7 @@ def _previous(ctx: _Context, note: str, valid: list[tuple[int, Checkpoint]]) -> 
     if ctx.key is None:
         return Check(name, False, "no log key to check it with", ("no usable log key",))
     try:
-        prev = open_checkpoint(note, ctx.key)
+        prev = ctx.open(note)
     except NoteError as exc:
         return Check(name, False, "the auditor's checkpoint does not verify", (f"previous checkpoint: {exc}",))
     n = len(ctx.leaves)
@@ -656,7 +676,7 @@ def _parsed_records(ctx: _Context) -> list[ParsedRecord]:
 
 def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
     """The uplinks check, failed where a Close's witness request is not the log's own checkpoint."""
-    failures = request_failures(_parsed_records(ctx), ctx.key, lambda sizes: _roots_at(ctx.leaves, sizes))
+    failures = request_failures(_parsed_records(ctx), ctx.key, lambda sizes: _roots_at(ctx.leaves, sizes), ctx.chain)
     if not failures:
         return checks
     out = []

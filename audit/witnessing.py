@@ -30,6 +30,7 @@ from specsteer.audit.cosignature import WitnessKey, cosignatures, time_problem
 from specsteer.audit.errors import AuditError, NoteError, ProofError
 from specsteer.audit.log import StoredCheckpoint
 from specsteer.audit.note import Checkpoint, VerifierKey
+from specsteer.audit.rotation import KeyChain
 from specsteer.audit.witness_state import WitnessedLog, WitnessState
 from specsteer.core import wire
 
@@ -91,8 +92,11 @@ def _exchanges(parsed: Sequence[ParsedRecord]) -> tuple[list[_Request], list[_An
     return requests, answers
 
 
-def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, roots_at: RootsAt) -> list[str]:
-    """Where a Close's witness request says anything the log itself does not."""
+def request_failures(
+    parsed: Sequence[ParsedRecord], key: VerifierKey | None, roots_at: RootsAt, chain: KeyChain | None = None
+) -> list[str]:
+    """Where a Close's witness request says anything the log itself does not (its key: the one in
+    force at the request's size, through the log's key rotations)."""
     requests, _ = _exchanges(parsed)
     if not requests:
         return []
@@ -101,6 +105,7 @@ def request_failures(parsed: Sequence[ParsedRecord], key: VerifierKey | None, ro
     for q in requests:
         position, r, earlier = q.position, q.request, q.earlier
         where = f"record {position} (the Close's witness request)"
+        key = chain.key_for(r.size) if chain is not None else key
         if key is None or r.origin != key.name or r.log_key != key.public_key:
             failures.append(f"{where}: names log {r.origin!r} and a key that is not this log's")
             continue
@@ -193,8 +198,11 @@ def cosignature_check(
     failures: list[str] = []
     cloud: list[str] = []
     answered = {a.close for a in answers}
+    spoilt: set[WitnessKey] = set()  # keys whose answers the cloud spoilt: their absence is its doing
+    withheld = False
     for q in requests:
         if q.position not in answered:
+            withheld = True
             cloud.append(
                 f"record {q.position}: the Close asked the verifier to cosign size {q.request.size} and no "
                 "cosignature came back (withheld, or the stream was cut)"
@@ -216,12 +224,15 @@ def cosignature_check(
             except NoteError as exc:
                 # The downlink is what came over the wire: the verifier's answer, kept as evidence of
                 # the cloud's misbehaviour; it vouches for nothing, and the device is not to blame.
+                spoilt.add(key)
                 cloud.append(
                     f"record {a.position}: the verifier answered the Close with an invalid cosignature "
                     f"(not a valid cosignature of the checkpoint the Close carried: {exc})"
                 )
                 continue
             window = (times.get(a.close, _EARLY), times.get(a.position, _LATE))
+            if time_problem(when, *window) is not None:
+                spoilt.add(key)
             dated.setdefault((key, cp, when), window)
             candidates.append((where, key, cp, when, window))
         for stored in notes:
@@ -271,7 +282,7 @@ def cosignature_check(
                 f"no checkpoint of this log carries a valid cosignature by witness {key.name}+{key.id.hex()}: "
                 "the log was never witnessed by it, or its cosigned checkpoints were removed"
             )
-            if quorum is not None or cloud:
+            if quorum is not None or withheld or key in spoilt:
                 # Below a quorum the verdict says so (UNPROVEN); an answer the cloud spoilt is its doing.
                 summaries.append(message)
             else:
