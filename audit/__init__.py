@@ -12,6 +12,10 @@
 - `audit.cosignature`: C2SP tlog-cosignature/v1 (the witness's signature of a checkpoint) and its keys.
 - `audit.witness_state`: the witness's record of what it cosigned, per device log.
 - `audit.witnessing`: the checks of a Close's witness request and of the witness's cosignatures.
+- `audit.witness_service`: `audit witness serve`, a C2SP tlog-witness anyone can run (HTTPS, SQLite state).
+- `audit.policy`: a witness policy (which witnesses, k of n).
+- `audit.witness_client`: the device's side of its policy: checkpoints to its witnesses, and what went wrong.
+- `audit.rotation`: log-key rotation, a handover record signed by the key in force.
 - `audit.verify`: every check an auditor runs, as a `Report`.
 - `audit.cli`: the `audit` command.
 

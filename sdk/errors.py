@@ -10,17 +10,19 @@
     ├── ProtocolError              a verifier message that breaks the session contract
     │   └── ContractError          core.contract: a frame the one session contract refuses
     ├── VerifierLost               the verifier is unreachable or went away: a fault, not a breach
-    └── VerifierRefused            the verifier failed TLS or pinning (or refused ours): never a fallback
+    ├── VerifierRefused            the verifier failed TLS or pinning (or refused ours): never a fallback
+    └── WitnessRequired            require_witness: the cloud spoilt the witnessing or the quorum was missed
 
 The device-only classes are defined next to the code that raises them (`sdk.pinning`,
-`sdk.prompt_guard`, `sdk.transport`, `sdk.remote`) and gathered here, so an app imports its `except` clauses from
-`sdk` or `sdk.errors` without knowing the module layout.
+`sdk.prompt_guard`, `sdk.transport`, `sdk.remote`, `sdk.audited`) and gathered here, so an app imports its
+`except` clauses from `sdk` or `sdk.errors` without knowing the module layout.
 """
 
 from __future__ import annotations
 
 from specsteer.core.contract import ContractError
 from specsteer.core.errors import AdapterError, ConfigError, ModelLoadError, ProfileError, ProtocolError, SpecSteerError
+from specsteer.sdk.audited import WitnessRequired
 from specsteer.sdk.pinning import PinningError
 from specsteer.sdk.prompt_guard import PromptRefused
 from specsteer.sdk.remote import VerifierRefused
@@ -38,4 +40,5 @@ __all__ = [
     "SpecSteerError",
     "VerifierLost",
     "VerifierRefused",
+    "WitnessRequired",
 ]

@@ -26,6 +26,7 @@ Its modules:
   against.
 - `server.metrics`: Prometheus metrics of one verifier: sessions, rounds, acceptance, batch sizes, latency.
 - `server.pki`: A small, working PKI for the verifier and its devices, made with `cryptography`.
+- `server.revocation`: Per-certificate revocation: a list of revoked device certificates, re-read when it changes.
 - `server.preflight`: Everything `server serve` can refuse before a model library is imported.
 - `server.service`: The Verifier servicer: one bidirectional stream per generation session, parsed strictly
   here.

@@ -6,6 +6,7 @@
     │   ├── PkiError            a PKI directory or certificate that cannot be created or used
     │   └── SlotPoolTooLarge    a slot pool's KV buffers that the device's free memory cannot hold
     ├── NotADevice              a client certificate with no valid path to the device CA (the stream is refused)
+    ├── RevocationUnreadable    the revocation list cannot be used now: every new stream is refused
     ├── NoSessionSlot           no session slot for a device within the queue's wait (it may fall back)
     │   └── Draining            the verifier is draining: no new session (the device falls back)
     ├── SlotOverflow            a block that would run past its KV slot's positions (server.slot_pool)
@@ -16,10 +17,11 @@
         └── SessionTooLong      a round past what a session may hold (the protocol's bound, or the KV slots)
             └── SessionOverCapacity   within the protocol's bound, past this verifier's KV slots
 
-`PkiError` (which `server.pki` still exports), `NotADevice`, `NoSessionSlot`, `Draining`, `SlotOverflow`,
-`SlotPoolTooLarge` and `SessionTooLong` are defined here; the others come from the layers below and are gathered here,
-so a caller imports its `except` clauses from one module. A refusal inside the gRPC service
-(`server.service._Abort`) is no error a caller sees: it ends a stream with a status.
+`PkiError` (which `server.pki` still exports), `NotADevice`, `RevocationUnreadable`, `NoSessionSlot`,
+`Draining`, `SlotOverflow`, `SlotPoolTooLarge` and `SessionTooLong` are defined here; the others come from
+the layers below and are gathered here, so a caller imports its `except` clauses from one module. A
+refusal inside the gRPC service (`server.service._Abort`) is no error a caller sees: it ends a stream
+with a status.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "PkiError",
     "ProfileError",
     "ProtocolError",
+    "RevocationUnreadable",
     "SessionOverCapacity",
     "SessionTooLong",
     "SlotOverflow",
@@ -52,6 +55,10 @@ class PkiError(ConfigError):
 
 class NotADevice(SpecSteerError):
     """The client certificate is not a valid device certificate under the device CA; says why."""
+
+
+class RevocationUnreadable(SpecSteerError):
+    """The revocation list cannot be read or parsed right now: every new stream is refused until it can."""
 
 
 class NoSessionSlot(SpecSteerError):

@@ -25,16 +25,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from specsteer.core.errors import ConfigError
+from specsteer.server.errors import RevocationUnreadable
 
 __all__ = ["RevocationList", "RevocationUnreadable"]
 
 MAX_LIST_BYTES = 16 << 20  # ~200,000 entries
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SERIAL = re.compile(r"serial:([0-9a-f]{1,40})")
-
-
-class RevocationUnreadable(Exception):
-    """The list cannot be used right now: every new stream is refused until it can."""
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,17 @@ from specsteer.server.admission import SessionSlots, StreamRate
 from specsteer.server.batching import Scheduler
 from specsteer.server.config import ServerConfig
 from specsteer.server.device_identity import DeviceCertificates, NotADevice
-from specsteer.server.errors import Draining, NoSessionSlot, SessionOverCapacity, SessionTooLong, SlotPoolTooLarge
+from specsteer.server.errors import (
+    Draining,
+    NoSessionSlot,
+    RevocationUnreadable,
+    SessionOverCapacity,
+    SessionTooLong,
+    SlotPoolTooLarge,
+)
 from specsteer.server.metrics import Metrics
 from specsteer.server.pki import DEVICE_NAME
-from specsteer.server.revocation import RevocationList, RevocationUnreadable
+from specsteer.server.revocation import RevocationList
 from specsteer.server.session import CloudSession, CloudVerifier
 from specsteer.server.witness import Cosigned, Witness, load_witness
 
