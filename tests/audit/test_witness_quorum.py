@@ -179,7 +179,7 @@ def test_two_of_three_witnesses_one_of_them_the_verifier(setup: Setup, char_tok,
     with AuditLog.open(fabricated, s.key) as appended:
         rec = EgressRecorder(appended)
         sid = run_session(rec, seed=7, close=False)
-        rec.record_fallback(sid, "verifier-unreachable")
+        rec.on_fallback(sid, "verifier-unreachable")
     assert main(["verify", str(fabricated), "--key", str(s.pub)]) == 0  # the device's key alone cannot tell
     capsys.readouterr()
     code, out = _verify(fabricated, s.pub, *policy, capsys=capsys)
