@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--tls-cert", type=Path, required=True, help="its HTTPS certificate chain (PEM)")
     ws.add_argument("--tls-key", type=Path, required=True, help="its HTTPS private key (PEM)")
     ws.add_argument("--prefix", default="", help="the submission prefix's path (default: none)")
-    for command in (v, s, pi, e, k, wk, ws):
+    for command in (v, s, pi, e, k, r, wk, ws):
         # The hint after an unproven verdict is a note: the exit code (3) and the report say it too.
         add_quiet(command, "notes (the hint after an unproven verdict)")
     return parser
