@@ -438,7 +438,8 @@ class Generator:
             "specialist": self.specialist_name,
             "drafter": self.drafter,
             "drafter_precision": self.precision if self.drafter != "onnx" else self.precision or _onnx_default(),
-            "guard": self.guard if verifier is not None else None,
+            # The deployment's setting; a device-only row sends nothing for it to guard.
+            "guard": self.guard,
             "max_new_tokens": max_new_tokens,
             "variant": row.variant,
             "adapter_version": version,
