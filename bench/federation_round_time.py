@@ -25,14 +25,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsteer.privacy.profile_format import read_users
+
 ROOT = Path(__file__).resolve().parents[1]
 USERS = ROOT / "tests" / "fixtures" / "users.jsonl"
 HOLDOUT = 4
 
 
 def _history(folder: Path, usable: int) -> Path:
-    users = [json.loads(line) for line in USERS.read_text().splitlines() if line.strip()]
-    entries = [e for u in users for e in u["profile"]]
+    entries = [e for u in read_users(USERS, what="the fixture") for e in u.stored_entries]
     if usable + HOLDOUT > len(entries):
         raise SystemExit(f"the fixture holds {len(entries)} entries; at most {len(entries) - HOLDOUT} usable")
     path = folder / f"history-{usable}.json"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.guard_cases_adversarial import developer_text as adversarial_developer_text
 from bench.guard_cases_identifiers import developer_text as identifier_developer_text
+from specsteer.privacy.profile_format import read_users
 from specsteer.privacy.recognizers import KeywordValueRecognizer, NationalIdRecognizer, PhoneRecognizer, ShapeRecognizer
 
 DEFAULT_DATA = Path("/work/shared/data/commit-bodies-dev.jsonl")
@@ -28,9 +29,8 @@ DEFAULT_DATA = Path("/work/shared/data/commit-bodies-dev.jsonl")
 
 def ordinary_lines(data: Path) -> list[str]:
     lines: list[str] = []
-    for row in data.read_text(encoding="utf-8").splitlines():
-        user = json.loads(row)
-        for entry in user.get("profile", []) + user.get("queries", []):
+    for user in read_users(data, what="the data file"):
+        for entry in [*user.stored_entries, *user.queries]:
             for key in ("subject", "body", "target"):
                 value = entry.get(key)
                 if isinstance(value, str):
