@@ -17,6 +17,7 @@
 - `audit.witness_client`: the device's side of its policy: checkpoints to its witnesses, and what went wrong.
 - `audit.rotation`: log-key rotation, a handover record signed by the key in force.
 - `audit.verify`: every check an auditor runs, as a `Report`.
+- `audit.monitor`: `audit monitor`, following published checkpoints and witness states over time.
 - `audit.cli`: the `audit` command.
 
 The on-disk format, for independent verifiers, is docs/audit-format.md.

@@ -10,6 +10,9 @@
     audit witness keygen --name NAME --out DIR      a witness key pair (NAME.witness.key, .witness.pub)
     audit witness serve --key K --state DB --logs FILE --listen HOST:PORT --tls-cert C --tls-key K
                                                     a C2SP tlog-witness over HTTPS, anyone can run
+    audit monitor DIR --state DB [--logs FILE] [--witness-policy FILE] [--witness-key W.pub ...]
+                      [--witness-state FILE ...] [--once] [--interval S] [--json]
+                                                    follow published checkpoints: split views, rollbacks, quorum
 
 Exit status: 0 when everything holds, 1 when a check fails or an input is unusable (one sentence on
 stderr), 2 for a usage error, 3 when every check passes but no `--key` was given (verdict UNPROVEN:
@@ -18,6 +21,8 @@ the log was checked against the key it declares itself, so its authenticity is n
 With `--json`, an input that cannot be used still prints one JSON object: `"ok": false` and the
 sentence as `"error"` (`verify` adds `"verdict": "ERROR"`). A reader that closes stdout early
 (`audit show LOG | head -1`) ends the command quietly with 141 (128 + SIGPIPE), as a shell reports it.
+`monitor --once` exits 0 when every followed log is consistent and 1 with one sentence per alarm;
+without `--once` it checks every `--interval` seconds until SIGTERM or SIGINT, and exits 0.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import hashlib
 import json
 import logging
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +62,7 @@ from specsteer.core.cli import (
     EXIT_UNPROVEN,
     add_quiet,
     command_parser,
+    number,
     stdout_closed,
     whole_number,
 )
@@ -167,7 +175,39 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--tls-cert", type=Path, required=True, help="its HTTPS certificate chain (PEM)")
     ws.add_argument("--tls-key", type=Path, required=True, help="its HTTPS private key (PEM)")
     ws.add_argument("--prefix", default="", help="the submission prefix's path (default: none)")
-    for command in (v, s, pi, e, k, r, wk, ws):
+
+    m = sub.add_parser("monitor", help="follow published checkpoints and witness states; raise split views, rollbacks")
+    m.add_argument("published", type=Path, metavar="DIR", help="one subfolder per device log (`audit export` bundles)")
+    m.add_argument("--state", type=Path, required=True, help="the monitor's own SQLite database (created if missing)")
+    m.add_argument("--logs", type=Path, help="follow only these logs: one verifier key (.pub line) each")
+    m.add_argument(
+        "--witness-policy",
+        type=Path,
+        metavar="FILE",
+        help="raise a missing quorum (k of n) on each log's latest checkpoint",
+    )
+    m.add_argument(
+        "--witness-key",
+        type=Path,
+        metavar="W.pub",
+        action="append",
+        default=[],
+        help="a witness key to count (repeatable)",
+    )
+    m.add_argument(
+        "--witness-state",
+        type=Path,
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="a witness's state: its SQLite database (audit witness serve) or witness-state.json (repeatable)",
+    )
+    m.add_argument("--once", action="store_true", help="one pass, then exit (0 consistent, 1 an alarm)")
+    m.add_argument(
+        "--interval", type=number(positive=True), default=60.0, metavar="S", help="seconds between passes (60)"
+    )
+    m.add_argument("--json", action="store_true", help="print each pass as one JSON object")
+    for command in (v, s, pi, e, k, r, wk, ws, m):
         # The hint after an unproven verdict is a note: the exit code (3) and the report say it too.
         add_quiet(command, "notes (the hint after an unproven verdict)")
     return parser
@@ -395,6 +435,40 @@ def _cmd_witness(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    from specsteer.audit.monitor import Monitor, dumps, render
+    from specsteer.audit.witness_service import KnownLogs
+
+    known = KnownLogs(args.logs) if args.logs is not None else None
+    policy = None if args.witness_policy is None else load_policy(args.witness_policy)
+    keys = [load_witness_key(path) for path in args.witness_key]
+    monitor = Monitor(args.state, witness_keys=keys, policy=policy, known_logs=known.get if known else None)
+    stop = threading.Event()
+    try:
+        if args.once:
+            result = monitor.check(args.published, args.witness_state)
+            sys.stdout.write(dumps(result) + "\n" if args.json else render(result))
+            if result.alarms:
+                print(f"audit: {len(result.alarms)} alarm(s); see above", file=sys.stderr)
+                return EXIT_FAILED
+            return EXIT_OK
+        # As a service: SIGTERM (or Ctrl-C) ends the wait between passes, never a pass half-kept.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        while not stop.is_set():
+            try:
+                result = monitor.check(args.published, args.witness_state)
+            except SpecSteerError as exc:
+                logger.error("monitor: this pass could not run: %s", exc)  # the next one may
+            else:
+                sys.stdout.write(dumps(result) + "\n" if args.json else render(result))
+                sys.stdout.flush()
+            stop.wait(args.interval)
+        return EXIT_OK
+    finally:
+        monitor.close()
+
+
 def _record_index(parser: argparse.ArgumentParser, option: int | None, word: int | None) -> int:
     """The record `prove-inclusion` proves: `--index N`, or the bare `N` older scripts pass."""
     if option is not None:
@@ -414,6 +488,7 @@ COMMANDS = {
     "keygen": _cmd_keygen,
     "rotate-key": _cmd_rotate_key,
     "witness": _cmd_witness,
+    "monitor": _cmd_monitor,
 }
 
 
