@@ -429,8 +429,14 @@ class Monitor:
         ]
 
     def _keep(self, origin: str, entry: _Log, now: int) -> None:
-        """Remember what held: the largest checkpoint, every (size, root), each witness's head."""
-        head = max(entry.sightings, key=lambda s: s.size)
+        """Remember what held: the largest published checkpoint, every (size, root), each witness's head.
+
+        The head is the publication's, not a witness's: a witness may be ahead of the last export,
+        and the next run's rollback check compares publications with publications."""
+        published = [s for s in entry.sightings if not s.source.startswith("witness ")]
+        if not published:
+            return
+        head = max(published, key=lambda s: s.size)
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.execute(

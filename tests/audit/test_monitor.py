@@ -145,6 +145,20 @@ def test_an_honest_log_growing_over_two_runs_is_consistent(world: World, capsys)
     assert captured.out.startswith(f"log {ORIGIN}: size ") and "consistent" in captured.out and not captured.err
 
 
+def test_a_witness_ahead_of_the_publication_is_no_rollback(world: World, capsys) -> None:
+    w = world
+    first = w.log("first", [0])
+    w.publish(first)
+    grown = w.log("grown", [1], base=first)
+    w.w1.cosign(grown, w.key)  # the witness saw the log grow; the next export is not out yet
+    for _ in range(2):  # and again, the export still lagging: the witness's size is not the log's to keep
+        code, out = w.monitor(capsys=capsys)
+        assert (code, out["logs"][ORIGIN]["size"]) == (0, len(scan_log(first).records)), out
+    w.publish(grown)
+    code, out = w.monitor(capsys=capsys)
+    assert (code, out["logs"][ORIGIN]["size"]) == (0, len(scan_log(grown).records)), out
+
+
 def test_a_split_view_cosigned_by_different_witnesses_is_raised(world: World, capsys) -> None:
     """One key, two histories of the same size: w1 cosigns branch A (which is published), w2 cosigns
     branch B (which only its state shows). Each witness's own checks pass; the monitor sees both."""
