@@ -14,7 +14,7 @@ witness-state.json), and raises an alarm, one sentence each, for
 - a witness whose own state went back (a smaller size, or another root, than it held before);
 - a missing quorum under a witness policy: the latest checkpoint lacks k of n cosignatures;
 - anything that does not verify (a checkpoint not signed by the log's key, a bogus cosignature),
-  a log key that changed, or a log it followed that is no longer published.
+  a publication it cannot read, a log key that changed, or a log it followed that is no longer published.
 
 Its own state is an SQLite database (`--state`): per log, the key it pinned and the largest
 checkpoint it accepted; every (size, root) it accepted; per witness and log, the last checkpoint
@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS witnesses (
 
 @dataclass(frozen=True)
 class Alarm:
-    kind: str  # split-view, fork, rollback, witness-rollback, quorum, unverifiable, key-changed, withdrawn
+    # split-view, fork, rollback, witness-rollback, quorum, unverifiable, unreadable, key-changed, withdrawn
+    kind: str
     origin: str
     message: str  # one sentence
 
@@ -251,7 +252,12 @@ class Monitor:
         alarms: list[Alarm] = []
         logs: dict[str, _Log] = {}
         for folder in sorted(p for p in published.iterdir() if p.is_dir()):
-            self._read_publication(folder, logs, alarms)
+            try:
+                self._read_publication(folder, logs, alarms)
+            except (AuditError, OSError) as exc:
+                # One device's broken publication is an alarm about it, not a blind spot for the others.
+                why = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+                alarms.append(Alarm("unreadable", folder.name, f"publication {folder.name} cannot be read: {why}"))
         for path in witness_states:
             self._read_witness_state(path, logs, alarms)
         for (origin,) in self.db.execute("SELECT origin FROM logs").fetchall():

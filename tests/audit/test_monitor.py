@@ -251,6 +251,17 @@ def test_a_witness_whose_state_went_back_is_raised(world: World, capsys) -> None
     assert code == 1 and _kinds(out) == ["witness-rollback"], out
 
 
+def test_a_broken_publication_is_an_alarm_and_the_others_are_still_checked(world: World, capsys) -> None:
+    w = world
+    w.publish(w.log("first", [0]))
+    (w.published / "bob").mkdir()
+    (w.published / "bob" / "device.pub").write_text("not a key\n")
+    code, out = w.monitor(capsys=capsys)
+    assert code == 1 and _kinds(out) == ["unreadable"], out
+    assert out["alarms"][0]["message"].startswith("publication bob cannot be read: ")
+    assert out["logs"][ORIGIN]["alarms"] == 0 and out["logs"][ORIGIN]["size"] is not None
+
+
 def test_unusable_inputs_are_one_sentence(world: World, tmp_path: Path, capsys) -> None:
     w = world
     bad_state = tmp_path / "bad.sqlite"
