@@ -129,7 +129,8 @@ class Monitor:
         if not state.exists():
             # Private from the first byte: the monitor's memory is its evidence.
             os.close(os.open(state, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        self.db = sqlite3.connect(state, isolation_level=None)
+        # A second monitor on the same state waits a second, then this one says so (never a pass half-kept).
+        self.db = sqlite3.connect(state, isolation_level=None, timeout=1.0)
         try:
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(_SCHEMA)
@@ -140,7 +141,7 @@ class Monitor:
                 raise AuditError(f"the monitor state {state} is of format {row[0]!r}, not {FORMAT}")
         except sqlite3.DatabaseError as exc:
             self.db.close()
-            raise AuditError(f"the monitor state {state} is not a usable SQLite database: {exc}") from None
+            raise AuditError(f"cannot use the monitor state {state}: {exc}") from None
         except AuditError:
             self.db.close()
             raise
@@ -247,6 +248,13 @@ class Monitor:
 
     def check(self, published: Path, witness_states: Sequence[Path] = ()) -> MonitorResult:
         """Read everything once, compare it with what the monitor saw before, and keep what holds."""
+        try:
+            return self._check(published, witness_states)
+        except sqlite3.Error as exc:
+            # A state locked by a second monitor, or a full disk: one sentence, nothing half-kept.
+            raise AuditError(f"cannot use the monitor state: {exc}") from None
+
+    def _check(self, published: Path, witness_states: Sequence[Path]) -> MonitorResult:
         if not published.is_dir():
             raise AuditError(f"{published} is not a folder of published logs")
         alarms: list[Alarm] = []

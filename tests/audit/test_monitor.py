@@ -266,9 +266,19 @@ def test_unusable_inputs_are_one_sentence(world: World, tmp_path: Path, capsys) 
     w = world
     bad_state = tmp_path / "bad.sqlite"
     bad_state.write_text("not a database, but long enough to be read as one by sqlite\n" * 20)
+    import sqlite3
+
+    w.publish(w.log("first", [0]))
+    capsys.readouterr()
+    other = sqlite3.connect(w.state.parent / "held.sqlite", isolation_level=None)
+    main(["monitor", str(w.published), "--state", str(w.state.parent / "held.sqlite"), "--once"])
+    capsys.readouterr()
+    other.execute("BEGIN EXCLUSIVE")  # a second monitor holds the state mid-pass
+    held = ["monitor", str(w.published), "--state", str(w.state.parent / "held.sqlite"), "--once"]
     for argv, says in [
+        (held, "held.sqlite: database is locked"),
         (["monitor", str(tmp_path / "nowhere"), "--state", str(w.state), "--once"], "is not a folder of published"),
-        (["monitor", str(w.published), "--state", str(bad_state), "--once"], "is not a usable SQLite database"),
+        (["monitor", str(w.published), "--state", str(bad_state), "--once"], "bad.sqlite: file is not a database"),
         (
             ["monitor", str(w.published), "--state", str(w.state), "--once", "--witness-state", str(w.w1.state)],
             "which no --witness-key or --witness-policy names",
@@ -277,6 +287,7 @@ def test_unusable_inputs_are_one_sentence(world: World, tmp_path: Path, capsys) 
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert err.startswith("audit: ") and says in err and "Traceback" not in err and err.count("\n") == 1, err
+    other.close()
 
 
 def test_as_a_service_it_polls_and_stops_cleanly_on_sigterm(world: World) -> None:
