@@ -177,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     register = sub.add_parser(
         "register-nodes", help="enter the allow-list's public keys into a running SuperLink (flwr supernode register)"
     )
-    register.add_argument("--superlink", required=True, metavar="HOST:PORT")
+    register.add_argument(
+        "--superlink",
+        required=True,
+        metavar="HOST:PORT",
+        help="the SuperLink's address, as for `federation run --superlink`",
+    )
     register.add_argument("--root-certificates", type=Path, help="CA certificate of the SuperLink's TLS")
     register.add_argument("--insecure", action="store_true", help="talk to the SuperLink without TLS (testing only)")
     register.add_argument("--allow-list", type=Path, required=True, help="allow-list.txt of `federation deploy`")
