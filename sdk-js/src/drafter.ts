@@ -38,12 +38,29 @@ export function decoderShape(genaiConfig: unknown): DecoderShape {
   return shape as DecoderShape;
 }
 
-/** One sequence: a prefix, then tokens pushed one round at a time, the KV cache kept between forwards. */
+/** log-softmax of a row in float32, as numpy's `log_softmax_np` of core/sequence.py. */
+export function logSoftmax(logits: Float32Array): Float32Array {
+  let max = -Infinity;
+  for (const x of logits) if (x > max) max = x;
+  let sum = 0;
+  for (const x of logits) sum += Math.exp(x - max);
+  const lse = Math.fround(max + Math.log(sum));
+  const out = new Float32Array(logits.length);
+  for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - lse;
+  return out;
+}
+
+/**
+ * One sequence: a prefix, then tokens pushed one round at a time, the KV cache kept between
+ * forwards and cropped on `truncate`, as core/sequence.py's `CachedSequence` does: each forward's
+ * last row is kept by prefix length, so a rollback to a drafted point reads its row without a new
+ * forward.
+ */
 export class OnnxSequence {
   private past: Record<string, Tensor>;
-  private length = 0;
-  private pending: number[];
-  private last: Float32Array | null = null;
+  private ids: number[];
+  private cached = 0; // positions in the KV cache
+  private rows = new Map<number, Float32Array>(); // prefix length -> logits of the next token
 
   constructor(
     private readonly session: InferenceSession,
@@ -51,7 +68,7 @@ export class OnnxSequence {
     prefix: number[],
   ) {
     if (prefix.length === 0) throw new RangeError("a sequence starts from at least one token");
-    this.pending = [...prefix];
+    this.ids = [...prefix];
     this.past = {};
     for (let i = 0; i < shape.layers; i++) {
       for (const name of [shape.pastKey, shape.pastValue]) {
@@ -60,33 +77,64 @@ export class OnnxSequence {
     }
   }
 
+  get length(): number {
+    return this.ids.length;
+  }
+
   push(tokens: number[]): void {
-    this.pending.push(...tokens);
-    this.last = null;
+    this.ids.push(...tokens);
   }
 
   /** The logits of the next token after everything pushed (one forward over what is new). */
   async nextLogits(): Promise<Float32Array> {
-    if (this.last !== null) return this.last;
-    const ids = this.pending;
-    this.length += ids.length;
+    const kept = this.rows.get(this.ids.length);
+    if (kept !== undefined && this.cached >= this.ids.length) return kept;
+    const ids = this.ids.slice(this.cached);
+    const total = this.ids.length;
     const feeds: Record<string, Tensor> = {
       input_ids: new Tensor("int64", BigInt64Array.from(ids, BigInt), [1, ids.length]),
-      attention_mask: new Tensor("int64", new BigInt64Array(this.length).fill(1n), [1, this.length]),
+      attention_mask: new Tensor("int64", new BigInt64Array(total).fill(1n), [1, total]),
       ...this.past,
     };
     const out = await this.session.run(feeds);
     const logits = out.logits as Tensor;
     const vocab = logits.dims[2]!;
     const rows = logits.dims[1]!;
-    this.last = (logits.data as Float32Array).slice((rows - 1) * vocab, rows * vocab);
+    const last = (logits.data as Float32Array).slice((rows - 1) * vocab, rows * vocab);
     const s = this.shape;
     for (let i = 0; i < s.layers; i++) {
       this.past[s.pastKey.replace("%d", String(i))] = out[s.presentKey.replace("%d", String(i))] as Tensor;
       this.past[s.pastValue.replace("%d", String(i))] = out[s.presentValue.replace("%d", String(i))] as Tensor;
     }
-    this.pending = [];
-    return this.last;
+    this.cached = total;
+    this.rows.set(total, last);
+    return last;
+  }
+
+  /** log P(next token | everything pushed), float32. */
+  async nextLogprobs(): Promise<Float32Array> {
+    return logSoftmax(await this.nextLogits());
+  }
+
+  /** Roll back to the first `n` tokens: the KV cache is cropped to them (or to n - 1, the last
+   * token fed again, when no row was kept at n). */
+  truncate(n: number): void {
+    if (!(n >= 1 && n <= this.ids.length)) throw new RangeError(`cannot truncate a sequence of ${this.ids.length} tokens to ${n}`);
+    this.ids.length = n;
+    const keep = this.rows.has(n) ? n : n - 1;
+    if (keep < this.cached) this.crop(keep);
+    for (const m of [...this.rows.keys()]) if (m > this.cached || m < n) this.rows.delete(m);
+  }
+
+  private crop(n: number): void {
+    for (const [name, t] of Object.entries(this.past)) {
+      const [, heads, len, size] = t.dims as [number, number, number, number];
+      const data = t.data as Float32Array;
+      const cut = new Float32Array(heads * n * size);
+      for (let h = 0; h < heads; h++) cut.set(data.subarray(h * len * size, h * len * size + n * size), h * n * size);
+      this.past[name] = new Tensor("float32", cut, [1, heads, n, size]);
+    }
+    this.cached = n;
   }
 
   /** `n` greedy tokens (the first largest logit on ties), pushed as they are drawn. */

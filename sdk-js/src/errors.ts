@@ -9,3 +9,11 @@ export class ProtocolError extends Error {
     this.category = category;
   }
 }
+
+/** The root of the device's own errors that are not protocol breaches. */
+export class SpecSteerError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SpecSteerError";
+  }
+}

@@ -20,3 +20,5 @@ export { fromHex, toHex, toBase64, fromBase64 } from "./bytes.js";
 export * from "./prompt.js";
 export * from "./drafter.js";
 export * from "./retrieval.js";
+export * from "./transport.js";
+export * from "./session.js";

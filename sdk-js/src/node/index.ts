@@ -2,3 +2,4 @@
 export { logDirectory } from "./files.js";
 export { bundleFolder, cacheRoot, defaultBundlePath, openBundleFolder, promptRendererOf } from "./bundle.js";
 export { loadOnnxDrafter } from "./drafter.js";
+export { GrpcTransport, loadPinSet, spkiPin, PinningError, type GrpcTransportOptions } from "./grpc.js";

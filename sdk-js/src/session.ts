@@ -1,0 +1,249 @@
+/**
+ * The device's session loop, greedy (sdk/decoding.py's `generate`, `_steered_loop`,
+ * `_local_loop`): Open with the public prompt's token IDs, then rounds of Draft - Verify - Recover
+ * until the token budget is spent or an end-of-sequence token is committed, then Close. A verifier
+ * lost mid-generation (the stream broke or a round timed out) ends the session and the drafter
+ * finishes the text alone, `stats.fallback` saying why, as the Python device does without a
+ * resumable verifier. Not here yet: sampling, padded frames, the egress guard, the audit log,
+ * resuming a lost session.
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { ProtocolError } from "./errors.js";
+import { CloseSchema, OpenSchema, RoundSchema, SessionParamsSchema, UplinkSchema } from "./gen/verifier_pb.js";
+import { applyDownlink } from "./steering.js";
+import { VerifierLost, type Transport, type VerifierStream } from "./transport.js";
+import { decodeDownlink, Method, type WireParams } from "./wire.js";
+
+/** The drafter's sequence as the loop uses it (`OnnxSequence`, or any backend's). */
+export interface DraftSequence {
+  readonly length: number;
+  /** log P(next token | every token pushed), one row of the model's table. */
+  nextLogprobs(): Promise<Float32Array>;
+  push(tokens: number[]): void;
+  /** Roll back to the first `n` tokens. */
+  truncate(n: number): void;
+}
+
+export interface SessionDrafter {
+  sequence(prefix: number[]): DraftSequence;
+}
+
+export interface GenerateOptions {
+  maxNewTokens: number;
+  eosIds: ReadonlySet<number>;
+  /** Rows of the model's table (downlink IDs are bounded by it): the Python device's `vocab_size`. */
+  vocabSize: number;
+  /** The columns that are tokens (`vocabulary_width`); the padded rows past it are never drafted. */
+  width?: number;
+  /** Bound on each round trip, in ms (sdk/remote.py's `round_timeout`, 30 s). */
+  roundTimeoutMs?: number;
+  /** Called with each batch of committed tokens (end-of-sequence left out). */
+  onCommit?: (ids: number[]) => void;
+}
+
+export interface GenerationStats {
+  rounds: number;
+  drafted: number;
+  accepted: number;
+  recoveries: number;
+  bonusTokens: number;
+  uplinkBytes: number;
+  downlinkBytes: number;
+  newTokens: number;
+  /** Why the drafter finished the text alone (`verifier-lost`, `verifier-timeout`, ...), or null. */
+  fallback: string | null;
+  fallbackDetail: string | null;
+}
+
+export interface Generation {
+  /** The drafter's vocabulary, without the final end-of-sequence token. */
+  tokenIds: number[];
+  stats: GenerationStats;
+}
+
+/** Encode the Open, a Round and the Close as the Python device does (canonical protobuf). */
+export function encodeOpen(promptIds: number[], p: WireParams): Uint8Array {
+  const params = create(SessionParamsSchema, { ...p });
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "open", value: create(OpenSchema, { promptIds, params }) } }));
+}
+
+export function encodeRound(seq: number, commitIds: number[], draftIds: number[]): Uint8Array {
+  const round = create(RoundSchema, { seq, commitIds, draftIds });
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "round", value: round } }));
+}
+
+export function encodeClose(seq: number): Uint8Array {
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "close", value: create(CloseSchema, { seq }) } }));
+}
+
+class State {
+  generated: number[] = [];
+  constructor(
+    readonly eos: ReadonlySet<number>,
+    readonly budget: number,
+    readonly onCommit?: (ids: number[]) => void,
+  ) {}
+
+  get ended(): boolean {
+    return this.generated.length > 0 && this.eos.has(this.generated[this.generated.length - 1]!);
+  }
+
+  get remaining(): number {
+    return this.ended ? 0 : this.budget - this.generated.length;
+  }
+
+  commit(tokens: number[]): number[] {
+    const kept: number[] = [];
+    for (const t of tokens) {
+      if (this.remaining <= 0) break;
+      kept.push(t);
+      this.generated.push(t);
+    }
+    if (kept.length > 0 && this.onCommit) this.onCommit(kept.filter((t) => !this.eos.has(t)));
+    return kept;
+  }
+}
+
+function argmaxOf(row: Float32Array, width: number): number {
+  let best = 0;
+  for (let j = 1; j < width; j++) if (row[j]! > row[best]!) best = j;
+  return best;
+}
+
+/** Sum of log P over each candidate's tokens after the sequence's current tokens; the sequence
+ * is rolled back after scoring the longer ones. */
+async function scoreContinuations(seq: DraftSequence, candidates: number[][]): Promise<number[]> {
+  const base = await seq.nextLogprobs();
+  const at = seq.length;
+  const scores: number[] = [];
+  for (const c of candidates) {
+    let s = base[c[0]!]!;
+    if (c.length > 1) {
+      for (let j = 1; j < c.length; j++) {
+        seq.push([c[j - 1]!]);
+        s = Math.fround(s + (await seq.nextLogprobs())[c[j]!]!);
+      }
+      seq.truncate(at);
+    }
+    scores.push(s);
+  }
+  return scores;
+}
+
+/**
+ * One greedy generation. `privateIds` is the rendered prompt the drafter reads (template and
+ * private context); `publicIds` the raw prompt's IDs, the only prompt that goes up.
+ */
+export async function generate(
+  drafter: SessionDrafter,
+  privateIds: number[],
+  publicIds: number[],
+  params: WireParams,
+  options: GenerateOptions,
+  transport: Transport,
+): Promise<Generation> {
+  if (params.sampling) throw new RangeError("the TypeScript device decodes greedily only (sampling is not here yet)");
+  if (params.paddedFrames) throw new RangeError("padded frames are not here yet");
+  if (params.method !== Method.SPECSTEER && params.method !== Method.SD && params.method !== Method.FUSION) {
+    throw new RangeError(`method ${params.method} is not a Draft-Verify-Recover method this loop runs`);
+  }
+  const width = options.width ?? options.vocabSize;
+  const timeout = options.roundTimeoutMs ?? 30_000;
+  const state = new State(options.eosIds, options.maxNewTokens, options.onCommit);
+  const stats: GenerationStats = {
+    rounds: 0,
+    drafted: 0,
+    accepted: 0,
+    recoveries: 0,
+    bonusTokens: 0,
+    uplinkBytes: 0,
+    downlinkBytes: 0,
+    newTokens: 0,
+    fallback: null,
+    fallbackDetail: null,
+  };
+  const seq = drafter.sequence(privateIds);
+  await seq.nextLogprobs(); // the private prompt's prefill, before a verifier session is held
+  let stream: VerifierStream | null = null;
+  try {
+    stream = await transport.open();
+    const open = encodeOpen(publicIds, params);
+    stream.send(open);
+    stats.uplinkBytes += open.length;
+    let roundSeq = 0;
+    let pending: number[] = [];
+    while (state.remaining > 0) {
+      const draft: number[] = [];
+      const n = Math.min(params.draftLen, state.remaining);
+      for (let i = 0; i < n; i++) {
+        const token = argmaxOf(await seq.nextLogprobs(), width);
+        draft.push(token);
+        seq.push([token]);
+        if (state.eos.has(token)) break;
+      }
+      roundSeq += 1;
+      const up = encodeRound(roundSeq, pending, draft);
+      let down: Uint8Array;
+      try {
+        stream.send(up);
+        stats.uplinkBytes += up.length;
+        down = await stream.receive(timeout);
+      } catch (e) {
+        if (e instanceof VerifierLost) state.commit(draft); // P_S^c's own draws, as the local loop makes them
+        throw e;
+      }
+      stats.downlinkBytes += down.length;
+      const verdict = decodeDownlink(down, { maxTopK: params.topK, vocabSize: options.vocabSize, fusion: params.method === Method.FUSION });
+      if (verdict.seq !== roundSeq) {
+        throw new ProtocolError("wrong-seq", `the verifier answered round ${verdict.seq} where round ${roundSeq} was asked`);
+      }
+      if (verdict.steering?.kind === "candidates") {
+        const bad = verdict.steering.candidates.flat().find((t) => t >= width);
+        if (bad !== undefined) throw new ProtocolError("padded-row", `the verifier proposed token ID ${bad}, past the vocabulary of ${width}`);
+      }
+      stats.rounds += 1;
+      stats.drafted += draft.length;
+      if (verdict.accepted > draft.length) {
+        throw new ProtocolError("accepted-over-draft", `accepted ${verdict.accepted} of a ${draft.length}-token draft`);
+      }
+      stats.accepted += verdict.accepted;
+      seq.truncate(seq.length - draft.length + verdict.accepted);
+      state.commit(draft.slice(0, verdict.accepted));
+      pending = [];
+      if (state.remaining <= 0) continue;
+      // What the device's model says at the recovery point, read before the (synchronous) rules.
+      const row = await seq.nextLogprobs();
+      const candidates = verdict.steering?.kind === "candidates" ? verdict.steering.candidates : [];
+      const scores = params.alphaMilli !== 0 && candidates.length > 1 ? await scoreContinuations(seq, candidates) : candidates.map(() => 0);
+      const outcome = applyDownlink(down, draft, params, [...state.eos][0] ?? -1, options.vocabSize, {
+        nextLogprobs: () => row,
+        scoreContinuations: () => scores,
+      });
+      if (outcome.continue === "none" || outcome.commitIds === null) continue;
+      pending = state.commit(outcome.commitIds); // uplinked with the next round
+      seq.push(pending);
+      if (outcome.continue === "recovery") stats.recoveries += 1;
+      else stats.bonusTokens += 1;
+    }
+    const close = encodeClose(roundSeq + 1);
+    stream.send(close);
+    stats.uplinkBytes += close.length;
+    await stream.close(Math.min(timeout, 5000));
+  } catch (e) {
+    if (!(e instanceof VerifierLost)) {
+      stream?.cancel();
+      throw e;
+    }
+    stream?.cancel();
+    stats.fallback = e.reason;
+    stats.fallbackDetail = e.message;
+  }
+  // The drafter alone: after a lost verifier, the rest of the budget.
+  while (state.remaining > 0) {
+    const token = argmaxOf(await seq.nextLogprobs(), width);
+    seq.push(state.commit([token]));
+  }
+  const ids = state.ended ? state.generated.slice(0, -1) : state.generated;
+  stats.newTokens = ids.length;
+  return { tokenIds: ids, stats };
+}
