@@ -1,0 +1,130 @@
+/**
+ * The TypeScript device against the live Python verifier (`server serve`) over mutual TLS with
+ * pinned anchors: a throwaway PKI and a tiny random verifier pair over the default Specialist's
+ * tokenizer (test/live/live_python.py prepare), the default bundle's int4 ONNX drafter on both
+ * devices. Greedy, the TypeScript device's token IDs must be the Python device's on the same
+ * prompt; then the verifier is killed mid-generation and the TypeScript device finishes alone,
+ * `fallback: "verifier-lost"`. Python: $SPECSTEER_PYTHON, else the repository's .venv.
+ */
+import assert from "node:assert/strict";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { defaultBundlePath } from "../src/node/bundle.js";
+import { loadOnnxDrafter } from "../src/node/drafter.js";
+import { GrpcTransport } from "../src/node/grpc.js";
+import type { OnnxDrafter } from "../src/drafter.js";
+import { generate } from "../src/session.js";
+import { CandidatePolicy, Method, type WireParams } from "../src/wire.js";
+
+const repo = fileURLToPath(new URL("../../..", import.meta.url));
+const here = fileURLToPath(new URL("../../test/live", import.meta.url));
+const python = process.env.SPECSTEER_PYTHON ?? join(repo, ".venv", "bin", "python");
+const env = { ...process.env, PYTHONPATH: repo, GRPC_VERBOSITY: "NONE" };
+const PROMPT = "Write a haiku about the sea.";
+const N = 24;
+
+interface Prepared {
+  bundle: string;
+  pins: string;
+  cert: string;
+  key: string;
+  private_ids: number[];
+  public_ids: number[];
+  eos_ids: number[];
+  vocab_size: number;
+  width: number;
+}
+
+const out = mkdtempSync(join(tmpdir(), "specsteer-live-"));
+let prep: Prepared;
+let drafter: OnnxDrafter;
+
+function py(...args: string[]): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    execFile(python, [join(here, "live_python.py"), ...args], { env, encoding: "utf8", maxBuffer: 1 << 24 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`live_python.py ${args[0]} failed: ${stderr.slice(-2000)}`));
+      else resolve(JSON.parse(stdout));
+    });
+  });
+}
+
+async function serve(): Promise<{ proc: ChildProcess; port: number }> {
+  const portFile = join(out, `port-${Date.now()}`);
+  const proc = spawn(
+    join(dirname(python), "server"),
+    ["serve", "--generalist", join(out, "generalist"), "--specialist", join(out, "specialist"), "--tls-dir", join(out, "pki"), "--port", "0", "--port-file", portFile],
+    { env, cwd: out, stdio: "ignore" },
+  );
+  for (let i = 0; i < 1200 && !existsSync(portFile); i++) await new Promise((r) => setTimeout(r, 100));
+  const port = Number(readFileSync(portFile, "utf8").trim());
+  assert.ok(port > 0, "the verifier did not start");
+  return { proc, port };
+}
+
+const params: WireParams = {
+  method: Method.SPECSTEER,
+  sampling: false,
+  gammaPpm: 500_000,
+  gammaInfinite: false,
+  alphaMilli: 1000,
+  topK: 10,
+  draftLen: 4,
+  policy: CandidatePolicy.GUARDRAIL,
+  bonus: true,
+  adapterVersion: 0,
+  paddedFrames: false,
+}; // core/session_types.py's SessionParams() defaults
+
+const running: ChildProcess[] = [];
+let verifier: { proc: ChildProcess; port: number };
+before(async () => {
+  // The Python preparation and the ONNX graph's load overlap; then one verifier serves both cases.
+  const [p] = await Promise.all([py("prepare", out, PROMPT), loadOnnxDrafter(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"), { threads: 2 }).then((d) => (drafter = d))]);
+  prep = p as Prepared;
+  verifier = await serve();
+  running.push(verifier.proc);
+});
+after(() => {
+  for (const p of running) p.kill("SIGKILL");
+  rmSync(out, { recursive: true, force: true });
+});
+
+function transport(port: number): GrpcTransport {
+  return new GrpcTransport({ target: `127.0.0.1:${port}`, pins: prep.pins, cert: prep.cert, key: prep.key, connectTimeoutMs: 5000 });
+}
+
+const options = () => ({ maxNewTokens: N, eosIds: new Set(prep.eos_ids), vocabSize: prep.vocab_size, width: prep.width, roundTimeoutMs: 20_000 });
+
+test("greedy over mutual TLS: the TypeScript device's token IDs are the Python device's", async () => {
+  const { port } = verifier;
+  const want = (await py("device", out, String(port), PROMPT, String(N))) as { token_ids: number[]; stats: { rounds: number; fallback: string | null } };
+  const t = transport(port);
+  const g = await generate(drafter, prep.private_ids, prep.public_ids, params, options(), t);
+  t.close();
+  console.log(`live: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds, Python ${want.token_ids.length} in ${want.stats.rounds}`);
+  assert.equal(want.stats.fallback, null);
+  assert.equal(g.stats.fallback, null);
+  assert.deepEqual(g.tokenIds, want.token_ids);
+  assert.equal(g.stats.rounds, want.stats.rounds);
+});
+
+test("the verifier killed mid-generation: the TypeScript device finishes alone, fallback verifier-lost", async () => {
+  const { proc, port } = verifier;
+  const t = transport(port);
+  let killed = false;
+  const onCommit = (): void => {
+    if (!killed) {
+      killed = true;
+      proc.kill("SIGKILL");
+    }
+  };
+  const g = await generate(drafter, prep.private_ids, prep.public_ids, params, { ...options(), eosIds: new Set<number>(), onCommit }, t);
+  t.close();
+  assert.ok(killed);
+  assert.equal(g.stats.fallback, "verifier-lost", g.stats.fallbackDetail ?? "");
+  assert.equal(g.tokenIds.length, N);
+});
