@@ -8,14 +8,14 @@
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { defaultBundlePath } from "../src/node/bundle.js";
 import { loadOnnxDrafter } from "../src/node/drafter.js";
-import { GrpcTransport } from "../src/node/grpc.js";
+import { GrpcTransport, loadPinSet } from "../src/node/grpc.js";
 import type { OnnxDrafter } from "../src/drafter.js";
 import { generate } from "../src/session.js";
 import { CandidatePolicy, Method, type WireParams } from "../src/wire.js";
@@ -24,7 +24,11 @@ const repo = fileURLToPath(new URL("../../..", import.meta.url));
 const here = fileURLToPath(new URL("../../test/live", import.meta.url));
 const python = process.env.SPECSTEER_PYTHON ?? join(repo, ".venv", "bin", "python");
 const env = { ...process.env, PYTHONPATH: repo, GRPC_VERBOSITY: "NONE" };
-const PROMPT = "Write a haiku about the sea.";
+const PROMPTS = [
+  "Write a haiku about the sea.",
+  "Explain what a Merkle tree is in two sentences.",
+  "Write a Python function that reverses a string.",
+];
 const N = 24;
 
 interface Prepared {
@@ -32,8 +36,8 @@ interface Prepared {
   pins: string;
   cert: string;
   key: string;
-  private_ids: number[];
-  public_ids: number[];
+  private_ids: number[][];
+  public_ids: number[][];
   eos_ids: number[];
   vocab_size: number;
   width: number;
@@ -83,7 +87,7 @@ const running: ChildProcess[] = [];
 let verifier: { proc: ChildProcess; port: number };
 before(async () => {
   // The Python preparation and the ONNX graph's load overlap; then one verifier serves both cases.
-  const [p] = await Promise.all([py("prepare", out, PROMPT), loadOnnxDrafter(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"), { threads: 2 }).then((d) => (drafter = d))]);
+  const [p] = await Promise.all([py("prepare", out, JSON.stringify(PROMPTS)), loadOnnxDrafter(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"), { threads: 2 }).then((d) => (drafter = d))]);
   prep = p as Prepared;
   verifier = await serve();
   running.push(verifier.proc);
@@ -101,15 +105,18 @@ const options = () => ({ maxNewTokens: N, eosIds: new Set(prep.eos_ids), vocabSi
 
 test("greedy over mutual TLS: the TypeScript device's token IDs are the Python device's", async () => {
   const { port } = verifier;
-  const want = (await py("device", out, String(port), PROMPT, String(N))) as { token_ids: number[]; stats: { rounds: number; fallback: string | null } };
+  type Result = { token_ids: number[]; stats: { rounds: number; fallback: string | null } };
+  const want = (await py("device", out, String(port), JSON.stringify(PROMPTS), String(N))) as Result[];
   const t = transport(port);
-  const g = await generate(drafter, prep.private_ids, prep.public_ids, params, options(), t);
+  for (const [i, w] of want.entries()) {
+    const g = await generate(drafter, prep.private_ids[i]!, prep.public_ids[i]!, params, options(), t);
+    console.log(`live ${i}: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds (${g.stats.accepted}/${g.stats.drafted} accepted, ${g.stats.recoveries} recoveries), Python ${w.token_ids.length} in ${w.stats.rounds}`);
+    assert.equal(w.stats.fallback, null);
+    assert.equal(g.stats.fallback, null);
+    assert.deepEqual(g.tokenIds, w.token_ids, PROMPTS[i]);
+    assert.equal(g.stats.rounds, w.stats.rounds);
+  }
   t.close();
-  console.log(`live: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds, Python ${want.token_ids.length} in ${want.stats.rounds}`);
-  assert.equal(want.stats.fallback, null);
-  assert.equal(g.stats.fallback, null);
-  assert.deepEqual(g.tokenIds, want.token_ids);
-  assert.equal(g.stats.rounds, want.stats.rounds);
 });
 
 test("the verifier killed mid-generation: the TypeScript device finishes alone, fallback verifier-lost", async () => {
@@ -122,9 +129,26 @@ test("the verifier killed mid-generation: the TypeScript device finishes alone, 
       proc.kill("SIGKILL");
     }
   };
-  const g = await generate(drafter, prep.private_ids, prep.public_ids, params, { ...options(), eosIds: new Set<number>(), onCommit }, t);
+  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, params, { ...options(), eosIds: new Set<number>(), onCommit }, t);
   t.close();
   assert.ok(killed);
   assert.equal(g.stats.fallback, "verifier-lost", g.stats.fallbackDetail ?? "");
   assert.equal(g.tokenIds.length, N);
+});
+
+test("the pins file is read as sdk/pinning.py reads it: refusals fail closed", () => {
+  const text = readFileSync(prep.pins, "latin1");
+  const pinLines = text.split("\n").filter((l) => l.startsWith("sha256/"));
+  assert.equal(loadPinSet(prep.pins).pins.length, pinLines.length);
+  const write = (name: string, body: string): string => {
+    const p = join(out, name);
+    writeFileSync(p, body);
+    return p;
+  };
+  const certs = text.slice(text.indexOf("-----BEGIN"));
+  assert.throws(() => loadPinSet(write("one-pin.txt", text.replace(pinLines[1]!, ""))), /at least 2 are required/);
+  assert.throws(() => loadPinSet(write("no-certs.txt", pinLines.join("\n") + "\n")), /names no anchor certificate/);
+  const other = pinLines[0]!.slice(0, 10) + (pinLines[0]![10] === "A" ? "B" : "A") + pinLines[0]!.slice(11);
+  assert.throws(() => loadPinSet(write("unpinned.txt", other + "\n" + pinLines[1] + "\n" + certs)), /is not pinned/);
+  assert.throws(() => loadPinSet(write("bad-pin.txt", "sha256/short\n" + text)), /is not a pin/);
 });

@@ -2,8 +2,8 @@
 over the default Specialist's tokenizer (`prepare`), and the Python device's greedy generation
 against a running verifier over mutual TLS (`device`), each printing one JSON object.
 
-    python live_python.py prepare OUT PROMPT     # OUT/pki, OUT/generalist, OUT/specialist; the prompt's IDs
-    python live_python.py device OUT PORT PROMPT N
+    python live_python.py prepare OUT PROMPTS_JSON     # OUT/pki, OUT/generalist, OUT/specialist; each prompt's IDs
+    python live_python.py device OUT PORT PROMPTS_JSON N
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from specsteer.core.model_registry import DEFAULT_SPECIALIST
 from specsteer.sdk.bundles import default_bundle_path, load_bundle
 
 
-def prepare(out: Path, prompt: str) -> dict[str, object]:
+def prepare(out: Path, prompts: list[str]) -> dict[str, object]:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     from specsteer.core.device_lm import load_device_lm
@@ -44,15 +44,15 @@ def prepare(out: Path, prompt: str) -> dict[str, object]:
         "pins": str(p.pins),
         "cert": str(p.device_cert("alice")),
         "key": str(p.device_key("alice")),
-        "private_ids": render_prompt(lm, prompt, ()),
-        "public_ids": list(lm.tokenizer.encode(prompt, add_special_tokens=False)),
+        "private_ids": [render_prompt(lm, prompt, ()) for prompt in prompts],
+        "public_ids": [list(lm.tokenizer.encode(prompt, add_special_tokens=False)) for prompt in prompts],
         "eos_ids": sorted(lm.eos_ids),
         "vocab_size": lm.vocab_size,
         "width": vocabulary_width(lm),
     }
 
 
-def device(out: Path, port: int, prompt: str, n: int) -> dict[str, object]:
+def device(out: Path, port: int, prompts: list[str], n: int) -> list[dict[str, object]]:
     from specsteer.core.session_types import SessionParams
     from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
     from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
@@ -60,22 +60,22 @@ def device(out: Path, port: int, prompt: str, n: int) -> dict[str, object]:
     pki = out / "pki"
     lm, drafter = load_bundle(default_bundle_path(DEFAULT_SPECIALIST), threads=2)
     identity = TlsIdentity.from_files(pki / "pins.txt", pki / "devices" / "alice.pem", pki / "devices" / "alice.key")
+    results: list[dict[str, object]] = []
     with RemoteVerifier(f"127.0.0.1:{port}", identity, vocab_size=lm.vocab_size) as verifier:
-        g = generate(
-            Specialist(lm, drafter=drafter), prompt, SessionParams(), DecodeOptions(max_new_tokens=n), verifier
-        )
-    s = g.stats
-    return {
-        "token_ids": g.token_ids,
-        "text": g.text,
-        "stats": {"rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted, "fallback": s.fallback},
-    }
+        for prompt in prompts:
+            options = DecodeOptions(max_new_tokens=n)
+            g = generate(Specialist(lm, drafter=drafter), prompt, SessionParams(), options, verifier)
+            s = g.stats
+            stats = {"rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted, "fallback": s.fallback}
+            results.append({"token_ids": g.token_ids, "text": g.text, "stats": stats})
+    return results
 
 
 if __name__ == "__main__":
     what, out = sys.argv[1], Path(sys.argv[2])
+    result: dict[str, object] | list[dict[str, object]]
     if what == "prepare":
-        result = prepare(out, sys.argv[3])
+        result = prepare(out, json.loads(sys.argv[3]))
     else:
-        result = device(out, int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+        result = device(out, int(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5]))
     print(json.dumps(result))
