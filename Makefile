@@ -85,8 +85,8 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP) system-packages $(JS_STAMP)
 	$(BIN)/python -m pytest -m slow -q
-	# The TypeScript drafter on the default bundle's int4 graph (about 20 s).
-	cd sdk-js && npm run --silent test:slow
+	# The TypeScript drafter on the default bundle's int4 graph (about 20 s), and the TypeScript device against the live verifier (about 40 s).
+	cd sdk-js && SPECSTEER_PYTHON=$(abspath $(BIN))/python npm run --silent test:slow
 
 # Its type check (the React-Native-safe core without Node types, then everything), lint and tests,
 # among them the replay of every conformance/v1 vector.
