@@ -29,6 +29,8 @@ The other modules:
   (issue 30).
 - `privacy.registered`: The forms a registered string can take on its way out, computed from the string
   itself.
+- `privacy.special`: Special categories of personal data (GDPR Art. 9) by a shipped vocabulary and patterns
+  (`SpecialCategoryRecognizer`, issue #49).
 - `privacy.uplinked`: What of each secret has already gone up in one session (`UplinkRecord`), so a secret
   sent a few characters at a time, far apart, is held once its...
 """

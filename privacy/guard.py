@@ -13,6 +13,9 @@ characters) with the deployment's `GuardPolicy`:
   licence numbers, dates of birth, bank accounts), identifiers with a shape of their own
   (`ShapeRecognizer`: vendor tokens, TOTP seeds, crypto and MAC addresses, coordinates, defanged
   IPv4, phone links, P.O. boxes) and wallet seed phrases (`SeedPhraseRecognizer`, BIP-39).
+* `privacy.special.SpecialCategoryRecognizer` - special categories of personal data (GDPR Art. 9:
+  health, medications, pregnancy, disabilities, sexual life, religion, political opinion,
+  ethnicity, union membership) by a vocabulary shipped in the package and a few patterns.
 * `privacy.ngrams.VerbatimNgramDetector` - runs of `n` or more Specialist tokens (default 8) that
   occur in the user's private history and not in the public prompt, and copy a passage (three
   words or more, or `2 n` tokens of anything): not a date, a number or one identifier that
@@ -80,6 +83,7 @@ from specsteer.privacy.spans import (
     PHONE,
     PRIVATE_NGRAM,
     SECRET,
+    SPECIAL_CATEGORY,
     URL_CREDENTIALS,
     Detector,
     Span,
@@ -87,6 +91,7 @@ from specsteer.privacy.spans import (
     decode,
     merge_spans,
 )
+from specsteer.privacy.special import SpecialCategoryRecognizer
 from specsteer.privacy.uplinked import UplinkRecord
 
 __all__ = [
@@ -117,6 +122,7 @@ PLACEHOLDERS: Mapping[str, str] = {
     ADDRESS: "<ADDRESS>",
     SECRET: "<KEY>",
     NATIONAL_ID: "<ID>",
+    SPECIAL_CATEGORY: "<SPECIAL>",
 }
 
 
@@ -220,6 +226,7 @@ class EgressGuard:
             KeywordValueRecognizer(),
             ShapeRecognizer(),
             SeedPhraseRecognizer(),
+            SpecialCategoryRecognizer(),
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
             RewrittenVerbatimDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]
@@ -260,10 +267,16 @@ class EgressGuard:
         self.uplinked.note(text, common_prefix_length(decode(tokenizer, ctx), text))
 
     def without_local_part_holds(self) -> EgressGuard:
-        """This guard, not holding a bare trailing word as a possible address local part (for the
-        end of a text: nothing more will be written, so a word stays a word)."""
+        """This guard, not holding a bare trailing word as a possible address local part nor as the
+        start of a special-category term (for the end of a text: nothing more will be written, so a
+        word stays a word)."""
         detectors = [
-            PiiDetector(d.kinds, hold_local_parts=False) if isinstance(d, PiiDetector) else d for d in self.detectors
+            PiiDetector(d.kinds, hold_local_parts=False)
+            if isinstance(d, PiiDetector)
+            else SpecialCategoryRecognizer(hold_prefixes=False)
+            if isinstance(d, SpecialCategoryRecognizer)
+            else d
+            for d in self.detectors
         ]
         return replace(self, detectors=tuple(detectors))
 

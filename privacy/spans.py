@@ -25,6 +25,7 @@ __all__ = [
     "PHONE",
     "PRIVATE_NGRAM",
     "SECRET",
+    "SPECIAL_CATEGORY",
     "URL_CREDENTIALS",
     "Detector",
     "Span",
@@ -47,11 +48,27 @@ NAME = "name"
 ADDRESS = "address"
 SECRET = "secret"  # a key, token or password: a vendor pattern, a keyword's value, a random word, the history's
 NATIONAL_ID = "national-id"
+# GDPR Art. 9 data: health, sexual life, religion, political opinion, ethnicity, union (`privacy.special`)
+SPECIAL_CATEGORY = "special-category"
 
 # Every kind, the most specific first: when spans of different kinds overlap, the merged span is
 # named after the most specific one. Detectors merge their own findings too, so the order lives
 # here rather than with the guard.
-KINDS = (CANARY, CARD, IBAN, NATIONAL_ID, URL_CREDENTIALS, SECRET, EMAIL, PHONE, IP, ADDRESS, NAME, PRIVATE_NGRAM)
+KINDS = (
+    CANARY,
+    CARD,
+    IBAN,
+    NATIONAL_ID,
+    URL_CREDENTIALS,
+    SECRET,
+    EMAIL,
+    PHONE,
+    IP,
+    ADDRESS,
+    SPECIAL_CATEGORY,
+    NAME,
+    PRIVATE_NGRAM,
+)
 
 
 @dataclass(frozen=True, order=True)
