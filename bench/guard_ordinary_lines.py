@@ -5,7 +5,8 @@
 Every line of the dev data's subjects, bodies and targets (without lines carrying an "@" or a
 "Key:" trailer: those are personal data, not ordinary text), plus the developer text of
 `bench.guard_cases_adversarial` and `bench.guard_cases_identifiers` (40 per kind, seed 0), through
-the recognizers of `privacy.recognizers` (keyword values, national identifiers, phones, shapes):
+the recognizers of `privacy.recognizers` (keyword values, national identifiers, phones, shapes)
+and the special categories (`privacy.special`):
 how many lines hold a span at all, and which spans. A quick screen for a new recognizer's false
 holds (seconds, where `bench.guard_recall` drafts every sentence through `plan_uplink`); run it
 with two source trees on PYTHONPATH to compare them.
@@ -23,6 +24,7 @@ from bench.guard_cases_adversarial import developer_text as adversarial_develope
 from bench.guard_cases_identifiers import developer_text as identifier_developer_text
 from specsteer.privacy.profile_format import read_users
 from specsteer.privacy.recognizers import KeywordValueRecognizer, NationalIdRecognizer, PhoneRecognizer, ShapeRecognizer
+from specsteer.privacy.special import SpecialCategoryRecognizer
 
 DEFAULT_DATA = Path("/work/shared/data/commit-bodies-dev.jsonl")
 
@@ -45,7 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    detectors = [KeywordValueRecognizer(), NationalIdRecognizer(), PhoneRecognizer(), ShapeRecognizer()]
+    detectors = [
+        KeywordValueRecognizer(),
+        NationalIdRecognizer(),
+        PhoneRecognizer(),
+        ShapeRecognizer(),
+        SpecialCategoryRecognizer(),
+    ]
     lines = ordinary_lines(args.data)
     held: list[str] = []
     for line in lines:
