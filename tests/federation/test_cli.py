@@ -146,18 +146,20 @@ def test_a_state_dir_or_data_file_that_cannot_serve_is_one_sentence(
         assert code == 1 and message in err and "Traceback" not in err, (argv, err)
 
 
-def test_a_run_in_which_no_device_trained_exits_1(
+def test_a_data_file_no_device_could_read_is_refused_before_the_run(
     tiny_bpe_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every device refused (a data file of no profile), and the run exited 0."""
+    """A data file of no profile: every device used to refuse it in its round and the run exited 0;
+    since the one reader (issue #46) the run refuses it before it starts, in one sentence."""
     data = tmp_path / "list.json"
     data.write_text("[1, 2]")
     code, out, err = _run(
         capsys, "run", "--simulation", "--data", str(data), "--model", str(tiny_bpe_model),
         "--state-dir", str(tmp_path / "s"), *FAST,
     )  # fmt: skip
-    assert code == 1 and "0 of 2 device(s) trained, 2 refused or failed" in out
-    assert "federation: error: no device trained in any of the run's 1 round(s)" in err and "Traceback" not in err
+    assert code == 1 and "round 1" not in out
+    assert f"federation: error: Cannot read the data file {data}: entry [0] must be a JSON object" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_a_run_says_which_devices_trained_and_why_the_others_sat_out(
