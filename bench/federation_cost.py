@@ -279,7 +279,7 @@ class _Call:
     peak_mb: float | None = None
     global_seconds: float = 0.0
     global_cpu_seconds: float = 0.0
-    global_sequences: int = 0  # sequences the global-adapter training ran (Poisson batches vary under DP)
+    global_sequences: int = 0  # rows the global-adapter training ran (each step padded to task.step_rows)
     global_max_batch: int = 0
     personal_seconds: float = 0.0
     uplink_bytes: int = 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench import federation_cost
 from specsteer.federation.cli import build_parser, run_options
+from specsteer.federation.task import step_rows
 from tests.tinymodels import save_tiny
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
@@ -37,7 +38,9 @@ def test_federation_cost_smoke_reports_dp_against_sgd(tmp_path, bpe_tok) -> None
             if case["dp"]:
                 assert client["epsilon"] > 0
             else:
-                assert client["epsilon"] is None and client["global_sequences"] == client["global_max_batch"] == 4
+                # One step of batch 4, padded to the public row count every step runs (issue #50, finding 4).
+                rows = step_rows(4)
+                assert client["epsilon"] is None and client["global_sequences"] == client["global_max_batch"] == rows
     ratios = result["ratios"]
     assert set(ratios) == {"dp", "dp-secagg"}
     assert all(v is not None and v > 0 for r in ratios.values() for v in r["overall"].values())
