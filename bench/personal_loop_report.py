@@ -41,6 +41,9 @@ HISTORY_COPY = "copy of the device's history (newest entries)"
 METRICS = ("rougeL", "attribution", "style_delta")
 
 
+FRONTIER_PNG = "personal_loop_frontier.png"
+
+
 def adapter_label(method: str, variant: str) -> str:
     return f"{method}+adapters ({variant})"
 
@@ -240,7 +243,7 @@ def write_report(
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "personal_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     (args.out / "personal_loop.md").write_text(markdown(result), encoding="utf-8")
-    plotted(lambda: plot_frontier(result, args.out / "personal_loop_frontier.png"), "personal_loop_frontier.png")
+    plotted(lambda: plot_frontier(result, args.out / FRONTIER_PNG), FRONTIER_PNG)
     return result
 
 
@@ -359,4 +362,5 @@ def markdown(result: dict[str, Any]) -> str:
                     f"| {v} | {d['user']} | {losses or '—'} | {steps} | {len(d.get('skipped', []))} | "
                     f"{'no DP' if d['epsilon'] is None else _num(d['epsilon'])} |"
                 )
+    lines += ["", f"![ROUGE-L against each style measure, one point per row]({FRONTIER_PNG})"]
     return "\n".join(lines) + "\n"
