@@ -574,11 +574,16 @@ def train_global_dp(
             # Padded (an empty Poisson batch too): the work of a step does not depend on how many
             # rows the history's sampling rate drew. The mean runs over the padded rows; Opacus
             # scales per-sample gradients by the same count, so each real row's gradient is unchanged.
+            real = int(batch[0].shape[0])
             ids, attention, target = _fixed_rows(*batch, rows, pad)
             with warnings.catch_warnings():
                 # Opacus's hooks fire on module outputs because the frozen inputs need no grad: expected.
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                per_sequence_loss(module, ids, attention, target).mean().backward()
+                losses = per_sequence_loss(module, ids, attention, target)
+                # Plain SGD (no engine) averages over the real rows, as before the padding: a mean over
+                # the padded rows would shrink its steps by real/rows. Opacus's mean reduction is undone
+                # per sample by the same row count, so under DP the mean over every row is the right one.
+                (losses.mean() if engine is not None else losses.sum() / max(real, 1)).backward()
             if step < learning:
                 optimizer.step()
             else:
