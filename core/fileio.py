@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["append_line", "atomic_write", "atomic_writer", "fsync_folder"]
+__all__ = ["append_line", "atomic_write", "atomic_writer", "create_private", "fsync_folder"]
 
 
 @contextlib.contextmanager
@@ -47,6 +47,12 @@ def atomic_write(path: str | Path, data: bytes | str, *, mode: int = 0o600) -> N
     """Replace `path` with `data` (a str is written as UTF-8) durably and atomically."""
     with atomic_writer(path, mode=mode) as handle:
         handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def create_private(path: str | Path, data: bytes) -> None:
+    """Write a new file private to its owner (0600 from its first byte); an existing one is refused."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+        handle.write(data)
 
 
 def append_line(path: str | Path, line: str) -> None:

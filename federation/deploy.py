@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from specsteer.core.errors import ConfigError
+from specsteer.core.fileio import create_private
 from specsteer.federation.offline import OFFLINE_ENV
 from specsteer.server.pki import issue_leaf, new_ca
 
@@ -150,17 +151,7 @@ def submit_run(
         (app_dir / "README.md").write_text("SpecSteer federation app (code: the installed `federation` package).\n")
         overrides = " ".join(f"{key}={_toml_value(value)}" for key, value in run_config.items())
         command = [flwr, "run", str(app_dir), "specsteer", "--stream", "--run-config", overrides]
-        try:
-            done = subprocess.run(
-                command,
-                env=flower_env({"FLWR_HOME": str(home)}),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ConfigError(f"The run on {superlink} did not finish within {timeout:g} s.") from None
+        done = _run_flwr(command, home, timeout, f"The run on {superlink}")
         output = done.stdout + done.stderr
         if stream:
             sys.stderr.write(output)
@@ -176,6 +167,22 @@ def _flwr_command() -> str:
     if flwr is None:
         raise ConfigError("Flower's `flwr` command is not installed in this environment (pip install flwr==1.41.0).")
     return flwr
+
+
+def _run_flwr(command: list[str], home: Path, timeout: float | None, what: str) -> subprocess.CompletedProcess[str]:
+    """The `flwr` command with `home` as its FLWR_HOME, its output captured; one sentence naming
+    `what` if it overruns `timeout`."""
+    try:
+        return subprocess.run(
+            command,
+            env=flower_env({"FLWR_HOME": str(home)}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{what} did not finish within {timeout:g} s.") from None
 
 
 def _flwr_home(tmp: Path, superlink: str, root_certificates: Path | None, insecure: bool) -> Path:
@@ -265,9 +272,7 @@ def write_node_key(folder: str | Path) -> tuple[Path, Path]:
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
         )
-        descriptor = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(pem)
+        create_private(private, pem)
     line = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     public.write_bytes(line + b"\n")
     return private, public
@@ -361,17 +366,7 @@ def register_nodes(
         home = _flwr_home(Path(tmp), superlink, root_certificates, insecure)
         for key in public_keys:
             command = [flwr, "supernode", "register", str(Path(key).resolve()), "specsteer", "--format", "json"]
-            try:
-                done = subprocess.run(
-                    command,
-                    env=flower_env({"FLWR_HOME": str(home)}),
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                raise ConfigError(f"Registering {key} with {superlink} did not finish within {timeout:g} s.") from None
+            done = _run_flwr(command, home, timeout, f"Registering {key} with {superlink}")
             output = done.stdout + done.stderr
             found = re.search(r'"node-id":\s*(\d+)', output)
             if done.returncode == 0 and found:

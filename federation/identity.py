@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from specsteer.core.errors import ConfigError
+from specsteer.core.fileio import create_private
 from specsteer.federation.errors import SecAggRefusal
 
 __all__ = [
@@ -79,8 +80,6 @@ def write_enrollment_key(folder: str | Path) -> tuple[Path, Path]:
     """The deployment's enrollment key pair in `folder` (``enrollment.key``, 0600, and ``enrollment.pub``).
 
     A key already there is kept: the devices' endorsements depend on it."""
-    import os
-
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     private, public = out / ENROLLMENT_KEY, out / ENROLLMENT_PUBLIC_KEY
@@ -91,9 +90,7 @@ def write_enrollment_key(folder: str | Path) -> tuple[Path, Path]:
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        descriptor = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(pem)
+        create_private(private, pem)
     public.write_bytes(
         key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
