@@ -7,7 +7,7 @@ records it is not looking at:
 - `root(leaf_hashes)`: MTH over a list (the empty tree hashes to SHA-256 of nothing);
 - `inclusion_proof` / `verify_inclusion`: §2.1.3.1 PATH and the §2.1.3.2 verification algorithm;
 - `consistency_proof` / `verify_consistency`: §2.1.4.1 PROOF and the §2.1.4.2 algorithm;
-- `Accumulator`: an append-only compact range, for roots at many sizes in one pass.
+- `Accumulator`: an append-only compact range, for roots at many sizes in one pass (`roots_at`).
 
 The verifiers raise `ProofError` (never return False), so a forgotten result cannot pass.
 Checked against the transparency-dev/merkle test vectors (tests/assets/audit/).
@@ -198,3 +198,14 @@ class Accumulator:
         for peak in reversed(self._peaks[:-1]):
             h = node_hash(peak, h)
         return h
+
+
+def roots_at(leaves: Sequence[bytes], sizes: set[int]) -> dict[int, bytes]:
+    """The tree's root at each of `sizes` that `leaves` cover, in one pass over them."""
+    roots = {0: EMPTY_ROOT} if 0 in sizes else {}
+    acc = Accumulator()
+    for i, leaf in enumerate(leaves, start=1):
+        acc.append(leaf)
+        if i in sizes:
+            roots[i] = acc.root()
+    return roots

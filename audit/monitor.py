@@ -324,7 +324,7 @@ class Monitor:
                     )
                 )
         for publication, leaves in entry.histories:
-            roots_at = _roots_at(leaves, {s.size for s in entry.sightings})
+            roots_at = merkle.roots_at(leaves, {s.size for s in entry.sightings})
             for size, roots in sorted(by_size.items()):
                 if size in split or size not in roots_at:
                     continue
@@ -482,17 +482,6 @@ def _read_note(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise AuditError(f"the checkpoint {path} is not UTF-8 text") from None
-
-
-def _roots_at(leaves: list[bytes], sizes: set[int]) -> dict[int, bytes]:
-    """The tree's root at each of `sizes` the records cover, in one pass over them."""
-    roots = {0: merkle.EMPTY_ROOT} if 0 in sizes else {}
-    acc = merkle.Accumulator()
-    for i, leaf in enumerate(leaves, start=1):
-        acc.append(leaf)
-        if i in sizes:
-            roots[i] = acc.root()
-    return roots
 
 
 def _witness_heads(path: Path) -> tuple[str, list[tuple[str, str]]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -330,16 +331,6 @@ def _declared_key(ctx: _Context, auditor_key: VerifierKey | None) -> Check:
     return Check("log key", not failures, f"the log declares key {declared}", tuple(failures), (note,))
 
 
-def _roots_at(leaves: list[bytes], sizes: set[int]) -> dict[int, bytes]:
-    acc = merkle.Accumulator()
-    out = {0: merkle.EMPTY_ROOT} if 0 in sizes else {}
-    for i, leaf in enumerate(leaves, start=1):
-        acc.append(leaf)
-        if i in sizes:
-            out[i] = acc.root()
-    return out
-
-
 def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
     failures: list[str] = []
     notes: list[str] = []
@@ -352,7 +343,7 @@ def _checkpoints(ctx: _Context) -> tuple[Check, list[tuple[int, Checkpoint]]]:
         except NoteError as exc:
             failures.append(f"checkpoint {stored.number}: {exc}")
     n = len(ctx.leaves)
-    roots = _roots_at(ctx.leaves, {cp.size for _, cp in valid if cp.size <= n})
+    roots = merkle.roots_at(ctx.leaves, {cp.size for _, cp in valid if cp.size <= n})
     by_size: dict[int, list[tuple[int, Checkpoint]]] = defaultdict(list)
     for number, cp in valid:
         by_size[cp.size].append((number, cp))
@@ -439,7 +430,7 @@ def latest_checkpoint(scan: LogScan, key: VerifierKey) -> str | None:
             opened.append((stored, open_checkpoint(stored.note, key)))
         except NoteError:
             continue
-    roots = _roots_at(leaves, {cp.size for _, cp in opened if cp.size <= len(leaves)})
+    roots = merkle.roots_at(leaves, {cp.size for _, cp in opened if cp.size <= len(leaves)})
     good = [(cp.size, stored.number, stored.note) for stored, cp in opened if roots.get(cp.size) == cp.root]
     if not good:
         return None
@@ -676,7 +667,8 @@ def _parsed_records(ctx: _Context) -> list[ParsedRecord]:
 
 def _with_witness_requests(checks: list[Check], ctx: _Context) -> list[Check]:
     """The uplinks check, failed where a Close's witness request is not the log's own checkpoint."""
-    failures = request_failures(_parsed_records(ctx), ctx.key, lambda sizes: _roots_at(ctx.leaves, sizes), ctx.chain)
+    roots = partial(merkle.roots_at, ctx.leaves)
+    failures = request_failures(_parsed_records(ctx), ctx.key, roots, ctx.chain)
     if not failures:
         return checks
     out = []
@@ -702,7 +694,7 @@ def _witness(
     names = [device] if device is not None else [n for n, _ in _devices(ctx)]
     result = cosignature_check(
         _parsed_records(ctx), ctx.scan.checkpoints, len(ctx.leaves), keys, ctx.key,
-        lambda sizes: _roots_at(ctx.leaves, sizes), state, names, None if policy is None else policy.quorum,
+        lambda sizes: merkle.roots_at(ctx.leaves, sizes), state, names, None if policy is None else policy.quorum,
     )  # fmt: skip
     who = "witness" if policy is None else f"witness policy's quorum ({policy.describe()})"
     if result.failures:
