@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -48,7 +49,9 @@ def _tiny_model(folder: Path) -> Path:
     return save_tiny(folder, bpe_tokenizer(SAMPLE_TEXTS), seed=3, name="tiny-bpe", hidden=32, heads=2)
 
 
-def one_round(model: Path, history: Path, state: Path, dp_steps: int, personal_steps: int) -> tuple[float, int]:
+def one_round(
+    model: Path, history: Path, state: Path, dp_steps: int, personal_steps: int, quantum: float = 0.0
+) -> tuple[float, int]:
     """Seconds one train round takes on a device with a fresh state, and its usable commits."""
     import numpy as np
 
@@ -75,6 +78,7 @@ def one_round(model: Path, history: Path, state: Path, dp_steps: int, personal_s
         "epsilon-budget": 8,
         "max-sample-rate": 1,
         "max-epsilon-per-round": 8,
+        "round-time-quantum": quantum,
     }
     device = Device.from_configs(node, run)
     sw = specialist_for(TaskConfig.from_run_config(run))
@@ -96,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dp-steps", type=int, default=8)
     parser.add_argument("--personal-steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    parser.add_argument(
+        "--quantum", type=float, default=0.0, help="the device's round-time-quantum in seconds (default 0: off)"
+    )
     parser.add_argument("--label", default="", help="a name for this measurement in the output")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
@@ -116,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rep in range(args.repetitions):
             for n in sizes:
                 seconds, examples = one_round(
-                    model, histories[n], work / f"r{rep}-n{n}", args.dp_steps, args.personal_steps
+                    model, histories[n], work / f"r{rep}-n{n}", args.dp_steps, args.personal_steps, args.quantum
                 )
                 assert examples == n, (examples, n)
                 times[n].append(round(seconds, 4))
@@ -128,11 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     overlap = all(lows[i][1] >= lows[i + 1][0] for i in range(len(lows) - 1))
     result: dict[str, Any] = {
         "label": args.label,
-        "command": "python -m bench.federation_round_time " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.federation_round_time " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "model": "tests' tiny Llama (400-token BPE)" if args.model is None else str(args.model),
         "dp_steps": args.dp_steps,
         "personal_steps": args.personal_steps,
         "repetitions": args.repetitions,
+        "round_time_quantum_s": args.quantum,
         "times_s": {str(n): t for n, t in times.items()},
         "range_s": {str(n): list(r) for n, r in ranges.items()},
         "ranges_overlap": overlap,

@@ -71,6 +71,9 @@ here, before anything is loaded):
     max-version-jump     how far past its newest global version a message's may be (default 1000):
                          the device's newest version is the one its inference declares, and one
                          message at 2^31-1 kept it there for good
+    round-time-quantum   seconds (default 0: off): a training round replies only at the next
+                         multiple of it since the round began, so its wall time reads as a count
+                         of quanta and no longer as the history's size (`round_wait`)
 
 A run asking for more is refused with one fixed sentence (`federation.errors`). The run's
 ``dp-steps`` is only a proposal: the device trains as many steps, up to it and ``max-dp-steps``,
@@ -170,6 +173,10 @@ DEFAULT_MAX_SAMPLE_RATE = 0.5
 # budget / 20 = 0.4 would forbid every private step (docs/federation.md has the table).
 DEFAULT_ROUNDS_PER_BUDGET = 2
 DEFAULT_SECAGG_MIN_COHORT = 3
+# Off by default: a quantum worth having is a little above the device's own round time (minutes
+# for the embedded Specialist, a second for the tests' tiny model), which only its operator knows.
+DEFAULT_ROUND_TIME_QUANTUM = 0.0
+MAX_ROUND_TIME_QUANTUM = 86400.0  # a day: above it a typo, not a policy
 KEEP_GLOBAL_VERSIONS = 3
 SEALED_LOG = "rounds.vault"
 PLAIN_LOG = "rounds.jsonl"
@@ -211,6 +218,8 @@ class DevicePolicy:
     # SecAgg+ on the device's terms (federation.secagg_terms), not only on the server's settings.
     secagg_required: bool = False
     secagg_min_cohort: int = DEFAULT_SECAGG_MIN_COHORT
+    # A round's reply waits for the next multiple of this many seconds (`round_wait`; 0: off).
+    round_time_quantum: float = DEFAULT_ROUND_TIME_QUANTUM
 
     @classmethod
     def from_node_config(cls, node: Mapping[str, Any]) -> DevicePolicy:
@@ -242,6 +251,7 @@ class DevicePolicy:
                 require_unmetered=_as_bool(node.get("require-unmetered", True)),
                 secagg_required=_as_bool(node.get("secagg-required", False)),
                 secagg_min_cohort=int(node.get("secagg-min-cohort", DEFAULT_SECAGG_MIN_COHORT)),
+                round_time_quantum=float(node.get("round-time-quantum", DEFAULT_ROUND_TIME_QUANTUM)),
             )
         except (TypeError, ValueError, OverflowError):
             raise ConfigError("The device's policy in its node config holds a value that is not a number.") from None
@@ -260,6 +270,10 @@ class DevicePolicy:
         cap = policy.max_epsilon_per_round
         if cap is not None and not (cap > 0 and math.isfinite(cap)):
             raise ConfigError("The device's max-epsilon-per-round must be a positive number.")
+        if not (0 <= policy.round_time_quantum <= MAX_ROUND_TIME_QUANTUM):
+            raise ConfigError(
+                f"The device's round-time-quantum must be between 0 (off) and {MAX_ROUND_TIME_QUANTUM:g} seconds."
+            )
         if policy.secagg_min_cohort < 2:
             raise ConfigError("The device's secagg-min-cohort must be at least 2: SecAgg+ among one hides nothing.")
         if not policy.model or not policy.lora_targets:
@@ -551,6 +565,16 @@ class Device:
         """
         self.check_eligible(policy)
         self.check_version(version)
+        started = time.monotonic()
+        try:
+            return self._train_round(arrays, version, run_id=run_id, server_round=server_round, base=base)
+        finally:
+            # Whatever the round ended with (a result, a skip, an error), its reply leaves on the quantum.
+            time.sleep(round_wait(time.monotonic() - started, self.dp_policy.round_time_quantum))
+
+    def _train_round(
+        self, arrays: Mapping[str, np.ndarray], version: int, *, run_id: int, server_round: int, base: str | None
+    ) -> DPRoundResult:
         # The ledger fixes the policy when it is created; a later node config cannot loosen it.
         ledger = self.ledger() if self.cfg.dp or self.dp_policy.dp_required or self.ledger_path.exists() else None
         fixed = self.dp_policy if ledger is None else ledger_policy(ledger)
@@ -787,6 +811,21 @@ class Device:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def round_wait(elapsed: float, quantum: float) -> float:
+    """Seconds a round that has run `elapsed` seconds waits before it replies: up to the next
+    multiple of `quantum` (0: no wait).
+
+    Padding every DP step to the same rows makes the training's work independent of the history's
+    size, but the accountant's projection and building the datasets still grow with it (about a
+    second between 2 and 36 commits on the tests' tiny model, docs/federation.md), and a server
+    times each reply. A floor hides what is below it; quanta also hide what a slow round adds above
+    it, except at a quantum's edge. Every round lasts at least one quantum.
+    """
+    if quantum <= 0:
+        return 0.0
+    return max(1, math.ceil(elapsed / quantum)) * quantum - elapsed
 
 
 def round_outcome(record: Mapping[str, Any]) -> str | None:

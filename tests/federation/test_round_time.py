@@ -11,13 +11,17 @@ steps), not the time: `bench/federation_round_time.py` measures the time.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+import specsteer.federation.participant
 import specsteer.federation.task
+from specsteer.core.errors import ConfigError
+from specsteer.federation.participant import DevicePolicy, round_wait
 from specsteer.federation.simulation import run_in_process
 from tests.federation.conftest import FIXTURE_USERS, run_config
 
@@ -46,7 +50,7 @@ def _forward_passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return seen
 
 
-def _round(model: Path, folder: Path, usable: int) -> dict[str, Any]:
+def _round(model: Path, folder: Path, usable: int, quantum: float = 0.0) -> dict[str, Any]:
     state = folder / f"n{usable}"
     config = run_config(
         model, state, **{"dp-steps": 4, "personal-steps": 2, "min-clients": 1, "fraction-evaluate": 0.0}
@@ -58,6 +62,7 @@ def _round(model: Path, folder: Path, usable: int) -> dict[str, Any]:
         "model": str(model),
         "max-sample-rate": 1,
         "max-epsilon-per-round": 8,
+        "round-time-quantum": quantum,
     }
     run_in_process(config, [node])
     (event,) = [e for e in map(json.loads, (state / "device" / "rounds.jsonl").read_text().splitlines())]
@@ -80,3 +85,28 @@ def test_two_and_thirty_six_commits_cost_the_same_forward_passes(
     assert len(work[2]) == len(work[36]) == 2 + 4
     # The same rows and width through the model at every step: 4 personal rows, 12 DP rows, max-len wide.
     assert work[2] == work[36] == [(4, 256)] * 2 + [(12, 256)] * 4
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "quantum", "wait"),
+    [(0.3, 0.0, 0.0), (0.3, 2.0, 1.7), (2.0, 2.0, 0.0), (2.5, 2.0, 1.5), (0.0, 2.0, 2.0), (7.9, 4.0, 0.1)],
+)
+def test_a_round_replies_on_the_next_quantum(elapsed: float, quantum: float, wait: float) -> None:
+    assert round_wait(elapsed, quantum) == pytest.approx(wait)
+
+
+def test_the_round_time_quantum_holds_the_reply_and_is_checked(
+    tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The time a round takes beyond its work (the accountant's projection, building the datasets)
+    # still grew with the history; with a quantum the reply leaves only on one of its multiples.
+    waits: list[float] = []
+    real_sleep = specsteer.federation.participant.time.sleep
+    monkeypatch.setattr(specsteer.federation.participant.time, "sleep", lambda s: (waits.append(s), real_sleep(s)))
+    started = time.monotonic()
+    _round(tiny_bpe_model, tmp_path, 2, quantum=1.5)
+    assert len(waits) == 1 and 0 < waits[0] <= 1.5
+    assert time.monotonic() - started >= 1.5
+    for bad, why in ((-1, "round-time-quantum"), (1e9, "round-time-quantum"), ("soon", "not a number")):
+        with pytest.raises(ConfigError, match=why):
+            DevicePolicy.from_node_config({"round-time-quantum": bad})
