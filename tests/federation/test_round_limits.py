@@ -37,8 +37,13 @@ def _train_record(state: Path) -> dict[str, Any]:
     return record
 
 
+# The device's max-dp-steps, lowered from 64 so that the cover steps (every proposed step runs,
+# padded to step_rows rows) stay cheap; still far above the steps the ε per round affords.
+MAX_DP_STEPS = 8
+
+
 def test_a_huge_dp_steps_proposal_is_trimmed_to_the_epsilon_per_round(tiny_bpe_model: Path, tmp_path: Path) -> None:
-    reply = _round(tiny_bpe_model, tmp_path, **{"dp-steps": 10000})
+    reply = _round(tiny_bpe_model, tmp_path, {"max-dp-steps": MAX_DP_STEPS}, **{"dp-steps": 10000})
     assert not reply.has_error()
     ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
     assert ledger is not None
@@ -48,14 +53,15 @@ def test_a_huge_dp_steps_proposal_is_trimmed_to_the_epsilon_per_round(tiny_bpe_m
     # Trimmed, not refused: the most steps within the cap, by the ledger's own accountant.
     rate = dp_sample_rate(21, 4)
     steps = entry["steps"]
-    assert steps >= 1 and epsilon_of([(1.0, rate, steps + 1)], 1e-5) > cap
+    assert 1 <= steps < MAX_DP_STEPS and epsilon_of([(1.0, rate, steps + 1)], 1e-5) > cap
     record = _train_record(tmp_path)
-    assert record["dp_steps"] == steps and record["cover_steps"] == 64 - steps  # max-dp-steps runs in all
+    assert record["dp_steps"] == steps and record["cover_steps"] == MAX_DP_STEPS - steps  # max-dp-steps in all
 
 
 def test_the_epsilon_per_round_is_the_devices_to_set(tiny_bpe_model: Path, tmp_path: Path) -> None:
     # A cap below one step's ε buys no private step: cover steps only, the round counted as sat out.
-    reply = _round(tiny_bpe_model, tmp_path, {"max-epsilon-per-round": 1.0}, **{"dp-steps": 10000})
+    node = {"max-epsilon-per-round": 1.0, "max-dp-steps": MAX_DP_STEPS}
+    reply = _round(tiny_bpe_model, tmp_path, node, **{"dp-steps": 10000})
     assert not reply.has_error()
     ledger = read_ledger_file(tmp_path / "device0" / "ledger.json")
     assert ledger is not None and ledger.history == [] and ledger.refusals == 1
