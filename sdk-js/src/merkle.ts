@@ -90,3 +90,36 @@ export function verifyConsistency(
   if (!equalBytes(fr, oldRoot)) throw new ProofError("the consistency proof does not lead to the old root");
   if (!equalBytes(sr, newRoot)) throw new ProofError("the consistency proof does not lead to the new root");
 }
+
+function splitPoint(n: number): number {
+  let k = 1;
+  while (k * 2 < n) k *= 2;
+  return k;
+}
+
+/** MTH of leaves [start, end): the root of that perfect or partial subtree. */
+function subtreeRoot(leafHashes: Uint8Array[], start: number, end: number): Uint8Array {
+  return root(leafHashes.slice(start, end));
+}
+
+/** PROOF(m, D[n]) from the first `oldSize` leaves to all of them (RFC 9162 §2.1.4.1), as
+ * audit/merkle.py's `consistency_proof` writes it. */
+export function consistencyProof(oldSize: number, leafHashes: Uint8Array[]): Uint8Array[] {
+  const n = leafHashes.length;
+  if (!(oldSize > 0 && oldSize <= n)) throw new ProofError(`no consistency proof from size ${oldSize} to size ${n}`);
+  const proof: Uint8Array[] = [];
+  let [start, end, m, whole] = [0, n, oldSize, true];
+  while (m !== end - start) {
+    const k = splitPoint(end - start);
+    if (m <= k) {
+      proof.push(subtreeRoot(leafHashes, start + k, end));
+      end = start + k;
+    } else {
+      proof.push(subtreeRoot(leafHashes, start, start + k));
+      [start, m, whole] = [start + k, m - k, false];
+    }
+  }
+  // SUBPROOF(m, D[m], false) = {MTH(D[m])}: the old tree's last subtree is not a prefix root.
+  if (!whole) proof.push(subtreeRoot(leafHashes, start, end));
+  return proof.reverse();
+}

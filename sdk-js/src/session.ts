@@ -4,15 +4,21 @@
  * until the token budget is spent or an end-of-sequence token is committed, then Close. A verifier
  * lost mid-generation (the stream broke or a round timed out) ends the session and the drafter
  * finishes the text alone, `stats.fallback` saying why, as the Python device does without a
- * resumable verifier. Not here yet: sampling, padded frames, the egress guard, the audit log,
- * resuming a lost session.
+ * resumable verifier. With `options.recorder` (src/audit/recorder.ts) the session writes the audit
+ * log as sdk/remote.py's does: `session-begin` once the stream is open, every uplink checked and
+ * logged before it is sent, every downlink logged on receipt, a `fallback` record when the verifier
+ * is lost (or why the session ended without a Close), and a Close that asks the verifier, the
+ * log's witness, to cosign the log's checkpoint, whose answer is logged and kept. Not here yet:
+ * sampling, padded frames, the egress guard, resuming a lost session.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
+import { EgressBlocked, type EgressRecorder } from "./audit/recorder.js";
 import { ProtocolError } from "./errors.js";
-import { CloseSchema, OpenSchema, RoundSchema, SessionParamsSchema, UplinkSchema } from "./gen/verifier_pb.js";
+import { CloseSchema, OpenSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
 import { applyDownlink } from "./steering.js";
-import { VerifierLost, type Transport, type VerifierStream } from "./transport.js";
-import { decodeDownlink, Method, type WireParams } from "./wire.js";
+import { VerifierLost, VerifierRefused, type Transport, type VerifierStream } from "./transport.js";
+import { decodeDownlink, Method, type WireParams, type WitnessRequest } from "./wire.js";
+import { WIRE_MAX_TOP_K } from "./limits.js";
 
 /** The drafter's sequence as the loop uses it (`OnnxSequence`, or any backend's). */
 export interface DraftSequence {
@@ -39,6 +45,8 @@ export interface GenerateOptions {
   roundTimeoutMs?: number;
   /** Called with each batch of committed tokens (end-of-sequence left out). */
   onCommit?: (ids: number[]) => void;
+  /** The audit log's recorder: every frame of the session is logged through it (docs/audit-format.md). */
+  recorder?: EgressRecorder;
 }
 
 export interface GenerationStats {
@@ -53,6 +61,8 @@ export interface GenerationStats {
   /** Why the drafter finished the text alone (`verifier-lost`, `verifier-timeout`, ...), or null. */
   fallback: string | null;
   fallbackDetail: string | null;
+  /** What the cloud did wrong in answering this session's Close as the log's witness (with a recorder). */
+  witnessFaults: string[];
 }
 
 export interface Generation {
@@ -72,8 +82,18 @@ export function encodeRound(seq: number, commitIds: number[], draftIds: number[]
   return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "round", value: round } }));
 }
 
-export function encodeClose(seq: number): Uint8Array {
-  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "close", value: create(CloseSchema, { seq }) } }));
+export function encodeClose(seq: number, witness: WitnessRequest | null = null): Uint8Array {
+  const close = create(CloseSchema, { seq });
+  if (witness !== null) close.witness = create(WitnessRequestSchema, { ...witness, consistencyProof: [...witness.consistencyProof] });
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "close", value: close } }));
+}
+
+/** Why a session ended without its Close, for its `fallback` record (sdk/remote.py's `_end_reason`). */
+function endReason(e: unknown): string {
+  if (e instanceof VerifierLost) return e.reason;
+  if (e instanceof EgressBlocked) return "egress-refused";
+  if (e instanceof VerifierRefused) return "verifier-refused";
+  return "protocol-error";
 }
 
 class State {
@@ -161,14 +181,30 @@ export async function generate(
     newTokens: 0,
     fallback: null,
     fallbackDetail: null,
+    witnessFaults: [],
   };
+  const recorder = options.recorder;
+  let sid: string | null = null;
+  const faultsBefore = recorder?.faults.length ?? 0;
   const seq = drafter.sequence(privateIds);
   await seq.nextLogprobs(); // the private prompt's prefill, before a verifier session is held
   let stream: VerifierStream | null = null;
+  // The one path of an uplink: logged (fsync'ed) before it is sent, refused unsent if it breaks
+  // the contract; a downlink is logged as received, before it is parsed.
+  const send = (frame: Uint8Array): void => {
+    if (recorder !== undefined && sid !== null) recorder.onUplink(sid, frame);
+    stream!.send(frame);
+  };
+  const receive = async (ms: number): Promise<Uint8Array> => {
+    const frame = await stream!.receive(ms);
+    if (recorder !== undefined && sid !== null) recorder.onDownlink(sid, frame);
+    return frame;
+  };
   try {
     stream = await transport.open();
+    if (recorder !== undefined) sid = recorder.beginSession(options.vocabSize, Math.min(params.topK, WIRE_MAX_TOP_K));
     const open = encodeOpen(publicIds, params);
-    stream.send(open);
+    send(open);
     stats.uplinkBytes += open.length;
     let roundSeq = 0;
     let pending: number[] = [];
@@ -185,9 +221,9 @@ export async function generate(
       const up = encodeRound(roundSeq, pending, draft);
       let down: Uint8Array;
       try {
-        stream.send(up);
+        send(up);
         stats.uplinkBytes += up.length;
-        down = await stream.receive(timeout);
+        down = await receive(timeout);
       } catch (e) {
         if (e instanceof VerifierLost) state.commit(draft); // P_S^c's own draws, as the local loop makes them
         throw e;
@@ -225,18 +261,40 @@ export async function generate(
       if (outcome.continue === "recovery") stats.recoveries += 1;
       else stats.bonusTokens += 1;
     }
-    const close = encodeClose(roundSeq + 1);
-    stream.send(close);
-    stats.uplinkBytes += close.length;
+    // With an audit log the Close asks the verifier, the log's witness, to cosign the log's
+    // checkpoint; its answer is one more downlink. The text is complete: a Close or an answer that
+    // fails is the cloud's to answer for (recorder.faults), never a fallback.
+    const request = recorder !== undefined && sid !== null ? recorder.witnessRequest(sid) : null;
+    const close = encodeClose(roundSeq + 1, request);
+    let sent = false;
+    try {
+      send(close);
+      sent = true;
+    } catch (e) {
+      if (!(e instanceof VerifierLost)) throw e;
+    }
+    if (sent) stats.uplinkBytes += close.length;
+    if (sent && request !== null) {
+      try {
+        await receive(Math.min(timeout, 5000));
+      } catch (e) {
+        if (!(e instanceof VerifierLost || e instanceof ProtocolError)) throw e;
+      }
+    }
     await stream.close(Math.min(timeout, 5000));
   } catch (e) {
-    if (!(e instanceof VerifierLost)) {
-      stream?.cancel();
-      throw e;
-    }
     stream?.cancel();
+    if (recorder !== undefined && sid !== null && !recorder.ended(sid)) {
+      // The session ends on record: a lost verifier the drafter takes over from, or why it stopped.
+      recorder.onFallback(sid, endReason(e));
+    }
+    if (!(e instanceof VerifierLost)) throw e;
     stats.fallback = e.reason;
     stats.fallbackDetail = e.message;
+  }
+  if (recorder !== undefined) {
+    recorder.unanswered();
+    stats.witnessFaults = recorder.faults.slice(faultsBefore);
   }
   // The drafter alone: after a lost verifier, the rest of the budget.
   while (state.remaining > 0) {

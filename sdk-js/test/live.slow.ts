@@ -3,8 +3,11 @@
  * pinned anchors: a throwaway PKI and a tiny random verifier pair over the default Specialist's
  * tokenizer (test/live/live_python.py prepare), the default bundle's int4 ONNX drafter on both
  * devices. Greedy, the TypeScript device's token IDs must be the Python device's on the same
- * prompt; then the verifier is killed mid-generation and the TypeScript device finishes alone,
- * `fallback: "verifier-lost"`. Python: $SPECSTEER_PYTHON, else the repository's .venv.
+ * prompt; the TypeScript device writes its audit log meanwhile, and the Python `audit verify`
+ * finds it VERIFIED with the verifier's transcript (`--server-transcript`) and its witness's key
+ * (the verifier cosigns each Close). Then the verifier is killed mid-generation and the TypeScript
+ * device finishes alone, `fallback: "verifier-lost"`, and its log says so. Python:
+ * $SPECSTEER_PYTHON, else the repository's .venv.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
@@ -13,7 +16,12 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { AuditLog } from "../src/audit/log.js";
+import { EgressRecorder } from "../src/audit/recorder.js";
+import { parseRecord } from "../src/audit/records.js";
+import { scanLog } from "../src/audit/scan.js";
 import { defaultBundlePath } from "../src/node/bundle.js";
+import { deviceIdentity, loadSigningKey, loadWitnessKey, logStorage } from "../src/node/files.js";
 import { loadOnnxDrafter } from "../src/node/drafter.js";
 import { GrpcTransport, loadPinSet } from "../src/node/grpc.js";
 import type { OnnxDrafter } from "../src/drafter.js";
@@ -36,6 +44,10 @@ interface Prepared {
   pins: string;
   cert: string;
   key: string;
+  audit_key: string;
+  audit_pub: string;
+  witness_key: string;
+  witness_pub: string;
   private_ids: number[][];
   public_ids: number[][];
   eos_ids: number[];
@@ -60,7 +72,8 @@ async function serve(): Promise<{ proc: ChildProcess; port: number }> {
   const portFile = join(out, `port-${Date.now()}`);
   const proc = spawn(
     join(dirname(python), "server"),
-    ["serve", "--generalist", join(out, "generalist"), "--specialist", join(out, "specialist"), "--tls-dir", join(out, "pki"), "--port", "0", "--port-file", portFile],
+    ["serve", "--generalist", join(out, "generalist"), "--specialist", join(out, "specialist"), "--tls-dir", join(out, "pki"), "--port", "0", "--port-file", portFile,
+     "--witness-key", prep.witness_key, "--transcript-dir", join(out, "transcript")],
     { env, cwd: out, stdio: "ignore" },
   );
   for (let i = 0; i < 1200 && !existsSync(portFile); i++) await new Promise((r) => setTimeout(r, 100));
@@ -101,6 +114,20 @@ function transport(port: number): GrpcTransport {
   return new GrpcTransport({ target: `127.0.0.1:${port}`, pins: prep.pins, cert: prep.cert, key: prep.key, connectTimeoutMs: 5000 });
 }
 
+/** The TypeScript device's audit log at `dir`: bound to alice's certificate, proving from the witness's cosignatures. */
+function auditLog(dir: string): AuditLog {
+  return AuditLog.open(logStorage(dir), loadSigningKey(prep.audit_key), { device: deviceIdentity(prep.cert), witnessKey: loadWitnessKey(prep.witness_pub) });
+}
+
+/** The Python `audit verify --json` (the console script beside $SPECSTEER_PYTHON): exit status and report. */
+function auditVerify(...args: string[]): Promise<{ code: number; report: { verdict: string; checks: { name: string; ok: boolean; summary: string; failures: string[]; notes: string[] }[] } }> {
+  return new Promise((resolve) => {
+    execFile(join(dirname(python), "audit"), ["verify", ...args, "--json"], { env, encoding: "utf8", maxBuffer: 1 << 24 }, (err, stdout) => {
+      resolve({ code: err === null ? 0 : Number(err.code), report: JSON.parse(stdout) });
+    });
+  });
+}
+
 const options = () => ({ maxNewTokens: N, eosIds: new Set(prep.eos_ids), vocabSize: prep.vocab_size, width: prep.width, roundTimeoutMs: 20_000 });
 
 test("greedy over mutual TLS: the TypeScript device's token IDs are the Python device's", async () => {
@@ -108,8 +135,12 @@ test("greedy over mutual TLS: the TypeScript device's token IDs are the Python d
   type Result = { token_ids: number[]; stats: { rounds: number; fallback: string | null } };
   const want = (await py("device", out, String(port), JSON.stringify(PROMPTS), String(N))) as Result[];
   const t = transport(port);
+  const logDir = join(out, "ts-log");
+  const log = auditLog(logDir);
+  const recorder = new EgressRecorder(log);
   for (const [i, w] of want.entries()) {
-    const g = await generate(drafter, prep.private_ids[i]!, prep.public_ids[i]!, params, options(), t);
+    const g = await generate(drafter, prep.private_ids[i]!, prep.public_ids[i]!, params, { ...options(), recorder }, t);
+    assert.deepEqual(g.stats.witnessFaults, []);
     console.log(`live ${i}: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds (${g.stats.accepted}/${g.stats.drafted} accepted, ${g.stats.recoveries} recoveries), Python ${w.token_ids.length} in ${w.stats.rounds}`);
     assert.equal(w.stats.fallback, null);
     assert.equal(g.stats.fallback, null);
@@ -117,6 +148,18 @@ test("greedy over mutual TLS: the TypeScript device's token IDs are the Python d
     assert.equal(g.stats.rounds, w.stats.rounds);
   }
   t.close();
+  log.close();
+  // The Python auditor, with the device's key, the verifier's transcript and its witness's key.
+  const started = Date.now();
+  const { code, report } = await auditVerify(logDir, "--key", prep.audit_pub, "--witness-key", prep.witness_pub, "--server-transcript", join(out, "transcript"), "--device", "alice");
+  console.log(`audit verify (Python) on the TypeScript device's log: ${report.verdict}, exit ${code}, ${log.size} records, ${Date.now() - started} ms`);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+  assert.equal(code, 0);
+  const transcript = report.checks.find((c) => c.name.includes("transcript"));
+  assert.ok(transcript?.ok, "the server transcript was compared");
+  const witness = report.checks.find((c) => c.name === "witness cosignatures");
+  assert.ok(witness?.ok && /^3 cosignature\(s\) by verifier\.example\/witness/.test(witness.summary), JSON.stringify(witness));
+  console.log(`  ${transcript.summary}\n  ${witness.summary}`);
 });
 
 test("the verifier killed mid-generation: the TypeScript device finishes alone, fallback verifier-lost", async () => {
@@ -129,8 +172,16 @@ test("the verifier killed mid-generation: the TypeScript device finishes alone, 
       proc.kill("SIGKILL");
     }
   };
-  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, params, { ...options(), eosIds: new Set<number>(), onCommit }, t);
+  const logDir = join(out, "ts-log-lost");
+  const log = auditLog(logDir);
+  const recorder = new EgressRecorder(log);
+  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, params, { ...options(), eosIds: new Set<number>(), onCommit, recorder }, t);
   t.close();
+  log.close();
+  // The log says so: its session ends with a fallback record, `verifier-lost`.
+  const records = scanLog(logStorage(logDir)).records.map((r) => parseRecord(r.data));
+  const last = records[records.length - 1]!;
+  assert.deepEqual([last.kind, last.fields.reason], ["fallback", "verifier-lost"]);
   assert.ok(killed);
   assert.equal(g.stats.fallback, "verifier-lost", g.stats.fallbackDetail ?? "");
   assert.equal(g.tokenIds.length, N);

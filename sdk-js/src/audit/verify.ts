@@ -337,6 +337,14 @@ function witnessCheck(
 ): [Check, string | null] {
   const [requests, answers] = exchanges(parsed);
   const failures: string[] = [];
+  // What the cloud did wrong in answering Closes (§8.2): named, vouching for nothing, never the log's failure.
+  const cloud: string[] = [];
+  const answered = new Set(answers.map((a) => a.close));
+  const withheld = requests.some((q) => !answered.has(q.position));
+  for (const q of requests) {
+    if (!answered.has(q.position)) cloud.push(`record ${q.position}: the Close asked the verifier to cosign size ${q.request.size} and no cosignature came back (withheld, or the stream was cut)`);
+  }
+  const spoilt = new Set<NoteKey>(); // keys whose answers the cloud spoilt: their absence is its doing
   const times = new Map<number, number>();
   for (const p of parsed) if (p.record !== null) times.set(p.position, seconds(String(p.record.fields.time)));
   const lastTime = times.size > 0 ? Math.max(...times.values()) : Infinity;
@@ -354,10 +362,12 @@ function witnessCheck(
         when = verifyCosignature(key, checkpointBody(cp), a.signature);
       } catch (err) {
         if (!(err instanceof NoteError)) throw err;
-        failures.push(`record ${a.position}: the verifier answered the Close with an invalid cosignature`);
+        spoilt.add(key);
+        cloud.push(`record ${a.position}: the verifier answered the Close with an invalid cosignature (${err.message})`);
         continue;
       }
       const window: [number, number] = [times.get(a.close) ?? -Infinity, times.get(a.position) ?? Infinity];
+      if (timeProblem(when, window[0], window[1]) !== null) spoilt.add(key);
       if (!dated.has(id(key, cp, when))) dated.set(id(key, cp, when), window);
       candidates.push({ where: `record ${a.position}`, key, cp, when, window });
     }
@@ -375,7 +385,8 @@ function witnessCheck(
   for (const c of candidates) {
     const window = c.window ?? dated.get(id(c.key, c.cp, c.when)) ?? [times.get(Number(c.cp.size) - 1) ?? -Infinity, lastTime];
     const problem = timeProblem(c.when, window[0], window[1]);
-    if (problem !== null) failures.push(`${c.where}: the cosignature vouches for nothing: ${problem}`);
+    // An answer on the wire is the cloud's word; a line the device kept is the device's.
+    if (problem !== null) (c.window !== null ? cloud : failures).push(`${c.where}: the cosignature vouches for nothing: ${problem}`);
     else found.push(c);
   }
   const n = leaves.length;
@@ -390,13 +401,15 @@ function witnessCheck(
     const mine = found.filter((f) => f.key === key);
     if (mine.length === 0) {
       latestSizes.push(0n);
-      failures.push(`no checkpoint of this log carries a valid cosignature by witness ${key.name}+${toHex(key.id)}`);
+      const message = `no checkpoint of this log carries a valid cosignature by witness ${key.name}+${toHex(key.id)}`;
+      // An answer the cloud spoilt or withheld is its doing: the sessions stay unwitnessed (UNPROVEN).
+      (withheld || spoilt.has(key) ? cloud : failures).push(message);
       continue;
     }
     latestSizes.push(mine.reduce((m, f) => (f.cp.size > m ? f.cp.size : m), 0n));
   }
   let unwitnessed: string | null = null;
-  const notes: string[] = [];
+  const notes: string[] = cloud.map((c) => `the cloud: ${c}`);
   if (keys.length > 0) {
     const cosignedSize = latestSizes.reduce((m, s) => (s < m ? s : m), latestSizes[0] ?? 0n);
     const exchange = new Set(requests.filter((r) => r.request.size === cosignedSize).map((r) => r.position));

@@ -1,7 +1,13 @@
-/** Node's `fs` as the storage of an audit log directory (`LogFiles`); links and non-files are refused. */
-import { lstatSync, readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+/** Node's `fs` as the storage of an audit log directory: read (`LogFiles`, for `verifyLog`) and
+ * written (`LogStorage`, for `AuditLog`), as audit/log.py lays it out: folders 0700, files 0600,
+ * each append fsync'ed (and the folder, when it made a file) before it returns. Links and
+ * non-files are refused. Also the key files and the device certificate the log binds. */
+import { X509Certificate, createHash } from "node:crypto";
+import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import type { DeviceIdentity, LogStorage } from "../audit/log.js";
 import type { LogFiles } from "../audit/scan.js";
+import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner } from "../note.js";
 
 function regular(path: string, what: string): Uint8Array {
   const st = lstatSync(path);
@@ -9,11 +15,8 @@ function regular(path: string, what: string): Uint8Array {
   return new Uint8Array(readFileSync(path));
 }
 
-export function logDirectory(dir: string): LogFiles {
+function reader(dir: string): LogFiles {
   const segments = join(dir, "segments");
-  if (!lstatSync(segments, { throwIfNoEntry: false })?.isDirectory()) {
-    throw new Error(`${dir} is not an audit log (no segments/ folder)`);
-  }
   return {
     segmentNames: () => readdirSync(segments),
     readSegment: (name) => regular(join(segments, name), "a segment"),
@@ -27,4 +30,86 @@ export function logDirectory(dir: string): LogFiles {
       return readdirSync(torn).map((name) => ({ name, data: regular(join(torn, name), "torn evidence") }));
     },
   };
+}
+
+export function logDirectory(dir: string): LogFiles {
+  if (!lstatSync(join(dir, "segments"), { throwIfNoEntry: false })?.isDirectory()) {
+    throw new Error(`${dir} is not an audit log (no segments/ folder)`);
+  }
+  return reader(dir);
+}
+
+function fsyncFolder(path: string): void {
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Append `data` to `path` (created 0600), fsync'ed; a new file's folder is fsync'ed too. */
+function appendDurably(path: string, data: Uint8Array): void {
+  const st = lstatSync(path, { throwIfNoEntry: false });
+  if (st !== undefined && !st.isFile()) throw new Error(`${path} is not a regular file`);
+  const fd = openSync(path, "a", 0o600);
+  try {
+    let at = 0;
+    while (at < data.length) at += writeSync(fd, data, at, data.length - at);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  if (st === undefined) fsyncFolder(dirname(path));
+}
+
+/** The audit log directory `dir` on `fs`, for `AuditLog.open` (created on first use). */
+export function logStorage(dir: string): LogStorage {
+  const segments = join(dir, "segments");
+  return {
+    ...reader(dir),
+    exists: () => lstatSync(segments, { throwIfNoEntry: false })?.isDirectory() ?? false,
+    create: () => {
+      const st = lstatSync(dir, { throwIfNoEntry: false });
+      if (st !== undefined && (!st.isDirectory() || readdirSync(dir).some((n) => n !== "lock"))) {
+        throw new Error(`${dir} exists, is not empty, and is not an audit log`);
+      }
+      mkdirSync(segments, { recursive: true, mode: 0o700 });
+      fsyncFolder(dir);
+      fsyncFolder(dirname(resolve(dir)));
+    },
+    appendSegment: (name, data) => appendDurably(join(segments, name), data),
+    appendCheckpoints: (data) => appendDurably(join(dir, "checkpoints.jsonl"), data),
+  };
+}
+
+function keyText(path: string, what: string, secret: boolean): string {
+  const st = lstatSync(path);
+  if (!st.isFile()) throw new Error(`${path} is not a regular file: ${what} must be one`);
+  if (secret && (st.mode & 0o077) !== 0) {
+    throw new Error(`${path} (${what}) can be read or written by others (mode ${(st.mode & 0o777).toString(8)}): chmod 600 ${path}`);
+  }
+  return readFileSync(path, "utf8").trim();
+}
+
+/** The log's signing key (`audit keygen`'s NAME.key): a regular file only its owner can read or write. */
+export function loadSigningKey(path: string): NoteSigner {
+  return NoteSigner.parse(keyText(path, "the audit log's signing key", true));
+}
+
+/** A witness's public key (`server witness-key`'s NAME.witness.pub). */
+export function loadWitnessKey(path: string): NoteKey {
+  const text = keyText(path, "a witness key", false);
+  if (text.startsWith("PRIVATE+KEY+")) throw new Error(`${path} is a witness's private key; give its public key (.pub)`);
+  return NoteKey.parse(text, ALG_COSIGNATURE_V1);
+}
+
+/** The device's identity as mutual TLS shows it (audit/identity.py): its certificate's one common
+ * name and the SHA-256 of its DER (the first certificate of the PEM file). */
+export function deviceIdentity(certPath: string): DeviceIdentity {
+  const cert = new X509Certificate(readFileSync(certPath));
+  const names = cert.subject.split("\n").filter((l) => l.startsWith("CN="));
+  const name = names.length === 1 ? names[0]!.slice(3) : "";
+  if (!name || name.length > 128) throw new Error(`${certPath}: the device certificate must name the device in exactly one common name`);
+  return { name, certSha256: createHash("sha256").update(cert.raw).digest("hex") };
 }

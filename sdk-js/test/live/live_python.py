@@ -2,8 +2,13 @@
 over the default Specialist's tokenizer (`prepare`), and the Python device's greedy generation
 against a running verifier over mutual TLS (`device`), each printing one JSON object.
 
-    python live_python.py prepare OUT PROMPTS_JSON     # OUT/pki, OUT/generalist, OUT/specialist; each prompt's IDs
+    python live_python.py prepare OUT PROMPTS_JSON   # OUT/pki, generalist, specialist, keys; each prompt's IDs
     python live_python.py device OUT PORT PROMPTS_JSON N
+
+`prepare` also makes the TypeScript device's audit-log key (`audit keygen`'s format) and the
+verifier's witness key (`server witness-key`'s), and a second device certificate, `bob`, for the
+Python device: the verifier's transcript then holds only the TypeScript device's (`alice`) streams
+under alice, which `audit verify --server-transcript` compares with its log.
 """
 
 from __future__ import annotations
@@ -27,8 +32,15 @@ def prepare(out: Path, prompts: list[str]) -> dict[str, object]:
     from tests.tinymodels import save_tiny
 
     folder = default_bundle_path(DEFAULT_SPECIALIST)
+    from specsteer.audit.cosignature import write_witness_key_pair
+    from specsteer.audit.note import write_key_pair
+
     p = pki_mod.init_pki(out / "pki")
     pki_mod.issue_device(p.directory, "alice")
+    pki_mod.issue_device(p.directory, "bob")
+    (out / "keys").mkdir(mode=0o700)
+    audit_key, audit_pub = write_key_pair("device.example/alice", out / "keys")
+    witness_key, witness_pub = write_witness_key_pair("verifier.example/witness", out / "keys")
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     assert isinstance(tokenizer, PreTrainedTokenizerFast)
     # Small enough to write and load in a second or two: the table is most of it (151k rows).
@@ -44,6 +56,10 @@ def prepare(out: Path, prompts: list[str]) -> dict[str, object]:
         "pins": str(p.pins),
         "cert": str(p.device_cert("alice")),
         "key": str(p.device_key("alice")),
+        "audit_key": str(audit_key),
+        "audit_pub": str(audit_pub),
+        "witness_key": str(witness_key),
+        "witness_pub": str(witness_pub),
         "private_ids": [render_prompt(lm, prompt, ()) for prompt in prompts],
         "public_ids": [list(lm.tokenizer.encode(prompt, add_special_tokens=False)) for prompt in prompts],
         "eos_ids": sorted(lm.eos_ids),
@@ -59,7 +75,7 @@ def device(out: Path, port: int, prompts: list[str], n: int) -> list[dict[str, o
 
     pki = out / "pki"
     lm, drafter = load_bundle(default_bundle_path(DEFAULT_SPECIALIST), threads=2)
-    identity = TlsIdentity.from_files(pki / "pins.txt", pki / "devices" / "alice.pem", pki / "devices" / "alice.key")
+    identity = TlsIdentity.from_files(pki / "pins.txt", pki / "devices" / "bob.pem", pki / "devices" / "bob.key")
     results: list[dict[str, object]] = []
     with RemoteVerifier(f"127.0.0.1:{port}", identity, vocab_size=lm.vocab_size) as verifier:
         for prompt in prompts:

@@ -1,0 +1,364 @@
+/**
+ * Writing the device's audit log (docs/audit-format.md §1-5, audit/log.py's `AuditLog`): framed
+ * canonical records in segments, an RFC 9162 Merkle tree over them, C2SP signed checkpoints in
+ * checkpoints.jsonl, and the witness's cosigned checkpoints beside them (§8). The bytes are the
+ * Python device's: `audit verify` (Python or `verifyLog`) reads a TypeScript device's log as it
+ * reads a Python one.
+ *
+ * Storage is `LogStorage`, a narrow interface an app implements over its own files
+ * (`logStorage(dir)` in src/node/files.ts on Node's fs; `MemoryLogStorage` here for tests). Each
+ * append must be durable (fsync'ed) before it returns, as the Python writer's is, so an
+ * acknowledged record survives a crash.
+ *
+ * Not here yet (the Python writer does them): cutting a torn tail on open (the log is refused
+ * instead, naming the tail; the Python `AuditLog.open` repairs it), key rotation, a lock against
+ * a second process appending.
+ */
+import { concatBytes, toBase64, utf8 } from "../bytes.js";
+import { UplinkSchema } from "../gen/verifier_pb.js";
+import { WIRE_MAX_TOP_K } from "../limits.js";
+import { Accumulator, leafHash, root as merkleRoot } from "../merkle.js";
+import {
+  checkpointBody,
+  noteCosignatures,
+  NoteError,
+  NoteKey,
+  NoteSigner,
+  openCheckpoint,
+  parseNote,
+  SIG_PREFIX,
+} from "../note.js";
+import { parse } from "../wire.js";
+import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields } from "./records.js";
+import { scanLog, type LogFiles } from "./scan.js";
+
+/** The log's files as the writer needs them: everything `LogFiles` reads, plus two durable appends. */
+export interface LogStorage extends LogFiles {
+  /** Whether the log exists (its segments/ folder); `create` makes it. */
+  exists(): boolean;
+  /** Create the log's folders (segments/), private to the app. */
+  create(): void;
+  /** Append `data` to segments/`name` (created if missing); durable before it returns. */
+  appendSegment(name: string, data: Uint8Array): void;
+  /** Append `data` (whole lines) to checkpoints.jsonl (created if missing); durable before it returns. */
+  appendCheckpoints(data: Uint8Array): void;
+}
+
+/** The device's mutual-TLS certificate as the log binds it (a `device-cert` record, §3). */
+export interface DeviceIdentity {
+  /** The certificate's common name. */
+  name: string;
+  /** SHA-256 of the certificate's DER, lowercase hex. */
+  certSha256: string;
+}
+
+export class AuditError extends Error {
+  override name = "AuditError";
+}
+
+export const DEFAULT_SEGMENT_RECORDS = 4096;
+export const INTERRUPTED = "interrupted";
+
+export function segmentName(first: number): string {
+  return `seg-${String(first).padStart(12, "0")}.log`;
+}
+
+/** A record's `time`: UTC, microseconds (the clock gives milliseconds; the rest are zeros). */
+export function recordTime(date: Date = new Date()): string {
+  return date.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+}
+
+/** One checkpoints.jsonl line as Python's json.dumps({"note": note}, ensure_ascii=True) writes it. */
+export function checkpointLine(note: string): string {
+  const escaped = JSON.stringify(note).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return `{"note": ${escaped}}\n`;
+}
+
+/** A witness's cosignature line appended to a signed checkpoint (audit/cosignature.py's `add_cosignature`). */
+export function addCosignature(note: string, witness: string, signature: Uint8Array): string {
+  parseNote(note);
+  return `${note}${SIG_PREFIX}${witness} ${toBase64(signature)}\n`;
+}
+
+interface SessionEntry {
+  nextN: number;
+  ended: boolean;
+}
+
+export interface OpenOptions {
+  /** Binds the log key to the device's mTLS certificate (record 1; again when it changes). */
+  device?: DeviceIdentity;
+  /** The verifier's witness key (algorithm 0x04): only cosignatures under it are kept and proved from. */
+  witnessKey?: NoteKey;
+  segmentRecords?: number;
+  /** The clock of the records' `time` (tests). */
+  clock?: () => Date;
+}
+
+function isClose(payload: Uint8Array | null): boolean {
+  return payload !== null && parse(UplinkSchema, payload)?.kind.case === "close";
+}
+
+/** The device's log, one writer at a time. `AuditLog.open` creates it or takes an intact one back. */
+export class AuditLog {
+  private readonly leaves: Uint8Array[] = [];
+  private readonly acc = new Accumulator();
+  private readonly sessions = new Map<string, SessionEntry>();
+  private segFirst = 0;
+  private closed = false;
+  private broken: string | null = null;
+  private latest: { size: number; note: string } | null = null;
+  /** (size, root) of the largest checkpoint the witness cosigned, if any: the next Close proves from it. */
+  cosigned: { size: number; root: Uint8Array } | null = null;
+  device: DeviceIdentity | null = null;
+  /** Index and time (Unix seconds) of the newest record. */
+  lastAppended: { index: number; time: number } | null = null;
+  /** Sessions a dead writer left open, closed on open with a `fallback` record (`interrupted`). */
+  readonly interrupted: string[] = [];
+
+  private constructor(
+    readonly storage: LogStorage,
+    readonly key: NoteSigner,
+    readonly witnessKey: NoteKey | null,
+    readonly segmentRecords: number,
+    private readonly clock: () => Date,
+  ) {}
+
+  static open(storage: LogStorage, key: NoteSigner, options: OpenOptions = {}): AuditLog {
+    const segmentRecords = options.segmentRecords ?? DEFAULT_SEGMENT_RECORDS;
+    if (!(segmentRecords >= 1)) throw new AuditError("segmentRecords must be at least 1");
+    if (options.witnessKey !== undefined && options.witnessKey.alg !== 0x04) {
+      throw new AuditError("the witness key is a cosignature/v1 key (algorithm 0x04: a `server witness-key` .pub)");
+    }
+    const log = new AuditLog(storage, key, options.witnessKey ?? null, segmentRecords, options.clock ?? (() => new Date()));
+    if (!storage.exists()) {
+      storage.create();
+      log.append("log-header", { format: LOG_FORMAT, origin: key.key.name, key: key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
+    } else log.recover();
+    const device = options.device;
+    if (device !== undefined && (log.device === null || log.device.name !== device.name || log.device.certSha256 !== device.certSha256)) {
+      log.append("device-cert", { device: device.name, cert_sha256: device.certSha256 });
+      log.device = device;
+    }
+    if (log.latest === null || log.latest.size !== log.size) log.checkpoint();
+    return log;
+  }
+
+  private recover(): void {
+    const scan = scanLog(this.storage);
+    if (scan.problems.length > 0) throw new AuditError(`the audit log is damaged: ${scan.problems[0]}`);
+    const torn = scan.torn[0];
+    if (torn !== undefined) {
+      throw new AuditError(
+        `the audit log's ${torn.file} ends in ${torn.reason} at byte ${torn.offset}: this writer does not cut torn tails yet ` +
+          "(open the log once with the Python device, `AuditLog.open`, which cuts it and records the repair)",
+      );
+    }
+    if (scan.records.length === 0) throw new AuditError("the audit log has no header record");
+    const names = this.storage.segmentNames().filter((n) => /^seg-[0-9]{12}\.log$/.test(n)).sort();
+    for (const stored of scan.records) {
+      let rec;
+      try {
+        rec = parseRecord(stored.data);
+      } catch (err) {
+        if (!(err instanceof RecordError)) throw err;
+        throw new AuditError(`record ${stored.position} is not a valid record: ${err.message}`);
+      }
+      if (rec.index !== stored.position) throw new AuditError(`record ${stored.position} says it is record ${rec.index}`);
+      if (stored.position === 0) {
+        if (rec.kind !== "log-header") throw new AuditError("the audit log's record 0 is not its header");
+        if (rec.fields.key !== this.key.key.toString()) {
+          throw new AuditError(`the audit log belongs to key ${String(rec.fields.key)}, not ${this.key.key.toString()}`);
+        }
+      }
+      this.leaves.push(stored.leaf);
+      this.acc.append(stored.leaf);
+      if (rec.kind === "device-cert") this.device = { name: String(rec.fields.device), certSha256: String(rec.fields.cert_sha256) };
+      this.track(rec.kind, rec.session, rec.payload);
+    }
+    this.segFirst = Number(/^seg-([0-9]{12})\.log$/.exec(names[names.length - 1]!)![1]);
+    for (const stored of scan.checkpoints) {
+      let size: number;
+      try {
+        const cp = openCheckpoint(stored.note, this.key.key);
+        size = Number(cp.size);
+        if (size > this.size || !equalRoot(merkleRoot(this.leaves.slice(0, size)), cp.root)) {
+          throw new AuditError(`checkpoint ${stored.number} (size ${size}) does not match the stored records`);
+        }
+      } catch (err) {
+        if (!(err instanceof NoteError)) throw err;
+        throw new AuditError(`checkpoint ${stored.number} of the audit log does not verify: ${err.message}`);
+      }
+      if (this.latest === null || size >= this.latest.size) this.latest = { size, note: stored.note };
+      if (this.cosignedByWitness(stored.note) && (this.cosigned === null || size > this.cosigned.size)) {
+        this.cosigned = { size, root: merkleRoot(this.leaves.slice(0, size)) };
+      }
+    }
+    for (const [session, entry] of this.sessions) {
+      if (!entry.ended) {
+        // The writer that ran this session is gone, so it ended here.
+        this.appendSession("fallback", session, { reason: INTERRUPTED });
+        this.interrupted.push(session);
+      }
+    }
+  }
+
+  private cosignedByWitness(note: string): boolean {
+    if (this.witnessKey === null) return false;
+    try {
+      return noteCosignatures(note, this.witnessKey).length > 0;
+    } catch {
+      return false;
+    }
+  }
+
+  private track(kind: string, session: string | null, payload: Uint8Array | null): void {
+    if (session === null) return;
+    if (kind === "session-begin") {
+      this.sessions.set(session, { nextN: 1, ended: false });
+      return;
+    }
+    const entry = this.sessions.get(session) ?? { nextN: 0, ended: false };
+    this.sessions.set(session, entry);
+    entry.nextN += 1;
+    if (kind === "fallback" || (kind === "uplink" && isClose(payload))) entry.ended = true;
+  }
+
+  get size(): number {
+    return this.leaves.length;
+  }
+
+  get leafHashes(): readonly Uint8Array[] {
+    return this.leaves;
+  }
+
+  root(): Uint8Array {
+    return this.acc.root();
+  }
+
+  get latestCheckpoint(): string | null {
+    return this.latest?.note ?? null;
+  }
+
+  /** Write one record; its index is returned once the storage holds it durably. */
+  append(kind: string, fields: Fields): number {
+    if (this.closed) throw new AuditError("the audit log is closed");
+    if (this.broken !== null) throw new AuditError(`the audit log refuses appends after a failed write (${this.broken}); reopen it`);
+    const index = this.size;
+    const time = recordTime(this.clock());
+    const text = encode({ index, kind, time, ...fields });
+    const data = utf8.encode(text);
+    parseRecord(data); // the log never holds a record it would reject
+    const leaf = leafHash(data);
+    if (index - this.segFirst >= this.segmentRecords) this.segFirst = index;
+    const frame = new Uint8Array(4 + data.length + 32);
+    new DataView(frame.buffer).setUint32(0, data.length, false);
+    frame.set(data, 4);
+    frame.set(leaf, 4 + data.length);
+    try {
+      this.storage.appendSegment(segmentName(this.segFirst), frame);
+    } catch (err) {
+      // The segment may now end in a partial frame: only a reopen may deal with it.
+      this.broken = (err as Error).message;
+      throw new AuditError(`cannot write the audit log: ${this.broken}`);
+    }
+    this.leaves.push(leaf);
+    this.acc.append(leaf);
+    this.lastAppended = { index, time: seconds(time) };
+    return index;
+  }
+
+  /** Append a session record, numbering it (`n`) and tracking whether the session has ended. */
+  appendSession(kind: string, session: string, fields: Fields, payload: Uint8Array | null = null): number {
+    let n = 0;
+    if (kind === "session-begin") {
+      if (this.sessions.has(session)) throw new AuditError(`session ${session} already exists in this log`);
+    } else {
+      const entry = this.sessions.get(session);
+      if (entry === undefined) throw new AuditError(`session ${session} was never begun in this log`);
+      n = entry.nextN;
+    }
+    const index = this.append(kind, { session, n, ...fields });
+    this.track(kind, session, payload);
+    return index;
+  }
+
+  /** Sign and store a checkpoint of the current size (or return the latest if nothing changed). */
+  checkpoint(): string {
+    if (this.latest !== null && this.latest.size === this.size) return this.latest.note;
+    const note = this.key.signNote(checkpointBody({ origin: this.key.key.name, size: BigInt(this.size), root: this.root() }));
+    this.storeNote(note);
+    this.latest = { size: this.size, note };
+    return note;
+  }
+
+  private storeNote(note: string): void {
+    this.storage.appendCheckpoints(utf8.encode(checkpointLine(note)));
+  }
+
+  /** Keep a checkpoint the witness cosigned (the log's note plus the witness's line): only one whose
+   * cosignature verifies under the log's witness key, over one of this log's checkpoints. */
+  storeCosigned(note: string): void {
+    const cp = openCheckpoint(note, this.key.key);
+    const size = Number(cp.size);
+    if (size > this.size || !equalRoot(merkleRoot(this.leaves.slice(0, size)), cp.root)) {
+      throw new AuditError(`the cosigned checkpoint of size ${size} is not one of this log's`);
+    }
+    if (!this.cosignedByWitness(note)) throw new AuditError(`the checkpoint of size ${size} carries no valid cosignature by the witness key`);
+    this.storeNote(note);
+    if (this.cosigned === null || size > this.cosigned.size) this.cosigned = { size, root: cp.root };
+  }
+
+  /** Whether `session` has ended (its Close or a fallback is on record). */
+  ended(session: string): boolean {
+    return this.sessions.get(session)?.ended ?? false;
+  }
+
+  /** Sign the last checkpoint and refuse further appends. */
+  close(): void {
+    if (this.closed) return;
+    if (this.broken === null) this.checkpoint();
+    this.closed = true;
+  }
+}
+
+function equalRoot(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** A log held in memory (tests; an app that ships its log elsewhere). Segments and checkpoints are
+ * plain byte arrays a test may alter. */
+export class MemoryLogStorage implements LogStorage {
+  readonly segments = new Map<string, Uint8Array>();
+  checkpoints: Uint8Array | null = null;
+  readonly torn = new Map<string, Uint8Array>();
+  private made = false;
+
+  exists(): boolean {
+    return this.made;
+  }
+  create(): void {
+    this.made = true;
+  }
+  appendSegment(name: string, data: Uint8Array): void {
+    this.segments.set(name, concatBytes(this.segments.get(name) ?? new Uint8Array(0), data));
+  }
+  appendCheckpoints(data: Uint8Array): void {
+    this.checkpoints = concatBytes(this.checkpoints ?? new Uint8Array(0), data);
+  }
+  segmentNames(): string[] {
+    return [...this.segments.keys()];
+  }
+  readSegment(name: string): Uint8Array {
+    const seg = this.segments.get(name);
+    if (seg === undefined) throw new Error(`no segment ${name}`);
+    return seg;
+  }
+  readCheckpoints(): Uint8Array | null {
+    return this.checkpoints;
+  }
+  tornFiles(): { name: string; data: Uint8Array }[] {
+    return [...this.torn].map(([name, data]) => ({ name, data }));
+  }
+}
+

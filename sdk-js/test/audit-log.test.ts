@@ -1,0 +1,159 @@
+/**
+ * The audit log's writer (src/audit/log.ts, recorder.ts) and the session loop that writes it:
+ * the bytes of docs/audit-format.md's worked example (records, leaves, root, checkpoint) exactly;
+ * scripted sessions against an in-process verifier that is also the log's witness, whose log
+ * `verifyLog` finds VERIFIED with the witness's key, and FAILED once one byte is changed; a lost
+ * verifier on record as a fallback; the recorder refusing what the contract forbids. The Python
+ * `audit verify` reads these logs too: tests/test_sdk_js_audit_log.py.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { AuditLog, MemoryLogStorage, checkpointLine } from "../src/audit/log.js";
+import { EgressBlocked, EgressRecorder } from "../src/audit/recorder.js";
+import { scanLog } from "../src/audit/scan.js";
+import { parseRecord } from "../src/audit/records.js";
+import { verifyLog } from "../src/audit/verify.js";
+import { toHex, utf8 } from "../src/bytes.js";
+import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner } from "../src/note.js";
+import { encodeClose, encodeOpen, encodeRound, generate } from "../src/session.js";
+import { decodeUplink } from "../src/wire.js";
+import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
+
+const doc = readFileSync(fileURLToPath(new URL("../../../docs/audit-format.md", import.meta.url)), "utf8");
+function example(name: string): string {
+  const m = new RegExp(`<!-- example:${name} -->\\n\`\`\`\\n([\\s\\S]*?)\`\`\``).exec(doc);
+  assert.ok(m, `docs/audit-format.md has no example:${name}`);
+  return m[1]!;
+}
+
+test("the worked example of docs/audit-format.md, byte for byte", () => {
+  const signer = NoteSigner.parse(example("signer"));
+  assert.equal(signer.key.toString(), example("verifier").trim());
+  const storage = new MemoryLogStorage();
+  const clock = (): Date => new Date(Date.UTC(2026, 0, 1));
+  const log = AuditLog.open(storage, signer, { device: { name: "alice", certSha256: "ab".repeat(32) }, clock });
+  const sid = "0123456789abcdef0123456789abcdef";
+  log.appendSession("session-begin", sid, { vocab_size: 49152, max_top_k: 10 });
+  log.appendSession("fallback", sid, { reason: "verifier-unreachable" });
+  const note = log.checkpoint();
+  const scan = scanLog(storage);
+  assert.deepEqual(scan.records.map((r) => utf8.decode(r.data)).join("\n") + "\n", example("records"));
+  assert.deepEqual(scan.records.map((r) => toHex(r.leaf)).join("\n") + "\n", example("leaves"));
+  assert.equal(toHex(log.root()) + "\n", example("root"));
+  assert.equal(note, example("checkpoint"));
+  const seg = storage.readSegment("seg-000000000000.log");
+  assert.equal(toHex(seg.subarray(scan.records[3]!.offset)) + "\n", example("frame"));
+  // checkpoints.jsonl: Python's json.dumps({"note": note}) (ensure_ascii), one line each.
+  const lines = utf8.decode(storage.readCheckpoints()!)!.split("\n");
+  assert.equal(lines[lines.length - 2], checkpointLine(note).trimEnd());
+  assert.match(lines[lines.length - 2]!, /^\{"note": "example\.org\/device-1\\n4\\n.*\\n\\n\\u2014 example\.org\/device-1 .*\\n"\}$/);
+});
+
+const witness = new NoteSigner("verifier.example/witness", new Uint8Array(32).fill(7), ALG_COSIGNATURE_V1);
+const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000 };
+const signer = new NoteSigner("device.example/alice", new Uint8Array(32).fill(3));
+const device = { name: "alice", certSha256: "cd".repeat(32) };
+
+function records(storage: MemoryLogStorage) {
+  return scanLog(storage).records.map((r) => parseRecord(r.data));
+}
+
+test("scripted sessions write a log the verifier finds VERIFIED with the witness; one byte changed FAILS", async () => {
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });
+  const recorder = new EgressRecorder(log);
+  const a = await generate(drafter, [3, 1, 4], [1, 4], params, { ...options, recorder }, fakeVerifier(witness));
+  const b = await generate(drafter, [7], [7], params, { ...options, recorder }, fakeVerifier(witness));
+  log.close();
+  assert.equal(a.stats.fallback, null);
+  assert.deepEqual([a.stats.witnessFaults, b.stats.witnessFaults], [[], []]);
+  const recs = records(storage);
+  const kinds = recs.map((r) => (r.kind === "uplink" ? `up:${decodeUplink(r.payload!, V).kind}` : r.kind));
+  // Per session: begin, Open, (Round, verdict) per round, Close, the witness's answer.
+  assert.deepEqual(kinds.slice(0, 4), ["log-header", "device-cert", "session-begin", "up:open"]);
+  const closes = recs.filter((r) => r.kind === "uplink" && decodeUplink(r.payload!, V).kind === "close");
+  assert.equal(closes.length, 2);
+  assert.equal(kinds.filter((k) => k === "session-begin").length, 2);
+  assert.equal(kinds[kinds.length - 1], "downlink"); // the second Close's cosignature
+  const roundsA = a.stats.rounds;
+  assert.equal(kinds.slice(0, 4 + 2 * roundsA + 2).filter((k) => k === "up:round").length, roundsA);
+  // The second Close proves consistency from the first one's cosigned checkpoint.
+  const second = decodeUplink(closes[1]!.payload!, V);
+  assert.ok(second.kind === "close" && second.witness !== null && second.witness.oldSize > 0n && second.witness.consistencyProof.length > 0);
+  const text = utf8.decode(storage.readCheckpoints()!)!;
+  assert.equal(text.split("\n").filter((l) => l.includes("verifier.example/witness")).length, 2, "both cosignatures kept");
+
+  const report = verifyLog(storage, signer.key, [witness.key]);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+  assert.equal(report.sessions, 2);
+  assert.equal(report.records, recs.length);
+
+  // One byte of a payload changed (inside its base64): the record's checksum and hash fail.
+  const seg = storage.segments.get("seg-000000000000.log")!;
+  const at = scanLog(storage).records[5]!.offset + 4 + utf8.decode(scanLog(storage).records[5]!.data)!.indexOf('"bytes":"') + 10;
+  const tampered = seg.slice();
+  tampered[at] = tampered[at] === 0x41 ? 0x42 : 0x41;
+  storage.segments.set("seg-000000000000.log", tampered);
+  assert.equal(verifyLog(storage, signer.key, [witness.key]).verdict, "FAILED");
+});
+
+test("a verifier lost mid-generation: the log says so (fallback verifier-lost), the drafter finishes", async () => {
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });
+  const recorder = new EgressRecorder(log);
+  await generate(drafter, [3], [3], params, { ...options, recorder }, fakeVerifier(witness));
+  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>(), recorder }, fakeVerifier(witness, { breakAfter: 2 }));
+  assert.equal(g.stats.fallback, "verifier-lost");
+  assert.equal(g.tokenIds.length, 20);
+  const recs = records(storage);
+  const last = recs[recs.length - 1]!;
+  assert.deepEqual([last.kind, last.fields.reason], ["fallback", "verifier-lost"]);
+  // Signed at the session's end: nothing unsigned. The witness cosigned the first session only, so
+  // the second is the unwitnessed tail: UNPROVEN with the witness key, not FAILED.
+  assert.equal(verifyLog(storage, signer.key).verdict, "VERIFIED");
+  const report = verifyLog(storage, signer.key, [witness.key]);
+  assert.equal(report.verdict, "UNPROVEN", JSON.stringify(report.checks.filter((c) => !c.ok)));
+});
+
+test("a cosignature by another key is the cloud's fault: kept on record only, never proved from", async () => {
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });
+  const recorder = new EgressRecorder(log);
+  const other = new NoteSigner("verifier.example/witness", new Uint8Array(32).fill(9), ALG_COSIGNATURE_V1);
+  const g = await generate(drafter, [7], [7], params, { ...options, recorder }, fakeVerifier(witness, { cosignAs: other }));
+  assert.equal(g.stats.witnessFaults.length, 1);
+  assert.match(g.stats.witnessFaults[0]!, /invalid cosignature/);
+  assert.equal(log.cosigned, null);
+  const silent = await generate(drafter, [7], [7], params, { ...options, recorder }, fakeVerifier(witness, { silentWitness: true }));
+  assert.match(silent.stats.witnessFaults[0]!, /withheld/);
+  const report = verifyLog(storage, signer.key, [witness.key]);
+  assert.equal(report.verdict, "UNPROVEN", JSON.stringify(report.checks.filter((c) => !c.ok)));
+});
+
+test("the recorder refuses what the contract forbids: nothing logged, nothing sent", () => {
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer);
+  const recorder = new EgressRecorder(log);
+  const sid = recorder.beginSession(V, 4);
+  const size = log.size;
+  assert.throws(() => recorder.onUplink(sid, encodeRound(1, [], [1, 2])), EgressBlocked); // a round before the Open
+  recorder.onUplink(sid, encodeOpen([1, 2], params));
+  const forged = { origin: "device.example/alice", logKey: signer.key.publicKey, size: 1n, rootHash: new Uint8Array(32), signature: new Uint8Array(64), oldSize: 0n, consistencyProof: [] };
+  assert.throws(() => recorder.onUplink(sid, encodeClose(1, forged)), /did not issue/);
+  assert.equal(log.size, size + 1); // the Open only
+});
+
+test("a log reopened from its storage goes on; a session its writer left open is closed as interrupted", () => {
+  const storage = new MemoryLogStorage();
+  const first = AuditLog.open(storage, signer, { device });
+  const sid = new EgressRecorder(first).beginSession(V, 4);
+  const again = AuditLog.open(storage, signer, { device });
+  assert.deepEqual(again.interrupted, [sid]);
+  assert.equal(again.size, first.size + 1);
+  assert.throws(() => AuditLog.open(storage, new NoteSigner("device.example/alice", new Uint8Array(32).fill(4))), /belongs to key/);
+  const report = verifyLog(storage, signer.key);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+  assert.equal(new NoteKey(signer.key.name, signer.key.publicKey).toString(), signer.key.toString());
+});

@@ -1,0 +1,43 @@
+/**
+ * Writes an audit log with the TypeScript device, for tests/test_sdk_js_audit_log.py to check with
+ * the Python `audit verify`: scripted sessions (test/fake-verifier.ts: fixed prompts, a
+ * deterministic verifier, canonical frames) through `generate` and `EgressRecorder` into a log
+ * directory on `fs`, signed with a key `audit keygen` wrote; with a witness signing key (`server
+ * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
+ * would. Prints one JSON object: records, sessions, each generation's stats.
+ *
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost]
+ */
+import { readFileSync } from "node:fs";
+import { AuditLog } from "../src/audit/log.js";
+import { EgressRecorder } from "../src/audit/recorder.js";
+import { ALG_COSIGNATURE_V1, NoteSigner } from "../src/note.js";
+import { loadSigningKey, logStorage } from "../src/node/files.js";
+import { generate } from "../src/session.js";
+import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
+
+const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const lost = process.argv.includes("--lost");
+const [dir, keyPath, witnessPath] = args;
+if (dir === undefined || keyPath === undefined) {
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost]");
+  process.exit(2);
+}
+const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
+const log = AuditLog.open(logStorage(dir), loadSigningKey(keyPath), {
+  device: { name: "alice", certSha256: "ab".repeat(32) },
+  ...(witness === null ? {} : { witnessKey: witness.key }),
+});
+const recorder = new EgressRecorder(log);
+const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000, recorder };
+const stats = [];
+for (const prompt of [[3, 1, 4], [7], [2, 7, 1, 8]]) {
+  const g = await generate(drafter, prompt, prompt, params, options, fakeVerifier(witness));
+  stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
+}
+if (lost) {
+  const g = await generate(drafter, [5], [5], params, { ...options, eosIds: new Set<number>() }, fakeVerifier(witness, { breakAfter: 2 }));
+  stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
+}
+log.close();
+console.log(JSON.stringify({ records: log.size, stats }));

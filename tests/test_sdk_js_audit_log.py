@@ -1,0 +1,131 @@
+"""The TypeScript device's audit log is held to the Python `audit verify` (issue #52): a log the
+TypeScript device writes (`sdk-js/test/write-log.ts`: scripted sessions through its session loop and
+`EgressRecorder`, cosigned by a witness whose key `server witness-key` made, signed with a key
+`audit keygen` made) VERIFIES under the real CLI with the witness's key; one byte changed FAILS; a
+lost verifier is on record and leaves the log UNPROVEN, not FAILED; the Python device takes the log
+over and appends to it. Needs the built package (`make test-js` builds it before `make test-fast`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specsteer.audit.cli import main
+from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
+from specsteer.audit.log import AuditLog, scan_log
+from specsteer.audit.note import load_signing_key, write_key_pair
+from specsteer.audit.records import parse
+
+SDK_JS = Path(__file__).resolve().parent.parent / "sdk-js"
+SCRIPT = SDK_JS / "dist" / "test" / "write-log.js"
+
+# Skipped only where the package was never built; a built package without the writer fails.
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or not (SDK_JS / "dist" / "src").is_dir(),
+    reason="the TypeScript package is not built (make test-js builds sdk-js/dist)",
+)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("keys")
+    key, pub = write_key_pair("device.example/alice", out)
+    wkey, wpub = write_witness_key_pair("verifier.example/witness", out)
+    return {"key": key, "pub": pub, "wkey": wkey, "wpub": wpub}
+
+
+def _write(log: Path, keys: dict[str, Path], *extra: str) -> dict[str, object]:
+    assert SCRIPT.exists(), f"{SCRIPT} is missing: the TypeScript device cannot write an audit log"
+    done = subprocess.run(
+        ["node", str(SCRIPT), str(log), str(keys["key"]), str(keys["wkey"]), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> tuple[Path, dict[str, object]]:
+    log = tmp_path_factory.mktemp("written") / "log"
+    return log, _write(log, keys)
+
+
+def _verify(log: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    code = main(["verify", str(log), "--key", str(keys["pub"]), "--witness-key", str(keys["wpub"]), "--json"])
+    report: dict[str, object] = json.loads(capsys.readouterr().out)
+    return code, report
+
+
+def _failed(report: dict[str, object]) -> list[str]:
+    checks = report["checks"]
+    assert isinstance(checks, list)
+    return [c["name"] for c in checks if not c["ok"]]
+
+
+def test_the_typescript_devices_log_verifies_under_the_python_audit_verify(
+    tmp_path: Path,
+    keys: dict[str, Path],
+    written: tuple[Path, dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = tmp_path / "log"
+    shutil.copytree(written[0], log)
+    records = written[1]["records"]
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+    assert report["records"] == records
+    assert report["sessions"] == 3
+    kinds = [parse(r.data).kind for r in scan_log(log).records]
+    assert kinds[:4] == ["log-header", "device-cert", "session-begin", "uplink"]
+    # The witness's cosignatures are kept beside the device's own checkpoints, one per Close.
+    notes = (log / "checkpoints.jsonl").read_text(encoding="utf-8")
+    assert notes.count("\\u2014 verifier.example/witness ") == 3
+
+    # The Python device takes the log over where the TypeScript one left it, and it still verifies.
+    with AuditLog.open(log, load_signing_key(keys["key"]), witness_key=load_witness_key(keys["wpub"])) as again:
+        assert again.size == records
+        assert again.cosigned is not None and again.cosigned[0] > 0
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"]) == (0, "VERIFIED")
+
+
+def test_one_byte_changed_in_the_typescript_devices_log_fails(
+    tmp_path: Path,
+    keys: dict[str, Path],
+    written: tuple[Path, dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = tmp_path / "log"
+    shutil.copytree(written[0], log)
+    record = scan_log(log).records[5]  # an uplink: its payload's base64 holds the token IDs
+    segment = log / "segments" / record.segment
+    data = bytearray(segment.read_bytes())
+    at = record.offset + 4 + record.data.index(b'"bytes":"') + 10
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    segment.write_bytes(bytes(data))
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"]) == (1, "FAILED")
+    assert "log integrity" in _failed(report)
+
+
+def test_a_lost_verifier_is_on_the_typescript_devices_record_and_leaves_it_unproven(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "log"
+    stats = _write(log, keys, "--lost")["stats"]
+    assert isinstance(stats, list) and stats[-1]["fallback"] == "verifier-lost"
+    last = parse(scan_log(log).records[-1].data)
+    assert (last.kind, last.fields["reason"]) == ("fallback", "verifier-lost")
+    # Signed, intact and in contract; the last session lies after the witness's last cosignature.
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (3, "UNPROVEN", [])
+    assert "1 session(s)" in str(report["unwitnessed"])
