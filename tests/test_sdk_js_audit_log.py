@@ -2,8 +2,10 @@
 TypeScript device writes (`sdk-js/test/write-log.ts`: scripted sessions through its session loop and
 `EgressRecorder`, cosigned by a witness whose key `server witness-key` made, signed with a key
 `audit keygen` made) VERIFIES under the real CLI with the witness's key; one byte changed FAILS; a
-lost verifier is on record and leaves the log UNPROVEN, not FAILED; the Python device takes the log
-over and appends to it. Needs the built package (`make test-js` builds it before `make test-fast`)."""
+lost verifier is on record and leaves the log UNPROVEN, not FAILED; a torn final write is cut when
+the TypeScript device reopens the log, with the `repair` record and evidence the Python verifier
+accepts; the Python device takes the log over and appends to it. Needs the built package (`make
+test-js` builds it before `make test-fast`)."""
 
 from __future__ import annotations
 
@@ -129,3 +131,29 @@ def test_a_lost_verifier_is_on_the_typescript_devices_record_and_leaves_it_unpro
     code, report = _verify(log, keys, capsys)
     assert (code, report["verdict"], _failed(report)) == (3, "UNPROVEN", [])
     assert "1 session(s)" in str(report["unwitnessed"])
+
+
+def test_a_torn_write_the_typescript_device_cut_verifies_under_the_python_audit_verify(
+    tmp_path: Path,
+    keys: dict[str, Path],
+    written: tuple[Path, dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = tmp_path / "log"
+    shutil.copytree(written[0], log)
+    segment = log / "segments" / "seg-000000000000.log"
+    size = segment.stat().st_size
+    first = scan_log(log).records[2]
+    with segment.open("ab") as f:  # a crash mid-append: the next frame's first 30 bytes reached the disk
+        f.write(segment.read_bytes()[first.offset : first.offset + 30])
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"]) == (1, "FAILED")  # torn until the device reopens the log
+    _write(log, keys, "--reopen")
+    last = parse(scan_log(log).records[-1].data)
+    assert (last.kind, last.fields["offset"], last.fields["cut_bytes"]) == ("repair", size, 30)
+    assert [p.name for p in (log / "torn").iterdir()] == [
+        f"seg-000000000000.log.{size}.{last.fields['cut_sha256']}.bin"
+    ]
+    # The repair is signed and its evidence intact; it belongs to no session, so nothing is unwitnessed.
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])

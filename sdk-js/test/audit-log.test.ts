@@ -15,7 +15,7 @@ import { EgressBlocked, EgressRecorder } from "../src/audit/recorder.js";
 import { scanLog } from "../src/audit/scan.js";
 import { parseRecord } from "../src/audit/records.js";
 import { verifyLog } from "../src/audit/verify.js";
-import { toHex, utf8 } from "../src/bytes.js";
+import { concatBytes, toHex, utf8 } from "../src/bytes.js";
 import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner } from "../src/note.js";
 import { encodeClose, encodeOpen, encodeRound, generate } from "../src/session.js";
 import { decodeUplink } from "../src/wire.js";
@@ -156,4 +156,29 @@ test("a log reopened from its storage goes on; a session its writer left open is
   const report = verifyLog(storage, signer.key);
   assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
   assert.equal(new NoteKey(signer.key.name, signer.key.publicKey).toString(), signer.key.toString());
+});
+
+test("a torn final write is cut on open, kept under torn/ and recorded; damage a checkpoint signed is refused", () => {
+  const storage = new MemoryLogStorage();
+  AuditLog.open(storage, signer, { device }).close();
+  const name = "seg-000000000000.log";
+  const whole = storage.readSegment(name);
+  // A crash mid-append: the next frame's first 20 bytes reached the disk.
+  const frame = storage.readSegment(name).slice(scanLog(storage).records[1]!.offset);
+  storage.segments.set(name, concatBytes(whole, frame.slice(0, 20)));
+  assert.equal(verifyLog(storage, signer.key).verdict, "FAILED"); // a torn tail fails until the device reopens the log
+  const log = AuditLog.open(storage, signer, { device });
+  log.close();
+  const recs = records(storage);
+  assert.deepEqual(recs.map((r) => r.kind), ["log-header", "device-cert", "repair"]);
+  assert.deepEqual([recs[2]!.fields.offset, recs[2]!.fields.cut_bytes], [whole.length, 20]);
+  assert.deepEqual([...storage.torn.keys()], [`${name}.${whole.length}.${recs[2]!.fields.cut_sha256}.bin`]);
+  const report = verifyLog(storage, signer.key);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+
+  // The last record's trailer altered: a checkpoint covers it, so it is damage, not a crash.
+  const signed = storage.readSegment(name).slice();
+  signed[signed.length - 1] = signed[signed.length - 1]! ^ 1;
+  storage.segments.set(name, signed);
+  assert.throws(() => AuditLog.open(storage, signer, { device }), /signed record, not a torn write/);
 });

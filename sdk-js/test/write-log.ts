@@ -6,7 +6,10 @@
  * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
  * would. Prints one JSON object: records, sessions, each generation's stats.
  *
- *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost]
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen]
+ *
+ * `--lost` adds a session whose verifier is lost after two rounds; `--reopen` runs no session: it
+ * opens the log (cutting a torn tail, with its `repair` record) and closes it.
  */
 import { readFileSync } from "node:fs";
 import { AuditLog } from "../src/audit/log.js";
@@ -18,9 +21,10 @@ import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
 
 const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
 const lost = process.argv.includes("--lost");
+const reopen = process.argv.includes("--reopen");
 const [dir, keyPath, witnessPath] = args;
 if (dir === undefined || keyPath === undefined) {
-  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost]");
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen]");
   process.exit(2);
 }
 const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
@@ -31,7 +35,7 @@ const log = AuditLog.open(logStorage(dir), loadSigningKey(keyPath), {
 const recorder = new EgressRecorder(log);
 const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000, recorder };
 const stats = [];
-for (const prompt of [[3, 1, 4], [7], [2, 7, 1, 8]]) {
+for (const prompt of reopen ? [] : [[3, 1, 4], [7], [2, 7, 1, 8]]) {
   const g = await generate(drafter, prompt, prompt, params, options, fakeVerifier(witness));
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
 }
@@ -40,4 +44,4 @@ if (lost) {
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
 }
 log.close();
-console.log(JSON.stringify({ records: log.size, stats }));
+console.log(JSON.stringify({ records: log.size, stats, interrupted: log.interrupted.length }));

@@ -10,11 +10,14 @@
  * append must be durable (fsync'ed) before it returns, as the Python writer's is, so an
  * acknowledged record survives a crash.
  *
- * Not here yet (the Python writer does them): cutting a torn tail on open (the log is refused
- * instead, naming the tail; the Python `AuditLog.open` repairs it), key rotation, a lock against
- * a second process appending.
+ * A crash can tear only the last write (one frame, or one checkpoints.jsonl line): `open` cuts
+ * such a tail, keeps the cut bytes as torn/<file>.<offset>.<sha256>.bin and appends a `repair`
+ * record, as audit/log.py does; damage anywhere else, or to a record a checkpoint signed, is
+ * refused. Not here yet (the Python writer does them): key rotation, a lock against a second
+ * process appending.
  */
-import { concatBytes, toBase64, utf8 } from "../bytes.js";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { concatBytes, toBase64, toHex, utf8 } from "../bytes.js";
 import { UplinkSchema } from "../gen/verifier_pb.js";
 import { WIRE_MAX_TOP_K } from "../limits.js";
 import { Accumulator, leafHash, root as merkleRoot } from "../merkle.js";
@@ -30,7 +33,7 @@ import {
 } from "../note.js";
 import { parse } from "../wire.js";
 import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields } from "./records.js";
-import { scanLog, type LogFiles } from "./scan.js";
+import { scanLog, tornEvidence, type LogFiles } from "./scan.js";
 
 /** The log's files as the writer needs them: everything `LogFiles` reads, plus two durable appends. */
 export interface LogStorage extends LogFiles {
@@ -42,6 +45,10 @@ export interface LogStorage extends LogFiles {
   appendSegment(name: string, data: Uint8Array): void;
   /** Append `data` (whole lines) to checkpoints.jsonl (created if missing); durable before it returns. */
   appendCheckpoints(data: Uint8Array): void;
+  /** Write torn/`name` (a new file, the torn/ folder created if missing); durable before it returns. */
+  keepTorn(name: string, data: Uint8Array): void;
+  /** Cut `file` (`segments/<name>` or `checkpoints.jsonl`) to `length` bytes; durable before it returns. */
+  truncate(file: string, length: number): void;
 }
 
 /** The device's mutual-TLS certificate as the log binds it (a `device-cert` record, §3). */
@@ -147,12 +154,12 @@ export class AuditLog {
   private recover(): void {
     const scan = scanLog(this.storage);
     if (scan.problems.length > 0) throw new AuditError(`the audit log is damaged: ${scan.problems[0]}`);
-    const torn = scan.torn[0];
-    if (torn !== undefined) {
-      throw new AuditError(
-        `the audit log's ${torn.file} ends in ${torn.reason} at byte ${torn.offset}: this writer does not cut torn tails yet ` +
-          "(open the log once with the Python device, `AuditLog.open`, which cuts it and records the repair)",
-      );
+    if (scan.records.length === 0 && scan.checkpoints.length === 0) {
+      // A crash while creating the log, before its header was acknowledged: finish creating it.
+      for (const torn of scan.torn) this.cut(torn.file, torn.offset);
+      this.append("log-header", { format: LOG_FORMAT, origin: this.key.key.name, key: this.key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
+      this.recordRepairs([]);
+      return;
     }
     if (scan.records.length === 0) throw new AuditError("the audit log has no header record");
     const names = this.storage.segmentNames().filter((n) => /^seg-[0-9]{12}\.log$/.test(n)).sort();
@@ -177,11 +184,19 @@ export class AuditLog {
       this.track(rec.kind, rec.session, rec.payload);
     }
     this.segFirst = Number(/^seg-([0-9]{12})\.log$/.exec(names[names.length - 1]!)![1]);
+    const repaired = scan.records.map((r) => parseRecord(r.data)).filter((r) => r.kind === "repair");
     for (const stored of scan.checkpoints) {
       let size: number;
       try {
         const cp = openCheckpoint(stored.note, this.key.key);
         size = Number(cp.size);
+        const tornSegment = scan.torn.find((t) => t.file.startsWith("segments/"));
+        if (size > this.size && tornSegment !== undefined) {
+          throw new AuditError(
+            `checkpoint ${stored.number} signs ${size} records but only ${this.size} are intact: the damage at byte ` +
+              `${tornSegment.offset} of ${tornSegment.file} is to a signed record, not a torn write, so the log is left as it is`,
+          );
+        }
         if (size > this.size || !equalRoot(merkleRoot(this.leaves.slice(0, size)), cp.root)) {
           throw new AuditError(`checkpoint ${stored.number} (size ${size}) does not match the stored records`);
         }
@@ -194,11 +209,36 @@ export class AuditLog {
         this.cosigned = { size, root: merkleRoot(this.leaves.slice(0, size)) };
       }
     }
+    // Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
+    for (const torn of scan.torn) this.cut(torn.file, torn.offset);
+    this.recordRepairs(repaired);
     for (const [session, entry] of this.sessions) {
       if (!entry.ended) {
         // The writer that ran this session is gone, so it ended here.
         this.appendSession("fallback", session, { reason: INTERRUPTED });
         this.interrupted.push(session);
+      }
+    }
+  }
+
+  /** Cut a torn tail back to the last complete write, keeping the cut bytes under torn/. */
+  private cut(file: string, offset: number): void {
+    const whole = file === "checkpoints.jsonl" ? this.storage.readCheckpoints()! : this.storage.readSegment(file.slice("segments/".length));
+    const tail = whole.slice(offset);
+    const base = file.slice(file.lastIndexOf("/") + 1);
+    // The content hash in the name keeps two cuts at one offset (two crashes) apart.
+    this.storage.keepTorn(`${base}.${offset}.${toHex(sha256(tail))}.bin`, tail);
+    this.storage.truncate(file, offset);
+  }
+
+  /** A `repair` record for every cut kept under torn/ that the log does not mention yet (driven by
+   * the evidence, so a crash between a cut and its record is caught up on the next open). */
+  private recordRepairs(logged: { fields: Fields }[]): void {
+    const done = new Set(logged.map((r) => `${r.fields.file}|${r.fields.offset}|${r.fields.cut_sha256}`));
+    for (const ev of tornEvidence(this.storage)) {
+      if (!ev.intact) throw new AuditError(`torn/${ev.name} does not hash to the value in its name`);
+      if (!done.has(`${ev.file}|${ev.offset}|${ev.sha256}`)) {
+        this.append("repair", { file: ev.file, offset: ev.offset, cut_bytes: ev.length, cut_sha256: ev.sha256 });
       }
     }
   }
@@ -345,6 +385,13 @@ export class MemoryLogStorage implements LogStorage {
   }
   appendCheckpoints(data: Uint8Array): void {
     this.checkpoints = concatBytes(this.checkpoints ?? new Uint8Array(0), data);
+  }
+  keepTorn(name: string, data: Uint8Array): void {
+    this.torn.set(name, data.slice());
+  }
+  truncate(file: string, length: number): void {
+    if (file === "checkpoints.jsonl") this.checkpoints = this.checkpoints!.slice(0, length);
+    else this.segments.set(file.slice("segments/".length), this.readSegment(file.slice("segments/".length)).slice(0, length));
   }
   segmentNames(): string[] {
     return [...this.segments.keys()];

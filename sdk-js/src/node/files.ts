@@ -3,7 +3,7 @@
  * each append fsync'ed (and the folder, when it made a file) before it returns. Links and
  * non-files are refused. Also the key files and the device certificate the log binds. */
 import { X509Certificate, createHash } from "node:crypto";
-import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import type { DeviceIdentity, LogStorage } from "../audit/log.js";
 import type { LogFiles } from "../audit/scan.js";
@@ -80,6 +80,31 @@ export function logStorage(dir: string): LogStorage {
     },
     appendSegment: (name, data) => appendDurably(join(segments, name), data),
     appendCheckpoints: (data) => appendDurably(join(dir, "checkpoints.jsonl"), data),
+    keepTorn: (name, data) => {
+      const torn = join(dir, "torn");
+      const made = lstatSync(torn, { throwIfNoEntry: false }) === undefined;
+      mkdirSync(torn, { recursive: true, mode: 0o700 });
+      if (made) fsyncFolder(dir);
+      const fd = openSync(join(torn, name), "w", 0o600);
+      try {
+        let at = 0;
+        while (at < data.length) at += writeSync(fd, data, at, data.length - at);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      fsyncFolder(torn);
+    },
+    truncate: (file, length) => {
+      if (file !== "checkpoints.jsonl" && !/^segments\/seg-[0-9]{12}\.log$/.test(file)) throw new Error(`${file} is not a file of the log`);
+      const fd = openSync(join(dir, file), "r+");
+      try {
+        ftruncateSync(fd, length);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    },
   };
 }
 
