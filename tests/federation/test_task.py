@@ -206,15 +206,20 @@ def test_a_message_whose_adapter_version_no_session_can_declare_is_refused(versi
                     _unpack(msg, None, "fitins")  # type: ignore[arg-type]
 
 
+# The cover-step tests' rounds: 4 DP steps of step_rows(4) rows each, on sequences short enough
+# for the fast tier (the noise's scale does not depend on their length).
+COVER_CFG = replace(CFG, dp_steps=4, max_len=160, context_chars=0)
+
+
 def test_the_update_scale_says_nothing_of_the_historys_size(tiny_chat_model: Path, tmp_path: Path) -> None:
     """Opacus divided the noisy sum by n x q, a number of the history's size: rounds of noise alone
     (cover steps, no data read) on 5 and 9 examples had update norms 1.5x apart."""
-    sw = _specialist(tiny_chat_model)
+    cfg = COVER_CFG
+    sw = _specialist(tiny_chat_model, cfg)
     data = load_user(FIXTURE_USERS, index=1)
-    train, _ = split_profile(data.profile, CFG.holdout)
-    full = to_dataset(build_examples(sw.lm, train, train, CFG), pad_id=0, max_len=CFG.max_len)
+    train, _ = split_profile(data.profile, cfg.holdout)
+    full = to_dataset(build_examples(sw.lm, train, train, cfg), pad_id=0, max_len=cfg.max_len)
     assert len(full) >= 9
-    cfg = replace(CFG, dp_steps=4)
     start = sw.get_adapter(GLOBAL)
     norms = []
     for n in (5, 9):  # expected batch sizes 2 and 3 under batches of 4
@@ -228,11 +233,11 @@ def test_the_update_scale_says_nothing_of_the_historys_size(tiny_chat_model: Pat
 def test_a_device_with_no_usable_sequence_sends_noise_of_a_rounds_scale(tiny_chat_model: Path, tmp_path: Path) -> None:
     """It echoed the arrays it received, which told a server stepping `max-len` that none of the
     device's entries fit (and so the length of its shortest)."""
-    sw = _specialist(tiny_chat_model)
+    cfg = COVER_CFG
+    sw = _specialist(tiny_chat_model, cfg)
     data = load_user(FIXTURE_USERS, index=1)
-    train, _ = split_profile(data.profile, CFG.holdout)
-    dataset = to_dataset(build_examples(sw.lm, train, train, CFG), pad_id=0, max_len=CFG.max_len)
-    cfg = replace(CFG, dp_steps=4)
+    train, _ = split_profile(data.profile, cfg.holdout)
+    dataset = to_dataset(build_examples(sw.lm, train, train, cfg), pad_id=0, max_len=cfg.max_len)
     start = sw.get_adapter(GLOBAL)
     ledger = Ledger.load(tmp_path / "ledger.json", epsilon_budget=50.0, delta=1e-5)
     cover = train_global_dp(sw, dataset, cfg, ledger, private_steps=0).update_norm

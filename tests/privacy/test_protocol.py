@@ -205,6 +205,9 @@ def test_draft_lengths_leak_through_frame_sizes_and_padding_closes_it(char_tok: 
     """Guard cuts shorten drafts, so frame sizes reveal that a span was near; padded frames do not."""
     canary = "my PIN is 402913"
     text, _, _ = leaky_target(2, canary)
+    # The body's last sentence or so and what the leak adds after it: the channel is in the rounds
+    # around the spans, and each character is a round of two tiny models (the whole body took a minute).
+    text = text[text.index("If anything breaks") - 160 :]
     target = char_tok.encode(text, add_special_tokens=False)
     guard = build_guard(char_tok, 2, canary, GuardPolicy.PLACEHOLDER)
     result = copy_text(char_tok, target, guard, prompt_of(2))
