@@ -14,7 +14,7 @@ import { CandidatePolicy, decodeUplink, Method, type WireParams } from "../src/w
 export const V = 16;
 export const EOS = 15;
 export const draftNext = (x: number): number => (x * 5 + 3) % 14;
-const targetNext = (x: number): number => (x === 6 ? 2 : x === 11 ? EOS : draftNext(x));
+export const targetNext = (x: number): number => (x === 6 ? 2 : x === 11 ? EOS : draftNext(x));
 
 export class TableSequence implements DraftSequence {
   constructor(private ids: number[]) {}

@@ -9,47 +9,9 @@ import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { DownlinkSchema, CandidateSchema } from "../src/gen/verifier_pb.js";
 import { FrameQueue, VerifierLost, type Transport, type VerifierStream } from "../src/transport.js";
-import { generate, type DraftSequence } from "../src/session.js";
-import { CandidatePolicy, decodeUplink, Method, type WireParams } from "../src/wire.js";
-
-const V = 16;
-const EOS = 15;
-const draftNext = (x: number): number => (x * 5 + 3) % 14; // never 14 or 15
-const targetNext = (x: number): number => (x === 6 ? 2 : x === 11 ? EOS : draftNext(x));
-
-class TableSequence implements DraftSequence {
-  constructor(private ids: number[]) {}
-  get length(): number {
-    return this.ids.length;
-  }
-  nextLogprobs(): Promise<Float32Array> {
-    const row = new Float32Array(V).fill(Math.log(0.01));
-    row[draftNext(this.ids[this.ids.length - 1]!)] = Math.log(0.85);
-    return Promise.resolve(row);
-  }
-  push(tokens: number[]): void {
-    this.ids.push(...tokens);
-  }
-  truncate(n: number): void {
-    this.ids.length = n;
-  }
-}
-
-const drafter = { sequence: (prefix: number[]) => new TableSequence([...prefix]) };
-
-const params: WireParams = {
-  method: Method.SPECSTEER,
-  sampling: false,
-  gammaPpm: 500_000,
-  gammaInfinite: false,
-  alphaMilli: 1000,
-  topK: 4,
-  draftLen: 4,
-  policy: CandidatePolicy.GUARDRAIL,
-  bonus: true,
-  adapterVersion: 0,
-  paddedFrames: false,
-};
+import { generate } from "../src/session.js";
+import { decodeUplink } from "../src/wire.js";
+import { drafter, draftNext, EOS, params, targetNext, V } from "./fake-verifier.js";
 
 /** A verifier that accepts the draft's prefix its Generalist agrees with and steers to its next token. */
 function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}): Transport & { log: string[] } {
