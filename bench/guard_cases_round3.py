@@ -55,7 +55,10 @@ def _rand(rng: random.Random, alphabet: str, n: int) -> str:
 
 
 def _fill(template: str, **values: str) -> Written:
-    """`template` with {name} fields filled; the spans of every field whose name does not start with _."""
+    """`template` with {name} fields filled; the spans of every field whose name does not start with _.
+
+    A value may mark its private core in brackets ("a [practising Muslim]"): the span is the core,
+    the article or preposition around it is the sentence's (the guard cannot know it is coming)."""
     out, spans, i = [], [], 0
     while i < len(template):
         j = template.find("{", i)
@@ -67,9 +70,11 @@ def _fill(template: str, **values: str) -> Written:
         key = template[j + 1 : k]
         value = values[key]
         start = sum(map(len, out))
+        a, b = (value.index("["), value.index("]") - 1) if "[" in value else (0, len(value))
+        value = value.replace("[", "").replace("]", "")
         out.append(value)
         if not key.startswith("_"):
-            spans.append((start, start + len(value)))
+            spans.append((start + a, start + b))
         i = k + 1
     return "".join(out), tuple(spans)
 
@@ -291,23 +296,26 @@ def health(rng: random.Random) -> Written:
         t = rng.choice(["Keep this off the tracker: {_w} is {x}.", "{_w} told me in confidence they are {x}."])
     elif kind == 3:
         x = f"{rng.choice([5, 10, 20, 25, 50, 100, 150])} mg of {rng.choice(DRUGS)}"
-        t = rng.choice(["{_w} takes {x} a day, so mornings are slow.", "Remind {_w} about the {x} before the flight."])
+        t = rng.choice(["{_w} takes {x} a day, so mornings are slow.", "Remind {_o} about the {x} before the flight."])
     elif kind == 4:
         x = rng.choice(
             [
                 "chemotherapy",
                 "dialysis",
-                "an abortion",
+                "an [abortion]",
                 "IVF treatment",
                 "rehab for alcohol dependence",
-                "a psychiatric ward",
+                "a [psychiatric ward]",
             ]
         )
         t = rng.choice(["{_w} is out for two weeks of {x}.", "Cover for {_w}, who starts {x} on Monday."])
     else:
-        x = rng.choice(["a panic attack", "a miscarriage", "a heart attack", "a psychotic episode", "an overdose"])
+        x = rng.choice(
+            ["a [panic attack]", "a [miscarriage]", "a [heart attack]", "a [psychotic episode]", "an [overdose]"]
+        )
         t = rng.choice(["{_w} had {x} last week, go easy on the reviews.", "After {x}, {_w} is back part time."])
-    text, spans = _fill(t, _w=who, x=x)
+    obj = {"she": "her", "he": "him"}.get(who, who)
+    text, spans = _fill(t, _w=who, _o=obj, x=x)
     return (text[0].upper() + text[1:], spans)
 
 
@@ -315,25 +323,25 @@ def special_other(rng: random.Random) -> Written:
     who = rng.choice(WHO)
     x = rng.choice(
         [
-            "a practising Muslim",
-            "an observant Jew",
-            "a Jehovah's Witness",
-            "a born-again Christian",
+            "a [practising Muslim]",
+            "an [observant Jew]",
+            "a [Jehovah's Witness]",
+            "a [born-again Christian]",
             "Hindu",
             "gay",
             "bisexual",
             "lesbian",
             "transgender",
-            "a member of the Communist Party",
-            "a Labour Party activist",
-            "an AfD voter",
-            "a Green Party councillor",
-            "of Roma descent",
+            "a [member of the Communist Party]",
+            "a [Labour Party activist]",
+            "an [AfD voter]",
+            "a [Green Party councillor]",
+            "of [Roma descent]",
             "Kurdish",
             "Romani",
-            "a shop steward for Unite",
-            "a member of the IG Metall union",
-            "in the Teamsters union",
+            "a [shop steward for Unite]",
+            "a [member of the IG Metall union]",
+            "in the [Teamsters union]",
         ]
     )
     t = rng.choice(
