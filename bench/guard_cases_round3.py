@@ -57,7 +57,7 @@ def _rand(rng: random.Random, alphabet: str, n: int) -> str:
 def _fill(template: str, **values: str) -> Written:
     """`template` with {name} fields filled; the spans of every field whose name does not start with _.
 
-    A value may mark its private core in brackets ("a [practising Muslim]"): the span is the core,
+    A value may mark its private core in brackets ("a practising [Muslim]"): the span is the core,
     the article or preposition around it is the sentence's (the guard cannot know it is coming)."""
     out, spans, i = [], [], 0
     while i < len(template):
@@ -292,7 +292,7 @@ def health(rng: random.Random) -> Written:
         x = f"{rng.randint(6, 36)} weeks pregnant"
         t = rng.choice(["Hand the release to someone else: {_w} is {x}.", "{_w} is {x} and works half days from May."])
     elif kind == 2:
-        x = rng.choice(["HIV positive", "HIV-positive", "living with HIV"])
+        x = rng.choice(["HIV positive", "HIV-positive", "living with [HIV]"])
         t = rng.choice(["Keep this off the tracker: {_w} is {x}.", "{_w} told me in confidence they are {x}."])
     elif kind == 3:
         x = f"{rng.choice([5, 10, 20, 25, 50, 100, 150])} mg of {rng.choice(DRUGS)}"
@@ -303,7 +303,7 @@ def health(rng: random.Random) -> Written:
                 "chemotherapy",
                 "dialysis",
                 "an [abortion]",
-                "IVF treatment",
+                "[IVF] treatment",
                 "rehab for alcohol dependence",
                 "a [psychiatric ward]",
             ]
@@ -323,8 +323,8 @@ def special_other(rng: random.Random) -> Written:
     who = rng.choice(WHO)
     x = rng.choice(
         [
-            "a [practising Muslim]",
-            "an [observant Jew]",
+            "a practising [Muslim]",
+            "an observant [Jew]",
             "a [Jehovah's Witness]",
             "a [born-again Christian]",
             "Hindu",
@@ -332,16 +332,16 @@ def special_other(rng: random.Random) -> Written:
             "bisexual",
             "lesbian",
             "transgender",
-            "a [member of the Communist Party]",
-            "a [Labour Party activist]",
-            "an [AfD voter]",
-            "a [Green Party councillor]",
+            "a member of the [Communist Party]",
+            "a [Labour Party] activist",
+            "an [AfD] voter",
+            "a [Green Party] councillor",
             "of [Roma descent]",
             "Kurdish",
             "Romani",
             "a [shop steward for Unite]",
-            "a [member of the IG Metall union]",
-            "in the [Teamsters union]",
+            "a member of the [IG Metall] union",
+            "in the [Teamsters] union",
         ]
     )
     t = rng.choice(
