@@ -49,9 +49,15 @@ _INTRODUCED_HEX = re.compile(
 # "KEY=value" where the key names a secret, "admin / Sunflower!1987" after a login word. Each value
 # is registered whole (never a prefix the keyword shares with prose).
 _IS = r"(?:[ \t]*(?:is|was|=|:|->)[ \t]*|[ \t]+)[\"'`]?"
+# Between a keyword and its "is"/":" a note may name where or what it is for, in up to three
+# words or a parenthesis: "the wifi password there is X", "password for the NAS: X", "passphrase
+# (keep the card in the drawer): X". Only before a strict separator: without one, the words after
+# a keyword are the sentence's.
+_WHERE = r"(?:[ \t]+(?!(?:is|was)\b)[\w.-]{1,16}){0,3}?(?:[ \t]*\([^)\n]{0,80}\))?"
 _PROSE_PASSWORD = re.compile(
-    r"(?i)(?<![\w-])(?:pass(?:word|wd)s?|pwd|pw|kennwort|passwort|mot de passe|contrase[nñ]a|senha)"
-    r"(?P<strict>[ \t]*(?:is|was|=|:|->)[ \t]*|[ \t]+)[\"'`]?(?P<value>[^\s\"'`]{6,64})"
+    r"(?i)(?<![\w-])(?:pass(?:word|wd)s?|pwd|pw|kennwort|passwort|mot de passe|contrase[nñ]a|senha"
+    r"|wi-?fi(?:[ \t]+(?:key|code|pass|pw))?|wlan|wpa2?[ \t]+key|network[ \t]+key)"
+    r"(?:(?P<strict>" + _WHERE + r"[ \t]*(?:is|was|=|:|->)[ \t]*)|[ \t]+)[\"'`]?(?P<value>[^\s\"'`]{6,64})"
 )
 _PROSE_PIN = re.compile(
     r"(?i)(?<![\w-])(?:pin|passcode|(?:alarm|door|gate|garage|safe|lock|keypad|entry|access|security|lockbox|locker)"
@@ -60,7 +66,7 @@ _PROSE_PIN = re.compile(
     + r"(?P<value>\d{4,8})(?![\w/:-]|[.,]\d)"
 )
 _PROSE_PASSPHRASE = re.compile(
-    r"(?i)(?<![\w-])pass[ -]?phrase(?:[ \t]*(?:is|was|=|:|->)[ \t]*)[\"'`]?"
+    r"(?i)(?<![\w-])pass[ -]?phrase" + _WHERE + r"(?:[ \t]*(?:is|was|=|:|->)[ \t]*)[\"'`]?"
     r"(?P<value>[a-z]{2,12}(?:[ \t-][a-z]{2,12}){2,7})(?![\w])"
 )
 _FUNCTION_WORDS = frozenset(
@@ -139,14 +145,23 @@ _LOGIN_PAIR = re.compile(
 )
 
 
+def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """Every match of `pattern`, one from each start: "Wifi at the cabin: password is X" holds a
+    keyword ("password") inside the first keyword's match ("Wifi at the cabin: password")."""
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        yield m
+        pos = m.start() + 1
+
+
 def prose_secrets(text: str) -> set[str]:
     """The secrets `text` states in prose (see `_PROSE_PASSWORD` and the patterns after it), as written."""
     from specsteer.privacy.recognizers import _names_a_secret, _password_ok, _pin_ok, _strong_password_ok
 
     out: set[str] = set()
-    for m in _PROSE_PASSWORD.finditer(text):
+    for m in _overlapping(_PROSE_PASSWORD, text):
         value = m.group("value").rstrip(".,;:)")
-        ok = _password_ok if m.group("strict").strip() else _strong_password_ok
+        ok = _password_ok if m.group("strict") else _strong_password_ok
         if ok(value):
             out.add(value)
     for m in _PROSE_PIN.finditer(text):
@@ -309,6 +324,10 @@ class HistorySecretDetector(Detector):
         for e in sorted(self.encoded, key=len, reverse=True):
             self._encoded_by_head.setdefault(e[:_HEAD], []).append(e)
         self._encoded_prefixes = {e[:n] for e in self.encoded for n in range(min(4, len(e)), len(e))}
+        # A word that begins an encoding is held from two characters, as a piece of a secret is
+        # ("re" of "reicalg norffas", a passphrase reversed); inside a word, from four.
+        self._encoded_heads = {e[:n] for e in self.encoded for n in range(2, min(4, len(e)))}
+        self._encoded_spaced = {e[:n] for e in self.encoded if " " in e for n in range(e.index(" ") + 1, len(e))}
         # A long encoding the look-ahead cannot hold whole reaches the guard in pieces: any 16
         # characters of one are a span too.
         self._pieces = frozenset(e[i : i + _PIECE] for e in self.encoded for i in range(0, len(e) - _PIECE + 1, 2))
@@ -443,7 +462,9 @@ class HistorySecretDetector(Detector):
             hit = None
             for a, b in words[i]:  # the longest form the secret goes on with (two characters or more)
                 before_word = a >= len(sep) and t[a - len(sep) : a] == sep
-                if b - a >= 2 and (after_part or before_word) and rest[len(sep) :].startswith(t[a:b]):
+                # One character is a part too where the secret goes on with it ("lantern p; ...
+                # rism cobalt"): the parts together must still make a piece (`_split_parts`).
+                if (after_part or before_word) and rest[len(sep) :].startswith(t[a:b]):
                     hit = (a, b)
                     break
             if hit is not None:
@@ -493,8 +514,15 @@ class HistorySecretDetector(Detector):
         if m and self._encoded_prefixes:
             word = m.group()
             for i in range(len(word)):
-                if word[i:] in self._encoded_prefixes:
+                if word[i:] in self._encoded_prefixes or (i == 0 and word in self._encoded_heads):
                     start = m.start() + i
                     best = start if best is None else min(best, start)
+                    break
+        # A passphrase reversed or in ROT13 has spaces: the words since one of the last few word
+        # starts may together begin its encoding ("reicalg nor" of "reicalg norffas elbbep").
+        if self._encoded_spaced:
+            for w in list(re.finditer(r"(?<![^\s\"'`(\[{<])[^\s\"'`(\[{<]", t))[-8:]:
+                if w.start() < (best if best is not None else len(t)) and t[w.start() :] in self._encoded_spaced:
+                    best = w.start()
                     break
         return None if best is None else Span(offset + f.raw_start(best), len(text), SECRET)

@@ -32,7 +32,7 @@ import bisect
 import re
 from collections.abc import Iterable, Iterator
 
-from specsteer.privacy.history_secrets import _is_piece, _segmentations
+from specsteer.privacy.history_secrets import _is_piece, _segmentations, generic_prefix
 from specsteer.privacy.normalize import Folded, fold, fold_string, spelled_tail
 from specsteer.privacy.spans import SECRET, Span, merge_spans
 
@@ -56,6 +56,9 @@ class UplinkRecord:
         self._common = frozenset(w.lower() for w in common_words)
         self.secrets: list[str] = []
         self.kinds: list[str] = []
+        # Per secret: how many of its first characters every secret of its kind has (a webhook's
+        # "https://hooks.slack.com/services/", a token's "ghp_"): no chunk of those is the secret's.
+        self.generic: list[int] = []
         self._index: dict[str, int] = {}
         self._by_gram: dict[str, list[int]] = {}
         self.covered: dict[int, set[int]] = {}  # per secret: the positions of its characters that went up
@@ -77,6 +80,7 @@ class UplinkRecord:
             k = self._index[s] = len(self.secrets)
             self.secrets.append(s)
             self.kinds.append(kind)
+            self.generic.append(generic_prefix(s))
             for g in {s[i : i + self.min_part] for i in range(len(s) - self.min_part + 1)}:
                 self._by_gram.setdefault(g, []).append(k)
         if whole:
@@ -111,9 +115,11 @@ class UplinkRecord:
                     for k in self._by_gram.get(piece[: self.min_part], ()):
                         secret = self.secrets[k]
                         at = [i for i in range(len(secret) - len(piece) + 1) if secret.startswith(piece, i)]
+                        own = frozenset(j for i in at for j in range(i, i + len(piece)) if j >= self.generic[k])
                         if at:
                             found = True
-                            yield lo + a, lo + b, k, frozenset(j for i in at for j in range(i, i + len(piece)))
+                        if own:  # a chunk of the generic prefix alone ("https://hooks.slack.com/") is no one's
+                            yield lo + a, lo + b, k, own
                     if found:
                         break
 
@@ -127,7 +133,7 @@ class UplinkRecord:
         out: list[Span] = []
         for a, b, k, positions in self._chunks(t, _folded_index(f, start)):
             secret = self.secrets[k]
-            if k in self._whole and b - a == len(secret) and len(positions) == len(secret):
+            if k in self._whole and b - a == len(secret) and len(positions) == len(secret) - self.generic[k]:
                 out.append(Span(*f.span(a, b), self.kinds[k]))
                 continue
             covered = self.covered.get(k, set())

@@ -1,0 +1,72 @@
+"""Issue #49, what the round-3 benchmark set (`bench/guard_cases_round3.py`) found the guard let go:
+secrets a note introduces with words between the keyword and the value, a passphrase reversed or
+in ROT13 (it has spaces), a split whose part is one letter, and a registered webhook's host alone."""
+
+from __future__ import annotations
+
+import codecs
+
+import pytest
+
+from specsteer.privacy.guard import EgressGuard
+from specsteer.privacy.history_secrets import HistorySecretDetector
+from specsteer.privacy.spans import SECRET
+from specsteer.privacy.uplinked import UplinkRecord
+from tests.privacy.test_guard_attack_forms import leaked
+
+NOTES = [
+    "Logistics for the week at the lake house.\n\nThe wifi password there is Kestrel-4471, and the "
+    "alarm code: 80531. Router admin password: Vq7#mLp2Zx",
+    'The restic repository is encrypted. Backup passphrase (keep the card in the drawer): "maple orbit '
+    'lantern cobalt".',
+]
+WEBHOOK = "https://hooks.slack.com/services/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"
+
+
+def test_a_secret_introduced_with_words_between_keyword_and_value_is_registered() -> None:
+    d = HistorySecretDetector.from_history(NOTES)
+    assert {"kestrel-4471", "vq7#mlp2zx", "maple orbit lantern cobalt"} <= set(d.secrets), d.secrets
+    assert d.pins == ("80531",)
+    # "Wifi at the cabin: password is X": the keyword inside another keyword's words still counts.
+    assert (
+        "fjordlys-2291" in HistorySecretDetector.from_history(["Wifi at the cabin: password is Fjordlys-2291."]).secrets
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The wifi is slow today, and the password field is required.",
+        "wifi: see the sticker. The password for the staging db is in the vault.",
+        "The passphrase (see the runbook) is read from the keychain.",
+    ],
+)
+def test_words_after_a_keyword_without_a_value_register_nothing(text: str) -> None:
+    d = HistorySecretDetector.from_history([text])
+    assert d.secrets == () and d.pins == (), d.secrets
+
+
+@pytest.mark.parametrize("encode", [lambda s: s[::-1], lambda s: codecs.encode(s, "rot13")])
+def test_a_passphrase_reversed_or_in_rot13_does_not_go_up(bpe_tok, encode) -> None:
+    # Registered before round 3 too: what is new is the hold across the encoded form's spaces.
+    guard = EgressGuard.for_profile(["passphrase: maple orbit lantern cobalt"], bpe_tok).for_prompt("Write it.")
+    form = encode("maple orbit lantern cobalt")
+    assert leaked(guard, bpe_tok, f"Put {form} in the seed file for now.", form) == ""
+
+
+def test_a_secret_split_where_one_part_is_a_single_letter_is_found(bpe_tok) -> None:
+    guard = EgressGuard.for_profile(NOTES, bpe_tok).for_prompt("Write the note.")
+    text = "Key begins maple o; the tail, sent separately, is rbit lantern cobalt"
+    spans = guard.inspect("", text)
+    for part in ("maple o", "rbit lantern cobalt"):
+        a = text.index(part)
+        letters = [i for i in range(a, a + len(part)) if not text[i].isspace()]
+        assert all(any(s.start <= i < s.end for s in spans) for i in letters), (part, spans)
+
+
+def test_a_registered_webhook_does_not_hold_its_host() -> None:
+    # The session's record of what went up: "https://hooks.slack.com/" is every Slack webhook's
+    # start, so it is no chunk of this one; the webhook's own path still is.
+    record = UplinkRecord([(WEBHOOK, SECRET)])
+    assert record.find("Allow https://hooks.slack.com/ in the egress proxy.") == []
+    assert record.find("the path is T0123ABCD/B0456EFGH/Xk9p then") != []
