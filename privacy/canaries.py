@@ -78,9 +78,76 @@ def identities_from_trailers(trailers: Iterable[str]) -> dict[str, str]:
         # Only a trailer that names a person gives a name ("Fixes: 1c2d (net: ...)" gives none).
         # One word is a name where it is no word of Latin letters ("王秀英", "Дмитрий"): a
         # Chinese or Korean name is one word, and there is no English word it could be.
-        one_word = len(name.split()) == 1 and any(c.isalpha() and not c.isascii() for c in name) and len(name) >= 2
+        # One word of Latin letters is a name too where it is capitalized and no common word
+        # ("Reviewed-by: Oluwaseun <...>"; not "Reviewed-by: Bot", "Tested-by: CI").
+        one_word = len(name.split()) == 1 and (
+            (any(c.isalpha() and not c.isascii() for c in name) and len(name) >= 2) or _latin_one_word_name(name)
+        )
         if (len(name.split()) >= 2 or one_word) and "@" not in name and _IDENTITY_KEY_RE.match(line):
             out[name] = NAME
+    return out
+
+
+def _latin_one_word_name(word: str) -> bool:
+    from specsteer.privacy.registered import _WORD_NAMES, common_english_words
+
+    return (
+        len(word) >= 4
+        and word.isalpha()
+        and word[0].isupper()
+        and not word.isupper()
+        and word.lower() not in common_english_words()
+        and word.lower() not in _WORD_NAMES
+        and "bot" not in word.lower()
+    )
+
+
+# Letters of the scripts whose names a Latin-script history quotes as they are written: Cyrillic,
+# Greek, Hebrew, Arabic, Devanagari and the other Brahmic scripts, Thai, kana, CJK ideographs, Hangul.
+_SCRIPTS = {
+    "cased": "\u0370-\u03ff\u0400-\u04ff",
+    "abjad": "\u0590-\u05ff\u0600-\u06ff",
+    "brahmic": "\u0900-\u0dff\u0e00-\u0e7f",
+    "syllabic": "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af",
+}
+_ISLAND = {
+    # Two or three words (one would be a quoted word as often as a name), each capitalized where
+    # the script has case; a CJK, kana or Hangul name is one word of two to four characters.
+    "cased": re.compile(
+        r"(?<![^\W\d_])[\u0370-\u03ff\u0400-\u04ff]+(?:[ \t]+[\u0370-\u03ff\u0400-\u04ff]+){1,2}(?![^\W\d_])"
+    ),
+    "abjad": re.compile(
+        r"(?<![^\W\d_])[\u0590-\u05ff\u0600-\u06ff]{2,}(?:[ \t]+[\u0590-\u05ff\u0600-\u06ff]{2,}){1,2}(?![^\W\d_])"
+    ),
+    "brahmic": re.compile(
+        r"(?<![^\W\d_])[\u0900-\u0dff\u0e00-\u0e7f]{2,}(?:[ \t]+[\u0900-\u0dff\u0e00-\u0e7f]{2,}){1,2}(?![^\W\d_])"
+    ),
+    "syllabic": re.compile(r"(?<![^\W\d_])[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{2,4}(?![^\W\d_])"),
+}
+
+
+def names_in_prose(text: str) -> set[str]:
+    """Names a Latin-script text quotes in another script (issue #49, finding 3: "Paired with
+    Алексей Морозов", "Thanks to 박지훈"): a short island of another script's words in a sentence
+    of Latin letters is a name far more often than anything else, so it is registered as one. A
+    text mostly in that script (a Russian commit message) registers nothing: its words are prose."""
+    out: set[str] = set()
+    # By words, not letters: a Devanagari syllable is several code points.
+    latin = len(re.findall(r"[A-Za-z]{2,}", text))
+    for group, pattern in _ISLAND.items():
+        words = len(re.findall(f"[{_SCRIPTS[group]}]+", text))
+        if not words or words * 2 > latin:
+            continue
+        for m in pattern.finditer(text):
+            words = m.group().split()
+            if group == "cased" and not all(w[0].isupper() and len(w) >= 2 for w in words):
+                continue
+            # Within a line of Latin words: a line all in the other script is a quotation, not a name.
+            a = text.rfind("\n", 0, m.start()) + 1
+            b = text.find("\n", m.end())
+            line = text[a : b if b >= 0 else len(text)]
+            if sum(1 for c in line if c.isascii() and c.isalpha()) >= 6:
+                out.add(m.group())
     return out
 
 
@@ -128,9 +195,15 @@ class CanaryDetector(Detector):
                 raw[s.strip()] = kind
                 self.strings[_normalize(s)] = kind
                 if kind == NAME and variants:
-                    # The name as it is written in Latin letters, registered with it (issue #49).
+                    # The name as it is written in Latin letters, registered with it (issue #49);
+                    # a Latin name's letters that folding keeps ("ø", "æ", "ł") as ASCII too
+                    # ("Øystein Brænne" is typed "Oystein Braenne").
                     for t in transliterations(s):
                         self.strings.setdefault(_normalize(t), NAME)
+                    if not s.isascii() and not transliterations(s):
+                        from anyascii import anyascii
+
+                        self.strings.setdefault(_normalize(anyascii(s)), NAME)
         exact = dict(self.strings)
         cores: set[str] = set()
         firsts: set[str] = set()
@@ -169,6 +242,21 @@ class CanaryDetector(Detector):
             for n, kind in self.strings.items():
                 if kind == NAME and len(n.split()) >= 2:
                     self._sound_pairs.add((sound_key(n.split()[0]), sound_key(n.split()[-1])))
+        # A name registered in another script, written in Latin letters the way a colleague
+        # spells it ("Alexei" or "Aleksey" for "Алексей", "Mohammed Al-Qahtani" for "محمد
+        # القحطاني", "Verma" for "वर्मा"): two capitalized words whose sounds (`latin_key`) are
+        # those of its romanization's first and last word, in either order.
+        self._latin_pairs: set[tuple[str, str]] = set()
+        if variants:
+            for s_raw, kind in raw.items():
+                if kind != NAME or not any(c.isalpha() and "LATIN" not in _char_name(c) for c in s_raw):
+                    continue
+                for t in {*transliterations(s_raw), *arabic_romanizations(s_raw)}:
+                    words = t.replace("-", "").split()
+                    if len(words) >= 2:
+                        k1, k2 = latin_key(words[0]), latin_key(words[-1])
+                        if len(k1) >= 2 and len(k2) >= 2:
+                            self._latin_pairs |= {(k1, k2), (k2, k1)}
         # With a possessive or plural "s" ("Vanterpool's", "die Vanterpools").
         self._first_re = _alternation(self.first_names, _name_pattern)
         self.cores = frozenset(cores)
@@ -183,8 +271,12 @@ class CanaryDetector(Detector):
         self._piece_kinds = pieces  # a piece of a name's form is a name, not a canary
         self._piece_re = _alternation(pieces, re.escape)
         self._prefixes: dict[str, str] = {}
+        self._non_latin = any(_NON_LATIN.match(n) for n, kind in exact.items() if kind == NAME)
         for norm, kind in [*exact.items(), *((name, NAME) for name in self.first_names)]:
-            for length in range(min(min_prefix, len(norm)), len(norm)):
+            # A name in a script without case is held from its first character: a CJK or Hangul
+            # character is a syllable, and folding drops the vowel signs of Devanagari or Arabic.
+            shortest = 1 if _NON_LATIN.match(norm) else min_prefix
+            for length in range(min(shortest, len(norm)), len(norm)):
                 self._prefixes.setdefault(norm[:length], kind)
         self._core_prefixes = {c[:n] for c in cores for n in range(1, len(c))}
         self._max_core = max(map(len, cores), default=0)
@@ -208,6 +300,10 @@ class CanaryDetector(Detector):
                     out.append(Span(a, b, NAME))
         if self._sounds or self._sound_pairs:
             out += self._transliterated(text)
+        if self._latin_pairs:
+            for m in _LATIN_PAIR.finditer(text):
+                if (latin_key(m.group(1)), latin_key(m.group(2))) in self._latin_pairs:
+                    out.append(Span(m.start(1), m.end(2), NAME))
         if self._core_re is not None:
             out += [Span(*f.span(m.start(), m.end()), CANARY) for m in self._core_re.finditer(t)]
         for pattern in (self._encoded_re, self._piece_re):
@@ -238,6 +334,12 @@ class CanaryDetector(Detector):
         return out
 
     def hazard(self, text: str) -> Span | None:
+        # A character still incomplete (a token ends inside its UTF-8 bytes: "\ufffd") cannot be
+        # judged yet; where a name in another script is registered it may be that name's first.
+        if text.endswith("\ufffd") and self._non_latin:
+            stripped = text.rstrip("\ufffd")
+            before = self.hazard(stripped)
+            return Span(before.start if before is not None else len(stripped), len(text), NAME)
         if self._sounds or self._sound_pairs:
             # A capitalized Cyrillic or Greek word at the end may still become a registered name.
             # (A first name's word followed by the start of its surname: from the first name.)
@@ -256,7 +358,27 @@ class CanaryDetector(Detector):
                         return Span(len(text) - len(tail) + m.start(), len(text), NAME)
                 if m.group("last")[0].isupper() and key and any(k.startswith(key) for k in firsts):
                     return Span(len(text) - len(tail) + m.start("last"), len(text), NAME)
-        return self._registered_hazard(text)
+        latin = self._latin_hazard(text) if self._latin_pairs else None
+        registered = self._registered_hazard(text)
+        if latin is not None and (registered is None or latin.start < registered.start):
+            return latin
+        return registered
+
+    def _latin_hazard(self, text: str) -> Span | None:
+        """A capitalized word at the end whose sound begins a registered pair's first word (or a
+        pair's first word, then the start of its second): it may still become the name."""
+        tail = text[-60:]
+        m = re.search(r"(?<![^\W\d_])(?:(?P<first>[A-Z][\w'-]*)[ \t]+)?(?P<last>[A-Z][\w'-]*)[ \t]?\Z", tail)
+        if m is None or not m.group("last").isascii():
+            return None
+        key = latin_key(m.group("last"))
+        if m.group("first") and key:
+            first = latin_key(m.group("first"))
+            if any(a == first and b.startswith(key) for a, b in self._latin_pairs):
+                return Span(len(text) - len(tail) + m.start(), len(text), NAME)
+        if len(m.group("last")) >= 2 and key and any(a.startswith(key) for a, _ in self._latin_pairs):
+            return Span(len(text) - len(tail) + m.start("last"), len(text), NAME)
+        return None
 
     def _registered_hazard(self, text: str) -> Span | None:
         if not (self._prefixes or self._core_prefixes or self._encoded_prefixes):
@@ -302,6 +424,43 @@ class CanaryDetector(Detector):
                             best, kind_at = start, CANARY
                         break
         return None if best is None else Span(offset + f.raw_start(best), len(text), kind_at)
+
+
+# Two capitalized words of Latin letters (a hyphen inside: "Ji-hoon", "Al-Qahtani").
+_LATIN_WORD = r"((?:[ae]l-[A-Z]|[A-Z])[A-Za-z'-]*[a-z])"
+_LATIN_PAIR = re.compile(r"(?<![\w-])(?=" + _LATIN_WORD + r"[ \t]+" + _LATIN_WORD + r"(?![\w-]))")
+
+
+_NON_LATIN = re.compile("[\u0590-\u06ff\u0900-\u0e7f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def latin_key(word: str) -> str:
+    """The sound of a name's word in Latin letters, as its romanizations share it: without hyphens
+    or an Arabic article ("Al-Qahtani", "Almutairi": "al" before a consonant), an "m" before a
+    consonant read as the "n" it is in Hindi's anusvara ("Ankit", "amkit"), then `sound_key`."""
+    w = re.sub(r"'s\Z", "", word.lower()).replace("-", "").replace("'", "")  # "Varma's" is Varma
+    w = re.sub(r"\A(?:al|el)(?=[^aeiouy])", "", w) if len(w) > 5 else w
+    w = re.sub(r"(?<=[aeiou])m(?=[kgtdcjsz])", "n", w)
+    # Without vowels a doubled consonant is one ("mhmd" of "محمد", "Mohammed"); a "." keeps
+    # apart the letters of two Arabic ones ("z.h" of "زه" is no "zh").
+    return re.sub(r"(.)\1+", r"\1", sound_key(w).replace(".", ""))
+
+
+def arabic_romanizations(name: str) -> set[str]:
+    """An Arabic-script name in Latin letters for `latin_key` (vowels are what romanizations
+    disagree on, and the key has none): anyascii of each word, without its article "ال"."""
+    if not any("ARABIC" in _char_name(c) for c in name):
+        return set()
+    from anyascii import anyascii
+
+    words = [".".join(anyascii(c) for c in (w[2:] if w.startswith("ال") and len(w) > 3 else w)) for w in name.split()]
+    return {" ".join(words)} if all(words) else set()
+
+
+def _char_name(c: str) -> str:
+    import unicodedata
+
+    return unicodedata.name(c, "")
 
 
 # A word in Cyrillic or Greek letters (with their accents).

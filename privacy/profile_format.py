@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from specsteer.core.errors import ProfileError
-from specsteer.privacy.canaries import identities_from_trailers, split_trailers
+from specsteer.privacy.canaries import identities_from_trailers, names_in_prose, split_trailers
+from specsteer.privacy.spans import NAME
 from specsteer.privacy.vault import (
     KeyProvider,
     ProfileVault,
@@ -273,7 +274,13 @@ def _identities(items: list[object]) -> dict[str, str]:
         if isinstance(t, str)
     ]
     lines += [t for item in items if isinstance(item, dict) for t in split_trailers(_body_text(item))[1]]
-    return identities_from_trailers(lines)
+    out = identities_from_trailers(lines)
+    # Names the bodies' prose quotes in another script (issue #49, finding 3), registered once here.
+    for item in items:
+        if isinstance(item, dict):
+            for name in names_in_prose(split_trailers(_body_text(item))[0]):
+                out.setdefault(name, NAME)
+    return out
 
 
 def _body_text(item: dict[object, object]) -> str:

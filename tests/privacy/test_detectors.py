@@ -151,6 +151,7 @@ def test_identities_from_trailers() -> None:
         "user.one@example.invalid": EMAIL,
         "Test User One": NAME,
         "jeff@example.invalid": EMAIL,
+        "Jeff": NAME,  # one word, no common word: a name too since issue #49 (Build 1)
         "Ada Lovelace": NAME,
     }
 

@@ -8,10 +8,13 @@ import codecs
 
 import pytest
 
+from specsteer.privacy.canaries import CanaryDetector
 from specsteer.privacy.guard import EgressGuard
 from specsteer.privacy.history_secrets import HistorySecretDetector
-from specsteer.privacy.spans import SECRET
+from specsteer.privacy.spans import NAME, SECRET
 from specsteer.privacy.uplinked import UplinkRecord
+from specsteer.sdk.context import Profile
+from specsteer.sdk.uplink_guard import guard_for_profile
 from tests.privacy.test_guard_attack_forms import leaked
 
 NOTES = [
@@ -31,19 +34,6 @@ def test_a_secret_introduced_with_words_between_keyword_and_value_is_registered(
     assert (
         "fjordlys-2291" in HistorySecretDetector.from_history(["Wifi at the cabin: password is Fjordlys-2291."]).secrets
     )
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "The wifi is slow today, and the password field is required.",
-        "wifi: see the sticker. The password for the staging db is in the vault.",
-        "The passphrase (see the runbook) is read from the keychain.",
-    ],
-)
-def test_words_after_a_keyword_without_a_value_register_nothing(text: str) -> None:
-    d = HistorySecretDetector.from_history([text])
-    assert d.secrets == () and d.pins == (), d.secrets
 
 
 @pytest.mark.parametrize("encode", [lambda s: s[::-1], lambda s: codecs.encode(s, "rot13")])
@@ -70,3 +60,54 @@ def test_a_registered_webhook_does_not_hold_its_host() -> None:
     record = UplinkRecord([(WEBHOOK, SECRET)])
     assert record.find("Allow https://hooks.slack.com/ in the egress proxy.") == []
     assert record.find("the path is T0123ABCD/B0456EFGH/Xk9p then") != []
+
+
+# -- names in every script ------------------------------------------------------------------------
+
+
+def test_names_a_latin_history_quotes_in_another_script_are_registered_at_profile_load() -> None:
+    profile = Profile.from_obj(
+        {
+            "profile": [
+                {"subject": "s", "body": "Paired with Алексей Морозов on the flaky retry test."},
+                {"subject": "s", "body": "Thanks to 박지훈 for spotting the race in the scheduler."},
+                {"subject": "s", "body": "خالد المطيري reported the crash on the ARM builders."},
+                {"subject": "s", "body": "As discussed with अंकित वर्मा, the cache stays per-process."},
+            ]
+        }
+    )
+    names = {n for n, kind in profile.identities.items() if kind == NAME}
+    assert names == {"Алексей Морозов", "박지훈", "خالد المطيري", "अंकित वर्मा"}
+
+
+def test_a_history_in_another_script_registers_no_prose_as_names() -> None:
+    from specsteer.privacy.canaries import names_in_prose
+
+    assert names_in_prose("Исправить ошибку в парсере при пустом вводе") == set()
+    assert names_in_prose("修复解析器中的错误") == set()
+
+
+@pytest.mark.parametrize(
+    ("registered", "text", "name"),
+    [
+        ("Алексей Морозов", "Per Alexei Morozov, the old endpoint stays.", "Alexei Morozov"),
+        ("محمد القحطاني", "Ask Mohammed Al-Qahtani first.", "Mohammed Al-Qahtani"),
+        ("خالد المطيري", "cc Khaled Almutairi: fixed.", "Khaled Almutairi"),
+        ("अंकित वर्मा", "The numbers came from Ankit Verma's laptop.", "Ankit Verma"),
+        ("박지훈", "The numbers came from Park Ji-hoon's laptop.", "Park Ji-hoon"),
+        ("Øystein Brænne", "Ping Oystein Braenne before merging.", "Oystein Braenne"),
+    ],
+)
+def test_a_name_in_another_script_is_found_as_a_colleague_spells_it(registered: str, text: str, name: str) -> None:
+    d = CanaryDetector({registered: NAME})
+    spans = d.find(text)
+    a = text.index(name)
+    assert any(s.start <= a and s.end >= a + len(name) for s in spans), spans
+    # and no other pair of capitalized words
+    assert d.find("Make Python Great, Apply Black Formatting, Merge Main Branch, Ask Mike Morris.") == []
+
+
+def test_a_devanagari_name_as_written_does_not_go_up_a_byte(bpe_tok) -> None:
+    profile = Profile.from_obj({"profile": [{"subject": "s", "body": "Thanks to स्नेहा कुलकर्णी for the fix."}]})
+    guard = guard_for_profile(profile, bpe_tok, "placeholder").for_prompt("Write the note.")
+    assert leaked(guard, bpe_tok, "Ping स्नेहा कुलकर्णी before merging.", "स्नेहा कुलकर्णी") == ""

@@ -19,8 +19,11 @@ TRAILERS = [
 def test_a_one_word_name_in_another_script_is_registered() -> None:
     ids = identities_from_trailers(TRAILERS)
     assert ids["王秀英"] == NAME and ids["김서연"] == NAME
-    # A one-word Latin name stays out: "Jeff" alone would hold every capitalized word it begins.
-    assert "Jeff" not in identities_from_trailers(["Acked-by: Jeff <j@ex.org>"])
+    # A one-word Latin name is a name too (issue #49, Build 1: "one-word names included") where
+    # it is capitalized and no common word; a bot, a team or a word is not.
+    assert identities_from_trailers(["Acked-by: Oluwaseun <o@ex.org>"])["Oluwaseun"] == NAME
+    for word in ("Bot", "Dependabot", "Release", "CI", "Mark"):
+        assert word not in identities_from_trailers([f"Acked-by: {word} <x@ex.org>"])
 
 
 @pytest.mark.parametrize(
