@@ -57,6 +57,7 @@ from enum import StrEnum
 from specsteer.core.errors import ConfigError
 from specsteer.core.session_types import GuardDecision
 from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.context_ids import BirthDateRecognizer, LicencePlateRecognizer
 from specsteer.privacy.history_secrets import HistorySecretDetector
 from specsteer.privacy.ngrams import RewrittenVerbatimDetector, VerbatimNgramDetector
 from specsteer.privacy.pii import PiiDetector
@@ -227,6 +228,8 @@ class EgressGuard:
             ShapeRecognizer(),
             SeedPhraseRecognizer(),
             SpecialCategoryRecognizer(),
+            LicencePlateRecognizer(),
+            BirthDateRecognizer(),
             VerbatimNgramDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
             RewrittenVerbatimDetector.from_texts(history, tokenizer, n=n, public_texts=public_texts),
         ]

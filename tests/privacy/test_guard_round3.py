@@ -5,10 +5,12 @@ in ROT13 (it has spaces), a split whose part is one letter, and a registered web
 from __future__ import annotations
 
 import codecs
+import datetime
 
 import pytest
 
 from specsteer.privacy.canaries import CanaryDetector
+from specsteer.privacy.context_ids import BirthDateRecognizer, LicencePlateRecognizer
 from specsteer.privacy.guard import EgressGuard
 from specsteer.privacy.history_secrets import HistorySecretDetector
 from specsteer.privacy.spans import NAME, SECRET
@@ -111,3 +113,40 @@ def test_a_devanagari_name_as_written_does_not_go_up_a_byte(bpe_tok) -> None:
     profile = Profile.from_obj({"profile": [{"subject": "s", "body": "Thanks to स्नेहा कुलकर्णी for the fix."}]})
     guard = guard_for_profile(profile, bpe_tok, "placeholder").for_prompt("Write the note.")
     assert leaked(guard, bpe_tok, "Ping स्नेहा कुलकर्णी before merging.", "स्नेहा कुलकर्णी") == ""
+
+
+# -- licence plates and dates of birth -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "plate"),
+    [
+        ("Number plate AB12 CDE, the grey Skoda by the gate.", "AB12 CDE"),
+        ("My car (HH-RJ 3537) is in bay 14 today.", "HH-RJ 3537"),
+        ("parked the car, reg FL-585-DF, on level 2", "FL-585-DF"),
+        ("Whose car is 8ABL447? It is in the loading zone.", "8ABL447"),
+        ("Kennzeichen WA 08352", "WA 08352"),
+    ],
+)
+def test_a_licence_plate_after_a_vehicle_word_does_not_go_up(bpe_tok, text: str, plate: str) -> None:
+    guard = EgressGuard.for_profile([], bpe_tok).for_prompt("Write the note.")
+    assert leaked(guard, bpe_tok, text, plate) == ""
+    # Without a vehicle word the same shape is a ticket or a build tag.
+    assert LicencePlateRecognizer().find(f"Closes {plate} in the tracker.") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "date"),
+    [
+        ("Aino Marini (02.06.1979) joins the platform team.", "02.06.1979"),
+        ("Jonas Berg, 13 May 1997, Oslo", "13 May 1997"),
+        ("Passenger: Emil Haddad 15/8/1992", "15/8/1992"),
+        ("Aino Costa – 1988-12-05 – emergency contact on file", "1988-12-05"),
+    ],
+)
+def test_a_date_of_birth_beside_a_name_does_not_go_up(bpe_tok, text: str, date: str) -> None:
+    guard = EgressGuard.for_profile([], bpe_tok).for_prompt("Write the note.")
+    assert leaked(guard, bpe_tok, text, date) == ""
+    # A release date beside a version, or a recent date, is no birth date.
+    d = BirthDateRecognizer(today=datetime.date(2026, 1, 1))
+    assert d.find("Django 5.0 (2023-12-04) dropped it. Merged by Renovate on 01.02.2024. Lukas Holt, 2024-03-01") == []
