@@ -55,7 +55,7 @@ _EDGE = "\"'([{.,;:!?)]}"  # prose punctuation around a chunk
 # A personal cue before a cued term (two words back at most, with articles and a few adjectives
 # between): health terms follow a possessive or a verb of having; the others a copula.
 _SKIP = (
-    r"(?:(?:a|an|the|very|openly|devout|practising|practicing|registered|lifelong|proud|chronic|severe|mild"
+    r"(?:(?:a|an|the|very|openly|devout|practising|practicing|observant|religious|registered|lifelong|proud|chronic|severe|mild"
     r"|clinical|early|late|stage|some)\s+){0,2}"
 )
 _HEALTH_CUE = re.compile(
@@ -65,7 +65,24 @@ _HEALTH_CUE = re.compile(
 )
 _IDENTITY_CUE = re.compile(
     r"(?<![a-z0-9'])(?:is|am|are|was|were|i'm|im|he's|she's|they're|we're|being|became|become|identifies as"
-    r"|identify as|came out as|as|raised|born|fellow|my|his|her|their|our)\s+" + _SKIP + r"\Z"
+    r"|identify as|came out as|as|raised|born|fellow|my|his|her|their|our|member of|votes? for|voted for|supports?"
+    r"|supporter of|joined|in)\s+" + _SKIP + r"\Z"
+)
+# A party or a union by its proper name after a personal cue ("is a Green Party councillor", "a
+# member of the Communist Party", "in the Teamsters union", "of the IG Metall union"): no list of
+# every party and union exists, but their names are capitalized words before "Party" or "union".
+_NAMED_GROUP = re.compile(r"(?<![\w-])(?:[A-Z][\w'-]*[ \t]+){1,3}?(?:Party|[Uu]nion)(?![\w-])")
+_NAMED_GROUP_HAZARD = re.compile(r"(?<![\w-])(?:[A-Z][\w'-]*[ \t]*){1,3}\Z")
+# A medication's dose and what follows it ("150 mg of quetiapine", "25 mg insulin glargine"):
+# a dose in mg/mcg/ml/IU is no developer's unit, and the drug after it is health data whether or
+# not the vocabulary lists it.
+_DOSE = (
+    r"(?<![\w.])\d+(?:[.,]\d+)?[ \t]*(?:mg|mcg|µg|ug|ml|iu|units?)(?![a-z0-9])(?:[ \t]+of)?"
+    r"(?:[ \t]+(?!(?:{stop})(?![a-z0-9'-]))[a-z][a-z0-9'-]*){{0,2}}"
+)
+_DOSE_HAZARD = re.compile(
+    r"(?<![\w.])\d+(?:[.,]\d*)?(?:[ \t]*(?:m|mg|mc|mcg|µ|µg|u|ug|ml|i|iu|un|uni|unit|units)"
+    r"(?:[ \t]+(?:o|of)?)?(?:[ \t]+[a-z][a-z0-9'-]*)?)?[ \t]*\Z"
 )
 
 _NUMBER = r"(?:\d{1,2}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a few|few|several)"
@@ -81,6 +98,7 @@ _STOP = (
     r"in|at|on|last|this|that|and|but|so|after|before|when|since|by|ago|yesterday|today|recently|which"
     r"|who|because|while|during|as|two|three|four|five|years?|months?|weeks?|days?|the|a|an|to|of|is|was|and"
 )
+_DOSE_RE = re.compile(_DOSE.format(stop=_STOP))
 _INTRODUCED = re.compile(
     r"(?<![a-z0-9])(?:diagnosed\s+(?:with|as\s+having)|diagnosis\s+of|tested\s+positive\s+for)\s+(?:(?:a|an|the)\s+)?"
     r"((?!(?:" + _STOP + r")(?![a-z0-9'+-]))[a-z0-9'+-]+"
@@ -197,11 +215,22 @@ class SpecialCategoryRecognizer(Detector):
         for m in _PREGNANT.finditer(t):
             if not _in_code(t, m.start(), m.end()):
                 found.append((m.start(), m.end()))
+        for m in _DOSE_RE.finditer(t):
+            if not _in_code(t, m.start(), m.end()):
+                found.append((m.start(), m.end()))
+        # On the raw text: a proper name is told by its capitals, which folding drops.
+        lower = text.lower()
+        named = [
+            Span(m.start(), m.end(), SPECIAL_CATEGORY)
+            for m in _NAMED_GROUP.finditer(text)
+            if _IDENTITY_CUE.search(lower, max(0, m.start() - 48), m.start()) is not None
+            and not _in_code(lower, m.start(), m.end())
+        ]
         for m in _INTRODUCED.finditer(t):
             if not _in_code(t, m.start(1), m.end(1)):
                 found.append((m.start(1), m.end(1)))
         spans = [Span(*f.span(a, b), SPECIAL_CATEGORY) for a, b in found]
-        return merge_spans(spans)
+        return merge_spans([*spans, *named])
 
     def hazard(self, text: str) -> Span | None:
         if not self.hold_prefixes:
@@ -214,6 +243,15 @@ class SpecialCategoryRecognizer(Detector):
         m = _PREGNANT_HAZARD.search(tail)
         if m is not None and not _in_code(tail, m.start(), len(tail)):
             starts.append(m.start())
+        m = _DOSE_HAZARD.search(tail)
+        if m is not None and not _in_code(tail, m.start(), len(tail)):
+            starts.append(m.start())
+        # Capitalized words after a personal cue may still become "... Party" or "... union".
+        raw_tail = text[len(text) - len(text[-120:]) :]
+        m = _NAMED_GROUP_HAZARD.search(raw_tail)
+        named = None
+        if m is not None and _IDENTITY_CUE.search(raw_tail.lower(), max(0, m.start() - 48), m.start()) is not None:
+            named = len(text) - len(raw_tail) + m.start()
         # The trailing word, and up to five words before it: where a phrase could have begun.
         begins = [w.start() for w in _WORD.finditer(tail)][-6:]
         v = self.vocabulary
@@ -229,6 +267,7 @@ class SpecialCategoryRecognizer(Detector):
             ):
                 starts.append(s)
                 break
-        if not starts:
+        raws = [f.raw_start(at + s) for s in starts] + ([named] if named is not None else [])
+        if not raws:
             return None
-        return Span(f.raw_start(at + min(starts)), len(text), SPECIAL_CATEGORY)
+        return Span(min(raws), len(text), SPECIAL_CATEGORY)

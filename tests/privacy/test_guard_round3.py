@@ -14,6 +14,7 @@ from specsteer.privacy.context_ids import BirthDateRecognizer, LicencePlateRecog
 from specsteer.privacy.guard import EgressGuard
 from specsteer.privacy.history_secrets import HistorySecretDetector
 from specsteer.privacy.spans import NAME, SECRET
+from specsteer.privacy.special import SpecialCategoryRecognizer
 from specsteer.privacy.uplinked import UplinkRecord
 from specsteer.sdk.context import Profile
 from specsteer.sdk.uplink_guard import guard_for_profile
@@ -150,3 +151,27 @@ def test_a_date_of_birth_beside_a_name_does_not_go_up(bpe_tok, text: str, date: 
     # A release date beside a version, or a recent date, is no birth date.
     d = BirthDateRecognizer(today=datetime.date(2026, 1, 1))
     assert d.find("Django 5.0 (2023-12-04) dropped it. Merged by Renovate on 01.02.2024. Lukas Holt, 2024-03-01") == []
+
+
+# -- special categories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("Remind her about the 150 mg of quetiapine before the flight.", "150 mg of quetiapine"),
+        ("Marco takes 10 mg of insulin glargine a day.", "10 mg of insulin glargine"),
+        ("After a psychotic episode, he is back part time.", "psychotic episode"),
+        ("Off the record, Lena is a member of the Communist Party.", "Communist Party"),
+        ("HR asked us not to mention that she is in the Teamsters union.", "Teamsters"),
+        ("My manager is an AfD voter, keep it out of the team page.", "AfD"),
+        ("Don't schedule it on Friday: our tech lead is Kurdish.", "Kurdish"),
+        ("My partner is an observant Jew.", "Jew"),
+    ],
+)
+def test_special_category_data_does_not_go_up(bpe_tok, text: str, span: str) -> None:
+    guard = EgressGuard.for_profile([], bpe_tok).for_prompt("Write the note.")
+    assert leaked(guard, bpe_tok, text, span) == ""
+    # The same words in code and developer prose stay ordinary.
+    d = SpecialCategoryRecognizer()
+    assert d.find("Return a Union type; the third-party parser is in the Python module; took 150 ms.") == []
