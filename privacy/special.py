@@ -72,7 +72,7 @@ _IDENTITY_CUE = re.compile(
 # member of the Communist Party", "in the Teamsters union", "of the IG Metall union"): no list of
 # every party and union exists, but their names are capitalized words before "Party" or "union".
 _NAMED_GROUP = re.compile(r"(?<![\w-])(?:[A-Z][\w'-]*[ \t]+){1,3}?(?:Party|[Uu]nion)(?![\w-])")
-_NAMED_GROUP_HAZARD = re.compile(r"(?<![\w-])(?:[A-Z][\w'-]*[ \t]*){1,3}\Z")
+_NAMED_GROUP_HAZARD = re.compile(r"(?<![\w-])(?:[A-Z][\w'-]*[ \t]*){1,3}(?:(?<=[ \t])(?:u|un|uni|unio))?\Z")
 # A medication's dose and what follows it ("150 mg of quetiapine", "25 mg insulin glargine"):
 # a dose in mg/mcg/ml/IU is no developer's unit, and the drug after it is health data whether or
 # not the vocabulary lists it.
