@@ -485,6 +485,22 @@ def _date(rng: random.Random) -> tuple[int, int, int]:
     return rng.randint(1950, 2004), rng.randint(1, 12), rng.randint(1, 28)
 
 
+_ID_MODULES: dict[str, ModuleType] = {
+    "personnummer": se_pnr,
+    "PESEL": pl_pesel,
+    "henkilötunnus": fi_hetu,
+    "주민등록번호": kr_rrn,
+    "BSN": nl_bsn,
+    "DNI": es_dni,
+    "codice fiscale": it_cf,
+    "fødselsnummer": no_fnr,
+    "CPR-nummer": dk_cpr,
+    "rijksregisternummer": be_nn,
+    "isikukood": ee_ik,
+    "CNP": ro_cnp,
+}
+
+
 def _one_id(rng: random.Random) -> tuple[str, str, bool]:
     """(identifier, what people call it, whether its shape alone gives it away)."""
     while True:
@@ -548,7 +564,8 @@ def _one_id(rng: random.Random) -> tuple[str, str, bool]:
             county = f"{rng.randint(1, 46):02d}"
             head = f"{sex}{y % 100:02d}{m:02d}{d:02d}{county}{_rand(rng, string.digits, 3)}"
             x, name, shaped = head + ro_cnp.calc_check_digit(head), "CNP", False
-        if x is not None:
+        # Every value is one stdnum accepts (a check digit alone does not make a date valid).
+        if x is not None and _ID_MODULES[name].is_valid(x):
             return x, name, shaped
 
 

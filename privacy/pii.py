@@ -144,15 +144,32 @@ _ADDRESS_FR = re.compile(
     r"\s+(?:(?:de|du|des|la|le|l'|d')\s*){0,2}[a-z][a-z'-]{2,}(?:-[a-z][a-z'-]+)*"
     r"(?:,?\s*\d{5}(?:\s+[a-z][a-z-]{2,})?)?"
 )
+# Street names that end in their type, German, Dutch and Nordic ("Hauptstrasse 5", "Herengracht
+# 111", "Kastanjestraat 193-2" with its floor, "Oudezijds Voorburgwal 100", "Storgatan 4").
+_SUFFIX_STREETS = (
+    r"strasse|str\.|weg|platz|allee|gasse|straat|gracht|laan|plein|kade|singel|dijk|burgwal|steeg|markt"
+    r"|gatan|gata|vagen|vej|gade|katu|tie"
+)
 _ADDRESS_DE = re.compile(
-    r"(?<![\w.\-/])(?:[a-z][a-z-]{2,}\s(?=str(?:asse|\.)))?[a-z-]*(?:strasse|str\.|weg|platz|allee|gasse)\s+\d{1,4}[a-z]?"
-    r"(?![\w.])"
+    r"(?<![\w.\-/])(?:[a-z][a-z-]{2,}\s(?=[a-z-]*(?:str(?:asse|\.)|burgwal|gracht)))?[a-z-]*(?:"
+    + _SUFFIX_STREETS
+    + r")\s+\d{1,4}[a-z]?(?:-\d{1,3}|-?[a-z](?![a-z]))?"
+    r"(?![\w]|\.\d)"
     r"(?:,?\s*\d{4,5}(?:\s+[a-z][a-z-]{2,})?)?"
 )
-_ADDRESS_IBERIAN = re.compile(
-    r"(?<![\w.\-/])(?:via|viale|piazza|corso|calle|avenida|plaza|rua|praca)\s+(?:(?:de|del|la|di|da|do)\s+){0,2}"
-    r"[a-z][a-z'-]{2,}(?:\s+[a-z][a-z'-]{2,})?,?\s+\d{1,4}(?![\w.])(?:,?\s*\d{5}(?:\s+[a-z][a-z-]{2,})?)?"
+# A street type before the name: Italian, Spanish ("C/" for calle, with the floor and door after
+# it: "C/ de Sants 31, 6º 1ª"), Portuguese, Polish ("ul. Długa 14 m. 3": the flat after "m.").
+_PREFIX_STREETS = (
+    r"via|viale|piazza|corso|calle|c/|avda\.?|avenida|plaza|paseo|rua|praca|ul\.|ulica|al\.|aleja|os\.|pl\."
 )
+_ADDRESS_IBERIAN = re.compile(
+    r"(?<![\w.\-/])(?:" + _PREFIX_STREETS + r")\s*(?:(?:de|del|la|di|da|do|dei|delle)\s+){0,2}"
+    r"[a-z][a-z'-]{2,}(?:\s+[a-z][a-z'-]{2,})?,?\s+\d{1,4}(?![\w.])"
+    r"(?:,?\s*\d{1,2}\s?[oa°]\.?(?:\s*\d{1,2}\s?[oa°]\.?)?(?![\w]))?(?:\s+m\.\s*\d{1,4})?"
+    r"(?:,?\s*\d{5}(?:\s+[a-z][a-z-]{2,})?)?"
+)
+# A Japanese address after its postal mark: "〒150-0002 東京都渋谷区渋谷2-21-1".
+_ADDRESS_JP = re.compile(r"〒\s?\d{3}-?\d{4}(?:\s?[\u3005\u3040-\u30ff\u4e00-\u9fff\d\-]+)?")
 
 # Hazards: the end of the text could still grow into one of the patterns above. An address's
 # local part is held before its "@" arrives ("jane.doe" of "jane.doe@example.com"), as are the
@@ -199,9 +216,19 @@ _IBAN_HAZARD = re.compile(r"(?<![a-z0-9])[a-z]{2}\d{1,2}(?:[ \-]?[a-z0-9]{0,4}){
 _ADDRESS_GROWS = re.compile(r"(?:,?\s*[a-z0-9-]{0,20}){0,4},?\s?")  # ", springfield, il 6270"
 _ADDRESS_HAZARD = re.compile(
     r"(?<![\w.\-/])\d{1,5}[a-z]?,?\s+(?:[a-z][a-z'.-]*\s*){0,4}\Z"
-    r"|(?<![\w.\-/])(?:via|viale|piazza|corso|calle|avenida|plaza|rua|praca|flat|apt\.?|apartment|suite|unit)"
-    r"(?:\s+[a-z0-9][a-z0-9'-]*,?){0,3}\s*\Z"
-    r"|(?<![\w.\-/])[a-z-]*(?:strasse|str\.|weg|platz|allee|gasse)\s*\d{0,4}\Z"
+    r"|(?<![\w.\-/])(?:" + _PREFIX_STREETS + r"|flat|apt\.?|apartment|suite|unit)"
+    r"(?:\s*[a-z0-9][a-z0-9'-]*,?){0,3}\s*\Z"
+    r"|(?<![\w.\-/])(?:[a-z][a-z-]{2,}\s)?[a-z-]*(?:" + _SUFFIX_STREETS + r")\s*\d{0,4}(?:-\d{0,3})?\Z"
+    r"|〒[\s\d\-]*\Z"
+    # A letter that may begin one of the prefixed street types ("C" of "C/ de", "u" of "ul.").
+    r"|(?<![\w.\-/])(?:c|c/|ul|al|os|avda)\Z"
+)
+# Where an address is announced ("moved to", "send ... to", "drop ... at", "address:"), a
+# capitalized word may be a street whose type comes at its end ("Herengracht", "Kastanjestraat"):
+# held until it is written whole, on the raw text (the capital tells a name).
+_ADDRESS_CUE_HAZARD = re.compile(
+    r"(?i:\b(?:moved|move|moving|live|lives|living|send|ship|deliver|post|mail|drop|bring|address|at|to))"
+    r"(?:\b[^.\n]{0,24}?\b(?:to|at))?[:\s]+(?:[A-Z][\w'-]*\s+)?[A-Z][\w'-]*\Z"
 )
 
 # Issuer prefixes of the major card networks; a Luhn-valid number outside them is a counter or ID.
@@ -373,7 +400,7 @@ class PiiDetector(Detector):
         if IBAN in k:
             out += [(m.start(), m.start() + n, IBAN) for m in _IBAN_RE.finditer(t) if (n := _iban_length(m.group()))]
         if ADDRESS in k:
-            for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN):
+            for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN, _ADDRESS_JP):
                 out += [(m.start(), m.end(), ADDRESS) for m in pattern.finditer(t) if _address_ok(m)]
         spans = [Span(*f.span(a, b), kind) for a, b, kind in out if b > a]
         # The town after a street ("12 Larch Lane, Springfield"), written with a capital on the raw text.
@@ -432,6 +459,12 @@ class PiiDetector(Detector):
         if ADDRESS in k:
             m = _ADDRESS_HAZARD.search(tail)
             add(m if m and not any(w in _FUNCTION_WORDS for w in m.group().split()[1:]) else None, ADDRESS)
+            if self.hold_local_parts:  # not at the end of a text: a word written whole stays a word
+                cue = _ADDRESS_CUE_HAZARD.search(text[-64:])
+                if cue is not None:
+                    word = re.search(r"[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?\Z", cue.group())
+                    if word is not None:
+                        found.append(Span(len(text) - len(cue.group()) + word.start(), len(text), ADDRESS))
             # A complete street may still take its postcode and city (", 75002 Paris").
             for pattern in (_ADDRESS_EN, _ADDRESS_FR, _ADDRESS_DE, _ADDRESS_IBERIAN):
                 for m in pattern.finditer(tail):

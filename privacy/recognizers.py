@@ -148,9 +148,14 @@ class PhoneRecognizer(Detector):
 
     def hazard(self, text: str) -> Span | None:
         # "(+44) 20 79" or "+44 20 7946\n" at the end may still grow into a number.
-        m = _PHONE_HAZARD.search(fold(text[-64:]).text)
+        m = _PHONE_HAZARD.search(fold(text[-64:]).text) or _SPELLED_PHONE_HAZARD.search(fold(text[-64:]).text)
         if m is None:
-            return None
+            # The first number word after a phone's cue ("my number is nine"), which folding
+            # leaves a word until the second one comes.
+            first = _FIRST_SPELLED_DIGIT.search(text[-64:].lower())
+            if first is None:
+                return None
+            return Span(len(text) - len(text[-64:]) + first.start("word"), len(text), PHONE)
         start = len(text) - len(text[-64:]) + fold(text[-64:]).raw_start(m.start())
         return Span(start, len(text), PHONE)
 
@@ -160,7 +165,22 @@ class PhoneRecognizer(Detector):
 # or single digits a row of number words folded to ("nine eight seven ..."). Only what libphonenumber
 # calls a valid number of one of `_NATIONAL_REGIONS` counts: a build number or a count is not one.
 _NATIONAL_PHONE = re.compile(
-    r"(?<![\w.+\-/:#])(?:(?:\(\d{2,4}\)[ ]?)?\d{2,5}(?:[ \-]\d{2,5}){1,4}|\d(?: \d){8,11})(?![\w\-/:]|[.,]\d)"
+    r"(?<![\w.+\-/:#])(?:(?:\(\d{2,4}\)[ ]?)?\d{2,5}(?:[ \-]\d{2,5}){1,4}|\d(?:,? \d){8,11})(?![\w\-/:]|[.,]\d)"
+)
+# Single digits a row of number words folded to, still being written ("nine three six", "nine
+# three six five six, th"): the number may go on; held from its first digit. Two digits at least
+# (one number word alone is not folded to a digit).
+_FIRST_SPELLED_DIGIT = re.compile(
+    r"(?:number|phone|mobile|cell|call|text|whatsapp|ring|reach|dial|tel)\b[^.\n]{0,16}?(?<![\w])(?P<word>(?:"
+    + "|".join(sorted(DIGIT_WORDS, key=len, reverse=True))
+    + r")?,?[ ]?(?:"
+    + "|".join(sorted(DIGIT_WORD_PREFIXES | DIGIT_WORDS, key=len, reverse=True))
+    + r"))\Z"
+)
+_SPELLED_PHONE_HAZARD = re.compile(
+    r"(?<![\w.+\-/:#])\d(?:,? \d){1,11}(?:,? (?:"
+    + "|".join(sorted(DIGIT_WORD_PREFIXES | DIGIT_WORDS, key=len, reverse=True))
+    + r"))?,? ?\Z"
 )
 # Regions whose numbering plans are strict enough that a valid national number is rarely a run of
 # counts: Germany, China, Indonesia, Nigeria and North America (found by its own patterns) accept
@@ -175,13 +195,15 @@ def _national_phone_ok(m: re.Match[str]) -> bool:
     digits = re.sub(r"\D", "", m.group())
     if not 9 <= len(digits) <= 12 or _DATE_LIKE.search(m.group()):
         return False
+    # Spelled digits with commas between groups ("9 3 6 5 6, 3 2 4 4 5"): parsed as the digits.
+    written = digits if "," in m.group() else m.group()
     # A row of counting digits ("1 2 3 4 5 6 7 8 9 0") is a keyboard or a list, not a number.
     if all((int(b) - int(a)) % 10 == 1 for a, b in itertools.pairwise(digits)):
         return False
     pn = _phonenumbers()
     for region in _NATIONAL_REGIONS:
         try:
-            number = pn.parse(m.group(), region)
+            number = pn.parse(written, region)
         except pn.NumberParseException:
             continue
         if pn.is_valid_number(number):
@@ -571,7 +593,8 @@ _IS_WORDS = (
 # "is", "was", ":", "=", "#", "number", "no.", "nr." in any order a person writes them, or a space.
 # A value may stand in quotes ('password is "Tr0ub4dor&3"'): the quote opens it, the value class
 # (which takes no quote) ends at the closing one.
-_OPEN_QUOTE = r"[\"'`\u2018\u201c]?"
+# A value may open with a quote or a parenthesis ("her fødselsnummer (25045018116)").
+_OPEN_QUOTE = r"[\"'`\u2018\u201c(]?"
 _INTRO = (
     r"(?:'s)?(?:[ \t]*(?:(?:number|numbers|num|nummer|numero|no\.?|nr\.?|#)(?![a-z]))?[ \t]*(?:=>|[:=#-]|"
     + _IS_WORDS

@@ -18,7 +18,7 @@ from specsteer.privacy.special import SpecialCategoryRecognizer
 from specsteer.privacy.uplinked import UplinkRecord
 from specsteer.sdk.context import Profile
 from specsteer.sdk.uplink_guard import guard_for_profile
-from tests.privacy.test_guard_attack_forms import leaked
+from tests.privacy.test_guard_attack_forms import held, leaked
 
 NOTES = [
     "Logistics for the week at the lake house.\n\nThe wifi password there is Kestrel-4471, and the "
@@ -175,3 +175,34 @@ def test_special_category_data_does_not_go_up(bpe_tok, text: str, span: str) -> 
     # The same words in code and developer prose stay ordinary.
     d = SpecialCategoryRecognizer()
     assert d.find("Return a Union type; the third-party parser is in the Python module; took 150 ms.") == []
+
+
+# -- national formats: spelled phones, addresses by their leading words, IDs in parentheses --------
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        (
+            "My number is nine three six five six, three two four four five.",
+            "nine three six five six, three two four four five",
+        ),
+        (
+            "text me at zero nine zero, nine three two eight, six nine eight six",
+            "zero nine zero, nine three two eight, six nine eight six",
+        ),
+        ("We moved to Herengracht 111 in March.", "Herengracht 111"),
+        ("Send the invoice to Kastanjestraat 205-2.", "Kastanjestraat 205-2"),
+        ("Drop the keys at Oudezijds Voorburgwal 100, second bell.", "Oudezijds Voorburgwal 100"),
+        ("Address: C/ de Sants 31, 6º 1ª", "C/ de Sants 31, 6º 1ª"),
+        ("Send the invoice to ul. Mokotowska 130 m. 17.", "ul. Mokotowska 130 m. 17"),
+        ("We moved to 〒784-9892 東京都渋谷区1-18-11 in March.", "〒784-9892 東京都渋谷区1-18-11"),
+        ("She gave her fødselsnummer (25045018116) over the phone.", "25045018116"),
+    ],
+)
+def test_national_formats_do_not_go_up(bpe_tok, text: str, span: str) -> None:
+    guard = EgressGuard.for_profile([], bpe_tok).for_prompt("Write the note.")
+    assert leaked(guard, bpe_tok, text, span) == ""
+    # Ordinary text with the same words keeps every token.
+    ordinary = "Moved to Postgres at 5 pm; see Main Street in the docs and take 2 3 off."
+    assert held(guard, bpe_tok, ordinary) == ""
