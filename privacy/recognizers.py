@@ -1325,6 +1325,8 @@ _SHAPED_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![\w.\-+])\d{6}-\d{4}(?![\w\-]|[.,]\d)"), "dk.cpr"),
     (re.compile(r"(?<![\w.\-+])\d{6}[-+A-FU-Y]\d{3}[0-9A-Y](?![\w\-])", re.I), "fi.hetu"),
     (re.compile(r"(?<![\w.\-+])\d{6}-\d{7}(?![\w\-]|[.,]\d)"), "kr.rrn"),
+    # A Belgian national number as it is printed: "85.07.30-033.28".
+    (re.compile(r"(?<![\w.\-+])\d{2}\.\d{2}\.\d{2}-\d{3}\.\d{2}(?![\w\-]|[.,]\d)"), "be.nn"),
 )
 _TOTP_HAZARD = re.compile(
     r"(?:totp|otp|2fa|mfa|authenticator|two[- ]factor)[\w -]{0,20}?(?:secret|seed|key|code)?[ \t]*"

@@ -99,6 +99,11 @@ _STOP = (
     r"|who|because|while|during|as|two|three|four|five|years?|months?|weeks?|days?|the|a|an|to|of|is|was|and"
 )
 _DOSE_RE = re.compile(_DOSE.format(stop=_STOP))
+_FOR_NAME_HAZARD = re.compile(r"[ \t]+(?:f|fo|for|o|of|a|at)(?:[ \t]+(?:[A-Z][\w'-]*)?)?[ \t]*\Z")
+_JOIN = re.compile(r"[ \t]+(?:for|of|with)[ \t]+")
+_FOR_NAME = re.compile(r"[ \t]+(?:for|of|at)[ \t]+(?:[A-Z][\w'-]*)(?:[ \t]+[A-Z][\w'-]*)?")
+_STAGE_BEFORE = re.compile(r"(?<![\w])stage[ \t]+(?:[0-4]|i{1,3}|iv)[abc]?[ \t]+\Z")
+_STAGE_HAZARD = re.compile(r"(?<![\w])stage(?:[ \t]+(?:[0-4]|i{1,3}|iv)?[abc]?)?[ \t]*\Z")
 _INTRODUCED = re.compile(
     r"(?<![a-z0-9])(?:diagnosed\s+(?:with|as\s+having)|diagnosis\s+of|tested\s+positive\s+for)\s+(?:(?:a|an|the)\s+)?"
     r"((?!(?:" + _STOP + r")(?![a-z0-9'+-]))[a-z0-9'+-]+"
@@ -215,6 +220,10 @@ class SpecialCategoryRecognizer(Detector):
         for m in _PREGNANT.finditer(t):
             if not _in_code(t, m.start(), m.end()):
                 found.append((m.start(), m.end()))
+        # A stage before a condition is part of it ("stage 2 breast cancer").
+        found = [
+            (st.start(), b) for a, b in found if (st := _STAGE_BEFORE.search(t, 0, a)) is not None and st.end() == a
+        ] + found
         for m in _DOSE_RE.finditer(t):
             if not _in_code(t, m.start(), m.end()):
                 found.append((m.start(), m.end()))
@@ -229,7 +238,20 @@ class SpecialCategoryRecognizer(Detector):
         for m in _INTRODUCED.finditer(t):
             if not _in_code(t, m.start(1), m.end(1)):
                 found.append((m.start(1), m.end(1)))
-        spans = [Span(*f.span(a, b), SPECIAL_CATEGORY) for a, b in found]
+        # "rehab for alcohol dependence", "shop steward for Unite": a term, a preposition, and
+        # another term or a proper name are one statement; the preposition between is not left out.
+        found = sorted(found)
+        joined: list[tuple[int, int]] = []
+        for a, b in found:
+            if joined and _JOIN.fullmatch(t, joined[-1][1], a):
+                joined[-1] = (joined[-1][0], max(b, joined[-1][1]))
+            else:
+                joined.append((a, b))
+        spans = [Span(*f.span(a, b), SPECIAL_CATEGORY) for a, b in joined]
+        for sp in list(spans):
+            m = _FOR_NAME.match(text, sp.end)
+            if m is not None:
+                spans.append(Span(sp.start, m.end(), SPECIAL_CATEGORY))
         return merge_spans([*spans, *named])
 
     def hazard(self, text: str) -> Span | None:
@@ -241,6 +263,9 @@ class SpecialCategoryRecognizer(Detector):
         tail = t[at:]
         starts: list[int] = []
         m = _PREGNANT_HAZARD.search(tail)
+        if m is not None and not _in_code(tail, m.start(), len(tail)):
+            starts.append(m.start())
+        m = _STAGE_HAZARD.search(tail)
         if m is not None and not _in_code(tail, m.start(), len(tail)):
             starts.append(m.start())
         m = _DOSE_HAZARD.search(tail)
@@ -267,6 +292,13 @@ class SpecialCategoryRecognizer(Detector):
             ):
                 starts.append(s)
                 break
+        # A term just written may go on with "for <a name>" ("shop steward for Unite").
+        m = _FOR_NAME_HAZARD.search(text[-40:])
+        if m is not None:
+            cut = len(text) - len(text[-40:]) + m.start()
+            lo = max(0, cut - 80)
+            if any(sp.end == cut - lo for sp in self.find(text[lo:cut])):
+                named = cut if named is None else min(named, cut)
         raws = [f.raw_start(at + s) for s in starts] + ([named] if named is not None else [])
         if not raws:
             return None

@@ -167,6 +167,9 @@ def test_a_date_of_birth_beside_a_name_does_not_go_up(bpe_tok, text: str, date: 
         ("My manager is an AfD voter, keep it out of the team page.", "AfD"),
         ("Don't schedule it on Friday: our tech lead is Kurdish.", "Kurdish"),
         ("My partner is an observant Jew.", "Jew"),
+        ("He has stage 2 breast cancer, so no late deploys.", "stage 2 breast cancer"),
+        ("Cover for Lena, who starts rehab for alcohol dependence on Monday.", "rehab for alcohol dependence"),
+        ("Off the record, she is a shop steward for Unite.", "shop steward for Unite"),
     ],
 )
 def test_special_category_data_does_not_go_up(bpe_tok, text: str, span: str) -> None:
@@ -198,6 +201,7 @@ def test_special_category_data_does_not_go_up(bpe_tok, text: str, span: str) -> 
         ("Send the invoice to ul. Mokotowska 130 m. 17.", "ul. Mokotowska 130 m. 17"),
         ("We moved to 〒784-9892 東京都渋谷区1-18-11 in March.", "〒784-9892 東京都渋谷区1-18-11"),
         ("She gave her fødselsnummer (25045018116) over the phone.", "25045018116"),
+        ("Customer record 57.07.19-920.47 failed the import.", "57.07.19-920.47"),
     ],
 )
 def test_national_formats_do_not_go_up(bpe_tok, text: str, span: str) -> None:
