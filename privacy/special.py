@@ -103,7 +103,9 @@ _FOR_NAME_HAZARD = re.compile(r"[ \t]+(?:f|fo|for|o|of|a|at)(?:[ \t]+(?:[A-Z][\w
 _JOIN = re.compile(r"[ \t]+(?:for|of|with)[ \t]+")
 _FOR_NAME = re.compile(r"[ \t]+(?:for|of|at)[ \t]+(?:[A-Z][\w'-]*)(?:[ \t]+[A-Z][\w'-]*)?")
 _STAGE_BEFORE = re.compile(r"(?<![\w])stage[ \t]+(?:[0-4]|i{1,3}|iv)[abc]?[ \t]+\Z")
-_STAGE_HAZARD = re.compile(r"(?<![\w])stage(?:[ \t]+(?:[0-4]|i{1,3}|iv)?[abc]?)?[ \t]*\Z")
+_STAGE_HAZARD = re.compile(
+    r"(?<![\w])(?:s|st|sta|stag|stage(?:[ \t]+(?:(?:[0-4]|i{1,3}|iv)[abc]?(?:[ \t]+[a-z]*){0,3})?)?[ \t]*)\Z"
+)
 _INTRODUCED = re.compile(
     r"(?<![a-z0-9])(?:diagnosed\s+(?:with|as\s+having)|diagnosis\s+of|tested\s+positive\s+for)\s+(?:(?:a|an|the)\s+)?"
     r"((?!(?:" + _STOP + r")(?![a-z0-9'+-]))[a-z0-9'+-]+"
