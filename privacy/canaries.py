@@ -135,8 +135,8 @@ def names_in_prose(text: str) -> set[str]:
     # By words, not letters: a Devanagari syllable is several code points.
     latin = len(re.findall(r"[A-Za-z]{2,}", text))
     for group, pattern in _ISLAND.items():
-        words = len(re.findall(f"[{_SCRIPTS[group]}]+", text))
-        if not words or words * 2 > latin:
+        islands = len(re.findall(f"[{_SCRIPTS[group]}]+", text))
+        if not islands or islands * 2 > latin:
             continue
         for m in pattern.finditer(text):
             words = m.group().split()

@@ -251,9 +251,9 @@ class SpecialCategoryRecognizer(Detector):
                 joined.append((a, b))
         spans = [Span(*f.span(a, b), SPECIAL_CATEGORY) for a, b in joined]
         for sp in list(spans):
-            m = _FOR_NAME.match(text, sp.end)
-            if m is not None:
-                spans.append(Span(sp.start, m.end(), SPECIAL_CATEGORY))
+            after = _FOR_NAME.match(text, sp.end)
+            if after is not None:
+                spans.append(Span(sp.start, after.end(), SPECIAL_CATEGORY))
         return merge_spans([*spans, *named])
 
     def hazard(self, text: str) -> Span | None:
