@@ -10,12 +10,22 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from importlib import resources
 
 import numpy as np
 
 from specsteer.privacy.spans import PRIVATE_NGRAM, Detector, Span, Tokenizer, clean_text, decode
 
-__all__ = ["RewrittenVerbatimDetector", "VerbatimNgramDetector", "run_words"]
+__all__ = [
+    "RewrittenVerbatimDetector",
+    "VerbatimNgramDetector",
+    "function_words",
+    "is_code_name",
+    "names_code_only",
+    "prose_words",
+    "run_words",
+    "without_code_names",
+]
 
 _HASH_BASE = np.uint64(0x9E3779B97F4A7C15)
 
@@ -193,9 +203,24 @@ class VerbatimNgramDetector(Detector):
         return [(a, b) for a, b in runs if self._is_passage(ids, a, b)]
 
     def _is_passage(self, ids: Sequence[int], a: int, b: int) -> bool:
-        if self.min_words == 0 or b - a >= self.long_run:
+        if self.min_words == 0:
             return True
-        return run_words(decode(self.tokenizer, [int(t) for t in ids[a:b]])) >= self.min_words
+        return self.is_passage_text(decode(self.tokenizer, [int(t) for t in ids[a:b]]), b - a)
+
+    def is_passage_text(self, text: str, tokens: int) -> bool:
+        """Whether a run of `tokens` tokens reading `text` copies a passage of the user's own words:
+        `min_words` words but names of code (and, where it names code, function words:
+        `prose_words`), or `long_run` tokens of anything but names of code (issue #49 finding 8: "between
+        `files_ref_store` and `packed_ref_store`" repeats the codebase's names, not the user)."""
+        if self.min_words == 0:
+            return True
+        if prose_words(text) >= self.min_words:
+            return True
+        if tokens < self.long_run:
+            return False
+        rest = without_code_names(text)
+        # Only the names' tokens are discounted: a long copy of digits or prose is still one.
+        return rest == text or len(self.tokenizer.encode(rest, add_special_tokens=False)) >= self.long_run
 
     def find(self, text: str) -> list[Span]:
         # Same length: a lone surrogate becomes U+FFFD, so the offsets still index `text`.
@@ -218,7 +243,13 @@ class VerbatimNgramDetector(Detector):
             if j > len(ids):
                 continue
             if _contains(self._prefix_sets[j], _window_hashes(ids[-j:], j)).any():
-                return Span(tail_start + offsets[-j][0], len(text), PRIVATE_NGRAM)
+                start = tail_start + offsets[-j][0]
+                # An opening of nothing but names of code and the words between them ("the
+                # `packed_ref_store` is") is the codebase's vocabulary: it goes up; a copy that
+                # turns to the user's words is held from there.
+                if self.min_words and names_code_only(text[start:]):
+                    continue
+                return Span(start, len(text), PRIVATE_NGRAM)
         return None
 
 
@@ -254,7 +285,17 @@ class RewrittenVerbatimDetector(Detector):
         normal, where = _normalized(text)
         if not normal:
             return []
-        return [Span(where[s.start], where[s.end - 1] + 1, PRIVATE_NGRAM) for s in self.inner.find(normal)]
+        spans = [Span(where[s.start], where[s.end - 1] + 1, PRIVATE_NGRAM) for s in self.inner.find(normal)]
+        # Lower case hides a camelCase name ("refIterator" reads "refiterator", a word): the run is
+        # judged again as written, with the token count of its normalized form.
+        return [
+            s
+            for s in spans
+            if self.inner.is_passage_text(
+                text[s.start : s.end],
+                len(self.inner.tokenizer.encode(_normalized(text[s.start : s.end])[0], add_special_tokens=False)),
+            )
+        ]
 
 
 _SPACE_RUN = re.compile(r"\s+")
@@ -295,6 +336,76 @@ def run_words(text: str) -> int:
         unspaced = len(_UNSPACED.findall(piece))
         words += unspaced if unspaced else int(len(_LETTER.findall(piece)) >= 2)
     return words
+
+
+# Names of code: what a codebase calls its things, the same for every contributor to it, so a
+# draft that repeats them says nothing about the user (docs/privacy.md, "A user's technical
+# vocabulary"). A piece of text between spaces is one when it is a snake_case or _private name,
+# a lower-case-initial camelCase name, a call ("f()", "strlen(prefix)"), a scoped name
+# ("a::b", "a->b"), or one word in backticks; quotes, brackets and trailing punctuation around it
+# are allowed. A dotted name alone ("jane.doe", "example.com") is not one: those are an address's
+# parts as often. PascalCase alone ("McDonald", "MacKenzie") is not one: names of people have it.
+_CODE_PIECE = re.compile(
+    r"(?P<open>[\"'(\[{<*`]*)(?P<name>[A-Za-z_$][\w$]*(?:(?:::|->|\.)[A-Za-z_$][\w$]*)*)"
+    r"(?P<call>\([^()\s]*\))?(?P<close>[\"')\]}>.,;:!?*`]*)",
+    re.ASCII,
+)
+_CAMEL = re.compile(r"[a-z][a-z0-9]*[A-Z]", re.ASCII)
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")
+
+
+@functools.lru_cache(maxsize=1)
+def function_words() -> frozenset[str]:
+    """English function words (`privacy/data/function_words.txt`): a run of them with names of code
+    ("between X and Y is") holds no words of the user's."""
+    text = resources.files("specsteer.privacy").joinpath("data/function_words.txt").read_text(encoding="utf-8")
+    return frozenset(w for line in text.splitlines() if not line.startswith("#") for w in line.split())
+
+
+def is_code_name(piece: str) -> bool:
+    """Whether a piece of text between spaces is a name of code (see `_CODE_PIECE`)."""
+    m = _CODE_PIECE.fullmatch(piece)
+    if m is None:
+        return False
+    name = m["name"]
+    return bool(
+        (m["open"].endswith("`") and m["close"].startswith("`"))
+        or m["call"]
+        or ("_" in name and re.search(r"[A-Za-z]", name))
+        or "::" in name
+        or "->" in name
+        or _CAMEL.match(name)
+    )
+
+
+def without_code_names(text: str) -> str:
+    """`text` without its names of code (`is_code_name`), its other pieces joined by one space."""
+    return " ".join(p for p in text.split() if not is_code_name(p))
+
+
+def prose_words(text: str) -> int:
+    """`run_words` of `text` without its names of code; where it names code, without its function
+    words too (`function_words`): "between `a_b` and `c_d` is" relates the codebase's names, and
+    holds none of the user's words. Prose that names no code counts as `run_words` counts it."""
+    pieces = text.split()
+    rest = [p for p in pieces if not is_code_name(p)]
+    if len(rest) < len(pieces):
+        rest = [p for p in rest if _bare(p) not in function_words()]
+    return run_words(" ".join(rest))
+
+
+def names_code_only(text: str) -> bool:
+    """Whether `text` holds nothing but names of code, and (with one at least) function words and
+    punctuation: an opening that goes up whatever follows it (`VerbatimNgramDetector.hazard`)."""
+    pieces = text.split()
+    rest = [p for p in pieces if not is_code_name(p)]
+    if len(rest) < len(pieces):
+        rest = [p for p in rest if _bare(p) not in function_words()]
+    return not any(_LETTER_OR_DIGIT.search(p) for p in rest)
+
+
+def _bare(piece: str) -> str:
+    return piece.strip("\"'`([{<*)]}>.,;:!?").lower()
 
 
 def _contains(sorted_set: np.ndarray, queries: np.ndarray) -> np.ndarray:
