@@ -42,6 +42,12 @@ CASES = [
         "Move the `lock` member to `files_ref_store`, and let ghp_R7mQ2xK9vLp4Tz8Wc3Nb6Yd1Hs5Jf0Ga2Ue keep its own.",
         "ghp_R7mQ2xK9vLp4Tz8Wc3Nb6Yd1Hs5Jf0Ga2Ue",
     ),
+    # A name of code made of a registered person's name is that person's, not the codebase's.
+    (
+        "The boundary between `files_ref_store` and `packed_ref_store` is unchanged.",
+        "The boundary between `files_ref_store` and `demo_user` is unchanged.",
+        "demo_user",
+    ),
 ]
 
 
