@@ -87,32 +87,14 @@ _DATE = (
 )
 _NAME_WORD = r"[A-Z][a-z'’]+(?:-[A-Z][a-z]+)?"
 _NAME_SEP = r"(?:[ \t]*[,(–—-][ \t]*|[ \t]+)"
-_BIRTH_RE = re.compile(
-    r"(?<![\w-])(?P<name>"
-    + _NAME_WORD
-    + r"(?:[ \t]+"
-    + _NAME_WORD
-    + r"){1,2})"
-    + _NAME_SEP
-    + r"(?P<date>"
-    + _DATE
-    + r")(?![\w])"
-)
+# Two or three capitalized words, then a separator: the name a date of birth follows.
+_NAME_LEAD = r"(?<![\w-])(?P<name>" + _NAME_WORD + r"(?:[ \t]+" + _NAME_WORD + r"){1,2})" + _NAME_SEP
+_BIRTH_RE = re.compile(_NAME_LEAD + r"(?P<date>" + _DATE + r")(?![\w])")
 _PARTIAL_DATE = (
     r"\d{1,4}(?:[./-]\d{0,2}(?:[./-]\d{0,4})?)?(?:(?:st|nd|rd|th)?[ \t]+[A-Za-z]{0,9}\.?(?:[ \t]+\d{0,4})?)?"
     r"|[A-Z][a-z]{0,8}\.?(?:[ \t]+\d{0,2},?(?:[ \t]+\d{0,4})?)?"
 )
-_BIRTH_TAIL = re.compile(
-    r"(?<![\w-])(?P<name>"
-    + _NAME_WORD
-    + r"(?:[ \t]+"
-    + _NAME_WORD
-    + r"){1,2})"
-    + _NAME_SEP
-    + r"(?P<date>"
-    + _PARTIAL_DATE
-    + r")\Z"
-)
+_BIRTH_TAIL = re.compile(_NAME_LEAD + r"(?P<date>" + _PARTIAL_DATE + r")\Z")
 _MONTH_NAMES = (
     "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
     "november", "december",
