@@ -28,6 +28,11 @@ from specsteer.sdk.decoding import Generation
 from specsteer.sdk.specialists import load_specialist
 from specsteer.server.pki import init_pki, issue_device
 
+# The demo runs the verifier on the same CPU as the device (a real one has a GPU to itself), so a
+# round, the first above all (the Open's prefill on both cloud models), can take longer than the
+# client's 30 s default: the last demo run lost round 1 to it and resumed. `--round-timeout` still wins.
+DEMO_ROUND_TIMEOUT = 120.0
+
 __all__ = ["run_demo_over_tls", "verifier_process"]
 
 
@@ -118,7 +123,8 @@ def run_demo_over_tls(
             )
             port = ready()
             log(args, f"verifier up on 127.0.0.1:{port}: mutual TLS, pinned anchors, device cert 'demo-user'")
-            timeouts = {"round_timeout": args.round_timeout, "connect_timeout": args.connect_timeout}
+            round_timeout = DEMO_ROUND_TIMEOUT if args.round_timeout is None else args.round_timeout
+            timeouts = {"round_timeout": round_timeout, "connect_timeout": args.connect_timeout}
             config = ClientConfig(
                 server=f"127.0.0.1:{port}",
                 pins=pki.pins,
