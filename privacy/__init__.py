@@ -18,6 +18,8 @@ The other modules:
   Sharer", 2019).
 - `privacy.errors`: The privacy package's errors, under `core.errors.SpecSteerError` so one `except` in a CLI
   catches all.
+- `privacy.context_ids`: Identifiers their context gives away: a licence plate after a vehicle word, a date of
+  birth right after a name (issue #49).
 - `privacy.history_secrets`: Every secret the user's own history shows, registered (`HistorySecretDetector`,
   issue 30).
 - `privacy.membership`: Membership inference without generating: the draft likelihood-ratio attack.
