@@ -157,7 +157,8 @@ export function witnessViolation(w: PbWitnessRequest): [string, string] | null {
   return null;
 }
 
-function witnessFromProto(w: PbWitnessRequest): WitnessRequest {
+/** A Close's witness request as the device keeps it; a malformed one is a `ProtocolError`. */
+export function witnessFromProto(w: PbWitnessRequest): WitnessRequest {
   const problem = witnessViolation(w);
   if (problem !== null) throw new ProtocolError(problem[0], `the Close's witness request is malformed: ${problem[1]}`);
   return {

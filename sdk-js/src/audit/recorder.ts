@@ -27,7 +27,7 @@ import { DownlinkSchema, UplinkSchema } from "../gen/verifier_pb.js";
 import { MAX_VOCAB_SIZE, WIRE_MAX_TOP_K } from "../limits.js";
 import { consistencyProof } from "../merkle.js";
 import { checkpointBody, NoteError, parseNote, verifyCosignature } from "../note.js";
-import { parse, type WitnessRequest } from "../wire.js";
+import { parse, witnessFromProto, type WitnessRequest } from "../wire.js";
 import { addCosignature, AuditError, type AuditLog } from "./log.js";
 
 export const COSIGNATURE_SKEW_S = 600;
@@ -58,16 +58,7 @@ function sameWitness(a: WitnessRequest, b: WitnessRequest): boolean {
 function witnessOf(payload: Uint8Array): WitnessRequest | null {
   const msg = parse(UplinkSchema, payload);
   if (msg?.kind.case !== "close" || msg.kind.value.witness === undefined) return null;
-  const w = msg.kind.value.witness;
-  return {
-    origin: w.origin,
-    logKey: w.logKey,
-    size: w.size,
-    rootHash: w.rootHash,
-    signature: w.signature,
-    oldSize: w.oldSize,
-    consistencyProof: [...w.consistencyProof],
-  };
+  return witnessFromProto(msg.kind.value.witness);
 }
 
 function when(t: number): string {
