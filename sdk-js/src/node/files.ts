@@ -48,15 +48,20 @@ function fsyncFolder(path: string): void {
   }
 }
 
+/** All of `data` to `fd` (a write may take only part of it), then fsync'ed. */
+function writeAllSync(fd: number, data: Uint8Array): void {
+  let at = 0;
+  while (at < data.length) at += writeSync(fd, data, at, data.length - at);
+  fsyncSync(fd);
+}
+
 /** Append `data` to `path` (created 0600), fsync'ed; a new file's folder is fsync'ed too. */
 function appendDurably(path: string, data: Uint8Array): void {
   const st = lstatSync(path, { throwIfNoEntry: false });
   if (st !== undefined && !st.isFile()) throw new Error(`${path} is not a regular file`);
   const fd = openSync(path, "a", 0o600);
   try {
-    let at = 0;
-    while (at < data.length) at += writeSync(fd, data, at, data.length - at);
-    fsyncSync(fd);
+    writeAllSync(fd, data);
   } finally {
     closeSync(fd);
   }
@@ -87,9 +92,7 @@ export function logStorage(dir: string): LogStorage {
       if (made) fsyncFolder(dir);
       const fd = openSync(join(torn, name), "w", 0o600);
       try {
-        let at = 0;
-        while (at < data.length) at += writeSync(fd, data, at, data.length - at);
-        fsyncSync(fd);
+        writeAllSync(fd, data);
       } finally {
         closeSync(fd);
       }
