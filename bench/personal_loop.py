@@ -71,6 +71,7 @@ from rouge_score import rouge_scorer  # type: ignore[import-untyped]
 
 from bench.dataset import first_users
 from bench.personal_loop_report import (
+    ALPHA,
     GAMMA,
     HOLDOUT,
     LLM,
@@ -78,8 +79,8 @@ from bench.personal_loop_report import (
     SPECSTEER,
     VARIANTS,
     adapter_label,
-    gamma_label,
     loss_table,
+    sweep_label,
     write_report,
 )
 from bench.quality import RunsLog
@@ -325,9 +326,10 @@ class Row:
     method: str  # slm-rag, llm or specsteer
     variant: str | None  # the training whose adapters the device uses (None: the base weights)
     gamma: float = GAMMA  # specsteer's ratio-test threshold
+    alpha: float = ALPHA  # specsteer's recovery weight
 
 
-def rows_for(variant: str, gammas: Sequence[float] = ()) -> list[list[Row]]:
+def rows_for(variant: str, gammas: Sequence[float] = (), alphas: Sequence[float] = ()) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
     explains them, last; the gamma sweep's `specsteer+adapters` rows before it); so a run cut short
@@ -340,8 +342,10 @@ def rows_for(variant: str, gammas: Sequence[float] = ()) -> list[list[Row]]:
             Row(LLM, LLM, None),
         ],
     ]
-    if gammas:
-        passes.append([Row(gamma_label(variant, g), SPECSTEER, variant, g) for g in gammas])
+    swept = [Row(sweep_label(variant, g), SPECSTEER, variant, g) for g in gammas]
+    swept += [Row(sweep_label(variant, GAMMA, a), SPECSTEER, variant, GAMMA, a) for a in alphas if a != ALPHA]
+    if swept:
+        passes.append(swept)
     passes.append([Row(SPECSTEER, SPECSTEER, None)])
     return passes
 
@@ -425,7 +429,7 @@ class Generator:
         elif row.method == LLM:
             params, verifier = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), cloud
         else:
-            params, verifier = SessionParams(gamma=row.gamma, adapter_version=version), cloud
+            params, verifier = SessionParams(gamma=row.gamma, alpha=row.alpha, adapter_version=version), cloud
         guard = None if verifier is None else guard_setting(profile, specialist.lm.tokenizer, self.guard)
         out = generate(
             specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier, guard=guard
@@ -525,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run specsteer+adapters at these gammas (comma-separated; the lever of its style trade-off)",
     )
     p.add_argument(
+        "--alphas",
+        type=_alphas,
+        default=(),
+        help=f"also run specsteer+adapters at gamma {GAMMA:g} with these recovery weights alpha (comma-separated; "
+        f"the default {ALPHA:g} is the plain row)",
+    )
+    p.add_argument(
         "--rows",
         nargs="+",
         default=None,
@@ -541,14 +552,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _gammas(text: str) -> tuple[float, ...]:
+def _numbers(text: str, name: str) -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
     if any(not 0 <= v < float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"every gamma must be 0 or more and finite: {text!r}")
+        raise argparse.ArgumentTypeError(f"every {name} must be 0 or more and finite: {text!r}")
     return values
+
+
+def _gammas(text: str) -> tuple[float, ...]:
+    return _numbers(text, "gamma")
+
+
+def _alphas(text: str) -> tuple[float, ...]:
+    return _numbers(text, "alpha")
 
 
 def _say(message: str) -> None:
@@ -593,9 +612,8 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     )
     training = Training(args.work / spec.variant, spec, args.threads, not args.skip_v0_eval)
 
-    wanted = [
-        r for rows in rows_for(spec.variant, args.gammas) for r in rows if args.rows is None or r.label in args.rows
-    ]
+    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas) for r in rows]
+    wanted = [r for r in every if args.rows is None or r.label in args.rows]
     if args.rows is not None and not wanted:
         raise ConfigError(f"none of --rows {' '.join(args.rows)} is a row of this run.")
     if not args.report_only and any(r.variant is not None for r in wanted):
@@ -632,7 +650,7 @@ def _generate(
     torch.set_num_threads(args.threads)
     passes = [
         [r for r in rows if args.rows is None or r.label in args.rows]
-        for rows in rows_for(training.spec.variant, args.gammas)
+        for rows in rows_for(training.spec.variant, args.gammas, args.alphas)
     ]
     passes = [rows for rows in passes if rows]
     states = training.device_states() if any(r.variant is not None for rows in passes for r in rows) else {}

@@ -26,13 +26,14 @@ __all__ = [
     "VARIANTS",
     "adapter_label",
     "comparisons",
-    "gamma_label",
     "loss_table",
+    "sweep_label",
     "write_report",
 ]
 
 HOLDOUT = 4  # the federation's default held-out entries per device (TaskConfig.holdout)
 GAMMA = 0.5
+ALPHA = 1.0  # SessionParams' default recovery weight
 SLM_RAG, LLM, SPECSTEER = "slm-rag", "llm", "specsteer"
 VARIANTS = ("dp", "no-dp")
 CEILING = "real body (ceiling)"
@@ -48,17 +49,20 @@ def adapter_label(method: str, variant: str) -> str:
     return f"{method}+adapters ({variant})"
 
 
-def gamma_label(variant: str, gamma: float) -> str:
-    """A `specsteer+adapters` row of the gamma sweep (`--gammas`): the same adapters, another gamma."""
-    return f"{_sweep_prefix(variant)}{gamma:g})"
+def sweep_label(variant: str, gamma: float, alpha: float | None = None) -> str:
+    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`): the same adapters at another
+    gamma, or at another recovery weight alpha (the label names alpha only when it is not the default)."""
+    extra = "" if alpha is None or alpha == ALPHA else f", alpha {alpha:g}"
+    return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
 
 
-def swept_gamma(label: str, variant: str) -> float | None:
-    """The gamma of `variant`'s sweep row `label` (`gamma_label`'s inverse); None for any other row."""
+def swept_setting(label: str, variant: str) -> tuple[float, float] | None:
+    """The (gamma, alpha) of `variant`'s sweep row `label` (`sweep_label`'s inverse); None for any other row."""
     prefix = _sweep_prefix(variant)
     if not (label.startswith(prefix) and label.endswith(")")):
         return None
-    return float(label[len(prefix) : -1])
+    gamma, _, alpha = label[len(prefix) : -1].partition(", alpha ")
+    return float(gamma), float(alpha) if alpha else ALPHA
 
 
 def _sweep_prefix(variant: str) -> str:
@@ -197,9 +201,9 @@ def write_report(
     labels = [SLM_RAG, LLM, SPECSTEER]
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
-    # The gamma sweep's rows in the runs log (whichever command wrote them), by gamma.
-    gammas = {(v, r["config"]): g for r in rows for v in variants if (g := swept_gamma(r["config"], v)) is not None}
-    swept = sorted(gammas, key=lambda key: (key[0], gammas[key]))
+    # The sweep's rows in the runs log (whichever command wrote them), by gamma, then alpha.
+    settings = {(v, r["config"]): g for r in rows for v in variants if (g := swept_setting(r["config"], v)) is not None}
+    swept = sorted(settings, key=lambda key: (key[0], settings[key]))
     labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries, delta)
     result = {
@@ -223,7 +227,9 @@ def write_report(
             "specialist": args.specialist,
             "generalist": args.generalist,
             "gamma": GAMMA,
-            "gammas_swept": sorted({gammas[key] for key in swept}),
+            "alpha": ALPHA,
+            "gammas_swept": sorted({settings[key][0] for key in swept}),
+            "alphas_swept": sorted({settings[key][1] for key in swept}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' style part only",
