@@ -65,11 +65,25 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
             store=store, version=version, lora_config=lora_config, base=base, run_id=run_id, settings=settings
         )
         self.keys = keys
+        # Flower's workflow calls aggregate_fit only for a round that reached its unmask stage; a round
+        # that stopped before (devices refused at setup or share keys) is closed by `close_aborted`.
+        self.open_record: RoundRecord | None = None
+        self.stage_refusals: list[str] = []  # the refusals `IdentityRelayGrid` saw in the open round
+
+    def close_aborted(self) -> None:
+        """End the open round's record if the workflow stopped it before aggregation: no update, no
+        version, and the refusals its devices answered the SecAgg+ stages with."""
+        if self.open_record is not None:
+            self.open_record.refusals = list(self.stage_refusals)
+            self.end_round(self.open_record)
+            self.open_record = None
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        self.open_round(server_round)
+        self.close_aborted()
+        self.stage_refusals.clear()
+        self.open_record = self.open_round(server_round)
         pairs = super().configure_fit(server_round, parameters, client_manager)
         for _, ins in pairs:
             ins.config = {**ins.config, **self.version_config(server_round)}
@@ -92,6 +106,7 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
             self.save_version(server_round, tensors, devices=len(results), extra={"secure_aggregation": "secagg+"})
         record.train_metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         self.end_round(record)
+        self.open_record = None
         return parameters, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:
@@ -112,9 +127,10 @@ class IdentityRelayGrid(Grid):
     itself is Flower's, unchanged; everything but `send_and_receive` is the wrapped Grid's.
     """
 
-    def __init__(self, grid: Grid) -> None:
+    def __init__(self, grid: Grid, refusals: list[str] | None = None) -> None:
         self.inner = grid
         self.bindings: dict[int, list[bytes]] = {}
+        self.refusals = refusals if refusals is not None else []  # each error reply's reason, in order
 
     def set_run(self, run: Run) -> None:
         self.inner.set_run(run)
@@ -151,6 +167,8 @@ class IdentityRelayGrid(Grid):
         return message
 
     def _remember(self, reply: Message) -> Message:
+        if reply.has_error():
+            self.refusals.append(reply.error.reason or f"error code {reply.error.code}")
         if reply.has_content():
             configs = reply.content.config_records.get(RECORD_KEY_CONFIGS)
             binding = byte_list(configs.get(IDENTITY_KEY)) if configs is not None else None
@@ -203,5 +221,6 @@ def run_secagg(
             timeout=settings.round_timeout,
         )
     )
-    workflow(IdentityRelayGrid(grid), context)
+    workflow(IdentityRelayGrid(grid, strategy.stage_refusals), context)
+    strategy.close_aborted()
     return strategy.version, strategy.rounds

@@ -6,7 +6,9 @@ the SuperLink runs with Flower's node authentication, the two devices' keys are 
 third SuperNode that went through no registration is refused (issue #50, finding 1). The test
 also kills a SuperNode while it is training (the round finishes without it after the round
 timeout) and restarts the SuperLink (the next run resumes from the stored version, and the
-surviving device's ledger keeps counting).
+surviving device's ledger keeps counting). Last, the operator seats a pair of SuperNodes of its own
+beside a real device (the Sybil attack on secure aggregation, finding 2): the device refuses the
+round before any share leaves.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +36,7 @@ from specsteer.federation.deploy import (
     superlink_command,
     supernode_command,
 )
+from specsteer.federation.errors import SecAggRefusal
 from tests.federation.conftest import FIXTURE_USERS
 
 pytestmark = pytest.mark.slow
@@ -216,16 +220,50 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
     assert len(json.loads((tmp_path / "device1" / "ledger.json").read_text())["rounds"]) == 2
     assert "Receiving: train message" not in stranger.text()
 
+    # 4. The Sybil attack on the real SuperLink (issue #50, finding 2): the operator seats a pair of
+    # nodes of its own beside device 0, with node keys it registered itself and endorsed with an
+    # enrollment key of its own (what it can make without the provisioning key). SecAgg+ with
+    # threshold 2 of 3 would let it decrypt device 0's shares; device 0 refuses before any leaves.
+    forged = provision_deployment(tmp_path / "server-deploy", ["sybil0", "sybil1"])
+    register_nodes(
+        superlink, [d / "node.pub" for d in forged.devices.values()], root_certificates=deployment.certificates.ca
+    )
+    for i, name in enumerate(forged.devices):
+        shutil.copyfile(deployment.certificates.ca, forged.devices[name] / "ca.crt")  # the real SuperLink's TLS
+        node_config = (
+            f"data-file='{FIXTURE_USERS}' partition-id={i + 1} state-dir='{tmp_path / name}' threads=1 "
+            f"model='{tiny_bpe_model}'"
+        )
+        command = supernode_command(
+            forged.devices[name], superlink, port=_free_port(), node_config=node_config,
+            executable=str(BIN / "flower-supernode"),
+        )  # fmt: skip
+        procs.append(Proc(command, tmp_path / f"{name}.log", tmp_path))
+    link.wait_for("Activated node_id", count=2)  # the pair (device 0 reconnected with its stored registration)
+    code, out, err = _run([*base, "--secagg", "--min-clients", "3", "--round-timeout", "120"])
+    assert code == 1, out + err  # no device trained: a run that made nothing fails
+    assert f"3 refused or failed: {SecAggRefusal.public.rstrip('.')} ×3" in err, err  # the operator is told why
+    log = [json.loads(line) for line in (tmp_path / "device0" / "rounds.jsonl").read_text().splitlines()]
+    assert any("not bound to an enrolled device identity" in e.get("cause", "") for e in log), log[-3:]
+    ledger = json.loads((tmp_path / "device0" / "ledger.json").read_text())
+    assert [r["adapter_version_in"] for r in ledger["rounds"]] == [0, 1, 2, 3]  # nothing trained, nothing spent
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    """`federation` with `argv`: its exit code, its stdout and its stderr."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
 
 def _run_json(argv: list[str]) -> dict:
-    import io
-    from contextlib import redirect_stdout
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        code = main(argv)
-    assert code == 0, out.getvalue()
-    return json.loads(out.getvalue().strip().splitlines()[-1])
+    code, out, err = _run(argv)
+    assert code == 0, out + err
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @contextlib.contextmanager

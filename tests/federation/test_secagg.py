@@ -93,6 +93,29 @@ def test_secagg_server_sees_only_the_average(
     assert share_keys and all(len(v) == 5 for c in share_keys for k, v in c.items() if k != "stage")
 
 
+def test_a_round_its_devices_refuse_before_aggregation_says_why(tiny_bpe_model: Path, tmp_path: Path) -> None:
+    """A round Flower's workflow stops before its unmask stage never reaches aggregate_fit: its record
+    said "0 replies, no refusal" (the operator saw only "no device trained"). Now it carries what the
+    devices answered: here one device's identity is endorsed by another enrollment key (a node the
+    server seated), and every device refuses the share-keys stage."""
+    config = run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3})
+    nodes = node_configs(tiny_bpe_model, tmp_path, 3)
+    identities = _enrolled(tmp_path / "deploy", ["device0", "device1"])
+    identities["device2"] = _enrolled(tmp_path / "server-deploy", ["device2"])["device2"]
+    for node in nodes:
+        node["identity-dir"] = identities[Path(node["state-dir"]).name]
+    summary, _ = run_in_process(config, nodes)
+
+    (round_,) = summary["rounds"]
+    assert (round_["replies"], round_["version_out"], summary["version_out"]) == (0, None, 0)
+    assert round_["refusals"] == [SecAggRefusal.public] * 3
+    for device in ("device0", "device1", "device2"):
+        causes = [
+            json.loads(line).get("cause", "") for line in (tmp_path / device / "rounds.jsonl").read_text().splitlines()
+        ]
+        assert any("not bound to an enrolled device identity" in c for c in causes), (device, causes)
+
+
 def test_secagg_survives_a_dropout_after_keys_are_shared(
     tiny_bpe_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
