@@ -1,0 +1,164 @@
+/**
+ * An app embedding `@specsteer/device` on Node: it opens the default model bundle (every file's
+ * hash checked), builds the transport to the verifier with mutual TLS and pinned anchors, runs one
+ * greedy session with the user's history kept on the device (retrieval and the chat template
+ * here, only the raw prompt goes up) and every frame written to its audit log, then checks that
+ * log as an auditor would (`verifyLog`, the TypeScript twin of `audit verify`).
+ *
+ *   npm run build   # compiles this file to dist/examples/node-device/main.js
+ *   node dist/examples/node-device/main.js --target 127.0.0.1:50051 --pins PKI/pins.txt \
+ *     --cert PKI/devices/alice.pem --key PKI/devices/alice.key \
+ *     --audit-dir LOG --audit-key KEYS/NAME.key [--witness-pub KEYS/W.witness.pub] \
+ *     [--profile history.json] --subject "the commit's subject line" [--max-new-tokens 64]
+ *
+ * The PKI is `server pki init` + `server pki issue-device`'s; the audit key `audit keygen`'s; the
+ * witness key the verifier's `server witness-key` .pub (the verifier started with `--witness-key`
+ * cosigns each Close). `--profile` is a JSON file `{"profile": [{"subject", "body"}, ...]}` (the
+ * demo profile's layout). Imports go through the package's own name, as an app's would: the type
+ * check maps them to src/ (tsconfig.json's `paths`), Node resolves them to dist/ (the package's
+ * `exports`).
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import {
+  AuditLog,
+  CandidatePolicy,
+  EgressRecorder,
+  Method,
+  ProfileIndex,
+  fitContext,
+  generate,
+  taskPrompt,
+  verifyLog,
+  type ProfileEntry,
+  type WireParams,
+} from "@specsteer/device";
+import {
+  GrpcTransport,
+  defaultBundlePath,
+  deviceIdentity,
+  loadOnnxDrafter,
+  loadSigningKey,
+  loadWitnessKey,
+  logDirectory,
+  logStorage,
+  openBundleFolder,
+  promptRendererOf,
+} from "@specsteer/device/node";
+
+// The Python device's `SessionParams()` defaults: specsteer, greedy, gamma 0.5, alpha 1, top-k 10, 4-token drafts, bonus.
+const PARAMS: WireParams = {
+  method: Method.SPECSTEER,
+  sampling: false,
+  gammaPpm: 500_000,
+  gammaInfinite: false,
+  alphaMilli: 1000,
+  topK: 10,
+  draftLen: 4,
+  policy: CandidatePolicy.GUARDRAIL,
+  bonus: true,
+  adapterVersion: 0,
+  paddedFrames: false,
+};
+
+function json(path: string): Record<string, unknown> {
+  return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+}
+
+/**
+ * What the session loop needs of the model beyond its weights, read from the bundle's files as
+ * core/device_lm.py reads them: the end-of-sequence IDs (the tokenizer's eos token and the
+ * generation config's), the table's rows (`vocab_size`) and the columns that are tokens (the
+ * tokenizer's vocabulary with its added tokens).
+ */
+function modelFacts(bundle: string, encode: (text: string) => number[]): { eosIds: Set<number>; vocabSize: number; width: number } {
+  const config = json(join(bundle, "config.json"));
+  const settings = json(join(bundle, "tokenizer_config.json"));
+  const tokenizer = json(join(bundle, "tokenizer.json")) as { model: { vocab: Record<string, number> }; added_tokens: { id: number }[] };
+  const eosIds = new Set<number>();
+  const eosToken = settings.eos_token;
+  if (typeof eosToken === "string") {
+    const ids = encode(eosToken);
+    if (ids.length === 1) eosIds.add(ids[0]!);
+  }
+  const generation = json(join(bundle, "generation_config.json")).eos_token_id;
+  for (const id of Array.isArray(generation) ? generation : [generation]) if (Number.isInteger(id)) eosIds.add(id as number);
+  const vocabSize = config.vocab_size as number;
+  const ids = new Set<number>([...Object.values(tokenizer.model.vocab), ...tokenizer.added_tokens.map((t) => t.id)]);
+  return { eosIds, vocabSize, width: Math.min(ids.size, vocabSize) };
+}
+
+async function main(): Promise<void> {
+  const { values: o } = parseArgs({
+    options: {
+      target: { type: "string" },
+      pins: { type: "string" },
+      cert: { type: "string" },
+      key: { type: "string" },
+      "audit-dir": { type: "string" },
+      "audit-key": { type: "string" },
+      "witness-pub": { type: "string" },
+      profile: { type: "string" },
+      subject: { type: "string" },
+      bundle: { type: "string" },
+      "max-new-tokens": { type: "string", default: "64" },
+      threads: { type: "string", default: "2" },
+    },
+  });
+  const required = ["target", "pins", "cert", "key", "audit-dir", "audit-key", "subject"] as const;
+  const missing = required.filter((k) => o[k] === undefined);
+  if (missing.length > 0) throw new Error(`missing --${missing.join(", --")} (see the header of examples/node-device/main.ts)`);
+
+  // 1. The model bundle: refused unless every file matches its manifest.
+  const bundle = o.bundle ?? defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4");
+  const opened = await openBundleFolder(bundle);
+  const renderer = await promptRendererOf(bundle);
+  const drafter = await loadOnnxDrafter(bundle, { threads: Number(o.threads) });
+  const facts = modelFacts(bundle, (text) => renderer.encode(text, false));
+  console.log(`bundle ${opened.name} (${opened.precision}): ${Object.keys(opened.files).length} files checked`);
+
+  // 2. The private prompt: the user's history never leaves the device; only the raw prompt goes up.
+  const prompt = taskPrompt(o.subject!);
+  const history = o.profile === undefined ? [] : ((json(o.profile).profile ?? []) as ProfileEntry[]);
+  const examples = fitContext(new ProfileIndex(history).retrieve(prompt, 3), 1800);
+  const privateIds = renderer.renderPrompt(prompt, examples);
+  const publicIds = renderer.publicPromptIds(prompt);
+
+  // 3. The transport (mutual TLS, trusting the pins file's anchors only) and the audit log, bound to the device's certificate.
+  const transport = new GrpcTransport({ target: o.target!, pins: o.pins!, cert: o.cert!, key: o.key!, connectTimeoutMs: 10_000 });
+  const signer = loadSigningKey(o["audit-key"]!);
+  const witnessKey = o["witness-pub"] === undefined ? undefined : loadWitnessKey(o["witness-pub"]);
+  const log = AuditLog.open(logStorage(o["audit-dir"]!), signer, { device: deviceIdentity(o.cert!), witnessKey });
+  const recorder = new EgressRecorder(log);
+
+  // 4. One session: every uplink logged (durably) before it leaves, every downlink on receipt.
+  const started = Date.now();
+  const g = await generate(
+    drafter,
+    privateIds,
+    publicIds,
+    PARAMS,
+    { maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
+    transport,
+  );
+  transport.close();
+  log.close();
+  const s = g.stats;
+  console.log(`${examples.length} example(s) retrieved; ${privateIds.length} private prompt tokens, ${publicIds.length} sent`);
+  console.log(`--- text (${g.tokenIds.length} tokens, ${s.rounds} rounds, ${s.accepted}/${s.drafted} drafts accepted, ${s.recoveries} recoveries, ${((Date.now() - started) / 1000).toFixed(1)} s) ---`);
+  console.log(renderer.decode(g.tokenIds));
+  if (s.fallback !== null) console.log(`the drafter finished alone: ${s.fallback} (${s.fallbackDetail ?? ""})`);
+  if (s.witnessFaults.length > 0) console.log(`the witness's faults: ${s.witnessFaults.join("; ")}`);
+
+  // 5. The log, checked as an auditor would.
+  const report = verifyLog(logDirectory(o["audit-dir"]!), signer.key, witnessKey === undefined ? [] : [witnessKey]);
+  console.log(`audit log: ${report.verdict}, ${report.records} records, ${report.sessions} session(s)`);
+  for (const c of report.checks.filter((x) => !x.ok)) console.log(`  ${c.name}: ${c.failures.join("; ")}`);
+  process.exitCode = report.verdict === "FAILED" ? 1 : 0;
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? err.message : String(err));
+  process.exit(1);
+});
