@@ -22,8 +22,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--data", str(FIXTURES), "--users", "3", "--queries-per-user", "1", "--history", "12"),
         *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
-        *("--gammas", "0.05"),
-        *("--alphas", "2"),
+        *("--alphas", "2"),  # one swept row (a gamma row takes the same path: rows_for below)
         # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
         # the default is what ships (tests/bench/test_device_path_defaults.py).
         *("--drafter", "torch"),
@@ -45,18 +44,15 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         personal_loop_report.adapter_label("slm-rag", "dp"),
         personal_loop_report.adapter_label("specsteer", "dp"),
     )
-    swept = personal_loop_report.sweep_label("dp", 0.05)
-    weighted = personal_loop_report.sweep_label("dp", personal_loop_report.GAMMA, 2.0)
+    swept = personal_loop_report.sweep_label("dp", personal_loop_report.GAMMA, 2.0)
     for metric in ("rougeL", "attribution"):
         assert {(slm_a, "slm-rag", metric), (spec_a, "llm", metric), (spec_a, slm_a, metric)} <= pairs
-        for row in (swept, weighted):  # the sweep's rows: gamma, then the recovery weight alpha
-            assert {(row, "llm", metric), (row, slm_a, metric)} <= pairs
-    assert summary[swept]["n"] == 3 and summary[weighted]["n"] == 3
-    assert result["meta"]["gammas_swept"] == [0.05, personal_loop_report.GAMMA]
-    assert result["meta"]["alphas_swept"] == [personal_loop_report.ALPHA, 2.0]
+        assert {(swept, "llm", metric), (swept, slm_a, metric)} <= pairs  # the sweep's row
+    assert summary[swept]["n"] == 3
+    assert result["meta"]["alphas_swept"] == [2.0] and result["meta"]["gammas_swept"] == [personal_loop_report.GAMMA]
     sweep = personal_loop.rows_for("dp", (0.05,), (2.0,))[-2]
     assert [(r.gamma, r.alpha) for r in sweep] == [(0.05, 1.0), (0.5, 2.0)]
-    assert personal_loop_report.swept_setting(weighted, "dp") == (0.5, 2.0)
+    assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [(0.05, 1.0), (0.5, 2.0)]
     # The style measures were fitted on the style part only, which is recorded, and score a second way.
     assert result["meta"]["style_split"] == RULE
     assert all(0.0 <= summary[r]["style_delta"] <= 1.0 for r in rows)
