@@ -110,6 +110,9 @@ class VersionedSecAggFedAvg(VersionedRounds, LegacyFedAvg):
         return parameters, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list:
+        self.close_aborted()
+        if self.rounds and self.rounds[-1].version_out is None:
+            return []  # no new version: the devices evaluated this one already (Flower skips the stage)
         pairs = super().configure_evaluate(server_round, parameters, client_manager)
         for _, ins in pairs:
             ins.config = {**ins.config, **self.version_config(server_round)}

@@ -97,18 +97,21 @@ def test_a_round_its_devices_refuse_before_aggregation_says_why(tiny_bpe_model: 
     """A round Flower's workflow stops before its unmask stage never reaches aggregate_fit: its record
     said "0 replies, no refusal" (the operator saw only "no device trained"). Now it carries what the
     devices answered: here one device's identity is endorsed by another enrollment key (a node the
-    server seated), and every device refuses the share-keys stage."""
+    server seated), and every device refuses the share-keys stage. The devices were then asked to
+    evaluate the version they already had; no longer."""
     config = run_config(tiny_bpe_model, tmp_path, secagg=True, **{"min-clients": 3})
     nodes = node_configs(tiny_bpe_model, tmp_path, 3)
     identities = _enrolled(tmp_path / "deploy", ["device0", "device1"])
     identities["device2"] = _enrolled(tmp_path / "server-deploy", ["device2"])["device2"]
     for node in nodes:
         node["identity-dir"] = identities[Path(node["state-dir"]).name]
-    summary, _ = run_in_process(config, nodes)
+    summary, grid = run_in_process(config, nodes)
 
     (round_,) = summary["rounds"]
     assert (round_["replies"], round_["version_out"], summary["version_out"]) == (0, None, 0)
     assert round_["refusals"] == [SecAggRefusal.public] * 3
+    # No new version, so nothing new to evaluate: the devices are not asked to load and score v0 again.
+    assert not [d for d in grid.deliveries if d.message.metadata.message_type == "evaluate"]
     for device in ("device0", "device1", "device2"):
         causes = [
             json.loads(line).get("cause", "") for line in (tmp_path / device / "rounds.jsonl").read_text().splitlines()
