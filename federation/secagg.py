@@ -127,7 +127,8 @@ class IdentityRelayGrid(Grid):
     reply (`federation.identity.IDENTITY_KEY`: its node public key, its endorsement and its
     signature over the keys) and appends it to that device's entry wherever the share-keys stage
     forwards its keys, so every neighbour can check it before sending a share. The workflow
-    itself is Flower's, unchanged; everything but `send_and_receive` is the wrapped Grid's.
+    itself is Flower's, unchanged; everything but `send_and_receive` is the wrapped Grid's. It also
+    keeps each error reply's reason (`refusals`), for a round the workflow stops before aggregation.
     """
 
     def __init__(self, grid: Grid, refusals: list[str] | None = None) -> None:
