@@ -57,6 +57,22 @@ export interface WireParams {
   paddedFrames: boolean;
 }
 
+/** The Python device's `SessionParams()` defaults (core/session_types.py): specsteer, greedy, gamma 0.5,
+ * alpha 1, top-k 10, 4-token drafts, the guardrail candidate policy, bonus token, no adapter, no padding. */
+export const DEFAULT_PARAMS: Readonly<WireParams> = Object.freeze({
+  method: Method.SPECSTEER,
+  sampling: false,
+  gammaPpm: 500_000,
+  gammaInfinite: false,
+  alphaMilli: 1000,
+  topK: 10,
+  draftLen: 4,
+  policy: CandidatePolicy.GUARDRAIL,
+  bonus: true,
+  adapterVersion: 0,
+  paddedFrames: false,
+});
+
 export interface WitnessRequest {
   origin: string;
   logKey: Uint8Array;

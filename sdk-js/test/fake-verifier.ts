@@ -9,7 +9,7 @@ import { CandidateSchema, CosignatureSchema, DownlinkSchema } from "../src/gen/v
 import { checkpointBody, cosign, type NoteSigner } from "../src/note.js";
 import type { DraftSequence } from "../src/session.js";
 import { FrameQueue, VerifierLost, type Transport, type VerifierStream } from "../src/transport.js";
-import { CandidatePolicy, decodeUplink, Method, type WireParams } from "../src/wire.js";
+import { decodeUplink, DEFAULT_PARAMS, type WireParams } from "../src/wire.js";
 
 export const V = 16;
 export const EOS = 15;
@@ -35,19 +35,7 @@ export class TableSequence implements DraftSequence {
 }
 export const drafter = { sequence: (prefix: number[]) => new TableSequence([...prefix]) };
 
-export const params: WireParams = {
-  method: Method.SPECSTEER,
-  sampling: false,
-  gammaPpm: 500_000,
-  gammaInfinite: false,
-  alphaMilli: 1000,
-  topK: 4,
-  draftLen: 4,
-  policy: CandidatePolicy.GUARDRAIL,
-  bonus: true,
-  adapterVersion: 0,
-  paddedFrames: false,
-};
+export const params: WireParams = { ...DEFAULT_PARAMS, topK: 4 };
 
 /** A verifier that follows its Generalist and, as the log's witness, cosigns the checkpoint a Close
  * carries (`cosignAs` another key: a bad answer). */

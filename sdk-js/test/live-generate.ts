@@ -23,7 +23,7 @@ import { loadOnnxDrafter } from "../src/node/drafter.js";
 import { GrpcTransport } from "../src/node/grpc.js";
 import { fitContext, ProfileIndex, type ProfileEntry } from "../src/retrieval.js";
 import { generate } from "../src/session.js";
-import { CandidatePolicy, Method, type WireParams } from "../src/wire.js";
+import { DEFAULT_PARAMS } from "../src/wire.js";
 
 interface Config {
   bundle: string;
@@ -46,21 +46,6 @@ interface Job {
   context_chars: number;
   max_new_tokens: number;
 }
-
-// core/session_types.py's SessionParams() defaults, as live.slow.ts sends them.
-const PARAMS: WireParams = {
-  method: Method.SPECSTEER,
-  sampling: false,
-  gammaPpm: 500_000,
-  gammaInfinite: false,
-  alphaMilli: 1000,
-  topK: 10,
-  draftLen: 4,
-  policy: CandidatePolicy.GUARDRAIL,
-  bonus: true,
-  adapterVersion: 0,
-  paddedFrames: false,
-};
 
 function emit(obj: unknown): void {
   process.stdout.write(JSON.stringify(obj) + "\n");
@@ -90,7 +75,7 @@ async function main(): Promise<void> {
       drafter,
       privateIds,
       publicIds,
-      PARAMS,
+      DEFAULT_PARAMS,
       { maxNewTokens: job.max_new_tokens, eosIds: new Set(c.eos_ids), vocabSize: c.vocab_size, width: c.width, roundTimeoutMs: c.round_timeout_ms },
       transport,
     );

@@ -26,7 +26,7 @@ import { loadOnnxDrafter } from "../src/node/drafter.js";
 import { GrpcTransport, loadPinSet } from "../src/node/grpc.js";
 import type { OnnxDrafter } from "../src/drafter.js";
 import { generate } from "../src/session.js";
-import { CandidatePolicy, Method, type WireParams } from "../src/wire.js";
+import { DEFAULT_PARAMS } from "../src/wire.js";
 
 const repo = fileURLToPath(new URL("../../..", import.meta.url));
 const here = fileURLToPath(new URL("../../test/live", import.meta.url));
@@ -82,20 +82,6 @@ async function serve(): Promise<{ proc: ChildProcess; port: number }> {
   return { proc, port };
 }
 
-const params: WireParams = {
-  method: Method.SPECSTEER,
-  sampling: false,
-  gammaPpm: 500_000,
-  gammaInfinite: false,
-  alphaMilli: 1000,
-  topK: 10,
-  draftLen: 4,
-  policy: CandidatePolicy.GUARDRAIL,
-  bonus: true,
-  adapterVersion: 0,
-  paddedFrames: false,
-}; // core/session_types.py's SessionParams() defaults
-
 const running: ChildProcess[] = [];
 let verifier: { proc: ChildProcess; port: number };
 before(async () => {
@@ -139,7 +125,7 @@ test("greedy over mutual TLS: the TypeScript device's token IDs are the Python d
   const log = auditLog(logDir);
   const recorder = new EgressRecorder(log);
   for (const [i, w] of want.entries()) {
-    const g = await generate(drafter, prep.private_ids[i]!, prep.public_ids[i]!, params, { ...options(), recorder }, t);
+    const g = await generate(drafter, prep.private_ids[i]!, prep.public_ids[i]!, DEFAULT_PARAMS, { ...options(), recorder }, t);
     assert.deepEqual(g.stats.witnessFaults, []);
     console.log(`live ${i}: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds (${g.stats.accepted}/${g.stats.drafted} accepted, ${g.stats.recoveries} recoveries), Python ${w.token_ids.length} in ${w.stats.rounds}`);
     assert.equal(w.stats.fallback, null);
@@ -175,7 +161,7 @@ test("the verifier killed mid-generation: the TypeScript device finishes alone, 
   const logDir = join(out, "ts-log-lost");
   const log = auditLog(logDir);
   const recorder = new EgressRecorder(log);
-  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, params, { ...options(), eosIds: new Set<number>(), onCommit, recorder }, t);
+  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, DEFAULT_PARAMS, { ...options(), eosIds: new Set<number>(), onCommit, recorder }, t);
   t.close();
   log.close();
   // The log says so: its session ends with a fallback record, `verifier-lost`.

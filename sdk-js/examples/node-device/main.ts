@@ -23,16 +23,14 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import {
   AuditLog,
-  CandidatePolicy,
+  DEFAULT_PARAMS,
   EgressRecorder,
-  Method,
   ProfileIndex,
   fitContext,
   generate,
   taskPrompt,
   verifyLog,
   type ProfileEntry,
-  type WireParams,
 } from "@specsteer/device";
 import {
   GrpcTransport,
@@ -46,21 +44,6 @@ import {
   openBundleFolder,
   promptRendererOf,
 } from "@specsteer/device/node";
-
-// The Python device's `SessionParams()` defaults: specsteer, greedy, gamma 0.5, alpha 1, top-k 10, 4-token drafts, bonus.
-const PARAMS: WireParams = {
-  method: Method.SPECSTEER,
-  sampling: false,
-  gammaPpm: 500_000,
-  gammaInfinite: false,
-  alphaMilli: 1000,
-  topK: 10,
-  draftLen: 4,
-  policy: CandidatePolicy.GUARDRAIL,
-  bonus: true,
-  adapterVersion: 0,
-  paddedFrames: false,
-};
 
 function json(path: string): Record<string, unknown> {
   return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
@@ -138,7 +121,7 @@ async function main(): Promise<void> {
     drafter,
     privateIds,
     publicIds,
-    PARAMS,
+    DEFAULT_PARAMS,
     { maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
     transport,
   );
