@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -251,26 +250,8 @@ def _write(result: dict[str, Any], out: Path) -> None:
     out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
 
 
-def _serve(tmp: Path, pki: Path, threads: int | None) -> tuple[subprocess.Popen[bytes], int, Path]:
-    port_file = tmp / "port"
-    log_path = tmp / "server.log"
-    cmd = [sys.executable, "-m", "specsteer.server.cli", "serve", "--tls-dir", str(pki), "--host", "127.0.0.1"]
-    cmd += ["--port", "0", "--port-file", str(port_file), "--seed", "0"]
-    if threads is not None:
-        cmd += ["--torch-threads", str(threads)]
-    env = {**os.environ, "GRPC_VERBOSITY": "ERROR"}
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file, env=env, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 1800
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:] or ["(no output)"]
-            raise RuntimeError("the verifier did not start: " + " | ".join(tail))
-        time.sleep(0.2)
-    return proc, int(port_file.read_text().strip()), log_path
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from demo.run import verifier_process  # the demo's way of running `server serve` on loopback
     from specsteer.core.model_registry import DEFAULT_GENERALIST, DEFAULT_SPECIALIST
     from specsteer.sdk.bundles import default_bundle_path
     from specsteer.server import pki as pki_mod
@@ -304,11 +285,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pki_mod.issue_device(p.directory, "bob")  # the Python device
         _log(f"starting the verifier ({DEFAULT_GENERALIST} + {DEFAULT_SPECIALIST}, mutual TLS)")
         t = time.perf_counter()
-        server, port, server_log = _serve(tmp, p.directory, args.server_threads)
-        result["verifier_load_s"] = round(time.perf_counter() - t, 1)
-        _log(f"verifier serving on 127.0.0.1:{port} after {result['verifier_load_s']} s")
+        serve = argparse.Namespace(seed=0, generalist=DEFAULT_GENERALIST, specialist=DEFAULT_SPECIALIST, cache_dir=None)
+        extra = [] if args.server_threads is None else ["--torch-threads", str(args.server_threads)]
         children: list[_Child] = []
-        with (tmp / "python.err").open("wb") as py_err, (tmp / "typescript.err").open("wb") as ts_err:
+        with (
+            verifier_process(serve, p.directory, extra=extra) as ready,
+            (tmp / "python.err").open("wb") as py_err,
+            (tmp / "typescript.err").open("wb") as ts_err,
+        ):
+            port = ready()
+            result["verifier_load_s"] = round(time.perf_counter() - t, 1)
+            _log(f"verifier serving on 127.0.0.1:{port} after {result['verifier_load_s']} s")
             try:
                 target = f"127.0.0.1:{port}"
                 python = _Child(
@@ -387,17 +374,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 for c in children:
                     c.close()
-                server.send_signal(signal.SIGTERM)
-                try:
-                    server.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                for name in ("python.err", "typescript.err"):
-                    tail = (tmp / name).read_text(errors="replace").strip().splitlines()[-3:]
-                    if tail and any(c.proc.returncode not in (0, None) for c in children):
-                        _log(f"{name}: " + " | ".join(tail))
-                if server.returncode not in (0, -signal.SIGTERM):
-                    _log("server.log: " + " | ".join(server_log.read_text(errors="replace").splitlines()[-3:]))
+                if any(c.proc.returncode not in (0, None) for c in children):
+                    # A device that failed: its own last lines, and the verifier's (demo.run's server.log).
+                    for name in ("python.err", "typescript.err", "server.log"):
+                        tail = (tmp / name).read_text(errors="replace").strip().splitlines()[-3:]
+                        if tail:
+                            _log(f"{name}: " + " | ".join(tail))
     return result
 
 
