@@ -126,6 +126,18 @@ def procs() -> Iterator[list[Proc]]:
         proc.stop()
 
 
+def _supernode(device: Path, superlink: str, partition: int, model: Path, tmp: Path, state: str, log: str) -> Proc:
+    """`federation deploy`'s SuperNode for the identity in `device`: fixture user `partition`, its state
+    in ``tmp/state``, its output in ``tmp/log.log``."""
+    node_config = (
+        f"data-file='{FIXTURE_USERS}' partition-id={partition} state-dir='{tmp / state}' threads=1 model='{model}'"
+    )
+    command = supernode_command(
+        device, superlink, port=_free_port(), node_config=node_config, executable=str(BIN / "flower-supernode")
+    )
+    return Proc(command, tmp / f"{log}.log", tmp)
+
+
 def _superlink(tmp: Path, deployment: Deployment, port: int, procs: list[Proc], name: str) -> Proc:
     command = superlink_command(
         deployment.certificates, tmp / "link.db", port=port, executable=str(BIN / "flower-superlink")
@@ -151,15 +163,8 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
     ) == [None]
     nodes = []
     for i in range(3):
-        node_config = (
-            f"data-file='{FIXTURE_USERS}' partition-id={i} state-dir='{tmp_path / f'device{i}'}' threads=1 "
-            f"model='{tiny_bpe_model}'"
-        )
-        command = supernode_command(
-            deployment.devices[f"device{i}"], superlink, port=_free_port(), node_config=node_config,
-            executable=str(BIN / "flower-supernode"),
-        )  # fmt: skip
-        node = Proc(command, tmp_path / f"supernode{i}.log", tmp_path)
+        device = f"device{i}"
+        node = _supernode(deployment.devices[device], superlink, i, tiny_bpe_model, tmp_path, device, f"supernode{i}")
         procs.append(node)
         nodes.append(node)
     # A SuperNode that reaches the SuperLink and trusts its CA, but holds no registered key (Flower
@@ -230,15 +235,7 @@ def test_superlink_and_two_supernodes_over_tls(tiny_bpe_model: Path, tmp_path: P
     )
     for i, name in enumerate(forged.devices):
         shutil.copyfile(deployment.certificates.ca, forged.devices[name] / "ca.crt")  # the real SuperLink's TLS
-        node_config = (
-            f"data-file='{FIXTURE_USERS}' partition-id={i + 1} state-dir='{tmp_path / name}' threads=1 "
-            f"model='{tiny_bpe_model}'"
-        )
-        command = supernode_command(
-            forged.devices[name], superlink, port=_free_port(), node_config=node_config,
-            executable=str(BIN / "flower-supernode"),
-        )  # fmt: skip
-        procs.append(Proc(command, tmp_path / f"{name}.log", tmp_path))
+        procs.append(_supernode(forged.devices[name], superlink, i + 1, tiny_bpe_model, tmp_path, name, name))
     link.wait_for("Activated node_id", count=2)  # the pair (device 0 reconnected with its stored registration)
     code, out, err = _run([*base, "--secagg", "--min-clients", "3", "--round-timeout", "120"])
     assert code == 1, out + err  # no device trained: a run that made nothing fails
