@@ -49,10 +49,10 @@ def adapter_label(method: str, variant: str) -> str:
     return f"{method}+adapters ({variant})"
 
 
-def sweep_label(variant: str, gamma: float, alpha: float | None = None) -> str:
+def sweep_label(variant: str, gamma: float, alpha: float = ALPHA) -> str:
     """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`): the same adapters at another
     gamma, or at another recovery weight alpha (the label names alpha only when it is not the default)."""
-    extra = "" if alpha is None or alpha == ALPHA else f", alpha {alpha:g}"
+    extra = "" if alpha == ALPHA else f", alpha {alpha:g}"
     return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
 
 
