@@ -78,6 +78,7 @@ from bench.personal_loop_report import (
     SLM_RAG,
     SPECSTEER,
     VARIANTS,
+    Gate,
     adapter_label,
     loss_table,
     sweep_label,
@@ -327,13 +328,20 @@ class Row:
     variant: str | None  # the training whose adapters the device uses (None: the base weights)
     gamma: float = GAMMA  # specsteer's ratio-test threshold
     alpha: float = ALPHA  # specsteer's recovery weight
+    gate: Gate | None = None  # specsteer's certainty gate (certainty, gamma_uncertain); None: the paper's rule
 
 
-def rows_for(variant: str, gammas: Sequence[float] = (), alphas: Sequence[float] = ()) -> list[list[Row]]:
+def rows_for(
+    variant: str,
+    gammas: Sequence[float] = (),
+    alphas: Sequence[float] = (),
+    gates: Sequence[tuple[float, Gate]] = (),
+) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
-    explains them, last; the gamma sweep's `specsteer+adapters` rows before it); so a run cut short
-    has the comparisons on as many queries as possible."""
+    explains them, last; the sweep's `specsteer+adapters` rows before it); so a run cut short has
+    the comparisons on as many queries as possible. Each gate ((gamma, (certainty, gamma_uncertain)))
+    is swept with the adapters and on the base weights (beside `specsteer`)."""
     passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
@@ -344,9 +352,11 @@ def rows_for(variant: str, gammas: Sequence[float] = (), alphas: Sequence[float]
     ]
     swept = [Row(sweep_label(variant, g), SPECSTEER, variant, g) for g in gammas]
     swept += [Row(sweep_label(variant, GAMMA, a), SPECSTEER, variant, GAMMA, a) for a in alphas if a != ALPHA]
+    swept += [Row(sweep_label(variant, g, gate=gate), SPECSTEER, variant, g, gate=gate) for g, gate in gates]
     if swept:
         passes.append(swept)
-    passes.append([Row(SPECSTEER, SPECSTEER, None)])
+    base = [Row(sweep_label(None, g, gate=gate), SPECSTEER, None, g, gate=gate) for g, gate in gates]
+    passes.append([Row(SPECSTEER, SPECSTEER, None), *base])
     return passes
 
 
@@ -429,7 +439,15 @@ class Generator:
         elif row.method == LLM:
             params, verifier = SessionParams(method=Method.LLM, draft_len=0, alpha=0.0), cloud
         else:
-            params, verifier = SessionParams(gamma=row.gamma, alpha=row.alpha, adapter_version=version), cloud
+            certainty, gamma_uncertain = row.gate or (0.0, SessionParams.gamma_uncertain)
+            params = SessionParams(
+                gamma=row.gamma,
+                alpha=row.alpha,
+                certainty=certainty,
+                gamma_uncertain=gamma_uncertain,
+                adapter_version=version,
+            )
+            verifier = cloud
         guard = None if verifier is None else guard_setting(profile, specialist.lm.tokenizer, self.guard)
         out = generate(
             specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier, guard=guard
@@ -536,6 +554,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"the default {ALPHA:g} is the plain row)",
     )
     p.add_argument(
+        "--gates",
+        type=_gates,
+        default=(),
+        help="also run specsteer (with the adapters and on the base weights) under the certainty gate: "
+        "comma-separated GAMMA:CERTAINTY:GAMMA_UNCERTAIN (docs/algorithm.md, 'The certainty gate')",
+    )
+    p.add_argument(
         "--rows",
         nargs="+",
         default=None,
@@ -568,6 +593,18 @@ def _gammas(text: str) -> tuple[float, ...]:
 
 def _alphas(text: str) -> tuple[float, ...]:
     return _numbers(text, "alpha")
+
+
+def _gates(text: str) -> tuple[tuple[float, Gate], ...]:
+    out = []
+    for item in text.split(","):
+        values = _numbers(item.replace(":", ","), "gate") if item.count(":") == 2 else ()
+        if not values or not 0 < values[1] <= 1:
+            raise argparse.ArgumentTypeError(
+                f"a gate is GAMMA:CERTAINTY:GAMMA_UNCERTAIN, certainty in (0, 1]: {item!r}"
+            )
+        out.append((values[0], (values[1], values[2])))
+    return tuple(out)
 
 
 def _say(message: str) -> None:
@@ -612,7 +649,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     )
     training = Training(args.work / spec.variant, spec, args.threads, not args.skip_v0_eval)
 
-    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas) for r in rows]
+    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas, args.gates) for r in rows]
     wanted = [r for r in every if args.rows is None or r.label in args.rows]
     if args.rows is not None and not wanted:
         raise ConfigError(f"none of --rows {' '.join(args.rows)} is a row of this run.")
@@ -650,7 +687,7 @@ def _generate(
     torch.set_num_threads(args.threads)
     passes = [
         [r for r in rows if args.rows is None or r.label in args.rows]
-        for rows in rows_for(training.spec.variant, args.gammas, args.alphas)
+        for rows in rows_for(training.spec.variant, args.gammas, args.alphas, args.gates)
     ]
     passes = [rows for rows in passes if rows]
     states = training.device_states() if any(r.variant is not None for rows in passes for r in rows) else {}

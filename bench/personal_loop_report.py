@@ -49,35 +49,49 @@ def adapter_label(method: str, variant: str) -> str:
     return f"{method}+adapters ({variant})"
 
 
-def sweep_label(variant: str, gamma: float, alpha: float = ALPHA) -> str:
-    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`): the same adapters at another
-    gamma, or at another recovery weight alpha (the label names alpha only when it is not the default)."""
+Gate = tuple[float, float]  # the certainty gate: (certainty, gamma_uncertain); see SessionParams
+
+
+def sweep_label(variant: str | None, gamma: float, alpha: float = ALPHA, gate: Gate | None = None) -> str:
+    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--gates`): the same adapters
+    at another gamma, recovery weight alpha or certainty gate (the label names alpha and the gate only
+    when they are not the default); `variant` None: `specsteer` on the base weights at that setting."""
     extra = "" if alpha == ALPHA else f", alpha {alpha:g}"
+    extra += "" if gate is None else f", gate {gate[0]:g}/{gate[1]:g}"
     return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
 
 
-def swept_setting(label: str, variant: str) -> tuple[float, float] | None:
-    """The (gamma, alpha) of `variant`'s sweep row `label` (`sweep_label`'s inverse); None for any other row."""
+def swept_setting(label: str, variant: str | None) -> tuple[float, float, float, float] | None:
+    """The (gamma, alpha, certainty, gamma_uncertain) of `variant`'s sweep row `label`
+    (`sweep_label`'s inverse; certainty 0 without a gate); None for any other row."""
     prefix = _sweep_prefix(variant)
     if not (label.startswith(prefix) and label.endswith(")")):
         return None
-    gamma, _, alpha = label[len(prefix) : -1].partition(", alpha ")
-    return float(gamma), float(alpha) if alpha else ALPHA
+    rest, _, gate = label[len(prefix) : -1].partition(", gate ")
+    gamma, _, alpha = rest.partition(", alpha ")
+    certainty, _, gamma_uncertain = gate.partition("/")
+    return (
+        float(gamma),
+        float(alpha) if alpha else ALPHA,
+        float(certainty) if gate else 0.0,
+        float(gamma_uncertain) if gate else 0.0,
+    )
 
 
-def _sweep_prefix(variant: str) -> str:
-    return f"{adapter_label(SPECSTEER, variant)[:-1]}, gamma "
+def _sweep_prefix(variant: str | None) -> str:
+    base = SPECSTEER + " (" if variant is None else adapter_label(SPECSTEER, variant)[:-1] + ", "
+    return f"{base}gamma "
 
 
-def comparisons(variants: Sequence[str], swept: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]] = ()) -> list[tuple[str, str]]:
     """(row, minus) pairs: the issue's three per variant, then what explains them; and each swept
-    (variant, label) against `llm` and the device alone with the same adapters."""
+    (variant, label) against `llm` and the device alone with the same adapters (or none)."""
     out: list[tuple[str, str]] = []
     for v in variants:
         slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
         out += [(slm_a, SLM_RAG), (spec_a, LLM), (spec_a, slm_a), (spec_a, SPECSTEER)]
     for v, label in swept:
-        out += [(label, LLM), (label, adapter_label(SLM_RAG, v))]
+        out += [(label, LLM), (label, SLM_RAG if v is None else adapter_label(SLM_RAG, v))]
     out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
     if all(v in variants for v in VARIANTS):
         out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]
@@ -201,9 +215,12 @@ def write_report(
     labels = [SLM_RAG, LLM, SPECSTEER]
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
-    # The sweep's rows in the runs log (whichever command wrote them), by gamma, then alpha.
-    settings = {(v, r["config"]): g for r in rows for v in variants if (g := swept_setting(r["config"], v)) is not None}
-    swept = sorted(settings, key=lambda key: (key[0], settings[key]))
+    # The sweep's rows in the runs log (whichever command wrote them), by training (the base
+    # weights' first), then gamma, alpha and gate.
+    settings = {
+        (v, r["config"]): g for r in rows for v in (None, *variants) if (g := swept_setting(r["config"], v)) is not None
+    }
+    swept = sorted(settings, key=lambda key: (key[0] or "", settings[key]))
     labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries, delta)
     result = {
@@ -230,6 +247,7 @@ def write_report(
             "alpha": ALPHA,
             "gammas_swept": sorted({settings[key][0] for key in swept}),
             "alphas_swept": sorted({settings[key][1] for key in swept}),
+            "gates_swept": sorted({settings[key][2:] for key in swept if settings[key][2]}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' style part only",

@@ -55,21 +55,25 @@ class TensorSequence(CachedSequence[torch.Tensor]):
     def _vector(self, values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
         return torch.stack(values) if values else like.new_zeros(0)
 
-    def block_logprobs(self, start: int, tokens: Sequence[int], *, best: bool = True) -> tuple[list[float], list[int]]:
+    def block_logprobs(
+        self, start: int, tokens: Sequence[int], *, best: bool = True
+    ) -> tuple[list[float], list[int], list[float]]:
         """For each j: log P(tokens[j] | ids[:start + j]) and, with `best`, the most likely token
-        there (the first on ties; else an empty list), read back from the rows' device in one copy
-        (the verifier's blocks; device rows are never read this way). Each log-probability is a
-        view of its row picked by a host index, so only the picked values and the argmaxes are
-        gathered: no row is copied, and no index is sent to the device."""
+        there (the first on ties) and its log-probability (else two empty lists), read back from
+        the rows' device in one copy (the verifier's blocks; device rows are never read this way).
+        Each log-probability is a view of its row picked by a host index, so only the picked values
+        and the maxima are gathered: no row is copied, and no index is sent to the device."""
         if not tokens:
-            return [], []
+            return [], [], []
         rows = [self.logprobs_at(start + j) for j in range(len(tokens))]
         picked = torch.stack([row[int(t)] for row, t in zip(rows, tokens, strict=True)])
         if not best:
-            return picked.tolist(), []
-        # One readback for both: float64 holds every fp32 value and every token index exactly.
-        both = torch.cat([picked.double(), torch.stack(rows).argmax(dim=-1).double()]).tolist()
-        return both[: len(tokens)], [int(i) for i in both[len(tokens) :]]
+            return picked.tolist(), [], []
+        # One readback for all three: float64 holds every fp32 value and every token index exactly.
+        top = torch.stack(rows).max(dim=-1)
+        both = torch.cat([picked.double(), top.indices.double(), top.values.double()]).tolist()
+        n = len(tokens)
+        return both[:n], [int(i) for i in both[n : 2 * n]], both[2 * n :]
 
 
 class TokenSequence(TensorSequence):

@@ -76,6 +76,11 @@ class SessionParams:
 
     `gamma` may be 0 (accept every draft) or `math.inf` (reject every draft). `top_k` may be as
     large as the vocabulary in-process; a network verifier caps it (`WIRE_MAX_TOP_K` by default).
+
+    `certainty` and `gamma_uncertain` are the certainty gate (docs/algorithm.md, "The certainty
+    gate"), an extension of the paper's ratio test: a draft unit where the Generalist's most likely
+    token has probability below `certainty` is tested against `gamma_uncertain` instead of `gamma`.
+    `certainty` 0 (the default) is the paper's rule: one gamma everywhere.
     """
 
     method: Method = Method.SPECSTEER
@@ -88,6 +93,8 @@ class SessionParams:
     bonus: bool = True
     adapter_version: int = 0
     padded_frames: bool = False  # constant-size rounds on the wire (core/wire.py, PaddedRound)
+    certainty: float = 0.0  # the certainty gate's threshold on P_G's top probability (0: off)
+    gamma_uncertain: float = 0.1  # the ratio test's gamma where P_G is below `certainty`
 
     def __post_init__(self) -> None:
         # An app may name the method and policy as the CLI does ("slm"); the fields hold the enums.
@@ -98,6 +105,16 @@ class SessionParams:
             raise ConfigError(f"gamma must be 0, +inf, or in (0, {GAMMA_MAX:g}]; got {self.gamma}")
         if math.isfinite(self.gamma) and self.gamma != round(self.gamma * GAMMA_SCALE) / GAMMA_SCALE:
             raise ConfigError(f"gamma has a resolution of 1e-6; got {self.gamma}")
+        if not (0.0 <= self.certainty <= 1.0) or self.certainty != round(self.certainty * GAMMA_SCALE) / GAMMA_SCALE:
+            raise ConfigError(f"certainty must be in [0, 1] with a resolution of 1e-6; got {self.certainty}")
+        if not (0.0 <= self.gamma_uncertain <= GAMMA_MAX) or (
+            self.gamma_uncertain != round(self.gamma_uncertain * GAMMA_SCALE) / GAMMA_SCALE
+        ):
+            raise ConfigError(
+                f"gamma_uncertain must be in [0, {GAMMA_MAX:g}] with a resolution of 1e-6; got {self.gamma_uncertain}"
+            )
+        if self.certainty and self.method is not Method.SPECSTEER:
+            raise ConfigError(f"the certainty gate is part of specsteer's ratio test; {self.method.value} has none")
         if not (0.0 <= self.alpha <= ALPHA_MAX) or self.alpha != round(self.alpha * ALPHA_SCALE) / ALPHA_SCALE:
             raise ConfigError(f"alpha must be in [0, {ALPHA_MAX:g}] with a resolution of 0.001; got {self.alpha}")
         if self.top_k < 1:

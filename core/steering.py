@@ -6,6 +6,7 @@ passed in. The cloud (`server/session.py`) calls it on torch tensors; the device
 Log-probabilities are fp32 log-softmax values.
 
 - `verify_ratios`: SpecSteer's ratio test, greedy or sampling (per token or per segment).
+- `gated_gammas`: each unit's gamma under the certainty gate (an extension of the paper's rule).
 - `verify_exact_greedy`: standard speculative decoding's greedy rule (the `sd` baseline).
 - `steering_candidates` / `steering_values`: the top-k steering vector (guardrail or literal policy).
 - `align_segments`: cross-vocabulary verification units from two tokenizations of one text.
@@ -30,6 +31,7 @@ __all__ = [
     "acceptance_probability",
     "align_segments",
     "floored",
+    "gated_gammas",
     "log_gamma",
     "log_softmax",
     "refuse_nan",
@@ -71,9 +73,25 @@ def log_gamma(gamma: float) -> float:
     return math.log(gamma)
 
 
+def gated_gammas(top_logps: Sequence[float], gamma: float, *, certainty: float, gamma_uncertain: float) -> list[float]:
+    """Each unit's ratio-test gamma under the certainty gate (docs/algorithm.md, "The certainty gate").
+
+    `top_logps[i]` is log of the Generalist's top probability over unit i's positions (its most
+    certain one). Where the Generalist is certain (top probability >= `certainty`) the draft
+    meets the paper's test at `gamma`: a fact the cloud knows is the cloud's to decide. Where it
+    is not, any of several continuations is about as good to it, and the draft, which carries the
+    user's form, is tested at `gamma_uncertain`. `certainty` 0 gives `gamma` everywhere (the
+    paper's rule); `certainty` above every top probability gives `gamma_uncertain` everywhere.
+    """
+    if certainty == 0:
+        return [gamma] * len(top_logps)
+    floor = math.log(certainty)
+    return [gamma if top >= floor else gamma_uncertain for top in top_logps]
+
+
 def verify_ratios(
     log_ratios: Sequence[float],
-    gamma: float,
+    gamma: float | Sequence[float],
     *,
     sampling: bool,
     uniforms: Sequence[float] | None = None,
@@ -83,6 +101,7 @@ def verify_ratios(
     A unit's log ratio is log P_G - log P_S^0 of its tokens. Greedy: accept iff
     P_G > gamma * P_S^0 (strict). Sampling: accept with probability min(1, P_G / (gamma * P_S^0)),
     i.e. iff u < that, with `uniforms[i]` ~ U[0, 1) drawn by the caller. Stops at the first rejection.
+    `gamma` is one threshold for every unit, or one per unit (`gated_gammas`).
 
     A unit P_G rules out (ratio -inf, or NaN for 0/0) is rejected in both modes, for every gamma,
     0 included: greedy's 0 > gamma * P_S^0 is false, and sampling takes the limit gamma -> 0+ of
@@ -90,10 +109,13 @@ def verify_ratios(
     it). So gamma = 0 accepts every draft P_G allows, which is every draft of a model with finite
     logits (algorithm.md's gamma = 0 oracle).
     """
-    threshold = log_gamma(gamma)
+    gammas = [gamma] * len(log_ratios) if isinstance(gamma, (int, float)) else list(gamma)
+    if len(gammas) < len(log_ratios):
+        raise ValueError("per-unit gammas need one gamma per unit")
     if sampling and (uniforms is None or len(uniforms) < len(log_ratios)):
         raise ValueError("sampling mode needs one uniform draw per unit")
     for i, ratio in enumerate(log_ratios):
+        threshold = log_gamma(gammas[i])
         if math.isnan(ratio) or ratio == -math.inf:
             return i  # P_G = 0 (0/0 when P_S^0 = 0 too): pi* rules the unit out
         if sampling:

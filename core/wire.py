@@ -66,6 +66,8 @@ def params_to_proto(params: SessionParams) -> pb.SessionParams:
         bonus=params.bonus,
         adapter_version=params.adapter_version,
         padded_frames=params.padded_frames,
+        certainty_ppm=round(params.certainty * GAMMA_SCALE),
+        gamma_uncertain_ppm=round(params.gamma_uncertain * GAMMA_SCALE),
     )
 
 
@@ -88,6 +90,8 @@ def params_from_proto(msg: pb.SessionParams) -> SessionParams:
             bonus=msg.bonus,
             adapter_version=msg.adapter_version,
             padded_frames=msg.padded_frames,
+            certainty=msg.certainty_ppm / GAMMA_SCALE,
+            gamma_uncertain=msg.gamma_uncertain_ppm / GAMMA_SCALE,
         )
     except ConfigError as exc:
         raise ProtocolError(f"session parameters out of range: {exc}") from exc

@@ -64,6 +64,16 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gamma", type=number(infinity=True), default=0.5, help="acceptance threshold (0 = accept all, inf = none)"
     )
+    p.add_argument(
+        "--certainty",
+        type=number(),
+        default=0.0,
+        help="the certainty gate (docs/algorithm.md): where the cloud's top probability is below this, drafts are "
+        "tested at --gamma-uncertain instead of --gamma (default 0: off, the paper's rule)",
+    )
+    p.add_argument(
+        "--gamma-uncertain", type=number(), default=0.1, help="the gate's threshold where the cloud is uncertain"
+    )
     p.add_argument("--alpha", type=finite_float, default=None, help="steering strength (default 1.0; llm: 0)")
     p.add_argument("--top-k", type=whole_number(), default=10, help="steering candidates per recovery")
     p.add_argument(
@@ -230,6 +240,8 @@ def session_params(args: argparse.Namespace) -> SessionParams:
         method=method,
         sampling=args.sampling,
         gamma=args.gamma,
+        certainty=args.certainty,
+        gamma_uncertain=args.gamma_uncertain,
         alpha=alpha,
         top_k=args.top_k,
         draft_len=draft_len,

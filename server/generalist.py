@@ -9,6 +9,7 @@ Both map the device's Specialist tokens onto the Generalist and answer in Specia
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,6 +39,7 @@ class Unit:
     s_stop: int
     logp_g: float  # log P_G of the unit's Generalist tokens
     g_is_argmax: bool  # every Generalist token is the Generalist's greedy choice (the `sd` rule)
+    g_top: float  # log of the Generalist's top probability at the unit's most certain position (the certainty gate)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,8 @@ class SharedVocabGeneralist:
         self.seq.push(commit)
         self._draft_base = len(self.seq)
         self.seq.push(draft)
-        logps, best = self.seq.block_logprobs(self._draft_base, draft)
-        return [Unit(i, i + 1, logps[i], best[i] == token) for i, token in enumerate(draft)]
+        logps, best, top = self.seq.block_logprobs(self._draft_base, draft)
+        return [Unit(i, i + 1, logps[i], best[i] == token, top[i]) for i, token in enumerate(draft)]
 
     def accept(self, n: int) -> None:
         self.seq.truncate(self._draft_base + n)
@@ -170,7 +172,7 @@ class CrossVocabGeneralist:
         g_base = self._prompt_len + keep
         units: list[Unit] = []
         for seg in segments:
-            logp, is_argmax = 0.0, True
+            logp, is_argmax, top = 0.0, True, -math.inf
             first = seg.g_start
             if not units and exact and common < len(old):
                 # The first segment's Generalist tokens may re-spell committed characters (a token
@@ -183,15 +185,20 @@ class CrossVocabGeneralist:
                 row = self.seq.logprobs_at(g_base + t)
                 logp += float(row[h[t]])
                 if t >= seg.g_start:
-                    is_argmax &= int(torch.argmax(row)) == h[t]
-            units.append(Unit(seg.s_start, seg.s_stop, logp, is_argmax))
+                    best = torch.max(row, dim=-1)
+                    is_argmax &= int(best.indices) == h[t]
+                    top = max(top, float(best.values))
+            units.append(Unit(seg.s_start, seg.s_stop, logp, is_argmax, top))
         unit_ends: list[float] = [seg.end for seg in segments]
         covered = units[-1].s_stop if units else 0
         if ends_eos and covered == len(text_tokens):
             row = self.seq.logprobs_at(g_base + len(h))
             eos = sorted(self.lm.eos_ids)
             logp = float(torch.logsumexp(row[eos], dim=0))
-            units.append(Unit(len(text_tokens), len(draft), logp, int(torch.argmax(row)) in self.lm.eos_ids))
+            best = torch.max(row, dim=-1)
+            units.append(
+                Unit(len(text_tokens), len(draft), logp, int(best.indices) in self.lm.eos_ids, float(best.values))
+            )
             unit_ends.append(len(full))
             self.shared_boundaries += 1  # the end of the text is a boundary of both tokenizations
         self._round = _CrossRound(keep, h, h_ends, len(text), full, list(draft), units, unit_ends)

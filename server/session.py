@@ -41,6 +41,7 @@ from specsteer.core.session_types import (
     Verdict,
 )
 from specsteer.core.steering import (
+    gated_gammas,
     refuse_nan,
     steering_candidates,
     steering_values,
@@ -345,13 +346,19 @@ class CloudSession:
         else:
             # Units cover the draft from its start, in order: read their P_S^0 rows back at once.
             covered = units[-1].s_stop if units else 0
-            s0_logps, _ = self.s0.block_logprobs(s_base, draft[:covered], best=False)
+            s0_logps, _, _ = self.s0.block_logprobs(s_base, draft[:covered], best=False)
             ratios = []
             for unit in units:
                 logp_s0 = sum(s0_logps[j] for j in range(unit.s_start, unit.s_stop))
                 ratios.append(unit.logp_g - logp_s0)
             uniforms = torch.rand(len(ratios), generator=self._rng).tolist() if params.sampling else None
-            n_units = verify_ratios(ratios, params.gamma, sampling=params.sampling, uniforms=uniforms)
+            gammas = gated_gammas(
+                [u.g_top for u in units],
+                params.gamma,
+                certainty=params.certainty,
+                gamma_uncertain=params.gamma_uncertain,
+            )
+            n_units = verify_ratios(ratios, gammas, sampling=params.sampling, uniforms=uniforms)
         accepted = units[n_units - 1].s_stop if n_units else 0
 
         self.s0.truncate(s_base + accepted)

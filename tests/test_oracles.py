@@ -102,9 +102,15 @@ class Reference:
     def fusion(self, alpha: float, n: int) -> list[int]:
         return self.greedy(lambda gen: self.pg(gen) + alpha * (self.sc(gen) - self.s0(gen)), n)
 
-    def specsteer_token(self, gen: list[int], gamma: float, alpha: float, k: int) -> tuple[int, int]:
-        """(the Specialist's token if it passes the ratio test, else -1; the recovery token)."""
+    def specsteer_token(
+        self, gen: list[int], gamma: float, alpha: float, k: int, gate: tuple[float, float] | None = None
+    ) -> tuple[int, int]:
+        """(the Specialist's token if it passes the ratio test, else -1; the recovery token).
+        `gate` (certainty, gamma_uncertain): the test uses gamma_uncertain where P_G's top
+        probability is below certainty (algorithm.md, "The certainty gate")."""
         sc, s0, pg = self.sc(gen), self.s0(gen), self.pg(gen)
+        if gate is not None and float(pg.max()) < math.log(gate[0]):
+            gamma = gate[1]
         d = int(torch.argmax(sc))
         passes = float(pg[d] - s0[d]) > (math.log(gamma) if gamma > 0 else -math.inf)
         cands = torch.sort(pg, descending=True, stable=True).indices[:k]
@@ -166,6 +172,30 @@ def test_without_bonus_output_does_not_depend_on_draft_length(specialist, models
         gen.append(token)
 
 
+def test_the_certainty_gate_decides_each_position_by_the_generalists_top_probability(specialist, models, ref) -> None:
+    """With the gate, as without, each position is decided by one rule (bonus off: independent of
+    K), now at gamma where P_G's top probability reaches the certainty and gamma_uncertain below it."""
+    # Prepare: a certainty at the median of the Generalist's top probabilities along the paper's
+    # rule's text, so both arms of the gate run.
+    plain = run(specialist, models[1], Method.SPECSTEER, gamma=0.5, draft_len=3, bonus=False)
+    tops = sorted(float(ref.pg(plain.token_ids[:i]).max()) for i in range(len(plain.token_ids)))
+    gate = {"gamma": 0.5, "certainty": round(math.exp(tops[len(tops) // 2]), 6), "gamma_uncertain": 0.01}
+    # Execute
+    outputs = {k: run(specialist, models[1], Method.SPECSTEER, draft_len=k, bonus=False, **gate) for k in (1, 3)}
+    # Assert: the same tokens for every K, each the one-step rule's at its position's gamma.
+    tokens = outputs[1].token_ids
+    assert outputs[3].token_ids == tokens
+    gen: list[int] = []
+    certain = 0
+    for token in tokens:
+        certain += float(ref.pg(gen).max()) >= math.log(gate["certainty"])
+        d, rec = ref.specsteer_token(gen, 0.5, 1.0, 10, gate=(gate["certainty"], gate["gamma_uncertain"]))
+        assert token == (d if d >= 0 else rec)
+        gen.append(token)
+    assert 0 < certain < len(tokens), "both arms of the gate must decide some position"
+    assert outputs[3].stats.accepted > plain.stats.accepted  # the uncertain positions kept more drafts
+
+
 def test_bonus_tokens_are_steered_recoveries(specialist, models, ref) -> None:
     out = run(specialist, models[1], Method.SPECSTEER, gamma=0.05, draft_len=2)
     assert out.stats.bonus_tokens > 0
@@ -213,6 +243,7 @@ def test_candidate_policy_picks_the_best_fused_score_among_its_candidates(specia
         {"gamma": 0.05, "draft_len": 2, "bonus": False},
         {"gamma": math.inf, "top_k": 20},
         {"gamma": 0.0, "draft_len": 32},
+        {"gamma": 0.7, "draft_len": 3, "certainty": 0.1, "gamma_uncertain": 0.01},  # the certainty gate
     ],
 )
 def test_cross_vocabulary_path_reduces_to_shared_vocabulary_with_one_tokenizer(specialist, models, kw) -> None:

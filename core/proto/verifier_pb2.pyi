@@ -30,7 +30,7 @@ CANDIDATE_POLICY_GUARDRAIL: CandidatePolicy
 CANDIDATE_POLICY_LITERAL: CandidatePolicy
 
 class SessionParams(_message.Message):
-    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version", "padded_frames")
+    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version", "padded_frames", "certainty_ppm", "gamma_uncertain_ppm")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     GAMMA_PPM_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,8 @@ class SessionParams(_message.Message):
     BONUS_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     PADDED_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    CERTAINTY_PPM_FIELD_NUMBER: _ClassVar[int]
+    GAMMA_UNCERTAIN_PPM_FIELD_NUMBER: _ClassVar[int]
     method: Method
     sampling: bool
     gamma_ppm: int
@@ -53,7 +55,9 @@ class SessionParams(_message.Message):
     bonus: bool
     adapter_version: int
     padded_frames: bool
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ...) -> None: ...
+    certainty_ppm: int
+    gamma_uncertain_ppm: int
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ..., certainty_ppm: _Optional[int] = ..., gamma_uncertain_ppm: _Optional[int] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("prompt_ids", "params", "resume_ids")

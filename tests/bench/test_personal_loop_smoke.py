@@ -23,6 +23,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--rounds", "1", "--dp-steps", "1", "--personal-steps", "1", "--max-len", "256", "--max-new-tokens", "4"),
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
         *("--alphas", "2"),  # one swept row (a gamma row takes the same path: rows_for below)
+        *("--gates", "0.5:0.9:0.1"),  # the certainty gate, with the adapters and on the base weights
         # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
         # the default is what ships (tests/bench/test_device_path_defaults.py).
         *("--drafter", "torch"),
@@ -49,10 +50,22 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         assert {(slm_a, "slm-rag", metric), (spec_a, "llm", metric), (spec_a, slm_a, metric)} <= pairs
         assert {(swept, "llm", metric), (swept, slm_a, metric)} <= pairs  # the sweep's row
     assert summary[swept]["n"] == 3
-    assert result["meta"]["alphas_swept"] == [2.0] and result["meta"]["gammas_swept"] == [personal_loop_report.GAMMA]
-    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,))[-2]
-    assert [(r.gamma, r.alpha) for r in sweep] == [(0.05, 1.0), (0.5, 2.0)]
-    assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [(0.05, 1.0), (0.5, 2.0)]
+    gated = personal_loop_report.sweep_label("dp", 0.5, gate=(0.9, 0.1))
+    gated_base = personal_loop_report.sweep_label(None, 0.5, gate=(0.9, 0.1))
+    assert gated_base == "specsteer (gamma 0.5, gate 0.9/0.1)"
+    for metric in ("rougeL", "attribution"):
+        assert {(gated, "llm", metric), (gated, slm_a, metric)} <= pairs
+        assert {(gated_base, "llm", metric), (gated_base, "slm-rag", metric)} <= pairs  # no adapters: the device's own
+    assert summary[gated]["n"] == summary[gated_base]["n"] == 3
+    assert result["meta"]["alphas_swept"] == [1.0, 2.0] and result["meta"]["gammas_swept"] == [0.5]
+    assert result["meta"]["gates_swept"] == [[0.9, 0.1]]
+    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,), ((0.7, (0.5, 0.2)),))[-2]
+    assert [(r.gamma, r.alpha, r.gate) for r in sweep] == [(0.05, 1.0, None), (0.5, 2.0, None), (0.7, 1.0, (0.5, 0.2))]
+    assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [
+        (0.05, 1.0, 0.0, 0.0),
+        (0.5, 2.0, 0.0, 0.0),
+        (0.7, 1.0, 0.5, 0.2),
+    ]
     # The style measures were fitted on the style part only, which is recorded, and score a second way.
     assert result["meta"]["style_split"] == RULE
     assert all(0.0 <= summary[r]["style_delta"] <= 1.0 for r in rows)

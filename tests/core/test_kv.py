@@ -67,20 +67,23 @@ def test_a_prompts_prefill_computes_its_last_row_only(model) -> None:
 
 def test_block_logprobs_reads_the_drafts_and_the_argmaxes_in_one_copy(model, monkeypatch) -> None:
     """A verify block's log-probabilities of the drafted tokens and, when asked, P's greedy token
-    at each position, as a full forward gives them; read back to the host once (`tolist`)."""
+    and its log-probability at each position, as a full forward gives them; read back to the host
+    once (`tolist`)."""
     seq = TokenSequence(model, [5, 6, 7])
     draft = [8, 9, 10, 11]
     seq.push(draft)
     reads: list[int] = []
     tolist = torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.numel()) or tolist(t))
-    logps, best = seq.block_logprobs(3, draft)
-    plain, none = seq.block_logprobs(3, draft, best=False)
+    logps, best, top = seq.block_logprobs(3, draft)
+    plain, none, no_top = seq.block_logprobs(3, draft, best=False)
     reference = full(model, [5, 6, 7, *draft])
     want = [float(reference[2 + j, t]) for j, t in enumerate(draft)]
     assert logps == pytest.approx(want, abs=1e-5) and plain == pytest.approx(want, abs=1e-5)
-    assert best == [int(reference[2 + j].argmax()) for j in range(len(draft))] and none == []
-    assert reads == [2 * len(draft), len(draft)]  # one copy each: values and argmaxes together, then values alone
+    assert best == [int(reference[2 + j].argmax()) for j in range(len(draft))] and none == [] == no_top
+    assert top == pytest.approx([float(reference[2 + j].max()) for j in range(len(draft))], abs=1e-5)
+    # One copy each: values, argmaxes and maxima together, then values alone.
+    assert reads == [3 * len(draft), len(draft)]
 
 
 def test_truncate_to_a_point_without_a_kept_row_refeeds_one_token(model) -> None:

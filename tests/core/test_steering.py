@@ -15,6 +15,7 @@ from specsteer.core.steering import (
     RULED_OUT,
     acceptance_probability,
     align_segments,
+    gated_gammas,
     steering_candidates,
     steering_values,
     top_indices,
@@ -40,6 +41,23 @@ def test_gamma_zero_accepts_everything_and_infinity_nothing() -> None:
     assert verify_ratios(ratios, math.inf, sampling=False) == 0
     assert verify_ratios(ratios, 0.0, sampling=True, uniforms=[0.999] * 3) == 3
     assert verify_ratios(ratios, math.inf, sampling=True, uniforms=[0.0] * 3) == 0
+
+
+def test_the_certainty_gate_tests_each_unit_at_its_own_gamma() -> None:
+    # Units where P_G's top probability is 0.9, 0.2, 0.9 (logs); certainty 0.5.
+    tops = [math.log(0.9), math.log(0.2), math.log(0.9)]
+    gammas = gated_gammas(tops, 0.5, certainty=0.5, gamma_uncertain=0.01)
+    assert gammas == [0.5, 0.01, 0.5]
+    assert gated_gammas(tops, 0.5, certainty=0.0, gamma_uncertain=0.01) == [0.5] * 3  # off: the paper's rule
+    assert gated_gammas(tops, 0.5, certainty=1.0, gamma_uncertain=0.01) == [0.01] * 3
+    # A draft the cloud finds 20x less likely than P_S^0 does: rejected where the cloud is certain,
+    # accepted where it is not; the first unit passes either way, the third fails either way.
+    ratios = [math.log(2.0), math.log(0.05), math.log(0.05)]
+    assert verify_ratios(ratios, 0.5, sampling=False) == 1
+    assert verify_ratios(ratios, gammas, sampling=False) == 2
+    assert verify_ratios(ratios, gammas, sampling=True, uniforms=[0.99, 0.99, 0.5]) == 2
+    with pytest.raises(ValueError, match="one gamma per unit"):
+        verify_ratios(ratios, gammas[:2], sampling=False)
 
 
 def test_sampling_acceptance_uses_the_uniform_draws() -> None:

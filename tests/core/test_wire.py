@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         SessionParams(method=Method.SD, gamma=0.0, bonus=False, draft_len=1, adapter_version=7),
         SessionParams(method=Method.FUSION, draft_len=0, sampling=True, gamma=0.000001),
         SessionParams(method=Method.LLM, draft_len=0, alpha=0.0),
+        SessionParams(certainty=0.6, gamma_uncertain=0.05, gamma=0.7),  # the certainty gate
     ],
 )
 def test_params_round_trip(params: SessionParams) -> None:
@@ -48,6 +49,9 @@ def test_device_only_methods_have_no_wire_form() -> None:
         ({"method": 1, "policy": 1, "top_k": 0, "draft_len": 1}, "top-k"),
         ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 33}, "draft length"),
         ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "sampling": True}, "greedy mode only"),
+        ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 1, "certainty_ppm": 1_000_001}, "certainty must be"),
+        ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 1, "gamma_uncertain_ppm": 2**32 - 1}, "gamma_uncertain"),
+        ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "certainty_ppm": 500_000}, "certainty gate"),
     ],
 )
 def test_out_of_range_params_are_protocol_errors(fields: dict, message: str) -> None:

@@ -129,8 +129,8 @@ def test_round_outputs_match_core_steering(tokenizer: PreTrainedTokenizerFast) -
     seqs = {"g": TokenSequence(g.model, prompt), "s0": TokenSequence(s0.model, prompt)}
     for seq in seqs.values():
         seq.push(block[1:])
-    g_logps, g_best = seqs["g"].block_logprobs(len(prompt), block[1:])
-    s0_logps, _ = seqs["s0"].block_logprobs(len(prompt), block[1:])
+    g_logps, g_best, _ = seqs["g"].block_logprobs(len(prompt), block[1:])
+    s0_logps, _, _ = seqs["s0"].block_logprobs(len(prompt), block[1:])
     want_ratios = torch.tensor([x - y for x, y in zip(g_logps, s0_logps, strict=True)])
     torch.testing.assert_close(out["log_ratios"][0], want_ratios, atol=ATOL, rtol=0)
     assert out["g_best"][0, :-1].tolist() == g_best
