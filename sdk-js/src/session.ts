@@ -8,17 +8,18 @@
  * log as sdk/remote.py's does: `session-begin` once the stream is open, every uplink checked and
  * logged before it is sent, every downlink logged on receipt, a `fallback` record when the verifier
  * is lost (or why the session ended without a Close), and a Close that asks the verifier, the
- * log's witness, to cosign the log's checkpoint, whose answer is logged and kept. Not here yet:
- * sampling, padded frames, the egress guard, resuming a lost session.
+ * log's witness, to cosign the log's checkpoint, whose answer is logged and kept. With
+ * `params.paddedFrames` every round goes up as a constant-size PaddedRound (`encodePaddedRound`).
+ * Not here yet: sampling, the egress guard, resuming a lost session.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EgressBlocked, type EgressRecorder } from "./audit/recorder.js";
 import { ProtocolError } from "./errors.js";
-import { CloseSchema, OpenSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
+import { CloseSchema, OpenSchema, PaddedRoundSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
 import { applyDownlink } from "./steering.js";
 import { VerifierLost, VerifierRefused, type Transport, type VerifierStream } from "./transport.js";
-import { decodeDownlink, Method, type WireParams, type WitnessRequest } from "./wire.js";
-import { WIRE_MAX_TOP_K } from "./limits.js";
+import { decodeDownlink, Method, paddedSlots, type WireParams, type WitnessRequest } from "./wire.js";
+import { PAD_ID, WIRE_MAX_TOP_K } from "./limits.js";
 
 /** The drafter's sequence as the loop uses it (`OnnxSequence`, or any backend's). */
 export interface DraftSequence {
@@ -80,6 +81,28 @@ export function encodeOpen(promptIds: number[], p: WireParams): Uint8Array {
 export function encodeRound(seq: number, commitIds: number[], draftIds: number[]): Uint8Array {
   const round = create(RoundSchema, { seq, commitIds, draftIds });
   return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "round", value: round } }));
+}
+
+/**
+ * A round of a padded session as the Python device encodes it (core/wire.py's `encode_round` with
+ * `pad_to` = K): every list filled to its slot count, (8 commit, K draft, 16 literal), with PAD_ID
+ * after the real tokens, so every round of the session has one byte length and its size says
+ * nothing of how many tokens it carries. This device sends no literals (no egress guard yet), so
+ * the literal slots are all padding. A list longer than its slots is refused (a RangeError).
+ */
+export function encodePaddedRound(seq: number, commitIds: number[], draftIds: number[], draftLen: number): Uint8Array {
+  const fill = (ids: number[], slots: number, what: string): number[] => {
+    if (ids.length > slots) throw new RangeError(`a padded round has ${slots} ${what} slots; got ${ids.length} tokens`);
+    return [...ids, ...new Array<number>(slots - ids.length).fill(PAD_ID)];
+  };
+  const [commitSlots, draftSlots, literalSlots] = paddedSlots(draftLen);
+  const round = create(PaddedRoundSchema, {
+    seq,
+    commitIds: fill(commitIds, commitSlots, "commit"),
+    draftIds: fill(draftIds, draftSlots, "draft"),
+    literalIds: fill([], literalSlots, "placeholder"),
+  });
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "paddedRound", value: round } }));
 }
 
 export function encodeClose(seq: number, witness: WitnessRequest | null = null): Uint8Array {
@@ -163,7 +186,6 @@ export async function generate(
   transport: Transport,
 ): Promise<Generation> {
   if (params.sampling) throw new RangeError("the TypeScript device decodes greedily only (sampling is not here yet)");
-  if (params.paddedFrames) throw new RangeError("padded frames are not here yet");
   if (params.method !== Method.SPECSTEER && params.method !== Method.SD && params.method !== Method.FUSION) {
     throw new RangeError(`method ${params.method} is not a Draft-Verify-Recover method this loop runs`);
   }
@@ -218,7 +240,8 @@ export async function generate(
         if (state.eos.has(token)) break;
       }
       roundSeq += 1;
-      const up = encodeRound(roundSeq, pending, draft);
+      // The bytes sent are the bytes `send` logs: the recorder's contract sees the PaddedRound itself.
+      const up = params.paddedFrames ? encodePaddedRound(roundSeq, pending, draft, params.draftLen) : encodeRound(roundSeq, pending, draft);
       let down: Uint8Array;
       try {
         send(up);

@@ -99,6 +99,22 @@ test("scripted sessions write a log the verifier finds VERIFIED with the witness
   assert.equal(verifyLog(storage, signer.key, [witness.key]).verdict, "FAILED");
 });
 
+test("a padded session's log: its PaddedRounds logged as sent, VERIFIED with the witness", async () => {
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });
+  const recorder = new EgressRecorder(log);
+  const g = await generate(drafter, [3, 1, 4], [1, 4], { ...params, paddedFrames: true }, { ...options, recorder }, fakeVerifier(witness));
+  log.close();
+  assert.deepEqual([g.stats.fallback, g.stats.witnessFaults], [null, []]);
+  const ups = records(storage).filter((r) => r.kind === "uplink").map((r) => r.payload!);
+  const kinds = ups.map((p) => decodeUplink(p, V).kind);
+  assert.deepEqual(kinds, ["open", ...new Array<string>(g.stats.rounds).fill("padded_round"), "close"]);
+  assert.equal(new Set(ups.slice(1, -1).map((p) => p.length)).size, 1);
+  const report = verifyLog(storage, signer.key, [witness.key]);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+  assert.equal(report.sessions, 1);
+});
+
 test("a verifier lost mid-generation: the log says so (fallback verifier-lost), the drafter finishes", async () => {
   const storage = new MemoryLogStorage();
   const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });

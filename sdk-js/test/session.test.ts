@@ -9,15 +9,19 @@ import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { DownlinkSchema, CandidateSchema } from "../src/gen/verifier_pb.js";
 import { FrameQueue, VerifierLost, type Transport, type VerifierStream } from "../src/transport.js";
-import { generate } from "../src/session.js";
-import { decodeUplink } from "../src/wire.js";
+import { toHex, fromHex } from "../src/bytes.js";
+import { encodePaddedRound, generate } from "../src/session.js";
+import { decodeUplink, type RoundFrame } from "../src/wire.js";
 import { drafter, draftNext, EOS, params, targetNext, V } from "./fake-verifier.js";
+import { load, type Json } from "./vectors.js";
 
 /** A verifier that accepts the draft's prefix its Generalist agrees with and steers to its next token. */
-function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}): Transport & { log: string[] } {
+function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}): Transport & { log: string[]; sizes: number[] } {
   const log: string[] = [];
+  const sizes: number[] = []; // each uplink's byte length
   return {
     log,
+    sizes,
     open(): Promise<VerifierStream> {
       const q = new FrameQueue();
       let context: number[] = [];
@@ -27,8 +31,9 @@ function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}):
           if (q.done) throw new VerifierLost("verifier-lost", "gone");
           const f = decodeUplink(frame, V);
           log.push(f.kind);
+          sizes.push(frame.length);
           if (f.kind === "open") context = [...f.promptIds];
-          if (f.kind !== "round") return;
+          if (f.kind !== "round" && f.kind !== "padded_round") return;
           rounds += 1;
           if (opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
           if (opts.silentAfter !== undefined && rounds > opts.silentAfter) return;
@@ -86,6 +91,56 @@ test("a verifier that goes silent: fallback verifier-timeout", async () => {
   assert.equal(g.stats.fallback, "verifier-timeout");
   assert.equal(g.stats.rounds, 1);
   assert.ok(g.tokenIds.length > 0);
+});
+
+/** Every PaddedRound of conformance/v1 the Python device encoded and the rules accept, decoded. */
+function pythonPaddedRounds(): [hex: string, frame: RoundFrame][] {
+  const hexes: string[] = [
+    ...load("wire/uplinks.json").vectors.filter((v: Json) => v.expected.outcome === "valid").map((v: Json) => v.frame_hex),
+    ...load("wire/sessions.json")
+      .vectors.filter((v: Json) => v.name === "padded")
+      .flatMap((v: Json) => v.steps.filter((s: Json) => s.dir === "up" && s.expected.length === 0).map((s: Json) => s.frame_hex)),
+  ];
+  const out: [string, RoundFrame][] = [];
+  for (const hex of hexes) {
+    const f = decodeUplink(fromHex(hex));
+    if (f.kind === "padded_round") out.push([hex, f]);
+  }
+  return out;
+}
+
+test("a padded round is byte for byte the Python device's (conformance/v1's PaddedRounds)", () => {
+  const vectors = pythonPaddedRounds();
+  assert.ok(vectors.length >= 4, `only ${vectors.length} padded rounds in conformance/v1`);
+  for (const [hex, f] of vectors) {
+    assert.deepEqual(f.literal, [], "this device sends no literals");
+    assert.deepEqual([f.slots![0], f.slots![2]], [8, 16]);
+    assert.equal(toHex(encodePaddedRound(f.seq, f.commit, f.draft, f.slots![1])), hex);
+  }
+});
+
+test("a padded round refuses lists longer than their slots", () => {
+  assert.throws(() => encodePaddedRound(1, [1, 2, 3, 4, 5, 6, 7, 8, 9], [1], 4), /8 commit slots; got 9 tokens/);
+  assert.throws(() => encodePaddedRound(1, [], [1, 2, 3, 4, 5], 4), (e) => e instanceof RangeError && /4 draft slots; got 5/.test(e.message));
+  // Full slots are fine: 8 commit, K draft.
+  assert.equal(decodeUplink(encodePaddedRound(3, [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4], 4), V).kind, "padded_round");
+});
+
+test("a padded session: every round a PaddedRound of one byte length, the text the unpadded session's", async () => {
+  const plain = fakeVerifier();
+  const want = await generate(drafter, [3, 1, 4], [1, 4], params, options, plain);
+  const t = fakeVerifier();
+  const g = await generate(drafter, [3, 1, 4], [1, 4], { ...params, paddedFrames: true }, options, t);
+  assert.deepEqual(g.tokenIds, want.tokenIds);
+  assert.equal(g.stats.fallback, null);
+  assert.deepEqual([g.stats.rounds, g.stats.recoveries], [want.stats.rounds, want.stats.recoveries]);
+  assert.ok(g.stats.rounds > 1 && g.stats.recoveries > 0, JSON.stringify(g.stats));
+  assert.deepEqual(t.log, ["open", ...new Array<string>(g.stats.rounds).fill("padded_round"), "close"]);
+  const rounds = t.sizes.slice(1, -1);
+  assert.equal(new Set(rounds).size, 1, `round sizes ${rounds.join(", ")}`);
+  // Unpadded, the size says how many tokens a round carries (what the padding hides).
+  assert.ok(new Set(plain.sizes.slice(1, -1)).size > 1, `unpadded round sizes ${plain.sizes.join(", ")}`);
+  assert.equal(g.stats.uplinkBytes, t.sizes.reduce((a, b) => a + b, 0));
 });
 
 test("the verifier unreachable at Open: the drafter alone", async () => {

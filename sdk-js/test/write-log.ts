@@ -6,9 +6,10 @@
  * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
  * would. Prints one JSON object: records, sessions, each generation's stats.
  *
- *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen]
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded]
  *
- * `--lost` adds a session whose verifier is lost after two rounds; `--reopen` runs no session: it
+ * `--lost` adds a session whose verifier is lost after two rounds; `--padded` runs every session
+ * with padded frames (every round a PaddedRound); `--reopen` runs no session: it
  * opens the log (cutting a torn tail, with its `repair` record) and closes it.
  */
 import { readFileSync } from "node:fs";
@@ -22,9 +23,10 @@ import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
 const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
 const lost = process.argv.includes("--lost");
 const reopen = process.argv.includes("--reopen");
+const sessionParams = { ...params, paddedFrames: process.argv.includes("--padded") };
 const [dir, keyPath, witnessPath] = args;
 if (dir === undefined || keyPath === undefined) {
-  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen]");
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded]");
   process.exit(2);
 }
 const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
@@ -36,11 +38,11 @@ const recorder = new EgressRecorder(log);
 const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000, recorder };
 const stats = [];
 for (const prompt of reopen ? [] : [[3, 1, 4], [7], [2, 7, 1, 8]]) {
-  const g = await generate(drafter, prompt, prompt, params, options, fakeVerifier(witness));
+  const g = await generate(drafter, prompt, prompt, sessionParams, options, fakeVerifier(witness));
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
 }
 if (lost) {
-  const g = await generate(drafter, [5], [5], params, { ...options, eosIds: new Set<number>() }, fakeVerifier(witness, { breakAfter: 2 }));
+  const g = await generate(drafter, [5], [5], sessionParams, { ...options, eosIds: new Set<number>() }, fakeVerifier(witness, { breakAfter: 2 }));
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
 }
 log.close();

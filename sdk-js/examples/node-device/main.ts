@@ -9,7 +9,7 @@
  *   node dist/examples/node-device/main.js --target 127.0.0.1:50051 --pins PKI/pins.txt \
  *     --cert PKI/devices/alice.pem --key PKI/devices/alice.key \
  *     --audit-dir LOG --audit-key KEYS/NAME.key [--witness-pub KEYS/W.witness.pub] \
- *     [--profile history.json] --subject "the commit's subject line" [--max-new-tokens 64]
+ *     [--profile history.json] --subject "the commit's subject line" [--max-new-tokens 64] [--no-padded-frames]
  *
  * The PKI is `server pki init` + `server pki issue-device`'s; the audit key `audit keygen`'s; the
  * witness key the verifier's `server witness-key` .pub (the verifier started with `--witness-key`
@@ -17,6 +17,11 @@
  * demo profile's layout). Imports go through the package's own name, as an app's would: the type
  * check maps them to src/ (tsconfig.json's `paths`), Node resolves them to dist/ (the package's
  * `exports`).
+ *
+ * Padded frames are on, as in the Python client (sdk/client.py's `padded_frames = True`): every
+ * round goes up as a PaddedRound of one size, so a round's size says nothing of how many tokens it
+ * carries; `--no-padded-frames` sends about 5x fewer uplink bytes. (`DEFAULT_PARAMS` mirrors the
+ * Python `SessionParams()`, whose `padded_frames` is False, so an app turns padding on itself.)
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -87,6 +92,7 @@ async function main(): Promise<void> {
       bundle: { type: "string" },
       "max-new-tokens": { type: "string", default: "64" },
       threads: { type: "string", default: "2" },
+      "no-padded-frames": { type: "boolean", default: false },
     },
   });
   const required = ["target", "pins", "cert", "key", "audit-dir", "audit-key", "subject"] as const;
@@ -121,7 +127,7 @@ async function main(): Promise<void> {
     drafter,
     privateIds,
     publicIds,
-    DEFAULT_PARAMS,
+    { ...DEFAULT_PARAMS, paddedFrames: !o["no-padded-frames"] },
     { maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
     transport,
   );
