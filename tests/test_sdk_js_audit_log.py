@@ -21,6 +21,7 @@ from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import load_signing_key, write_key_pair
 from specsteer.audit.records import parse
+from specsteer.core import wire
 
 SDK_JS = Path(__file__).resolve().parent.parent / "sdk-js"
 SCRIPT = SDK_JS / "dist" / "test" / "write-log.js"
@@ -157,3 +158,21 @@ def test_a_torn_write_the_typescript_device_cut_verifies_under_the_python_audit_
     # The repair is signed and its evidence intact; it belongs to no session, so nothing is unwitnessed.
     code, report = _verify(log, keys, capsys)
     assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+
+
+def test_a_padded_typescript_devices_log_verifies_and_its_rounds_are_the_python_devices_bytes(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With padded frames (the Python client's default) every round the TypeScript device logs is
+    a PaddedRound of one size, the bytes the Python device's encoder gives for the same round."""
+    log = tmp_path / "log"
+    _write(log, keys, "--padded")
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+    uplinks = [r.payload for r in map(parse, (x.data for x in scan_log(log).records)) if r.kind == "uplink"]
+    rounds = [(f, raw) for raw in uplinks if raw and isinstance(f := wire.decode_uplink(raw), wire.RoundFrame)]
+    assert rounds and all(frame.slots is not None for frame, _ in rounds)
+    assert len({len(raw) for _, raw in rounds}) == 1
+    for frame, raw in rounds:
+        assert frame.slots is not None
+        assert wire.encode_round(frame.seq, frame.commit, frame.draft, pad_to=frame.slots[1]) == raw
