@@ -66,8 +66,9 @@ def params_to_proto(params: SessionParams) -> pb.SessionParams:
         bonus=params.bonus,
         adapter_version=params.adapter_version,
         padded_frames=params.padded_frames,
+        # Both 0 with the gate off: a session on the paper's rule has the bytes it had before the gate.
         certainty_ppm=round(params.certainty * GAMMA_SCALE),
-        gamma_uncertain_ppm=round(params.gamma_uncertain * GAMMA_SCALE),
+        gamma_uncertain_ppm=round(params.gamma_uncertain * GAMMA_SCALE) if params.certainty else 0,
     )
 
 
@@ -91,7 +92,10 @@ def params_from_proto(msg: pb.SessionParams) -> SessionParams:
             adapter_version=msg.adapter_version,
             padded_frames=msg.padded_frames,
             certainty=msg.certainty_ppm / GAMMA_SCALE,
-            gamma_uncertain=msg.gamma_uncertain_ppm / GAMMA_SCALE,
+            # Unused with the gate off, where it is not sent: the default keeps SessionParams() round-tripping.
+            gamma_uncertain=msg.gamma_uncertain_ppm / GAMMA_SCALE
+            if msg.certainty_ppm
+            else SessionParams.gamma_uncertain,
         )
     except ConfigError as exc:
         raise ProtocolError(f"session parameters out of range: {exc}") from exc

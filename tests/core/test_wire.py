@@ -34,6 +34,16 @@ def test_params_round_trip(params: SessionParams) -> None:
     assert list(msg.open.prompt_ids) == [1, 2, 3]
 
 
+def test_the_paper_rules_open_has_the_bytes_it_had_before_the_certainty_gate() -> None:
+    """With the gate off the Open carries neither gate field, so a device or verifier that predates
+    it, and every recorded log and conformance vector, sees the same bytes."""
+    msg = wire.params_to_proto(SessionParams(gamma_uncertain=0.3))
+    before = pb.SessionParams(method=pb.METHOD_SPECSTEER, gamma_ppm=500_000, alpha_milli=1000, top_k=10, draft_len=4)
+    before.policy, before.bonus = pb.CANDIDATE_POLICY_GUARDRAIL, True
+    assert msg.SerializeToString(deterministic=True) == before.SerializeToString(deterministic=True)
+    assert wire.params_from_proto(msg) == SessionParams()
+
+
 def test_device_only_methods_have_no_wire_form() -> None:
     with pytest.raises(ConfigError, match="device only"):
         wire.params_to_proto(SessionParams(method=Method.SLM_RAG))
@@ -50,7 +60,17 @@ def test_device_only_methods_have_no_wire_form() -> None:
         ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 33}, "draft length"),
         ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "sampling": True}, "greedy mode only"),
         ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 1, "certainty_ppm": 1_000_001}, "certainty must be"),
-        ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 1, "gamma_uncertain_ppm": 2**32 - 1}, "gamma_uncertain"),
+        (
+            {
+                "method": 1,
+                "policy": 1,
+                "top_k": 1,
+                "draft_len": 1,
+                "certainty_ppm": 1,
+                "gamma_uncertain_ppm": 2**32 - 1,
+            },
+            "gamma_uncertain",
+        ),
         ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "certainty_ppm": 500_000}, "certainty gate"),
     ],
 )
