@@ -85,13 +85,17 @@ def _sweep_prefix(variant: str | None) -> str:
 
 def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]] = ()) -> list[tuple[str, str]]:
     """(row, minus) pairs: the issue's three per variant, then what explains them; and each swept
-    (variant, label) against `llm` and the device alone with the same adapters (or none)."""
+    (variant, label) against `llm`, the device alone with the same adapters (or none), and the
+    default setting on the same weights (what the swept setting changes)."""
     out: list[tuple[str, str]] = []
     for v in variants:
         slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
         out += [(slm_a, SLM_RAG), (spec_a, LLM), (spec_a, slm_a), (spec_a, SPECSTEER)]
     for v, label in swept:
-        out += [(label, LLM), (label, SLM_RAG if v is None else adapter_label(SLM_RAG, v))]
+        device, default = (
+            (SLM_RAG, SPECSTEER) if v is None else (adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v))
+        )
+        out += [(label, LLM), (label, device), (label, default)]
     out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
     if all(v in variants for v in VARIANTS):
         out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]

@@ -55,6 +55,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
     assert gated_base == "specsteer (gamma 0.5, gate 0.9/0.1)"
     for metric in ("rougeL", "attribution"):
         assert {(gated, "llm", metric), (gated, slm_a, metric)} <= pairs
+        assert {(gated, spec_a, metric), (gated_base, "specsteer", metric)} <= pairs  # against the paper's rule
         assert {(gated_base, "llm", metric), (gated_base, "slm-rag", metric)} <= pairs  # no adapters: the device's own
     assert summary[gated]["n"] == summary[gated_base]["n"] == 3
     assert result["meta"]["alphas_swept"] == [1.0, 2.0] and result["meta"]["gammas_swept"] == [0.5]
