@@ -71,9 +71,9 @@ class TensorSequence(CachedSequence[torch.Tensor]):
             return picked.tolist(), [], []
         # One readback for all three: float64 holds every fp32 value and every token index exactly.
         top = torch.stack(rows).max(dim=-1)
-        both = torch.cat([picked.double(), top.indices.double(), top.values.double()]).tolist()
+        read = torch.cat([picked.double(), top.indices.double(), top.values.double()]).tolist()
         n = len(tokens)
-        return both[:n], [int(i) for i in both[n : 2 * n]], both[2 * n :]
+        return read[:n], [int(i) for i in read[n : 2 * n]], read[2 * n :]
 
 
 class TokenSequence(TensorSequence):
