@@ -48,6 +48,10 @@ def _case(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in doc["cases"] if c["name"] == name)
 
 
+def _vector(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in doc["vectors"] if v["name"] == name)
+
+
 def _edit(folder: Path, name: str, edit: Edit) -> None:
     path = folder / name
     doc = json.loads(path.read_text())
@@ -67,6 +71,16 @@ def _edit(folder: Path, name: str, edit: Edit) -> None:
          "one-witness"),
         ("audit/cases.json", lambda d: _case(d, "witness-rewritten")["expected"].update(verdict="VERIFIED"),
          "witness-rewritten"),
+        ("guard/spans.json", lambda d: _vector(d, "trailer-email")["expected"]["spans"][0].update(end=30),
+         "trailer-email"),
+        ("guard/spans.json", lambda d: _vector(d, "ordinary-0")["expected"]["spans"].append(
+            {"start": 0, "end": 7, "kind": "name", "text": "However", "placeholder": "<NAME>"}), "ordinary-0"),
+        ("guard/spans.json", lambda d: _vector(d, "hazard-email-prefix")["expected"].update(hazard=None),
+         "hazard-email-prefix"),
+        ("guard/rounds.json", lambda d: _vector(d, "original-email-plain")["expected"]["rounds"][2].update(
+            literal=[27, 30531, 29]), "original-email-plain"),
+        ("guard/rounds.json", lambda d: _vector(d, "original-email-plain")["expected"]["rounds"][1].update(
+            decisions=[]), "original-email-plain"),
     ],
 )  # fmt: skip
 def test_a_wrong_expectation_is_named_with_its_file_and_vector(
@@ -145,3 +159,17 @@ def test_only_the_witness_key_catches_the_key_holders_rewrite() -> None:
     }
     failed = {c["name"]: [k["name"] for k in c["expected"]["checks"] if not k["ok"]] for c in doc["cases"]}
     assert failed["witness-rewritten"] == failed["witness-bogus-cosignature"] == ["witness cosignatures"]
+
+
+def test_the_guard_vectors_keep_what_they_exist_to_show() -> None:
+    """Regenerating cannot quietly turn a held span into a pass: the sampled cases keep their span
+    kinds, the ordinary text holds nothing, and the rounds exercise every decision."""
+    spans = json.loads((FOLDER / "guard" / "spans.json").read_text())["vectors"]
+    kinds = {s["kind"] for v in spans for s in v["expected"]["spans"]}
+    assert {"email", "phone", "name", "secret", "private-ngram", "canary", "card", "iban"} <= kinds
+    benign = [v for v in spans if v["name"].startswith(("developer-", "ordinary-"))]
+    assert len(benign) >= 20 and all(v["expected"]["spans"] == [] for v in benign)
+    assert all(v["expected"]["spans"] for v in spans if v["name"].startswith(("original-", "history-ngram-line")))
+    rounds = json.loads((FOLDER / "guard" / "rounds.json").read_text())["vectors"]
+    decisions = {d[0] for v in rounds for r in v["expected"]["rounds"] for d in r["decisions"]}
+    assert decisions == {"cut", "placeholder", "keep-local"}

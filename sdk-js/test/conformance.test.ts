@@ -1,7 +1,8 @@
 /**
  * Every file of conformance/v1 replayed through the TypeScript device, each vector's decision
  * compared with the Python SDK's (README's float rules). A file with no replayer fails the run:
- * nothing is skipped silently. The pass counts by file are printed at the end.
+ * nothing is skipped silently; a file the TypeScript device cannot replay yet is named in
+ * NOT_REPLAYED, shown as a skipped test with the reason and printed with the counts at the end.
  */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
@@ -40,6 +41,18 @@ const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
   "retrieval/rank.json": replayRetrieval,
 };
 
+// Files written for a part of the device the TypeScript SDK does not have yet: each is a skipped
+// test naming why, never dropped from the count; it moves to REPLAYERS when its replayer lands.
+const NO_GUARD = "no TypeScript egress guard yet (issue 52)";
+const NOT_REPLAYED: Record<string, string> = {
+  "guard/spans.json": NO_GUARD,
+  "guard/rounds.json": NO_GUARD,
+};
+
+for (const [file, reason] of Object.entries(NOT_REPLAYED)) {
+  test(`conformance/v1/${file}`, { skip: reason }, () => {});
+}
+
 for (const [file, replay] of Object.entries(REPLAYERS)) {
   test(`conformance/v1/${file}`, async () => {
     const doc = load(file);
@@ -53,6 +66,10 @@ for (const [file, replay] of Object.entries(REPLAYERS)) {
 
 after(() => {
   const lines = [...tally].map(([file, t]) => `  ${file}: ${t.passed}/${t.passed + t.failed.length} passed`);
+  for (const [file, reason] of Object.entries(NOT_REPLAYED)) {
+    const n = (load(file).vectors as unknown[]).length;
+    lines.push(`  ${file}: 0/${n} replayed (skipped: ${reason})`);
+  }
   console.log(`conformance/v1 replay, by file:\n${lines.join("\n")}`);
 });
 
@@ -66,7 +83,10 @@ test("every file of conformance/v1/manifest.json is replayed, and each is the ma
   const unreplayed: string[] = [];
   for (const [file, digest] of Object.entries(manifest.files as Record<string, string>)) {
     assert.equal(toHex(sha256(readFileSync(join(CONFORMANCE, file)))), digest, `${file} differs from the manifest`);
-    if (!(file in REPLAYERS) && ![...used].some((prefix) => file.startsWith(prefix))) unreplayed.push(file);
+    const replayed = file in REPLAYERS || file in NOT_REPLAYED || [...used].some((prefix) => file.startsWith(prefix));
+    if (!replayed) unreplayed.push(file);
   }
   assert.deepEqual(unreplayed, [], "files of conformance/v1 that no TypeScript replayer reads");
+  // A file named as not replayed must still be in the folder (a stale entry would hide nothing, but mislead).
+  for (const file of Object.keys(NOT_REPLAYED)) assert.ok(file in manifest.files, `${file} is not in the manifest`);
 });

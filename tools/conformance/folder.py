@@ -10,7 +10,17 @@ from typing import Any
 
 from specsteer.audit import records
 from specsteer.core.proto import verifier_pb2 as pb
-from tools.conformance import audit_logs, frames, prompts, retrieval, sessions, steering, witness, witness_frames
+from tools.conformance import (
+    audit_logs,
+    frames,
+    guard,
+    prompts,
+    retrieval,
+    sessions,
+    steering,
+    witness,
+    witness_frames,
+)
 from tools.conformance.common import VERSION, ConformanceError, dump, load
 
 MANIFEST = "manifest.json"
@@ -27,6 +37,7 @@ _FILES: tuple[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]]
     (witness.FILE, witness.build, witness.check),
     (prompts.FILE, prompts.build, prompts.check),
     (retrieval.FILE, retrieval.build, retrieval.check),
+    *guard.FILES,  # guard/spans.json, guard/rounds.json
 )
 
 
