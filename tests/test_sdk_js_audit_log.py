@@ -4,8 +4,11 @@ TypeScript device writes (`sdk-js/test/write-log.ts`: scripted sessions through 
 `audit keygen` made) VERIFIES under the real CLI with the witness's key; one byte changed FAILS; a
 lost verifier is on record and leaves the log UNPROVEN, not FAILED; a torn final write is cut when
 the TypeScript device reopens the log, with the `repair` record and evidence the Python verifier
-accepts; the Python device takes the log over and appends to it. Needs the built package (`make
-test-js` builds it before `make test-fast`)."""
+accepts; the Python device takes the log over and appends to it. A log the TypeScript device hands
+to a new key (`rotateKey`, docs/audit-format.md §5.1) verifies under the auditor's first key and the
+Python device takes it over with the new one; a log the Python `audit rotate-key` handed over is
+taken back by the TypeScript device with the new key only. Needs the built package (`make test-js`
+builds it before `make test-fast`)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import pytest
 
 from specsteer.audit.cli import main
 from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
+from specsteer.audit.errors import KeyFileError
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import load_signing_key, write_key_pair
 from specsteer.audit.records import parse
@@ -38,18 +42,24 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("keys")
     key, pub = write_key_pair("device.example/alice", out)
     wkey, wpub = write_witness_key_pair("verifier.example/witness", out)
-    return {"key": key, "pub": pub, "wkey": wkey, "wpub": wpub}
+    # The log's next key: the same name (the log's origin stays), another key pair (§5.1).
+    new_key, new_pub = write_key_pair("device.example/alice", out / "new")
+    return {"key": key, "pub": pub, "wkey": wkey, "wpub": wpub, "new_key": new_key, "new_pub": new_pub}
 
 
-def _write(log: Path, keys: dict[str, Path], *extra: str) -> dict[str, object]:
+def _run(log: Path, key: Path, keys: dict[str, Path], *extra: str) -> subprocess.CompletedProcess[str]:
     assert SCRIPT.exists(), f"{SCRIPT} is missing: the TypeScript device cannot write an audit log"
-    done = subprocess.run(
-        ["node", str(SCRIPT), str(log), str(keys["key"]), str(keys["wkey"]), *extra],
+    return subprocess.run(
+        ["node", str(SCRIPT), str(log), str(key), str(keys["wkey"]), *extra],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def _write(log: Path, keys: dict[str, Path], *extra: str, key: Path | None = None) -> dict[str, object]:
+    done = _run(log, keys["key"] if key is None else key, keys, *extra)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout)
     return result
@@ -176,3 +186,55 @@ def test_a_padded_typescript_devices_log_verifies_and_its_rounds_are_the_python_
     for frame, raw in rounds:
         assert frame.slots is not None
         assert wire.encode_round(frame.seq, frame.commit, frame.draft, pad_to=frame.slots[1]) == raw
+
+
+def _rotations(log: Path) -> list[int]:
+    return [r.index for r in map(parse, (x.data for x in scan_log(log).records)) if r.kind == "key-rotation"]
+
+
+def test_a_log_the_typescript_device_rotated_verifies_under_the_first_key_and_the_python_device_takes_it_over(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "log"
+    result = _write(log, keys, "--rotate", str(keys["new_key"]))
+    [position] = _rotations(log)
+    # The auditor keeps the key it was first given (`--key OLD.pub`); verify follows the handover.
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+    checks = report["checks"]
+    assert isinstance(checks, list)
+    [log_key] = [c for c in checks if c["name"] == "log key"]
+    assert f"record {position}: the log key was handed over to" in " ".join(log_key["notes"])
+    # Each Close after the handover was cosigned under the new key, and the witness's lines are kept.
+    notes = (log / "checkpoints.jsonl").read_text(encoding="utf-8")
+    assert notes.count("\\u2014 verifier.example/witness ") == 3
+
+    # The Python device takes the log over with the new key only, and it still verifies.
+    with pytest.raises(KeyFileError, match="belongs to key"):
+        AuditLog.open(log, load_signing_key(keys["key"]))
+    with AuditLog.open(log, load_signing_key(keys["new_key"]), witness_key=load_witness_key(keys["wpub"])) as again:
+        assert again.size == result["records"]
+        assert again.cosigned is not None and again.cosigned[0] > position + 1
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+
+
+def test_a_log_the_python_device_rotated_is_taken_back_by_the_typescript_device_with_the_new_key(
+    tmp_path: Path,
+    keys: dict[str, Path],
+    written: tuple[Path, dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = tmp_path / "log"
+    shutil.copytree(written[0], log)
+    assert main(["rotate-key", str(log), "--key", str(keys["key"]), "--new-key", str(keys["new_key"])]) == 0
+    [position] = _rotations(log)
+    # The old key no longer opens it: the TypeScript device fails closed.
+    done = _run(log, keys["key"], keys, "--reopen")
+    assert done.returncode != 0 and "belongs to key" in done.stderr
+    result = _write(log, keys, key=keys["new_key"])  # three more sessions, under the new key
+    assert isinstance(result["records"], int) and result["records"] > position + 1
+    assert scan_log(log).records[-1].position == result["records"] - 1
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
+    assert report["sessions"] == 6

@@ -10,13 +10,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { AuditLog, MemoryLogStorage, checkpointLine } from "../src/audit/log.js";
+import { AuditLog, MemoryLogStorage, checkpointLine, handoverMessage } from "../src/audit/log.js";
 import { EgressBlocked, EgressRecorder } from "../src/audit/recorder.js";
 import { scanLog } from "../src/audit/scan.js";
 import { parseRecord } from "../src/audit/records.js";
 import { verifyLog } from "../src/audit/verify.js";
-import { concatBytes, toHex, utf8 } from "../src/bytes.js";
-import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner } from "../src/note.js";
+import { concatBytes, fromBase64, toBase64, toHex, utf8 } from "../src/bytes.js";
+import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner, openCheckpoint } from "../src/note.js";
 import { encodeClose, encodeOpen, encodeRound, generate } from "../src/session.js";
 import { decodeUplink } from "../src/wire.js";
 import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
@@ -197,4 +197,37 @@ test("a torn final write is cut on open, kept under torn/ and recorded; damage a
   signed[signed.length - 1] = signed[signed.length - 1]! ^ 1;
   storage.segments.set(name, signed);
   assert.throws(() => AuditLog.open(storage, signer, { device }), /signed record, not a torn write/);
+});
+
+test("a rotated log goes on under the new key; the old key and a handover the old key did not sign are refused", () => {
+  const next = new NoteSigner("device.example/alice", new Uint8Array(32).fill(5));
+  const storage = new MemoryLogStorage();
+  const log = AuditLog.open(storage, signer, { device });
+  const position = log.rotateKey(next);
+  // The checkpoint covering the handover is the old key's last; the next one is the new key's.
+  assert.equal(Number(openCheckpoint(log.latestCheckpoint!, signer.key).size), position + 1);
+  assert.equal(log.key, next);
+  new EgressRecorder(log).beginSession(V, 4);
+  log.close();
+  assert.equal(Number(openCheckpoint(log.latestCheckpoint!, next.key).size), position + 2);
+  const rotation = records(storage)[position]!;
+  assert.deepEqual(Object.keys(rotation.fields).sort(), ["index", "key", "kind", "signature", "time"]);
+  assert.equal(rotation.fields.key, next.key.toString());
+  assert.ok(signer.key.verify(handoverMessage(signer.key, next.key, position), fromBase64(String(rotation.fields.signature))!));
+  assert.throws(() => log.rotateKey(new NoteSigner("device.example/bob", new Uint8Array(32).fill(6))), /named device\.example\/bob/);
+
+  // Reopened with the new key it goes on (the open session closed as interrupted); with the old, refused.
+  const again = AuditLog.open(storage, next, { device });
+  assert.equal(again.interrupted.length, 1);
+  again.close();
+  assert.throws(() => AuditLog.open(storage, signer, { device }), /belongs to key device\.example\/alice\+[0-9a-f]{8}\+/);
+
+  // A handover signed by the new key itself (not the key in force) hands nothing over: refused with either key.
+  const forged = new MemoryLogStorage();
+  const bad = AuditLog.open(forged, signer, { device });
+  const at = bad.size;
+  bad.append("key-rotation", { key: next.key.toString(), signature: toBase64(next.sign(handoverMessage(signer.key, next.key, at))) });
+  bad.close();
+  assert.throws(() => AuditLog.open(forged, next, { device }), /record 2 \(key-rotation\): the handover .* is not signed by the key in force/);
+  assert.throws(() => AuditLog.open(forged, signer, { device }), /key rotation does not verify/);
 });

@@ -6,11 +6,12 @@
  * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
  * would. Prints one JSON object: records, sessions, each generation's stats.
  *
- *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded]
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded] [--rotate NEW.key]
  *
  * `--lost` adds a session whose verifier is lost after two rounds; `--padded` runs every session
  * with padded frames (every round a PaddedRound); `--reopen` runs no session: it
- * opens the log (cutting a torn tail, with its `repair` record) and closes it.
+ * opens the log (cutting a torn tail, with its `repair` record) and closes it; `--rotate NEW.key`
+ * hands the log to NEW.key (`AuditLog.rotateKey`) after the first session, and the rest run under it.
  */
 import { readFileSync } from "node:fs";
 import { AuditLog } from "../src/audit/log.js";
@@ -20,13 +21,16 @@ import { loadSigningKey, logStorage } from "../src/node/files.js";
 import { generate } from "../src/session.js";
 import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
 
-const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const argv = process.argv.slice(2);
+const rotateAt = argv.indexOf("--rotate");
+const rotatePath = rotateAt < 0 ? undefined : argv[rotateAt + 1];
+const args = argv.filter((a, i) => !a.startsWith("--") && (rotateAt < 0 || i !== rotateAt + 1));
 const lost = process.argv.includes("--lost");
 const reopen = process.argv.includes("--reopen");
 const sessionParams = { ...params, paddedFrames: process.argv.includes("--padded") };
 const [dir, keyPath, witnessPath] = args;
-if (dir === undefined || keyPath === undefined) {
-  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded]");
+if (dir === undefined || keyPath === undefined || (rotateAt >= 0 && rotatePath === undefined)) {
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded] [--rotate NEW.key]");
   process.exit(2);
 }
 const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
@@ -37,9 +41,10 @@ const log = AuditLog.open(logStorage(dir), loadSigningKey(keyPath), {
 const recorder = new EgressRecorder(log);
 const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000, recorder };
 const stats = [];
-for (const prompt of reopen ? [] : [[3, 1, 4], [7], [2, 7, 1, 8]]) {
+for (const [i, prompt] of (reopen ? [] : [[3, 1, 4], [7], [2, 7, 1, 8]]).entries()) {
   const g = await generate(drafter, prompt, prompt, sessionParams, options, fakeVerifier(witness));
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
+  if (i === 0 && rotatePath !== undefined) log.rotateKey(loadSigningKey(rotatePath));
 }
 if (lost) {
   const g = await generate(drafter, [5], [5], sessionParams, { ...options, eosIds: new Set<number>() }, fakeVerifier(witness, { breakAfter: 2 }));

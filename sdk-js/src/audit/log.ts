@@ -13,11 +13,17 @@
  * A crash can tear only the last write (one frame, or one checkpoints.jsonl line): `open` cuts
  * such a tail, keeps the cut bytes as torn/<file>.<offset>.<sha256>.bin and appends a `repair`
  * record, as audit/log.py does; damage anywhere else, or to a record a checkpoint signed, is
- * refused. Not here yet (the Python writer does them): key rotation, a lock against a second
- * process appending.
+ * refused.
+ *
+ * `rotateKey` hands the log to a new key of the same name (§5.1, audit/rotation.py): a
+ * `key-rotation` record signed by the key in force, a checkpoint over it by that key (its last),
+ * then every checkpoint by the new key. `open` follows the chain from the header's key through
+ * each rotation and takes the log back only with the key in force at its end; a rotation whose
+ * signature does not verify is refused, not skipped, so a forged handover cannot take the log.
+ * Not here yet (the Python writer does it): a lock against a second process appending.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
-import { concatBytes, toBase64, toHex, utf8 } from "../bytes.js";
+import { concatBytes, fromBase64, toBase64, toHex, utf8 } from "../bytes.js";
 import { UplinkSchema } from "../gen/verifier_pb.js";
 import { WIRE_MAX_TOP_K } from "../limits.js";
 import { Accumulator, leafHash, root as merkleRoot } from "../merkle.js";
@@ -28,8 +34,10 @@ import {
   NoteKey,
   NoteSigner,
   openCheckpoint,
+  parseCheckpointBody,
   parseNote,
   SIG_PREFIX,
+  type Checkpoint,
 } from "../note.js";
 import { parse } from "../wire.js";
 import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields } from "./records.js";
@@ -81,6 +89,14 @@ export function checkpointLine(note: string): string {
   return `{"note": ${escaped}}\n`;
 }
 
+export const ROTATION_HEADER = "specsteer-key-rotation/1\n";
+
+/** What the key in force signs to hand the log to `next` at record `position` (audit/rotation.py's
+ * `handover_message`): both keys and the position, so the signature fits one handover only. */
+export function handoverMessage(old: NoteKey, next: NoteKey, position: number): Uint8Array {
+  return utf8.encode(`${ROTATION_HEADER}${old.toString()}\n${next.toString()}\n${position}\n`);
+}
+
 /** A witness's cosignature line appended to a signed checkpoint (audit/cosignature.py's `add_cosignature`). */
 export function addCosignature(note: string, witness: string, signature: Uint8Array): string {
   parseNote(note);
@@ -122,14 +138,31 @@ export class AuditLog {
   lastAppended: { index: number; time: number } | null = null;
   /** Sessions a dead writer left open, closed on open with a `fallback` record (`interrupted`). */
   readonly interrupted: string[] = [];
+  /** The log's key chain after its header's key: each valid rotation's position and new key. */
+  private readonly rotations: { position: number; key: NoteKey }[] = [];
+  /** The key record 0 declares (set once the header is written or read): the chain's start. */
+  private header: NoteKey | null = null;
 
   private constructor(
     readonly storage: LogStorage,
-    readonly key: NoteSigner,
+    private signer: NoteSigner,
     readonly witnessKey: NoteKey | null,
     readonly segmentRecords: number,
     private readonly clock: () => Date,
   ) {}
+
+  /** The signing key in force: the one `open` was given, or the last `rotateKey`'s. */
+  get key(): NoteSigner {
+    return this.signer;
+  }
+
+  /** The key that signs a checkpoint of `size` records: the header's, then each rotation's from
+   * size P+2 on (the checkpoint of size P+1 is the old key's last), as `KeyChain.key_for`. */
+  private keyFor(size: number): NoteKey {
+    let key: NoteKey | null = null;
+    for (const r of this.rotations) if (size > r.position + 1) key = r.key;
+    return key ?? this.header!;
+  }
 
   static open(storage: LogStorage, key: NoteSigner, options: OpenOptions = {}): AuditLog {
     const segmentRecords = options.segmentRecords ?? DEFAULT_SEGMENT_RECORDS;
@@ -140,7 +173,7 @@ export class AuditLog {
     const log = new AuditLog(storage, key, options.witnessKey ?? null, segmentRecords, options.clock ?? (() => new Date()));
     if (!storage.exists()) {
       storage.create();
-      log.append("log-header", { format: LOG_FORMAT, origin: key.key.name, key: key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
+      log.appendHeader();
     } else log.recover();
     const device = options.device;
     if (device !== undefined && (log.device === null || log.device.name !== device.name || log.device.certSha256 !== device.certSha256)) {
@@ -157,7 +190,7 @@ export class AuditLog {
     if (scan.records.length === 0 && scan.checkpoints.length === 0) {
       // A crash while creating the log, before its header was acknowledged: finish creating it.
       for (const torn of scan.torn) this.cut(torn.file, torn.offset);
-      this.append("log-header", { format: LOG_FORMAT, origin: this.key.key.name, key: this.key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
+      this.appendHeader();
       this.recordRepairs([]);
       return;
     }
@@ -174,21 +207,30 @@ export class AuditLog {
       if (rec.index !== stored.position) throw new AuditError(`record ${stored.position} says it is record ${rec.index}`);
       if (stored.position === 0) {
         if (rec.kind !== "log-header") throw new AuditError("the audit log's record 0 is not its header");
-        if (rec.fields.key !== this.key.key.toString()) {
-          throw new AuditError(`the audit log belongs to key ${String(rec.fields.key)}, not ${this.key.key.toString()}`);
+        try {
+          this.header = NoteKey.parse(String(rec.fields.key));
+        } catch (err) {
+          if (!(err instanceof NoteError)) throw err;
+          throw new AuditError(`the audit log's header key is unusable: ${err.message}`);
         }
       }
+      if (rec.kind === "key-rotation") this.followRotation(rec.index, rec.fields);
       this.leaves.push(stored.leaf);
       this.acc.append(stored.leaf);
       if (rec.kind === "device-cert") this.device = { name: String(rec.fields.device), certSha256: String(rec.fields.cert_sha256) };
       this.track(rec.kind, rec.session, rec.payload);
+    }
+    // Only the key at the end of the chain may write: the header's key once rotated away is refused.
+    const inForce = this.keyFor(Number.MAX_SAFE_INTEGER);
+    if (inForce.toString() !== this.key.key.toString()) {
+      throw new AuditError(`the audit log belongs to key ${inForce.toString()}, not ${this.key.key.toString()}`);
     }
     this.segFirst = Number(/^seg-([0-9]{12})\.log$/.exec(names[names.length - 1]!)![1]);
     const repaired = scan.records.map((r) => parseRecord(r.data)).filter((r) => r.kind === "repair");
     for (const stored of scan.checkpoints) {
       let size: number;
       try {
-        const cp = openCheckpoint(stored.note, this.key.key);
+        const cp = this.openOwn(stored.note);
         size = Number(cp.size);
         const tornSegment = scan.torn.find((t) => t.file.startsWith("segments/"));
         if (size > this.size && tornSegment !== undefined) {
@@ -219,6 +261,41 @@ export class AuditLog {
         this.interrupted.push(session);
       }
     }
+  }
+
+  /** Check a `key-rotation` record at `position` against the key in force and add it to the chain;
+   * one that does not verify is refused (audit/log.py refuses such a log too): fail closed. */
+  private followRotation(position: number, fields: Fields): void {
+    const old = this.keyFor(Number.MAX_SAFE_INTEGER);
+    const where = `record ${position} (key-rotation)`;
+    let next: NoteKey;
+    try {
+      next = NoteKey.parse(String(fields.key));
+    } catch (err) {
+      if (!(err instanceof NoteError)) throw err;
+      throw new AuditError(`the audit log's key rotation does not verify: ${where}: the new key is unreadable: ${err.message}`);
+    }
+    const signature = fromBase64(String(fields.signature));
+    if (next.name !== old.name) {
+      throw new AuditError(`the audit log's key rotation does not verify: ${where}: the new key is named ${next.name}, not the log's ${old.name}`);
+    }
+    if (signature === null || !old.verify(handoverMessage(old, next, position), signature)) {
+      throw new AuditError(
+        `the audit log's key rotation does not verify: ${where}: the handover to ${next.toString()} is not signed by the key in force (${old.toString()})`,
+      );
+    }
+    this.rotations.push({ position, key: next });
+  }
+
+  /** A checkpoint note of this log, verified under the key in force at its size. */
+  private openOwn(note: string): Checkpoint {
+    const size = Number(parseCheckpointBody(parseNote(note).text).size);
+    return openCheckpoint(note, this.keyFor(size));
+  }
+
+  private appendHeader(): void {
+    this.append("log-header", { format: LOG_FORMAT, origin: this.key.key.name, key: this.key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
+    this.header = this.key.key;
   }
 
   /** Cut a torn tail back to the last complete write, keeping the cut bytes under torn/. */
@@ -332,6 +409,23 @@ export class AuditLog {
     return note;
   }
 
+  /** Hand the log to `next` (same name, another key): a `key-rotation` record signed by the key in
+   * force, a checkpoint over it signed by that key (its last), then every checkpoint by `next`.
+   * Returns the record's index. Reopen the log with `next` from now on. */
+  rotateKey(next: NoteSigner): number {
+    if (next.key.name !== this.key.key.name) {
+      throw new AuditError(`the new log key is named ${next.key.name}; the log's name is ${this.key.key.name}`);
+    }
+    if (next.key.toString() === this.key.key.toString()) throw new AuditError("the new log key is the key in force");
+    const position = this.size;
+    const signature = toBase64(this.key.sign(handoverMessage(this.key.key, next.key, position)));
+    const index = this.append("key-rotation", { key: next.key.toString(), signature });
+    this.checkpoint(); // the old key's last word covers the handover
+    this.rotations.push({ position, key: next.key });
+    this.signer = next;
+    return index;
+  }
+
   private storeNote(note: string): void {
     this.storage.appendCheckpoints(utf8.encode(checkpointLine(note)));
   }
@@ -339,7 +433,7 @@ export class AuditLog {
   /** Keep a checkpoint the witness cosigned (the log's note plus the witness's line): only one whose
    * cosignature verifies under the log's witness key, over one of this log's checkpoints. */
   storeCosigned(note: string): void {
-    const cp = openCheckpoint(note, this.key.key);
+    const cp = this.openOwn(note);
     const size = Number(cp.size);
     if (size > this.size || !equalRoot(merkleRoot(this.leaves.slice(0, size)), cp.root)) {
       throw new AuditError(`the cosigned checkpoint of size ${size} is not one of this log's`);

@@ -60,6 +60,7 @@ export const SCHEMA: Record<string, Record<string, Check>> = {
   },
   repair: { file: str(/^[A-Za-z0-9._-]{1,64}$/), offset: int(0), cut_bytes: int(1), cut_sha256: str(HEX64) },
   "device-cert": { device: text(128), cert_sha256: str(HEX64) },
+  "key-rotation": { key: text(512), signature: b64 },
 };
 
 export const SESSION_KINDS = new Set(["session-begin", "uplink", "downlink", "fallback", "guard-decision"]);
