@@ -80,6 +80,8 @@ class GenerationSettings(TypedDict, total=False):
     bonus: bool
     adapter_version: int
     padded_frames: bool
+    certainty: float  # the certainty gate (docs/algorithm.md); 0, the default, is the paper's rule
+    gamma_uncertain: float
     # DecodeOptions: stay on the device.
     max_new_tokens: int
     temperature: float
