@@ -57,8 +57,9 @@ DEFAULT_ONNX_PRECISION = "int4"
 RUNTIME_HINT = "pip install specsteer-sdk (onnxruntime-genai: prebuilt wheels, no compiler)"
 CONVERT_HINT = "pip install 'specsteer-sdk[convert]', or load a bundle built elsewhere with `sdk models build`"
 ONNX_MARKER = "specsteer-onnx.json"
-# Bump when the builder's options or the folder's layout change, so older conversions are rebuilt.
-_FORMAT = 3
+# Bump when the builder's options or the folder's layout change, so older conversions are rebuilt
+# (4: the graph no longer carries the commit of the checkout it was built in).
+_FORMAT = 4
 # prune_lm_head: a prefill computes the vocabulary head for its last token only (the drafter reads
 # no other row), which saves a [tokens x vocabulary] product and its memory on every prompt.
 _BUILDER_OPTIONS = ("hf_token=false", "prune_lm_head=true")
@@ -202,6 +203,11 @@ def _convert(source: Path, target: Path, fingerprint: str, precision: str, versi
         ]
         # Offline whatever the caller's environment says: a conversion never contacts a model hub.
         env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        # The builder stamps the graph with `git rev-parse HEAD` run beside its own files, which
+        # inside a virtual environment in a checkout (an app's or ours) is that checkout's commit:
+        # the same model then builds to different bytes at every commit and a bundle's hashes
+        # cannot be reproduced. With no repository to find it stamps its wheel's own commit.
+        env["GIT_DIR"] = os.devnull
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not (out / "genai_config.json").is_file():
             lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]

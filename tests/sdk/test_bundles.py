@@ -73,6 +73,16 @@ def test_the_bundle_drafts_what_the_torch_model_drafts(bundle: Path, model: Path
     assert greedy(drafter, 6) == want
 
 
+def test_a_bundles_graph_is_stamped_with_the_builders_wheel_not_the_checkout_it_was_built_in(bundle: Path) -> None:
+    # The builder asks git beside its own files; in a virtual environment inside a checkout that is
+    # the checkout's commit, and the same model built at two commits then hashes differently.
+    import onnx
+    import onnxruntime_genai
+
+    graph = onnx.load(bundle / ONNX_FOLDER / "model.onnx", load_external_data=False)
+    assert graph.producer_version == f"{onnxruntime_genai.__version__}+{onnxruntime_genai.__commit__[:7]}"
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
