@@ -41,7 +41,7 @@ from pathlib import Path
 
 from specsteer.audit import merkle, records
 from specsteer.audit.cosignature import load_witness_key, load_witness_signer, write_witness_key_pair
-from specsteer.audit.errors import AuditError, VerificationFailed
+from specsteer.audit.errors import AuditError, LogHandedOver, VerificationFailed
 from specsteer.audit.files import read_regular
 from specsteer.audit.log import CHECKPOINTS_FILE, SEGMENTS_DIR, TORN_DIR, AuditLog, scan_log, verifier_of
 from specsteer.audit.note import (
@@ -404,8 +404,13 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_rotate_key(args: argparse.Namespace) -> int:
     old, new = load_signing_key(args.key), load_signing_key(args.new_key)
-    with AuditLog.open(args.log, old) as log:
-        position = log.rotate_key(new)
+    try:
+        with AuditLog.open(args.log, old) as log:
+            position = log.rotate_key(new)
+    except LogHandedOver as exc:
+        if str(exc.new_key) != str(new.verifier):
+            raise
+        position = exc.position  # run again after a crash: the handover to this key stands (and is complete)
     print(f"record {position}: the log is handed over to {new.verifier}; sign with {args.new_key} from now on")
     return EXIT_OK
 

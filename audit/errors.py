@@ -3,6 +3,7 @@
 SpecSteerError             core.errors, the root of every package's errors
 └── AuditError             anything the audit package refuses, with a one-sentence message
     ├── KeyFileError       a signing or verifier key that cannot be read or does not match
+    │   └── LogHandedOver  the log was handed to a newer key than the one it was opened with
     ├── LogCorruptError    a log whose stored bytes are damaged where a crash cannot explain it
     ├── RecordError        a record's bytes are not a well-formed record of the schema (audit.records)
     ├── ProofError         a Merkle proof does not prove what it claims (audit.merkle)
@@ -29,6 +30,16 @@ class AuditError(SpecSteerError):
 
 class KeyFileError(AuditError):
     """A key file is missing, malformed, or belongs to another log."""
+
+
+class LogHandedOver(KeyFileError):
+    """The log was opened with the key its latest rotation handed it over from: `position` is the
+    rotation's record, `new_key` the key (a `VerifierKey`) that writes to it now."""
+
+    def __init__(self, message: str, position: int, new_key: object) -> None:
+        super().__init__(message)
+        self.position = position
+        self.new_key = new_key
 
 
 class LogCorruptError(AuditError):

@@ -39,13 +39,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO, NoReturn, Self
 
 from google.protobuf.message import DecodeError
 
 from specsteer.audit import merkle, records
 from specsteer.audit.cosignature import WitnessKey, cosignatures
-from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError
+from specsteer.audit.errors import AuditError, KeyFileError, LogCorruptError, LogHandedOver
 from specsteer.audit.files import open_regular
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.note import (
@@ -501,11 +501,9 @@ class AuditLog:
             raise LogCorruptError(f"the audit log's header key is unusable: {exc}") from None
         if problems:
             raise LogCorruptError(f"the audit log's key rotation does not verify: {problems[0]}")
-        if str(chain.current) != str(self.key.verifier):
-            raise KeyFileError(
-                f"the audit log {self.directory} belongs to key {chain.current}, not {self.key.verifier}"
-            )
         self._chain = chain
+        if str(chain.current) != str(self.key.verifier):
+            self._refuse_other_key(scan)
         for rec in parsed:
             self._track(rec.kind, rec.session, rec.payload)
             if rec.kind == records.KIND_DEVICE:
@@ -524,6 +522,30 @@ class AuditLog:
                 # The process that ran this session is gone (we hold the lock), so it ended here.
                 self.append_session(records.KIND_FALLBACK, session, {"reason": INTERRUPTED})
                 self.interrupted.append(session)
+
+    def _refuse_other_key(self, scan: LogScan) -> NoReturn:
+        """Refuse a key that is not the one in force; the key the last rotation handed over from
+        first finishes that handover if a crash cut it short (`rotate_key`: record, then checkpoint).
+
+        Only the old key can sign the checkpoint over its handover (size P+1), so a rotation
+        interrupted between the two is completed here, when `audit rotate-key` (or the app) runs
+        again with the old key, and the caller learns the log is the new key's (`LogHandedOver`).
+        """
+        refused = f"the audit log {self.directory} belongs to key {self._chain.current}, not {self.key.verifier}"
+        if not self._chain.rotations:
+            raise KeyFileError(refused)
+        position, new = self._chain.rotations[-1]
+        if str(self._chain.key_for(position + 1)) != str(self.key.verifier):
+            raise KeyFileError(refused)
+        self._load_latest_checkpoint(scan)  # the old key signs over intact, checkpointed records only
+        if self.size == position + 1 and (self._latest is None or self._latest[0] != self.size):
+            for torn in scan.torn:  # a torn checkpoint line must go before a line is appended after it
+                self._cut(torn)  # the new key's next open records the repair (`_record_repairs`)
+            self.checkpoint()
+            refused += f": the interrupted handover at record {position} is now complete"
+        else:
+            refused += f": it was handed over at record {position}"
+        raise LogHandedOver(f"{refused}; open it with the new key", position, new)
 
     def _record_repairs(self, logged: Sequence[records.Record]) -> None:
         """Append a repair record for every cut kept under torn/ that the log does not yet mention.
@@ -623,9 +645,12 @@ class AuditLog:
             message = handover_message(self.key.verifier, new.verifier, position)
             signature = base64.b64encode(self.key.sign(message)).decode()
             index = self.append(records.KIND_ROTATION, {"key": str(new.verifier), "signature": signature})
-            self.checkpoint()  # the old key's last word covers the handover
-            self._chain.rotations.append((position, new.verifier))
-            self.key = new
+            try:
+                self.checkpoint()  # the old key's last word covers the handover
+            finally:
+                # The durable record hands the log over whether or not this checkpoint was stored.
+                self._chain.rotations.append((position, new.verifier))
+                self.key = new
             return index
 
     def _all_keys(self) -> tuple[WitnessKey, ...]:
@@ -736,6 +761,13 @@ class AuditLog:
         """Sign and store a checkpoint of the current size (or return the latest if nothing changed)."""
         with self._lock:
             if self._latest is not None and self._latest[0] == self.size:
+                return self._latest[2]
+            if str(self._chain.key_for(self.size)) != str(self.key.verifier):
+                # Only after a rotation cut short before the old key's checkpoint over it, with the
+                # new key holding the log: that size is the old key's to sign, so it stays unsigned
+                # and the next record's checkpoint is the new key's first.
+                if self._latest is None:
+                    raise AuditError(f"a checkpoint of {self.size} records is not {self.key.verifier}'s to sign")
                 return self._latest[2]
             body = CheckpointBody(self.key.name, self.size, self.root())
             note = sign_checkpoint(body, self.key)

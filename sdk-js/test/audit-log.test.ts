@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { AuditLog, MemoryLogStorage, checkpointLine, handoverMessage } from "../src/audit/log.js";
+import { AuditLog, LogHandedOverError, MemoryLogStorage, checkpointLine, handoverMessage } from "../src/audit/log.js";
 import { EgressBlocked, EgressRecorder } from "../src/audit/recorder.js";
 import { scanLog } from "../src/audit/scan.js";
 import { parseRecord } from "../src/audit/records.js";
@@ -230,4 +230,60 @@ test("a rotated log goes on under the new key; the old key and a handover the ol
   bad.close();
   assert.throws(() => AuditLog.open(forged, next, { device }), /record 2 \(key-rotation\): the handover .* is not signed by the key in force/);
   assert.throws(() => AuditLog.open(forged, signer, { device }), /key rotation does not verify/);
+});
+
+/** A store that dies on one checkpoint write: a crash inside `rotateKey`, after its record. */
+class CrashingCheckpoints extends MemoryLogStorage {
+  crashNext = false;
+  override appendCheckpoints(data: Uint8Array): void {
+    if (this.crashNext) throw new Error("power lost");
+    super.appendCheckpoints(data);
+  }
+}
+
+function rotatedThenCrashed(next: NoteSigner): { storage: CrashingCheckpoints; position: number } {
+  const storage = new CrashingCheckpoints();
+  const log = AuditLog.open(storage, signer, { device });
+  const position = log.size;
+  storage.crashNext = true;
+  assert.throws(() => log.rotateKey(next), /power lost/);
+  storage.crashNext = false;
+  assert.equal(records(storage)[position]!.kind, "key-rotation"); // the handover is durable, its checkpoint is not
+  return { storage, position };
+}
+
+function checkpointSizes(storage: MemoryLogStorage, key: NoteKey): number[] {
+  return scanLog(storage)
+    .checkpoints.map((c) => {
+      try {
+        return Number(openCheckpoint(c.note, key).size);
+      } catch {
+        return -1;
+      }
+    })
+    .filter((size) => size >= 0);
+}
+
+test("a rotation cut short before the old key's checkpoint: the new key writes on from the next size, the old key finishes the handover", () => {
+  const next = new NoteSigner("device.example/alice", new Uint8Array(32).fill(5));
+  const cut = rotatedThenCrashed(next);
+  const log = AuditLog.open(cut.storage, next, { device });
+  assert.equal(log.size, cut.position + 1);
+  new EgressRecorder(log).beginSession(V, 4);
+  log.close();
+  AuditLog.open(cut.storage, next, { device }).close(); // opens again (today's writer signed size P+1 with the new key)
+  const byNew = checkpointSizes(cut.storage, next.key);
+  assert.ok(byNew.length > 0 && byNew.every((size) => size > cut.position + 1), `new-key checkpoints: ${byNew.join(",")}`);
+  assert.throws(() => AuditLog.open(cut.storage, signer, { device }), (err: unknown) => {
+    assert.ok(err instanceof LogHandedOverError && err.position === cut.position && err.newKey.toString() === next.key.toString());
+    return /handed over at record \d+; open it with the new key/.test(err.message);
+  });
+
+  const again = rotatedThenCrashed(next);
+  assert.throws(() => AuditLog.open(again.storage, signer, { device }), /the interrupted handover at record \d+ is now complete/);
+  assert.equal(Math.max(...checkpointSizes(again.storage, signer.key)), again.position + 1);
+  const reopened = AuditLog.open(again.storage, next, { device });
+  new EgressRecorder(reopened).beginSession(V, 4);
+  reopened.close();
+  assert.ok(checkpointSizes(again.storage, next.key).every((size) => size > again.position + 1));
 });

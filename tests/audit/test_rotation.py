@@ -12,7 +12,7 @@ import pytest
 
 from specsteer.audit import records
 from specsteer.audit.cli import main
-from specsteer.audit.errors import KeyFileError
+from specsteer.audit.errors import KeyFileError, LogHandedOver
 from specsteer.audit.log import AuditLog
 from specsteer.audit.note import SigningKey
 from specsteer.audit.recorder import EgressRecorder
@@ -93,3 +93,55 @@ def test_audit_rotate_key_hands_the_log_over(tmp_path: Path, capsys) -> None:
         run_session(EgressRecorder(reopened), seed=1)
     code, report = _verify(log, old_public, capsys)
     assert (code, report["verdict"]) == (0, "VERIFIED"), report
+
+
+def _rotated_then_crashed(tmp: Path, old: SigningKey, new: SigningKey) -> tuple[Path, int]:
+    """A log as a crash inside `rotate_key` leaves it: the handover record durable, the old key's
+    checkpoint over it (size P+1) never written."""
+    log = tmp / "log"
+    opened = AuditLog.open(log, old, device=DEVICE)
+    run_session(EgressRecorder(opened), seed=0)
+    position = opened.rotate_key(new)
+    opened._release()  # the process is gone: nothing more is written
+    lines = (log / "checkpoints.jsonl").read_text().splitlines(keepends=True)
+    assert f"\n{position + 1}\n" in json.loads(lines[-1])["note"], "the last checkpoint is the handover's"
+    (log / "checkpoints.jsonl").write_text("".join(lines[:-1]))
+    return log, position
+
+
+def test_a_rotation_cut_short_is_finished_by_running_rotate_key_again(tmp_path: Path, capsys) -> None:
+    from specsteer.audit.note import load_signing_key, write_key_pair
+
+    old_private, old_public = write_key_pair("device.test/log", tmp_path / "old")
+    new_private, _ = write_key_pair("device.test/log", tmp_path / "new")
+    log, position = _rotated_then_crashed(tmp_path, load_signing_key(old_private), load_signing_key(new_private))
+    assert main(["rotate-key", str(log), "--key", str(old_private), "--new-key", str(new_private)]) == 0
+    assert f"record {position}: the log is handed over to" in capsys.readouterr().out
+    notes = [json.loads(line)["note"] for line in (log / "checkpoints.jsonl").read_text().splitlines()]
+    assert f"\n{position + 1}\n" in notes[-1], "the old key signed its checkpoint over the handover"
+    other_private, _ = write_key_pair("device.test/log", tmp_path / "other")
+    assert main(["rotate-key", str(log), "--key", str(old_private), "--new-key", str(other_private)]) != 0
+    assert "belongs to key" in capsys.readouterr().err  # the handover stands: the old key cannot hand it again
+    with AuditLog.open(log, load_signing_key(new_private)) as reopened:
+        run_session(EgressRecorder(reopened), seed=1)
+    with AuditLog.open(log, load_signing_key(new_private)):
+        pass
+    code, report = _verify(log, old_public, capsys)
+    assert (code, report["verdict"]) == (0, "VERIFIED"), report
+
+
+def test_a_rotation_cut_short_leaves_a_log_the_new_key_keeps_writing(tmp_path: Path, capsys) -> None:
+    """The new key cannot sign the handover's checkpoint (size P+1, the old key's): it leaves that size
+    unsigned and signs from the next record on, so the log verifies (a new-key checkpoint of size P+1
+    would fail `checkpoints`)."""
+    old, new, pub = _keys(tmp_path)
+    log, position = _rotated_then_crashed(tmp_path, old, new)
+    with AuditLog.open(log, new) as reopened:
+        assert reopened.size == position + 1
+        run_session(EgressRecorder(reopened), seed=1)
+    with AuditLog.open(log, new) as again:
+        run_session(EgressRecorder(again), seed=2)
+    code, report = _verify(log, pub, capsys)
+    assert (code, report["verdict"]) == (0, "VERIFIED"), report
+    with pytest.raises(LogHandedOver, match=f"handed over at record {position}"):
+        AuditLog.open(log, old)

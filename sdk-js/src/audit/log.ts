@@ -41,7 +41,7 @@ import {
 } from "../note.js";
 import { parse } from "../wire.js";
 import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields } from "./records.js";
-import { scanLog, tornEvidence, type LogFiles } from "./scan.js";
+import { scanLog, tornEvidence, type LogFiles, type LogScan } from "./scan.js";
 
 /** The log's files as the writer needs them: everything `LogFiles` reads, plus two durable appends. */
 export interface LogStorage extends LogFiles {
@@ -69,6 +69,19 @@ export interface DeviceIdentity {
 
 export class AuditError extends Error {
   override name = "AuditError";
+}
+
+/** The log was opened with the key its latest rotation handed it over from (audit/errors.py's
+ * `LogHandedOver`): `position` is the rotation's record, `newKey` the key that writes to it now. */
+export class LogHandedOverError extends AuditError {
+  override name = "LogHandedOverError";
+  constructor(
+    message: string,
+    readonly position: number,
+    readonly newKey: NoteKey,
+  ) {
+    super(message);
+  }
 }
 
 export const DEFAULT_SEGMENT_RECORDS = 4096;
@@ -221,12 +234,42 @@ export class AuditLog {
       this.track(rec.kind, rec.session, rec.payload);
     }
     // Only the key at the end of the chain may write: the header's key once rotated away is refused.
-    const inForce = this.keyFor(Number.MAX_SAFE_INTEGER);
-    if (inForce.toString() !== this.key.key.toString()) {
-      throw new AuditError(`the audit log belongs to key ${inForce.toString()}, not ${this.key.key.toString()}`);
-    }
+    if (this.keyFor(Number.MAX_SAFE_INTEGER).toString() !== this.key.key.toString()) this.refuseOtherKey(scan);
     this.segFirst = Number(/^seg-([0-9]{12})\.log$/.exec(names[names.length - 1]!)![1]);
     const repaired = scan.records.map((r) => parseRecord(r.data)).filter((r) => r.kind === "repair");
+    this.loadCheckpoints(scan);
+    // Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
+    for (const torn of scan.torn) this.cut(torn.file, torn.offset);
+    this.recordRepairs(repaired);
+    for (const [session, entry] of this.sessions) {
+      if (!entry.ended) {
+        // The writer that ran this session is gone, so it ended here.
+        this.appendSession("fallback", session, { reason: INTERRUPTED });
+        this.interrupted.push(session);
+      }
+    }
+  }
+
+  /** Refuse a key that is not the one in force; the key the last rotation handed over from first
+   * finishes that handover if a crash cut it short between its record and its checkpoint (size P+1,
+   * which only the old key can sign), as audit/log.py's `_refuse_other_key` does. */
+  private refuseOtherKey(scan: LogScan): never {
+    const inForce = this.keyFor(Number.MAX_SAFE_INTEGER);
+    let refused = `the audit log belongs to key ${inForce.toString()}, not ${this.key.key.toString()}`;
+    const last = this.rotations[this.rotations.length - 1];
+    if (last === undefined || this.keyFor(last.position + 1).toString() !== this.key.key.toString()) throw new AuditError(refused);
+    this.loadCheckpoints(scan); // the old key signs over intact, checkpointed records only
+    if (this.size === last.position + 1 && (this.latest === null || this.latest.size !== this.size)) {
+      // A torn checkpoint line must go before a line is appended after it; the new key's next open records the repair.
+      for (const torn of scan.torn) this.cut(torn.file, torn.offset);
+      this.checkpoint();
+      refused += `: the interrupted handover at record ${last.position} is now complete`;
+    } else refused += `: it was handed over at record ${last.position}`;
+    throw new LogHandedOverError(`${refused}; open it with the new key`, last.position, last.key);
+  }
+
+  /** Check every stored checkpoint against the records (each under the key in force at its size). */
+  private loadCheckpoints(scan: LogScan): void {
     for (const stored of scan.checkpoints) {
       let size: number;
       try {
@@ -249,16 +292,6 @@ export class AuditLog {
       if (this.latest === null || size >= this.latest.size) this.latest = { size, note: stored.note };
       if (this.cosignedByWitness(stored.note) && (this.cosigned === null || size > this.cosigned.size)) {
         this.cosigned = { size, root: merkleRoot(this.leaves.slice(0, size)) };
-      }
-    }
-    // Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
-    for (const torn of scan.torn) this.cut(torn.file, torn.offset);
-    this.recordRepairs(repaired);
-    for (const [session, entry] of this.sessions) {
-      if (!entry.ended) {
-        // The writer that ran this session is gone, so it ended here.
-        this.appendSession("fallback", session, { reason: INTERRUPTED });
-        this.interrupted.push(session);
       }
     }
   }
@@ -403,6 +436,13 @@ export class AuditLog {
   /** Sign and store a checkpoint of the current size (or return the latest if nothing changed). */
   checkpoint(): string {
     if (this.latest !== null && this.latest.size === this.size) return this.latest.note;
+    if (this.keyFor(this.size).toString() !== this.key.key.toString()) {
+      // Only after a rotation cut short before the old key's checkpoint over it, with the new key
+      // holding the log: that size is the old key's to sign, so it stays unsigned and the next
+      // record's checkpoint is the new key's first.
+      if (this.latest === null) throw new AuditError(`a checkpoint of ${this.size} records is not ${this.key.key.toString()}'s to sign`);
+      return this.latest.note;
+    }
     const note = this.key.signNote(checkpointBody({ origin: this.key.key.name, size: BigInt(this.size), root: this.root() }));
     this.storeNote(note);
     this.latest = { size: this.size, note };
@@ -420,9 +460,13 @@ export class AuditLog {
     const position = this.size;
     const signature = toBase64(this.key.sign(handoverMessage(this.key.key, next.key, position)));
     const index = this.append("key-rotation", { key: next.key.toString(), signature });
-    this.checkpoint(); // the old key's last word covers the handover
-    this.rotations.push({ position, key: next.key });
-    this.signer = next;
+    try {
+      this.checkpoint(); // the old key's last word covers the handover
+    } finally {
+      // The durable record hands the log over whether or not this checkpoint was stored.
+      this.rotations.push({ position, key: next.key });
+      this.signer = next;
+    }
     return index;
   }
 
