@@ -221,6 +221,9 @@ test("a rotated log goes on under the new key; the old key and a handover the ol
   assert.equal(again.interrupted.length, 1);
   again.close();
   assert.throws(() => AuditLog.open(storage, signer, { device }), /belongs to key device\.example\/alice\+[0-9a-f]{8}\+/);
+  const report = verifyLog(storage, signer.key); // the auditor's key is the first one: verify follows the chain
+  assert.equal(report.verdict, "VERIFIED");
+  assert.deepEqual(report.checks.find((c) => c.name === "log key")!.notes, [`record ${position}: the log key was handed over to ${next.key.toString()}`]);
 
   // A handover signed by the new key itself (not the key in force) hands nothing over: refused with either key.
   const forged = new MemoryLogStorage();
@@ -230,6 +233,9 @@ test("a rotated log goes on under the new key; the old key and a handover the ol
   bad.close();
   assert.throws(() => AuditLog.open(forged, next, { device }), /record 2 \(key-rotation\): the handover .* is not signed by the key in force/);
   assert.throws(() => AuditLog.open(forged, signer, { device }), /key rotation does not verify/);
+  const failed = verifyLog(forged, signer.key);
+  assert.equal(failed.verdict, "FAILED");
+  assert.match(failed.checks.find((c) => c.name === "log key")!.failures.join("\n"), /is not signed by the key in force .*: nothing is handed over/);
 });
 
 /** A store that dies on one checkpoint write: a crash inside `rotateKey`, after its record. */
@@ -272,6 +278,7 @@ test("a rotation cut short before the old key's checkpoint: the new key writes o
   new EgressRecorder(log).beginSession(V, 4);
   log.close();
   AuditLog.open(cut.storage, next, { device }).close(); // opens again (today's writer signed size P+1 with the new key)
+  assert.equal(verifyLog(cut.storage, signer.key).verdict, "VERIFIED");
   const byNew = checkpointSizes(cut.storage, next.key);
   assert.ok(byNew.length > 0 && byNew.every((size) => size > cut.position + 1), `new-key checkpoints: ${byNew.join(",")}`);
   assert.throws(() => AuditLog.open(cut.storage, signer, { device }), (err: unknown) => {
@@ -283,7 +290,9 @@ test("a rotation cut short before the old key's checkpoint: the new key writes o
   assert.throws(() => AuditLog.open(again.storage, signer, { device }), /the interrupted handover at record \d+ is now complete/);
   assert.equal(Math.max(...checkpointSizes(again.storage, signer.key)), again.position + 1);
   const reopened = AuditLog.open(again.storage, next, { device });
-  new EgressRecorder(reopened).beginSession(V, 4);
+  const recorder = new EgressRecorder(reopened);
+  recorder.onFallback(recorder.beginSession(V, 4), "verifier-unreachable");
   reopened.close();
   assert.ok(checkpointSizes(again.storage, next.key).every((size) => size > again.position + 1));
+  assert.equal(verifyLog(again.storage, signer.key).verdict, "VERIFIED");
 });

@@ -1,6 +1,6 @@
 """Audit logs as a device writes them, and as an auditor must judge them: `audit verify`'s verdict.
 
-Four logs are written through the real device API (`audit.log.AuditLog` and the recorder every
+Seven logs are written through the real device API (`audit.log.AuditLog` and the recorder every
 uplink passes, `audit.recorder.EgressRecorder`) with a fixed test-only key, one of them witnessed:
 its Closes answered by the real witness (`server.witness.Witness`) with the test-only witness key.
 The others are copies tampered with as an attacker or a broken disk would (a byte flipped, a record
@@ -34,6 +34,7 @@ from specsteer.audit.cosignature import load_witness_key
 from specsteer.audit.identity import DeviceIdentity
 from specsteer.audit.log import CHECKPOINTS_FILE, HEADER, LOCK_FILE, SEGMENTS_DIR, AuditLog, scan_log, segment_name
 from specsteer.audit.note import SIG_PREFIX, Checkpoint, load_verifier_key, parse_note, sign_checkpoint
+from specsteer.audit.rotation import handover_message
 from specsteer.audit.verify import inspect
 from specsteer.core import wire
 from specsteer.core.errors import ProtocolError
@@ -159,6 +160,69 @@ def _witnessed_sessions(
             rec.on_uplink(sid, wire.encode_close(3, request))
             rec.on_downlink(sid, answer(n, request))
         _finish(log)
+
+
+def _own_clock(writer: Callable[[Path], None]) -> Callable[[Path], None]:
+    """A writer with its own clock and session IDs, so adding it leaves every other log's bytes as they were."""
+
+    def write(directory: Path) -> None:
+        with _deterministic():
+            writer(directory)
+
+    return write
+
+
+def _one_session(log: AuditLog, draft: tuple[int, ...]) -> None:
+    rec = recorder.EgressRecorder(log)
+    sid = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.on_uplink(sid, wire.encode_open((1, 2), SessionParams(top_k=4, draft_len=4)))
+    rec.on_uplink(sid, wire.encode_round(1, (), draft))
+    rec.on_downlink(sid, wire.encode_downlink(1, Verdict(1, _candidates(3, 7))))
+    rec.on_uplink(sid, wire.encode_close(2))
+
+
+@_own_clock
+def _write_rotated(directory: Path) -> None:
+    """A session, the log handed from the device's key to `keys/other-device` (same name) by a
+    key-rotation record the device's key signed (§5.1), then a session under the new key."""
+    log = _open(directory)
+    _one_session(log, (5, 6))
+    log.rotate_key(OTHER_KEY)
+    _one_session(log, (8, 9))
+    _finish(log)
+
+
+@_own_clock
+def _write_rotation_cut_short(directory: Path) -> None:
+    """A rotation cut short by a crash after its record, before the old key's checkpoint over it;
+    the device then opens the log with the new key and writes a session (size P+1 stays unsigned)."""
+    log = _open(directory)
+    _one_session(log, (5, 6))
+    log.rotate_key(OTHER_KEY)
+    log._release()  # the crash: nothing more is written, not even the lock's release
+    (directory / LOCK_FILE).unlink()
+    path = directory / CHECKPOINTS_FILE
+    path.write_text("".join(path.read_text(encoding="ascii").splitlines(keepends=True)[:-1]), encoding="ascii")
+    log = AuditLog.open(directory, OTHER_KEY, segment_records=SEGMENT_RECORDS, device=DEVICE)
+    _one_session(log, (8, 9))
+    _finish(log)
+
+
+@_own_clock
+def _write_rotation_forged(directory: Path) -> None:
+    """A handover to `keys/other-device` signed by that key itself, not by the key in force, and a
+    session signed by it after: nothing is handed over, so its checkpoints verify under no key in force."""
+    log = _open(directory)
+    _one_session(log, (5, 6))
+    position = log.size
+    message = handover_message(TEST_KEY.verifier, OTHER_KEY.verifier, position)
+    forged = base64.b64encode(OTHER_KEY.sign(message)).decode()
+    log.append(records.KIND_ROTATION, {"key": str(OTHER_KEY.verifier), "signature": forged})
+    log.checkpoint()
+    log._chain.rotations.append((position, OTHER_KEY.verifier))  # the forger's writer believes its own handover
+    log.key = OTHER_KEY
+    _one_session(log, (8, 9))
+    _finish(log)
 
 
 _WITNESSED_DRAFTS = ((5, 6, 7), (9, 10, 11))
@@ -294,6 +358,12 @@ _CASES: list[tuple[str, str, str, Callable[[Path], None] | None, str | None, tup
      "(only the witness's key tells)", "witness-rewritten", None, "keys/test-device.pub", ()),
     ("witness-bogus-cosignature", "the last cosigned checkpoint's witness line with one signature bit flipped",
      "witnessed", _bogus_cosignature, "keys/test-device.pub", (_WITNESS_PUB,)),
+    ("rotated", "the log key handed over to another key of the same name by a rotation the device's key signed, "
+     "checked with the device's (first) key", "rotated", None, "keys/test-device.pub", ()),
+    ("rotation-cut-short", "a rotation cut short before the old key's checkpoint over it, the log written on by "
+     "the new key from the next size", "rotation-cut-short", None, "keys/test-device.pub", ()),
+    ("rotation-forged", "a handover signed by the new key itself, not by the key in force, and a session under it",
+     "rotation-forged", None, "keys/test-device.pub", ()),
 ]  # fmt: skip
 
 _WRITERS: dict[str, Callable[[Path], None]] = {
@@ -301,6 +371,9 @@ _WRITERS: dict[str, Callable[[Path], None]] = {
     "downlink-violation": _write_downlink_violation,
     "uplink-bypass": _write_uplink_bypass,
     "witnessed": _write_witnessed,
+    "rotated": _write_rotated,
+    "rotation-cut-short": _write_rotation_cut_short,
+    "rotation-forged": _write_rotation_forged,
 }
 
 

@@ -23,7 +23,7 @@
  * Not here yet (the Python writer does it): a lock against a second process appending.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
-import { concatBytes, fromBase64, toBase64, toHex, utf8 } from "../bytes.js";
+import { concatBytes, toBase64, toHex, utf8 } from "../bytes.js";
 import { UplinkSchema } from "../gen/verifier_pb.js";
 import { WIRE_MAX_TOP_K } from "../limits.js";
 import { Accumulator, leafHash, root as merkleRoot } from "../merkle.js";
@@ -40,7 +40,8 @@ import {
   type Checkpoint,
 } from "../note.js";
 import { parse } from "../wire.js";
-import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields } from "./records.js";
+import { encode, LOG_FORMAT, parseRecord, RecordError, seconds, type Fields, type LogRecord } from "./records.js";
+import { handoverMessage, KeyChain, keyChain } from "./rotation.js";
 import { scanLog, tornEvidence, type LogFiles, type LogScan } from "./scan.js";
 
 /** The log's files as the writer needs them: everything `LogFiles` reads, plus two durable appends. */
@@ -102,13 +103,7 @@ export function checkpointLine(note: string): string {
   return `{"note": ${escaped}}\n`;
 }
 
-export const ROTATION_HEADER = "specsteer-key-rotation/1\n";
-
-/** What the key in force signs to hand the log to `next` at record `position` (audit/rotation.py's
- * `handover_message`): both keys and the position, so the signature fits one handover only. */
-export function handoverMessage(old: NoteKey, next: NoteKey, position: number): Uint8Array {
-  return utf8.encode(`${ROTATION_HEADER}${old.toString()}\n${next.toString()}\n${position}\n`);
-}
+export { handoverMessage, ROTATION_HEADER } from "./rotation.js";
 
 /** A witness's cosignature line appended to a signed checkpoint (audit/cosignature.py's `add_cosignature`). */
 export function addCosignature(note: string, witness: string, signature: Uint8Array): string {
@@ -151,10 +146,8 @@ export class AuditLog {
   lastAppended: { index: number; time: number } | null = null;
   /** Sessions a dead writer left open, closed on open with a `fallback` record (`interrupted`). */
   readonly interrupted: string[] = [];
-  /** The log's key chain after its header's key: each valid rotation's position and new key. */
-  private readonly rotations: { position: number; key: NoteKey }[] = [];
-  /** The key record 0 declares (set once the header is written or read): the chain's start. */
-  private header: NoteKey | null = null;
+  /** The key in force at each size, from the key record 0 declares (set once the header is written or read). */
+  private chain: KeyChain | null = null;
 
   private constructor(
     readonly storage: LogStorage,
@@ -172,9 +165,7 @@ export class AuditLog {
   /** The key that signs a checkpoint of `size` records: the header's, then each rotation's from
    * size P+2 on (the checkpoint of size P+1 is the old key's last), as `KeyChain.key_for`. */
   private keyFor(size: number): NoteKey {
-    let key: NoteKey | null = null;
-    for (const r of this.rotations) if (size > r.position + 1) key = r.key;
-    return key ?? this.header!;
+    return this.chain!.keyFor(size);
   }
 
   static open(storage: LogStorage, key: NoteSigner, options: OpenOptions = {}): AuditLog {
@@ -209,6 +200,7 @@ export class AuditLog {
     }
     if (scan.records.length === 0) throw new AuditError("the audit log has no header record");
     const names = this.storage.segmentNames().filter((n) => /^seg-[0-9]{12}\.log$/.test(n)).sort();
+    const parsed: LogRecord[] = [];
     for (const stored of scan.records) {
       let rec;
       try {
@@ -221,22 +213,26 @@ export class AuditLog {
       if (stored.position === 0) {
         if (rec.kind !== "log-header") throw new AuditError("the audit log's record 0 is not its header");
         try {
-          this.header = NoteKey.parse(String(rec.fields.key));
+          this.chain = new KeyChain(NoteKey.parse(String(rec.fields.key)));
         } catch (err) {
           if (!(err instanceof NoteError)) throw err;
           throw new AuditError(`the audit log's header key is unusable: ${err.message}`);
         }
       }
-      if (rec.kind === "key-rotation") this.followRotation(rec.index, rec.fields);
+      parsed.push(rec);
       this.leaves.push(stored.leaf);
       this.acc.append(stored.leaf);
       if (rec.kind === "device-cert") this.device = { name: String(rec.fields.device), certSha256: String(rec.fields.cert_sha256) };
       this.track(rec.kind, rec.session, rec.payload);
     }
+    // A rotation that does not verify is refused, not skipped, so a forged handover cannot take the log.
+    const { chain, problems } = keyChain(this.chain!.initial, parsed.map((record) => ({ position: record.index, record })));
+    if (problems.length > 0) throw new AuditError(`the audit log's key rotation does not verify: ${problems[0]}`);
+    this.chain = chain;
     // Only the key at the end of the chain may write: the header's key once rotated away is refused.
-    if (this.keyFor(Number.MAX_SAFE_INTEGER).toString() !== this.key.key.toString()) this.refuseOtherKey(scan);
+    if (chain.current.toString() !== this.key.key.toString()) this.refuseOtherKey(scan);
     this.segFirst = Number(/^seg-([0-9]{12})\.log$/.exec(names[names.length - 1]!)![1]);
-    const repaired = scan.records.map((r) => parseRecord(r.data)).filter((r) => r.kind === "repair");
+    const repaired = parsed.filter((r) => r.kind === "repair");
     this.loadCheckpoints(scan);
     // Only now, with the log known to be ours and otherwise intact, is a torn tail cut.
     for (const torn of scan.torn) this.cut(torn.file, torn.offset);
@@ -254,9 +250,9 @@ export class AuditLog {
    * finishes that handover if a crash cut it short between its record and its checkpoint (size P+1,
    * which only the old key can sign), as audit/log.py's `_refuse_other_key` does. */
   private refuseOtherKey(scan: LogScan): never {
-    const inForce = this.keyFor(Number.MAX_SAFE_INTEGER);
-    let refused = `the audit log belongs to key ${inForce.toString()}, not ${this.key.key.toString()}`;
-    const last = this.rotations[this.rotations.length - 1];
+    const chain = this.chain!;
+    let refused = `the audit log belongs to key ${chain.current.toString()}, not ${this.key.key.toString()}`;
+    const last = chain.rotations[chain.rotations.length - 1];
     if (last === undefined || this.keyFor(last.position + 1).toString() !== this.key.key.toString()) throw new AuditError(refused);
     this.loadCheckpoints(scan); // the old key signs over intact, checkpointed records only
     if (this.size === last.position + 1 && (this.latest === null || this.latest.size !== this.size)) {
@@ -296,30 +292,6 @@ export class AuditLog {
     }
   }
 
-  /** Check a `key-rotation` record at `position` against the key in force and add it to the chain;
-   * one that does not verify is refused (audit/log.py refuses such a log too): fail closed. */
-  private followRotation(position: number, fields: Fields): void {
-    const old = this.keyFor(Number.MAX_SAFE_INTEGER);
-    const where = `record ${position} (key-rotation)`;
-    let next: NoteKey;
-    try {
-      next = NoteKey.parse(String(fields.key));
-    } catch (err) {
-      if (!(err instanceof NoteError)) throw err;
-      throw new AuditError(`the audit log's key rotation does not verify: ${where}: the new key is unreadable: ${err.message}`);
-    }
-    const signature = fromBase64(String(fields.signature));
-    if (next.name !== old.name) {
-      throw new AuditError(`the audit log's key rotation does not verify: ${where}: the new key is named ${next.name}, not the log's ${old.name}`);
-    }
-    if (signature === null || !old.verify(handoverMessage(old, next, position), signature)) {
-      throw new AuditError(
-        `the audit log's key rotation does not verify: ${where}: the handover to ${next.toString()} is not signed by the key in force (${old.toString()})`,
-      );
-    }
-    this.rotations.push({ position, key: next });
-  }
-
   /** A checkpoint note of this log, verified under the key in force at its size. */
   private openOwn(note: string): Checkpoint {
     const size = Number(parseCheckpointBody(parseNote(note).text).size);
@@ -327,8 +299,8 @@ export class AuditLog {
   }
 
   private appendHeader(): void {
+    this.chain = new KeyChain(this.key.key);
     this.append("log-header", { format: LOG_FORMAT, origin: this.key.key.name, key: this.key.key.toString(), max_top_k: WIRE_MAX_TOP_K });
-    this.header = this.key.key;
   }
 
   /** Cut a torn tail back to the last complete write, keeping the cut bytes under torn/. */
@@ -464,7 +436,7 @@ export class AuditLog {
       this.checkpoint(); // the old key's last word covers the handover
     } finally {
       // The durable record hands the log over whether or not this checkpoint was stored.
-      this.rotations.push({ position, key: next.key });
+      this.chain!.rotations.push({ position, key: next.key });
       this.signer = next;
     }
     return index;

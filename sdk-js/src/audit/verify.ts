@@ -1,7 +1,8 @@
 /**
  * `audit verify` in TypeScript (docs/audit-format.md, audit/verify.py, audit/witnessing.py): the
- * named checks, in the Python tool's order, and the verdict VERIFIED, UNPROVEN or FAILED. Not yet
- * here: the server transcript (§7), the auditor's previous checkpoint and the witness's state file.
+ * named checks, in the Python tool's order, and the verdict VERIFIED, UNPROVEN or FAILED. It follows
+ * the log key through its rotations (§5.1) from the auditor's key. Not yet here: the server
+ * transcript (§7), the auditor's previous checkpoint and the witness's state file.
  */
 import { equalBytes, toHex, utf8 } from "../bytes.js";
 import { SessionState, type Area, type Violation } from "../contract.js";
@@ -16,12 +17,14 @@ import {
   NoteError,
   NoteKey,
   openCheckpoint,
+  parseCheckpointBody,
   parseNote,
   verifyCosignature,
   type Checkpoint,
 } from "../note.js";
 import { cosignatureViolation, decodeUplink, parse, type WitnessRequest } from "../wire.js";
 import { parseRecord, RecordError, seconds, type LogRecord } from "./records.js";
+import { keyChain, type KeyChain } from "./rotation.js";
 import { scanLog, tornEvidence, type LogFiles, type LogScan } from "./scan.js";
 
 export interface Check {
@@ -116,13 +119,22 @@ function logKey(parsed: Parsed[], auditorKey: NoteKey | null): [Check, NoteKey |
   return [check("log key", failures, ["no --key given: the key declared in the log header was trusted"]), declared];
 }
 
-function checkpoints(scan: LogScan, key: NoteKey | null, leaves: Uint8Array[]): [Check, [number, Checkpoint][]] {
+/** The "log key" check with the chain's handovers noted and its broken rotations failed (`_log_key`). */
+function withRotations(keyCheck: Check, chain: KeyChain, problems: string[]): Check {
+  if (problems.length === 0 && chain.rotations.length === 0) return keyCheck;
+  const notes = [...keyCheck.notes, ...chain.rotations.map((r) => `record ${r.position}: the log key was handed over to ${r.key.toString()}`)];
+  return check(keyCheck.name, [...keyCheck.failures, ...problems], notes);
+}
+
+function checkpoints(scan: LogScan, chain: KeyChain | null, leaves: Uint8Array[]): [Check, [number, Checkpoint][]] {
   const failures: string[] = [];
   const valid: [number, Checkpoint][] = [];
-  if (key === null) return [check("checkpoints", ["no usable log key"]), valid];
+  if (chain === null) return [check("checkpoints", ["no usable log key"]), valid];
   for (const stored of scan.checkpoints) {
     try {
-      valid.push([stored.number, openCheckpoint(stored.note, key)]);
+      // Each under the key in force at its size (§5.1).
+      const size = Number(parseCheckpointBody(parseNote(stored.note).text).size);
+      valid.push([stored.number, openCheckpoint(stored.note, chain.keyFor(size))]);
     } catch (err) {
       if (!(err instanceof NoteError)) throw err;
       failures.push(`checkpoint ${stored.number}: ${err.message}`);
@@ -279,7 +291,7 @@ function exchanges(parsed: Parsed[]): [Request[], Answer[]] {
 }
 
 /** Where a Close's witness request says anything the log itself does not. */
-function requestFailures(parsed: Parsed[], key: NoteKey | null, leaves: Uint8Array[]): string[] {
+function requestFailures(parsed: Parsed[], chain: KeyChain | null, leaves: Uint8Array[]): string[] {
   const [requests] = exchanges(parsed);
   const sizes = new Set<number>();
   for (const q of requests) sizes.add(Number(q.request.size)).add(Number(q.request.oldSize));
@@ -288,6 +300,7 @@ function requestFailures(parsed: Parsed[], key: NoteKey | null, leaves: Uint8Arr
   for (const q of requests) {
     const r = q.request;
     const where = `record ${q.position} (the Close's witness request)`;
+    const key = chain?.keyFor(Number(r.size)) ?? null; // the key in force at the request's size
     if (key === null || r.origin !== key.name || !equalBytes(r.logKey, key.publicKey)) {
       failures.push(`${where}: names a log and key that are not this log's`);
       continue;
@@ -438,12 +451,15 @@ export function verifyLog(files: LogFiles, key: NoteKey | null, witnessKeys: Not
     }
   });
   const leaves = scan.records.map((s) => s.leaf);
-  const [keyCheck, used] = logKey(parsed, key);
-  const [cpCheck, valid] = checkpoints(scan, used, leaves);
+  const [declaredCheck, used] = logKey(parsed, key);
+  const rotated = used === null ? null : keyChain(used, parsed);
+  const keyCheck = rotated === null ? declaredCheck : withRotations(declaredCheck, rotated.chain, rotated.problems);
+  const chain = rotated?.chain ?? null;
+  const [cpCheck, valid] = checkpoints(scan, chain, leaves);
   const signedSize = valid.reduce((m, [, c]) => Math.max(m, Number(c.size)), 0);
   const checks = [integrity(scan, parsed, files, signedSize, parseFailures), keyCheck, cpCheck];
   const [sessionChecks, sessionCount] = sessions(parsed);
-  const requests = requestFailures(parsed, used, leaves);
+  const requests = requestFailures(parsed, chain, leaves);
   for (const c of sessionChecks) {
     if (c.name === "uplinks" && requests.length > 0) checks.push(check(c.name, [...c.failures, ...requests], c.notes));
     else checks.push(c);
