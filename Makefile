@@ -57,7 +57,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 # The TypeScript device (sdk-js/, issue #52): Node from Debian only where the machine has none,
 # then exactly the lock file's packages. Redone only when the lock file changes.
 JS_STAMP := sdk-js/node_modules/.installed-stamp
-$(JS_STAMP): sdk-js/package.json sdk-js/package-lock.json
+$(JS_STAMP): sdk-js/package.json sdk-js/package-lock.json sdk-js/.npmrc
 	command -v node >/dev/null && command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
 	# onnxruntime-node carries its CPU library; its install script would fetch a CUDA provider from GitHub.
 	cd sdk-js && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
