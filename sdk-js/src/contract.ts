@@ -3,10 +3,14 @@
  * device's recorder enforces before an uplink leaves, the verifier on arrival, and `audit verify`
  * when it replays a log. `examineUplink`/`examineDownlink` return the violations and a commit that
  * advances the state; every violation carries its conformance category.
+ *
+ * A resumed Open (`resume_ids`, a generation continuing after its verifier was lost) may carry only
+ * what an earlier session of the same log, with the same prompt, already sent up and had committed
+ * (`SessionState.sentText`): so a resume can carry no token the device had not sent before.
  */
 import { DownlinkSchema, Method, UplinkSchema } from "./gen/verifier_pb.js";
 import { ProtocolError } from "./errors.js";
-import { MAX_CANDIDATE_TOKENS, MAX_GUARD_SPANS, MAX_LITERAL_TOKENS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K } from "./limits.js";
+import { MAX_CANDIDATE_TOKENS, MAX_GUARD_SPANS, MAX_LITERAL_TOKENS, MAX_RESUME_TOKENS, MAX_VOCAB_SIZE, WIRE_MAX_TOP_K } from "./limits.js";
 import {
   cosignatureViolation,
   fusionViolation,
@@ -200,6 +204,12 @@ export class SessionState {
   fusion = false;
   readonly guard = new Map<string, number>();
   readonly contract: RoundContract;
+  /** What the Open declared, and the committed text as this session's verifier saw it (`sentText`). */
+  prompt: number[] = [];
+  resumed: number[] = [];
+  committed: number[] = [];
+  /** The last round's commit and placeholder, and its draft, until its answer. */
+  unanswered: { prefix: number[]; draft: number[] } | null = null;
 
   constructor(
     readonly vocabSize: number,
@@ -231,7 +241,18 @@ export class SessionState {
     return [];
   }
 
-  examineUplink(payload: Uint8Array): Examined {
+  /** What a session resuming this one may carry: the committed text as this session's verifier saw
+   * it, with and without the commit and placeholder of a round left unanswered. Nothing for a
+   * session that closed: the device resumes only a session it lost (core/contract.py's `sent_text`). */
+  sentText(): number[][] {
+    if (this.phase === "closed") return [];
+    const text = [...this.resumed, ...this.committed];
+    if (this.unanswered === null || this.unanswered.prefix.length === 0) return [text];
+    return [text, [...text, ...this.unanswered.prefix]];
+  }
+
+  /** `earlier`: the log's other sessions so far, which a resumed Open must continue. */
+  examineUplink(payload: Uint8Array, earlier: Iterable<SessionState> = []): Examined {
     const out: Violation[] = [];
     const count = (): void => {
       this.uplinkBytes += payload.length;
@@ -265,11 +286,27 @@ export class SessionState {
         if (kind.value.promptIds.length === 0) out.push(violation("uplinks", "empty-prompt", "the Open carries no prompt tokens"));
         const outside = vocabularyProblem(kind.value.promptIds, this.vocabSize, "prompt");
         if (outside !== null) out.push(violation("uplinks", "out-of-vocabulary", outside));
+        const [prompt, resumed] = [[...kind.value.promptIds], [...kind.value.resumeIds]];
+        if (resumed.length > 0) {
+          const outsideResumed = vocabularyProblem(resumed, this.vocabSize, "resumed text");
+          if (outsideResumed !== null) out.push(violation("uplinks", "out-of-vocabulary", outsideResumed));
+          if (resumed.length > MAX_RESUME_TOKENS) {
+            out.push(violation("uplinks", "resume-too-long", `the resumed text has ${resumed.length} tokens; a session holds at most ${MAX_RESUME_TOKENS}`));
+          } else if (![...earlier].some((s) => s !== this && sameIds(s.prompt, prompt) && s.sentText().some((t) => sameIds(t, resumed)))) {
+            out.push(
+              violation(
+                "uplinks",
+                "resume-not-sent",
+                `the Open resumes ${resumed.length} token(s) that no earlier session of this log with the same prompt sent up and committed: a resume may carry nothing that had not gone up`,
+              ),
+            );
+          }
+        }
         return [
           out,
           () => {
             count();
-            if (this.phase === "begun") [this.topK, this.fusion] = [topK, fusion];
+            if (this.phase === "begun") [this.topK, this.fusion, this.prompt, this.resumed] = [topK, fusion, prompt, resumed];
             this.contract.afterOpen(draftLen, padded);
           },
         ];
@@ -296,6 +333,8 @@ export class SessionState {
           out,
           () => {
             count();
+            // A round out of turn is not the text.
+            if (this.contract.awaiting === null) this.unanswered = { prefix: [...frame.commit, ...frame.literal], draft: frame.draft };
             this.contract.afterRound(frame);
           },
         ];
@@ -311,6 +350,7 @@ export class SessionState {
           () => {
             count();
             this.contract.afterClose(close.seq, witness);
+            if (this.phase === "closed") [this.committed, this.resumed, this.unanswered] = [[], [], null]; // never resumed
           },
         ];
       }
@@ -361,6 +401,10 @@ export class SessionState {
       out,
       () => {
         count();
+        if (this.unanswered !== null && this.contract.awaiting === msg.seq) {
+          this.committed.push(...this.unanswered.prefix, ...this.unanswered.draft.slice(0, msg.accepted));
+          this.unanswered = null;
+        }
         this.contract.afterAnswer(msg.seq, msg.accepted, msg.candidates.map((c) => [...c.tokenIds]), msg.fusion !== undefined);
       },
     ];
@@ -389,4 +433,8 @@ export class SessionState {
       },
     ];
   }
+}
+
+function sameIds(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }

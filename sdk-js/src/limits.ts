@@ -9,6 +9,8 @@ export const MAX_LITERAL_TOKENS = 16;
 export const MAX_ADAPTER_VERSION = 2 ** 31 - 1;
 export const MAX_PROMPT_TOKENS = 4096;
 export const MAX_NEW_TOKENS = 4096;
+/** A resumed Open's `resume_ids` at most (core/limits.py's `MAX_RESUME_TOKENS`). */
+export const MAX_RESUME_TOKENS = 2 * MAX_NEW_TOKENS + 8;
 export const WIRE_MAX_TOP_K = 64;
 export const MAX_VOCAB_SIZE = 1 << 20;
 export const MAX_GUARD_SPANS = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS;

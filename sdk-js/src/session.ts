@@ -73,9 +73,12 @@ export interface Generation {
 }
 
 /** Encode the Open, a Round and the Close as the Python device does (canonical protobuf). */
-export function encodeOpen(promptIds: number[], p: WireParams): Uint8Array {
+/** An Open; `resumeIds` only when a generation resumes after its verifier was lost: what the lost
+ * session had sent up and had committed, as its verifier saw it (core/wire.py's `encode_open`). */
+export function encodeOpen(promptIds: number[], p: WireParams, resumeIds: number[] = []): Uint8Array {
   const params = create(SessionParamsSchema, { ...p });
-  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "open", value: create(OpenSchema, { promptIds, params }) } }));
+  const open = create(OpenSchema, { promptIds, params, resumeIds });
+  return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "open", value: open } }));
 }
 
 export function encodeRound(seq: number, commitIds: number[], draftIds: number[]): Uint8Array {

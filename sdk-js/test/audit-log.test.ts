@@ -18,6 +18,8 @@ import { verifyLog } from "../src/audit/verify.js";
 import { concatBytes, fromBase64, toBase64, toHex, utf8 } from "../src/bytes.js";
 import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner, openCheckpoint } from "../src/note.js";
 import { encodeClose, encodeOpen, encodeRound, generate } from "../src/session.js";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { CandidateSchema, DownlinkSchema } from "../src/gen/verifier_pb.js";
 import { decodeUplink } from "../src/wire.js";
 import { drafter, EOS, fakeVerifier, params, V } from "./fake-verifier.js";
 
@@ -295,4 +297,28 @@ test("a rotation cut short before the old key's checkpoint: the new key writes o
   reopened.close();
   assert.ok(checkpointSizes(again.storage, next.key).every((size) => size > again.position + 1));
   assert.equal(verifyLog(again.storage, signer.key).verdict, "VERIFIED");
+});
+
+test("a resumed Open may carry only what a lost session with the same prompt sent up and had committed", () => {
+  const answer = (seq: number, accepted: number, ids: number[]): Uint8Array =>
+    toBinary(DownlinkSchema, create(DownlinkSchema, { seq, accepted, candidates: ids.map((t) => create(CandidateSchema, { tokenIds: [t], value: -0.5 })) }));
+  const rec = new EgressRecorder(AuditLog.open(new MemoryLogStorage(), signer, { device }));
+  const lost = rec.beginSession(V, 4);
+  rec.onUplink(lost, encodeOpen([1, 2], params));
+  rec.onUplink(lost, encodeRound(1, [], [5, 6, 7]));
+  rec.onDownlink(lost, answer(1, 1, [3, 7]));
+  rec.onUplink(lost, encodeRound(2, [7], [8, 9])); // unanswered: its commit went up, its draft was never accepted
+  rec.onFallback(lost, "verifier-lost");
+  const resumed = rec.beginSession(V, 4);
+  const refused: [number[], number[]][] = [
+    [[1, 2], [5, 7, 8]], // a drafted token the verifier never accepted
+    [[1, 2], [5, 6]], // a drafted token it rejected
+    [[1, 3], [5, 7]], // another prompt's generation
+  ];
+  for (const [prompt, resume] of refused) {
+    assert.throws(() => rec.onUplink(resumed, encodeOpen(prompt, params, resume)), /resumes 2 token\(s\)|resumes 3 token\(s\)/, `${prompt} / ${resume}`);
+  }
+  rec.onUplink(resumed, encodeOpen([1, 2], params, [5, 7])); // the accepted 5, then the commit 7
+  const other = rec.beginSession(V, 4);
+  rec.onUplink(other, encodeOpen([1, 2], params, [5])); // without the unanswered round's commit: also sent
 });

@@ -1,13 +1,13 @@
 """Audit logs as a device writes them, and as an auditor must judge them: `audit verify`'s verdict.
 
-Seven logs are written through the real device API (`audit.log.AuditLog` and the recorder every
+Nine logs are written through the real device API (`audit.log.AuditLog` and the recorder every
 uplink passes, `audit.recorder.EgressRecorder`) with a fixed test-only key, one of them witnessed:
 its Closes answered by the real witness (`server.witness.Witness`) with the test-only witness key.
 The others are copies tampered with as an attacker or a broken disk would (a byte flipped, a record
 dropped, a log cut short, checkpoints re-signed with another key, a record appended after the last
 checkpoint, a rewrite under a cosigned checkpoint, a forged cosignature line) or written around the
-recorder's checks (an uplink it would have blocked). Each case's expected outcome is
-`audit.verify.inspect`'s: the verdict and which of its named checks pass.
+recorder's checks (an uplink it would have blocked, a resume carrying a token never sent). Each
+case's expected outcome is `audit.verify.inspect`'s: the verdict and which of its named checks pass.
 
 The log API stamps records with the wall clock and picks random session IDs, and the witness
 cosigns at its clock's time; here all three are fixed (a clock that ticks one second a record from
@@ -225,6 +225,52 @@ def _write_rotation_forged(directory: Path) -> None:
     _finish(log)
 
 
+def _lost_then_resumed(log: AuditLog, resume_ids: tuple[int, ...] | None) -> None:
+    """A session lost with its second round unanswered, and the generation resumed in a new session
+    whose Open carries `resume_ids` (None: what the lost session sent up and had committed, through
+    the recorder; else these tokens, appended around it)."""
+    rec = recorder.EgressRecorder(log)
+    params = SessionParams(top_k=4, draft_len=4)
+    lost = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    rec.on_uplink(lost, wire.encode_open((1, 2), params))
+    rec.on_uplink(lost, wire.encode_round(1, (), (5, 6, 7)))
+    rec.on_downlink(lost, wire.encode_downlink(1, Verdict(1, _candidates(3, 7))))
+    rec.on_uplink(lost, wire.encode_round(2, (7,), (8, 9)))
+    rec.on_fallback(lost, "verifier-lost")
+    resumed = rec.begin_session(vocab_size=VOCAB, max_top_k=4)
+    sent = (5, 7)  # the accepted 5, then the unanswered round's commit 7
+    frames = [
+        ("up", wire.encode_open((1, 2), params, sent if resume_ids is None else resume_ids)),
+        ("up", wire.encode_round(1, (), (8, 9))),
+        ("down", wire.encode_downlink(1, Verdict(2, None))),
+        ("up", wire.encode_close(2)),
+    ]
+    for direction, payload in frames:
+        if resume_ids is None:
+            (rec.on_uplink if direction == "up" else rec.on_downlink)(resumed, payload)
+        else:
+            kind = records.KIND_UPLINK if direction == "up" else records.KIND_DOWNLINK
+            log.append_session(kind, resumed, records.payload_fields(direction, payload), payload=payload)
+
+
+@_own_clock
+def _write_resumed(directory: Path) -> None:
+    """A generation whose verifier was lost mid-round, resumed in a new session carrying exactly what
+    the lost one had sent up and had committed."""
+    log = _open(directory)
+    _lost_then_resumed(log, None)
+    _finish(log)
+
+
+@_own_clock
+def _write_resume_unsent(directory: Path) -> None:
+    """The same, but the resumed Open also carries 8, a token the lost session drafted and the verifier
+    never accepted: written around the recorder, which refuses it."""
+    log = _open(directory)
+    _lost_then_resumed(log, (5, 7, 8))
+    _finish(log)
+
+
 _WITNESSED_DRAFTS = ((5, 6, 7), (9, 10, 11))
 
 
@@ -364,6 +410,10 @@ _CASES: list[tuple[str, str, str, Callable[[Path], None] | None, str | None, tup
      "the new key from the next size", "rotation-cut-short", None, "keys/test-device.pub", ()),
     ("rotation-forged", "a handover signed by the new key itself, not by the key in force, and a session under it",
      "rotation-forged", None, "keys/test-device.pub", ()),
+    ("resumed", "a session lost mid-round and the generation resumed in a new one whose Open carries what the "
+     "lost session sent up and had committed", "resumed", None, "keys/test-device.pub", ()),
+    ("resume-unsent", "a resumed Open that also carries a drafted token the verifier never accepted (never "
+     "committed): more than had gone up", "resume-unsent", None, "keys/test-device.pub", ()),
 ]  # fmt: skip
 
 _WRITERS: dict[str, Callable[[Path], None]] = {
@@ -374,6 +424,8 @@ _WRITERS: dict[str, Callable[[Path], None]] = {
     "rotated": _write_rotated,
     "rotation-cut-short": _write_rotation_cut_short,
     "rotation-forged": _write_rotation_forged,
+    "resumed": _write_resumed,
+    "resume-unsent": _write_resume_unsent,
 }
 
 

@@ -148,7 +148,7 @@ export class EgressRecorder {
    * `EgressBlocked` (and logs nothing) if the bytes break the contract: do not send them then. */
   onUplink(sid: string, payload: Uint8Array): number {
     const state = this.state(sid);
-    const [violations, commit] = state.examineUplink(payload);
+    const [violations, commit] = state.examineUplink(payload, this.sessions.values());
     if (violations.length > 0) throw new EgressBlocked(`uplink blocked for session ${sid.slice(0, 8)}…: ${describe(violations)}`);
     const witness = witnessOf(payload);
     const issued = this.witness.get(sid);

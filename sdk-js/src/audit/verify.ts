@@ -210,7 +210,7 @@ function sessions(parsed: Parsed[]): [Check[], number] {
     if (n !== expected) found["session structure"].push(`${where}: expected n=${expected}`);
     if (n >= expected) nextN.set(sid, n + 1);
     let examined;
-    if (rec.kind === "uplink") examined = state.examineUplink(rec.payload!);
+    if (rec.kind === "uplink") examined = state.examineUplink(rec.payload!, states.values());
     else if (rec.kind === "downlink") examined = state.examineDownlink(rec.payload!);
     else if (rec.kind === "fallback") examined = state.examineFallback(String(rec.fields.reason));
     else if (rec.kind === "guard-decision") {
