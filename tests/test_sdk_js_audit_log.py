@@ -4,7 +4,8 @@ TypeScript device writes (`sdk-js/test/write-log.ts`: scripted sessions through 
 `audit keygen` made) VERIFIES under the real CLI with the witness's key; one byte changed FAILS; a
 lost verifier is on record and leaves the log UNPROVEN, not FAILED; a torn final write is cut when
 the TypeScript device reopens the log, with the `repair` record and evidence the Python verifier
-accepts; the Python device takes the log over and appends to it. A log the TypeScript device hands
+accepts; a generation resumed after a lost verifier verifies (its resumed Open carries only what
+went up); the Python device takes the log over and appends to it. A log the TypeScript device hands
 to a new key (`rotateKey`, docs/audit-format.md §5.1) verifies under the auditor's first key and the
 Python device takes it over with the new one; a log the Python `audit rotate-key` handed over is
 taken back by the TypeScript device with the new key only. Needs the built package (`make test-js`
@@ -142,6 +143,23 @@ def test_a_lost_verifier_is_on_the_typescript_devices_record_and_leaves_it_unpro
     code, report = _verify(log, keys, capsys)
     assert (code, report["verdict"], _failed(report)) == (3, "UNPROVEN", [])
     assert "1 session(s)" in str(report["unwitnessed"])
+
+
+def test_a_generation_the_typescript_device_resumed_after_a_lost_verifier_verifies(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lost session ends on record; the new one's Open resumes only what the lost one sent up and
+    had committed, which the Python contract checks against the log's earlier sessions."""
+    log = tmp_path / "log"
+    stats = _write(log, keys, "--resumed")["stats"]
+    assert isinstance(stats, list) and (stats[-1]["resumed"], stats[-1]["fallback"]) == (1, None)
+    recs = [parse(r.data) for r in scan_log(log).records]
+    uplinks = [wire.decode_uplink(r.payload) for r in recs if r.kind == "uplink" and r.payload is not None]
+    resumed = [f for f in uplinks if isinstance(f, wire.OpenFrame) and f.resume_ids]
+    assert len(resumed) == 1 and resumed[0].prompt_ids == (5,)
+    assert ("fallback", "verifier-lost") in [(r.kind, r.fields.get("reason")) for r in recs]
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", []), report
 
 
 def test_a_torn_write_the_typescript_device_cut_verifies_under_the_python_audit_verify(

@@ -48,7 +48,18 @@ export interface GenerateOptions {
   onCommit?: (ids: number[]) => void;
   /** The audit log's recorder: every frame of the session is logged through it (docs/audit-format.md). */
   recorder?: EgressRecorder;
+  /** Lost sessions one generation may resume in a new one (sdk/decoding.py's `MAX_RESUMES`, 3); 0: none. */
+  maxResumes?: number;
+  /** Bound on all the tries of one resume, in ms (sdk/remote.py's `connect_timeout`, 10 s). */
+  resumeWithinMs?: number;
 }
+
+/** sdk/decoding.py's `MAX_RESUMES`, and sdk/remote.py's `RESUME_ATTEMPTS` and `RESUME_BACKOFF`:
+ * each resume dials up to four times, at once and after 0.25, 0.5 and 1 s, all within one
+ * connect timeout from the first. */
+export const MAX_RESUMES = 3;
+export const RESUME_ATTEMPTS = 4;
+export const RESUME_BACKOFF_MS = 250;
 
 export interface GenerationStats {
   rounds: number;
@@ -64,6 +75,9 @@ export interface GenerationStats {
   fallbackDetail: string | null;
   /** What the cloud did wrong in answering this session's Close as the log's witness (with a recorder). */
   witnessFaults: string[];
+  /** How often the generation resumed in a new session after its verifier was lost, and why (comma-joined). */
+  resumed: number;
+  resumeReasons: string | null;
 }
 
 export interface Generation {
@@ -72,9 +86,9 @@ export interface Generation {
   stats: GenerationStats;
 }
 
-/** Encode the Open, a Round and the Close as the Python device does (canonical protobuf). */
-/** An Open; `resumeIds` only when a generation resumes after its verifier was lost: what the lost
- * session had sent up and had committed, as its verifier saw it (core/wire.py's `encode_open`). */
+/** Encode the Open, a Round and the Close as the Python device does (canonical protobuf). The
+ * Open carries `resumeIds` only when a generation resumes after its verifier was lost: what the
+ * lost session had sent up and had committed, as its verifier saw it (core/wire.py's `encode_open`). */
 export function encodeOpen(promptIds: number[], p: WireParams, resumeIds: number[] = []): Uint8Array {
   const params = create(SessionParamsSchema, { ...p });
   const open = create(OpenSchema, { promptIds, params, resumeIds });
@@ -207,6 +221,8 @@ export async function generate(
     fallback: null,
     fallbackDetail: null,
     witnessFaults: [],
+    resumed: 0,
+    resumeReasons: null,
   };
   const recorder = options.recorder;
   let sid: string | null = null;
@@ -224,6 +240,37 @@ export async function generate(
     const frame = await stream!.receive(ms);
     if (recorder !== undefined && sid !== null) recorder.onDownlink(sid, frame);
     return frame;
+  };
+  const maxResumes = options.maxResumes ?? MAX_RESUMES;
+  // The committed text as the verifier saw it: commits and accepted drafts, in order. A resumed Open
+  // carries exactly this, so nothing goes up that had not gone up already.
+  const sentText: number[] = [];
+  /** A new session continuing this generation after `lost`, its Open carrying `resumeIds`; false
+   * when none can be had (the loss then stands, and the drafter finishes alone). */
+  const resume = async (lost: VerifierLost, resumeIds: number[]): Promise<boolean> => {
+    if (stats.resumed >= maxResumes) return false;
+    stream?.cancel();
+    if (recorder !== undefined && sid !== null && !recorder.ended(sid)) recorder.onFallback(sid, lost.reason); // ended by the loss
+    // Behind a proxy another replica answers the next dial; a replica killed mid-round leaves it to another.
+    const deadline = Date.now() + (options.resumeWithinMs ?? 10_000);
+    for (let attempt = 1, wait = RESUME_BACKOFF_MS; ; attempt++, wait *= 2) {
+      try {
+        stream = await transport.open(deadline);
+        if (recorder !== undefined) sid = recorder.beginSession(options.vocabSize, Math.min(params.topK, WIRE_MAX_TOP_K));
+        const open = encodeOpen(publicIds, params, resumeIds);
+        send(open);
+        stats.uplinkBytes += open.length;
+        stats.resumed += 1;
+        stats.resumeReasons = stats.resumeReasons === null ? lost.reason : `${stats.resumeReasons},${lost.reason}`;
+        return true;
+      } catch (e) {
+        if (!(e instanceof VerifierLost)) throw e;
+        stream?.cancel();
+        if (recorder !== undefined && sid !== null && !recorder.ended(sid)) recorder.onFallback(sid, e.reason);
+      }
+      if (attempt === RESUME_ATTEMPTS || deadline - Date.now() <= wait) return false;
+      await new Promise<void>((done) => setTimeout(done, wait));
+    }
   };
   try {
     stream = await transport.open();
@@ -243,16 +290,25 @@ export async function generate(
         if (state.eos.has(token)) break;
       }
       roundSeq += 1;
-      // The bytes sent are the bytes `send` logs: the recorder's contract sees the PaddedRound itself.
-      const up = params.paddedFrames ? encodePaddedRound(roundSeq, pending, draft, params.draftLen) : encodeRound(roundSeq, pending, draft);
       let down: Uint8Array;
-      try {
-        send(up);
-        stats.uplinkBytes += up.length;
-        down = await receive(timeout);
-      } catch (e) {
-        if (e instanceof VerifierLost) state.commit(draft); // P_S^c's own draws, as the local loop makes them
-        throw e;
+      for (;;) {
+        // The bytes sent are the bytes `send` logs: the recorder's contract sees the PaddedRound itself.
+        const up = params.paddedFrames ? encodePaddedRound(roundSeq, pending, draft, params.draftLen) : encodeRound(roundSeq, pending, draft);
+        try {
+          send(up);
+          stats.uplinkBytes += up.length;
+          down = await receive(timeout);
+          break;
+        } catch (e) {
+          if (e instanceof VerifierLost && (await resume(e, [...sentText, ...pending]))) {
+            // The round's commit is in the new session's Open; its draft goes again as round 1.
+            sentText.push(...pending);
+            [pending, roundSeq] = [[], 1];
+            continue;
+          }
+          if (e instanceof VerifierLost) state.commit(draft); // P_S^c's own draws, as the local loop makes them
+          throw e;
+        }
       }
       stats.downlinkBytes += down.length;
       const verdict = decodeDownlink(down, { maxTopK: params.topK, vocabSize: options.vocabSize, fusion: params.method === Method.FUSION });
@@ -271,6 +327,7 @@ export async function generate(
       stats.accepted += verdict.accepted;
       seq.truncate(seq.length - draft.length + verdict.accepted);
       state.commit(draft.slice(0, verdict.accepted));
+      sentText.push(...pending, ...draft.slice(0, verdict.accepted));
       pending = [];
       if (state.remaining <= 0) continue;
       // What the device's model says at the recovery point, read before the (synchronous) rules.

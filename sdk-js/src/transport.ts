@@ -43,8 +43,9 @@ export interface VerifierStream {
 
 export interface Transport {
   /** A new session stream, connected; `VerifierLost("verifier-unreachable")` when no verifier
-   * answers within the transport's connect timeout. */
-  open(): Promise<VerifierStream>;
+   * answers within the transport's connect timeout, or by `deadline` (a `Date.now()` instant) if
+   * that comes first (a resumed session's tries share one). */
+  open(deadline?: number): Promise<VerifierStream>;
 }
 
 type Waiter = { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };

@@ -94,7 +94,7 @@ export interface RoundFrame {
 }
 
 export type UplinkFrame =
-  | { kind: "open"; promptIds: number[]; params: WireParams }
+  | { kind: "open"; promptIds: number[]; params: WireParams; resumeIds: number[] }
   | RoundFrame
   | { kind: "close"; seq: number; witness: WitnessRequest | null };
 
@@ -275,8 +275,10 @@ export function decodeUplink(raw: Uint8Array, vocabSize: number | null = null): 
   }
   const kind = msg.kind;
   // Token IDs and shapes are judged before the encoding, so a smuggled value is named for what it is.
-  if (kind.case === "open") checkIds(kind.value.promptIds, vocabSize, "prompt");
-  else if (kind.case === "round") {
+  if (kind.case === "open") {
+    checkIds(kind.value.promptIds, vocabSize, "prompt");
+    checkIds(kind.value.resumeIds, vocabSize, "resumed text");
+  } else if (kind.case === "round") {
     checkIds(kind.value.commitIds, vocabSize, "commit");
     checkIds(kind.value.draftIds, vocabSize, "draft");
     checkIds(kind.value.literalIds, vocabSize, "placeholder");
@@ -294,7 +296,7 @@ export function decodeUplink(raw: Uint8Array, vocabSize: number | null = null): 
           `the prompt has ${kind.value.promptIds.length} tokens; the verifier takes at most ${MAX_PROMPT_TOKENS}`,
         );
       }
-      return { kind: "open", promptIds: [...kind.value.promptIds], params };
+      return { kind: "open", promptIds: [...kind.value.promptIds], params, resumeIds: [...kind.value.resumeIds] };
     }
     case "round":
       return {

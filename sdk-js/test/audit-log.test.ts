@@ -122,7 +122,7 @@ test("a verifier lost mid-generation: the log says so (fallback verifier-lost), 
   const log = AuditLog.open(storage, signer, { device, witnessKey: witness.key });
   const recorder = new EgressRecorder(log);
   await generate(drafter, [3], [3], params, { ...options, recorder }, fakeVerifier(witness));
-  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>(), recorder }, fakeVerifier(witness, { breakAfter: 2 }));
+  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>(), recorder }, fakeVerifier(witness, { breakAfter: 2, opens: 1 }));
   assert.equal(g.stats.fallback, "verifier-lost");
   assert.equal(g.tokenIds.length, 20);
   const recs = records(storage);

@@ -39,9 +39,16 @@ export const params: WireParams = { ...DEFAULT_PARAMS, topK: 4 };
 
 /** A verifier that follows its Generalist and, as the log's witness, cosigns the checkpoint a Close
  * carries (`cosignAs` another key: a bad answer). */
-export function fakeVerifier(witness: NoteSigner | null, opts: { breakAfter?: number; cosignAs?: NoteSigner; silentWitness?: boolean } = {}): Transport {
+export function fakeVerifier(
+  witness: NoteSigner | null,
+  opts: { breakAfter?: number; cosignAs?: NoteSigner; silentWitness?: boolean; opens?: number; faulty?: number } = {},
+): Transport {
+  let opened = 0; // `opens`: streams it takes before it is unreachable; `breakAfter` breaks the first `faulty` ones
   return {
     open(): Promise<VerifierStream> {
+      if (opts.opens !== undefined && opened >= opts.opens) return Promise.reject(new VerifierLost("verifier-unreachable", "no verifier answers"));
+      const faulty = opened < (opts.faulty ?? Infinity);
+      opened += 1;
       const q = new FrameQueue();
       let context: number[] = [];
       let rounds = 0;
@@ -49,7 +56,7 @@ export function fakeVerifier(witness: NoteSigner | null, opts: { breakAfter?: nu
         send(frame: Uint8Array): void {
           if (q.done) throw new VerifierLost("verifier-lost", "gone");
           const f = decodeUplink(frame, V);
-          if (f.kind === "open") context = [...f.promptIds];
+          if (f.kind === "open") context = [...f.promptIds, ...f.resumeIds];
           if (f.kind === "close") {
             if (f.witness !== null && witness !== null && !opts.silentWitness) {
               const body = checkpointBody({ origin: f.witness.origin, size: f.witness.size, root: f.witness.rootHash });
@@ -63,7 +70,7 @@ export function fakeVerifier(witness: NoteSigner | null, opts: { breakAfter?: nu
           }
           if (f.kind !== "round" && f.kind !== "padded_round") return;
           rounds += 1;
-          if (opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
+          if (faulty && opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
           context.push(...f.commit);
           let accepted = 0;
           while (accepted < f.draft.length && f.draft[accepted] === targetNext(context[context.length - 1]!)) context.push(f.draft[accepted++]!);

@@ -148,7 +148,7 @@ test("greedy over mutual TLS: the TypeScript device's token IDs are the Python d
   console.log(`  ${transcript.summary}\n  ${witness.summary}`);
 });
 
-test("the verifier killed mid-generation: the TypeScript device finishes alone, fallback verifier-lost", async () => {
+test("the verifier killed mid-generation and none to take it back: the TypeScript device finishes alone, fallback verifier-lost", async () => {
   const { proc, port } = verifier;
   const t = transport(port);
   let killed = false;
@@ -161,7 +161,7 @@ test("the verifier killed mid-generation: the TypeScript device finishes alone, 
   const logDir = join(out, "ts-log-lost");
   const log = auditLog(logDir);
   const recorder = new EgressRecorder(log);
-  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, DEFAULT_PARAMS, { ...options(), eosIds: new Set<number>(), onCommit, recorder }, t);
+  const g = await generate(drafter, prep.private_ids[0]!, prep.public_ids[0]!, DEFAULT_PARAMS, { ...options(), eosIds: new Set<number>(), onCommit, recorder, resumeWithinMs: 2000 }, t);
   t.close();
   log.close();
   // The log says so: its session ends with a fallback record, `verifier-lost`.
@@ -170,6 +170,7 @@ test("the verifier killed mid-generation: the TypeScript device finishes alone, 
   assert.deepEqual([last.kind, last.fields.reason], ["fallback", "verifier-lost"]);
   assert.ok(killed);
   assert.equal(g.stats.fallback, "verifier-lost", g.stats.fallbackDetail ?? "");
+  assert.equal(g.stats.resumed, 0); // it tried (within resumeWithinMs): nothing answers on the dead port
   assert.equal(g.tokenIds.length, N);
 });
 

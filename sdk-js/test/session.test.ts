@@ -16,13 +16,23 @@ import { drafter, draftNext, EOS, params, targetNext, V } from "./fake-verifier.
 import { load, type Json } from "./vectors.js";
 
 /** A verifier that accepts the draft's prefix its Generalist agrees with and steers to its next token. */
-function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}): Transport & { log: string[]; sizes: number[] } {
+/** `opens`: how many streams it takes before it is unreachable (default: any number); `breakAfter`
+ * and `silentAfter` apply to the first `faulty` streams (default: all). */
+function fakeVerifier(
+  opts: { breakAfter?: number; silentAfter?: number; opens?: number; faulty?: number } = {},
+): Transport & { log: string[]; sizes: number[]; resumes: number[][] } {
   const log: string[] = [];
   const sizes: number[] = []; // each uplink's byte length
+  const resumes: number[][] = []; // each Open's resume_ids
+  let opened = 0;
   return {
     log,
     sizes,
+    resumes,
     open(): Promise<VerifierStream> {
+      if (opts.opens !== undefined && opened >= opts.opens) return Promise.reject(new VerifierLost("verifier-unreachable", "no verifier answers"));
+      const faulty = opened < (opts.faulty ?? Infinity);
+      opened += 1;
       const q = new FrameQueue();
       let context: number[] = [];
       let rounds = 0;
@@ -32,11 +42,14 @@ function fakeVerifier(opts: { breakAfter?: number; silentAfter?: number } = {}):
           const f = decodeUplink(frame, V);
           log.push(f.kind);
           sizes.push(frame.length);
-          if (f.kind === "open") context = [...f.promptIds];
+          if (f.kind === "open") {
+            context = [...f.promptIds, ...f.resumeIds]; // the resumed text follows the prompt, unverified
+            resumes.push(f.resumeIds);
+          }
           if (f.kind !== "round" && f.kind !== "padded_round") return;
           rounds += 1;
-          if (opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
-          if (opts.silentAfter !== undefined && rounds > opts.silentAfter) return;
+          if (faulty && opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
+          if (faulty && opts.silentAfter !== undefined && rounds > opts.silentAfter) return;
           context.push(...f.commit);
           let accepted = 0;
           while (accepted < f.draft.length && f.draft[accepted] === targetNext(context[context.length - 1]!)) context.push(f.draft[accepted++]!);
@@ -73,10 +86,13 @@ test("the device's greedy text is the verifier's Generalist's, over canonical fr
   assert.equal(t.log[t.log.length - 1], "close");
 });
 
-test("a verifier lost mid-generation: the drafter finishes, fallback verifier-lost", async () => {
+test("a verifier lost mid-generation and none to take it back: the drafter finishes, fallback verifier-lost", async () => {
   const whole = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>() }, fakeVerifier());
-  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>() }, fakeVerifier({ breakAfter: 2 }));
+  const t = fakeVerifier({ breakAfter: 2, opens: 1 });
+  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>() }, t);
   assert.equal(g.stats.fallback, "verifier-lost");
+  assert.equal(g.stats.resumed, 0);
+  assert.deepEqual(t.resumes, [[]]);
   assert.equal(g.stats.rounds, 2);
   assert.equal(g.tokenIds.length, 20);
   // Up to where the lost round's draft begins, the text is the verified one; after it, the drafter's own.
@@ -87,10 +103,32 @@ test("a verifier lost mid-generation: the drafter finishes, fallback verifier-lo
 });
 
 test("a verifier that goes silent: fallback verifier-timeout", async () => {
-  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>(), roundTimeoutMs: 50 }, fakeVerifier({ silentAfter: 1 }));
+  const g = await generate(drafter, [7], [7], params, { ...options, eosIds: new Set<number>(), roundTimeoutMs: 50, maxResumes: 0 }, fakeVerifier({ silentAfter: 1 }));
   assert.equal(g.stats.fallback, "verifier-timeout");
   assert.equal(g.stats.rounds, 1);
   assert.ok(g.tokenIds.length > 0);
+});
+
+test("a verifier lost mid-generation: the generation resumes in a new session whose Open carries what went up, and its text is the verifier's", async () => {
+  const opts = { ...options, eosIds: new Set<number>() };
+  const whole = await generate(drafter, [7], [7], params, opts, fakeVerifier());
+  const t = fakeVerifier({ breakAfter: 2, faulty: 1 });
+  const g = await generate(drafter, [7], [7], params, opts, t);
+  assert.deepEqual(g.tokenIds, whole.tokenIds);
+  assert.equal(g.stats.fallback, null);
+  assert.deepEqual([g.stats.resumed, g.stats.resumeReasons], [1, "verifier-lost"]);
+  assert.equal(t.log.filter((k) => k === "open").length, 2);
+  assert.equal(t.log[t.log.length - 1], "close");
+  // The resumed Open carries the text the first session committed, as its verifier saw it: a prefix of the answer.
+  const [first, resumed] = t.resumes;
+  assert.deepEqual(first, []);
+  assert.ok(resumed!.length > 0 && resumed!.every((x, i) => x === whole.tokenIds[i]), `${resumed}`);
+  // A verifier that keeps failing: three resumes, then the drafter finishes alone.
+  const flaky = fakeVerifier({ breakAfter: 1 });
+  const h = await generate(drafter, [7], [7], params, opts, flaky);
+  assert.deepEqual([h.stats.resumed, h.stats.fallback], [3, "verifier-lost"]);
+  assert.equal(h.stats.resumeReasons, "verifier-lost,verifier-lost,verifier-lost");
+  assert.equal(h.tokenIds.length, 20);
 });
 
 /** Every PaddedRound of conformance/v1 the Python device encoded and the rules accept, decoded. */

@@ -6,9 +6,11 @@
  * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
  * would. Prints one JSON object: records, sessions, each generation's stats.
  *
- *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded] [--rotate NEW.key]
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen] [--padded] [--rotate NEW.key]
  *
- * `--lost` adds a session whose verifier is lost after two rounds; `--padded` runs every session
+ * `--lost` adds a session whose verifier is lost after two rounds and no verifier takes it back;
+ * `--resumed` one whose verifier is lost after two rounds and the generation resumes in a new
+ * session (its Open carrying what went up and was committed); `--padded` runs every session
  * with padded frames (every round a PaddedRound); `--reopen` runs no session: it
  * opens the log (cutting a torn tail, with its `repair` record) and closes it; `--rotate NEW.key`
  * hands the log to NEW.key (`AuditLog.rotateKey`) after the first session, and the rest run under it.
@@ -26,11 +28,12 @@ const rotateAt = argv.indexOf("--rotate");
 const rotatePath = rotateAt < 0 ? undefined : argv[rotateAt + 1];
 const args = argv.filter((a, i) => !a.startsWith("--") && (rotateAt < 0 || i !== rotateAt + 1));
 const lost = process.argv.includes("--lost");
+const resumed = process.argv.includes("--resumed");
 const reopen = process.argv.includes("--reopen");
 const sessionParams = { ...params, paddedFrames: process.argv.includes("--padded") };
 const [dir, keyPath, witnessPath] = args;
 if (dir === undefined || keyPath === undefined || (rotateAt >= 0 && rotatePath === undefined)) {
-  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --reopen] [--padded] [--rotate NEW.key]");
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen] [--padded] [--rotate NEW.key]");
   process.exit(2);
 }
 const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
@@ -46,9 +49,10 @@ for (const [i, prompt] of (reopen ? [] : [[3, 1, 4], [7], [2, 7, 1, 8]]).entries
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
   if (i === 0 && rotatePath !== undefined) log.rotateKey(loadSigningKey(rotatePath));
 }
-if (lost) {
-  const g = await generate(drafter, [5], [5], sessionParams, { ...options, eosIds: new Set<number>() }, fakeVerifier(witness, { breakAfter: 2 }));
-  stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults });
+if (lost || resumed) {
+  const verifier = fakeVerifier(witness, { breakAfter: 2, ...(lost ? { opens: 1 } : { faulty: 1 }) });
+  const g = await generate(drafter, [5], [5], sessionParams, { ...options, eosIds: new Set<number>() }, verifier);
+  stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults, resumed: g.stats.resumed });
 }
 log.close();
 console.log(JSON.stringify({ records: log.size, stats, interrupted: log.interrupted.length }));

@@ -99,10 +99,11 @@ export class GrpcTransport implements Transport {
     this.connectTimeoutMs = o.connectTimeoutMs ?? 10_000;
   }
 
-  async open(): Promise<VerifierStream> {
+  async open(deadline?: number): Promise<VerifierStream> {
+    const by = Math.min(Date.now() + this.connectTimeoutMs, deadline ?? Infinity);
     await new Promise<void>((resolve, reject) => {
-      this.client.waitForReady(Date.now() + this.connectTimeoutMs, (err) => {
-        if (err) reject(new VerifierLost("verifier-unreachable", `no verifier connected within ${this.connectTimeoutMs / 1000} s: ${err.message}`));
+      this.client.waitForReady(by, (err) => {
+        if (err) reject(new VerifierLost("verifier-unreachable", `no verifier connected in time (connect timeout ${this.connectTimeoutMs / 1000} s): ${err.message}`));
         else resolve();
       });
     });
