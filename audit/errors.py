@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from specsteer.core.errors import SpecSteerError
 
 if TYPE_CHECKING:
+    from specsteer.audit.note import VerifierKey
     from specsteer.audit.verify import Report
 
 
@@ -34,9 +35,9 @@ class KeyFileError(AuditError):
 
 class LogHandedOver(KeyFileError):
     """The log was opened with the key its latest rotation handed it over from: `position` is the
-    rotation's record, `new_key` the key (a `VerifierKey`) that writes to it now."""
+    rotation's record, `new_key` the key that writes to it now."""
 
-    def __init__(self, message: str, position: int, new_key: object) -> None:
+    def __init__(self, message: str, position: int, new_key: VerifierKey) -> None:
         super().__init__(message)
         self.position = position
         self.new_key = new_key
