@@ -13,6 +13,7 @@ export * from "./merkle.js";
 export * from "./note.js";
 export * from "./witness.js";
 export * from "./bundle.js";
+export * from "./model_facts.js";
 export * from "./audit/records.js";
 export * from "./audit/scan.js";
 export * from "./audit/verify.js";

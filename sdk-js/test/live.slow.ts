@@ -20,7 +20,7 @@ import { AuditLog } from "../src/audit/log.js";
 import { EgressRecorder } from "../src/audit/recorder.js";
 import { parseRecord } from "../src/audit/records.js";
 import { scanLog } from "../src/audit/scan.js";
-import { defaultBundlePath } from "../src/node/bundle.js";
+import { defaultBundlePath, modelFactsOf } from "../src/node/bundle.js";
 import { deviceIdentity, loadSigningKey, loadWitnessKey, logStorage } from "../src/node/files.js";
 import { loadOnnxDrafter } from "../src/node/drafter.js";
 import { GrpcTransport, loadPinSet } from "../src/node/grpc.js";
@@ -172,6 +172,11 @@ test("the verifier killed mid-generation and none to take it back: the TypeScrip
   assert.equal(g.stats.fallback, "verifier-lost", g.stats.fallbackDetail ?? "");
   assert.equal(g.stats.resumed, 0); // it tried (within resumeWithinMs): nothing answers on the dead port
   assert.equal(g.tokenIds.length, N);
+});
+
+test("the model facts the package reads from the default bundle are the Python device's", async () => {
+  const facts = await modelFactsOf(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"));
+  assert.deepEqual([[...facts.eosIds].sort((a, b) => a - b), facts.vocabSize, facts.width], [prep.eos_ids, prep.vocab_size, prep.width]);
 });
 
 test("the pins file is read as sdk/pinning.py reads it: refusals fail closed", () => {

@@ -13,8 +13,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { BundleError } from "../src/bundle.js";
-import { defaultBundlePath, openBundleFolder, promptRendererOf } from "../src/node/bundle.js";
-import { devicePromptRenderer, openDeviceBundle, type DeviceFileModule } from "../src/react-native/files.js";
+import { defaultBundlePath, modelFactsOf, openBundleFolder, promptRendererOf } from "../src/node/bundle.js";
+import { deviceModelFacts, devicePromptRenderer, openDeviceBundle, type DeviceFileModule } from "../src/react-native/files.js";
 
 const FIXTURE = fileURLToPath(new URL("../../test/fixtures/tiny-bundle", import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), "specsteer-rn-bundle-"));
@@ -63,10 +63,12 @@ test("a bundle read through the app's file module opens as the Node reader opens
 
 // `make install` builds the default bundle (so CI has it); the tiny fixture's tokenizer renders nothing.
 const DEFAULT = defaultBundlePath("qwen2.5-coder-0.5b-instruct");
-test("the default bundle through the app's file module: the same files and the same prompt token IDs", { skip: !existsSync(DEFAULT) && "no default bundle (make install builds it)" }, async () => {
+test("the default bundle through the app's file module: the same files, model facts and prompt token IDs", { skip: !existsSync(DEFAULT) && "no default bundle (make install builds it)" }, async () => {
   await sameAsOnNode(DEFAULT);
   const prompt = "Write the commit body.";
-  const phoneRenderer = await devicePromptRenderer(await openDeviceBundle(DEFAULT, nodeAsPhone), nodeAsPhone);
+  const onPhone = await openDeviceBundle(DEFAULT, nodeAsPhone);
+  assert.deepEqual(await deviceModelFacts(onPhone, nodeAsPhone), await modelFactsOf(DEFAULT));
+  const phoneRenderer = await devicePromptRenderer(onPhone, nodeAsPhone);
   const nodeRenderer = await promptRendererOf(DEFAULT);
   const examples = [{ subject: "Fix the build", body: "The build broke on a missing header." }];
   assert.deepEqual(phoneRenderer.renderPrompt(prompt, examples), nodeRenderer.renderPrompt(prompt, examples));

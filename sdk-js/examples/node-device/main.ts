@@ -24,7 +24,6 @@
  * Python `SessionParams()`, whose `padded_frames` is False, so an app turns padding on itself.)
  */
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { parseArgs } from "node:util";
 import {
   AuditLog,
@@ -46,35 +45,13 @@ import {
   loadWitnessKey,
   logDirectory,
   logStorage,
+  modelFactsOf,
   openBundleFolder,
   promptRendererOf,
 } from "@specsteer/device/node";
 
 function json(path: string): Record<string, unknown> {
   return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
-}
-
-/**
- * What the session loop needs of the model beyond its weights, read from the bundle's files as
- * core/device_lm.py reads them: the end-of-sequence IDs (the tokenizer's eos token and the
- * generation config's), the table's rows (`vocab_size`) and the columns that are tokens (the
- * tokenizer's vocabulary with its added tokens).
- */
-function modelFacts(bundle: string, encode: (text: string) => number[]): { eosIds: Set<number>; vocabSize: number; width: number } {
-  const config = json(join(bundle, "config.json"));
-  const settings = json(join(bundle, "tokenizer_config.json"));
-  const tokenizer = json(join(bundle, "tokenizer.json")) as { model: { vocab: Record<string, number> }; added_tokens: { id: number }[] };
-  const eosIds = new Set<number>();
-  const eosToken = settings.eos_token;
-  if (typeof eosToken === "string") {
-    const ids = encode(eosToken);
-    if (ids.length === 1) eosIds.add(ids[0]!);
-  }
-  const generation = json(join(bundle, "generation_config.json")).eos_token_id;
-  for (const id of Array.isArray(generation) ? generation : [generation]) if (Number.isInteger(id)) eosIds.add(id as number);
-  const vocabSize = config.vocab_size as number;
-  const ids = new Set<number>([...Object.values(tokenizer.model.vocab), ...tokenizer.added_tokens.map((t) => t.id)]);
-  return { eosIds, vocabSize, width: Math.min(ids.size, vocabSize) };
 }
 
 async function main(): Promise<void> {
@@ -104,7 +81,7 @@ async function main(): Promise<void> {
   const opened = await openBundleFolder(bundle);
   const renderer = await promptRendererOf(bundle);
   const drafter = await loadOnnxDrafter(bundle, { threads: Number(o.threads) });
-  const facts = modelFacts(bundle, (text) => renderer.encode(text, false));
+  const facts = await modelFactsOf(bundle); // end-of-sequence IDs, vocabulary rows and width, as the Python device reads them
   console.log(`bundle ${opened.name} (${opened.precision}): ${Object.keys(opened.files).length} files checked`);
 
   // 2. The private prompt: the user's history never leaves the device; only the raw prompt goes up.

@@ -5,6 +5,7 @@ import { lstat, open, readdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { isAbsolute, join, relative, sep } from "node:path";
 import { BUNDLE_MANIFEST, openBundle, type Bundle, type BundleEntry, type BundleFiles } from "../bundle.js";
+import { modelFacts, type ModelFacts } from "../model_facts.js";
 import { PromptRenderer } from "../prompt.js";
 
 async function walk(root: string, dir: string, out: BundleEntry[]): Promise<void> {
@@ -77,4 +78,20 @@ export async function promptRendererOf(folder: string): Promise<PromptRenderer> 
   const template = await readFile(join(folder, "chat_template.jinja"), "utf8").catch(() => null);
   const config = await json("tokenizer_config.json").catch(() => ({}));
   return new PromptRenderer({ tokenizerJson: await json("tokenizer.json"), tokenizerConfig: config, chatTemplate: template });
+}
+
+/** The end-of-sequence IDs, vocabulary rows and width of a bundle folder (open it with `openBundleFolder` first). */
+export async function modelFactsOf(folder: string): Promise<ModelFacts> {
+  const { readFile } = await import("node:fs/promises");
+  const json = async (name: string): Promise<unknown> => JSON.parse(await readFile(join(folder, name), "utf8"));
+  const generationConfig = await json("generation_config.json").catch((err: NodeJS.ErrnoException) => {
+    if (err.code === "ENOENT") return null;
+    throw err;
+  });
+  return modelFacts({
+    config: await json("config.json"),
+    tokenizerConfig: await json("tokenizer_config.json").catch(() => ({})),
+    tokenizer: await json("tokenizer.json"),
+    generationConfig,
+  });
 }

@@ -6,6 +6,7 @@
  */
 import { BUNDLE_MANIFEST, openBundle, type Bundle, type BundleEntry, type BundleFiles } from "../bundle.js";
 import { utf8 } from "../bytes.js";
+import { modelFacts, type ModelFacts } from "../model_facts.js";
 import { PromptRenderer } from "../prompt.js";
 
 /** One entry of a folder listing, as react-native-fs's `ReadDirItem` has it. */
@@ -69,5 +70,16 @@ export async function devicePromptRenderer(bundle: Bundle, fs: DeviceFileModule)
     tokenizerJson: JSON.parse(tokenizer!),
     tokenizerConfig: config === null ? {} : JSON.parse(config),
     chatTemplate: await read("chat_template.jinja"),
+  });
+}
+
+/** The end-of-sequence IDs, vocabulary rows and width of an opened bundle (`openDeviceBundle` first). */
+export async function deviceModelFacts(bundle: Bundle, fs: DeviceFileModule): Promise<ModelFacts> {
+  const json = async (name: string): Promise<unknown> => (name in bundle.files ? JSON.parse(await fs.readFile(`${bundle.where}/${name}`, "utf8")) : null);
+  return modelFacts({
+    config: await json("config.json"),
+    tokenizerConfig: (await json("tokenizer_config.json")) ?? {},
+    tokenizer: await json("tokenizer.json"),
+    generationConfig: await json("generation_config.json"),
   });
 }
