@@ -50,7 +50,9 @@ interface RoundLike {
 /** Any single token may be committed after a dense fusion vector. */
 const ANY_ONE_TOKEN = "any-one-token";
 
-export const GUARD_DECISIONS = new Set(["cut", "placeholder", "keep-local", "redact", "filter"]);
+export const GUARD_DECISIONS = new Set(["cut", "placeholder", "keep-local", "prompt-redact", "prompt-allow", "redact", "filter"]);
+/** The prompt guard's decisions (sdk/prompt_guard.py): recorded right after the Open, before any round. */
+export const PROMPT_DECISIONS = new Set(["prompt-redact", "prompt-allow"]);
 
 const key = (ids: readonly number[]): string => ids.join(",");
 
@@ -424,6 +426,11 @@ export class SessionState {
     const out = this.ended ? [violation("session structure", "after-end", `a guard decision after the session ${this.phase}`)] : [];
     if (!GUARD_DECISIONS.has(decision)) out.push(violation("session structure", "guard-decision", `guard decision ${decision} is none of the decisions`));
     if (!(count >= 0 && count <= MAX_GUARD_SPANS)) out.push(violation("session structure", "guard-count", `a guard decision counts ${count} spans`));
+    if (PROMPT_DECISIONS.has(decision) && (this.phase !== "open" || this.rounds > 0)) {
+      // Made before the Open goes up and recorded right after it: one after a round could not have shaped the Open.
+      const when = this.phase === "begun" ? "before the Open" : `after round ${this.rounds}`;
+      out.push(violation("session structure", "prompt-decision-order", `a prompt guard decision (${decision}) ${when}: it belongs right after the Open`));
+    }
     return [
       out,
       () => {

@@ -141,6 +141,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("commit-too-long", r"a commit has at most"),
     ("placeholder-too-long", r"a placeholder has at most"),
     ("placeholder-undeclared", r"carries a placeholder no guard decision declared"),
+    ("prompt-decision-order", r"a prompt guard decision \("),
     ("commit-without-candidates", r"a commit was sent with no steering candidates outstanding"),
     ("commit-not-a-candidate", r"the commit is not one of the last steering candidates"),
     ("recovery-missing", r"must commit a recovery token"),

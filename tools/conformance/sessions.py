@@ -117,6 +117,15 @@ def _traces() -> list[_Trace]:
         .guard("placeholder", 1, "<EMAIL>")
         .up(rnd(1, (), (5,), (20, 21))).down(1, 1)
         .up(close(2)),
+        opened("prompt-redact", "the prompt guard's decision recorded right after the Open, before any round")
+        .guard("prompt-redact", 2, "<EMAIL>")
+        .up(rnd(1, (), (5,))).down(1, 1)
+        .up(close(2)),
+        opened("prompt-decision-after-round", "a prompt guard decision after a round: it cannot have shaped the Open")
+        .up(rnd(1, (), (5,))).down(1, 1)
+        .guard("prompt-allow", 1, "<EMAIL>", "prompt-decision-order"),
+        _Trace("prompt-decision-before-open", "a prompt guard decision on a stream with no Open yet")
+        .guard("prompt-redact", 1, "<EMAIL>", "prompt-decision-order"),
         opened("fusion", "a fusion session: a dense vector, then any single token may be committed", fusion)
         .up(rnd(1, (), ())).down_raw(fusion_down(1))
         .up(rnd(2, (17,), ())).down_raw(fusion_down(2))
