@@ -36,6 +36,10 @@ export interface SessionDrafter {
 }
 
 export interface GenerateOptions {
+  /** The egress guard's setting (sdk/uplink_guard.py's `GUARD_SETTINGS`). This device has no egress
+   * guard yet, so drafts go up unguarded: the caller says so with "off", the one setting it runs
+   * (the Python device guards by default, "placeholder"). Anything else is refused, never ignored. */
+  guard: "off";
   maxNewTokens: number;
   eosIds: ReadonlySet<number>;
   /** Rows of the model's table (downlink IDs are bounded by it): the Python device's `vocab_size`. */
@@ -202,6 +206,11 @@ export async function generate(
   options: GenerateOptions,
   transport: Transport,
 ): Promise<Generation> {
+  if ((options.guard as string) !== "off") {
+    throw new RangeError(
+      `egress guard ${JSON.stringify(options.guard)}: the TypeScript device has no egress guard yet, so its drafts go up unguarded; pass guard: "off" to run it so (the Python device guards by default)`,
+    );
+  }
   if (params.sampling) throw new RangeError("the TypeScript device decodes greedily only (sampling is not here yet)");
   if (params.method !== Method.SPECSTEER && params.method !== Method.SD && params.method !== Method.FUSION) {
     throw new RangeError(`method ${params.method} is not a Draft-Verify-Recover method this loop runs`);

@@ -54,7 +54,7 @@ test("the worked example of docs/audit-format.md, byte for byte", () => {
 });
 
 const witness = new NoteSigner("verifier.example/witness", new Uint8Array(32).fill(7), ALG_COSIGNATURE_V1);
-const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000 };
+const options = { guard: "off" as const, maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000 };
 const signer = new NoteSigner("device.example/alice", new Uint8Array(32).fill(3));
 const device = { name: "alice", certSha256: "cd".repeat(32) };
 

@@ -76,7 +76,7 @@ async function main(): Promise<void> {
       privateIds,
       publicIds,
       DEFAULT_PARAMS,
-      { maxNewTokens: job.max_new_tokens, eosIds: new Set(c.eos_ids), vocabSize: c.vocab_size, width: c.width, roundTimeoutMs: c.round_timeout_ms },
+      { guard: "off", maxNewTokens: job.max_new_tokens, eosIds: new Set(c.eos_ids), vocabSize: c.vocab_size, width: c.width, roundTimeoutMs: c.round_timeout_ms },
       transport,
     );
     const wall = (performance.now() - start) / 1000;

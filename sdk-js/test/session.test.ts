@@ -72,7 +72,7 @@ function greedy(next: (x: number) => number, from: number, n: number): number[] 
   return out;
 }
 
-const options = { maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000 };
+const options = { guard: "off" as const, maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000 };
 
 test("the device's greedy text is the verifier's Generalist's, over canonical frames", async () => {
   const t = fakeVerifier();
@@ -186,4 +186,16 @@ test("the verifier unreachable at Open: the drafter alone", async () => {
   const g = await generate(drafter, [7], [7], params, options, t);
   assert.equal(g.stats.fallback, "verifier-unreachable");
   assert.deepEqual(g.tokenIds, greedy(draftNext, 7, 20));
+});
+
+test("without the caller's guard: \"off\" nothing runs: this device has no egress guard, and says so", async () => {
+  const t = fakeVerifier();
+  for (const guard of [undefined, "placeholder", "keep-local"]) {
+    const unguarded = { ...options, guard } as unknown as typeof options;
+    await assert.rejects(generate(drafter, [3, 1, 4], [1, 4], params, unguarded, t), (err: unknown) => {
+      assert.ok(err instanceof RangeError && /has no egress guard yet/.test(err.message), String(err));
+      return true;
+    });
+  }
+  assert.deepEqual(t.log, [], "nothing was sent");
 });

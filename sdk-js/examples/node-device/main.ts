@@ -105,7 +105,7 @@ async function main(): Promise<void> {
     privateIds,
     publicIds,
     { ...DEFAULT_PARAMS, paddedFrames: !o["no-padded-frames"] },
-    { maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
+    { guard: "off" /* no egress guard on this device yet: drafts go up unguarded */, maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
     transport,
   );
   transport.close();
