@@ -294,7 +294,7 @@ export class SessionState {
           if (outsideResumed !== null) out.push(violation("uplinks", "out-of-vocabulary", outsideResumed));
           if (resumed.length > MAX_RESUME_TOKENS) {
             out.push(violation("uplinks", "resume-too-long", `the resumed text has ${resumed.length} tokens; a session holds at most ${MAX_RESUME_TOKENS}`));
-          } else if (![...earlier].some((s) => s !== this && sameIds(s.prompt, prompt) && s.sentText().some((t) => sameIds(t, resumed)))) {
+          } else if (![...earlier].some((s) => s !== this && key(s.prompt) === key(prompt) && s.sentText().some((t) => key(t) === key(resumed)))) {
             out.push(
               violation(
                 "uplinks",
@@ -440,8 +440,4 @@ export class SessionState {
       },
     ];
   }
-}
-
-function sameIds(a: readonly number[], b: readonly number[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }

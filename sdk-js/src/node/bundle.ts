@@ -1,7 +1,7 @@
 /** A model bundle folder on Node's file system (`BundleFiles`), and where `sdk models build` puts the default one. */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { lstat, open, readdir } from "node:fs/promises";
+import { lstat, open, readdir, readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { isAbsolute, join, relative, sep } from "node:path";
 import { BUNDLE_MANIFEST, openBundle, type Bundle, type BundleEntry, type BundleFiles } from "../bundle.js";
@@ -71,27 +71,27 @@ export function openBundleFolder(folder: string): Promise<Bundle> {
   return openBundle(bundleFolder(folder));
 }
 
+async function readJson(folder: string, name: string): Promise<Record<string, unknown>> {
+  return JSON.parse(await readFile(join(folder, name), "utf8")) as Record<string, unknown>;
+}
+
 /** The prompt renderer of a bundle folder (open it with `openBundleFolder` first: that checks the hashes). */
 export async function promptRendererOf(folder: string): Promise<PromptRenderer> {
-  const { readFile } = await import("node:fs/promises");
-  const json = async (name: string): Promise<Record<string, unknown>> => JSON.parse(await readFile(join(folder, name), "utf8"));
   const template = await readFile(join(folder, "chat_template.jinja"), "utf8").catch(() => null);
-  const config = await json("tokenizer_config.json").catch(() => ({}));
-  return new PromptRenderer({ tokenizerJson: await json("tokenizer.json"), tokenizerConfig: config, chatTemplate: template });
+  const config = await readJson(folder, "tokenizer_config.json").catch(() => ({}));
+  return new PromptRenderer({ tokenizerJson: await readJson(folder, "tokenizer.json"), tokenizerConfig: config, chatTemplate: template });
 }
 
 /** The end-of-sequence IDs, vocabulary rows and width of a bundle folder (open it with `openBundleFolder` first). */
 export async function modelFactsOf(folder: string): Promise<ModelFacts> {
-  const { readFile } = await import("node:fs/promises");
-  const json = async (name: string): Promise<unknown> => JSON.parse(await readFile(join(folder, name), "utf8"));
-  const generationConfig = await json("generation_config.json").catch((err: NodeJS.ErrnoException) => {
+  const generationConfig = await readJson(folder, "generation_config.json").catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ENOENT") return null;
     throw err;
   });
   return modelFacts({
-    config: await json("config.json"),
-    tokenizerConfig: await json("tokenizer_config.json").catch(() => ({})),
-    tokenizer: await json("tokenizer.json"),
+    config: await readJson(folder, "config.json"),
+    tokenizerConfig: await readJson(folder, "tokenizer_config.json").catch(() => ({})),
+    tokenizer: await readJson(folder, "tokenizer.json"),
     generationConfig,
   });
 }

@@ -55,6 +55,16 @@ export function deviceBundleFiles(folder: string, fs: DeviceFileModule): BundleF
   };
 }
 
+/** The text of a file the bundle's manifest lists, or null when it lists none of that name. */
+async function readListed(bundle: Bundle, fs: DeviceFileModule, name: string): Promise<string | null> {
+  return name in bundle.files ? fs.readFile(`${bundle.where}/${name}`, "utf8") : null;
+}
+
+async function readJson(bundle: Bundle, fs: DeviceFileModule, name: string): Promise<unknown> {
+  const text = await readListed(bundle, fs, name);
+  return text === null ? null : JSON.parse(text);
+}
+
 /** The bundle at `folder`, every file checked against its manifest (`BundleError` otherwise). */
 export function openDeviceBundle(folder: string, fs: DeviceFileModule): Promise<Bundle> {
   return openBundle(deviceBundleFiles(folder, fs));
@@ -62,24 +72,19 @@ export function openDeviceBundle(folder: string, fs: DeviceFileModule): Promise<
 
 /** The prompt renderer of an opened bundle (`openDeviceBundle` first: that checks the hashes). */
 export async function devicePromptRenderer(bundle: Bundle, fs: DeviceFileModule): Promise<PromptRenderer> {
-  const read = (name: string): Promise<string | null> =>
-    name in bundle.files ? fs.readFile(`${bundle.where}/${name}`, "utf8") : Promise.resolve(null);
-  const tokenizer = await read("tokenizer.json");
-  const config = await read("tokenizer_config.json");
   return new PromptRenderer({
-    tokenizerJson: JSON.parse(tokenizer!),
-    tokenizerConfig: config === null ? {} : JSON.parse(config),
-    chatTemplate: await read("chat_template.jinja"),
+    tokenizerJson: (await readJson(bundle, fs, "tokenizer.json")) as object, // a required file of every bundle
+    tokenizerConfig: ((await readJson(bundle, fs, "tokenizer_config.json")) ?? {}) as Record<string, unknown>,
+    chatTemplate: await readListed(bundle, fs, "chat_template.jinja"),
   });
 }
 
 /** The end-of-sequence IDs, vocabulary rows and width of an opened bundle (`openDeviceBundle` first). */
 export async function deviceModelFacts(bundle: Bundle, fs: DeviceFileModule): Promise<ModelFacts> {
-  const json = async (name: string): Promise<unknown> => (name in bundle.files ? JSON.parse(await fs.readFile(`${bundle.where}/${name}`, "utf8")) : null);
   return modelFacts({
-    config: await json("config.json"),
-    tokenizerConfig: (await json("tokenizer_config.json")) ?? {},
-    tokenizer: await json("tokenizer.json"),
-    generationConfig: await json("generation_config.json"),
+    config: await readJson(bundle, fs, "config.json"),
+    tokenizerConfig: (await readJson(bundle, fs, "tokenizer_config.json")) ?? {},
+    tokenizer: await readJson(bundle, fs, "tokenizer.json"),
+    generationConfig: await readJson(bundle, fs, "generation_config.json"),
   });
 }
