@@ -261,7 +261,14 @@ _NIR = re.compile(r"(?<![\w.,-])[12][ ]?\d{2}[ ]?\d{2}[ ]?(?:\d{2}|2[ab])[ ]?\d{
 def _stdnum_valid(module: str, value: str) -> bool:
     import importlib
 
-    return bool(importlib.import_module(f"stdnum.{module}").is_valid(value))
+    try:
+        return bool(importlib.import_module(f"stdnum.{module}").is_valid(value))
+    except KeyError:
+        # stdnum.cn.ric looks a region code up and reads its county, and a code its table knows only
+        # as a province has none: a KeyError where it means "no county, not valid" (what it says
+        # for a code it does not know). Without this, "resident identity card 119900198001011238"
+        # in a draft crashed the guard (found by the TypeScript port's parity run).
+        return False
 
 
 class NationalIdRecognizer(Detector):
@@ -1271,9 +1278,9 @@ class ShapeRecognizer(Detector):
             m = pattern.search(tail)
             if m is not None:
                 found.append(Span(offset + m.start(), len(text), SECRET))
-        m = _TOTP_HAZARD.search(tail)
-        if m is not None:
-            found.append(Span(offset + m.start("value"), len(text), SECRET))
+        totp = _totp_hazard(tail)
+        if totp is not None:
+            found.append(Span(offset + totp, len(text), SECRET))
         # After a location keyword even a number's first digits may start a coordinate ("GPS 26").
         m = re.search(r"(?<![\w.])[+-]?\d{1,3}\Z", tail)
         if m is not None and _COORD_KEYWORD.search(tail, max(0, m.start() - 40), m.start()):
@@ -1328,12 +1335,51 @@ _SHAPED_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
     # A Belgian national number as it is printed: "85.07.30-033.28".
     (re.compile(r"(?<![\w.\-+])\d{2}\.\d{2}\.\d{2}-\d{3}\.\d{2}(?![\w\-]|[.,]\d)"), "be.nn"),
 )
-_TOTP_HAZARD = re.compile(
+# A TOTP seed while written: base32 in up to sixteen groups of 1-4 characters (one space apart at
+# most) at the very end, after its keyword. Written as one pattern, `[A-Z2-7]{1,4}(?: ?[A-Z2-7]{1,4}){0,15}\Z`,
+# the engine tries every way to split a run of base32 into groups before it gives up: minutes on
+# "2FA: <40 base32 letters> ok" (found by the TypeScript port's parity run). `_totp_hazard` finds
+# the same start without the splitting.
+_TOTP_KEYWORD = (
     r"(?:totp|otp|2fa|mfa|authenticator|two[- ]factor)[\w -]{0,20}?(?:secret|seed|key|code)?[ \t]*"
     r"(?:[:=]|is|was)?[ \t]*"
-    r"(?P<value>(?-i:[A-Z2-7]{1,4}(?: ?[A-Z2-7]{1,4}){0,15}))\Z",
-    re.I,
 )
+_BASE32_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+
+
+@functools.lru_cache(maxsize=64)
+def _totp_value(n: int) -> re.Pattern[str]:
+    return re.compile(_TOTP_KEYWORD + rf"(?P<value>(?-i:[A-Z2-7][A-Z2-7 ]{{0,{n}}}))\Z", re.I)
+
+
+def _totp_hazard(tail: str) -> int | None:
+    """Where a TOTP seed being written starts in `tail` (its value), or None.
+
+    A value is a suffix that splits into at most 16 groups (a word of n base32 characters takes
+    ceil(n / 4) of them, words one space apart), so the suffixes that qualify are those starting at
+    a base32 character at or after `first`, the smallest such start: a pattern whose value is "a
+    base32 character, then base32 characters or spaces to the end, at most as many as after
+    `first`" accepts the same starts one way each, and its keyword part backtracks as before."""
+    first = None
+    groups = word = 0
+    for i in range(len(tail), 0, -1):
+        c = tail[i - 1]
+        if c in _BASE32_CHARS:
+            word += 1
+            if groups + -(-word // 4) > 16:
+                break
+            first = i - 1
+        elif c == " " and word > 0 and i >= 2 and tail[i - 2] in _BASE32_CHARS:
+            groups += -(-word // 4)
+            word = 0
+        else:
+            break
+    if first is None:
+        return None
+    m = _totp_value(len(tail) - first - 1).search(tail)
+    return None if m is None else m.start("value")
+
+
 # Webhook URLs carry their secret in the path: the URL is held from its scheme while its host may
 # still become one of these.
 _WEBHOOK_HOSTS = (

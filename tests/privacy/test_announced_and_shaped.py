@@ -193,6 +193,8 @@ def test_prose_of_list_words_is_not_a_seed_phrase() -> None:
         ("GPS 26.1214\u00b0", 4),
         ("Recovery words:\n1", 16),  # a list's "1" may open a numbered seed phrase
         ("post to https://hooks.sl", 8),
+        ("2FA seed: JBSW Y3DP EH", 10),  # base32 after a TOTP keyword, in groups
+        ("authenticator key is JBSWY3DPEHPK3", 21),
     ],
 )
 def test_a_shaped_identifier_is_held_while_written(text: str, start: int) -> None:
@@ -207,3 +209,20 @@ def test_a_long_run_of_dashed_words_is_read_in_linear_time() -> None:
     # timeout only catches the quadratic form coming back.
     text = "1-" * 20_000 + " aa-" * 5_000
     assert KeywordValueRecognizer().find(text) == []
+
+
+@pytest.mark.timeout(30)
+def test_base32_after_a_totp_keyword_that_is_no_seed_is_read_in_linear_time() -> None:
+    # The TOTP hazard's value, written as sixteen optional groups of 1-4 base32 characters, let the
+    # engine try every split of a long run: this text took 127 s a check (found by the TypeScript
+    # port's parity run). The answer stays None (the text ends in a word that is no base32).
+    text = "2FA: " + "KBL5AG2G5S7TOL7CUP3D" * 2 + " ok"
+    assert ShapeRecognizer().hazard(text) is None
+    assert ShapeRecognizer().hazard(text[:-3]) is not None  # the same run at the end is held
+
+
+def test_an_id_whose_region_the_library_knows_only_as_a_province_does_not_crash_the_guard() -> None:
+    # python-stdnum's cn.ric raised KeyError('county') for region 119900 (a province, no county),
+    # so this draft crashed the guard. Not a valid resident ID, but the keyword announces it: held.
+    text = "resident identity card 119900198001011238"
+    assert [(s.start, s.end) for s in KeywordValueRecognizer().find(text)] == [(23, 41)]
