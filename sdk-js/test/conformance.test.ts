@@ -25,6 +25,7 @@ import { replayWitness } from "./replay-witness.js";
 import { replayAudit } from "./replay-audit.js";
 import { replayPrompts } from "./replay-prompts.js";
 import { replayRetrieval } from "./replay-retrieval.js";
+import { replayGuardRounds, replayGuardSpans } from "./replay-guard.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
@@ -39,15 +40,13 @@ const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
   "audit/cases.json": replayAudit,
   "prompts/render.json": replayPrompts,
   "retrieval/rank.json": replayRetrieval,
+  "guard/spans.json": replayGuardSpans,
+  "guard/rounds.json": replayGuardRounds,
 };
 
 // Files written for a part of the device the TypeScript SDK does not have yet: each is a skipped
 // test naming why, never dropped from the count; it moves to REPLAYERS when its replayer lands.
-const NO_GUARD = "no TypeScript egress guard yet (issue 52)";
-const NOT_REPLAYED: Record<string, string> = {
-  "guard/spans.json": NO_GUARD,
-  "guard/rounds.json": NO_GUARD,
-};
+const NOT_REPLAYED: Record<string, string> = {};
 
 for (const [file, reason] of Object.entries(NOT_REPLAYED)) {
   test(`conformance/v1/${file}`, { skip: reason }, () => {});
