@@ -206,6 +206,34 @@ def test_a_padded_typescript_devices_log_verifies_and_its_rounds_are_the_python_
         assert wire.encode_round(frame.seq, frame.commit, frame.draft, pad_to=frame.slots[1]) == raw
 
 
+def test_the_typescript_devices_guarded_sessions_verify_with_their_decisions_on_record(
+    tmp_path: Path, keys: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under the egress guard the TypeScript device logs the prompt's redaction right after the Open,
+    each decision before the round it shapes, placeholder IDs as the round's literals, and a
+    keep-local session's end as a fallback; the Python contract checks every one of those."""
+    log = tmp_path / "log"
+    stats = _write(log, keys, "--guarded")["stats"]
+    assert isinstance(stats, list)
+    placeholder, keep_local = stats[-2:]
+    assert placeholder["fallback"] is None and placeholder["guard"]["placeholder"] == 1
+    assert keep_local["fallback"] == "guard-keep-local" and keep_local["guard"]["keep-local"] == 1
+    code, report = _verify(log, keys, capsys)
+    assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", []), report
+    decisions = {(d["decision"], d["placeholder"]) for d in report["guard_decisions"]}
+    assert {("prompt-redact", "<EMAIL>"), ("placeholder", "<EMAIL>"), ("keep-local", "<EMAIL>")} <= decisions
+    recs = [parse(r.data) for r in scan_log(log).records]
+    literals = [
+        f.literal
+        for r in recs
+        if r.kind == "uplink"
+        and r.payload is not None
+        and isinstance(f := wire.decode_uplink(r.payload), wire.RoundFrame)
+    ]
+    assert [lit for lit in literals if lit] == [(27, 35904, 29)]  # "<EMAIL>" in the default tokenizer, once
+    assert ("fallback", "guard-keep-local") in [(r.kind, r.fields.get("reason")) for r in recs]
+
+
 def _rotations(log: Path) -> list[int]:
     return [r.index for r in map(parse, (x.data for x in scan_log(log).records)) if r.kind == "key-rotation"]
 

@@ -25,3 +25,4 @@ export * from "./drafter.js";
 export * from "./retrieval.js";
 export * from "./transport.js";
 export * from "./session.js";
+export * from "./guard/index.js";

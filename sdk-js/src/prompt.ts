@@ -7,6 +7,7 @@
  */
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { HfTokenizer } from "./guard/tokenizer.js";
 
 export interface Example {
   subject: string;
@@ -108,6 +109,12 @@ export class PromptRenderer {
     }
     const user = examples.length > 0 ? `${CONTEXT_HEADER}\n\n${contextText(examples)}\n\n---\n\n${prompt}` : prompt;
     return this.encode(`${user}\n\n`, true);
+  }
+
+  /** This renderer's tokenizer as the egress guard reads drafts through it (src/guard/), sharing
+   * the parsed tokenizer.json rather than reading it again. */
+  guardTokenizer(): HfTokenizer {
+    return new HfTokenizer(this.tokenizer);
   }
 
   /** The raw public prompt as token IDs: what goes up, with no template and no context. */

@@ -10,13 +10,22 @@
  * is lost (or why the session ended without a Close), and a Close that asks the verifier, the
  * log's witness, to cosign the log's checkpoint, whose answer is logged and kept. With
  * `params.paddedFrames` every round goes up as a constant-size PaddedRound (`encodePaddedRound`).
- * Not here yet: sampling, the egress guard, resuming a lost session.
+ * With a guard (`options.guard`, src/guard/) every round's uplink is planned by `planUplink` first,
+ * as sdk/decoding.py's `_Uplink.plan`: a draft cut before a sensitive span, the span sent as
+ * placeholder IDs (`Round.literal_ids`) while the device's text keeps it, or, under keep-local,
+ * the session ended on record and the text finished on the device; every decision is logged before
+ * the round it shapes, and the prompt's own decision right after the Open.
+ * Not here yet: sampling.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EgressBlocked, type EgressRecorder } from "./audit/recorder.js";
 import { ProtocolError } from "./errors.js";
 import { CloseSchema, OpenSchema, PaddedRoundSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
 import { applyDownlink } from "./steering.js";
+import type { EgressGuard } from "./guard/guard.js";
+import { promptDecisions, type PromptPlan } from "./guard/prompt_guard.js";
+import type { Tokenizer } from "./guard/spans.js";
+import { localSpan, planUplink, type GuardDecisionRecord, type UplinkPlan } from "./guard/uplink_guard.js";
 import { VerifierLost, VerifierRefused, type Transport, type VerifierStream } from "./transport.js";
 import { decodeDownlink, Method, paddedSlots, type WireParams, type WitnessRequest } from "./wire.js";
 import { PAD_ID, WIRE_MAX_TOP_K } from "./limits.js";
@@ -35,11 +44,20 @@ export interface SessionDrafter {
   sequence(prefix: number[]): DraftSequence;
 }
 
+/** One generation's egress guard (src/guard/guarded.ts's `guardGeneration` makes it). */
+export interface GuardedSession {
+  /** The session's guard (`sessionGuard`): one per generation, it records what went up. */
+  guard: EgressGuard;
+  /** The drafter's tokenizer: the guard reads the drafts' text through it. */
+  tokenizer: Tokenizer;
+  /** What of the prompt went up: its decisions go on record right after the Open. */
+  prompt: PromptPlan;
+}
+
 export interface GenerateOptions {
-  /** The egress guard's setting (sdk/uplink_guard.py's `GUARD_SETTINGS`). This device has no egress
-   * guard yet, so drafts go up unguarded: the caller says so with "off", the one setting it runs
-   * (the Python device guards by default, "placeholder"). Anything else is refused, never ignored. */
-  guard: "off";
+  /** The egress guard: a `GuardedSession`, or "off" (sdk/uplink_guard.py's setting of that name),
+   * said explicitly, since an unguarded device sends its drafts as they are. */
+  guard: GuardedSession | "off";
   maxNewTokens: number;
   eosIds: ReadonlySet<number>;
   /** Rows of the model's table (downlink IDs are bounded by it): the Python device's `vocab_size`. */
@@ -82,6 +100,11 @@ export interface GenerationStats {
   /** How often the generation resumed in a new session after its verifier was lost, and why (comma-joined). */
   resumed: number;
   resumeReasons: string | null;
+  /** The guard's decisions by name ("cut", "placeholder", "keep-local", "prompt-redact", ...), counted. */
+  guardDecisions: Record<string, number>;
+  /** Tokens drafted past a draft to resolve the guard's holds, and the guard's checks. */
+  guardLookaheadTokens: number;
+  guardChecks: number;
 }
 
 export interface Generation {
@@ -99,8 +122,8 @@ export function encodeOpen(promptIds: number[], p: WireParams, resumeIds: number
   return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "open", value: open } }));
 }
 
-export function encodeRound(seq: number, commitIds: number[], draftIds: number[]): Uint8Array {
-  const round = create(RoundSchema, { seq, commitIds, draftIds });
+export function encodeRound(seq: number, commitIds: number[], draftIds: number[], literalIds: number[] = []): Uint8Array {
+  const round = create(RoundSchema, { seq, commitIds, draftIds, literalIds });
   return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "round", value: round } }));
 }
 
@@ -108,10 +131,16 @@ export function encodeRound(seq: number, commitIds: number[], draftIds: number[]
  * A round of a padded session as the Python device encodes it (core/wire.py's `encode_round` with
  * `pad_to` = K): every list filled to its slot count, (8 commit, K draft, 16 literal), with PAD_ID
  * after the real tokens, so every round of the session has one byte length and its size says
- * nothing of how many tokens it carries. This device sends no literals (no egress guard yet), so
- * the literal slots are all padding. A list longer than its slots is refused (a RangeError).
+ * nothing of how many tokens it carries (the literals: the guard's placeholder IDs). A list longer
+ * than its slots is refused (a RangeError).
  */
-export function encodePaddedRound(seq: number, commitIds: number[], draftIds: number[], draftLen: number): Uint8Array {
+export function encodePaddedRound(
+  seq: number,
+  commitIds: number[],
+  draftIds: number[],
+  draftLen: number,
+  literalIds: number[] = [],
+): Uint8Array {
   const fill = (ids: number[], slots: number, what: string): number[] => {
     if (ids.length > slots) throw new RangeError(`a padded round has ${slots} ${what} slots; got ${ids.length} tokens`);
     return [...ids, ...new Array<number>(slots - ids.length).fill(PAD_ID)];
@@ -121,7 +150,7 @@ export function encodePaddedRound(seq: number, commitIds: number[], draftIds: nu
     seq,
     commitIds: fill(commitIds, commitSlots, "commit"),
     draftIds: fill(draftIds, draftSlots, "draft"),
-    literalIds: fill([], literalSlots, "placeholder"),
+    literalIds: fill(literalIds, literalSlots, "placeholder"),
   });
   return toBinary(UplinkSchema, create(UplinkSchema, { kind: { case: "paddedRound", value: round } }));
 }
@@ -206,9 +235,10 @@ export async function generate(
   options: GenerateOptions,
   transport: Transport,
 ): Promise<Generation> {
-  if ((options.guard as string) !== "off") {
+  const guarded = options.guard === "off" ? null : options.guard;
+  if (options.guard !== "off" && (typeof options.guard !== "object" || options.guard === null || !("guard" in options.guard))) {
     throw new RangeError(
-      `egress guard ${JSON.stringify(options.guard)}: the TypeScript device has no egress guard yet, so its drafts go up unguarded; pass guard: "off" to run it so (the Python device guards by default)`,
+      `egress guard ${JSON.stringify(options.guard)}: pass a GuardedSession (guardGeneration) or "off" to send drafts unguarded`,
     );
   }
   if (params.sampling) throw new RangeError("the TypeScript device decodes greedily only (sampling is not here yet)");
@@ -232,6 +262,9 @@ export async function generate(
     witnessFaults: [],
     resumed: 0,
     resumeReasons: null,
+    guardDecisions: {},
+    guardLookaheadTokens: 0,
+    guardChecks: 0,
   };
   const recorder = options.recorder;
   let sid: string | null = null;
@@ -281,38 +314,84 @@ export async function generate(
       await new Promise<void>((done) => setTimeout(done, wait));
     }
   };
+  /** The guard's decisions, on record before what they shape (a tap that refuses stops the generation). */
+  const decide = (records: readonly GuardDecisionRecord[]): void => {
+    for (const [decision, count, placeholder] of records) {
+      if (recorder !== undefined && sid !== null) recorder.onGuardDecision(sid, decision, count, placeholder);
+      stats.guardDecisions[decision] = (stats.guardDecisions[decision] ?? 0) + count;
+    }
+  };
+  /** What of `pending + draft` goes up (everything, unguarded). `seq` holds both at its end. */
+  const planRound = async (pending: number[], draft: number[]): Promise<UplinkPlan> => {
+    const tokens = [...pending, ...draft];
+    if (guarded === null) {
+      return { commit: pending, literal: [], draft, tokens, pending: pending.length, kept: tokens.length, decisions: [], keepLocal: false, lookahead: 0, checks: 0 };
+    }
+    const start = seq.length - tokens.length;
+    const limit = start + pending.length + state.remaining; // look-ahead stays within the token budget
+    const plan = await planUplink(guarded.guard, guarded.tokenizer, state.generated.slice(0, state.generated.length - pending.length), pending, draft, {
+      more: async () => {
+        if (seq.length >= limit) return null;
+        const token = argmaxOf(await seq.nextLogprobs(), width);
+        seq.push([token]);
+        return token;
+      },
+      eosIds: state.eos,
+      draftLen: params.draftLen,
+    });
+    decide(plan.decisions);
+    stats.guardLookaheadTokens += plan.lookahead;
+    stats.guardChecks += plan.checks;
+    if (!plan.keepLocal && start + plan.kept < seq.length) seq.truncate(start + plan.kept); // withheld draft and look-ahead
+    return plan;
+  };
   try {
     stream = await transport.open();
     if (recorder !== undefined) sid = recorder.beginSession(options.vocabSize, Math.min(params.topK, WIRE_MAX_TOP_K));
     const open = encodeOpen(publicIds, params);
     send(open);
     stats.uplinkBytes += open.length;
+    if (guarded !== null) decide(promptDecisions(guarded.prompt));
     let roundSeq = 0;
     let pending: number[] = [];
     while (state.remaining > 0) {
-      const draft: number[] = [];
+      const drafted: number[] = [];
       const n = Math.min(params.draftLen, state.remaining);
       for (let i = 0; i < n; i++) {
         const token = argmaxOf(await seq.nextLogprobs(), width);
-        draft.push(token);
+        drafted.push(token);
         seq.push([token]);
         if (state.eos.has(token)) break;
       }
+      const plan = await planRound(pending, drafted);
+      if (plan.keepLocal) {
+        // Drafted and looked-ahead tokens are the drafter's own draws, as the local loop makes them.
+        state.commit(plan.tokens.slice(plan.pending));
+        if (recorder !== undefined && sid !== null) recorder.onFallback(sid, "guard-keep-local");
+        stats.fallback = "guard-keep-local";
+        break;
+      }
+      state.commit(localSpan(plan));
+      let { commit, literal } = plan;
+      const draft = plan.draft;
       roundSeq += 1;
       let down: Uint8Array;
       for (;;) {
         // The bytes sent are the bytes `send` logs: the recorder's contract sees the PaddedRound itself.
-        const up = params.paddedFrames ? encodePaddedRound(roundSeq, pending, draft, params.draftLen) : encodeRound(roundSeq, pending, draft);
+        const up = params.paddedFrames
+          ? encodePaddedRound(roundSeq, commit, draft, params.draftLen, literal)
+          : encodeRound(roundSeq, commit, draft, literal);
         try {
           send(up);
           stats.uplinkBytes += up.length;
           down = await receive(timeout);
+          sentText.push(...commit, ...literal);
           break;
         } catch (e) {
-          if (e instanceof VerifierLost && (await resume(e, [...sentText, ...pending]))) {
-            // The round's commit is in the new session's Open; its draft goes again as round 1.
-            sentText.push(...pending);
-            [pending, roundSeq] = [[], 1];
+          if (e instanceof VerifierLost && (await resume(e, [...sentText, ...commit, ...literal]))) {
+            // The round's commit and placeholder are in the new session's Open; its draft goes again as round 1.
+            sentText.push(...commit, ...literal);
+            [commit, literal, roundSeq] = [[], [], 1];
             continue;
           }
           if (e instanceof VerifierLost) state.commit(draft); // P_S^c's own draws, as the local loop makes them
@@ -336,7 +415,7 @@ export async function generate(
       stats.accepted += verdict.accepted;
       seq.truncate(seq.length - draft.length + verdict.accepted);
       state.commit(draft.slice(0, verdict.accepted));
-      sentText.push(...pending, ...draft.slice(0, verdict.accepted));
+      sentText.push(...draft.slice(0, verdict.accepted));
       pending = [];
       if (state.remaining <= 0) continue;
       // What the device's model says at the recovery point, read before the (synchronous) rules.

@@ -9,7 +9,7 @@ import { CandidateSchema, CosignatureSchema, DownlinkSchema } from "../src/gen/v
 import { checkpointBody, cosign, type NoteSigner } from "../src/note.js";
 import type { DraftSequence } from "../src/session.js";
 import { FrameQueue, VerifierLost, type Transport, type VerifierStream } from "../src/transport.js";
-import { decodeUplink, DEFAULT_PARAMS, type WireParams } from "../src/wire.js";
+import { decodeUplink, DEFAULT_PARAMS, type RoundFrame, type WireParams } from "../src/wire.js";
 
 export const V = 16;
 export const EOS = 15;
@@ -37,12 +37,25 @@ export const drafter = { sequence: (prefix: number[]) => new TableSequence([...p
 
 export const params: WireParams = { ...DEFAULT_PARAMS, topK: 4 };
 
+/** What a scripted verifier is told to be beyond the table above. */
+export interface FakeVerifierOptions {
+  breakAfter?: number;
+  cosignAs?: NoteSigner;
+  silentWitness?: boolean;
+  opens?: number;
+  faulty?: number;
+  /** The vocabulary uplinks are judged against (default V: the table's). */
+  vocabSize?: number;
+  /** Accept every draft whole, steering to `steerTo` where a recovery is needed (a copying cloud,
+   * for drafts in a real tokenizer's vocabulary). */
+  acceptAll?: { steerTo: number };
+  /** Every round as received (commit, literal, draft). */
+  rounds?: RoundFrame[];
+}
+
 /** A verifier that follows its Generalist and, as the log's witness, cosigns the checkpoint a Close
  * carries (`cosignAs` another key: a bad answer). */
-export function fakeVerifier(
-  witness: NoteSigner | null,
-  opts: { breakAfter?: number; cosignAs?: NoteSigner; silentWitness?: boolean; opens?: number; faulty?: number } = {},
-): Transport {
+export function fakeVerifier(witness: NoteSigner | null, opts: FakeVerifierOptions = {}): Transport {
   let opened = 0; // `opens`: streams it takes before it is unreachable; `breakAfter` breaks the first `faulty` ones
   return {
     open(): Promise<VerifierStream> {
@@ -55,7 +68,7 @@ export function fakeVerifier(
       return Promise.resolve({
         send(frame: Uint8Array): void {
           if (q.done) throw new VerifierLost("verifier-lost", "gone");
-          const f = decodeUplink(frame, V);
+          const f = decodeUplink(frame, opts.vocabSize ?? V);
           if (f.kind === "open") context = [...f.promptIds, ...f.resumeIds];
           if (f.kind === "close") {
             if (f.witness !== null && witness !== null && !opts.silentWitness) {
@@ -71,7 +84,13 @@ export function fakeVerifier(
           if (f.kind !== "round" && f.kind !== "padded_round") return;
           rounds += 1;
           if (faulty && opts.breakAfter !== undefined && rounds > opts.breakAfter) return q.fail(new VerifierLost("verifier-lost", "the stream broke"));
-          context.push(...f.commit);
+          opts.rounds?.push(f);
+          if (opts.acceptAll !== undefined) {
+            const candidates = [create(CandidateSchema, { tokenIds: [opts.acceptAll.steerTo], value: -0.5 })];
+            q.push(toBinary(DownlinkSchema, create(DownlinkSchema, { seq: f.seq, accepted: f.draft.length, candidates })));
+            return;
+          }
+          context.push(...f.commit, ...f.literal);
           let accepted = 0;
           while (accepted < f.draft.length && f.draft[accepted] === targetNext(context[context.length - 1]!)) context.push(f.draft[accepted++]!);
           const candidates = [create(CandidateSchema, { tokenIds: [targetNext(context[context.length - 1]!)], value: -0.5 })];

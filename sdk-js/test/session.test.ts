@@ -188,14 +188,3 @@ test("the verifier unreachable at Open: the drafter alone", async () => {
   assert.deepEqual(g.tokenIds, greedy(draftNext, 7, 20));
 });
 
-test("without the caller's guard: \"off\" nothing runs: this device has no egress guard, and says so", async () => {
-  const t = fakeVerifier();
-  for (const guard of [undefined, "placeholder", "keep-local"]) {
-    const unguarded = { ...options, guard } as unknown as typeof options;
-    await assert.rejects(generate(drafter, [3, 1, 4], [1, 4], params, unguarded, t), (err: unknown) => {
-      assert.ok(err instanceof RangeError && /has no egress guard yet/.test(err.message), String(err));
-      return true;
-    });
-  }
-  assert.deepEqual(t.log, [], "nothing was sent");
-});

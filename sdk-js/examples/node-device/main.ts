@@ -10,6 +10,7 @@
  *     --cert PKI/devices/alice.pem --key PKI/devices/alice.key \
  *     --audit-dir LOG --audit-key KEYS/NAME.key [--witness-pub KEYS/W.witness.pub] \
  *     [--profile history.json] --subject "the commit's subject line" [--max-new-tokens 64] [--no-padded-frames]
+ *     [--guard placeholder|keep-local|off] [--prompt-guard redact|refuse|allow]
  *
  * The PKI is `server pki init` + `server pki issue-device`'s; the audit key `audit keygen`'s; the
  * witness key the verifier's `server witness-key` .pub (the verifier started with `--witness-key`
@@ -22,16 +23,27 @@
  * round goes up as a PaddedRound of one size, so a round's size says nothing of how many tokens it
  * carries; `--no-padded-frames` sends about 5x fewer uplink bytes. (`DEFAULT_PARAMS` mirrors the
  * Python `SessionParams()`, whose `padded_frames` is False, so an app turns padding on itself.)
+ *
+ * The egress guard is on, as in the Python client (`sdk generate --guard placeholder`, generic
+ * labels): every draft is checked before it goes up against personal-data patterns, secrets, the
+ * user's history and the names and emails of its trailers; a sensitive span goes up as
+ * `<PRIVATE>` while the text shown here keeps it, and the prompt goes up redacted
+ * (`--prompt-guard`); every decision is on the audit log.
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import {
   AuditLog,
+  DEFAULT_GUARD_SETTING,
   DEFAULT_PARAMS,
   EgressRecorder,
   ProfileIndex,
   fitContext,
   generate,
+  guardGeneration,
+  guardProfileOf,
+  guardSetting,
+  restorePrompt,
   taskPrompt,
   verifyLog,
   type ProfileEntry,
@@ -70,6 +82,8 @@ async function main(): Promise<void> {
       "max-new-tokens": { type: "string", default: "64" },
       threads: { type: "string", default: "2" },
       "no-padded-frames": { type: "boolean", default: false },
+      guard: { type: "string", default: DEFAULT_GUARD_SETTING },
+      "prompt-guard": { type: "string", default: "redact" },
     },
   });
   const required = ["target", "pins", "cert", "key", "audit-dir", "audit-key", "subject"] as const;
@@ -89,7 +103,11 @@ async function main(): Promise<void> {
   const history = o.profile === undefined ? [] : ((json(o.profile).profile ?? []) as ProfileEntry[]);
   const examples = fitContext(new ProfileIndex(history).retrieve(prompt, 3), 1800);
   const privateIds = renderer.renderPrompt(prompt, examples);
-  const publicIds = renderer.publicPromptIds(prompt);
+  // The egress guard of this user (null with --guard off): what of the prompt and the drafts goes up.
+  const tokenizer = renderer.guardTokenizer();
+  const guard = guardSetting(guardProfileOf(history), tokenizer, o.guard!);
+  const guarded = guard === null ? null : guardGeneration(guard, tokenizer, prompt, o["prompt-guard"]);
+  const publicIds = guarded?.publicIds ?? renderer.publicPromptIds(prompt);
 
   // 3. The transport (mutual TLS, trusting the pins file's anchors only) and the audit log, bound to the device's certificate.
   const transport = new GrpcTransport({ target: o.target!, pins: o.pins!, cert: o.cert!, key: o.key!, connectTimeoutMs: 10_000 });
@@ -105,7 +123,7 @@ async function main(): Promise<void> {
     privateIds,
     publicIds,
     { ...DEFAULT_PARAMS, paddedFrames: !o["no-padded-frames"] },
-    { guard: "off" /* no egress guard on this device yet: drafts go up unguarded */, maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
+    { guard: guarded?.session ?? "off", maxNewTokens: Number(o["max-new-tokens"]), eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, roundTimeoutMs: 120_000, recorder },
     transport,
   );
   transport.close();
@@ -113,7 +131,9 @@ async function main(): Promise<void> {
   const s = g.stats;
   console.log(`${examples.length} example(s) retrieved; ${privateIds.length} private prompt tokens, ${publicIds.length} sent`);
   console.log(`--- text (${g.tokenIds.length} tokens, ${s.rounds} rounds, ${s.accepted}/${s.drafted} drafts accepted, ${s.recoveries} recoveries, ${((Date.now() - started) / 1000).toFixed(1)} s) ---`);
-  console.log(renderer.decode(g.tokenIds));
+  const text = renderer.decode(g.tokenIds);
+  console.log(guarded === null ? text : restorePrompt(guarded.session.prompt, text));
+  if (guarded !== null) console.log(`egress guard: ${JSON.stringify(s.guardDecisions)}`);
   if (s.fallback !== null) console.log(`the drafter finished alone: ${s.fallback} (${s.fallbackDetail ?? ""})`);
   if (s.witnessFaults.length > 0) console.log(`the witness's faults: ${s.witnessFaults.join("; ")}`);
 

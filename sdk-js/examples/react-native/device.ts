@@ -12,7 +12,9 @@
  * - `logKey`: the log's signing key (`audit keygen`'s NAME.key text) from the platform's keystore.
  *
  * The user's history stays on the phone: retrieval and the chat template run here, only the raw
- * prompt's token IDs go up, and every frame is logged before it leaves.
+ * prompt's token IDs go up (redacted by the egress guard), every draft passes the guard before it
+ * leaves (a sensitive span goes up as `<PRIVATE>`, the text shown keeps it), and every frame and
+ * guard decision is logged before it leaves.
  */
 import {
   AuditLog,
@@ -22,6 +24,10 @@ import {
   ProfileIndex,
   fitContext,
   generate,
+  guardGeneration,
+  guardProfileOf,
+  guardSetting,
+  restorePrompt,
   taskPrompt,
   type DeviceIdentity,
   type LogStorage,
@@ -50,17 +56,21 @@ export async function writeCommitBody(device: PhoneDevice, subject: string, hist
   ]);
   const prompt = taskPrompt(subject);
   const examples = fitContext(new ProfileIndex(history).retrieve(prompt, 3), 1800);
+  // The egress guard of this user, as the Python client's default (placeholder, generic labels).
+  const tokenizer = renderer.guardTokenizer();
+  const guard = guardSetting(guardProfileOf(history), tokenizer, "placeholder")!;
+  const { session, publicIds } = guardGeneration(guard, tokenizer, prompt);
   const log = AuditLog.open(device.logStorage, NoteSigner.parse(device.logKey), { device: device.identity });
   try {
     const g = await generate(
       drafter,
       renderer.renderPrompt(prompt, examples), // private: the history rides here, on the phone only
-      renderer.publicPromptIds(prompt), // what goes up
+      publicIds, // what goes up: the prompt, its sensitive spans as placeholders
       { ...DEFAULT_PARAMS, paddedFrames: true }, // as the Python client: every round one size
-      { guard: "off" /* no egress guard on this device yet */, maxNewTokens: 128, eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, recorder: new EgressRecorder(log) },
+      { guard: session, maxNewTokens: 128, eosIds: facts.eosIds, vocabSize: facts.vocabSize, width: facts.width, recorder: new EgressRecorder(log) },
       device.transport,
     );
-    return { text: renderer.decode(g.tokenIds), fallback: g.stats.fallback };
+    return { text: restorePrompt(session.prompt, renderer.decode(g.tokenIds)), fallback: g.stats.fallback };
   } finally {
     log.close();
   }
