@@ -26,6 +26,9 @@ import { loadOnnxDrafter } from "../src/node/drafter.js";
 import { GrpcTransport, loadPinSet } from "../src/node/grpc.js";
 import type { OnnxDrafter } from "../src/drafter.js";
 import { generate } from "../src/session.js";
+import { guardGeneration } from "../src/guard/guarded.js";
+import { guardSetting } from "../src/guard/uplink_guard.js";
+import { defaultTokenizer } from "./scripted-text.js";
 import { DEFAULT_PARAMS } from "../src/wire.js";
 
 const repo = fileURLToPath(new URL("../../..", import.meta.url));
@@ -38,6 +41,8 @@ const PROMPTS = [
   "Write a Python function that reverses a string.",
 ];
 const N = 24;
+// A prompt with an email address, which the drafts are likely to repeat: the guarded case.
+const GUARDED = "Write a two-line note asking jane.doe@example.com to review the patch, signed with her address.";
 
 interface Prepared {
   bundle: string;
@@ -86,7 +91,7 @@ const running: ChildProcess[] = [];
 let verifier: { proc: ChildProcess; port: number };
 before(async () => {
   // The Python preparation and the ONNX graph's load overlap; then one verifier serves both cases.
-  const [p] = await Promise.all([py("prepare", out, JSON.stringify(PROMPTS)), loadOnnxDrafter(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"), { threads: 2 }).then((d) => (drafter = d))]);
+  const [p] = await Promise.all([py("prepare", out, JSON.stringify([...PROMPTS, GUARDED])), loadOnnxDrafter(defaultBundlePath("qwen2.5-coder-0.5b-instruct", "int4"), { threads: 2 }).then((d) => (drafter = d))]);
   prep = p as Prepared;
   verifier = await serve();
   running.push(verifier.proc);
@@ -146,6 +151,25 @@ test("greedy over mutual TLS: the TypeScript device's token IDs are the Python d
   const witness = report.checks.find((c) => c.name === "witness cosignatures");
   assert.ok(witness?.ok && /^3 cosignature\(s\) by verifier\.example\/witness/.test(witness.summary), JSON.stringify(witness));
   console.log(`  ${transcript.summary}\n  ${witness.summary}`);
+});
+
+test("guarded greedy over mutual TLS: the TypeScript device's token IDs and guard decisions are the Python device's", async () => {
+  const { port } = verifier;
+  type Result = { token_ids: number[]; stats: { rounds: number; fallback: string | null; guard: Record<string, number> } };
+  const [want] = (await py("device", out, String(port), JSON.stringify([GUARDED]), String(N), "placeholder")) as Result[];
+  const tokenizer = defaultTokenizer();
+  const guard = guardSetting(null, tokenizer, "placeholder")!; // the device's default: generic labels, no profile
+  const { session, publicIds } = guardGeneration(guard, tokenizer, GUARDED);
+  const t = transport(port);
+  const g = await generate(drafter, prep.private_ids[PROMPTS.length]!, publicIds, DEFAULT_PARAMS, { ...options(), guard: session }, t);
+  t.close();
+  const decisions = Object.fromEntries(Object.entries(g.stats.guardDecisions).map(([k, v]) => [k.replaceAll("-", "_"), v]));
+  console.log(`live guarded: TypeScript ${g.tokenIds.length} tokens in ${g.stats.rounds} rounds, decisions ${JSON.stringify(decisions)}; Python ${want!.token_ids.length} in ${want!.stats.rounds}, ${JSON.stringify(want!.stats.guard)}`);
+  assert.equal(tokenizer.decode(publicIds), "Write a two-line note asking <PRIVATE_1> to review the patch, signed with her address.");
+  assert.deepEqual(g.tokenIds, want!.token_ids);
+  assert.deepEqual(decisions, want!.stats.guard);
+  assert.equal(decisions.prompt_redact, 1);
+  assert.equal(g.stats.rounds, want!.stats.rounds);
 });
 
 test("the verifier killed mid-generation and none to take it back: the TypeScript device finishes alone, fallback verifier-lost", async () => {

@@ -3,7 +3,7 @@ over the default Specialist's tokenizer (`prepare`), and the Python device's gre
 against a running verifier over mutual TLS (`device`), each printing one JSON object.
 
     python live_python.py prepare OUT PROMPTS_JSON   # OUT/pki, generalist, specialist, keys; each prompt's IDs
-    python live_python.py device OUT PORT PROMPTS_JSON N
+    python live_python.py device OUT PORT PROMPTS_JSON N [GUARD]   # GUARD: an egress guard setting (placeholder)
 
 `prepare` also makes the TypeScript device's audit-log key (`audit keygen`'s format) and the
 verifier's witness key (`server witness-key`'s), and a second device certificate, `bob`, for the
@@ -68,10 +68,11 @@ def prepare(out: Path, prompts: list[str]) -> dict[str, object]:
     }
 
 
-def device(out: Path, port: int, prompts: list[str], n: int) -> list[dict[str, object]]:
+def device(out: Path, port: int, prompts: list[str], n: int, guard_setting: str = "off") -> list[dict[str, object]]:
     from specsteer.core.session_types import SessionParams
     from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
     from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
+    from specsteer.sdk.uplink_guard import guard_setting as guard_of_setting
 
     pki = out / "pki"
     lm, drafter = load_bundle(default_bundle_path(DEFAULT_SPECIALIST), threads=2)
@@ -80,9 +81,14 @@ def device(out: Path, port: int, prompts: list[str], n: int) -> list[dict[str, o
     with RemoteVerifier(f"127.0.0.1:{port}", identity, vocab_size=lm.vocab_size) as verifier:
         for prompt in prompts:
             options = DecodeOptions(max_new_tokens=n)
-            g = generate(Specialist(lm, drafter=drafter), prompt, SessionParams(), options, verifier)
+            # The device's default guard (generic labels, no profile), built anew for each generation.
+            guard = guard_of_setting(None, lm.tokenizer, guard_setting)
+            g = generate(Specialist(lm, drafter=drafter), prompt, SessionParams(), options, verifier, guard=guard)
             s = g.stats
-            stats = {"rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted, "fallback": s.fallback}
+            counts = {k[len("guard_") :]: v for k, v in s.extra.items() if k.startswith("guard_")}
+            decisions = {k: v for k, v in counts.items() if k not in ("checks", "lookahead_tokens")}
+            stats = {"rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted, "fallback": s.fallback,
+                     "guard": decisions}  # fmt: skip
             results.append({"token_ids": g.token_ids, "text": g.text, "stats": stats})
     return results
 
@@ -93,5 +99,5 @@ if __name__ == "__main__":
     if what == "prepare":
         result = prepare(out, json.loads(sys.argv[3]))
     else:
-        result = device(out, int(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5]))
+        result = device(out, int(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:7])
     print(json.dumps(result))
