@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 import tempfile
@@ -32,108 +31,64 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import guard_cases_adversarial as adversarial
-from bench import guard_cases_identifiers as identifiers
-from bench import guard_cases_round3 as round3
 from bench.dataset import first_users
-from bench.guard_cases import Sample, ordinary_sentences, people, positives
-from bench.guard_recall import DEFAULT_DATA, adversarial_samples, run_text, specialist_tokenizer
+from bench.guard_cases import Sample
+from bench.guard_recall import DEFAULT_DATA, draw, run_text, specialist_tokenizer
 from specsteer.core.model_registry import DEFAULT_SPECIALIST
-from specsteer.privacy.guard import EgressGuard, GuardPolicy
-from specsteer.sdk.context import Profile
+from tools.conformance.guard import PROMPT, profile_doc, session_guard
 
-PROMPT = "Write the commit body."  # the benchmark's public prompt
 ROOT = Path(__file__).resolve().parents[1]
 NODE_SCRIPT = ROOT / "sdk-js" / "dist" / "test" / "guard-parity.js"
 
 
-def profile_doc(entries: list[dict[str, Any]], canaries: list[str]) -> dict[str, Any]:
-    """What the guard reads of a profile, for both devices (as tools/conformance/guard.py writes it)."""
-    profile = Profile.from_obj({"profile": entries})
-    history = [t for e in profile.entries for t in (e.subject, e.body) if t]
-    return {"history": history, "identities": dict(profile.identities), "canaries": canaries}
-
-
-def guard_of(doc: dict[str, Any], tok: Any) -> EgressGuard:
-    """The Python device's guard for a profile document (`sdk.uplink_guard.guard_for_profile`'s)."""
-    guard = EgressGuard.for_profile(
-        doc["history"], tok, identities=doc["identities"], canaries=doc["canaries"], policy=GuardPolicy.PLACEHOLDER
-    )
-    return guard.for_prompt(PROMPT)
-
-
 def cases(args: argparse.Namespace, tok: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(profiles, cases): each case a set, a category or kind, its text, token IDs, offsets, spans and profile."""
-    users = first_users(args.data)
-    histories = [[e["body"] for e in u["profile"] if e.get("body")] for u in users[:4]]
-    rng = random.Random(args.seed)
-    persons = people(rng, 4)
+    """(profiles, cases): `bench.guard_recall`'s draw, each case with its set, category or kind, text,
+    token IDs, offsets, spans and profile (the four sets' guards, as guard_recall builds them)."""
+    d = draw(
+        first_users(args.data),
+        args.seed,
+        per_category=args.per_category,
+        negatives=args.negatives,
+        adversarial_per_category=args.per_category,
+        developer_per_kind=args.developer_per_kind,
+        round3_per_category=args.round3_per_category,
+    )
     profiles: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []
 
     def add(set_name: str, category: str, text: str, spans: Iterable[tuple[int, int]], profile: int) -> None:
         enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        out.append({"set": set_name, "category": category, "text": text, "ids": list(enc["input_ids"]),
-                    "offsets": [list(o) for o in enc["offset_mapping"]], "spans": [list(s) for s in spans],
-                    "profile": profile})  # fmt: skip
+        out.append({"id": len(out), "set": set_name, "category": category, "text": text,
+                    "ids": list(enc["input_ids"]), "offsets": [list(o) for o in enc["offset_mapping"]],
+                    "spans": [list(s) for s in spans], "profile": profile})  # fmt: skip
 
-    base = len(profiles)
-    for p, history in zip(persons, histories, strict=True):
+    def add_set(name: str, samples: list[Sample], ordinary: Iterable[tuple[str, str]], n_profiles: int) -> None:
+        base = len(profiles) - n_profiles  # the set's guards are the last `n_profiles` profiles
+        for s in samples:
+            add(name, s.category, s.text, s.spans, base + s.profile)
+        for i, (kind, text) in enumerate(ordinary):
+            add(name, kind, text, [], base + i % n_profiles)
+
+    for p, history in zip(d.persons, d.histories, strict=True):
         trailer = f"Signed-off-by: {p.name} <{p.email}>"
         profiles.append(profile_doc([{"subject": "s", "body": b, "trailers": [trailer]} for b in history], [p.canary]))
-    samples = positives(rng, persons, args.per_category)
-    negatives = ordinary_sentences(users[4:], args.negatives, rng)
-    for s in samples:
-        add("original", s.category, s.text, s.spans, base + s.profile)
-    for i, text in enumerate(negatives):
-        add("original", "", text, [], base + i % len(persons))
-
-    adv_rng = random.Random(args.seed + 1)
-    personas = adversarial.personas(adv_rng, len(histories))
-    adv_samples = adversarial_samples(adv_rng, personas, args.per_category)
-    dev_text = adversarial.developer_text(adv_rng, args.developer_per_kind)
-    base = len(profiles)
-    for persona, dev in zip(personas, histories, strict=True):
-        bodies = [*persona.history, *dev]
-        entries = [{"subject": "s", "body": b, "trailers": [persona.trailer]} for b in bodies]
+    add_set("original", d.samples, (("", text) for text in d.negatives), len(d.persons))
+    for persona, dev in zip(d.personas, d.histories, strict=True):
+        entries = [{"subject": "s", "body": b, "trailers": [persona.trailer]} for b in [*persona.history, *dev]]
         profiles.append(profile_doc(entries, [persona.canary]))
-    for s in adv_samples:
-        add("adversarial", s.category, s.text, s.spans, base + s.profile)
-    for i, (kind, text) in enumerate(dev_text):
-        add("adversarial", kind, text, [], base + i % len(personas))
-    id_rng = random.Random(args.seed + 2)
-    id_samples = [
-        Sample(cat, text, spans, i % len(personas))
-        for i, (cat, text, spans) in enumerate(identifiers.positives(id_rng, args.per_category))
-    ]
-    id_dev = identifiers.developer_text(id_rng, args.developer_per_kind)
-    for s in id_samples:
-        add("identifiers", s.category, s.text, s.spans, base + s.profile)
-    for i, (kind, text) in enumerate(id_dev):
-        add("identifiers", kind, text, [], base + i % len(personas))
-
-    r3_rng = random.Random(args.seed + 3)
-    r3_personas = round3.personas(r3_rng, len(histories))
-    r3_samples = round3.positives(r3_rng, r3_personas, args.round3_per_category)
-    r3_dev = round3.developer_text(r3_rng, args.round3_per_category)
-    base = len(profiles)
-    for r3_persona, dev in zip(r3_personas, histories, strict=True):
-        entries = [*r3_persona.entries, *({"subject": "s", "body": b, "trailers": []} for b in dev)]
-        profiles.append(profile_doc(entries, []))
-    for c, t, sp, i in r3_samples:
-        add("round3", c, t, sp, base + i)
-    for i, (kind, text) in enumerate(r3_dev):
-        add("round3", kind, text, [], base + i % len(r3_personas))
-    return profiles, cases_with_ids(out)
-
-
-def cases_with_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"id": i, **c} for i, c in enumerate(items)]
+    add_set("adversarial", d.adv_samples, d.dev_text, len(d.personas))
+    add_set("identifiers", d.id_samples, d.id_dev, len(d.personas))
+    for r3_persona, dev in zip(d.r3_personas, d.histories, strict=True):
+        profiles.append(
+            profile_doc([*r3_persona.entries, *({"subject": "s", "body": b, "trailers": []} for b in dev)], [])
+        )
+    add_set("round3", d.r3_samples, d.r3_dev, len(d.r3_personas))
+    return profiles, out
 
 
 def python_outcomes(profiles: list[dict[str, Any]], items: list[dict[str, Any]], tok: Any, k: int) -> list[list[int]]:
     """Which token indices of each case went up in the clear on the Python device."""
-    guards = [guard_of(p, tok) for p in profiles]
+    guards = [session_guard(p, tok, PROMPT, "placeholder", "by-kind") for p in profiles]
     return [sorted(run_text(guards[c["profile"]], tok, c["ids"], k).sent) for c in items]
 
 

@@ -489,6 +489,63 @@ def previous_result(path: Path) -> dict[str, Any] | None:
         return None
 
 
+@dataclass(frozen=True)
+class Draw:
+    """The benchmark's cases and whom they are about, drawn from its seeds."""
+
+    histories: list[list[str]]  # the guards' histories: the bodies of the first four dev users
+    persons: list[Person]
+    samples: list[Sample]
+    negatives: list[str]  # ordinary text: the other users' targets (or a file's lines)
+    personas: list[adversarial.Persona]
+    adv_samples: list[Sample]
+    dev_text: list[tuple[str, str]]
+    id_samples: list[Sample]
+    id_dev: list[tuple[str, str]]
+    r3_personas: list[round3.Persona]
+    r3_samples: list[Sample]
+    r3_dev: list[tuple[str, str]]
+
+
+def draw(
+    users: list[dict[str, Any]],
+    seed: int,
+    *,
+    per_category: int,
+    negatives: int,
+    adversarial_per_category: int,
+    developer_per_kind: int,
+    round3_per_category: int,
+    ordinary: list[str] | None = None,
+) -> Draw:
+    """Every case of the benchmark. Each set draws from a generator of its own (seed, seed + 1, + 2,
+    + 3), in one fixed order, so a section's cases are the same alone as in the full run, and
+    `bench.guard_parity` runs these same cases."""
+    rng = random.Random(seed)
+    persons = people(rng, 4)
+    histories = [[e["body"] for e in u["profile"] if e.get("body")] for u in users[:4]]
+    samples = positives(rng, persons, per_category)
+    ordinary_text = ordinary[:negatives] if ordinary is not None else ordinary_sentences(users[4:], negatives, rng)
+    adv_rng = random.Random(seed + 1)
+    personas = adversarial.personas(adv_rng, len(histories))
+    adv_samples = adversarial_samples(adv_rng, personas, adversarial_per_category)
+    dev_text = adversarial.developer_text(adv_rng, developer_per_kind)
+    # The identifiers set (attack 12), against the adversarial personas' guards.
+    id_rng = random.Random(seed + 2)
+    id_samples = [
+        Sample(cat, text, spans, i % len(personas))
+        for i, (cat, text, spans) in enumerate(identifiers.positives(id_rng, adversarial_per_category))
+    ]
+    id_dev = identifiers.developer_text(id_rng, developer_per_kind)
+    # The round-3 set (issue #49, Build 7).
+    r3_rng = random.Random(seed + 3)
+    r3_personas = round3.personas(r3_rng, len(histories))
+    r3_samples = [Sample(c, t, sp, i) for c, t, sp, i in round3.positives(r3_rng, r3_personas, round3_per_category)]
+    r3_dev = round3.developer_text(r3_rng, round3_per_category)
+    return Draw(histories, persons, samples, ordinary_text, personas, adv_samples, dev_text, id_samples, id_dev,
+                r3_personas, r3_samples, r3_dev)  # fmt: skip
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -520,17 +577,18 @@ def main(argv: Iterable[str] | None = None) -> int:
     start = time.perf_counter()
     tok = specialist_tokenizer()
     users = first_users(args.data)
-    rng = random.Random(args.seed)
-    persons = people(rng, 4)
-    # The guards' histories: the bodies of the first four dev users; ordinary text: the others' targets.
-    histories = [[e["body"] for e in u["profile"] if e.get("body")] for u in users[:4]]
-    # Every generator is drawn from in the same order whichever sections run, so a section's cases
-    # are the same alone as in the full run.
-    samples = positives(rng, persons, args.per_category)
-    if args.ordinary is not None:
-        negatives = [line for line in args.ordinary.read_text().splitlines() if line.strip()][: args.negatives]
-    else:
-        negatives = ordinary_sentences(users[4:], args.negatives, rng)
+    ordinary = None if args.ordinary is None else [x for x in args.ordinary.read_text().splitlines() if x.strip()]
+    drawn = draw(
+        users,
+        args.seed,
+        per_category=args.per_category,
+        negatives=args.negatives,
+        adversarial_per_category=args.adversarial_per_category,
+        developer_per_kind=args.developer_per_kind,
+        round3_per_category=args.round3_per_category,
+        ordinary=ordinary,
+    )
+    persons, histories, samples, negatives = drawn.persons, drawn.histories, drawn.samples, drawn.negatives
     try:
         baseline = load_baseline(args.baseline) if args.baseline else None
     except BaselineError as e:
@@ -543,11 +601,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         result["positives"] = len(samples)
         result["negatives"] = len(negatives)
         result["runs"] = [measure(label, gs[label], tok, samples, negatives, args.draft_len) for label in order]
-    # The adversarial set draws from its own generator, so the original cases above stay as they were.
-    adv_rng = random.Random(args.seed + 1)
-    personas = adversarial.personas(adv_rng, len(histories))
-    adv_samples = adversarial_samples(adv_rng, personas, args.adversarial_per_category)
-    dev_text = adversarial.developer_text(adv_rng, args.developer_per_kind)
+    personas, adv_samples, dev_text = drawn.personas, drawn.adv_samples, drawn.dev_text
     ags = (
         adversarial_guards(personas, histories, tok, baseline) if {"adversarial", "identifiers"} & set(sections) else {}
     )
@@ -571,23 +625,11 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     if "adversarial" in sections:
         result["adversarial"] = against(ags, args.seed + 1, adv_samples, dev_text)
-    # The identifiers set (attack 12) draws from a third generator, against the same guards.
-    id_rng = random.Random(args.seed + 2)
-    id_samples = [
-        Sample(cat, text, spans, i % len(personas))
-        for i, (cat, text, spans) in enumerate(identifiers.positives(id_rng, args.adversarial_per_category))
-    ]
-    id_dev = identifiers.developer_text(id_rng, args.developer_per_kind)
     if "identifiers" in sections:
-        result["identifiers"] = against(ags, args.seed + 2, id_samples, id_dev)
-    # The round-3 set (issue #49, Build 7) draws from a fourth generator, against its personas' guards
-    # (a baseline revision cannot read their registrations, so it has no column here).
-    r3_rng = random.Random(args.seed + 3)
-    r3_personas = round3.personas(r3_rng, len(histories))
-    r3_samples = [
-        Sample(c, t, sp, i) for c, t, sp, i in round3.positives(r3_rng, r3_personas, args.round3_per_category)
-    ]
-    r3_dev = round3.developer_text(r3_rng, args.round3_per_category)
+        result["identifiers"] = against(ags, args.seed + 2, drawn.id_samples, drawn.id_dev)
+    # The round-3 set is scored against its personas' guards (a baseline revision cannot read their
+    # registrations, so it has no column here).
+    r3_personas, r3_samples, r3_dev = drawn.r3_personas, drawn.r3_samples, drawn.r3_dev
     if "round3" in sections:
         result["round3"] = against(
             {"guard": round3_guards(r3_personas, histories, tok)}, args.seed + 3, r3_samples, r3_dev

@@ -8,34 +8,20 @@
  *     node dist/test/guard-parity.js CASES.json OUT.json
  */
 import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { defaultBundlePath } from "../src/node/bundle.js";
+import { defaultBundlePath, promptRendererOf } from "../src/node/bundle.js";
 import { EgressGuard } from "../src/guard/guard.js";
 import type { Tokenizer } from "../src/guard/spans.js";
-import { HfTokenizer } from "../src/guard/tokenizer.js";
-import { planUplink } from "../src/guard/uplink_guard.js";
+import { replaySession } from "./replay-guard.js";
 import type { Json } from "./vectors.js";
 
-/** Token indices of `ids` that went up in the clear (`run_text`'s `sent`). */
+/** Token indices of `ids` that went up in the clear (`run_text`'s `sent`): the session of
+ * `replaySession`, the text ending in `eos`, no pending recovery, a fresh record of what went up. */
 export async function runText(guard: EgressGuard, tokenizer: Tokenizer, ids: readonly number[], k: number, eos: number): Promise<number[]> {
-  const session = guard.newSession(); // each text is a session of its own
   const all = [...ids, eos];
   const sent = new Set<number>();
-  let p = 0;
-  while (p < all.length) {
-    const draft = all.slice(p, p + k);
-    const script = all.slice(p + draft.length)[Symbol.iterator]();
-    const plan = await planUplink(session, tokenizer, all.slice(0, p), [], draft, {
-      more: async () => {
-        const next = script.next();
-        return next.done ? null : next.value;
-      },
-      eosIds: new Set([eos]),
-      draftLen: k,
-    });
-    if (plan.keepLocal) break;
-    for (let i = p + plan.kept - plan.draft.length; i < p + plan.kept; i++) sent.add(i);
-    p += plan.kept;
+  for (const r of await replaySession(guard.newSession(), tokenizer, all, eos, k, 0)) {
+    if (r.keep_local) break;
+    for (let i = r.at + r.kept - r.draft.length; i < r.at + r.kept; i++) sent.add(i);
   }
   sent.delete(all.length - 1);
   return [...sent].sort((a, b) => a - b);
@@ -45,9 +31,8 @@ async function main(): Promise<void> {
   const [casesFile, outFile] = process.argv.slice(2);
   if (casesFile === undefined || outFile === undefined) throw new Error("usage: guard-parity.js CASES.json OUT.json");
   const doc: Json = JSON.parse(readFileSync(casesFile, "utf8"));
-  const folder = defaultBundlePath(doc.bundle, "int4") // the tokenizer is every precision's;
-  const read = (name: string): Record<string, unknown> => JSON.parse(readFileSync(join(folder, name), "utf8"));
-  const tokenizer = new HfTokenizer(read("tokenizer.json"), read("tokenizer_config.json"));
+  // The tokenizer is every precision's; the device's guard reads drafts through the renderer's.
+  const tokenizer = (await promptRendererOf(defaultBundlePath(doc.bundle, "int4"))).guardTokenizer();
   const start = performance.now();
   const guards = doc.profiles.map((p: Json) =>
     EgressGuard.forProfile(p.history, tokenizer, { identities: p.identities, canaries: p.canaries }).forPrompt(doc.prompt),

@@ -18,7 +18,7 @@ import { fakeVerifier, params } from "./fake-verifier.js";
 import { defaultTokenizer, scriptedDrafter } from "./scripted-text.js";
 import { load } from "./vectors.js";
 
-const tok = defaultTokenizer();
+const tok = await defaultTokenizer();
 const EOS = tok.encode("<|im_end|>")[0]!;
 const TEXT = "Please ask jane.doe@example.com about the failing test on the build machine.";
 const SCRIPT = tok.encode(TEXT);

@@ -157,7 +157,7 @@ test("guarded greedy over mutual TLS: the TypeScript device's token IDs and guar
   const { port } = verifier;
   type Result = { token_ids: number[]; stats: { rounds: number; fallback: string | null; guard: Record<string, number> } };
   const [want] = (await py("device", out, String(port), JSON.stringify([GUARDED]), String(N), "placeholder")) as Result[];
-  const tokenizer = defaultTokenizer();
+  const tokenizer = await defaultTokenizer();
   const guard = guardSetting(null, tokenizer, "placeholder")!; // the device's default: generic labels, no profile
   const { session, publicIds } = guardGeneration(guard, tokenizer, GUARDED);
   const t = transport(port);

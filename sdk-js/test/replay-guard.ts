@@ -3,13 +3,9 @@
  * and token IDs as the Python SDK's (tools/conformance/guard.py), on the default bundle's tokenizer.
  * Offsets in the vectors are Python's (code points); the guard's are UTF-16 indices, converted here.
  */
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { defaultBundlePath } from "../src/node/bundle.js";
 import { EgressGuard, type GuardPolicy } from "../src/guard/guard.js";
-import { codePointOffset } from "../src/guard/pyre.js";
+import { codePointOffset } from "../src/guard/pystr.js";
 import type { Span, Tokenizer } from "../src/guard/spans.js";
-import { HfTokenizer } from "../src/guard/tokenizer.js";
 import { planUplink } from "../src/guard/uplink_guard.js";
 import { defaultRenderer } from "./replay-prompts.js";
 import type { Result } from "./replay-wire.js";
@@ -17,10 +13,7 @@ import type { Json } from "./vectors.js";
 
 /** The default bundle's tokenizer, its files checked against the hashes the vectors name. */
 export async function guardTokenizer(model: Json): Promise<Tokenizer> {
-  await defaultRenderer(model); // checks the files' hashes
-  const folder = defaultBundlePath(model.bundle, model.precision);
-  const read = (name: string): Record<string, unknown> => JSON.parse(readFileSync(join(folder, name), "utf8"));
-  return new HfTokenizer(read("tokenizer.json"), read("tokenizer_config.json"));
+  return (await defaultRenderer(model)).guardTokenizer();
 }
 
 function sessionGuardOf(profile: Json, tokenizer: Tokenizer, prompt: string, setting: string, labels: string): EgressGuard {

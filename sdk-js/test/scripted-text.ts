@@ -3,25 +3,19 @@
  * the guarded session's tests: its next token is the script's at its position, then
  * end-of-sequence, so a rolled-back or looked-ahead token is drafted again the same way.
  */
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { defaultBundlePath } from "../src/node/bundle.js";
+import { defaultBundlePath, promptRendererOf } from "../src/node/bundle.js";
 import type { DraftSequence, SessionDrafter } from "../src/session.js";
-import { HfTokenizer } from "../src/guard/tokenizer.js";
+import type { HfTokenizer } from "../src/guard/tokenizer.js";
 
 export const DEFAULT_SPECIALIST = "qwen2.5-coder-0.5b-instruct";
 
-/** The default bundle's tokenizer (`make install` builds the bundle). */
-export function defaultTokenizer(): HfTokenizer {
+/** The default bundle's tokenizer, as the device's guard reads it (`make install` builds the bundle). */
+export async function defaultTokenizer(): Promise<HfTokenizer> {
   const folder = defaultBundlePath(DEFAULT_SPECIALIST, "int4");
-  const read = (name: string): Record<string, unknown> => {
-    try {
-      return JSON.parse(readFileSync(join(folder, name), "utf8"));
-    } catch {
-      throw new Error(`the guard's tests need ${join(folder, name)}: build the default bundle (make install)`);
-    }
-  };
-  return new HfTokenizer(read("tokenizer.json"), read("tokenizer_config.json"));
+  const renderer = await promptRendererOf(folder).catch((err: unknown) => {
+    throw new Error(`the guard's tests need the default bundle at ${folder}: build it (make install): ${String(err)}`);
+  });
+  return renderer.guardTokenizer();
 }
 
 class ScriptSequence implements DraftSequence {

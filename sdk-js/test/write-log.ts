@@ -61,7 +61,7 @@ if (lost || resumed) {
   stats.push({ tokens: g.tokenIds.length, rounds: g.stats.rounds, fallback: g.stats.fallback, witness_faults: g.stats.witnessFaults, resumed: g.stats.resumed });
 }
 if (process.argv.includes("--guarded")) {
-  const tok = defaultTokenizer();
+  const tok = await defaultTokenizer();
   const eos = tok.encode("<|im_end|>")[0]!;
   const script = tok.encode("Please ask jane.doe@example.com about the failing test on the build machine.");
   const profile = { history: ["Fix the flaky timeout in the fetch test."], identities: {} };

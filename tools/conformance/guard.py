@@ -63,7 +63,7 @@ def _users() -> list[dict[str, Any]]:
     return [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _profile_doc(entries: list[dict[str, Any]], canaries: list[str]) -> dict[str, Any]:
+def profile_doc(entries: list[dict[str, Any]], canaries: list[str]) -> dict[str, Any]:
     """What the guard reads of a profile (the dataset format parsed by `sdk.context.Profile`)."""
     profile = Profile.from_obj({"profile": entries})
     history = [t for e in profile.entries for t in (e.subject, e.body) if t]
@@ -93,7 +93,7 @@ def _cases() -> tuple[dict[str, dict[str, Any]], list[Case]]:
     persons = original.people(rng, 2)
     for i, p in enumerate(persons):
         trailer = f"Signed-off-by: {p.name} <{p.email}>"
-        profiles[f"original-{i}"] = _profile_doc(_fixture_entries(i, [trailer]), [p.canary])
+        profiles[f"original-{i}"] = profile_doc(_fixture_entries(i, [trailer]), [p.canary])
     for s in original.positives(rng, persons, 1):
         what = ", ".join(repr(s.text[a:b]) for a, b in s.spans)
         cases.append((f"original-{_slug(s.category)}", f"bench.guard_cases {s.category!r}: {what}",
@@ -104,7 +104,7 @@ def _cases() -> tuple[dict[str, dict[str, Any]], list[Case]]:
     personas = adversarial.personas(rng, 2)
     for i, ap in enumerate(personas):
         bodies = [*({"subject": "s", "body": b} for b in ap.history), *_fixture_entries(i)]
-        profiles[f"adversarial-{i}"] = _profile_doc([{**e, "trailers": [ap.trailer]} for e in bodies], [ap.canary])
+        profiles[f"adversarial-{i}"] = profile_doc([{**e, "trailers": [ap.trailer]} for e in bodies], [ap.canary])
     for c in adversarial.positives(rng, personas, 1):
         what = ", ".join(repr(c.text[a:b]) for a, b in c.spans)
         cases.append((f"adversarial-{_slug(c.category)}", f"bench.guard_cases_adversarial {c.category!r}: {what}",
@@ -127,7 +127,7 @@ def _cases() -> tuple[dict[str, dict[str, Any]], list[Case]]:
     rng = random.Random(3)
     r3 = round3.personas(rng, 2)
     for i, rp in enumerate(r3):
-        profiles[f"round3-{i}"] = _profile_doc([*rp.entries, *_fixture_entries(2)], [])
+        profiles[f"round3-{i}"] = profile_doc([*rp.entries, *_fixture_entries(2)], [])
     for category, text, spans, i in round3.positives(rng, r3, 1):
         what = ", ".join(repr(text[a:b]) for a, b in spans)
         cases.append((f"round3-{_slug(category)}", f"bench.guard_cases_round3 {category!r}: {what}",
@@ -145,7 +145,7 @@ def _fixture_cases(profiles: dict[str, dict[str, Any]]) -> list[Case]:
     from bench.guard_cases import ordinary_sentences
 
     users = _users()
-    profiles["fixture-u0"] = _profile_doc(_fixture_entries(0), [])
+    profiles["fixture-u0"] = profile_doc(_fixture_entries(0), [])
     body = users[0]["profile"][1]["body"]  # "On macOS we opportunistically use Homebrew-installed ..."
     first_line, second_line = body.splitlines()[0], body.splitlines()[2]
     ident = profiles["fixture-u0"]["identities"]
@@ -180,7 +180,7 @@ def _fixture_cases(profiles: dict[str, dict[str, Any]]) -> list[Case]:
     return out
 
 
-def _guard(profile: dict[str, Any], tokenizer: Any, prompt: str, setting: str, labels: str) -> EgressGuard:
+def session_guard(profile: dict[str, Any], tokenizer: Any, prompt: str, setting: str, labels: str) -> EgressGuard:
     """The session's guard: `sdk.uplink_guard.guard_for_profile` of this profile, for this prompt."""
     guard = EgressGuard.for_profile(
         profile["history"],
@@ -219,7 +219,7 @@ def build_spans() -> dict[str, Any]:
     names = [name for name, *_ in cases]
     if len(set(names)) != len(names):
         raise ConformanceError(f"{SPANS_FILE}: two cases share a name")
-    guards = {key: _guard(p, lm.tokenizer, PROMPT, "placeholder", "by-kind") for key, p in profiles.items()}
+    guards = {key: session_guard(p, lm.tokenizer, PROMPT, "placeholder", "by-kind") for key, p in profiles.items()}
     vectors = [
         {"name": name, "description": description, "profile": key, "prompt": PROMPT, "text": text,
          "expected": _spans_outcome(guards[key], text)}
@@ -237,7 +237,9 @@ def check_spans(doc: dict[str, Any]) -> list[str]:
     for v in doc["vectors"]:
         key = (v["profile"], v["prompt"])
         if key not in guards:  # one guard per profile and prompt: building one tokenizes its history
-            guards[key] = _guard(doc["profiles"][v["profile"]], lm.tokenizer, v["prompt"], "placeholder", "by-kind")
+            guards[key] = session_guard(
+                doc["profiles"][v["profile"]], lm.tokenizer, v["prompt"], "placeholder", "by-kind"
+            )
         got = _spans_outcome(guards[key], v["text"])
         if got != v["expected"]:
             problems.append(mismatch(SPANS_FILE, v["name"], "spans", v["expected"], got))
@@ -305,7 +307,7 @@ def build_rounds() -> dict[str, Any]:
     vectors = []
     for name, description, key, text, setting, labels, k, pending in _round_cases(cases):
         ids = [*lm.tokenizer.encode(text, add_special_tokens=False), eos]
-        guard = _guard(profiles[key], lm.tokenizer, PROMPT, setting, labels)
+        guard = session_guard(profiles[key], lm.tokenizer, PROMPT, setting, labels)
         vectors.append(
             {"name": name, "description": description, "profile": key, "prompt": PROMPT, "setting": setting,
              "labels": labels, "draft_len": k, "pending": pending, "text": text, "token_ids": ids, "eos_id": eos,
@@ -322,7 +324,7 @@ def check_rounds(doc: dict[str, Any]) -> list[str]:
         return problems
     for v in doc["vectors"]:
         # A fresh guard per vector: a session's record of what went up (`note_uplink`) is its own.
-        guard = _guard(doc["profiles"][v["profile"]], lm.tokenizer, v["prompt"], v["setting"], v["labels"])
+        guard = session_guard(doc["profiles"][v["profile"]], lm.tokenizer, v["prompt"], v["setting"], v["labels"])
         got = {"rounds": _session(guard, lm, v["token_ids"], v["eos_id"], v["draft_len"], v["pending"])}
         if got != v["expected"]:
             problems.append(mismatch(ROUNDS_FILE, v["name"], "rounds", v["expected"], got))

@@ -11,6 +11,13 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[2] / "sdk-js" / "src" / "guard" / "data"
 
 
+def write_module(out_dir: str | Path, name: str, text: str) -> None:
+    """Write one data module, `name`, into `out_dir` (made if missing)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(text, encoding="utf-8")
+
+
 def main(write: Callable[[Path], object]) -> None:
     """`python -m tools.guard_data.NAME [OUT_DIR]`: write NAME's files into OUT_DIR (default: DATA)."""
     write(Path(sys.argv[1]) if len(sys.argv) > 1 else DATA)

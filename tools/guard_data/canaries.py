@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.guard_data import DATA, main
+from tools.guard_data import DATA, main, write_module
 
 
 def _ranges(test: Callable[[str], bool]) -> list[tuple[int, int]]:
@@ -50,7 +50,7 @@ def render() -> str:
 
 
 def write(out_dir: str | Path = DATA) -> None:
-    Path(out_dir, "char_names.ts").write_text(render(), encoding="utf-8")
+    write_module(out_dir, "char_names.ts", render())
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from specsteer.privacy.ngrams import function_words
-from tools.guard_data import DATA, main
+from tools.guard_data import DATA, main, write_module
 
 
 def render() -> str:
@@ -32,8 +32,7 @@ def render() -> str:
 
 
 def write(out_dir: str | Path = DATA) -> None:
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    Path(out_dir, "ngrams.ts").write_text(render(), encoding="utf-8")
+    write_module(out_dir, "ngrams.ts", render())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 import phonenumbers
 from phonenumbers import PhoneMetadata
 
-from tools.guard_data import main
+from tools.guard_data import main, write_module
 
 NAME = "phone_lengths.ts"
 
@@ -52,10 +52,8 @@ def render() -> str:
     )
 
 
-def write(out_dir: Path) -> list[Path]:
-    path = Path(out_dir) / NAME
-    path.write_text(render(), encoding="utf-8")
-    return [path]
+def write(out_dir: Path) -> None:
+    write_module(out_dir, NAME, render())
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ from pathlib import Path
 from stdnum import iban
 
 from specsteer.privacy import pii
-from tools.guard_data import main
-
-_ROOT = Path(__file__).resolve().parents[2]
+from tools.guard_data import main, write_module
 
 
 def write(out_dir: Path) -> None:
@@ -36,7 +34,7 @@ def write(out_dir: Path) -> None:
         f"{body}\n}};\n"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "iban.ts").write_text(out, encoding="utf-8")
+    write_module(out_dir, "iban.ts", out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from specsteer.privacy.recognizers import _entropy_plugin, _vendor_patterns
-from tools.guard_data import main
+from tools.guard_data import main, write_module
 
 NAME = "secret_patterns.ts"
 
@@ -111,10 +111,8 @@ def render() -> str:
     )
 
 
-def write(out_dir: Path) -> list[Path]:
-    path = Path(out_dir) / NAME
-    path.write_text(render(), encoding="utf-8")
-    return [path]
+def write(out_dir: Path) -> None:
+    write_module(out_dir, NAME, render())
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from specsteer.privacy import special
-from tools.guard_data import main
-
-_ROOT = Path(__file__).resolve().parents[2]
+from tools.guard_data import main, write_module
 
 
 def write(out_dir: Path) -> None:
@@ -30,7 +28,7 @@ def write(out_dir: Path) -> None:
         f"{body}\n];\n"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "special_categories.ts").write_text(out, encoding="utf-8")
+    write_module(out_dir, "special_categories.ts", out)
 
 
 if __name__ == "__main__":

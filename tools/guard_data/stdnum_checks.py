@@ -13,9 +13,7 @@ from pathlib import Path
 
 from stdnum import numdb, util
 
-from tools.guard_data import main
-
-_ROOT = Path(__file__).resolve().parents[2]
+from tools.guard_data import main, write_module
 
 
 def _codes(prefixes: list, head: str = "") -> list[str]:
@@ -82,7 +80,7 @@ def write(out_dir: Path) -> None:
         f"export const CN_COUNTIES = {json.dumps(_grouped(_chinese_counties()))};\n"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "stdnum_places.ts").write_text(body, encoding="utf-8")
+    write_module(out_dir, "stdnum_places.ts", body)
 
 
 if __name__ == "__main__":

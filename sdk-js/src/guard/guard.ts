@@ -147,7 +147,8 @@ export class EgressGuard {
     this.words = options.words ?? new Set();
   }
 
-  private with(changes: GuardOptions & { detectors?: readonly Detector[] }): EgressGuard {
+  /** This guard with some of its parts replaced (Python's `dataclasses.replace`). */
+  replace(changes: GuardOptions & { detectors?: readonly Detector[] }): EgressGuard {
     const { detectors, ...rest } = changes;
     return new EgressGuard(detectors ?? this.detectors, {
       policy: this.policy,
@@ -200,7 +201,7 @@ export class EgressGuard {
   /** The guard for one session: the public prompt's n-grams are not private, and what goes up is
    * recorded for this session alone. */
   forPrompt(prompt: string): EgressGuard {
-    return this.with({ detectors: this.detectors.map((d) => d.forPrompt(prompt)) }).newSession();
+    return this.replace({ detectors: this.detectors.map((d) => d.forPrompt(prompt)) }).newSession();
   }
 
   /** This guard with an empty record of what went up: the registered secrets (the history's, the
@@ -212,7 +213,7 @@ export class EgressGuard {
       else if (d instanceof CanaryDetector) secrets.push(...[...d.cores].sort().map((x): [string, string] => [x, CANARY]));
     }
     const common = new Set([...this.words, ...commonEnglishWords()]);
-    return this.with({ uplinked: new UplinkRecord(secrets, { commonWords: common }) });
+    return this.replace({ uplinked: new UplinkRecord(secrets, { commonWords: common }) });
   }
 
   /** `sentIds` went up after `committedIds`: the session's record takes the chunks of secrets in them. */
@@ -233,7 +234,7 @@ export class EgressGuard {
           ? new SpecialCategoryRecognizer({ holdPrefixes: false })
           : d,
     );
-    return this.with({ detectors });
+    return this.replace({ detectors });
   }
 
   placeholderFor(kind: string): string {
@@ -263,7 +264,7 @@ export class EgressGuard {
       (d) => !(d instanceof VerbatimNgramDetector || d instanceof RewrittenVerbatimDetector),
     );
     // The whole prompt at once: where it begins and ends is known (no context, no hazard).
-    return this.with({ detectors, contextChars: prompt.length, uplinked: null }).inspect("", prompt);
+    return this.replace({ detectors, contextChars: prompt.length, uplinked: null }).inspect("", prompt);
   }
 
   /** The earliest place from which the end of the text could still grow into a span, if any. */

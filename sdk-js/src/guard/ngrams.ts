@@ -9,7 +9,8 @@
  * and makes a prefix of an n-gram (the hazard's) just the string of its first IDs.
  */
 import { FUNCTION_WORDS } from "./data/ngrams.js";
-import { LETTER, S, splitWords, unitOffset } from "./pyre.js";
+import { LETTER, S, splitWords } from "./pyre.js";
+import { unitOffset } from "./pystr.js";
 import { cleanText, decode, PRIVATE_NGRAM, Span, type Detector, type Tokenizer } from "./spans.js";
 
 type Ids = readonly number[];

@@ -250,7 +250,7 @@ const ADDRESS_CUE_HAZARD = new RegExp(
 const CUE_WORD = new RegExp(String.raw`[A-Z][${W_IN}'-]*(?:${S}+[A-Z][${W_IN}'-]*)?${END}`, "u");
 
 // Issuer prefixes of the major card networks; a Luhn-valid number outside them is a counter or ID.
-const CARD_PREFIX = /4|5[1-5]|222[1-9]|22[3-9]|2[3-6]|27[01]|2720|3[47]|3(?:0[0-5]|[68])|35|6011|64[4-9]|65|62/u;
+export const CARD_PREFIX = /4|5[1-5]|222[1-9]|22[3-9]|2[3-6]|27[01]|2720|3[47]|3(?:0[0-5]|[68])|35|6011|64[4-9]|65|62/u;
 
 /** The Luhn checksum of a string of decimal digits. */
 export function luhnOk(digits: string): boolean {

@@ -9,7 +9,7 @@
  * naming the user's own code is the request itself.
  */
 import { CanaryDetector } from "./canaries.js";
-import { EgressGuard } from "./guard.js";
+import type { EgressGuard } from "./guard.js";
 import { escapeRe } from "./pyre.js";
 import type { GuardDecisionRecord } from "./uplink_guard.js";
 
@@ -102,11 +102,5 @@ export function sessionGuard(guard: EgressGuard, plan: PromptPlan): EgressGuard 
   if (Object.keys(registered).length === 0) return session;
   const extra = new CanaryDetector(registered, { commonWords: guard.words });
   // A new record of what went up, now holding the prompt's secrets' cores too.
-  return new EgressGuard([...session.detectors, extra], {
-    policy: session.policy,
-    contextChars: session.contextChars,
-    contextTokens: session.contextTokens,
-    placeholders: session.placeholders,
-    words: session.words,
-  }).newSession();
+  return session.replace({ detectors: [...session.detectors, extra] }).newSession();
 }

@@ -8,8 +8,7 @@
  * spelled `$` only where no newline can end the text, else `(?![\s\S])`.
  *
  * Offsets: the guard works in JavaScript string indices (UTF-16 code units); Python's are code
- * points. They differ only past U+FFFF; `codePointOffset`/`unitOffset` convert where a result is
- * compared with the Python SDK's.
+ * points. They differ only past U+FFFF; pystr.ts's `codePointOffset`/`unitOffset` convert.
  */
 
 /** Python's `\w` on `str` (str.isalnum() or `_`): letters and numbers of every script, and `_`. */
@@ -66,27 +65,4 @@ export function isSpace(text: string): boolean {
 /** Python's `str.split()` with no argument: runs of white space separate, none at either end. */
 export function splitWords(text: string): string[] {
   return text.split(new RegExp(`${S}+`, "u")).filter((w) => w.length > 0);
-}
-
-/** The code-point offset of a UTF-16 index in `text` (Python's index of the same place). */
-export function codePointOffset(text: string, unit: number): number {
-  let n = 0;
-  for (let i = 0; i < unit; i++) {
-    const c = text.charCodeAt(i);
-    if (!(c >= 0xdc00 && c <= 0xdfff && i > 0 && isHigh(text.charCodeAt(i - 1)))) n++;
-  }
-  return n;
-}
-
-/** The UTF-16 index of a code-point offset in `text`. */
-export function unitOffset(text: string, codePoint: number): number {
-  let unit = 0;
-  for (let n = 0; n < codePoint && unit < text.length; n++) {
-    unit += isHigh(text.charCodeAt(unit)) && unit + 1 < text.length ? 2 : 1;
-  }
-  return unit;
-}
-
-function isHigh(c: number): boolean {
-  return c >= 0xd800 && c <= 0xdbff;
 }

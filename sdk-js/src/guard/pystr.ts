@@ -42,6 +42,20 @@ export function cpLen(text: string): number {
   return n;
 }
 
+/** The code-point offset of a UTF-16 index in `text` (Python's index of the same place). */
+export function codePointOffset(text: string, unit: number): number {
+  return cpLen(text.slice(0, unit));
+}
+
+/** The UTF-16 index of a code-point offset in `text`. */
+export function unitOffset(text: string, codePoint: number): number {
+  let unit = 0;
+  for (let n = 0; n < codePoint && unit < text.length; n++) {
+    unit += isHigh(text.charCodeAt(unit)) && unit + 1 < text.length ? 2 : 1;
+  }
+  return unit;
+}
+
 /** Python's `text[::-1]`: reversed by code points. */
 export function reversed(text: string): string {
   return [...text].reverse().join("");

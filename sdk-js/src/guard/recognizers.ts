@@ -35,11 +35,11 @@ import { stdnum } from "stdnum";
 import { PHONE_POSSIBLE_LENGTHS } from "./data/phone_lengths.js";
 import { ENTROPY_CHARSET, VENDOR_PATTERNS } from "./data/secret_patterns.js";
 import { DIGIT_WORD_PREFIXES, DIGIT_WORDS, fold } from "./normalize.js";
-import { PiiDetector } from "./pii.js";
+import { CARD_PREFIX, PiiDetector } from "./pii.js";
 import { B, D, END, escapeRe, isSpace, matchAt, S_IN, W, W_IN } from "./pyre.js";
 import { byCodePoint, capitalize, cpLen, lastChars, rstrip, strip, tailStart } from "./pystr.js";
 import { CARD, EMAIL, mergeSpans, NATIONAL_ID, PHONE, SECRET, Span, type Detector } from "./spans.js";
-import { stdnumValid } from "./stdnum_checks.js";
+import { luhn, stdnumValid } from "./stdnum_checks.js";
 
 // -- text views: a transformed text that still knows where each character came from ------------
 
@@ -241,25 +241,12 @@ const PHONE_HAZARD = new RegExp(
 const CARD_CANDIDATE = global(
   String.raw`(?<![${W_IN}.,-])${D}(?:(?:[ .\-]{1,3}|[ ]*\n[ ]*)?${D}){12,18}(?![${W_IN}-]|[.,]${D})`,
 );
-const CARD_PREFIX = /4|5[1-5]|222[1-9]|22[3-9]|2[3-6]|27[01]|2720|3[47]|3(?:0[0-5]|[68])|35|6011|64[4-9]|65|62/uy;
-
-/** python-stdnum's `luhn.is_valid` (ASCII digits only, as its alphabet). */
-export function luhnValid(digits: string): boolean {
-  if (!/^[0-9]+$/.test(digits)) return false;
-  let sum = 0;
-  for (let i = 0; i < digits.length; i++) {
-    const d = digits.charCodeAt(digits.length - 1 - i) - 48;
-    sum += i % 2 === 0 ? d : ((2 * d) % 10) + Math.floor((2 * d) / 10);
-  }
-  return sum % 10 === 0;
-}
 
 function cardOk(raw: string): boolean {
   const groups = raw.split(/\P{Nd}+/u).filter((g) => g.length > 0);
   const digits = groups.join("");
   const n = cpLen(digits);
-  CARD_PREFIX.lastIndex = 0;
-  if (!(n >= 13 && n <= 19) || !CARD_PREFIX.test(digits) || !luhnValid(digits)) return false;
+  if (!(n >= 13 && n <= 19) || matchAt(CARD_PREFIX, digits) === null || !luhn(digits)) return false;
   if (groups.length === 1) return true;
   const seps = new Set((raw.match(/\P{Nd}+/gu) ?? []).filter((s) => !s.includes("\n")).map((s) => strip(s, " ") || " "));
   // One kind of separator, in groups of 3+ digits (4-4-4-4, Amex 4-6-5): a table of single
@@ -310,7 +297,7 @@ function idValid(country: "ES" | "FR", name: string, value: string): boolean {
 /** python-stdnum's `stdnum.ca.sin.is_valid`: stdnum-js's misses its rule that no SIN starts with 0 or 8. */
 function caSin(value: string): boolean {
   const v = value.replace(/[ -]/g, "").trim();
-  return /^[1-79][0-9]{8}$/.test(v) && luhnValid(v);
+  return /^[1-79][0-9]{8}$/.test(v) && luhn(v);
 }
 
 /** National identifiers with a checksum or a fixed shape (see the module comment). */

@@ -91,7 +91,7 @@ const weighted = (weights: readonly number[], v: string): number =>
   weights.reduce((acc, w, i) => acc + w * Number(v[i]), 0);
 
 /** python-stdnum's `luhn.is_valid` on ASCII digits. */
-function luhn(v: string): boolean {
+export function luhn(v: string): boolean {
   if (!DIGITS.test(v)) return false;
   let sum = 0;
   [...v].reverse().forEach((c, i) => {

@@ -19,6 +19,8 @@ const TRAILING_WORD = new RegExp(`${NOT_S}{2,}$`, "u");
 
 /** The chunks of each secret that went up in one session; one per session (mutable). */
 export class UplinkRecord {
+  /** The shortest chunk, and the shortest piece a secret's chunks must add up to. */
+  readonly minPart: number;
   readonly minPiece = 6;
   readonly secrets: string[] = [];
   readonly kinds: string[] = [];
@@ -40,8 +42,6 @@ export class UplinkRecord {
     this.common = new Set([...(options.commonWords ?? [])].map((w) => w.toLowerCase()));
     for (const [secret, kind] of secrets) this.add(secret, kind);
   }
-
-  readonly minPart: number;
 
   get size(): number {
     return this.secrets.length;
