@@ -29,8 +29,11 @@ of each author in file order, then the second of each, ...): the prompt is
 (`bench.style_split.device_part`, what the personal loop's retrieval sees). Each device retrieves
 over the profile and renders its private prompt itself (Python: `sdk.decoding.Specialist`;
 TypeScript: `ProfileIndex`, `fitContext`, `PromptRenderer`), 3 entries in 1800 characters, so the
-rendered IDs are compared too. Neither device runs an egress guard (the TypeScript device has none
-yet), so the public prompt goes up as typed.
+rendered IDs are compared too. Both devices run the egress guard `sdk generate` runs (`--guard`,
+default what ships: `placeholder`), each building it from the author's profile (its history and
+trailer identities) and redacting the prompt; the guard's decisions are compared as well.
+`--guard off` is the unguarded run (docs/results/sdk_js_live_unguarded.md, before the TypeScript
+device had a guard).
 
 Writes docs/results/sdk_js_live.{md,json} (or `--out`) after every query, so an interrupted run
 leaves the queries it finished.
@@ -50,6 +53,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from specsteer.sdk.uplink_guard import DEFAULT_GUARD_SETTING, GUARD_SETTINGS
+
 __all__ = ["compare", "main", "markdown", "summarize"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +65,9 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "commit-bodies-dev.jsonl"
 ROUND_TIMEOUT_S = 120.0  # the demo's: the verifier shares the CPU with the devices (demo/run.py)
 
 
+_KEPT = ("token_ids", "text", "examples", "stats", "guard", "wall_s")  # of each device's answer, per query
+
+
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -67,14 +75,16 @@ def _log(msg: str) -> None:
 # --- the Python device child ------------------------------------------------------------------------
 
 
-def _python_child(target: str, pki: str, threads: int, round_timeout: float) -> None:
+def _python_child(target: str, pki: str, threads: int, round_timeout: float, guard_name: str) -> None:
     """The Python device: the bundle loaded once, then one generation per job line on stdin."""
     from specsteer.core.model_registry import DEFAULT_SPECIALIST
     from specsteer.core.session_types import SessionParams
     from specsteer.sdk.bundles import default_bundle_path, load_bundle
     from specsteer.sdk.context import Profile
     from specsteer.sdk.decoding import DecodeOptions, Specialist, generate, vocabulary_width
+    from specsteer.sdk.prompt_guard import guard_prompt
     from specsteer.sdk.remote import RemoteVerifier, TlsIdentity
+    from specsteer.sdk.uplink_guard import guard_setting
 
     start = time.perf_counter()
     lm, drafter = load_bundle(default_bundle_path(DEFAULT_SPECIALIST), threads=threads)
@@ -97,16 +107,21 @@ def _python_child(target: str, pki: str, threads: int, round_timeout: float) -> 
             specialist = Specialist(
                 lm, profile, context_entries=job["context_entries"], context_chars=job["context_chars"], drafter=drafter
             )
+            guard = guard_setting(profile, lm.tokenizer, guard_name)  # as `sdk generate` builds it
+            shown = job["prompt"] if guard is None else guard_prompt(guard, job["prompt"]).public  # what goes up
             t = time.perf_counter()
-            g = generate(specialist, job["prompt"], SessionParams(), DecodeOptions(job["max_new_tokens"]), verifier)
+            g = generate(
+                specialist, job["prompt"], SessionParams(), DecodeOptions(job["max_new_tokens"]), verifier, guard=guard
+            )
             wall = time.perf_counter() - t
             s = g.stats
+            counts = {k[len("guard_") :]: v for k, v in s.extra.items() if k.startswith("guard_")}
             out = {
                 "id": job["id"],
                 "token_ids": list(g.token_ids),
                 "text": g.text,
                 "private_ids": specialist.private_prompt_ids(job["prompt"], with_context=True),
-                "public_ids": specialist.public_prompt_ids(job["prompt"]),
+                "public_ids": specialist.public_prompt_ids(shown),
                 "examples": [e.subject for e in specialist.context_for(job["prompt"])],
                 "stats": {
                     "rounds": s.rounds,
@@ -115,6 +130,7 @@ def _python_child(target: str, pki: str, threads: int, round_timeout: float) -> 
                     "fallback": s.fallback,
                     "resumed": getattr(s, "resumed", 0),
                 },
+                "guard": {k: v for k, v in counts.items() if k not in ("checks", "lookahead_tokens")},
                 "wall_s": wall,
             }
             print(json.dumps(out), flush=True)
@@ -213,6 +229,7 @@ def compare(py: dict[str, Any], ts: dict[str, Any]) -> dict[str, Any]:
         "private_ids_equal": py["private_ids"] == ts["private_ids"],
         "public_ids_equal": py["public_ids"] == ts["public_ids"],
         "examples_equal": py["examples"] == ts["examples"],
+        "guard_equal": py.get("guard", {}) == ts.get("guard", {}),
         "prefix": prefix,
         "total": max(len(a), len(b)),
     }
@@ -225,6 +242,15 @@ def compare(py: dict[str, Any], ts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _total_decisions(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The Python device's guard decisions over `rows`, by kind."""
+    total: dict[str, int] = {}
+    for r in rows:
+        for kind, n in r["python"].get("guard", {}).items():
+            total[kind] = total.get(kind, 0) + n
+    return dict(sorted(total.items()))
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     done = [r for r in rows if "compare" in r]
     return {
@@ -232,6 +258,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ids_equal": sum(r["compare"]["ids_equal"] for r in done),
         "text_equal": sum(r["compare"]["text_equal"] for r in done),
         "private_ids_equal": sum(r["compare"]["private_ids_equal"] for r in done),
+        "public_ids_equal": sum(r["compare"]["public_ids_equal"] for r in done),
+        "guard_equal": sum(r["compare"].get("guard_equal", True) for r in done),
+        "guard_decisions": _total_decisions(done),
         "tokens_agreeing": sum(r["compare"]["prefix"] for r in done),
         "tokens_total": sum(r["compare"]["total"] for r in done),
         "python_wall_s": round(sum(r["python"]["wall_s"] for r in done), 1),
@@ -276,6 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "context": {"entries": args.context_entries, "chars": args.context_chars},
         "round_timeout_s": args.round_timeout,
         "threads": args.threads,
+        "guard": args.guard,
         "queries": [],
     }
     with tempfile.TemporaryDirectory(prefix="specsteer-sdk-js-live-") as tmp_name:
@@ -309,6 +339,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         str(p.directory),
                         str(args.threads),
                         str(args.round_timeout),
+                        args.guard,
                     ],
                     ROOT,
                     py_err,
@@ -327,6 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "width": hello["width"],
                     "threads": args.threads,
                     "round_timeout_ms": int(args.round_timeout * 1000),
+                    "guard": args.guard,
                 }
                 (tmp / "ts-config.json").write_text(json.dumps(config), encoding="utf-8")
                 ts = _Child("TypeScript", ["node", str(TS_CHILD), str(tmp / "ts-config.json")], SDK_JS, ts_err)
@@ -350,7 +382,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"[{n}/{len(jobs)}] {job['id']} Python: {len(got_py['token_ids'])} tokens, "
                         f"{got_py['stats']['rounds']} rounds, {got_py['wall_s']:.1f} s"
                     )
-                    got_ts = ts.ask({**common, "profile": _profile_entries(job["user"], job["id"])})
+                    got_ts = ts.ask(
+                        {
+                            **common,
+                            "profile": _profile_entries(job["user"], job["id"]),
+                            "guard_items": job["user"]["profile"],  # the raw entries: trailers and all
+                        }
+                    )
                     verdict = compare(got_py, got_ts)
                     _log(
                         f"[{n}/{len(jobs)}] {job['id']} TypeScript: {len(got_ts['token_ids'])} tokens, "
@@ -365,8 +403,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "public_tokens": len(got_py["public_ids"]),
                             "private_tokens": len(got_py["private_ids"]),
                             "compare": verdict,
-                            "python": {k: got_py[k] for k in ("token_ids", "text", "examples", "stats", "wall_s")},
-                            "typescript": {k: got_ts[k] for k in ("token_ids", "text", "examples", "stats", "wall_s")},
+                            "python": {k: got_py[k] for k in _KEPT},
+                            "typescript": {k: got_ts[k] for k in _KEPT},
                         }
                     )
                     result["machine"]["load_average_after"] = round(os.getloadavg()[0], 2)
@@ -388,6 +426,26 @@ def _short(text: str, n: int = 90) -> str:
     return flat if len(flat) <= n else flat[: n - 1] + "…"
 
 
+def _guard_sentence(setting: str) -> str:
+    if setting == "off":
+        return "Neither device runs an egress guard (`--guard off`): the public prompt goes up as typed."
+    return (
+        f"Both devices run the egress guard `sdk generate` runs (`{setting}`), each building it from the "
+        "author's profile (history and trailer identities) and redacting the prompt before it goes up."
+    )
+
+
+def _guard_counts(s: dict[str, Any]) -> str:
+    """The guard's part of the summary line (absent from runs before it was compared)."""
+    if "guard_equal" not in s:
+        return ""
+    decisions = ", ".join(f"{k} {v}" for k, v in s["guard_decisions"].items()) or "none"
+    return (
+        f"; public prompt IDs equal: {s['public_ids_equal']} of {s['run']}; guard decisions equal: "
+        f"{s['guard_equal']} of {s['run']} (the Python device's, all queries: {decisions})"
+    )
+
+
 def markdown(result: dict[str, Any]) -> str:
     s, m = result["summary"], result["machine"]
     lines = [
@@ -404,13 +462,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"device generates, then the TypeScript device: {result['params']}, at most {result['max_new_tokens']} "
         f"new tokens. Each device retrieves {result['context']['entries']} profile entries "
         f"({result['context']['chars']} characters) and renders its private prompt itself. "
+        f"{_guard_sentence(result.get('guard', 'off'))} "
         f"{m['platform']}; shared: {m['shared']} (load average {m['load_average_before']} before, "
         f"{m.get('load_average_after', '?')} after), so the wall times are slow and noisy.",
         "",
         f"**Texts equal: {s['text_equal']} of {s['run']}** (token IDs equal: {s['ids_equal']} of {s['run']}; "
-        f"rendered private prompt IDs equal: {s['private_ids_equal']} of {s['run']}); tokens agreeing before the "
-        f"first divergence: {s['tokens_agreeing']} of {s['tokens_total']}. Wall time, all queries: Python "
-        f"{s['python_wall_s']} s, TypeScript {s['typescript_wall_s']} s; fallbacks: {s['fallbacks']}.",
+        f"rendered private prompt IDs equal: {s['private_ids_equal']} of {s['run']}{_guard_counts(s)}); tokens "
+        f"agreeing before the first divergence: {s['tokens_agreeing']} of {s['tokens_total']}. Wall time, all "
+        f"queries: Python {s['python_wall_s']} s, TypeScript {s['typescript_wall_s']} s; fallbacks: {s['fallbacks']}.",
         "",
         "| query | subject | prompt tokens (public / private) | equal | agreeing prefix | rounds (Py / TS) | "
         "accepted (Py / TS) | wall s (Py / TS) | first divergence |",
@@ -421,6 +480,7 @@ def markdown(result: dict[str, Any]) -> str:
         div = c.get("first_divergence")
         where = "-" if div is None else f"token {div['index']}: Py {div['python']}, TS {div['typescript']}"
         extra = "" if c["private_ids_equal"] else " (private IDs differ)"
+        extra += "" if c.get("guard_equal", True) else " (guard decisions differ)"
         lines.append(
             f"| {r['id']} | {_short(r['subject'], 60)} | {r['public_tokens']} / {r['private_tokens']} | "
             f"{'yes' if c['ids_equal'] and c['text_equal'] else 'NO'}{extra} | {c['prefix']}/{c['total']} | "
@@ -456,6 +516,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="intra-op threads of each device's ONNX runtime")
     p.add_argument("--server-threads", type=int, default=None, help="the verifier's --torch-threads (default torch's)")
     p.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT_S, help="seconds per round trip, both devices")
+    p.add_argument(
+        "--guard",
+        choices=GUARD_SETTINGS,
+        default=DEFAULT_GUARD_SETTING,
+        help="both devices' egress guard (default: what ships)",
+    )
     p.add_argument("--out", type=Path, default=OUT, help="writes OUT.md and OUT.json")
     p.add_argument("--from-json", type=Path, default=None, help="render the page of an earlier result only")
     return p
@@ -465,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["--python-child"]:  # target pki threads round_timeout: the Python device, for the parent
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-        _python_child(words[1], words[2], int(words[3]), float(words[4]))
+        _python_child(words[1], words[2], int(words[3]), float(words[4]), words[5])
         return 0
     args = _parser().parse_args(words)
     args.argv = words

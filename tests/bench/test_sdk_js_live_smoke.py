@@ -75,3 +75,18 @@ def test_totals_and_page(tmp_path: Path, capsys: Any) -> None:
     path.write_text(json.dumps(result), encoding="utf-8")
     assert sdk_js_live.main(["--from-json", str(path)]) == 0
     assert "`PYTHONPATH=. nice -n 5 python -m bench.sdk_js_live --queries 1`" in capsys.readouterr().out
+
+
+def test_guard_decisions_are_compared_and_counted() -> None:
+    guarded = {"prompt_redact": 1, "placeholder": 2}
+    py = {**_device([5, 6], "t"), "guard": guarded}
+    same, other = {**_device([5, 6], "t"), "guard": dict(guarded)}, {**_device([5, 6], "t"), "guard": {"cut": 1}}
+    rows = [_row("demo-0", py, same), _row("u00-q0", {**py, "guard": {"placeholder": 1}}, other)]
+    result = {**_result(), "guard": "placeholder", "queries": rows, "summary": sdk_js_live.summarize(rows)}
+    s = result["summary"]
+    assert (s["guard_equal"], s["guard_decisions"]) == (1, {"placeholder": 3, "prompt_redact": 1})
+    page = sdk_js_live.markdown(result)
+    assert "guard decisions equal: 1 of 2 (the Python device's, all queries: placeholder 3, prompt_redact 1)" in page
+    assert "(guard decisions differ)" in page
+    assert "Both devices run the egress guard `sdk generate` runs (`placeholder`)" in page
+    assert "Neither device runs an egress guard" in sdk_js_live.markdown(_result())  # a run before --guard
