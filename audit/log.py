@@ -5,7 +5,7 @@ Layout of a log directory (created 0700; files 0600):
     segments/seg-<first index, 12 digits>.log   frames, rotated every `segment_records` records
     checkpoints.jsonl                           one {"note": "<C2SP signed checkpoint>"} per line
     torn/                                       bytes cut from a torn tail, kept as evidence
-    lock                                        held (flock) by the one process appending
+    lock                                        held (flock; on Linux also an OFD lock) by the one process appending
 
 A frame is `length (4 bytes, big-endian) || record || SHA-256(0x00 || record)`: the trailer is the
 record's RFC 9162 leaf hash, so a damaged record names itself and the tree needs no second pass.
@@ -67,6 +67,20 @@ SEGMENTS_DIR = "segments"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 TORN_DIR = "torn"
 LOCK_FILE = "lock"
+# struct flock (l_type, l_whence, l_start, l_len, l_pid), native layout: the whole file.
+_WHOLE_FILE_WRITE_LOCK = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+
+
+def _lock_description(fd: int) -> None:
+    """Beside the flock, on Linux, an open-file-description write lock on the whole lock file:
+    the lock the TypeScript writer takes (Node has no flock; sdk-js/src/node/files.ts locks with
+    fs-native-extensions, fcntl F_OFD_SETLK on Linux), so a Python and a TypeScript device exclude
+    each other. Linux keeps flock and fcntl locks apart, hence both; elsewhere the TypeScript writer
+    uses flock. Raises OSError (EAGAIN or EACCES) when another writer holds it; released with `fd`."""
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _WHOLE_FILE_WRITE_LOCK)
+
+
 SEGMENT_RE = re.compile(r"seg-([0-9]{12})\.log")
 HEADER = struct.Struct(">I")
 TRAILER_SIZE = 32
@@ -448,9 +462,10 @@ class AuditLog:
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_description(fd)
         except OSError as exc:
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise AuditError(f"the audit log {self.directory} is open in another process") from None
             raise
         self._lock_fd = fd

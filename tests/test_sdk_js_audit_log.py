@@ -22,7 +22,7 @@ import pytest
 
 from specsteer.audit.cli import main
 from specsteer.audit.cosignature import load_witness_key, write_witness_key_pair
-from specsteer.audit.errors import KeyFileError
+from specsteer.audit.errors import AuditError, KeyFileError
 from specsteer.audit.log import AuditLog, scan_log
 from specsteer.audit.note import load_signing_key, write_key_pair
 from specsteer.audit.records import parse
@@ -284,3 +284,33 @@ def test_a_log_the_python_device_rotated_is_taken_back_by_the_typescript_device_
     code, report = _verify(log, keys, capsys)
     assert (code, report["verdict"], _failed(report)) == (0, "VERIFIED", [])
     assert report["sessions"] == 6
+
+
+def test_a_python_and_a_typescript_writer_exclude_each_other(tmp_path: Path, keys: dict[str, Path]) -> None:
+    """One process appends at a time, whichever device it is: the TypeScript writer's lock (an
+    open-file-description lock on Linux, Node having no flock) and the Python writer's meet on lock."""
+    log = tmp_path / "log"
+    key = load_signing_key(keys["key"])
+    with AuditLog.open(log, key):
+        refused = _run(log, keys["key"], keys, "--reopen")
+        assert refused.returncode != 0
+        assert f"the audit log {log} is open in another process" in refused.stderr
+    # The TypeScript device holds it open: the Python device is refused until it closes.
+    holder = subprocess.Popen(
+        ["node", str(SCRIPT), str(log), str(keys["key"]), str(keys["wkey"]), "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert json.loads(holder.stdout.readline()) == {"held": True}
+        with pytest.raises(AuditError, match="open in another process"):
+            AuditLog.open(log, key)
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    AuditLog.open(log, key).close()  # released with the TypeScript writer's close

@@ -6,13 +6,16 @@
  * witness-key`'s NAME.witness.key) the scripted verifier cosigns each Close as the Python verifier
  * would. Prints one JSON object: records, sessions, each generation's stats.
  *
- *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen | --guarded] [--padded] [--rotate NEW.key]
+ *     node dist/test/write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen | --hold | --guarded] [--padded] [--rotate NEW.key]
  *
  * `--lost` adds a session whose verifier is lost after two rounds and no verifier takes it back;
  * `--resumed` one whose verifier is lost after two rounds and the generation resumes in a new
  * session (its Open carrying what went up and was committed); `--padded` runs every session
  * with padded frames (every round a PaddedRound); `--reopen` runs no session: it
- * opens the log (cutting a torn tail, with its `repair` record) and closes it; `--rotate NEW.key`
+ * opens the log (cutting a torn tail, with its `repair` record) and closes it; `--hold` opens it,
+ * prints `{"held": true}` and keeps it open (its writer lock held) until stdin ends, then closes it
+ * as `--reopen` does; a log another writer holds is refused (exit 1: "is open in another process");
+ * `--rotate NEW.key`
  * hands the log to NEW.key (`AuditLog.rotateKey`) after the first session, and the rest run under it;
  * `--guarded` adds two sessions under the egress guard in the default tokenizer's vocabulary
  * (test/scripted-text.ts): a prompt with an email address (redacted) and a draft with one
@@ -35,11 +38,12 @@ const rotatePath = rotateAt < 0 ? undefined : argv[rotateAt + 1];
 const args = argv.filter((a, i) => !a.startsWith("--") && (rotateAt < 0 || i !== rotateAt + 1));
 const lost = process.argv.includes("--lost");
 const resumed = process.argv.includes("--resumed");
-const reopen = process.argv.includes("--reopen");
+const hold = process.argv.includes("--hold");
+const reopen = hold || process.argv.includes("--reopen");
 const sessionParams = { ...params, paddedFrames: process.argv.includes("--padded") };
 const [dir, keyPath, witnessPath] = args;
 if (dir === undefined || keyPath === undefined || (rotateAt >= 0 && rotatePath === undefined)) {
-  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen | --guarded] [--padded] [--rotate NEW.key]");
+  console.error("usage: write-log.js LOG_DIR LOG.key [WITNESS.witness.key] [--lost | --resumed | --reopen | --hold | --guarded] [--padded] [--rotate NEW.key]");
   process.exit(2);
 }
 const witness = witnessPath === undefined ? null : NoteSigner.parse(readFileSync(witnessPath, "utf8"), ALG_COSIGNATURE_V1);
@@ -47,6 +51,10 @@ const log = AuditLog.open(logStorage(dir), loadSigningKey(keyPath), {
   device: { name: "alice", certSha256: "ab".repeat(32) },
   ...(witness === null ? {} : { witnessKey: witness.key }),
 });
+if (hold) {
+  console.log(JSON.stringify({ held: true }));
+  for await (const chunk of process.stdin) void chunk; // until the caller closes our stdin
+}
 const recorder = new EgressRecorder(log);
 const options = { guard: "off" as const, maxNewTokens: 20, eosIds: new Set([EOS]), vocabSize: V, roundTimeoutMs: 2000, recorder };
 const stats = [];

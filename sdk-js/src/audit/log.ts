@@ -20,7 +20,10 @@
  * then every checkpoint by the new key. `open` follows the chain from the header's key through
  * each rotation and takes the log back only with the key in force at its end; a rotation whose
  * signature does not verify is refused, not skipped, so a forged handover cannot take the log.
- * Not here yet (the Python writer does it): a lock against a second process appending.
+ *
+ * One writer at a time: `open` takes the storage's writer lock (`LogStorage.lock`) before it reads
+ * or creates anything and holds it until `close`, so a second process (or a second `open` in this
+ * one) is refused rather than interleaving its appends with ours.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { concatBytes, toBase64, toHex, utf8 } from "../bytes.js";
@@ -58,6 +61,14 @@ export interface LogStorage extends LogFiles {
   keepTorn(name: string, data: Uint8Array): void;
   /** Cut `file` (`segments/<name>` or `checkpoints.jsonl`) to `length` bytes; durable before it returns. */
   truncate(file: string, length: number): void;
+  /**
+   * Take the log's writer lock, creating the log's folder if need be, and return its release; throw
+   * an `AuditError` when another writer holds it. `AuditLog.open` takes it first and releases it on
+   * `close`. On Node, `logStorage(dir)` locks dir/lock as the Python writer does, so the two devices
+   * exclude each other too. Optional: a storage that only one writer can ever reach (one process
+   * owns the app's files, or `MemoryLogStorage`) may leave it out.
+   */
+  lock?(): () => void;
 }
 
 /** The device's mutual-TLS certificate as the log binds it (a `device-cert` record, §3). */
@@ -137,6 +148,8 @@ export class AuditLog {
   private readonly sessions = new Map<string, SessionEntry>();
   private segFirst = 0;
   private closed = false;
+  /** The storage's writer lock's release, held from `open` to `close` (null: the storage has none). */
+  private release: (() => void) | null = null;
   private broken: string | null = null;
   private latest: { size: number; note: string } | null = null;
   /** (size, root) of the largest checkpoint the witness cosigned, if any: the next Close proves from it. */
@@ -175,16 +188,24 @@ export class AuditLog {
       throw new AuditError("the witness key is a cosignature/v1 key (algorithm 0x04: a `server witness-key` .pub)");
     }
     const log = new AuditLog(storage, key, options.witnessKey ?? null, segmentRecords, options.clock ?? (() => new Date()));
-    if (!storage.exists()) {
-      storage.create();
-      log.appendHeader();
-    } else log.recover();
-    const device = options.device;
-    if (device !== undefined && (log.device === null || log.device.name !== device.name || log.device.certSha256 !== device.certSha256)) {
-      log.append("device-cert", { device: device.name, cert_sha256: device.certSha256 });
-      log.device = device;
+    const release = storage.lock?.() ?? null;
+    try {
+      // Decided under the lock: another writer may have created the log since we were called.
+      if (!storage.exists()) {
+        storage.create();
+        log.appendHeader();
+      } else log.recover();
+      const device = options.device;
+      if (device !== undefined && (log.device === null || log.device.name !== device.name || log.device.certSha256 !== device.certSha256)) {
+        log.append("device-cert", { device: device.name, cert_sha256: device.certSha256 });
+        log.device = device;
+      }
+      if (log.latest === null || log.latest.size !== log.size) log.checkpoint();
+    } catch (err) {
+      release?.();
+      throw err;
     }
-    if (log.latest === null || log.latest.size !== log.size) log.checkpoint();
+    log.release = release;
     return log;
   }
 
@@ -464,11 +485,16 @@ export class AuditLog {
     return this.sessions.get(session)?.ended ?? false;
   }
 
-  /** Sign the last checkpoint and refuse further appends. */
+  /** Sign the last checkpoint, refuse further appends and let another writer have the log. */
   close(): void {
     if (this.closed) return;
-    if (this.broken === null) this.checkpoint();
-    this.closed = true;
+    try {
+      if (this.broken === null) this.checkpoint();
+    } finally {
+      this.closed = true;
+      this.release?.();
+      this.release = null;
+    }
   }
 }
 

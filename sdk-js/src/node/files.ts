@@ -1,11 +1,13 @@
 /** Node's `fs` as the storage of an audit log directory: read (`LogFiles`, for `verifyLog`) and
  * written (`LogStorage`, for `AuditLog`), as audit/log.py lays it out: folders 0700, files 0600,
  * each append fsync'ed (and the folder, when it made a file) before it returns. Links and
- * non-files are refused. Also the key files and the device certificate the log binds. */
+ * non-files are refused. The writer lock is dir/lock, as audit/log.py's. Also the key files and the
+ * device certificate the log binds. */
 import { X509Certificate, createHash } from "node:crypto";
 import { closeSync, fsyncSync, ftruncateSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import type { DeviceIdentity, LogStorage } from "../audit/log.js";
+import { tryLock, unlock } from "fs-native-extensions";
+import { AuditError, type DeviceIdentity, type LogStorage } from "../audit/log.js";
 import type { LogFiles } from "../audit/scan.js";
 import { ALG_COSIGNATURE_V1, NoteKey, NoteSigner } from "../note.js";
 
@@ -68,11 +70,44 @@ function appendDurably(path: string, data: Uint8Array): void {
   if (st === undefined) fsyncFolder(dirname(path));
 }
 
+/**
+ * The writer lock of the log in `dir`: an exclusive lock on dir/lock (created 0600), held by an open
+ * descriptor until the release closes it, and by no one once the process is gone. Node has no flock,
+ * so this is fs-native-extensions' lock: on Linux an open-file-description lock (fcntl F_OFD_SETLK),
+ * which the Python writer takes beside its flock (audit/log.py `_take_lock`), so a Python and a
+ * TypeScript device exclude each other; on Apple platforms flock, the Python writer's own.
+ */
+function takeWriterLock(dir: string): () => void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const path = join(dir, "lock");
+  const st = lstatSync(path, { throwIfNoEntry: false });
+  if (st !== undefined && !st.isFile()) throw new AuditError(`${path} is not a regular file: the log's lock must be one`);
+  const fd = openSync(path, "a+", 0o600);
+  let held = false;
+  try {
+    held = tryLock(fd);
+  } finally {
+    if (!held) closeSync(fd);
+  }
+  if (!held) throw new AuditError(`the audit log ${dir} is open in another process`);
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    try {
+      unlock(fd);
+    } finally {
+      closeSync(fd);
+    }
+  };
+}
+
 /** The audit log directory `dir` on `fs`, for `AuditLog.open` (created on first use). */
 export function logStorage(dir: string): LogStorage {
   const segments = join(dir, "segments");
   return {
     ...reader(dir),
+    lock: () => takeWriterLock(dir),
     exists: () => lstatSync(segments, { throwIfNoEntry: false })?.isDirectory() ?? false,
     create: () => {
       const st = lstatSync(dir, { throwIfNoEntry: false });
