@@ -8,8 +8,11 @@ For each dev user the personal LoRA adapter is trained exactly as a device does 
 the global adapter frozen on top of the base), then the user's held-out queries — all newer than
 every history entry — are generated greedily with slm-rag (the Specialist with retrieved private
 context, `sdk.decoding.generate`) twice: on base + global, and on base + global + personal, both
-merged with `federation.adapters.apply_adapters` as inference does. Scores are ROUGE-L and
-ROUGE-1 F1 (rouge-score, stemmed) against the real bodies.
+merged with `federation.adapters.apply_adapters` as inference does. The device drafts as it
+ships (`--drafter`, default the SDK's: the merged weights converted to the int4 ONNX drafter, as
+`sdk generate --federation-state` does); `--drafter torch` runs the merged torch model (the
+reference path, and this benchmark's before issue 51). Scores are ROUGE-L and ROUGE-1 F1
+(rouge-score, stemmed) against the real bodies.
 
 The global adapter is v0 (the untrained initial one, i.e. the base model) unless ``--global-dir``
 names a trained version, so the measured difference is the personal adapter's alone. Results go
@@ -48,6 +51,7 @@ from specsteer.federation.task import (
     train_personal,
 )
 from specsteer.sdk.decoding import DecodeOptions, Specialist, generate
+from specsteer.sdk.drafters import DEFAULT_DRAFTER, DEFAULT_ONNX_PRECISION, DRAFTERS, ONNX_PRECISIONS, drafter_for
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit-bodies-dev.jsonl"
 DEFAULT_USERS = "u00,u01,u02"
@@ -65,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", default=DEFAULT_SPECIALIST)
     p.add_argument("--global-dir", type=Path, default=None, help="a global adapter version folder (default: v0)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help="the device's forwards")
+    p.add_argument("--drafter-precision", choices=ONNX_PRECISIONS, default=None, help="onnx drafter: its default")
     p.add_argument("--limit", action="store_true", help="smoke run: 1 user, 1 query, 2 steps, 16 tokens")
     p.add_argument("--out", type=Path, default=Path("docs/results"))
     args = p.parse_args(argv)
@@ -118,10 +124,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "global": apply_adapters(base, global_dir, None),
             "global+personal": apply_adapters(base, global_dir, personal_dir),
         }
+        # The drafter on each merged model, as the device builds it (None: torch's own forwards);
+        # one conversion folder per label, since a new conversion of a model's weights replaces its last.
+        drafters = {
+            label: drafter_for(
+                args.drafter,
+                args.model,
+                lm,
+                precision=args.drafter_precision,
+                cache_dir=work / "drafters" / label,
+                from_weights=args.drafter != "torch",
+            )
+            for label, lm in models.items()
+        }
         for query in data.queries[: args.queries]:
             prompt = task_prompt(query["subject"])
             for label, lm in models.items():
-                out = generate(Specialist(lm, data.profile), prompt, params, options)
+                out = generate(Specialist(lm, data.profile, drafter=drafters[label]), prompt, params, options)
                 scores = scorer.score(query["target"], out.text)
                 row = {
                     "user": user_id,
@@ -166,6 +185,8 @@ def _summarize(rows: list[dict[str, Any]], args: argparse.Namespace, cfg: TaskCo
         "users": list(per_user),
         "queries": len(pairs),
         "config": {**cfg.as_run_config(), "max_new_tokens": args.max_new_tokens, "method": "slm-rag (greedy)"},
+        "drafter": args.drafter,
+        "drafter_precision": (args.drafter_precision or DEFAULT_ONNX_PRECISION) if args.drafter == "onnx" else None,
         "rougeL": {k: statistics.fmean(r["rougeL"] for r in v) for k, v in by.items()},
         "rouge1": {k: statistics.fmean(r["rouge1"] for r in v) for k, v in by.items()},
         "rougeL_diff_mean": statistics.fmean(diffs),
@@ -178,6 +199,14 @@ def _summarize(rows: list[dict[str, Any]], args: argparse.Namespace, cfg: TaskCo
     }
 
 
+def _device_path(r: dict[str, Any]) -> str:
+    """Which forwards drafted (a result written before issue 51 has no field: the torch model)."""
+    drafter = r.get("drafter", "torch")
+    if drafter == "onnx":
+        return f"Device path: the merged weights converted to the {r['drafter_precision']} ONNX drafter (what ships)."
+    return f"Device path: the merged {drafter} model" + (" (written before issue 51)." if "drafter" not in r else ".")
+
+
 def _markdown(r: dict[str, Any]) -> str:
     c = r["config"]
     lines = [
@@ -188,7 +217,7 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Model {r['model']}; users {', '.join(r['users'])}; {r['queries']} held-out queries; "
         f"{c['personal-steps']} personal steps (batch {c['batch-size']}, lr {c['personal-lr']},"
         f" rank {c['lora-rank']}); "
-        f"greedy, {c['max_new_tokens']} new tokens; {r['seconds'] / 60:.1f} min.",
+        f"greedy, {c['max_new_tokens']} new tokens; {r['seconds'] / 60:.1f} min. {_device_path(r)}",
         "",
         "| adapters | ROUGE-L | ROUGE-1 |",
         "| --- | --- | --- |",
