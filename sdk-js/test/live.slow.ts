@@ -5,8 +5,10 @@
  * devices. Greedy, the TypeScript device's token IDs must be the Python device's on the same
  * prompt; the TypeScript device writes its audit log meanwhile, and the Python `audit verify`
  * finds it VERIFIED with the verifier's transcript (`--server-transcript`) and its witness's key
- * (the verifier cosigns each Close). Then the verifier is killed mid-generation and the TypeScript
- * device finishes alone, `fallback: "verifier-lost"`, and its log says so. Python:
+ * (the verifier cosigns each Close). Then the verifier is killed mid-generation and comes back on
+ * the same port: the TypeScript device resumes the generation in a new session and writes the
+ * uninterrupted text, its log VERIFIED with both verifiers' transcripts; then it is killed for good
+ * and the TypeScript device finishes alone, `fallback: "verifier-lost"`, and its log says so. Python:
  * $SPECSTEER_PYTHON, else the repository's .venv.
  */
 import assert from "node:assert/strict";
@@ -73,12 +75,14 @@ function py(...args: string[]): Promise<unknown> {
   });
 }
 
-async function serve(): Promise<{ proc: ChildProcess; port: number }> {
+/** A verifier on port `at` (0: any free one), its transcript in `transcript` and its witness's record
+ * of what it cosigned in `witnessState` (under `out`; one per log: the logs here share a device key). */
+async function serve(at = 0, transcript = "transcript", witnessState = "witness-state.json"): Promise<{ proc: ChildProcess; port: number }> {
   const portFile = join(out, `port-${Date.now()}`);
   const proc = spawn(
     join(dirname(python), "server"),
-    ["serve", "--generalist", join(out, "generalist"), "--specialist", join(out, "specialist"), "--tls-dir", join(out, "pki"), "--port", "0", "--port-file", portFile,
-     "--witness-key", prep.witness_key, "--transcript-dir", join(out, "transcript")],
+    ["serve", "--generalist", join(out, "generalist"), "--specialist", join(out, "specialist"), "--tls-dir", join(out, "pki"), "--port", String(at), "--port-file", portFile,
+     "--witness-key", prep.witness_key, "--witness-state", join(out, witnessState), "--transcript-dir", join(out, transcript)],
     { env, cwd: out, stdio: "ignore" },
   );
   for (let i = 0; i < 1200 && !existsSync(portFile); i++) await new Promise((r) => setTimeout(r, 100));
@@ -170,6 +174,47 @@ test("guarded greedy over mutual TLS: the TypeScript device's token IDs and guar
   assert.deepEqual(decisions, want!.stats.guard);
   assert.equal(decisions.prompt_redact, 1);
   assert.equal(g.stats.rounds, want!.stats.rounds);
+});
+
+test("the verifier killed mid-generation comes back on its port: the TypeScript device resumes, writes the uninterrupted text, and its log VERIFIES", async () => {
+  // A verifier of this test's own (its transcript holds this log's streams only), then its successor on the same port.
+  const first = await serve(0, "transcript-resume-1", "witness-state-resume.json");
+  running.push(first.proc);
+  const opts = options();
+  const t = transport(first.port);
+  const logDir = join(out, "ts-log-resumed");
+  const log = auditLog(logDir);
+  const recorder = new EgressRecorder(log);
+  const reference = await generate(drafter, prep.private_ids[1]!, prep.public_ids[1]!, DEFAULT_PARAMS, { ...opts, recorder }, t);
+  // The same generation again; once 8 tokens are committed the verifier is killed and started anew on its port.
+  let committed = 0;
+  const second: { started: Promise<{ proc: ChildProcess; port: number }> | null } = { started: null };
+  const onCommit = (ids: number[]): void => {
+    committed += ids.length;
+    if (second.started === null && committed >= 8) {
+      first.proc.kill("SIGKILL");
+      second.started = serve(first.port, "transcript-resume-2", "witness-state-resume.json"); // the same witness, restarted
+    }
+  };
+  const g = await generate(drafter, prep.private_ids[1]!, prep.public_ids[1]!, DEFAULT_PARAMS, { ...opts, onCommit, recorder, resumeWithinMs: 30_000 }, t);
+  t.close();
+  log.close();
+  assert.ok(second.started !== null, "the verifier was killed");
+  running.push((await second.started).proc);
+  console.log(`live resume: ${g.tokenIds.length} tokens, resumed ${g.stats.resumed} (${g.stats.resumeReasons}), fallback ${g.stats.fallback}`);
+  assert.deepEqual([reference.stats.witnessFaults, g.stats.witnessFaults], [[], []]);
+  assert.equal(g.stats.fallback, null, g.stats.fallbackDetail ?? "");
+  assert.equal(g.stats.resumed, 1);
+  assert.deepEqual(g.tokenIds, reference.tokenIds);
+  // Three sessions on record: the reference, the lost one (fallback verifier-lost) and the one that resumed it.
+  const records = scanLog(logStorage(logDir)).records.map((r) => parseRecord(r.data));
+  assert.deepEqual(records.filter((r) => r.kind === "fallback").map((r) => r.fields.reason), ["verifier-lost"]);
+  assert.equal(records.filter((r) => r.kind === "session-begin").length, 3);
+  const { code, report } = await auditVerify(logDir, "--key", prep.audit_pub, "--witness-key", prep.witness_pub,
+    "--server-transcript", join(out, "transcript-resume-1"), "--server-transcript", join(out, "transcript-resume-2"), "--device", "alice");
+  console.log(`audit verify (Python) on the resumed generation's log: ${report.verdict}, exit ${code}`);
+  assert.equal(report.verdict, "VERIFIED", JSON.stringify(report.checks.filter((c) => !c.ok)));
+  assert.equal(code, 0);
 });
 
 test("the verifier killed mid-generation and none to take it back: the TypeScript device finishes alone, fallback verifier-lost", async () => {
