@@ -9,6 +9,7 @@ export * from "./limits.js";
 export * from "./wire.js";
 export * from "./contract.js";
 export * from "./steering.js";
+export * from "./sampling.js";
 export * from "./merkle.js";
 export * from "./note.js";
 export * from "./witness.js";

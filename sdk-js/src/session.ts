@@ -1,7 +1,7 @@
 /**
- * The device's session loop, greedy (sdk/decoding.py's `generate`, `_steered_loop`,
- * `_local_loop`): Open with the public prompt's token IDs, then rounds of Draft - Verify - Recover
- * until the token budget is spent or an end-of-sequence token is committed, then Close. A verifier
+ * The device's session loop (sdk/decoding.py's `generate`, `_steered_loop`, `_local_loop`): Open
+ * with the public prompt's token IDs, then rounds of Draft - Verify - Recover until the token
+ * budget is spent or an end-of-sequence token is committed, then Close. A verifier
  * lost mid-generation (the stream broke or a round timed out) ends the session and the drafter
  * finishes the text alone, `stats.fallback` saying why, as the Python device does without a
  * resumable verifier. With `options.recorder` (src/audit/recorder.ts) the session writes the audit
@@ -15,13 +15,15 @@
  * placeholder IDs (`Round.literal_ids`) while the device's text keeps it, or, under keep-local,
  * the session ended on record and the text finished on the device; every decision is logged before
  * the round it shapes, and the prompt's own decision right after the Open.
- * Not here yet: sampling.
+ * Greedy by default; with `params.sampling` every token the device writes is drawn (src/sampling.ts)
+ * as the Python device draws it, from one generator per generation seeded by `options.seed`.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EgressBlocked, type EgressRecorder } from "./audit/recorder.js";
 import { ProtocolError } from "./errors.js";
 import { CloseSchema, OpenSchema, PaddedRoundSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
 import { applyDownlink } from "./steering.js";
+import { choose, DeviceRng, seedProblem } from "./sampling.js";
 import type { EgressGuard } from "./guard/guard.js";
 import { promptDecisions, type PromptPlan } from "./guard/prompt_guard.js";
 import type { Tokenizer } from "./guard/spans.js";
@@ -74,6 +76,14 @@ export interface GenerateOptions {
   maxResumes?: number;
   /** Bound on all the tries of one resume, in ms (sdk/remote.py's `connect_timeout`, 10 s). */
   resumeWithinMs?: number;
+  /** Sampling (`params.sampling`): the seed of the generation's generator (sdk/decoding.py's
+   * `DecodeOptions.seed`, default 0): numpy's `Generator(PCG64(seed))`, so one seed draws the same
+   * tokens as the Python device from the same rows. A whole number, 0 or more. Never sent. */
+  seed?: number | bigint;
+  /** Sampling: the temperature the device's draws divide their scores by (`DecodeOptions.temperature`,
+   * default 1): finite and above 0. Device-only, never sent: the cloud's ratio test does not use it.
+   * Greedy decoding ignores it (but refuses a bad one). */
+  temperature?: number;
 }
 
 /** sdk/decoding.py's `MAX_RESUMES`, and sdk/remote.py's `RESUME_ATTEMPTS` and `RESUME_BACKOFF`:
@@ -204,7 +214,8 @@ function argmaxOf(row: Float32Array, width: number): number {
 }
 
 /** Sum of log P over each candidate's tokens after the sequence's current tokens; the sequence
- * is rolled back after scoring the longer ones. */
+ * is rolled back after scoring the longer ones. In float32 and in core/sequence.py's order: the
+ * tail's terms summed first, then added to the first token's (which matters from three tokens on). */
 async function scoreContinuations(seq: DraftSequence, candidates: number[][]): Promise<number[]> {
   const base = await seq.nextLogprobs();
   const at = seq.length;
@@ -212,11 +223,13 @@ async function scoreContinuations(seq: DraftSequence, candidates: number[][]): P
   for (const c of candidates) {
     let s = base[c[0]!]!;
     if (c.length > 1) {
+      let tail = 0;
       for (let j = 1; j < c.length; j++) {
         seq.push([c[j - 1]!]);
-        s = Math.fround(s + (await seq.nextLogprobs())[c[j]!]!);
+        tail = Math.fround(tail + (await seq.nextLogprobs())[c[j]!]!);
       }
       seq.truncate(at);
+      s = Math.fround(s + tail);
     }
     scores.push(s);
   }
@@ -224,8 +237,12 @@ async function scoreContinuations(seq: DraftSequence, candidates: number[][]): P
 }
 
 /**
- * One greedy generation. `privateIds` is the rendered prompt the drafter reads (template and
- * private context); `publicIds` the raw prompt's IDs, the only prompt that goes up.
+ * One generation: greedy, or sampled when `params.sampling` (every draft token, look-ahead token,
+ * recovery, fusion and local token drawn by `choose` from one `DeviceRng(options.seed)` at
+ * `options.temperature`, in the order the Python device draws them; one candidate is taken as it
+ * is). `privateIds` is the rendered prompt the drafter reads (template and private context);
+ * `publicIds` the raw prompt's IDs, the only prompt that goes up. A bad seed or temperature is a
+ * RangeError before anything runs.
  */
 export async function generate(
   drafter: SessionDrafter,
@@ -241,11 +258,21 @@ export async function generate(
       `egress guard ${JSON.stringify(options.guard)}: pass a GuardedSession (guardGeneration) or "off" to send drafts unguarded`,
     );
   }
-  if (params.sampling) throw new RangeError("the TypeScript device decodes greedily only (sampling is not here yet)");
+  const seedError = seedProblem(options.seed ?? 0);
+  if (seedError !== null) throw new RangeError(seedError);
+  const temperature = options.temperature ?? 1;
+  if (!(typeof temperature === "number" && temperature > 0 && Number.isFinite(temperature))) {
+    throw new RangeError(`temperature must be a finite positive number; got ${String(temperature)}`);
+  }
   if (params.method !== Method.SPECSTEER && params.method !== Method.SD && params.method !== Method.FUSION) {
     throw new RangeError(`method ${params.method} is not a Draft-Verify-Recover method this loop runs`);
   }
   const width = options.width ?? options.vocabSize;
+  // sdk/decoding.py's `device_rng(options.seed)`: every draw of this generation, in order.
+  const rng = params.sampling ? new DeviceRng(options.seed ?? 0) : null;
+  /** The token the device writes from one row of its model, its padded columns left out (`_draw_token`). */
+  const drawToken = (row: Float32Array): number =>
+    rng === null ? argmaxOf(row, width) : choose(row.subarray(0, width), true, temperature, rng);
   const timeout = options.roundTimeoutMs ?? 30_000;
   const state = new State(options.eosIds, options.maxNewTokens, options.onCommit);
   const stats: GenerationStats = {
@@ -332,7 +359,7 @@ export async function generate(
     const plan = await planUplink(guarded.guard, guarded.tokenizer, state.generated.slice(0, state.generated.length - pending.length), pending, draft, {
       more: async () => {
         if (seq.length >= limit) return null;
-        const token = argmaxOf(await seq.nextLogprobs(), width);
+        const token = drawToken(await seq.nextLogprobs());
         seq.push([token]);
         return token;
       },
@@ -358,7 +385,7 @@ export async function generate(
       const drafted: number[] = [];
       const n = Math.min(params.draftLen, state.remaining);
       for (let i = 0; i < n; i++) {
-        const token = argmaxOf(await seq.nextLogprobs(), width);
+        const token = drawToken(await seq.nextLogprobs());
         drafted.push(token);
         seq.push([token]);
         if (state.eos.has(token)) break;
@@ -422,10 +449,15 @@ export async function generate(
       const row = await seq.nextLogprobs();
       const candidates = verdict.steering?.kind === "candidates" ? verdict.steering.candidates : [];
       const scores = params.alphaMilli !== 0 && candidates.length > 1 ? await scoreContinuations(seq, candidates) : candidates.map(() => 0);
-      const outcome = applyDownlink(down, draft, params, [...state.eos][0] ?? -1, options.vocabSize, {
-        nextLogprobs: () => row,
-        scoreContinuations: () => scores,
-      });
+      const outcome = applyDownlink(
+        down,
+        draft,
+        params,
+        [...state.eos][0] ?? -1,
+        options.vocabSize,
+        { nextLogprobs: () => row, scoreContinuations: () => scores },
+        rng === null ? undefined : { rng, temperature, width },
+      );
       if (outcome.continue === "none" || outcome.commitIds === null) continue;
       pending = state.commit(outcome.commitIds); // uplinked with the next round
       seq.push(pending);
@@ -469,7 +501,7 @@ export async function generate(
   }
   // The drafter alone: after a lost verifier, the rest of the budget.
   while (state.remaining > 0) {
-    const token = argmaxOf(await seq.nextLogprobs(), width);
+    const token = drawToken(await seq.nextLogprobs());
     seq.push(state.commit([token]));
   }
   const ids = state.ended ? state.generated.slice(0, -1) : state.generated;

@@ -1,10 +1,12 @@
 /**
  * SpecSteer's decision rules (core/steering.py, core/recovery.py, sdk/decoding.py's `_recover`):
- * the ratio test, the top-k steering vector and the device's greedy recovery. Float32 inputs and
- * outputs are rounded with Math.fround at each float32 operation, as numpy and torch compute them.
+ * the ratio test, the top-k steering vector and the device's recovery, greedy or sampled
+ * (src/sampling.ts's `choose`). Float32 inputs and outputs are rounded with Math.fround at each
+ * float32 operation, as numpy and torch compute them.
  */
 import { ProtocolError } from "./errors.js";
 import { GAMMA_SCALE } from "./limits.js";
+import { choose, type UniformSource } from "./sampling.js";
 import { decodeDownlink, Method, type Verdict } from "./wire.js";
 
 /** log of the smallest normal float32: a probability of 0 enters a score as this. */
@@ -121,6 +123,14 @@ export interface RecoveryParams {
   bonus: boolean;
 }
 
+/** A sampled recovery (sampling mode): the generation's generator and temperature, and for a fusion
+ * vector the columns that are tokens (`vocabulary_width`: the padded rows past it are never drawn). */
+export interface RecoveryDraw {
+  rng: UniformSource;
+  temperature: number;
+  width?: number;
+}
+
 export type RoundOutcome = {
   keptIds: number[];
   continue: "recovery" | "bonus" | "none";
@@ -129,9 +139,13 @@ export type RoundOutcome = {
 };
 
 /**
- * What the device does with a round's downlink (greedy): keep the accepted prefix; stop at an
- * accepted end-of-sequence; else recover after a rejection (or an empty draft), and after a full
- * acceptance take the steered bonus token if the session asked for one (`sd` always does).
+ * What the device does with a round's downlink: keep the accepted prefix; stop at an accepted
+ * end-of-sequence; else recover after a rejection (or an empty draft), and after a full acceptance
+ * take the steered bonus token if the session asked for one (`sd` always does). The recovery is
+ * sdk/decoding.py's `_recover`: one candidate is taken as it is (nothing drawn); otherwise greedy
+ * takes the largest score z = v + alpha log P_S^c (the first on ties), and with `draw` (sampling)
+ * one uniform from `draw.rng` picks it from softmax(z / T) (`choose`; alpha 0: z is v alone). A
+ * fusion vector is scored over the vocabulary, drawn from its first `draw.width` entries.
  */
 export function applyDownlink(
   raw: Uint8Array,
@@ -140,6 +154,7 @@ export function applyDownlink(
   eosId: number,
   vocabSize: number,
   model: DeviceScores,
+  draw?: RecoveryDraw,
 ): RoundOutcome {
   const verdict: Verdict = decodeDownlink(raw, {
     maxTopK: params.topK,
@@ -160,11 +175,13 @@ export function applyDownlink(
   const how = rejected ? "recovery" : "bonus";
   if (verdict.steering.kind === "fusion") {
     const scores = recoveryScores(verdict.steering.values, model.nextLogprobs(), alpha);
-    return { keptIds: kept, continue: how, commitIds: [argmax(scores)], scores };
+    const token = draw === undefined ? argmax(scores) : choose(scores.slice(0, draw.width ?? scores.length), true, draw.temperature, draw.rng);
+    return { keptIds: kept, continue: how, commitIds: [token], scores };
   }
   const { candidates, values } = verdict.steering;
+  // alpha 0: recoveryScores is v itself, P_S^c never read (0 * -inf would be NaN).
   const scores = recoveryScores(values, model.scoreContinuations(candidates), alpha);
-  // One candidate is taken as it is; otherwise the largest score, the first on ties.
-  const pick = candidates.length === 1 ? 0 : argmax(scores);
+  // One candidate is taken as it is (no draw); otherwise the largest score, the first on ties, or a draw.
+  const pick = candidates.length === 1 ? 0 : draw === undefined ? argmax(scores) : choose(scores, true, draw.temperature, draw.rng);
   return { keptIds: kept, continue: how, commitIds: candidates[pick]!, scores };
 }

@@ -26,6 +26,7 @@ import { replayAudit } from "./replay-audit.js";
 import { replayPrompts } from "./replay-prompts.js";
 import { replayRetrieval } from "./replay-retrieval.js";
 import { replayGuardRounds, replayGuardSpans } from "./replay-guard.js";
+import { replayDraws } from "./replay-draws.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
@@ -36,6 +37,7 @@ const REPLAYERS: Record<string, (doc: any) => Result[] | Promise<Result[]>> = {
   "steering/verify.json": replayVerify,
   "steering/candidates.json": replayCandidates,
   "steering/recovery.json": replayRecovery,
+  "steering/draws.json": replayDraws,
   "witness/decisions.json": replayWitness,
   "audit/cases.json": replayAudit,
   "prompts/render.json": replayPrompts,

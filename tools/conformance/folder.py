@@ -12,6 +12,7 @@ from specsteer.audit import records
 from specsteer.core.proto import verifier_pb2 as pb
 from tools.conformance import (
     audit_logs,
+    draws,
     frames,
     guard,
     prompts,
@@ -34,6 +35,7 @@ _FILES: tuple[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]]
     (steering.VERIFY_FILE, steering.build_verify, steering.check_verify),
     (steering.CANDIDATES_FILE, steering.build_candidates, steering.check_candidates),
     (steering.RECOVERY_FILE, steering.build_recovery, steering.check_recovery),
+    (draws.FILE, draws.build, draws.check),
     (witness.FILE, witness.build, witness.check),
     (prompts.FILE, prompts.build, prompts.check),
     (retrieval.FILE, retrieval.build, retrieval.check),
