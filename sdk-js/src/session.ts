@@ -456,7 +456,7 @@ export async function generate(
         [...state.eos][0] ?? -1,
         options.vocabSize,
         { nextLogprobs: () => row, scoreContinuations: () => scores },
-        rng === null ? undefined : { rng, temperature, width },
+        rng === null ? { width } : { rng, temperature, width },
       );
       if (outcome.continue === "none" || outcome.commitIds === null) continue;
       pending = state.commit(outcome.commitIds); // uplinked with the next round

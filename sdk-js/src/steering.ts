@@ -123,11 +123,12 @@ export interface RecoveryParams {
   bonus: boolean;
 }
 
-/** A sampled recovery (sampling mode): the generation's generator and temperature, and for a fusion
- * vector the columns that are tokens (`vocabulary_width`: the padded rows past it are never drawn). */
+/** How the device picks its recovery: for a fusion vector, the columns that are tokens
+ * (`vocabulary_width`: the padded rows past it are never taken, greedy or drawn); in sampling mode,
+ * the generation's generator and temperature (`rng` absent: greedy). */
 export interface RecoveryDraw {
-  rng: UniformSource;
-  temperature: number;
+  rng?: UniformSource;
+  temperature?: number;
   width?: number;
 }
 
@@ -145,7 +146,7 @@ export type RoundOutcome = {
  * sdk/decoding.py's `_recover`: one candidate is taken as it is (nothing drawn); otherwise greedy
  * takes the largest score z = v + alpha log P_S^c (the first on ties), and with `draw` (sampling)
  * one uniform from `draw.rng` picks it from softmax(z / T) (`choose`; alpha 0: z is v alone). A
- * fusion vector is scored over the vocabulary, drawn from its first `draw.width` entries.
+ * fusion vector is scored over the vocabulary and picked (greedy or drawn) from its first `draw.width` entries.
  */
 export function applyDownlink(
   raw: Uint8Array,
@@ -175,13 +176,14 @@ export function applyDownlink(
   const how = rejected ? "recovery" : "bonus";
   if (verdict.steering.kind === "fusion") {
     const scores = recoveryScores(verdict.steering.values, model.nextLogprobs(), alpha);
-    const token = draw === undefined ? argmax(scores) : choose(scores.slice(0, draw.width ?? scores.length), true, draw.temperature, draw.rng);
+    const tokens = scores.slice(0, draw?.width ?? scores.length);
+    const token = draw?.rng === undefined ? argmax(tokens) : choose(tokens, true, draw.temperature ?? 1, draw.rng);
     return { keptIds: kept, continue: how, commitIds: [token], scores };
   }
   const { candidates, values } = verdict.steering;
   // alpha 0: recoveryScores is v itself, P_S^c never read (0 * -inf would be NaN).
   const scores = recoveryScores(values, model.scoreContinuations(candidates), alpha);
   // One candidate is taken as it is (no draw); otherwise the largest score, the first on ties, or a draw.
-  const pick = candidates.length === 1 ? 0 : draw === undefined ? argmax(scores) : choose(scores, true, draw.temperature, draw.rng);
+  const pick = candidates.length === 1 ? 0 : draw?.rng === undefined ? argmax(scores) : choose(scores, true, draw.temperature ?? 1, draw.rng);
   return { keptIds: kept, continue: how, commitIds: candidates[pick]!, scores };
 }

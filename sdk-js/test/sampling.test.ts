@@ -8,12 +8,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { CandidateSchema, DownlinkSchema } from "../src/gen/verifier_pb.js";
+import { CandidateSchema, DownlinkSchema, FusionVectorSchema } from "../src/gen/verifier_pb.js";
 import { choose, DeviceRng, inverseCdf } from "../src/sampling.js";
 import { generate, type DraftSequence, type GenerateOptions } from "../src/session.js";
-import { RULED_OUT } from "../src/steering.js";
+import { applyDownlink, RULED_OUT } from "../src/steering.js";
 import { FrameQueue, VerifierLost, type Transport, type VerifierStream } from "../src/transport.js";
-import { decodeUplink, type RoundFrame } from "../src/wire.js";
+import { decodeUplink, Method, type RoundFrame } from "../src/wire.js";
 import { drafter, draftNext, EOS, fakeVerifier, params, TableSequence, targetNext, V } from "./fake-verifier.js";
 
 const sampled = { ...params, sampling: true };
@@ -227,5 +227,19 @@ test("draws never pick an entry of weight 0: -inf, or ruled out", async () => {
     }
     const w = row.map((s) => (s > RULED_OUT ? Math.exp(s) : 0));
     for (const u of [0, 1 - 2 ** -53]) assert.ok(w[inverseCdf(w, u)]! > 0);
+  }
+});
+
+test("a fusion vector's padded columns (past the vocabulary's width) are never taken, greedy or drawn", () => {
+  // A cloud that puts its largest value on a padded row (index 7 of 8; the tokens are 0..5).
+  const values = new Float32Array([-3, -2, -1, -4, -5, -6, -7, 0]);
+  const raw = toBinary(DownlinkSchema, create(DownlinkSchema, { seq: 1, accepted: 0, fusion: create(FusionVectorSchema, { values: new Uint8Array(values.buffer) }) }));
+  const fusionParams = { ...params, method: Method.FUSION, draftLen: 0, alphaMilli: 0, topK: 10, bonus: false };
+  const model = { nextLogprobs: () => new Float32Array(8).fill(-2), scoreContinuations: () => [] };
+  const greedy = applyDownlink(raw, [], fusionParams, EOS, 8, model, { width: 6 });
+  assert.deepEqual(greedy.commitIds, [2]);
+  for (let seed = 0; seed < 20; seed++) {
+    const drawn = applyDownlink(raw, [], fusionParams, EOS, 8, model, { rng: new DeviceRng(seed), temperature: 1, width: 6 });
+    assert.ok(drawn.commitIds![0]! < 6, `seed ${seed} drew padded column ${drawn.commitIds![0]}`);
   }
 });
