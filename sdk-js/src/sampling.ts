@@ -208,9 +208,10 @@ export function inverseCdf(weights: Float32Array, uniform: number): number {
   throw new RangeError("every weight is 0: nothing to draw");
 }
 
-function firstMax(xs: Float32Array): number {
+/** Index of the largest score, the first on ties (greedy decoding, and `choose` without sampling). */
+export function argmax(scores: ArrayLike<number>): number {
   let best = 0;
-  for (let i = 1; i < xs.length; i++) if (xs[i]! > xs[best]!) best = i;
+  for (let i = 1; i < scores.length; i++) if (scores[i]! > scores[best]!) best = i;
   return best;
 }
 
@@ -227,13 +228,13 @@ export function choose(scores: ArrayLike<number>, sampling: boolean, temperature
   if (n === 0) throw new RangeError("no scores to choose from");
   const x = Float32Array.from(scores);
   for (let i = 0; i < n; i++) if (Number.isNaN(x[i])) throw new RangeError("the scores hold NaN: no token can be ranked or drawn");
-  if (!sampling) return firstMax(x);
+  if (!sampling) return argmax(x);
   if (rng === null) throw new RangeError("a sampled choice needs a source of uniforms");
   const t = Math.fround(temperature);
   const scaled = temperature === 1 ? x : x.map((s) => s / t); // Float32Array.map rounds each to float32
   let max = -Infinity;
   for (let i = 0; i < n; i++) if (scaled[i]! > max) max = scaled[i]!;
-  if (!Number.isFinite(max)) return firstMax(x);
+  if (!Number.isFinite(max)) return argmax(x);
   // numpy's float32 exp may be an ulp or two from this (the header says what that changes).
   const weights = new Float32Array(n);
   for (let i = 0; i < n; i++) weights[i] = Math.exp(Math.fround(scaled[i]! - max));

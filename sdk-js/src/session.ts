@@ -23,7 +23,7 @@ import { EgressBlocked, type EgressRecorder } from "./audit/recorder.js";
 import { ProtocolError } from "./errors.js";
 import { CloseSchema, OpenSchema, PaddedRoundSchema, RoundSchema, SessionParamsSchema, UplinkSchema, WitnessRequestSchema } from "./gen/verifier_pb.js";
 import { applyDownlink } from "./steering.js";
-import { choose, DeviceRng, seedProblem } from "./sampling.js";
+import { argmax, choose, DeviceRng, seedProblem } from "./sampling.js";
 import type { EgressGuard } from "./guard/guard.js";
 import { promptDecisions, type PromptPlan } from "./guard/prompt_guard.js";
 import type { Tokenizer } from "./guard/spans.js";
@@ -207,12 +207,6 @@ class State {
   }
 }
 
-function argmaxOf(row: Float32Array, width: number): number {
-  let best = 0;
-  for (let j = 1; j < width; j++) if (row[j]! > row[best]!) best = j;
-  return best;
-}
-
 /** Sum of log P over each candidate's tokens after the sequence's current tokens; the sequence
  * is rolled back after scoring the longer ones. In float32 and in core/sequence.py's order: the
  * tail's terms summed first, then added to the first token's (which matters from three tokens on). */
@@ -272,7 +266,7 @@ export async function generate(
   const rng = params.sampling ? new DeviceRng(options.seed ?? 0) : null;
   /** The token the device writes from one row of its model, its padded columns left out (`_draw_token`). */
   const drawToken = (row: Float32Array): number =>
-    rng === null ? argmaxOf(row, width) : choose(row.subarray(0, width), true, temperature, rng);
+    rng === null ? argmax(row.subarray(0, width)) : choose(row.subarray(0, width), true, temperature, rng);
   const timeout = options.roundTimeoutMs ?? 30_000;
   const state = new State(options.eosIds, options.maxNewTokens, options.onCommit);
   const stats: GenerationStats = {

@@ -6,7 +6,7 @@
  */
 import { ProtocolError } from "./errors.js";
 import { GAMMA_SCALE } from "./limits.js";
-import { choose, type UniformSource } from "./sampling.js";
+import { argmax, choose, type UniformSource } from "./sampling.js";
 import { decodeDownlink, Method, type Verdict } from "./wire.js";
 
 /** log of the smallest normal float32: a probability of 0 enters a score as this. */
@@ -102,13 +102,6 @@ export function recoveryScores(values: ArrayLike<number>, logpSc: ArrayLike<numb
   return v.map((x, i) => Math.fround(x + Math.fround(a * floored(logpSc[i]!))));
 }
 
-/** Index of the largest score, the first on ties. */
-export function argmax(scores: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < scores.length; i++) if (scores[i]! > scores[best]!) best = i;
-  return best;
-}
-
 /** What the device's own model says, for a recovery: the next-token row and candidates' sequences. */
 export interface DeviceScores {
   nextLogprobs(): ArrayLike<number>;
@@ -174,16 +167,16 @@ export function applyDownlink(
   }
   const alpha = params.alphaMilli / 1000;
   const how = rejected ? "recovery" : "bonus";
+  // Greedy: the largest score, the first on ties; sampling: one draw from softmax(scores / T).
+  const pick = (xs: ArrayLike<number>): number =>
+    draw?.rng === undefined ? argmax(xs) : choose(xs, true, draw.temperature ?? 1, draw.rng);
   if (verdict.steering.kind === "fusion") {
     const scores = recoveryScores(verdict.steering.values, model.nextLogprobs(), alpha);
-    const tokens = scores.slice(0, draw?.width ?? scores.length);
-    const token = draw?.rng === undefined ? argmax(tokens) : choose(tokens, true, draw.temperature ?? 1, draw.rng);
-    return { keptIds: kept, continue: how, commitIds: [token], scores };
+    return { keptIds: kept, continue: how, commitIds: [pick(scores.slice(0, draw?.width ?? scores.length))], scores };
   }
   const { candidates, values } = verdict.steering;
   // alpha 0: recoveryScores is v itself, P_S^c never read (0 * -inf would be NaN).
   const scores = recoveryScores(values, model.scoreContinuations(candidates), alpha);
-  // One candidate is taken as it is (no draw); otherwise the largest score, the first on ties, or a draw.
-  const pick = candidates.length === 1 ? 0 : draw?.rng === undefined ? argmax(scores) : choose(scores, true, draw.temperature ?? 1, draw.rng);
-  return { keptIds: kept, continue: how, commitIds: candidates[pick]!, scores };
+  // One candidate is taken as it is (no draw).
+  return { keptIds: kept, continue: how, commitIds: candidates[candidates.length === 1 ? 0 : pick(scores)]!, scores };
 }
