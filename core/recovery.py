@@ -23,6 +23,7 @@ __all__ = [
     "DRAW_BLOCK",
     "LOGP_FLOOR",
     "RULED_OUT",
+    "block_sums",
     "choose",
     "device_rng",
     "floored",
@@ -115,15 +116,20 @@ def choose(
 DRAW_BLOCK = 1024
 
 
+def block_sums(weights: NDArray[np.float32]) -> NDArray[np.float64]:
+    """The float64 sums of `weights`' `DRAW_BLOCK`-entry blocks (the last may be shorter), in numpy's
+    order (pairwise summation): what a second device must reproduce bit for bit."""
+    full = len(weights) - len(weights) % DRAW_BLOCK
+    sums = weights[:full].reshape(-1, DRAW_BLOCK).sum(axis=1, dtype=np.float64)
+    if full < len(weights):
+        sums = np.append(sums, weights[full:].sum(dtype=np.float64))
+    return sums
+
+
 def inverse_cdf(weights: NDArray[np.float32], uniform: float) -> int:
     """The first index whose cumulative weight (summed in float64) exceeds `uniform` (in [0, 1)) times
     the total: an entry of weight 0 is never drawn. Two levels, blocks then one block's entries."""
-    n = len(weights)
-    full = n - n % DRAW_BLOCK
-    sums = weights[:full].reshape(-1, DRAW_BLOCK).sum(axis=1, dtype=np.float64)
-    if full < n:
-        sums = np.append(sums, weights[full:].sum(dtype=np.float64))
-    ends = np.cumsum(sums)
+    ends = np.cumsum(block_sums(weights))
     target = uniform * ends[-1]
     block = min(int(np.searchsorted(ends, target, side="right")), len(ends) - 1)
     start = block * DRAW_BLOCK

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specsteer.core.cli import EXIT_OK, Parser, reported
-from specsteer.core.recovery import DRAW_BLOCK, RULED_OUT, choose, device_rng, inverse_cdf
+from specsteer.core.recovery import DRAW_BLOCK, RULED_OUT, block_sums, choose, device_rng, inverse_cdf
 from tools.conformance.common import ConformanceError, dec, enc, f32, mismatch
 
 FILE = "steering/draws.json"
@@ -111,15 +111,6 @@ def recipe_weights(r: dict[str, Any]) -> NDArray[np.float32]:
     if r["tail"]:
         w[n - r["tail"] :] = 0
     return w
-
-
-def block_sums(weights: NDArray[np.float32]) -> NDArray[np.float64]:
-    """numpy's float64 sums of the 1,024-entry blocks, as `inverse_cdf` takes them (pairwise summation)."""
-    full = len(weights) - len(weights) % DRAW_BLOCK
-    sums = weights[:full].reshape(-1, DRAW_BLOCK).sum(axis=1, dtype=np.float64)
-    if full < len(weights):
-        sums = np.append(sums, weights[full:].sum(dtype=np.float64))
-    return sums
 
 
 # -- choose ------------------------------------------------------------------------------------------------
