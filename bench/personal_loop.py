@@ -329,6 +329,7 @@ class Row:
     gamma: float = GAMMA  # specsteer's ratio-test threshold
     alpha: float = ALPHA  # specsteer's recovery weight
     gate: Gate | None = None  # specsteer's certainty gate (certainty, gamma_uncertain); None: the paper's rule
+    gamma_form: float | None = None  # specsteer's form rule; None: the paper's rule
 
 
 def rows_for(
@@ -336,12 +337,14 @@ def rows_for(
     gammas: Sequence[float] = (),
     alphas: Sequence[float] = (),
     gates: Sequence[tuple[float, Gate]] = (),
+    forms: Sequence[tuple[float, float]] = (),
 ) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
     explains them, last; the sweep's `specsteer+adapters` rows before it); so a run cut short has
     the comparisons on as many queries as possible. Each gate ((gamma, (certainty, gamma_uncertain)))
-    is swept with the adapters and on the base weights (beside `specsteer`)."""
+    and each form rule ((gamma, gamma_form)) is swept with the adapters and on the base weights
+    (beside `specsteer`)."""
     passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
@@ -353,9 +356,11 @@ def rows_for(
     swept = [Row(sweep_label(variant, g), SPECSTEER, variant, g) for g in gammas]
     swept += [Row(sweep_label(variant, GAMMA, a), SPECSTEER, variant, GAMMA, a) for a in alphas if a != ALPHA]
     swept += [Row(sweep_label(variant, g, gate=gate), SPECSTEER, variant, g, gate=gate) for g, gate in gates]
+    swept += [Row(sweep_label(variant, g, gamma_form=f), SPECSTEER, variant, g, gamma_form=f) for g, f in forms]
     if swept:
         passes.append(swept)
     base = [Row(sweep_label(None, g, gate=gate), SPECSTEER, None, g, gate=gate) for g, gate in gates]
+    base += [Row(sweep_label(None, g, gamma_form=f), SPECSTEER, None, g, gamma_form=f) for g, f in forms]
     passes.append([Row(SPECSTEER, SPECSTEER, None), *base])
     return passes
 
@@ -445,6 +450,7 @@ class Generator:
                 alpha=row.alpha,
                 certainty=certainty,
                 gamma_uncertain=gamma_uncertain,
+                gamma_form=row.gamma_form,
                 adapter_version=version,
             )
             verifier = cloud
@@ -561,6 +567,13 @@ def build_parser() -> argparse.ArgumentParser:
         "comma-separated GAMMA:CERTAINTY:GAMMA_UNCERTAIN (docs/algorithm.md, 'The certainty gate')",
     )
     p.add_argument(
+        "--forms",
+        type=_forms,
+        default=(),
+        help="also run specsteer (with the adapters and on the base weights) under the form rule: "
+        "comma-separated GAMMA:GAMMA_FORM (docs/algorithm.md, 'The form rule')",
+    )
+    p.add_argument(
         "--rows",
         nargs="+",
         default=None,
@@ -607,6 +620,16 @@ def _gates(text: str) -> tuple[tuple[float, Gate], ...]:
     return tuple(out)
 
 
+def _forms(text: str) -> tuple[tuple[float, float], ...]:
+    out = []
+    for item in text.split(","):
+        values = _numbers(item.replace(":", ","), "form rule") if item.count(":") == 1 else ()
+        if not values:
+            raise argparse.ArgumentTypeError(f"a form rule is GAMMA:GAMMA_FORM: {item!r}")
+        out.append((values[0], values[1]))
+    return tuple(out)
+
+
 def _say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -649,7 +672,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     )
     training = Training(args.work / spec.variant, spec, args.threads, not args.skip_v0_eval)
 
-    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas, args.gates) for r in rows]
+    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas, args.gates, args.forms) for r in rows]
     wanted = [r for r in every if args.rows is None or r.label in args.rows]
     if args.rows is not None and not wanted:
         raise ConfigError(f"none of --rows {' '.join(args.rows)} is a row of this run.")
@@ -687,7 +710,7 @@ def _generate(
     torch.set_num_threads(args.threads)
     passes = [
         [r for r in rows if args.rows is None or r.label in args.rows]
-        for rows in rows_for(training.spec.variant, args.gammas, args.alphas, args.gates)
+        for rows in rows_for(training.spec.variant, args.gammas, args.alphas, args.gates, args.forms)
     ]
     passes = [rows for rows in passes if rows]
     states = training.device_states() if any(r.variant is not None for rows in passes for r in rows) else {}

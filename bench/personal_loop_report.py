@@ -13,7 +13,7 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.attribution import AuthorClassifier, ProfileDistance
 from bench.plotting import figure, plotted
@@ -52,29 +52,47 @@ def adapter_label(method: str, variant: str) -> str:
 Gate = tuple[float, float]  # the certainty gate: (certainty, gamma_uncertain); see SessionParams
 
 
-def sweep_label(variant: str | None, gamma: float, alpha: float = ALPHA, gate: Gate | None = None) -> str:
-    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--gates`): the same adapters
-    at another gamma, recovery weight alpha or certainty gate (the label names alpha and the gate only
-    when they are not the default); `variant` None: `specsteer` on the base weights at that setting."""
+def sweep_label(
+    variant: str | None, gamma: float, alpha: float = ALPHA, gate: Gate | None = None, gamma_form: float | None = None
+) -> str:
+    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--gates`, `--forms`): the
+    same adapters at another gamma, recovery weight alpha, certainty gate or form rule (the label
+    names alpha, the gate and the form rule only when they are not the default); `variant` None:
+    `specsteer` on the base weights at that setting."""
     extra = "" if alpha == ALPHA else f", alpha {alpha:g}"
     extra += "" if gate is None else f", gate {gate[0]:g}/{gate[1]:g}"
+    extra += "" if gamma_form is None else f", form {gamma_form:g}"
     return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
 
 
-def swept_setting(label: str, variant: str | None) -> tuple[float, float, float, float] | None:
-    """The (gamma, alpha, certainty, gamma_uncertain) of `variant`'s sweep row `label`
-    (`sweep_label`'s inverse; certainty 0 without a gate); None for any other row."""
+class SweptSetting(NamedTuple):
+    """A sweep row's setting; certainty 0 without a gate, gamma_form None without the form rule."""
+
+    gamma: float
+    alpha: float
+    certainty: float
+    gamma_uncertain: float
+    gamma_form: float | None
+
+    def order(self) -> tuple[float, ...]:
+        return (*self[:4], -1.0 if self.gamma_form is None else self.gamma_form)
+
+
+def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
+    """The setting of `variant`'s sweep row `label` (`sweep_label`'s inverse); None for any other row."""
     prefix = _sweep_prefix(variant)
     if not (label.startswith(prefix) and label.endswith(")")):
         return None
-    rest, _, gate = label[len(prefix) : -1].partition(", gate ")
+    rest, _, form = label[len(prefix) : -1].partition(", form ")
+    rest, _, gate = rest.partition(", gate ")
     gamma, _, alpha = rest.partition(", alpha ")
     certainty, _, gamma_uncertain = gate.partition("/")
-    return (
+    return SweptSetting(
         float(gamma),
         float(alpha) if alpha else ALPHA,
         float(certainty) if gate else 0.0,
         float(gamma_uncertain) if gate else 0.0,
+        float(form) if form else None,
     )
 
 
@@ -220,11 +238,11 @@ def write_report(
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
     # The sweep's rows in the runs log (whichever command wrote them), by training (the base
-    # weights' first), then gamma, alpha and gate.
+    # weights' first), then gamma, alpha, gate and form rule.
     settings = {
         (v, r["config"]): g for r in rows for v in (None, *variants) if (g := swept_setting(r["config"], v)) is not None
     }
-    swept = sorted(settings, key=lambda key: (key[0] or "", settings[key]))
+    swept = sorted(settings, key=lambda key: (key[0] or "", settings[key].order()))
     labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries, delta)
     result = {
@@ -249,9 +267,10 @@ def write_report(
             "generalist": args.generalist,
             "gamma": GAMMA,
             "alpha": ALPHA,
-            "gammas_swept": sorted({settings[key][0] for key in swept}),
-            "alphas_swept": sorted({settings[key][1] for key in swept}),
-            "gates_swept": sorted({settings[key][2:] for key in swept if settings[key][2]}),
+            "gammas_swept": sorted({settings[key].gamma for key in swept}),
+            "alphas_swept": sorted({settings[key].alpha for key in swept}),
+            "gates_swept": sorted({settings[key][2:4] for key in swept if settings[key].certainty}),
+            "forms_swept": sorted({f for key in swept if (f := settings[key].gamma_form) is not None}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' style part only",

@@ -81,6 +81,10 @@ class SessionParams:
     gate"), an extension of the paper's ratio test: a draft unit where the Generalist's most likely
     token has probability below `certainty` is tested against `gamma_uncertain` instead of `gamma`.
     `certainty` 0 (the default) is the paper's rule: one gamma everywhere.
+
+    `gamma_form` is the form rule (docs/algorithm.md, "The form rule"), another extension: a draft
+    unit of layout and punctuation only (no letter or digit) is tested against `gamma_form`
+    instead. None (the default) is the paper's rule.
     """
 
     method: Method = Method.SPECSTEER
@@ -95,6 +99,7 @@ class SessionParams:
     padded_frames: bool = False  # constant-size rounds on the wire (core/wire.py, PaddedRound)
     certainty: float = 0.0  # the certainty gate's threshold on P_G's top probability (0: off)
     gamma_uncertain: float = 0.1  # the ratio test's gamma where P_G is below `certainty`
+    gamma_form: float | None = None  # the form rule's gamma for drafts of layout and punctuation (None: off)
 
     def __post_init__(self) -> None:
         # An app may name the method and policy as the CLI does ("slm"); the fields hold the enums.
@@ -115,6 +120,8 @@ class SessionParams:
             )
         if self.certainty and self.method is not Method.SPECSTEER:
             raise ConfigError(f"the certainty gate is part of specsteer's ratio test; {self.method.value} has none")
+        if self.gamma_form is not None:
+            _check_gamma_form(self.gamma_form, self.method)
         if not (0.0 <= self.alpha <= ALPHA_MAX) or self.alpha != round(self.alpha * ALPHA_SCALE) / ALPHA_SCALE:
             raise ConfigError(f"alpha must be in [0, {ALPHA_MAX:g}] with a resolution of 0.001; got {self.alpha}")
         if self.top_k < 1:
@@ -131,6 +138,16 @@ class SessionParams:
             raise ConfigError("sd runs in greedy mode only: its sampling rule would need the draft probabilities")
         if not (0 <= self.adapter_version <= MAX_ADAPTER_VERSION):
             raise ConfigError(f"adapter version must be in [0, {MAX_ADAPTER_VERSION}]")
+
+
+def _check_gamma_form(form: float, method: Method) -> None:
+    problem = setting_type_problem("gamma_form", form, float)
+    if problem is not None:
+        raise ConfigError(f"{problem} (or None: the form rule off)")
+    if not (0.0 <= form <= GAMMA_MAX) or form != round(form * GAMMA_SCALE) / GAMMA_SCALE:
+        raise ConfigError(f"gamma_form must be in [0, {GAMMA_MAX:g}] with a resolution of 1e-6; got {form}")
+    if method is not Method.SPECSTEER:
+        raise ConfigError(f"the form rule is part of specsteer's ratio test; {method.value} has none")
 
 
 def _member(enum: type[_E], name: str, value: object) -> _E:

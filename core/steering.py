@@ -7,6 +7,8 @@ Log-probabilities are fp32 log-softmax values.
 
 - `verify_ratios`: SpecSteer's ratio test, greedy or sampling (per token or per segment).
 - `gated_gammas`: each unit's gamma under the certainty gate (an extension of the paper's rule).
+- `is_form_text` / `form_gammas`: the form rule, a lower gamma for drafts of layout and
+  punctuation only (another extension).
 - `verify_exact_greedy`: standard speculative decoding's greedy rule (the `sd` baseline).
 - `steering_candidates` / `steering_values`: the top-k steering vector (guardrail or literal policy).
 - `align_segments`: cross-vocabulary verification units from two tokenizations of one text.
@@ -31,7 +33,9 @@ __all__ = [
     "acceptance_probability",
     "align_segments",
     "floored",
+    "form_gammas",
     "gated_gammas",
+    "is_form_text",
     "log_gamma",
     "log_softmax",
     "refuse_nan",
@@ -89,6 +93,27 @@ def gated_gammas(top_logps: Sequence[float], gamma: float, *, certainty: float, 
     return [gamma if top >= floor else gamma_uncertain for top in top_logps]
 
 
+def is_form_text(text: str) -> bool:
+    """Whether a token's text is form only (docs/algorithm.md, "The form rule"): whitespace,
+    punctuation and symbols, no letter or digit of any script. Empty text (a special token) and a
+    piece of a character (byte-level tokens decode one to U+FFFD) are not form: what they stand
+    for is unknown here, so the paper's test decides them."""
+    return bool(text) and "\ufffd" not in text and not any(ch.isalnum() for ch in text)
+
+
+def form_gammas(gammas: Sequence[float], is_form: Sequence[bool], gamma_form: float | None) -> list[float]:
+    """Each unit's ratio-test gamma under the form rule (docs/algorithm.md, "The form rule"): a
+    unit whose every token is form (`is_form_text`: layout, punctuation) is tested at `gamma_form`,
+    any other at its gamma from `gammas` (the paper's, or the certainty gate's). A lower
+    `gamma_form` keeps more of the device's form (where a line ends, how a list is marked) while
+    every word, name and number still meets the cloud's test. `gamma_form` None: off."""
+    if len(gammas) != len(is_form):
+        raise ValueError(f"one form flag per unit: {len(is_form)} flags for {len(gammas)} units")
+    if gamma_form is None:
+        return list(gammas)
+    return [gamma_form if form else gamma for gamma, form in zip(gammas, is_form, strict=True)]
+
+
 def verify_ratios(
     log_ratios: Sequence[float],
     gamma: float | Sequence[float],
@@ -101,7 +126,7 @@ def verify_ratios(
     A unit's log ratio is log P_G - log P_S^0 of its tokens. Greedy: accept iff
     P_G > gamma * P_S^0 (strict). Sampling: accept with probability min(1, P_G / (gamma * P_S^0)),
     i.e. iff u < that, with `uniforms[i]` ~ U[0, 1) drawn by the caller. Stops at the first rejection.
-    `gamma` is one threshold for every unit, or one per unit (`gated_gammas`).
+    `gamma` is one threshold for every unit, or one per unit (`gated_gammas`, `form_gammas`).
 
     A unit P_G rules out (ratio -inf, or NaN for 0/0) is rejected in both modes, for every gamma,
     0 included: greedy's 0 > gamma * P_S^0 is false, and sampling takes the limit gamma -> 0+ of

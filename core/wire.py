@@ -69,6 +69,7 @@ def params_to_proto(params: SessionParams) -> pb.SessionParams:
         # Both 0 with the gate off: a session on the paper's rule has the bytes it had before the gate.
         certainty_ppm=round(params.certainty * GAMMA_SCALE),
         gamma_uncertain_ppm=round(params.gamma_uncertain * GAMMA_SCALE) if params.certainty else 0,
+        gamma_form_ppm=None if params.gamma_form is None else round(params.gamma_form * GAMMA_SCALE),
     )
 
 
@@ -96,6 +97,7 @@ def params_from_proto(msg: pb.SessionParams) -> SessionParams:
             gamma_uncertain=msg.gamma_uncertain_ppm / GAMMA_SCALE
             if msg.certainty_ppm
             else SessionParams.gamma_uncertain,
+            gamma_form=msg.gamma_form_ppm / GAMMA_SCALE if msg.HasField("gamma_form_ppm") else None,
         )
     except ConfigError as exc:
         raise ProtocolError(f"session parameters out of range: {exc}") from exc

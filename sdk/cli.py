@@ -74,6 +74,13 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gamma-uncertain", type=number(), default=0.1, help="the gate's threshold where the cloud is uncertain"
     )
+    p.add_argument(
+        "--gamma-form",
+        type=number(),
+        default=None,
+        help="the form rule (docs/algorithm.md): drafts of layout and punctuation only (no letter or digit) are "
+        "tested at this gamma instead (default: off, the paper's rule)",
+    )
     p.add_argument("--alpha", type=finite_float, default=None, help="steering strength (default 1.0; llm: 0)")
     p.add_argument("--top-k", type=whole_number(), default=10, help="steering candidates per recovery")
     p.add_argument(
@@ -242,6 +249,7 @@ def session_params(args: argparse.Namespace) -> SessionParams:
         gamma=args.gamma,
         certainty=args.certainty,
         gamma_uncertain=args.gamma_uncertain,
+        gamma_form=args.gamma_form,
         alpha=alpha,
         top_k=args.top_k,
         draft_len=draft_len,

@@ -82,6 +82,7 @@ class GenerationSettings(TypedDict, total=False):
     padded_frames: bool
     certainty: float  # the certainty gate (docs/algorithm.md); 0, the default, is the paper's rule
     gamma_uncertain: float
+    gamma_form: float | None  # the form rule (docs/algorithm.md); None, the default, is the paper's rule
     # DecodeOptions: stay on the device.
     max_new_tokens: int
     temperature: float

@@ -41,6 +41,7 @@ from specsteer.core.session_types import (
     Verdict,
 )
 from specsteer.core.steering import (
+    form_gammas,
     gated_gammas,
     refuse_nan,
     steering_candidates,
@@ -358,6 +359,10 @@ class CloudSession:
                 certainty=params.certainty,
                 gamma_uncertain=params.gamma_uncertain,
             )
+            if params.gamma_form is not None:
+                form = self.verifier.s_codec.form_ids
+                is_form = [all(t in form for t in draft[u.s_start : u.s_stop]) for u in units]
+                gammas = form_gammas(gammas, is_form, params.gamma_form)
             n_units = verify_ratios(ratios, gammas, sampling=params.sampling, uniforms=uniforms)
         accepted = units[n_units - 1].s_stop if n_units else 0
 

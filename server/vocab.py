@@ -8,9 +8,12 @@ U+FFFD ends inside a character and is never a boundary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import cast
 
 from transformers import PreTrainedTokenizerBase
+
+from specsteer.core.steering import is_form_text
 
 REPLACEMENT = "\ufffd"
 
@@ -35,6 +38,23 @@ class TextCodec:
         # One sequence of ids decodes to one string (`decode`'s annotation also covers a batch).
         return cast(
             str, self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
+
+    @cached_property
+    def form_ids(self) -> frozenset[int]:
+        """The tokens whose text is form only (`is_form_text`: layout, punctuation), for the form
+        rule; special tokens are not form. Decoded once per codec (under a second for 151,936
+        tokens), each after the anchor token so that a leading space a decoder strips at the start
+        of a text counts."""
+        ids = [i for i in range(len(self.tokenizer)) if i not in self.special_ids]
+        texts = self.tokenizer.batch_decode(
+            [[*self._anchor, i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        anchor = self._anchor_text
+        return frozenset(
+            i
+            for i, text in zip(ids, texts, strict=True)
+            if text.startswith(anchor) and is_form_text(text[len(anchor) :])
         )
 
     def special_token_map(self, other: TextCodec) -> dict[int, int]:

@@ -18,6 +18,7 @@ from specsteer.sdk.context import Profile
 from specsteer.sdk.decoding import DecodeOptions, Generation, Specialist, generate
 from specsteer.sdk.transport import InProcessVerifier
 from specsteer.server.session import CloudVerifier
+from specsteer.server.vocab import TextCodec
 from tests.tinymodels import perturbed_copy, tiny_lm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "users.jsonl"
@@ -103,15 +104,24 @@ class Reference:
         return self.greedy(lambda gen: self.pg(gen) + alpha * (self.sc(gen) - self.s0(gen)), n)
 
     def specsteer_token(
-        self, gen: list[int], gamma: float, alpha: float, k: int, gate: tuple[float, float] | None = None
+        self,
+        gen: list[int],
+        gamma: float,
+        alpha: float,
+        k: int,
+        gate: tuple[float, float] | None = None,
+        form: tuple[frozenset[int], float] | None = None,
     ) -> tuple[int, int]:
         """(the Specialist's token if it passes the ratio test, else -1; the recovery token).
         `gate` (certainty, gamma_uncertain): the test uses gamma_uncertain where P_G's top
-        probability is below certainty (algorithm.md, "The certainty gate")."""
+        probability is below certainty (algorithm.md, "The certainty gate"). `form` (form tokens,
+        gamma_form): a draft of a form token is tested at gamma_form ("The form rule")."""
         sc, s0, pg = self.sc(gen), self.s0(gen), self.pg(gen)
         if gate is not None and float(pg.max()) < math.log(gate[0]):
             gamma = gate[1]
         d = int(torch.argmax(sc))
+        if form is not None and d in form[0]:
+            gamma = form[1]
         passes = float(pg[d] - s0[d]) > (math.log(gamma) if gamma > 0 else -math.inf)
         cands = torch.sort(pg, descending=True, stable=True).indices[:k]
         rec = int(cands[torch.argmax(pg[cands] - alpha * s0[cands] + alpha * sc[cands])])
@@ -196,6 +206,29 @@ def test_the_certainty_gate_decides_each_position_by_the_generalists_top_probabi
     assert outputs[3].stats.accepted > plain.stats.accepted  # the uncertain positions kept more drafts
 
 
+def test_the_form_rule_tests_drafts_of_layout_and_punctuation_at_gamma_form(specialist, models, ref) -> None:
+    """Under the form rule, as without, each position is decided by one rule (bonus off: independent
+    of K), at gamma_form where the draft is a form token and at gamma elsewhere."""
+    form_ids = TextCodec(specialist.lm.tokenizer, specialist.lm.eos_ids).form_ids
+    rule = {"gamma": 0.5, "gamma_form": 0.01}
+    # Execute
+    plain = run(specialist, models[1], Method.SPECSTEER, gamma=0.5, draft_len=3, bonus=False)
+    outputs = {k: run(specialist, models[1], Method.SPECSTEER, draft_len=k, bonus=False, **rule) for k in (1, 3)}
+    # Assert: the same tokens for every K, each the one-step rule's at its draft's gamma.
+    tokens = outputs[1].token_ids
+    assert outputs[3].token_ids == tokens
+    gen: list[int] = []
+    decided_by_form = 0
+    for token in tokens:
+        d, rec = ref.specsteer_token(gen, 0.5, 1.0, 10, form=(form_ids, 0.01))
+        assert token == (d if d >= 0 else rec)
+        paper, _ = ref.specsteer_token(gen, 0.5, 1.0, 10)
+        decided_by_form += paper != d  # a form draft the paper's gamma rejects and the form rule keeps
+        gen.append(token)
+    assert decided_by_form > 0, "the form rule must decide some position differently, or the test sees nothing"
+    assert outputs[3].stats.accepted > plain.stats.accepted
+
+
 def test_bonus_tokens_are_steered_recoveries(specialist, models, ref) -> None:
     out = run(specialist, models[1], Method.SPECSTEER, gamma=0.05, draft_len=2)
     assert out.stats.bonus_tokens > 0
@@ -244,6 +277,7 @@ def test_candidate_policy_picks_the_best_fused_score_among_its_candidates(specia
         {"gamma": math.inf, "top_k": 20},
         {"gamma": 0.0, "draft_len": 32},
         {"gamma": 0.7, "draft_len": 3, "certainty": 0.1, "gamma_uncertain": 0.01},  # the certainty gate
+        {"gamma": 0.7, "draft_len": 3, "gamma_form": 0.01},  # the form rule
     ],
 )
 def test_cross_vocabulary_path_reduces_to_shared_vocabulary_with_one_tokenizer(specialist, models, kw) -> None:

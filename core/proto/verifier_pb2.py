@@ -24,39 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#specsteer/core/proto/verifier.proto\x12\x0cspecsteer.v1\"\xcb\x02\n\rSessionParams\x12$\n\x06method\x18\x01 \x01(\x0e\x32\x14.specsteer.v1.Method\x12\x10\n\x08sampling\x18\x02 \x01(\x08\x12\x11\n\tgamma_ppm\x18\x03 \x01(\r\x12\x16\n\x0egamma_infinite\x18\x04 \x01(\x08\x12\x13\n\x0b\x61lpha_milli\x18\x05 \x01(\r\x12\r\n\x05top_k\x18\x06 \x01(\r\x12\x11\n\tdraft_len\x18\x07 \x01(\r\x12-\n\x06policy\x18\x08 \x01(\x0e\x32\x1d.specsteer.v1.CandidatePolicy\x12\r\n\x05\x62onus\x18\t \x01(\x08\x12\x17\n\x0f\x61\x64\x61pter_version\x18\n \x01(\r\x12\x15\n\rpadded_frames\x18\x0b \x01(\x08\x12\x15\n\rcertainty_ppm\x18\x0c \x01(\r\x12\x1b\n\x13gamma_uncertain_ppm\x18\r \x01(\r\"[\n\x04Open\x12\x12\n\nprompt_ids\x18\x01 \x03(\r\x12+\n\x06params\x18\x02 \x01(\x0b\x32\x1b.specsteer.v1.SessionParams\x12\x12\n\nresume_ids\x18\x03 \x03(\r\"P\n\x05Round\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12\x12\n\ncommit_ids\x18\x02 \x03(\r\x12\x11\n\tdraft_ids\x18\x03 \x03(\r\x12\x13\n\x0bliteral_ids\x18\x04 \x03(\r\"V\n\x0bPaddedRound\x12\x0b\n\x03seq\x18\x01 \x01(\x07\x12\x12\n\ncommit_ids\x18\x02 \x03(\x07\x12\x11\n\tdraft_ids\x18\x03 \x03(\x07\x12\x13\n\x0bliteral_ids\x18\x04 \x03(\x07\"\x92\x01\n\x0eWitnessRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07log_key\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x11\n\troot_hash\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\x12\x10\n\x08old_size\x18\x06 \x01(\x04\x12\x19\n\x11\x63onsistency_proof\x18\x07 \x03(\x0c\"C\n\x05\x43lose\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12-\n\x07witness\x18\x02 \x01(\x0b\x32\x1c.specsteer.v1.WitnessRequest\"\xb3\x01\n\x06Uplink\x12\"\n\x04open\x18\x01 \x01(\x0b\x32\x12.specsteer.v1.OpenH\x00\x12$\n\x05round\x18\x02 \x01(\x0b\x32\x13.specsteer.v1.RoundH\x00\x12$\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x13.specsteer.v1.CloseH\x00\x12\x31\n\x0cpadded_round\x18\x04 \x01(\x0b\x32\x19.specsteer.v1.PaddedRoundH\x00\x42\x06\n\x04kind\"-\n\tCandidate\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05value\x18\x02 \x01(\x02\"\x1e\n\x0c\x46usionVector\x12\x0e\n\x06values\x18\x01 \x01(\x0c\"\xb2\x01\n\x08\x44ownlink\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12+\n\ncandidates\x18\x03 \x03(\x0b\x32\x17.specsteer.v1.Candidate\x12*\n\x06\x66usion\x18\x04 \x01(\x0b\x32\x1a.specsteer.v1.FusionVector\x12.\n\x0b\x63osignature\x18\x05 \x01(\x0b\x32\x19.specsteer.v1.Cosignature\"1\n\x0b\x43osignature\x12\x0f\n\x07witness\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\x0c*h\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x14\n\x10METHOD_SPECSTEER\x10\x01\x12\r\n\tMETHOD_SD\x10\x02\x12\x11\n\rMETHOD_FUSION\x10\x03\x12\x0e\n\nMETHOD_LLM\x10\x04*q\n\x0f\x43\x61ndidatePolicy\x12 \n\x1c\x43\x41NDIDATE_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NDIDATE_POLICY_GUARDRAIL\x10\x01\x12\x1c\n\x18\x43\x41NDIDATE_POLICY_LITERAL\x10\x02\x32G\n\x08Verifier\x12;\n\x07Session\x12\x14.specsteer.v1.Uplink\x1a\x16.specsteer.v1.Downlink(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#specsteer/core/proto/verifier.proto\x12\x0cspecsteer.v1\"\xfb\x02\n\rSessionParams\x12$\n\x06method\x18\x01 \x01(\x0e\x32\x14.specsteer.v1.Method\x12\x10\n\x08sampling\x18\x02 \x01(\x08\x12\x11\n\tgamma_ppm\x18\x03 \x01(\r\x12\x16\n\x0egamma_infinite\x18\x04 \x01(\x08\x12\x13\n\x0b\x61lpha_milli\x18\x05 \x01(\r\x12\r\n\x05top_k\x18\x06 \x01(\r\x12\x11\n\tdraft_len\x18\x07 \x01(\r\x12-\n\x06policy\x18\x08 \x01(\x0e\x32\x1d.specsteer.v1.CandidatePolicy\x12\r\n\x05\x62onus\x18\t \x01(\x08\x12\x17\n\x0f\x61\x64\x61pter_version\x18\n \x01(\r\x12\x15\n\rpadded_frames\x18\x0b \x01(\x08\x12\x15\n\rcertainty_ppm\x18\x0c \x01(\r\x12\x1b\n\x13gamma_uncertain_ppm\x18\r \x01(\r\x12\x1b\n\x0egamma_form_ppm\x18\x0e \x01(\rH\x00\x88\x01\x01\x42\x11\n\x0f_gamma_form_ppm\"[\n\x04Open\x12\x12\n\nprompt_ids\x18\x01 \x03(\r\x12+\n\x06params\x18\x02 \x01(\x0b\x32\x1b.specsteer.v1.SessionParams\x12\x12\n\nresume_ids\x18\x03 \x03(\r\"P\n\x05Round\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12\x12\n\ncommit_ids\x18\x02 \x03(\r\x12\x11\n\tdraft_ids\x18\x03 \x03(\r\x12\x13\n\x0bliteral_ids\x18\x04 \x03(\r\"V\n\x0bPaddedRound\x12\x0b\n\x03seq\x18\x01 \x01(\x07\x12\x12\n\ncommit_ids\x18\x02 \x03(\x07\x12\x11\n\tdraft_ids\x18\x03 \x03(\x07\x12\x13\n\x0bliteral_ids\x18\x04 \x03(\x07\"\x92\x01\n\x0eWitnessRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07log_key\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x11\n\troot_hash\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\x12\x10\n\x08old_size\x18\x06 \x01(\x04\x12\x19\n\x11\x63onsistency_proof\x18\x07 \x03(\x0c\"C\n\x05\x43lose\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12-\n\x07witness\x18\x02 \x01(\x0b\x32\x1c.specsteer.v1.WitnessRequest\"\xb3\x01\n\x06Uplink\x12\"\n\x04open\x18\x01 \x01(\x0b\x32\x12.specsteer.v1.OpenH\x00\x12$\n\x05round\x18\x02 \x01(\x0b\x32\x13.specsteer.v1.RoundH\x00\x12$\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x13.specsteer.v1.CloseH\x00\x12\x31\n\x0cpadded_round\x18\x04 \x01(\x0b\x32\x19.specsteer.v1.PaddedRoundH\x00\x42\x06\n\x04kind\"-\n\tCandidate\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05value\x18\x02 \x01(\x02\"\x1e\n\x0c\x46usionVector\x12\x0e\n\x06values\x18\x01 \x01(\x0c\"\xb2\x01\n\x08\x44ownlink\x12\x0b\n\x03seq\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\r\x12+\n\ncandidates\x18\x03 \x03(\x0b\x32\x17.specsteer.v1.Candidate\x12*\n\x06\x66usion\x18\x04 \x01(\x0b\x32\x1a.specsteer.v1.FusionVector\x12.\n\x0b\x63osignature\x18\x05 \x01(\x0b\x32\x19.specsteer.v1.Cosignature\"1\n\x0b\x43osignature\x12\x0f\n\x07witness\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\x0c*h\n\x06Method\x12\x16\n\x12METHOD_UNSPECIFIED\x10\x00\x12\x14\n\x10METHOD_SPECSTEER\x10\x01\x12\r\n\tMETHOD_SD\x10\x02\x12\x11\n\rMETHOD_FUSION\x10\x03\x12\x0e\n\nMETHOD_LLM\x10\x04*q\n\x0f\x43\x61ndidatePolicy\x12 \n\x1c\x43\x41NDIDATE_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NDIDATE_POLICY_GUARDRAIL\x10\x01\x12\x1c\n\x18\x43\x41NDIDATE_POLICY_LITERAL\x10\x02\x32G\n\x08Verifier\x12;\n\x07Session\x12\x14.specsteer.v1.Uplink\x1a\x16.specsteer.v1.Downlink(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specsteer.core.proto.verifier_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_METHOD']._serialized_start=1361
-  _globals['_METHOD']._serialized_end=1465
-  _globals['_CANDIDATEPOLICY']._serialized_start=1467
-  _globals['_CANDIDATEPOLICY']._serialized_end=1580
+  _globals['_METHOD']._serialized_start=1409
+  _globals['_METHOD']._serialized_end=1513
+  _globals['_CANDIDATEPOLICY']._serialized_start=1515
+  _globals['_CANDIDATEPOLICY']._serialized_end=1628
   _globals['_SESSIONPARAMS']._serialized_start=54
-  _globals['_SESSIONPARAMS']._serialized_end=385
-  _globals['_OPEN']._serialized_start=387
-  _globals['_OPEN']._serialized_end=478
-  _globals['_ROUND']._serialized_start=480
-  _globals['_ROUND']._serialized_end=560
-  _globals['_PADDEDROUND']._serialized_start=562
-  _globals['_PADDEDROUND']._serialized_end=648
-  _globals['_WITNESSREQUEST']._serialized_start=651
-  _globals['_WITNESSREQUEST']._serialized_end=797
-  _globals['_CLOSE']._serialized_start=799
-  _globals['_CLOSE']._serialized_end=866
-  _globals['_UPLINK']._serialized_start=869
-  _globals['_UPLINK']._serialized_end=1048
-  _globals['_CANDIDATE']._serialized_start=1050
-  _globals['_CANDIDATE']._serialized_end=1095
-  _globals['_FUSIONVECTOR']._serialized_start=1097
-  _globals['_FUSIONVECTOR']._serialized_end=1127
-  _globals['_DOWNLINK']._serialized_start=1130
-  _globals['_DOWNLINK']._serialized_end=1308
-  _globals['_COSIGNATURE']._serialized_start=1310
-  _globals['_COSIGNATURE']._serialized_end=1359
-  _globals['_VERIFIER']._serialized_start=1582
-  _globals['_VERIFIER']._serialized_end=1653
+  _globals['_SESSIONPARAMS']._serialized_end=433
+  _globals['_OPEN']._serialized_start=435
+  _globals['_OPEN']._serialized_end=526
+  _globals['_ROUND']._serialized_start=528
+  _globals['_ROUND']._serialized_end=608
+  _globals['_PADDEDROUND']._serialized_start=610
+  _globals['_PADDEDROUND']._serialized_end=696
+  _globals['_WITNESSREQUEST']._serialized_start=699
+  _globals['_WITNESSREQUEST']._serialized_end=845
+  _globals['_CLOSE']._serialized_start=847
+  _globals['_CLOSE']._serialized_end=914
+  _globals['_UPLINK']._serialized_start=917
+  _globals['_UPLINK']._serialized_end=1096
+  _globals['_CANDIDATE']._serialized_start=1098
+  _globals['_CANDIDATE']._serialized_end=1143
+  _globals['_FUSIONVECTOR']._serialized_start=1145
+  _globals['_FUSIONVECTOR']._serialized_end=1175
+  _globals['_DOWNLINK']._serialized_start=1178
+  _globals['_DOWNLINK']._serialized_end=1356
+  _globals['_COSIGNATURE']._serialized_start=1358
+  _globals['_COSIGNATURE']._serialized_end=1407
+  _globals['_VERIFIER']._serialized_start=1630
+  _globals['_VERIFIER']._serialized_end=1701
 # @@protoc_insertion_point(module_scope)

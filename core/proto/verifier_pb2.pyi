@@ -30,7 +30,7 @@ CANDIDATE_POLICY_GUARDRAIL: CandidatePolicy
 CANDIDATE_POLICY_LITERAL: CandidatePolicy
 
 class SessionParams(_message.Message):
-    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version", "padded_frames", "certainty_ppm", "gamma_uncertain_ppm")
+    __slots__ = ("method", "sampling", "gamma_ppm", "gamma_infinite", "alpha_milli", "top_k", "draft_len", "policy", "bonus", "adapter_version", "padded_frames", "certainty_ppm", "gamma_uncertain_ppm", "gamma_form_ppm")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     GAMMA_PPM_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class SessionParams(_message.Message):
     PADDED_FRAMES_FIELD_NUMBER: _ClassVar[int]
     CERTAINTY_PPM_FIELD_NUMBER: _ClassVar[int]
     GAMMA_UNCERTAIN_PPM_FIELD_NUMBER: _ClassVar[int]
+    GAMMA_FORM_PPM_FIELD_NUMBER: _ClassVar[int]
     method: Method
     sampling: bool
     gamma_ppm: int
@@ -57,7 +58,8 @@ class SessionParams(_message.Message):
     padded_frames: bool
     certainty_ppm: int
     gamma_uncertain_ppm: int
-    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ..., certainty_ppm: _Optional[int] = ..., gamma_uncertain_ppm: _Optional[int] = ...) -> None: ...
+    gamma_form_ppm: int
+    def __init__(self, method: _Optional[_Union[Method, str]] = ..., sampling: _Optional[bool] = ..., gamma_ppm: _Optional[int] = ..., gamma_infinite: _Optional[bool] = ..., alpha_milli: _Optional[int] = ..., top_k: _Optional[int] = ..., draft_len: _Optional[int] = ..., policy: _Optional[_Union[CandidatePolicy, str]] = ..., bonus: _Optional[bool] = ..., adapter_version: _Optional[int] = ..., padded_frames: _Optional[bool] = ..., certainty_ppm: _Optional[int] = ..., gamma_uncertain_ppm: _Optional[int] = ..., gamma_form_ppm: _Optional[int] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("prompt_ids", "params", "resume_ids")

@@ -24,6 +24,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--specialist", str(s_dir), "--generalist", str(g_dir), "--work", str(work), "--out", str(out)),
         *("--alphas", "2"),  # one swept row (a gamma row takes the same path: rows_for below)
         *("--gates", "0.5:0.9:0.1"),  # the certainty gate, with the adapters and on the base weights
+        *("--forms", "0.5:0.05"),  # the form rule, likewise
         # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
         # the default is what ships (tests/bench/test_device_path_defaults.py).
         *("--drafter", "torch"),
@@ -60,12 +61,26 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
     assert summary[gated]["n"] == summary[gated_base]["n"] == 3
     assert result["meta"]["alphas_swept"] == [1.0, 2.0] and result["meta"]["gammas_swept"] == [0.5]
     assert result["meta"]["gates_swept"] == [[0.9, 0.1]]
-    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,), ((0.7, (0.5, 0.2)),))[-2]
-    assert [(r.gamma, r.alpha, r.gate) for r in sweep] == [(0.05, 1.0, None), (0.5, 2.0, None), (0.7, 1.0, (0.5, 0.2))]
+    formed = personal_loop_report.sweep_label("dp", 0.5, gamma_form=0.05)
+    formed_base = personal_loop_report.sweep_label(None, 0.5, gamma_form=0.05)
+    assert formed_base == "specsteer (gamma 0.5, form 0.05)"
+    for metric in ("rougeL", "attribution"):
+        assert {(formed, "llm", metric), (formed, slm_a, metric), (formed, spec_a, metric)} <= pairs
+        assert {(formed_base, "specsteer", metric), (formed_base, "slm-rag", metric)} <= pairs
+    assert summary[formed]["n"] == summary[formed_base]["n"] == 3
+    assert result["meta"]["forms_swept"] == [0.05]
+    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,), ((0.7, (0.5, 0.2)),), ((0.5, 0.0),))[-2]
+    assert [(r.gamma, r.alpha, r.gate, r.gamma_form) for r in sweep] == [
+        (0.05, 1.0, None, None),
+        (0.5, 2.0, None, None),
+        (0.7, 1.0, (0.5, 0.2), None),
+        (0.5, 1.0, None, 0.0),
+    ]
     assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [
-        (0.05, 1.0, 0.0, 0.0),
-        (0.5, 2.0, 0.0, 0.0),
-        (0.7, 1.0, 0.5, 0.2),
+        (0.05, 1.0, 0.0, 0.0, None),
+        (0.5, 2.0, 0.0, 0.0, None),
+        (0.7, 1.0, 0.5, 0.2, None),
+        (0.5, 1.0, 0.0, 0.0, 0.0),
     ]
     # The style measures were fitted on the style part only, which is recorded, and score a second way.
     assert result["meta"]["style_split"] == RULE

@@ -15,7 +15,9 @@ from specsteer.core.steering import (
     RULED_OUT,
     acceptance_probability,
     align_segments,
+    form_gammas,
     gated_gammas,
+    is_form_text,
     steering_candidates,
     steering_values,
     top_indices,
@@ -41,6 +43,45 @@ def test_gamma_zero_accepts_everything_and_infinity_nothing() -> None:
     assert verify_ratios(ratios, math.inf, sampling=False) == 0
     assert verify_ratios(ratios, 0.0, sampling=True, uniforms=[0.999] * 3) == 3
     assert verify_ratios(ratios, math.inf, sampling=True, uniforms=[0.0] * 3) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "form"),
+    [
+        ("\n", True),
+        ("\n\n", True),
+        (" ", True),
+        (",", True),
+        (" -", True),
+        ("();", True),
+        ("`", True),
+        (" the", False),
+        ("a", False),
+        ("2", False),
+        (" é", False),
+        ("中", False),  # a letter of another script
+        ("٣", False),  # a digit of another script
+        ("", False),  # a special token's empty text: unknown, so the paper's test decides
+        ("\ufffd", False),  # a piece of a character
+        (" \ufffd", False),
+    ],
+)
+def test_form_text_is_layout_and_punctuation_only(text: str, form: bool) -> None:
+    assert is_form_text(text) is form
+
+
+def test_the_form_rule_tests_form_units_at_gamma_form() -> None:
+    gammas = [0.5, 0.01, 0.5]  # say, from the certainty gate
+    assert form_gammas(gammas, [True, False, False], 0.05) == [0.05, 0.01, 0.5]
+    assert form_gammas(gammas, [True, True, True], None) == gammas  # off: the gammas as given
+    assert form_gammas(gammas, [True, True, True], 0.0) == [0.0] * 3
+    with pytest.raises(ValueError, match="one form flag per unit"):
+        form_gammas(gammas, [True], 0.05)
+    # A newline the cloud finds 5x less likely than P_S^0 does: rejected at gamma 0.5, kept under
+    # the form rule at 0.1, while the word after it still meets gamma 0.5 and fails.
+    ratios = [math.log(0.2), math.log(0.2)]
+    assert verify_ratios(ratios, 0.5, sampling=False) == 0
+    assert verify_ratios(ratios, form_gammas([0.5, 0.5], [True, False], 0.1), sampling=False) == 1
 
 
 def test_the_certainty_gate_tests_each_unit_at_its_own_gamma() -> None:

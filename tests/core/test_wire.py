@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
         SessionParams(method=Method.FUSION, draft_len=0, sampling=True, gamma=0.000001),
         SessionParams(method=Method.LLM, draft_len=0, alpha=0.0),
         SessionParams(certainty=0.6, gamma_uncertain=0.05, gamma=0.7),  # the certainty gate
+        SessionParams(gamma_form=0.0),  # the form rule at 0: present on the wire, not "off"
+        SessionParams(gamma_form=0.05, certainty=0.6, gamma_uncertain=0.2),  # the form rule beside the gate
     ],
 )
 def test_params_round_trip(params: SessionParams) -> None:
@@ -42,6 +44,7 @@ def test_the_paper_rules_open_has_the_bytes_it_had_before_the_certainty_gate() -
     before.policy, before.bonus = pb.CANDIDATE_POLICY_GUARDRAIL, True
     assert msg.SerializeToString(deterministic=True) == before.SerializeToString(deterministic=True)
     assert wire.params_from_proto(msg) == SessionParams()
+    assert not msg.HasField("gamma_form_ppm")  # nor the form rule's field
 
 
 def test_device_only_methods_have_no_wire_form() -> None:
@@ -72,6 +75,8 @@ def test_device_only_methods_have_no_wire_form() -> None:
             "gamma_uncertain",
         ),
         ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "certainty_ppm": 500_000}, "certainty gate"),
+        ({"method": 1, "policy": 1, "top_k": 1, "draft_len": 1, "gamma_form_ppm": 2**32 - 1}, "gamma_form must be"),
+        ({"method": 2, "policy": 1, "top_k": 1, "draft_len": 1, "gamma_form_ppm": 0}, "form rule"),
     ],
 )
 def test_out_of_range_params_are_protocol_errors(fields: dict, message: str) -> None:
