@@ -77,6 +77,7 @@ from bench.personal_loop_report import (
     LLM,
     SLM_RAG,
     SPECSTEER,
+    TOP_K,
     VARIANTS,
     Gate,
     adapter_label,
@@ -330,6 +331,7 @@ class Row:
     alpha: float = ALPHA  # specsteer's recovery weight
     gate: Gate | None = None  # specsteer's certainty gate (certainty, gamma_uncertain); None: the paper's rule
     gamma_form: float | None = None  # specsteer's form rule; None: the paper's rule
+    top_k: int = TOP_K  # specsteer's steering candidates per recovery
 
 
 def rows_for(
@@ -338,6 +340,7 @@ def rows_for(
     alphas: Sequence[float] = (),
     gates: Sequence[tuple[float, Gate]] = (),
     forms: Sequence[tuple[float, float]] = (),
+    top_ks: Sequence[int] = (),
 ) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
@@ -355,6 +358,9 @@ def rows_for(
     ]
     swept = [Row(sweep_label(variant, g), SPECSTEER, variant, g) for g in gammas]
     swept += [Row(sweep_label(variant, GAMMA, a), SPECSTEER, variant, GAMMA, a) for a in alphas if a != ALPHA]
+    swept += [
+        Row(sweep_label(variant, GAMMA, top_k=k), SPECSTEER, variant, GAMMA, top_k=k) for k in top_ks if k != TOP_K
+    ]
     swept += [Row(sweep_label(variant, g, gate=gate), SPECSTEER, variant, g, gate=gate) for g, gate in gates]
     swept += [Row(sweep_label(variant, g, gamma_form=f), SPECSTEER, variant, g, gamma_form=f) for g, f in forms]
     if swept:
@@ -451,6 +457,7 @@ class Generator:
                 certainty=certainty,
                 gamma_uncertain=gamma_uncertain,
                 gamma_form=row.gamma_form,
+                top_k=row.top_k,
                 adapter_version=version,
             )
             verifier = cloud
@@ -560,6 +567,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"the default {ALPHA:g} is the plain row)",
     )
     p.add_argument(
+        "--top-ks",
+        type=_top_ks,
+        default=(),
+        help=f"also run specsteer+adapters at gamma {GAMMA:g} with these candidate counts k (comma-separated; "
+        f"the default {TOP_K} is the plain row)",
+    )
+    p.add_argument(
         "--gates",
         type=_gates,
         default=(),
@@ -620,6 +634,16 @@ def _gates(text: str) -> tuple[tuple[float, Gate], ...]:
     return tuple(out)
 
 
+def _top_ks(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"every candidate count k must be at least 1: {text!r}")
+    return values
+
+
 def _forms(text: str) -> tuple[tuple[float, float], ...]:
     out = []
     for item in text.split(","):
@@ -628,6 +652,11 @@ def _forms(text: str) -> tuple[tuple[float, float], ...]:
             raise argparse.ArgumentTypeError(f"a form rule is GAMMA:GAMMA_FORM: {item!r}")
         out.append((values[0], values[1]))
     return tuple(out)
+
+
+def _sweeps(args: argparse.Namespace) -> tuple[Sequence[Any], ...]:
+    """`rows_for`'s sweeps from the command line, in its order."""
+    return args.gammas, args.alphas, args.gates, args.forms, args.top_ks
 
 
 def _say(message: str) -> None:
@@ -672,7 +701,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     )
     training = Training(args.work / spec.variant, spec, args.threads, not args.skip_v0_eval)
 
-    every = [r for rows in rows_for(spec.variant, args.gammas, args.alphas, args.gates, args.forms) for r in rows]
+    every = [r for rows in rows_for(spec.variant, *_sweeps(args)) for r in rows]
     wanted = [r for r in every if args.rows is None or r.label in args.rows]
     if args.rows is not None and not wanted:
         raise ConfigError(f"none of --rows {' '.join(args.rows)} is a row of this run.")
@@ -710,7 +739,7 @@ def _generate(
     torch.set_num_threads(args.threads)
     passes = [
         [r for r in rows if args.rows is None or r.label in args.rows]
-        for rows in rows_for(training.spec.variant, args.gammas, args.alphas, args.gates, args.forms)
+        for rows in rows_for(training.spec.variant, *_sweeps(args))
     ]
     passes = [rows for rows in passes if rows]
     states = training.device_states() if any(r.variant is not None for rows in passes for r in rows) else {}

@@ -34,6 +34,7 @@ __all__ = [
 HOLDOUT = 4  # the federation's default held-out entries per device (TaskConfig.holdout)
 GAMMA = 0.5
 ALPHA = 1.0  # SessionParams' default recovery weight
+TOP_K = 10  # SessionParams' default count of steering candidates
 SLM_RAG, LLM, SPECSTEER = "slm-rag", "llm", "specsteer"
 VARIANTS = ("dp", "no-dp")
 CEILING = "real body (ceiling)"
@@ -53,13 +54,19 @@ Gate = tuple[float, float]  # the certainty gate: (certainty, gamma_uncertain); 
 
 
 def sweep_label(
-    variant: str | None, gamma: float, alpha: float = ALPHA, gate: Gate | None = None, gamma_form: float | None = None
+    variant: str | None,
+    gamma: float,
+    alpha: float = ALPHA,
+    gate: Gate | None = None,
+    gamma_form: float | None = None,
+    top_k: int = TOP_K,
 ) -> str:
-    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--gates`, `--forms`): the
-    same adapters at another gamma, recovery weight alpha, certainty gate or form rule (the label
-    names alpha, the gate and the form rule only when they are not the default); `variant` None:
-    `specsteer` on the base weights at that setting."""
+    """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--top-ks`, `--gates`,
+    `--forms`): the same adapters at another gamma, recovery weight alpha, candidate count k,
+    certainty gate or form rule (the label names each but gamma only when it is not the default);
+    `variant` None: `specsteer` on the base weights at that setting."""
     extra = "" if alpha == ALPHA else f", alpha {alpha:g}"
+    extra += "" if top_k == TOP_K else f", k {top_k}"
     extra += "" if gate is None else f", gate {gate[0]:g}/{gate[1]:g}"
     extra += "" if gamma_form is None else f", form {gamma_form:g}"
     return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
@@ -70,12 +77,13 @@ class SweptSetting(NamedTuple):
 
     gamma: float
     alpha: float
+    top_k: int
     certainty: float
     gamma_uncertain: float
     gamma_form: float | None
 
     def order(self) -> tuple[float, ...]:
-        return (*self[:4], -1.0 if self.gamma_form is None else self.gamma_form)
+        return (*self[:5], -1.0 if self.gamma_form is None else self.gamma_form)
 
 
 def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
@@ -85,11 +93,13 @@ def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
         return None
     rest, _, form = label[len(prefix) : -1].partition(", form ")
     rest, _, gate = rest.partition(", gate ")
+    rest, _, top_k = rest.partition(", k ")
     gamma, _, alpha = rest.partition(", alpha ")
     certainty, _, gamma_uncertain = gate.partition("/")
     return SweptSetting(
         float(gamma),
         float(alpha) if alpha else ALPHA,
+        int(top_k) if top_k else TOP_K,
         float(certainty) if gate else 0.0,
         float(gamma_uncertain) if gate else 0.0,
         float(form) if form else None,
@@ -238,7 +248,7 @@ def write_report(
     for v in variants:
         labels += [adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)]
     # The sweep's rows in the runs log (whichever command wrote them), by training (the base
-    # weights' first), then gamma, alpha, gate and form rule.
+    # weights' first), then gamma, alpha, k, gate and form rule.
     settings = {
         (v, r["config"]): g for r in rows for v in (None, *variants) if (g := swept_setting(r["config"], v)) is not None
     }
@@ -269,7 +279,8 @@ def write_report(
             "alpha": ALPHA,
             "gammas_swept": sorted({settings[key].gamma for key in swept}),
             "alphas_swept": sorted({settings[key].alpha for key in swept}),
-            "gates_swept": sorted({settings[key][2:4] for key in swept if settings[key].certainty}),
+            "top_ks_swept": sorted({settings[key].top_k for key in swept}),
+            "gates_swept": sorted({settings[key][3:5] for key in swept if settings[key].certainty}),
             "forms_swept": sorted({f for key in swept if (f := settings[key].gamma_form) is not None}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "

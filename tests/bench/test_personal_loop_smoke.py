@@ -25,6 +25,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--alphas", "2"),  # one swept row (a gamma row takes the same path: rows_for below)
         *("--gates", "0.5:0.9:0.1"),  # the certainty gate, with the adapters and on the base weights
         *("--forms", "0.5:0.05"),  # the form rule, likewise
+        *("--top-ks", "3"),  # the candidate count, with the adapters
         # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
         # the default is what ships (tests/bench/test_device_path_defaults.py).
         *("--drafter", "torch"),
@@ -69,18 +70,24 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         assert {(formed_base, "specsteer", metric), (formed_base, "slm-rag", metric)} <= pairs
     assert summary[formed]["n"] == summary[formed_base]["n"] == 3
     assert result["meta"]["forms_swept"] == [0.05]
-    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,), ((0.7, (0.5, 0.2)),), ((0.5, 0.0),))[-2]
-    assert [(r.gamma, r.alpha, r.gate, r.gamma_form) for r in sweep] == [
-        (0.05, 1.0, None, None),
-        (0.5, 2.0, None, None),
-        (0.7, 1.0, (0.5, 0.2), None),
-        (0.5, 1.0, None, 0.0),
+    few = personal_loop_report.sweep_label("dp", 0.5, top_k=3)
+    assert few == "specsteer+adapters (dp, gamma 0.5, k 3)" and summary[few]["n"] == 3
+    assert {(few, "llm", "rougeL"), (few, spec_a, "attribution")} <= pairs
+    assert result["meta"]["top_ks_swept"] == [3, 10]
+    sweep = personal_loop.rows_for("dp", (0.05,), (2.0,), ((0.7, (0.5, 0.2)),), ((0.5, 0.0),), (10, 30))[-2]
+    assert [(r.gamma, r.alpha, r.top_k, r.gate, r.gamma_form) for r in sweep] == [
+        (0.05, 1.0, 10, None, None),
+        (0.5, 2.0, 10, None, None),
+        (0.5, 1.0, 30, None, None),  # k 10 is the plain row
+        (0.7, 1.0, 10, (0.5, 0.2), None),
+        (0.5, 1.0, 10, None, 0.0),
     ]
     assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [
-        (0.05, 1.0, 0.0, 0.0, None),
-        (0.5, 2.0, 0.0, 0.0, None),
-        (0.7, 1.0, 0.5, 0.2, None),
-        (0.5, 1.0, 0.0, 0.0, 0.0),
+        (0.05, 1.0, 10, 0.0, 0.0, None),
+        (0.5, 2.0, 10, 0.0, 0.0, None),
+        (0.5, 1.0, 30, 0.0, 0.0, None),
+        (0.7, 1.0, 10, 0.5, 0.2, None),
+        (0.5, 1.0, 10, 0.0, 0.0, 0.0),
     ]
     # The style measures were fitted on the style part only, which is recorded, and score a second way.
     assert result["meta"]["style_split"] == RULE
