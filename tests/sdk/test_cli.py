@@ -52,6 +52,14 @@ def test_generate_json_for_every_method(capsys, models_args, method) -> None:
     assert (out["stats"]["uplink_bytes"] > 0) == (method not in ("slm", "slm-rag"))
 
 
+def test_generate_under_the_form_rule_keeps_at_least_the_drafts_the_papers_rule_keeps(capsys, models_args) -> None:
+    runs = {}
+    for extra in ([], ["--gamma-form", "0"]):
+        assert main(gen("--prompt", "Hello, world.", "--json", "--no-bonus", *extra, *models_args)) == 0
+        runs[bool(extra)] = json.loads(capsys.readouterr().out)["stats"]
+    assert runs[True]["accepted"] >= runs[False]["accepted"]
+
+
 def test_generate_with_profile_and_sampling(capsys, models_args, tmp_path) -> None:
     fixtures = Path(__file__).parents[1] / "fixtures" / "users.jsonl"
     profile = tmp_path / "me.json"
@@ -85,6 +93,8 @@ def test_generate_with_profile_and_sampling(capsys, models_args, tmp_path) -> No
         (["--prompt", "Hi", "--audit-key", "device.key"], "--audit-key is for a remote verifier"),
         (["--prompt", "Hi", "--max-new-tokens", "0"], "max-new-tokens"),
         (["--prompt", "Hi", "--method", "sd", "--sampling"], "greedy mode only"),
+        (["--prompt", "Hi", "--method", "llm", "--gamma-form", "0.1"], "the form rule is part of specsteer's"),
+        (["--prompt", "Hi", "--gamma-form", "2000"], "gamma_form must be in [0, 1000]"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_1(capsys, models_args, args, message) -> None:
