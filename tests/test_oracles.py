@@ -182,6 +182,14 @@ def test_without_bonus_output_does_not_depend_on_draft_length(specialist, models
         gen.append(token)
 
 
+def same_tokens_for_every_k(specialist: Specialist, generalist: CausalLM, **rule: float) -> Generation:
+    """The generation under `rule` with the bonus off at K 1 and K 3, asserted token for token the
+    same (each position decided by one rule); the K 3 one, whose rounds test several units."""
+    outputs = [run(specialist, generalist, Method.SPECSTEER, draft_len=k, bonus=False, **rule) for k in (1, 3)]
+    assert outputs[1].token_ids == outputs[0].token_ids
+    return outputs[1]
+
+
 def test_the_certainty_gate_decides_each_position_by_the_generalists_top_probability(specialist, models, ref) -> None:
     """With the gate, as without, each position is decided by one rule (bonus off: independent of
     K), now at gamma where P_G's top probability reaches the certainty and gamma_uncertain below it."""
@@ -191,42 +199,37 @@ def test_the_certainty_gate_decides_each_position_by_the_generalists_top_probabi
     tops = sorted(float(ref.pg(plain.token_ids[:i]).max()) for i in range(len(plain.token_ids)))
     gate = {"gamma": 0.5, "certainty": round(math.exp(tops[len(tops) // 2]), 6), "gamma_uncertain": 0.01}
     # Execute
-    outputs = {k: run(specialist, models[1], Method.SPECSTEER, draft_len=k, bonus=False, **gate) for k in (1, 3)}
-    # Assert: the same tokens for every K, each the one-step rule's at its position's gamma.
-    tokens = outputs[1].token_ids
-    assert outputs[3].token_ids == tokens
+    out = same_tokens_for_every_k(specialist, models[1], **gate)
+    # Assert: each token the one-step rule's at its position's gamma.
     gen: list[int] = []
     certain = 0
-    for token in tokens:
+    for token in out.token_ids:
         certain += float(ref.pg(gen).max()) >= math.log(gate["certainty"])
         d, rec = ref.specsteer_token(gen, 0.5, 1.0, 10, gate=(gate["certainty"], gate["gamma_uncertain"]))
         assert token == (d if d >= 0 else rec)
         gen.append(token)
-    assert 0 < certain < len(tokens), "both arms of the gate must decide some position"
-    assert outputs[3].stats.accepted > plain.stats.accepted  # the uncertain positions kept more drafts
+    assert 0 < certain < len(out.token_ids), "both arms of the gate must decide some position"
+    assert out.stats.accepted > plain.stats.accepted  # the uncertain positions kept more drafts
 
 
 def test_the_form_rule_tests_drafts_of_layout_and_punctuation_at_gamma_form(specialist, models, ref) -> None:
     """Under the form rule, as without, each position is decided by one rule (bonus off: independent
     of K), at gamma_form where the draft is a form token and at gamma elsewhere."""
     form_ids = TextCodec(specialist.lm.tokenizer, specialist.lm.eos_ids).form_ids
-    rule = {"gamma": 0.5, "gamma_form": 0.01}
     # Execute
     plain = run(specialist, models[1], Method.SPECSTEER, gamma=0.5, draft_len=3, bonus=False)
-    outputs = {k: run(specialist, models[1], Method.SPECSTEER, draft_len=k, bonus=False, **rule) for k in (1, 3)}
-    # Assert: the same tokens for every K, each the one-step rule's at its draft's gamma.
-    tokens = outputs[1].token_ids
-    assert outputs[3].token_ids == tokens
+    out = same_tokens_for_every_k(specialist, models[1], gamma=0.5, gamma_form=0.01)
+    # Assert: each token the one-step rule's at its draft's gamma.
     gen: list[int] = []
     decided_by_form = 0
-    for token in tokens:
+    for token in out.token_ids:
         d, rec = ref.specsteer_token(gen, 0.5, 1.0, 10, form=(form_ids, 0.01))
         assert token == (d if d >= 0 else rec)
         paper, _ = ref.specsteer_token(gen, 0.5, 1.0, 10)
         decided_by_form += paper != d  # a form draft the paper's gamma rejects and the form rule keeps
         gen.append(token)
     assert decided_by_form > 0, "the form rule must decide some position differently, or the test sees nothing"
-    assert outputs[3].stats.accepted > plain.stats.accepted
+    assert out.stats.accepted > plain.stats.accepted
 
 
 def test_bonus_tokens_are_steered_recoveries(specialist, models, ref) -> None:
