@@ -43,7 +43,7 @@ class TextCodec:
     @cached_property
     def form_ids(self) -> frozenset[int]:
         """The tokens whose text is form only (`is_form_text`: layout, punctuation), for the form
-        rule; special tokens are not form. Decoded once per codec (under a second for 151,936
+        rule; special tokens are not form. Decoded once per codec (about a second for 151,936
         tokens), each after the anchor token so that a leading space a decoder strips at the start
         of a text counts."""
         ids = [i for i in range(len(self.tokenizer)) if i not in self.special_ids]
