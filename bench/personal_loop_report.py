@@ -130,6 +130,15 @@ def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]]
     return out
 
 
+def repeated_trigram_share(text: str) -> float:
+    """The share of a text's word trigrams that repeat an earlier one (0: none; a text that says one
+    thing over and over nears 1): how much of it is a model looping, which neither ROUGE-L nor the
+    style measures single out. 0 for a text under three words."""
+    words = text.split()
+    trigrams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+    return 1 - len(set(trigrams)) / len(trigrams) if trigrams else 0.0
+
+
 def score_rows(
     classifier: AuthorClassifier,
     rows: list[dict[str, Any]],
@@ -156,6 +165,8 @@ def score_rows(
                 {"config": HISTORY_COPY, "user": u["user_id"], "subject": q["subject"], "text": device[-i]["body"]}
             )
     scored = [dict(r) for r in rows] + ceiling + ceiling_cut + copies
+    for r in scored:
+        r["repetition"] = repeated_trigram_share(r["text"])
     got = classifier.attribute([r["text"] for r in scored], [r["user"] for r in scored])
     for r, a in zip(scored, got, strict=True):
         r["attribution"] = a.probability
@@ -174,7 +185,8 @@ def summarize(scored: list[dict[str, Any]], labels: Sequence[str]) -> list[dict[
         if not mine:
             continue
         entry: dict[str, Any] = {"config": label, "n": len(mine), "users": len({r["user"] for r in mine})}
-        for metric in ("rougeL", "rouge1", "attribution", "attribution_top1", "style_delta", "style_delta_nearest"):
+        metrics = ("rougeL", "rouge1", "attribution", "attribution_top1", "style_delta", "style_delta_nearest")
+        for metric in (*metrics, "repetition"):
             values = [r[metric] for r in mine if metric in r]
             if values:
                 entry[metric], entry[f"{metric}_se"] = mean_se(values)
@@ -288,6 +300,7 @@ def write_report(
             "style_delta": "Burrows's Delta over 89 function words and 31 punctuation marks, z-scored over the "
             "style part; the score is the share of the other authors farther from the text than its author "
             "(1 = nearest, about 0.5 by chance)",
+            "repetition": "the share of a text's word trigrams that repeat an earlier one (repeated_trigram_share)",
             "style_split": RULE,
             "style_part_entries": {str(u["user_id"]): len(split_history(u)[1]) for u in users},
             "rows_device_paths": rows_device_paths(rows),
@@ -350,7 +363,7 @@ def markdown(result: dict[str, Any]) -> str:
         + ".",
         "",
         f"Style measures: attribution, {m['attribution']} (chance {m['chance']:.3f}); profile distance, "
-        f"{m.get('style_delta', '—')}.",
+        f"{m.get('style_delta', '—')}." + (f" Repeated trigrams: {m['repetition']}." if "repetition" in m else ""),
         "",
         device_path_line(m.get("rows_device_paths", {}))
         + (
@@ -360,16 +373,17 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "",
         "| row | n | authors | ROUGE-L | attribution p(true author) | true author first | profile distance score "
-        "| true author nearest |",
-        "|---|---|---|---|---|---|---|---|",
+        "| true author nearest | repeated trigrams |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in result["summary"]:
         rl = f"{s['rougeL']:.3f} ± {s['rougeL_se']:.3f}" if "rougeL" in s else "—"
         dl = f"{s['style_delta']:.3f} ± {s['style_delta_se']:.3f}" if "style_delta" in s else "—"
         near = f"{s['style_delta_nearest']:.2f}" if "style_delta_nearest" in s else "—"
+        rep = f"{s['repetition']:.3f}" if "repetition" in s else "—"
         lines.append(
             f"| {s['config']} | {s['n']} | {s['users']} | {rl} | {s['attribution']:.3f} ± {s['attribution_se']:.3f} "
-            f"| {s['attribution_top1']:.2f} | {dl} | {near} |"
+            f"| {s['attribution_top1']:.2f} | {dl} | {near} | {rep} |"
         )
     lines += [
         "",

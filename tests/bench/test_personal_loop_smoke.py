@@ -89,6 +89,9 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         (0.7, 1.0, 10, 0.5, 0.2, None),
         (0.5, 1.0, 10, 0.0, 0.0, 0.0),
     ]
+    # Each row says how much of its text repeats itself, the real bodies too.
+    assert all(0.0 <= summary[r]["repetition"] <= 1.0 for r in [*rows, personal_loop_report.CEILING])
+    assert "repeated trigrams" in (out / "personal_loop.md").read_text()
     # The style measures were fitted on the style part only, which is recorded, and score a second way.
     assert result["meta"]["style_split"] == RULE
     assert all(0.0 <= summary[r]["style_delta"] <= 1.0 for r in rows)
@@ -117,3 +120,11 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
 def _spec(work: Path) -> dict:
     stored = json.loads((work / "dp" / "spec.json").read_text())
     return {**stored, "users": tuple(stored["users"])}
+
+
+def test_repeated_trigram_share_counts_the_trigrams_that_repeat_an_earlier_one() -> None:
+    share = personal_loop_report.repeated_trigram_share
+    assert share("fix the bug in the parser") == 0.0
+    # 8 trigrams, 3 distinct: "a b c" "b c a" "c a b" then the same three again, then "a b c"
+    assert share("a b c a b c a b c a") == 1 - 3 / 8
+    assert share("too short") == 0.0 and share("") == 0.0
