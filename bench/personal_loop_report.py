@@ -41,6 +41,16 @@ CEILING = "real body (ceiling)"
 CEILING_CUT = "real body, cut to the generated length"
 HISTORY_COPY = "copy of the device's history (newest entries)"
 METRICS = ("rougeL", "attribution", "style_delta")
+# What each row's summary averages (with its standard error).
+SUMMARY_METRICS = (
+    "rougeL",
+    "rouge1",
+    "attribution",
+    "attribution_top1",
+    "style_delta",
+    "style_delta_nearest",
+    "repetition",
+)
 
 
 FRONTIER_PNG = "personal_loop_frontier.png"
@@ -82,8 +92,14 @@ class SweptSetting(NamedTuple):
     gamma_uncertain: float
     gamma_form: float | None
 
+    @property
+    def gate(self) -> Gate | None:
+        return (self.certainty, self.gamma_uncertain) if self.certainty else None
+
     def order(self) -> tuple[float, ...]:
-        return (*self[:5], -1.0 if self.gamma_form is None else self.gamma_form)
+        """A sort key: the fields in order, no form rule before any gamma_form (None does not sort)."""
+        form = -1.0 if self.gamma_form is None else self.gamma_form
+        return (self.gamma, self.alpha, self.top_k, self.certainty, self.gamma_uncertain, form)
 
 
 def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
@@ -185,8 +201,7 @@ def summarize(scored: list[dict[str, Any]], labels: Sequence[str]) -> list[dict[
         if not mine:
             continue
         entry: dict[str, Any] = {"config": label, "n": len(mine), "users": len({r["user"] for r in mine})}
-        metrics = ("rougeL", "rouge1", "attribution", "attribution_top1", "style_delta", "style_delta_nearest")
-        for metric in (*metrics, "repetition"):
+        for metric in SUMMARY_METRICS:
             values = [r[metric] for r in mine if metric in r]
             if values:
                 entry[metric], entry[f"{metric}_se"] = mean_se(values)
@@ -292,7 +307,7 @@ def write_report(
             "gammas_swept": sorted({settings[key].gamma for key in swept}),
             "alphas_swept": sorted({settings[key].alpha for key in swept}),
             "top_ks_swept": sorted({settings[key].top_k for key in swept}),
-            "gates_swept": sorted({settings[key][3:5] for key in swept if settings[key].certainty}),
+            "gates_swept": sorted({gate for key in swept if (gate := settings[key].gate) is not None}),
             "forms_swept": sorted({f for key in swept if (f := settings[key].gamma_form) is not None}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
