@@ -82,6 +82,7 @@ from bench.personal_loop_report import (
     Gate,
     adapter_label,
     loss_table,
+    stopped_device_label,
     sweep_label,
     write_report,
 )
@@ -332,6 +333,7 @@ class Row:
     gate: Gate | None = None  # specsteer's certainty gate (certainty, gamma_uncertain); None: the paper's rule
     gamma_form: float | None = None  # specsteer's form rule; None: the paper's rule
     top_k: int = TOP_K  # specsteer's steering candidates per recovery
+    no_repeat: int = 0  # the device's repetition stop (DecodeOptions.no_repeat_ngram); 0: off
 
 
 def rows_for(
@@ -341,13 +343,14 @@ def rows_for(
     gates: Sequence[tuple[float, Gate]] = (),
     forms: Sequence[tuple[float, float]] = (),
     top_ks: Sequence[int] = (),
+    no_repeats: Sequence[int] = (),
 ) -> list[list[Row]]:
     """This run's rows in passes over the queries: first the rows the issue's comparisons need
     (the adapters' first, they are what is new), then `specsteer` on the base weights, which only
     explains them, last; the sweep's `specsteer+adapters` rows before it); so a run cut short has
     the comparisons on as many queries as possible. Each gate ((gamma, (certainty, gamma_uncertain)))
     and each form rule ((gamma, gamma_form)) is swept with the adapters and on the base weights
-    (beside `specsteer`)."""
+    (beside `specsteer`); each repetition stop n too, and with it `slm-rag` under the same stop."""
     passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
@@ -363,10 +366,20 @@ def rows_for(
     ]
     swept += [Row(sweep_label(variant, g, gate=gate), SPECSTEER, variant, g, gate=gate) for g, gate in gates]
     swept += [Row(sweep_label(variant, g, gamma_form=f), SPECSTEER, variant, g, gamma_form=f) for g, f in forms]
+    for n in no_repeats:
+        swept += [
+            Row(stopped_device_label(variant, n), SLM_RAG, variant, no_repeat=n),
+            Row(sweep_label(variant, GAMMA, no_repeat=n), SPECSTEER, variant, no_repeat=n),
+        ]
     if swept:
         passes.append(swept)
     base = [Row(sweep_label(None, g, gate=gate), SPECSTEER, None, g, gate=gate) for g, gate in gates]
     base += [Row(sweep_label(None, g, gamma_form=f), SPECSTEER, None, g, gamma_form=f) for g, f in forms]
+    for n in no_repeats:
+        base += [
+            Row(sweep_label(None, GAMMA, no_repeat=n), SPECSTEER, None, no_repeat=n),
+            Row(stopped_device_label(None, n), SLM_RAG, None, no_repeat=n),
+        ]
     passes.append([Row(SPECSTEER, SPECSTEER, None), *base])
     return passes
 
@@ -462,9 +475,8 @@ class Generator:
             )
             verifier = cloud
         guard = None if verifier is None else guard_setting(profile, specialist.lm.tokenizer, self.guard)
-        out = generate(
-            specialist, task_prompt(query["subject"]), params, DecodeOptions(max_new_tokens), verifier, guard=guard
-        )
+        options = DecodeOptions(max_new_tokens, no_repeat_ngram=row.no_repeat)
+        out = generate(specialist, task_prompt(query["subject"]), params, options, verifier, guard=guard)
         scores = _SCORER.score(query["target"], out.text)
         return {
             "config": row.label,
@@ -476,6 +488,7 @@ class Generator:
             # The deployment's setting; a device-only row sends nothing for it to guard.
             "guard": self.guard,
             "max_new_tokens": max_new_tokens,
+            "no_repeat_ngram": row.no_repeat,
             "variant": row.variant,
             "adapter_version": version,
             "rouge1": scores["rouge1"].fmeasure,
@@ -588,6 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
         "comma-separated GAMMA:GAMMA_FORM (docs/algorithm.md, 'The form rule')",
     )
     p.add_argument(
+        "--no-repeats",
+        type=_no_repeats,
+        default=(),
+        help=f"also run slm-rag and specsteer (gamma {GAMMA:g}; with the adapters and on the base weights) under "
+        "the device's repetition stop: comma-separated n-gram lengths (sdk generate --no-repeat-ngram)",
+    )
+    p.add_argument(
         "--rows",
         nargs="+",
         default=None,
@@ -634,14 +654,22 @@ def _gates(text: str) -> tuple[tuple[float, Gate], ...]:
     return tuple(out)
 
 
-def _top_ks(text: str) -> tuple[int, ...]:
+def _whole_numbers(text: str, least: int, name: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"every candidate count k must be at least 1: {text!r}")
+    if any(v < least for v in values):
+        raise argparse.ArgumentTypeError(f"every {name} must be at least {least}: {text!r}")
     return values
+
+
+def _top_ks(text: str) -> tuple[int, ...]:
+    return _whole_numbers(text, 1, "candidate count k")
+
+
+def _no_repeats(text: str) -> tuple[int, ...]:
+    return _whole_numbers(text, 2, "repetition stop's n-gram length")
 
 
 def _forms(text: str) -> tuple[tuple[float, float], ...]:
@@ -656,7 +684,7 @@ def _forms(text: str) -> tuple[tuple[float, float], ...]:
 
 def _sweeps(args: argparse.Namespace) -> tuple[Sequence[Any], ...]:
     """`rows_for`'s sweeps from the command line, in its order."""
-    return args.gammas, args.alphas, args.gates, args.forms, args.top_ks
+    return args.gammas, args.alphas, args.gates, args.forms, args.top_ks, args.no_repeats
 
 
 def _say(message: str) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "adapter_label",
     "comparisons",
     "loss_table",
+    "stopped_device_label",
     "sweep_label",
     "write_report",
 ]
@@ -70,16 +71,26 @@ def sweep_label(
     gate: Gate | None = None,
     gamma_form: float | None = None,
     top_k: int = TOP_K,
+    no_repeat: int = 0,
 ) -> str:
     """A `specsteer+adapters` row of the sweep (`--gammas`, `--alphas`, `--top-ks`, `--gates`,
-    `--forms`): the same adapters at another gamma, recovery weight alpha, candidate count k,
-    certainty gate or form rule (the label names each but gamma only when it is not the default);
-    `variant` None: `specsteer` on the base weights at that setting."""
+    `--forms`, `--no-repeats`): the same adapters at another gamma, recovery weight alpha, candidate
+    count k, certainty gate, form rule or device repetition stop (the label names each but gamma
+    only when it is not the default); `variant` None: `specsteer` on the base weights at that setting."""
     extra = "" if alpha == ALPHA else f", alpha {alpha:g}"
     extra += "" if top_k == TOP_K else f", k {top_k}"
     extra += "" if gate is None else f", gate {gate[0]:g}/{gate[1]:g}"
     extra += "" if gamma_form is None else f", form {gamma_form:g}"
+    extra += "" if not no_repeat else f", no-repeat {no_repeat}"
     return f"{_sweep_prefix(variant)}{gamma:g}{extra})"
+
+
+def stopped_device_label(variant: str | None, no_repeat: int) -> str:
+    """`slm-rag` (with `variant`'s adapters, or none) under the device's repetition stop of n-gram
+    length `no_repeat` (`DecodeOptions.no_repeat_ngram`): the device alone as SpecSteer's device."""
+    if variant is None:
+        return f"{SLM_RAG} (no-repeat {no_repeat})"
+    return f"{adapter_label(SLM_RAG, variant)[:-1]}, no-repeat {no_repeat})"
 
 
 class SweptSetting(NamedTuple):
@@ -91,6 +102,7 @@ class SweptSetting(NamedTuple):
     certainty: float
     gamma_uncertain: float
     gamma_form: float | None
+    no_repeat: int = 0
 
     @property
     def gate(self) -> Gate | None:
@@ -99,7 +111,7 @@ class SweptSetting(NamedTuple):
     def order(self) -> tuple[float, ...]:
         """A sort key: the fields in order, no form rule before any gamma_form (None does not sort)."""
         form = -1.0 if self.gamma_form is None else self.gamma_form
-        return (self.gamma, self.alpha, self.top_k, self.certainty, self.gamma_uncertain, form)
+        return (self.gamma, self.alpha, self.top_k, self.certainty, self.gamma_uncertain, form, self.no_repeat)
 
 
 def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
@@ -107,7 +119,8 @@ def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
     prefix = _sweep_prefix(variant)
     if not (label.startswith(prefix) and label.endswith(")")):
         return None
-    rest, _, form = label[len(prefix) : -1].partition(", form ")
+    rest, _, no_repeat = label[len(prefix) : -1].partition(", no-repeat ")
+    rest, _, form = rest.partition(", form ")
     rest, _, gate = rest.partition(", gate ")
     rest, _, top_k = rest.partition(", k ")
     gamma, _, alpha = rest.partition(", alpha ")
@@ -119,6 +132,7 @@ def swept_setting(label: str, variant: str | None) -> SweptSetting | None:
         float(certainty) if gate else 0.0,
         float(gamma_uncertain) if gate else 0.0,
         float(form) if form else None,
+        int(no_repeat) if no_repeat else 0,
     )
 
 
@@ -130,7 +144,8 @@ def _sweep_prefix(variant: str | None) -> str:
 def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]] = ()) -> list[tuple[str, str]]:
     """(row, minus) pairs: the issue's three per variant, then what explains them; and each swept
     (variant, label) against `llm`, the device alone with the same adapters (or none), and the
-    default setting on the same weights (what the swept setting changes)."""
+    default setting on the same weights (what the swept setting changes); a row under the device's
+    repetition stop also against the device alone under the same stop."""
     out: list[tuple[str, str]] = []
     for v in variants:
         slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
@@ -140,6 +155,9 @@ def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]]
             (SLM_RAG, SPECSTEER) if v is None else (adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v))
         )
         out += [(label, LLM), (label, device), (label, default)]
+        setting = swept_setting(label, v)
+        if setting is not None and setting.no_repeat:
+            out.append((label, stopped_device_label(v, setting.no_repeat)))
     out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
     if all(v in variants for v in VARIANTS):
         out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]
@@ -280,6 +298,8 @@ def write_report(
         (v, r["config"]): g for r in rows for v in (None, *variants) if (g := swept_setting(r["config"], v)) is not None
     }
     swept = sorted(settings, key=lambda key: (key[0] or "", settings[key].order()))
+    stopped = sorted({(v, settings[v, label].no_repeat) for v, label in swept if settings[v, label].no_repeat}, key=str)
+    labels += [stopped_device_label(v, n) for v, n in stopped]
     labels += [label for _, label in swept]
     scored = score_rows(classifier, rows, queries, delta)
     result = {
@@ -309,6 +329,7 @@ def write_report(
             "top_ks_swept": sorted({settings[key].top_k for key in swept}),
             "gates_swept": sorted({gate for key in swept if (gate := settings[key].gate) is not None}),
             "forms_swept": sorted({f for key in swept if (f := settings[key].gamma_form) is not None}),
+            "no_repeats_swept": sorted({n for key in swept if (n := settings[key].no_repeat)}),
             "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
             "attribution": "char_wb 2-4-gram TF-IDF (sublinear tf) + logistic regression (C = 10), "
             "fitted on the authors' style part only",

@@ -27,6 +27,7 @@ from specsteer.core.errors import ConfigError, ProtocolError
 from specsteer.core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
 from specsteer.core.prompts import Example, render_prompt
 from specsteer.core.recovery import choose, device_rng, recovery_scores
+from specsteer.core.repetition import completes_repeat, no_repeat_problem, repeating_tokens
 from specsteer.core.sequence import CachedSequence
 from specsteer.core.session_types import (
     FusionVector,
@@ -59,11 +60,15 @@ log = logging.getLogger("specsteer.sdk")
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """Device-only decoding settings; none of them is sent to the cloud."""
+    """Device-only decoding settings; none of them is sent to the cloud.
+
+    `no_repeat_ngram` n (0: off) is the device's repetition stop (`core.repetition`): no drafted,
+    recovered or local token completes an n-gram the generated text already holds."""
 
     max_new_tokens: int = 128
     temperature: float = 1.0
     seed: int = 0
+    no_repeat_ngram: int = 0
 
     def __post_init__(self) -> None:
         check_setting_types(type(self), vars(self))
@@ -74,6 +79,9 @@ class DecodeOptions:
             raise ConfigError(f"temperature must be a finite positive number; got {self.temperature}")
         if self.seed < 0:  # numpy's generators take none
             raise ConfigError(f"seed must be a whole number, 0 or more; got {self.seed}")
+        problem = no_repeat_problem(self.no_repeat_ngram)
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 @dataclass
@@ -212,7 +220,9 @@ def generate(
     seq = specialist.sequence(ids, capacity=len(ids) + options.max_new_tokens + CAPACITY_MARGIN)
     seq.forward_seconds = []  # the Specialist's own cost, for the stats
     rng = device_rng(options.seed)
-    state = _State(specialist.lm.eos_ids, options.max_new_tokens, on_commit, vocabulary_width(specialist.lm))
+    state = _State(
+        specialist.lm.eos_ids, options.max_new_tokens, on_commit, vocabulary_width(specialist.lm), start=len(ids)
+    )
     lost: VerifierLost | None = None
     kept_local: str | None = None
     if params.method.uses_cloud:
@@ -329,9 +339,12 @@ def vocabulary_width(lm: SpecialistLM) -> int | None:
 
 
 class _State:
-    def __init__(self, eos_ids: frozenset[int], budget: int, on_commit: OnCommit | None, width: int | None) -> None:
+    def __init__(
+        self, eos_ids: frozenset[int], budget: int, on_commit: OnCommit | None, width: int | None, start: int = 0
+    ) -> None:
         self.eos_ids = eos_ids
         self.width = width  # the row's columns that are tokens (`vocabulary_width`)
+        self.start = start  # where the generated text begins in the device's sequence
         self.budget = budget
         self.generated: list[int] = []
         self.stats = GenerationStats()
@@ -366,15 +379,35 @@ def _draw(logprobs: Any, sampling: bool, options: DecodeOptions, rng: Rng) -> in
     return choose(logprobs, sampling=sampling, temperature=options.temperature, generator=rng)
 
 
-def _draw_token(row: Any, width: int | None, sampling: bool, options: DecodeOptions, rng: Rng) -> int:
-    """A token drawn from a whole row of the Specialist, its padded columns left out (a view, no copy)."""
-    return _draw(np.asarray(row)[:width], sampling, options, rng)
+def _draw_token(
+    row: Any, width: int | None, sampling: bool, options: DecodeOptions, rng: Rng, stopped: Any = ()
+) -> int:
+    """A token drawn from a whole row of the Specialist, its padded columns left out (a view, no
+    copy) and the repetition stop's `stopped` tokens given probability 0 (a copy)."""
+    scores = np.asarray(row)[:width]
+    stopped = np.asarray(stopped, dtype=np.int64)
+    if stopped.size:
+        scores = scores.copy()
+        scores[stopped[stopped < scores.shape[-1]]] = -np.inf
+    return _draw(scores, sampling, options, rng)
+
+
+def _stopped(seq: CachedSequence[Any], state: _State, options: DecodeOptions) -> Any:
+    """The tokens the repetition stop rules out after `seq` (empty when it is off)."""
+    if not options.no_repeat_ngram:
+        return ()
+    return repeating_tokens(seq.ids[state.start :], options.no_repeat_ngram)
+
+
+def _draw_next(seq: CachedSequence[Any], state: _State, sampling: bool, options: DecodeOptions, rng: Rng) -> int:
+    """The Specialist's next token after `seq` (P_S^c, under the repetition stop)."""
+    return _draw_token(seq.next_logprobs(), state.width, sampling, options, rng, _stopped(seq, state, options))
 
 
 def _local_loop(seq: CachedSequence[Any], sampling: bool, options: DecodeOptions, state: _State, rng: Rng) -> None:
     """The Specialist alone (slm, slm-rag, and finishing locally when the cloud is gone)."""
     while state.remaining > 0:
-        token = _draw_token(seq.next_logprobs(), state.width, sampling, options, rng)
+        token = _draw_next(seq, state, sampling, options, rng)
         seq.push(state.commit([token]))
 
 
@@ -477,7 +510,7 @@ def _steered_loop(
     while state.remaining > 0:
         draft: list[int] = []
         for _ in range(min(params.draft_len, state.remaining)):
-            token = _draw_token(seq.next_logprobs(), state.width, params.sampling, options, rng)
+            token = _draw_next(seq, state, params.sampling, options, rng)
             draft.append(token)
             seq.push([token])
             if token in state.eos_ids:
@@ -485,7 +518,7 @@ def _steered_loop(
 
         start = len(seq) - len(draft) - len(pending)  # where pending + draft begin in `seq`
         limit = start + len(pending) + state.remaining  # look-ahead stays within the token budget
-        look_ahead = partial(_look_ahead, seq, limit, state.width, params.sampling, options, rng)
+        look_ahead = partial(_look_ahead, seq, limit, state, params.sampling, options, rng)
         plan = uplink.plan(state, pending, draft, look_ahead, params.draft_len)
         if plan.keep_local:
             # Drafted and looked-ahead tokens are P_S^c's own draws, as the local loop makes them: keep them.
@@ -516,7 +549,7 @@ def _steered_loop(
             continue
         if verdict.steering is None:
             raise ProtocolError("the verifier sent no steering candidates where a recovery is needed")
-        pending = state.commit(_recover(seq, verdict, params, options, rng, state.width))
+        pending = state.commit(_recover(seq, verdict, params, options, rng, state.width, state.start))
         seq.push(pending)
         if rejected:
             stats.recoveries += 1
@@ -526,12 +559,12 @@ def _steered_loop(
 
 
 def _look_ahead(
-    seq: CachedSequence[Any], limit: int, width: int | None, sampling: bool, options: DecodeOptions, rng: Rng
+    seq: CachedSequence[Any], limit: int, state: _State, sampling: bool, options: DecodeOptions, rng: Rng
 ) -> int | None:
     """Draft one more token on the device (the guard resolving a hold), unless `seq` is at `limit`."""
     if len(seq) >= limit:
         return None
-    token = _draw_token(seq.next_logprobs(), width, sampling, options, rng)
+    token = _draw_next(seq, state, sampling, options, rng)
     seq.push([token])
     return token
 
@@ -543,15 +576,25 @@ def _recover(
     options: DecodeOptions,
     rng: Rng,
     width: int | None = None,
+    start: int = 0,
 ) -> tuple[int, ...]:
-    """Pick a candidate by v + alpha * log P_S^c."""
+    """Pick a candidate by v + alpha * log P_S^c; under the repetition stop (`DecodeOptions.no_repeat_ngram`,
+    the generated text beginning at `start` in `seq`) a candidate that repeats an n-gram is left
+    out, unless every candidate does (a recovery must commit a token)."""
     assert verdict.steering is not None
+    n = options.no_repeat_ngram
     if isinstance(verdict.steering, FusionVector):
-        return (_fuse(seq, verdict.steering, params, options, rng, width),)
+        stopped = repeating_tokens(seq.ids[start:], n) if n else ()
+        return (_fuse(seq, verdict.steering, params, options, rng, width, stopped),)
     candidates = verdict.steering.candidates
     if len(candidates) == 1:
         return candidates[0]
     values = np.asarray(verdict.steering.values, dtype=np.float32)
+    if n:
+        repeats = np.array([completes_repeat(seq.ids[start:], c, n) for c in candidates])
+        if not repeats.all():
+            # -inf before any scoring: such a candidate is never a contender (`_score_for_argmax`) nor drawn.
+            values = np.where(repeats, np.float32(-np.inf), values)
     if params.alpha == 0:
         return candidates[_draw(values, params.sampling, options, rng)]
     if params.sampling:
@@ -568,14 +611,16 @@ def _fuse(
     options: DecodeOptions,
     rng: Rng,
     width: int | None = None,
+    stopped: Any = (),
 ) -> int:
     """Token-level fusion over the whole vocabulary: the token by v + alpha * log P_S^c, i.e.
-    log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T)."""
+    log P_G + alpha (log P_S^c - log P_S^0) (greedy: argmax; sampling: softmax at T), the
+    repetition stop's `stopped` tokens left out."""
     values = np.frombuffer(fusion.values, dtype="<f4").astype(np.float32)
     logp_sc = np.asarray(seq.next_logprobs())
     if logp_sc.shape[-1] != values.shape[-1]:
         raise ProtocolError(f"a fusion vector of {values.shape[-1]} values for a vocabulary of {logp_sc.shape[-1]}")
-    return _draw_token(recovery_scores(values, logp_sc, params.alpha), width, params.sampling, options, rng)
+    return _draw_token(recovery_scores(values, logp_sc, params.alpha), width, params.sampling, options, rng, stopped)
 
 
 def _score_for_argmax(

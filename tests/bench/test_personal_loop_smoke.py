@@ -83,11 +83,11 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         (0.5, 1.0, 10, None, 0.0),
     ]
     assert [personal_loop_report.swept_setting(r.label, "dp") for r in sweep] == [
-        (0.05, 1.0, 10, 0.0, 0.0, None),
-        (0.5, 2.0, 10, 0.0, 0.0, None),
-        (0.5, 1.0, 30, 0.0, 0.0, None),
-        (0.7, 1.0, 10, 0.5, 0.2, None),
-        (0.5, 1.0, 10, 0.0, 0.0, 0.0),
+        (0.05, 1.0, 10, 0.0, 0.0, None, 0),
+        (0.5, 2.0, 10, 0.0, 0.0, None, 0),
+        (0.5, 1.0, 30, 0.0, 0.0, None, 0),
+        (0.7, 1.0, 10, 0.5, 0.2, None, 0),
+        (0.5, 1.0, 10, 0.0, 0.0, 0.0, 0),
     ]
     # Each row says how much of its text repeats itself, the real bodies too.
     assert all(0.0 <= summary[r]["repetition"] <= 1.0 for r in [*rows, personal_loop_report.CEILING])
