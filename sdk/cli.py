@@ -112,6 +112,14 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
         "--max-new-tokens", type=whole_number(), default=128, help="most tokens to generate (default 128; demo 64)"
     )
     p.add_argument(
+        "--no-repeat-ngram",
+        type=whole_number(0),
+        default=0,
+        metavar="N",
+        help="the device's repetition stop (docs/algorithm.md): no token that would repeat an N-token run of the "
+        "generated text (default 0: off; 6 was chosen on the dev data, bench.no_repeat_choice)",
+    )
+    p.add_argument(
         "--specialist",
         default=None,
         help=f"a model bundle, folder, .gguf file or embedded name (default {DEFAULT_SPECIALIST}, or the client "
@@ -391,7 +399,11 @@ def check_options(
     given = [name for name, value in sampled.items() if value is not None]
     if given and not args.sampling:  # greedy decoding draws nothing: the setting would do nothing
         raise ConfigError(f"--{given[0]} is for sampled decoding: add --sampling")
-    options = DecodeOptions(max_new_tokens=args.max_new_tokens, **{k: v for k, v in sampled.items() if v is not None})
+    options = DecodeOptions(
+        max_new_tokens=args.max_new_tokens,
+        no_repeat_ngram=args.no_repeat_ngram,
+        **{k: v for k, v in sampled.items() if v is not None},
+    )
     if args.context_entries < 0:
         raise ConfigError(f"context-entries must be 0 or more; got {args.context_entries}")
     drafter = getattr(args, "drafter", DEFAULT_DRAFTER)

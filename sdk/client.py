@@ -87,6 +87,7 @@ class GenerationSettings(TypedDict, total=False):
     max_new_tokens: int
     temperature: float
     seed: int
+    no_repeat_ngram: int  # the device's repetition stop (docs/algorithm.md); 0, the default, is off
 
 
 @dataclass(frozen=True)

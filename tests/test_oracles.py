@@ -53,6 +53,7 @@ def run(
     *,
     cross_vocab: bool | None = None,
     max_new: int = MAX_NEW,
+    no_repeat_ngram: int = 0,
     **kw,
 ) -> Generation:
     """One generation through the in-process verifier (which goes through the wire format)."""
@@ -63,7 +64,8 @@ def run(
     if method is Method.LLM:
         kw.setdefault("alpha", 0.0)
     params = SessionParams(method=method, **kw)
-    return generate(specialist, PROMPT, params, DecodeOptions(max_new_tokens=max_new), verifier)
+    options = DecodeOptions(max_new_tokens=max_new, no_repeat_ngram=no_repeat_ngram)
+    return generate(specialist, PROMPT, params, options, verifier)
 
 
 def last_logprobs(lm: CausalLM, ids: list[int]) -> torch.Tensor:
@@ -92,10 +94,10 @@ class Reference:
     def pg(self, gen: list[int]) -> torch.Tensor:
         return last_logprobs(self.g, self.g_ids + gen)
 
-    def greedy(self, dist, n: int) -> list[int]:
+    def greedy(self, dist, n: int, no_repeat: int = 0) -> list[int]:
         gen: list[int] = []
         while len(gen) < n:
-            gen.append(int(torch.argmax(dist(gen))))
+            gen.append(int(torch.argmax(without(dist(gen), stopped(gen, no_repeat)))))
             if gen[-1] in self.s.eos_ids:
                 break
         return gen
@@ -111,12 +113,16 @@ class Reference:
         k: int,
         gate: tuple[float, float] | None = None,
         form: tuple[frozenset[int], float] | None = None,
+        no_repeat: int = 0,
     ) -> tuple[int, int]:
         """(the Specialist's token if it passes the ratio test, else -1; the recovery token).
         `gate` (certainty, gamma_uncertain): the test uses gamma_uncertain where P_G's top
         probability is below certainty (algorithm.md, "The certainty gate"). `form` (form tokens,
-        gamma_form): a draft of a form token is tested at gamma_form ("The form rule")."""
-        sc, s0, pg = self.sc(gen), self.s0(gen), self.pg(gen)
+        gamma_form): a draft of a form token is tested at gamma_form ("The form rule"). `no_repeat`
+        n: the device's repetition stop ("The repetition stop"): P_S^c is 0 on every token that
+        repeats an n-gram of `gen`, and so is a recovery candidate unless every one repeats."""
+        ruled_out = stopped(gen, no_repeat)
+        sc, s0, pg = without(self.sc(gen), ruled_out), self.s0(gen), self.pg(gen)
         if gate is not None and float(pg.max()) < math.log(gate[0]):
             gamma = gate[1]
         d = int(torch.argmax(sc))
@@ -124,8 +130,23 @@ class Reference:
             gamma = form[1]
         passes = float(pg[d] - s0[d]) > (math.log(gamma) if gamma > 0 else -math.inf)
         cands = torch.sort(pg, descending=True, stable=True).indices[:k]
-        rec = int(cands[torch.argmax(pg[cands] - alpha * s0[cands] + alpha * sc[cands])])
+        if not all(int(c) in ruled_out for c in cands):
+            cands = torch.tensor([int(c) for c in cands if int(c) not in ruled_out])
+        rec = int(cands[torch.argmax(pg[cands] - alpha * s0[cands] + alpha * self.sc(gen)[cands])])
         return (d if passes else -1), rec
+
+
+def stopped(gen: list[int], n: int) -> set[int]:
+    """The tokens that would repeat an n-gram of `gen` (none for n 0), found by brute force."""
+    grams = {tuple(gen[i : i + n]) for i in range(len(gen) - n + 1)} if n else set()
+    return {g[-1] for g in grams if list(g[:-1]) == gen[len(gen) - n + 1 :]}
+
+
+def without(logp: torch.Tensor, tokens: set[int]) -> torch.Tensor:
+    """`logp` with probability 0 on `tokens`."""
+    out = logp.clone()
+    out[sorted(tokens)] = -math.inf
+    return out
 
 
 def strip_eos(tokens: list[int], eos: frozenset[int]) -> list[int]:
@@ -230,6 +251,29 @@ def test_the_form_rule_tests_drafts_of_layout_and_punctuation_at_gamma_form(spec
         gen.append(token)
     assert decided_by_form > 0, "the form rule must decide some position differently, or the test sees nothing"
     assert out.stats.accepted > plain.stats.accepted
+
+
+def test_the_repetition_stop_rules_repeats_out_of_drafts_recoveries_and_the_device_alone(
+    specialist, models, ref
+) -> None:
+    """Under the device's repetition stop each position is decided by the one-step rule with P_S^c
+    at 0 on the tokens that would repeat an n-gram of the text so far (drafts, and recovery
+    candidates unless all of them would), independent of K; slm-rag is P_S^c's greedy text under it."""
+    n = 2
+    plain = run(specialist, models[1], Method.SPECSTEER, gamma=0.5, draft_len=3, bonus=False)
+    assert any(t in stopped(plain.token_ids[:i], n) for i, t in enumerate(plain.token_ids)), "nothing to stop"
+    # Execute
+    out = same_tokens_for_every_k(specialist, models[1], gamma=0.5, no_repeat_ngram=n)
+    alone = run(specialist, models[1], Method.SLM_RAG, no_repeat_ngram=n)
+    # Assert
+    gen: list[int] = []
+    for token in out.token_ids:
+        d, rec = ref.specsteer_token(gen, 0.5, 1.0, 10, no_repeat=n)
+        assert token == (d if d >= 0 else rec)
+        gen.append(token)
+    assert out.token_ids != plain.token_ids
+    assert alone.token_ids == strip_eos(ref.greedy(ref.sc, MAX_NEW, no_repeat=n), ref.s.eos_ids)
+    assert not any(t in stopped(alone.token_ids[:i], n) for i, t in enumerate(alone.token_ids))
 
 
 def test_bonus_tokens_are_steered_recoveries(specialist, models, ref) -> None:

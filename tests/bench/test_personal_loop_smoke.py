@@ -26,6 +26,7 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         *("--gates", "0.5:0.9:0.1"),  # the certainty gate, with the adapters and on the base weights
         *("--forms", "0.5:0.05"),  # the form rule, likewise
         *("--top-ks", "3"),  # the candidate count, with the adapters
+        *("--no-repeats", "2"),  # the device's repetition stop: slm-rag and specsteer, both weights
         # torch keeps the smoke fast (the onnx drafter would convert each device's merged tiny model);
         # the default is what ships (tests/bench/test_device_path_defaults.py).
         *("--drafter", "torch"),
@@ -89,6 +90,25 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
         (0.7, 1.0, 10, 0.5, 0.2, None, 0),
         (0.5, 1.0, 10, 0.0, 0.0, 0.0, 0),
     ]
+    # The repetition stop: slm-rag and specsteer under it, on both weights, each against the device
+    # alone under the same stop; the runs log records the stop of every row.
+    stopped = [
+        personal_loop_report.sweep_label("dp", 0.5, no_repeat=2),
+        personal_loop_report.stopped_device_label("dp", 2),
+        personal_loop_report.sweep_label(None, 0.5, no_repeat=2),
+        personal_loop_report.stopped_device_label(None, 2),
+    ]
+    assert stopped == [
+        "specsteer+adapters (dp, gamma 0.5, no-repeat 2)",
+        "slm-rag+adapters (dp, no-repeat 2)",
+        "specsteer (gamma 0.5, no-repeat 2)",
+        "slm-rag (no-repeat 2)",
+    ]
+    assert all(summary[label]["n"] == 3 for label in stopped)
+    assert {(stopped[0], stopped[1], "rougeL"), (stopped[0], spec_a, "rougeL")} <= pairs
+    assert {(stopped[2], stopped[3], "attribution"), (stopped[2], "specsteer", "attribution")} <= pairs
+    assert result["meta"]["no_repeats_swept"] == [2]
+    assert personal_loop_report.swept_setting(stopped[0], "dp").no_repeat == 2
     # Each row says how much of its text repeats itself, the real bodies too.
     assert all(0.0 <= summary[r]["repetition"] <= 1.0 for r in [*rows, personal_loop_report.CEILING])
     assert "repeated trigrams" in (out / "personal_loop.md").read_text()
@@ -106,6 +126,8 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
     assert training["losses"]["loss_v0"] > 0 and training["losses"]["loss_global_personal"] > 0
     # The adapters' rows declared the version the device holds; the base rows declared none.
     log = [json.loads(line) for line in (out / "personal_loop.runs.jsonl").read_text().splitlines()]
+    assert {r["config"] for r in log if r["no_repeat_ngram"] == 2} == set(stopped)
+    assert {r["no_repeat_ngram"] for r in log if r["config"] not in stopped} == {0}
     assert {r["adapter_version"] for r in log if r["variant"] == "dp"} == {1}
     assert {r["adapter_version"] for r in log if r["variant"] is None} == {0}
     # A rerun trains nothing and generates nothing: it resumes from WORK and the runs log.

@@ -95,6 +95,7 @@ def test_generate_with_profile_and_sampling(capsys, models_args, tmp_path) -> No
         (["--prompt", "Hi", "--method", "sd", "--sampling"], "greedy mode only"),
         (["--prompt", "Hi", "--method", "llm", "--gamma-form", "0.1"], "the form rule is part of specsteer's"),
         (["--prompt", "Hi", "--gamma-form", "2000"], "gamma_form must be in [0, 1000]"),
+        (["--prompt", "Hi", "--no-repeat-ngram", "1"], "no_repeat_ngram must be 0 (off) or a length of 2"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_1(capsys, models_args, args, message) -> None:
