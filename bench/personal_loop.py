@@ -350,7 +350,8 @@ def rows_for(
     explains them, last; the sweep's `specsteer+adapters` rows before it); so a run cut short has
     the comparisons on as many queries as possible. Each gate ((gamma, (certainty, gamma_uncertain)))
     and each form rule ((gamma, gamma_form)) is swept with the adapters and on the base weights
-    (beside `specsteer`); each repetition stop n too, and with it `slm-rag` under the same stop."""
+    (beside `specsteer`); each repetition stop n too (at the default gamma and, with the adapters,
+    every swept gamma), and with it `slm-rag` under the same stop."""
     passes = [
         [
             Row(adapter_label(SLM_RAG, variant), SLM_RAG, variant),
@@ -367,9 +368,10 @@ def rows_for(
     swept += [Row(sweep_label(variant, g, gate=gate), SPECSTEER, variant, g, gate=gate) for g, gate in gates]
     swept += [Row(sweep_label(variant, g, gamma_form=f), SPECSTEER, variant, g, gamma_form=f) for g, f in forms]
     for n in no_repeats:
+        swept.append(Row(stopped_device_label(variant, n), SLM_RAG, variant, no_repeat=n))
         swept += [
-            Row(stopped_device_label(variant, n), SLM_RAG, variant, no_repeat=n),
-            Row(sweep_label(variant, GAMMA, no_repeat=n), SPECSTEER, variant, no_repeat=n),
+            Row(sweep_label(variant, g, no_repeat=n), SPECSTEER, variant, g, no_repeat=n)
+            for g in dict.fromkeys((GAMMA, *gammas))
         ]
     if swept:
         passes.append(swept)
@@ -604,8 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-repeats",
         type=_no_repeats,
         default=(),
-        help=f"also run slm-rag and specsteer (gamma {GAMMA:g}; with the adapters and on the base weights) under "
-        "the device's repetition stop: comma-separated n-gram lengths (sdk generate --no-repeat-ngram)",
+        help=f"also run slm-rag and specsteer (gamma {GAMMA:g} and, with the adapters, each of --gammas; with the "
+        "adapters and on the base weights) under the device's repetition stop: comma-separated n-gram lengths "
+        "(sdk generate --no-repeat-ngram)",
     )
     p.add_argument(
         "--rows",
