@@ -10,6 +10,7 @@ export * from "./wire.js";
 export * from "./contract.js";
 export * from "./steering.js";
 export * from "./sampling.js";
+export * from "./repetition.js";
 export * from "./merkle.js";
 export * from "./note.js";
 export * from "./witness.js";

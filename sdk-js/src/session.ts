@@ -31,6 +31,7 @@ import { localSpan, planUplink, type GuardDecisionRecord, type UplinkPlan } from
 import { VerifierLost, VerifierRefused, type Transport, type VerifierStream } from "./transport.js";
 import { decodeDownlink, Method, paddedSlots, type WireParams, type WitnessRequest } from "./wire.js";
 import { PAD_ID, WIRE_MAX_TOP_K } from "./limits.js";
+import { completesRepeat, noRepeatProblem, repeatingTokens, TrackedSequence } from "./repetition.js";
 
 /** The drafter's sequence as the loop uses it (`OnnxSequence`, or any backend's). */
 export interface DraftSequence {
@@ -84,6 +85,9 @@ export interface GenerateOptions {
    * default 1): finite and above 0. Device-only, never sent: the cloud's ratio test does not use it.
    * Greedy decoding ignores it (but refuses a bad one). */
   temperature?: number;
+  /** The device's repetition stop (`DecodeOptions.no_repeat_ngram`, default 0: off): no drafted,
+   * recovered or local token completes an n-gram the generated text already holds. Never sent. */
+  noRepeatNgram?: number;
 }
 
 /** sdk/decoding.py's `MAX_RESUMES`, and sdk/remote.py's `RESUME_ATTEMPTS` and `RESUME_BACKOFF`:
@@ -258,15 +262,31 @@ export async function generate(
   if (!(typeof temperature === "number" && temperature > 0 && Number.isFinite(temperature))) {
     throw new RangeError(`temperature must be a finite positive number; got ${String(temperature)}`);
   }
+  const noRepeat = options.noRepeatNgram ?? 0;
+  const noRepeatError = noRepeatProblem(noRepeat);
+  if (noRepeatError !== null) throw new RangeError(noRepeatError);
   if (params.method !== Method.SPECSTEER && params.method !== Method.SD && params.method !== Method.FUSION) {
     throw new RangeError(`method ${params.method} is not a Draft-Verify-Recover method this loop runs`);
   }
   const width = options.width ?? options.vocabSize;
   // sdk/decoding.py's `device_rng(options.seed)`: every draw of this generation, in order.
   const rng = params.sampling ? new DeviceRng(options.seed ?? 0) : null;
-  /** The token the device writes from one row of its model, its padded columns left out (`_draw_token`). */
-  const drawToken = (row: Float32Array): number =>
-    rng === null ? argmax(row.subarray(0, width)) : choose(row.subarray(0, width), true, temperature, rng);
+  const seq = new TrackedSequence(drafter.sequence(privateIds), privateIds);
+  /** What the device has generated so far, as its sequence holds it (drafts and look-ahead included). */
+  const generatedIds = (): number[] => seq.ids.slice(privateIds.length);
+  /** The tokens the repetition stop rules out next (none when it is off). */
+  const stopped = (): number[] => (noRepeat === 0 ? [] : repeatingTokens(generatedIds(), noRepeat));
+  /** The token the device writes from one row of its model, its padded columns left out and the
+   * repetition stop's tokens given probability 0 (`_draw_token`). */
+  const drawToken = (row: Float32Array): number => {
+    let scores = row.subarray(0, width);
+    const out = stopped();
+    if (out.length > 0) {
+      scores = scores.slice();
+      for (const t of out) if (t < scores.length) scores[t] = -Infinity;
+    }
+    return rng === null ? argmax(scores) : choose(scores, true, temperature, rng);
+  };
   const timeout = options.roundTimeoutMs ?? 30_000;
   const state = new State(options.eosIds, options.maxNewTokens, options.onCommit);
   const stats: GenerationStats = {
@@ -290,7 +310,6 @@ export async function generate(
   const recorder = options.recorder;
   let sid: string | null = null;
   const faultsBefore = recorder?.faults.length ?? 0;
-  const seq = drafter.sequence(privateIds);
   await seq.nextLogprobs(); // the private prompt's prefill, before a verifier session is held
   let stream: VerifierStream | null = null;
   // The one path of an uplink: logged (fsync'ed) before it is sent, refused unsent if it breaks
@@ -450,7 +469,10 @@ export async function generate(
         [...state.eos][0] ?? -1,
         options.vocabSize,
         { nextLogprobs: () => row, scoreContinuations: () => scores },
-        rng === null ? { width } : { rng, temperature, width },
+        {
+          ...(rng === null ? { width } : { rng, temperature, width }),
+          ...(noRepeat === 0 ? {} : { stopped: stopped(), repeats: (c: readonly number[]) => completesRepeat(generatedIds(), c, noRepeat) }),
+        },
       );
       if (outcome.continue === "none" || outcome.commitIds === null) continue;
       pending = state.commit(outcome.commitIds); // uplinked with the next round

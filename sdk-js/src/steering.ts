@@ -123,6 +123,10 @@ export interface RecoveryDraw {
   rng?: UniformSource;
   temperature?: number;
   width?: number;
+  /** The repetition stop (src/repetition.ts): the tokens a fusion recovery may not take, and whether
+   * a candidate repeats (left out unless every candidate does: a recovery must commit a token). */
+  stopped?: readonly number[];
+  repeats?: (candidate: readonly number[]) => boolean;
 }
 
 export type RoundOutcome = {
@@ -172,9 +176,14 @@ export function applyDownlink(
     draw?.rng === undefined ? argmax(xs) : choose(xs, true, draw.temperature ?? 1, draw.rng);
   if (verdict.steering.kind === "fusion") {
     const scores = recoveryScores(verdict.steering.values, model.nextLogprobs(), alpha);
-    return { keptIds: kept, continue: how, commitIds: [pick(scores.slice(0, draw?.width ?? scores.length))], scores };
+    const allowed = scores.slice(0, draw?.width ?? scores.length);
+    for (const t of draw?.stopped ?? []) if (t < allowed.length) allowed[t] = -Infinity;
+    return { keptIds: kept, continue: how, commitIds: [pick(allowed)], scores };
   }
-  const { candidates, values } = verdict.steering;
+  const { candidates } = verdict.steering;
+  let values: readonly number[] = verdict.steering.values;
+  const repeats = draw?.repeats === undefined ? [] : candidates.map(draw.repeats);
+  if (repeats.includes(true) && repeats.includes(false)) values = values.map((v, i) => (repeats[i] ? -Infinity : v));
   // alpha 0: recoveryScores is v itself, P_S^c never read (0 * -inf would be NaN).
   const scores = recoveryScores(values, model.scoreContinuations(candidates), alpha);
   // One candidate is taken as it is (no draw).
