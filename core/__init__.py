@@ -33,6 +33,8 @@ The other modules:
   dtype=)`.
 - `core.recovery`: SpecSteer's device-side decision rules, as pure functions over numpy arrays: recovery (and
   the steered bonus token) and the draw of every token...
+- `core.repetition`: The device's repetition stop: no token that would repeat an n-gram of the text generated
+  so far.
 - `core.sequence`: A growing token sequence on some backend's KV cache, with rollback: the bookkeeping every
   backend shares.
 - `core.tls_identity`: A TLS identity (certificate chain and key), checked when it is loaded, before anything
