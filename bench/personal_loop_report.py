@@ -145,7 +145,8 @@ def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]]
     """(row, minus) pairs: the issue's three per variant, then what explains them; and each swept
     (variant, label) against `llm`, the device alone with the same adapters (or none), and the
     default setting on the same weights (what the swept setting changes); a row under the device's
-    repetition stop also against the device alone under the same stop."""
+    repetition stop also against the device alone under the same stop, and that one against the
+    device alone without it."""
     out: list[tuple[str, str]] = []
     for v in variants:
         slm_a, spec_a = adapter_label(SLM_RAG, v), adapter_label(SPECSTEER, v)
@@ -157,11 +158,12 @@ def comparisons(variants: Sequence[str], swept: Sequence[tuple[str | None, str]]
         out += [(label, LLM), (label, device), (label, default)]
         setting = swept_setting(label, v)
         if setting is not None and setting.no_repeat:
-            out.append((label, stopped_device_label(v, setting.no_repeat)))
+            stopped = stopped_device_label(v, setting.no_repeat)
+            out += [(label, stopped), (stopped, device)]  # the second: what the stop does to the device alone
     out += [(SPECSTEER, LLM), (SPECSTEER, SLM_RAG)]
     if all(v in variants for v in VARIANTS):
         out += [(adapter_label(m, "dp"), adapter_label(m, "no-dp")) for m in (SLM_RAG, SPECSTEER)]
-    return out
+    return list(dict.fromkeys(out))  # several swept rows may share a stop's pairs
 
 
 def repeated_trigram_share(text: str) -> float:

@@ -117,7 +117,7 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="the device's repetition stop (docs/algorithm.md): no token that would repeat an N-token run of the "
-        "generated text (default 0: off; 6 was chosen on the dev data, bench.no_repeat_choice)",
+        "generated text (default 0: off; 3 and 6 measured on the dev data: docs/results/README.md)",
     )
     p.add_argument(
         "--specialist",

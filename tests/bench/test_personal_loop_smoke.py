@@ -107,6 +107,8 @@ def test_personal_loop_smoke_trains_generates_scores_and_resumes(tmp_path: Path,
     assert all(summary[label]["n"] == 3 for label in stopped)
     assert {(stopped[0], stopped[1], "rougeL"), (stopped[0], spec_a, "rougeL")} <= pairs
     assert {(stopped[2], stopped[3], "attribution"), (stopped[2], "specsteer", "attribution")} <= pairs
+    assert {(stopped[1], slm_a, "rougeL"), (stopped[3], "slm-rag", "rougeL")} <= pairs  # the stop on the device alone
+    assert len(result["paired"]) == len(pairs)  # each pair once
     assert result["meta"]["no_repeats_swept"] == [2]
     assert personal_loop_report.swept_setting(stopped[0], "dp").no_repeat == 2
     # Each row says how much of its text repeats itself, the real bodies too.
