@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
-__all__ = ["completes_repeat", "no_repeat_problem", "repeating_tokens"]
+__all__ = ["completes_repeat", "no_repeat_problem", "repeating_candidates", "repeating_tokens"]
 
 
 def no_repeat_problem(n: int) -> str | None:
@@ -55,3 +55,11 @@ def completes_repeat(tokens: Sequence[int], continuation: Sequence[int], n: int)
             return True
         text.append(token)
     return False
+
+
+def repeating_candidates(tokens: Sequence[int], candidates: Sequence[Sequence[int]], n: int) -> list[bool]:
+    """Per steering candidate, whether appending it to `tokens` repeats an n-gram (`completes_repeat`):
+    the tokens that repeat after `tokens` are found once for all of them, and only a multi-token
+    candidate whose first token passes is followed further."""
+    first = set(repeating_tokens(tokens, n).tolist())
+    return [c[0] in first or (len(c) > 1 and completes_repeat([*tokens, c[0]], c[1:], n)) for c in candidates]

@@ -27,7 +27,7 @@ from specsteer.core.errors import ConfigError, ProtocolError
 from specsteer.core.limits import max_new_tokens_problem, prompt_length_problem, top_k_problem
 from specsteer.core.prompts import Example, render_prompt
 from specsteer.core.recovery import choose, device_rng, recovery_scores
-from specsteer.core.repetition import completes_repeat, no_repeat_problem, repeating_tokens
+from specsteer.core.repetition import no_repeat_problem, repeating_candidates, repeating_tokens
 from specsteer.core.sequence import CachedSequence
 from specsteer.core.session_types import (
     FusionVector,
@@ -591,7 +591,7 @@ def _recover(
         return candidates[0]
     values = np.asarray(verdict.steering.values, dtype=np.float32)
     if n:
-        repeats = np.array([completes_repeat(seq.ids[start:], c, n) for c in candidates])
+        repeats = np.array(repeating_candidates(seq.ids[start:], candidates, n))
         if not repeats.all():
             # -inf before any scoring: such a candidate is never a contender (`_score_for_argmax`) nor drawn.
             values = np.where(repeats, np.float32(-np.inf), values)

@@ -37,6 +37,14 @@ export function completesRepeat(tokens: readonly number[], continuation: readonl
   return false;
 }
 
+/** Per steering candidate, whether appending it to `tokens` repeats an n-gram (`completesRepeat`):
+ * the tokens that repeat after `tokens` are found once for all of them, and only a multi-token
+ * candidate whose first token passes is followed further. */
+export function repeatingCandidates(tokens: readonly number[], candidates: readonly (readonly number[])[], n: number): boolean[] {
+  const first = new Set(repeatingTokens(tokens, n));
+  return candidates.map((c) => first.has(c[0]!) || (c.length > 1 && completesRepeat([...tokens, c[0]!], c.slice(1), n)));
+}
+
 /** A drafter's sequence that also keeps its token IDs, which the stop reads (a backend's own
  * sequence need not expose them). */
 export class TrackedSequence implements DraftSequence {

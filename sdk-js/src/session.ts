@@ -31,7 +31,7 @@ import { localSpan, planUplink, type GuardDecisionRecord, type UplinkPlan } from
 import { VerifierLost, VerifierRefused, type Transport, type VerifierStream } from "./transport.js";
 import { decodeDownlink, Method, paddedSlots, type WireParams, type WitnessRequest } from "./wire.js";
 import { PAD_ID, WIRE_MAX_TOP_K } from "./limits.js";
-import { completesRepeat, noRepeatProblem, repeatingTokens, TrackedSequence } from "./repetition.js";
+import { noRepeatProblem, repeatingTokens, TrackedSequence } from "./repetition.js";
 
 /** The drafter's sequence as the loop uses it (`OnnxSequence`, or any backend's). */
 export interface DraftSequence {
@@ -471,7 +471,7 @@ export async function generate(
         { nextLogprobs: () => row, scoreContinuations: () => scores },
         {
           ...(rng === null ? { width } : { rng, temperature, width }),
-          ...(noRepeat === 0 ? {} : { stopped: stopped(), repeats: (c: readonly number[]) => completesRepeat(generatedIds(), c, noRepeat) }),
+          ...(noRepeat === 0 ? {} : { noRepeat: { text: generatedIds(), n: noRepeat } }),
         },
       );
       if (outcome.continue === "none" || outcome.commitIds === null) continue;

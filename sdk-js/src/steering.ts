@@ -6,6 +6,7 @@
  */
 import { ProtocolError } from "./errors.js";
 import { GAMMA_SCALE } from "./limits.js";
+import { repeatingCandidates, repeatingTokens } from "./repetition.js";
 import { argmax, choose, type UniformSource } from "./sampling.js";
 import { decodeDownlink, Method, type Verdict } from "./wire.js";
 
@@ -123,10 +124,10 @@ export interface RecoveryDraw {
   rng?: UniformSource;
   temperature?: number;
   width?: number;
-  /** The repetition stop (src/repetition.ts): the tokens a fusion recovery may not take, and whether
-   * a candidate repeats (left out unless every candidate does: a recovery must commit a token). */
-  stopped?: readonly number[];
-  repeats?: (candidate: readonly number[]) => boolean;
+  /** The repetition stop (src/repetition.ts): the generated text and the n-gram length. A fusion
+   * recovery does not take a token that repeats; a candidate that repeats is left out unless every
+   * candidate does (a recovery must commit a token). */
+  noRepeat?: { text: readonly number[]; n: number };
 }
 
 export type RoundOutcome = {
@@ -177,12 +178,13 @@ export function applyDownlink(
   if (verdict.steering.kind === "fusion") {
     const scores = recoveryScores(verdict.steering.values, model.nextLogprobs(), alpha);
     const allowed = scores.slice(0, draw?.width ?? scores.length);
-    for (const t of draw?.stopped ?? []) if (t < allowed.length) allowed[t] = -Infinity;
+    const stopped = draw?.noRepeat === undefined ? [] : repeatingTokens(draw.noRepeat.text, draw.noRepeat.n);
+    for (const t of stopped) if (t < allowed.length) allowed[t] = -Infinity;
     return { keptIds: kept, continue: how, commitIds: [pick(allowed)], scores };
   }
   const { candidates } = verdict.steering;
   let values: readonly number[] = verdict.steering.values;
-  const repeats = draw?.repeats === undefined ? [] : candidates.map(draw.repeats);
+  const repeats = draw?.noRepeat === undefined ? [] : repeatingCandidates(draw.noRepeat.text, candidates, draw.noRepeat.n);
   if (repeats.includes(true) && repeats.includes(false)) values = values.map((v, i) => (repeats[i] ? -Infinity : v));
   // alpha 0: recoveryScores is v itself, P_S^c never read (0 * -inf would be NaN).
   const scores = recoveryScores(values, model.scoreContinuations(candidates), alpha);

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { CandidateSchema, DownlinkSchema, FusionVectorSchema } from "../src/gen/verifier_pb.js";
-import { completesRepeat, noRepeatProblem, repeatingTokens } from "../src/repetition.js";
+import { completesRepeat, noRepeatProblem, repeatingCandidates, repeatingTokens } from "../src/repetition.js";
 import { generate, type GenerateOptions } from "../src/session.js";
 import { applyDownlink } from "../src/steering.js";
 import { VerifierLost, type Transport } from "../src/transport.js";
@@ -37,6 +37,11 @@ test("the stopped tokens are the next tokens of every earlier run of the last n 
   assert.ok(completesRepeat(text, [3], 3));
   assert.ok(!completesRepeat(text, [4, 1, 2], 3));
   assert.ok(completesRepeat([7, 8, 9, 7], [8, 9], 3)); // its second token repeats 7 8 9
+  for (let k = 0; k < 300; k++) {
+    const tokens = Array.from({ length: next() * 5 }, next);
+    const candidates = Array.from({ length: 5 }, () => Array.from({ length: 1 + next() % 3 }, next));
+    assert.deepEqual(repeatingCandidates(tokens, candidates, 3), candidates.map((c) => completesRepeat(tokens, c, 3)));
+  }
   assert.equal(noRepeatProblem(6), null);
   for (const bad of [1, -1, 2.5]) assert.match(noRepeatProblem(bad)!, /noRepeatNgram must be 0 \(off\) or a whole length of 2/);
 });
@@ -45,15 +50,15 @@ test("a recovery leaves out the candidates that repeat, unless every one does; f
   const model = { nextLogprobs: () => new Float32Array(8).fill(-2), scoreContinuations: (c: number[][]) => c.map(() => -2) };
   const frame = (ids: number[][]): Uint8Array =>
     toBinary(DownlinkSchema, create(DownlinkSchema, { seq: 1, accepted: 0, candidates: ids.map((tokenIds, i) => create(CandidateSchema, { tokenIds, value: -i })) }));
-  const repeats = (c: readonly number[]): boolean => completesRepeat([4, 9, 4], c, 2); // 4 9 again
+  const noRepeat = { text: [4, 9, 4], n: 2 }; // 4 9 again
   const recovery = { ...params, bonus: false };
   assert.deepEqual(applyDownlink(frame([[9], [7], [3]]), [1], recovery, EOS, V, model).commitIds, [9]);
-  assert.deepEqual(applyDownlink(frame([[9], [7], [3]]), [1], recovery, EOS, V, model, { repeats }).commitIds, [7]);
-  assert.deepEqual(applyDownlink(frame([[9], [9, 3]]), [1], recovery, EOS, V, model, { repeats }).commitIds, [9]);
+  assert.deepEqual(applyDownlink(frame([[9], [7], [3]]), [1], recovery, EOS, V, model, { noRepeat }).commitIds, [7]);
+  assert.deepEqual(applyDownlink(frame([[9], [9, 3]]), [1], recovery, EOS, V, model, { noRepeat }).commitIds, [9]);
   const values = new Float32Array([0, -1, -2, -3, -4, -5, -6, -7]);
   const fused = toBinary(DownlinkSchema, create(DownlinkSchema, { seq: 1, accepted: 0, fusion: create(FusionVectorSchema, { values: new Uint8Array(values.buffer) }) }));
   const fusion = { ...params, method: Method.FUSION, draftLen: 0, alphaMilli: 0, topK: 10, bonus: false };
-  assert.deepEqual(applyDownlink(fused, [], fusion, EOS, 8, model, { stopped: [0, 1] }).commitIds, [2]);
+  assert.deepEqual(applyDownlink(fused, [], fusion, EOS, 8, model, { noRepeat: { text: [5, 0, 5, 1, 5], n: 2 } }).commitIds, [2]); // 5 0 and 5 1 again
 });
 
 test("the drafter alone under the stop: its greedy text with the stopped tokens left out, no n-gram twice", async () => {

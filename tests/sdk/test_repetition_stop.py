@@ -12,7 +12,7 @@ import pytest
 
 from specsteer.core.errors import ConfigError
 from specsteer.core.recovery import device_rng
-from specsteer.core.repetition import completes_repeat, repeating_tokens
+from specsteer.core.repetition import completes_repeat, repeating_candidates, repeating_tokens
 from specsteer.core.session_types import FusionVector, Method, SessionParams, SteeringVector, Verdict
 from specsteer.sdk.decoding import DecodeOptions, Specialist, _recover, generate
 from specsteer.sdk.transport import InProcessVerifier
@@ -46,6 +46,12 @@ def test_a_multi_token_candidate_repeats_if_any_of_its_tokens_does_as_the_text_g
     assert completes_repeat(text, (3, 9), 3)  # its first token already repeats 1 2 3
     assert completes_repeat([7, 8, 9, 7], (8, 9), 3)  # its second token does: 7 8 9 again
     assert not completes_repeat(text, (3,), 0)
+    # A recovery asks for all its candidates at once: the same answers, the text's own stop found once.
+    rng = random.Random(0)
+    for _ in range(300):
+        tokens = [rng.randrange(4) for _ in range(rng.randrange(0, 20))]
+        candidates = [tuple(rng.randrange(4) for _ in range(rng.randrange(1, 4))) for _ in range(5)]
+        assert repeating_candidates(tokens, candidates, 3) == [completes_repeat(tokens, c, 3) for c in candidates]
 
 
 @pytest.mark.parametrize("n", [1, -1])
